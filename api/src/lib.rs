@@ -1,0 +1,8 @@
+//! Types of the device layer, shared by every other crate; no IO.
+//!
+//! - [`v1beta1`]: the `devices.kubeedge.io/v1beta1` custom resources.
+pub mod crd;
+pub mod manifest;
+pub mod merge;
+pub mod v1beta1;
+pub mod validate;

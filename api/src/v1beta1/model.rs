@@ -1,0 +1,140 @@
+//! `DeviceModel`: the blueprint of a kind of device.
+
+use super::{CustomizedValue, VisitorConfig};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// `spec` of a `DeviceModel`.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "devices.kubeedge.io",
+    version = "v1beta1",
+    kind = "DeviceModel",
+    plural = "devicemodels",
+    singular = "devicemodel",
+    namespaced,
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceModelSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub properties: Vec<ModelProperty>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Model-level default of every device's `spec.protocol.configData` (KubeEdge v1.22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_config_data: Option<CustomizedValue>,
+}
+
+/// One property of a model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelProperty {
+    #[serde(default)]
+    #[schemars(schema_with = "super::plain_string")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<PropertyType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_mode: Option<AccessMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Model-level default visitor of this property (KubeEdge v1.22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visitors: Option<VisitorConfig>,
+}
+
+/// The value type of a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PropertyType {
+    Int,
+    Float,
+    Double,
+    String,
+    Boolean,
+    Bytes,
+    Stream,
+}
+
+impl PropertyType {
+    /// The spelling used in manifests (`INT`, `FLOAT`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Int => "INT",
+            Self::Float => "FLOAT",
+            Self::Double => "DOUBLE",
+            Self::String => "STRING",
+            Self::Boolean => "BOOLEAN",
+            Self::Bytes => "BYTES",
+            Self::Stream => "STREAM",
+        }
+    }
+
+    /// Whether values of this type are numbers (and so `minimum`/`maximum` apply).
+    pub fn is_numeric(self) -> bool {
+        matches!(self, Self::Int | Self::Float | Self::Double)
+    }
+
+    /// Checks that `value` is a valid text form of this type, as twins carry values as text.
+    pub fn check_value(self, value: &str) -> Result<(), String> {
+        let ok = match self {
+            Self::Int => value.trim().parse::<i64>().is_ok(),
+            Self::Float | Self::Double => value
+                .trim()
+                .parse::<f64>()
+                .map(f64::is_finite)
+                .unwrap_or(false),
+            Self::Boolean => matches!(value.trim(), "true" | "false"),
+            Self::String | Self::Bytes | Self::Stream => true,
+        };
+        if ok {
+            Ok(())
+        } else {
+            let expected = match self {
+                Self::Int => "an integer",
+                Self::Float | Self::Double => "a finite number",
+                _ => "true or false",
+            };
+            Err(format!("{value:?} is not {expected} ({})", self.as_str()))
+        }
+    }
+}
+
+impl fmt::Display for PropertyType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a property can be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum AccessMode {
+    ReadWrite,
+    ReadOnly,
+}
+
+impl AccessMode {
+    /// The spelling used in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadWrite => "ReadWrite",
+            Self::ReadOnly => "ReadOnly",
+        }
+    }
+}
+
+impl DeviceModel {
+    /// The model property named `name`.
+    pub fn property(&self, name: &str) -> Option<&ModelProperty> {
+        self.spec.properties.iter().find(|p| p.name == name)
+    }
+}

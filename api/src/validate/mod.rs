@@ -1,0 +1,367 @@
+//! Validation of `Device` and `DeviceModel` objects: every problem at once, each with the path of
+//! the field it is about (`spec.properties[2].collectCycle`).
+//!
+//! [`schema::check`] covers what the API server's schema would refuse (types, enums, unknown
+//! fields); [`validate_device`] and [`validate_model`] what KubeEdge leaves to run time and users
+//! find out on the device: duplicate or unknown properties, bad desired values, bad ranges.
+
+pub mod names;
+pub mod schema;
+
+use crate::v1beta1::{AccessMode, Device, DeviceModel, DeviceProperty, PropertyType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::HashMap;
+use std::fmt;
+
+/// How bad a problem is: an error makes the object invalid; a warning does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+/// One problem of an object: the field path and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    /// Field path, as `spec.properties[2].collectCycle`; empty for the object as a whole.
+    pub path: String,
+    pub message: String,
+}
+
+impl Problem {
+    /// An error at `path`.
+    pub fn error(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Error,
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A warning at `path`.
+    pub fn warning(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Warning,
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Whether this problem makes the object invalid.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = match self.severity {
+            Severity::Warning => "warning: ",
+            Severity::Error => "",
+        };
+        if self.path.is_empty() {
+            write!(f, "{tag}{}", self.message)
+        } else {
+            write!(f, "{}: {tag}{}", self.path, self.message)
+        }
+    }
+}
+
+fn check_metadata(meta: &ObjectMeta, out: &mut Vec<Problem>) {
+    match meta.name.as_deref() {
+        None => out.push(Problem::error("metadata.name", "required field is missing")),
+        Some(name) => {
+            if let Err(e) = names::check_dns1123_subdomain(name) {
+                out.push(Problem::error("metadata.name", e));
+            }
+        }
+    }
+    if let Some(ns) = meta.namespace.as_deref()
+        && let Err(e) = names::check_dns1123_label(ns)
+    {
+        out.push(Problem::error("metadata.namespace", e));
+    }
+}
+
+/// Checks names of a list of named items: non-empty, valid twin keys, unique.
+fn check_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    list_path: &str,
+    what: &str,
+    twin_keys: bool,
+    out: &mut Vec<Problem>,
+) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        let path = format!("{list_path}[{i}].name");
+        if name.is_empty() {
+            out.push(Problem::error(
+                path,
+                format!("{what} name must not be empty"),
+            ));
+            continue;
+        }
+        if twin_keys && let Err(e) = names::check_twin_key(name) {
+            out.push(Problem::error(&path, e));
+        }
+        if let Some(first) = seen.get(name) {
+            out.push(Problem::error(
+                path,
+                format!("duplicate {what} name {name:?} (first at {list_path}[{first}])"),
+            ));
+        } else {
+            seen.insert(name, i);
+        }
+    }
+}
+
+fn check_cycle(value: Option<i64>, path: String, out: &mut Vec<Problem>) {
+    if let Some(v) = value
+        && v < 0
+    {
+        out.push(Problem::error(
+            path,
+            format!("{v} is negative; cycles are milliseconds, 0 or more"),
+        ));
+    }
+}
+
+fn parse_bound(value: &str) -> Option<f64> {
+    value.trim().parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// Checks a `DeviceModel`.
+pub fn validate_model(model: &DeviceModel) -> Vec<Problem> {
+    let mut out = Vec::new();
+    check_metadata(&model.metadata, &mut out);
+    let props = &model.spec.properties;
+    check_names(
+        props.iter().map(|p| p.name.as_str()),
+        "spec.properties",
+        "property",
+        true,
+        &mut out,
+    );
+    for (i, p) in props.iter().enumerate() {
+        let base = format!("spec.properties[{i}]");
+        let Some(ty) = p.type_ else {
+            out.push(Problem::warning(
+                format!("{base}.type"),
+                "no type given: values are handled as STRING",
+            ));
+            continue;
+        };
+        let mut bounds = [None, None];
+        for (slot, (key, value)) in [("minimum", &p.minimum), ("maximum", &p.maximum)]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(value) = value.as_deref().filter(|v| !v.trim().is_empty()) else {
+                continue;
+            };
+            if !ty.is_numeric() {
+                out.push(Problem::warning(
+                    format!("{base}.{key}"),
+                    format!("{key} is ignored for type {ty}"),
+                ));
+                continue;
+            }
+            match parse_bound(value) {
+                Some(v) => bounds[slot] = Some(v),
+                None => out.push(Problem::error(
+                    format!("{base}.{key}"),
+                    format!("{value:?} is not a number, but the property type is {ty}"),
+                )),
+            }
+        }
+        if let [Some(min), Some(max)] = bounds
+            && min > max
+        {
+            out.push(Problem::error(
+                format!("{base}.maximum"),
+                format!("maximum {max} is below minimum {min}"),
+            ));
+        }
+        if let (Some(model_proto), Some(v)) = (model.spec.protocol.as_deref(), &p.visitors)
+            && let Some(vp) = v.protocol_name.as_deref().filter(|s| !s.is_empty())
+            && vp != model_proto
+        {
+            out.push(Problem::warning(
+                format!("{base}.visitors.protocolName"),
+                format!("visitor protocol {vp:?} differs from the model protocol {model_proto:?}"),
+            ));
+        }
+    }
+    out
+}
+
+/// Checks a `Device`, and against `model` when it is known. A device whose model is not given
+/// gets every check that does not need the model.
+pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    check_metadata(&device.metadata, &mut out);
+    let spec = &device.spec;
+    match &spec.device_model_ref {
+        None => out.push(Problem::error(
+            "spec.deviceModelRef",
+            "required field is missing: the device must name its DeviceModel",
+        )),
+        Some(r) if r.name.is_empty() => out.push(Problem::error(
+            "spec.deviceModelRef.name",
+            "must not be empty: the device must name its DeviceModel",
+        )),
+        Some(r) => {
+            if let Err(e) = names::check_dns1123_subdomain(&r.name) {
+                out.push(Problem::error("spec.deviceModelRef.name", e));
+            }
+        }
+    }
+    if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty())
+        && let Err(e) = names::check_dns1123_subdomain(node)
+    {
+        out.push(Problem::error("spec.nodeName", e));
+    }
+    let model_protocol = model
+        .and_then(|m| m.spec.protocol.as_deref())
+        .filter(|p| !p.is_empty());
+    match (device.protocol_name(), model_protocol) {
+        (Some(dp), Some(mp)) if dp != mp => out.push(Problem::error(
+            "spec.protocol.protocolName",
+            format!("{dp:?} differs from the protocol {mp:?} of the model"),
+        )),
+        (None, None) if model.is_some() => out.push(Problem::warning(
+            "spec.protocol.protocolName",
+            "no protocol is set on the device or its model: no mapper will serve it",
+        )),
+        _ => {}
+    }
+    check_names(
+        spec.properties.iter().map(|p| p.name.as_str()),
+        "spec.properties",
+        "property",
+        true,
+        &mut out,
+    );
+    for (i, p) in spec.properties.iter().enumerate() {
+        check_property(i, p, model, &mut out);
+    }
+    check_names(
+        spec.methods.iter().map(|m| m.name.as_str()),
+        "spec.methods",
+        "method",
+        false,
+        &mut out,
+    );
+    for (i, m) in spec.methods.iter().enumerate() {
+        if m.property_names.is_empty() {
+            out.push(Problem::error(
+                format!("spec.methods[{i}].propertyNames"),
+                "a method must control at least one property",
+            ));
+        }
+        for (j, name) in m.property_names.iter().enumerate() {
+            let path = format!("spec.methods[{i}].propertyNames[{j}]");
+            if device.property(name).is_none() {
+                out.push(Problem::error(
+                    path,
+                    format!("{name:?} is not a property of this device"),
+                ));
+            } else if let Some(mp) = model.and_then(|m| m.property(name))
+                && mp.access_mode == Some(AccessMode::ReadOnly)
+            {
+                out.push(Problem::error(
+                    path,
+                    format!("{name:?} is ReadOnly in the model; a method can only write writable properties"),
+                ));
+            }
+        }
+    }
+    if let Some(sr) = &spec.state_report {
+        check_cycle(
+            sr.report_cycle,
+            "spec.stateReport.reportCycle".into(),
+            &mut out,
+        );
+    }
+    out
+}
+
+fn check_property(
+    i: usize,
+    p: &DeviceProperty,
+    model: Option<&DeviceModel>,
+    out: &mut Vec<Problem>,
+) {
+    let base = format!("spec.properties[{i}]");
+    check_cycle(p.collect_cycle, format!("{base}.collectCycle"), out);
+    check_cycle(p.report_cycle, format!("{base}.reportCycle"), out);
+    let Some(model) = model else {
+        return;
+    };
+    let Some(mp) = model.property(&p.name) else {
+        if !p.name.is_empty() {
+            out.push(Problem::error(
+                format!("{base}.name"),
+                format!(
+                    "property {:?} is not defined in model {:?}",
+                    p.name,
+                    model.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        return;
+    };
+    if let (Some(vp), Some(mp_proto)) = (
+        p.visitors
+            .as_ref()
+            .and_then(|v| v.protocol_name.as_deref())
+            .filter(|s| !s.is_empty()),
+        model.spec.protocol.as_deref().filter(|s| !s.is_empty()),
+    ) && vp != mp_proto
+    {
+        out.push(Problem::warning(
+            format!("{base}.visitors.protocolName"),
+            format!("visitor protocol {vp:?} differs from the model protocol {mp_proto:?}"),
+        ));
+    }
+    let Some(desired) = &p.desired else {
+        return;
+    };
+    if mp.access_mode == Some(AccessMode::ReadOnly) {
+        out.push(Problem::error(
+            format!("{base}.desired"),
+            format!(
+                "property {:?} is ReadOnly in the model; it cannot have a desired value",
+                p.name
+            ),
+        ));
+        return;
+    }
+    let ty = mp.type_.unwrap_or(PropertyType::String);
+    let path = format!("{base}.desired.value");
+    if let Err(e) = ty.check_value(&desired.value) {
+        out.push(Problem::error(path, e));
+        return;
+    }
+    if ty.is_numeric()
+        && let Ok(v) = desired.value.trim().parse::<f64>()
+    {
+        if let Some(min) = mp.minimum.as_deref().and_then(parse_bound)
+            && v < min
+        {
+            out.push(Problem::error(
+                &path,
+                format!("{v} is below the model minimum {min}"),
+            ));
+        }
+        if let Some(max) = mp.maximum.as_deref().and_then(parse_bound)
+            && v > max
+        {
+            out.push(Problem::error(
+                &path,
+                format!("{v} is above the model maximum {max}"),
+            ));
+        }
+    }
+}

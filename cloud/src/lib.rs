@@ -1,0 +1,2 @@
+//! cloudcore: cloudhub, edgecontroller, synccontroller, certificates and the standalone API
+//! store. Intentionally empty until its issue.

@@ -1,0 +1,20 @@
+//! The cloud device controller. For now it holds the generator of the CRD YAMLs committed under
+//! `devicecontroller/crds/`, which `kubectl apply -f devicecontroller/crds/` installs.
+
+use anyhow::Context;
+
+/// File name and YAML text of every CRD, as committed under `crds/`.
+pub fn crd_files() -> anyhow::Result<Vec<(String, String)>> {
+    api::crd::crds()
+        .into_iter()
+        .map(|crd| {
+            let file = format!(
+                "devices_v1beta1_{}.yaml",
+                crd.spec.names.singular.clone().unwrap_or_default()
+            );
+            let yaml = serde_yaml_ng::to_string(&crd)
+                .with_context(|| format!("failed to render {file}"))?;
+            Ok((file, format!("---\n{yaml}")))
+        })
+        .collect()
+}
