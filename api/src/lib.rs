@@ -5,5 +5,7 @@ pub mod crd;
 pub mod dmi;
 pub mod manifest;
 pub mod merge;
+pub mod message;
+pub mod paths;
 pub mod v1beta1;
 pub mod validate;
