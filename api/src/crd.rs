@@ -6,9 +6,34 @@ use crate::v1beta1::{Device, DeviceModel, DeviceStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-fn without_status_subresource(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+/// Makes a derived CRD match KubeEdge's: no status subresource; a root schema that declares
+/// `apiVersion`, `kind` and `metadata` and does not require `spec`.
+fn kubeedge_compatible(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+    let typed = |t: &str| JSONSchemaProps {
+        type_: Some(t.to_string()),
+        ..JSONSchemaProps::default()
+    };
     for version in &mut crd.spec.versions {
         version.subresources = None;
+        let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        root.title = None;
+        if let Some(required) = root.required.as_mut() {
+            required.retain(|r| r != "spec");
+            if required.is_empty() {
+                root.required = None;
+            }
+        }
+        let props = root.properties.get_or_insert_with(Default::default);
+        props.insert("apiVersion".into(), typed("string"));
+        props.insert("kind".into(), typed("string"));
+        props.insert("metadata".into(), typed("object"));
     }
     crd
 }
@@ -16,9 +41,9 @@ fn without_status_subresource(mut crd: CustomResourceDefinition) -> CustomResour
 /// The CRDs of `Device`, `DeviceModel` and `DeviceStatus`, in that order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
-        without_status_subresource(Device::crd()),
-        without_status_subresource(DeviceModel::crd()),
-        without_status_subresource(DeviceStatus::crd()),
+        kubeedge_compatible(Device::crd()),
+        kubeedge_compatible(DeviceModel::crd()),
+        kubeedge_compatible(DeviceStatus::crd()),
     ]
 }
 

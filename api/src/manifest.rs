@@ -47,6 +47,9 @@ pub struct Document {
     pub name: String,
     /// The typed object, when the document is a known kind and has no schema error.
     pub object: Option<Object>,
+    /// When the document has schema errors: the object read from what remains once the fields in
+    /// error are dropped, so that its other problems can be reported too. Never to be applied.
+    pub partial: Option<Object>,
     /// Problems found while reading the document: syntax, kind, schema.
     pub problems: Vec<Problem>,
 }
@@ -58,6 +61,7 @@ impl Document {
             kind,
             name,
             object: None,
+            partial: None,
             problems: vec![problem],
         }
     }
@@ -156,22 +160,28 @@ pub fn parse_value(index: usize, value: &Value) -> Document {
     };
     let mut problems = Vec::new();
     schema::check(value, schema_value, "", &mut problems);
-    let object = if problems.iter().any(Problem::is_error) {
-        None
-    } else {
-        let typed = match kind.as_str() {
-            "Device" => serde_json::from_value(value.clone()).map(|d| Object::Device(Box::new(d))),
-            "DeviceModel" => {
-                serde_json::from_value(value.clone()).map(|d| Object::DeviceModel(Box::new(d)))
-            }
-            _ => serde_json::from_value(value.clone()).map(|d| Object::DeviceStatus(Box::new(d))),
+    if problems.iter().any(Problem::is_error) {
+        let mut pruned = value.clone();
+        schema::prune(&mut pruned, schema_value);
+        // `metadata` is the API server's to check, not the schema's: keep it whole.
+        if let (Some(meta), Some(obj)) = (value.get("metadata"), pruned.as_object_mut()) {
+            obj.insert("metadata".into(), meta.clone());
+        }
+        let partial = typed(&kind, pruned).ok();
+        return Document {
+            index,
+            kind,
+            name,
+            object: None,
+            partial,
+            problems,
         };
-        match typed {
-            Ok(o) => Some(o),
-            Err(e) => {
-                problems.push(Problem::error("", format!("cannot be read as {kind}: {e}")));
-                None
-            }
+    }
+    let object = match typed(&kind, value.clone()) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            problems.push(Problem::error("", format!("cannot be read as {kind}: {e}")));
+            None
         }
     };
     Document {
@@ -179,6 +189,15 @@ pub fn parse_value(index: usize, value: &Value) -> Document {
         kind,
         name,
         object,
+        partial: None,
         problems,
+    }
+}
+
+fn typed(kind: &str, value: Value) -> serde_json::Result<Object> {
+    match kind {
+        "Device" => serde_json::from_value(value).map(|d| Object::Device(Box::new(d))),
+        "DeviceModel" => serde_json::from_value(value).map(|d| Object::DeviceModel(Box::new(d))),
+        _ => serde_json::from_value(value).map(|d| Object::DeviceStatus(Box::new(d))),
     }
 }

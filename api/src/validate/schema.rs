@@ -74,6 +74,56 @@ pub fn check(value: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) 
     }
 }
 
+/// Removes from `value` what [`check`] would report (unknown fields, values of the wrong type or
+/// outside an enum), so that the rest can still be read and checked for its other problems.
+/// Returns false when `value` itself must go.
+pub fn prune(value: &mut Value, schema: &Value) -> bool {
+    let Some(schema) = schema.as_object() else {
+        return true;
+    };
+    if value.is_null() {
+        return schema.get("nullable") == Some(&Value::Bool(true));
+    }
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    let fits = match schema.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let Some(object) = value.as_object_mut() else {
+                return false;
+            };
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            object.retain(|key, child| {
+                if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
+                    prune(child, child_schema)
+                } else if let Some(a) = additional.filter(|a| a.is_object()) {
+                    prune(child, a)
+                } else {
+                    preserve || additional == Some(&Value::Bool(true))
+                }
+            });
+            true
+        }
+        Some("array") => {
+            let Some(items) = value.as_array_mut() else {
+                return false;
+            };
+            if let Some(item_schema) = schema.get("items") {
+                items.retain_mut(|item| prune(item, item_schema));
+            }
+            true
+        }
+        Some("string") => value.is_string(),
+        Some("boolean") => value.is_boolean(),
+        Some("integer") => value.as_i64().is_some(),
+        Some("number") => value.is_number(),
+        _ => true,
+    };
+    fits && schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_none_or(|allowed| allowed.contains(value))
+}
+
 fn check_integer(value: &Value, schema: &Map<String, Value>, path: &str, out: &mut Vec<Problem>) {
     let Some(n) = value.as_i64() else {
         let what = if value.as_u64().is_some() {
@@ -104,7 +154,13 @@ fn check_object(
     let additional = schema.get("additionalProperties");
     for (key, child) in object {
         let child_path = join(path, key);
-        if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
+        if path.is_empty() && key == "metadata" {
+            // The API server checks `metadata` itself (ObjectMeta), whatever the CRD schema says;
+            // the typed parse and the name checks cover it here.
+            if !child.is_object() {
+                out.push(type_error(&child_path, "an object", child));
+            }
+        } else if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
             check(child, child_schema, &child_path, out);
         } else if let Some(additional) = additional.filter(|a| a.is_object()) {
             check(child, additional, &child_path, out);
@@ -220,6 +276,22 @@ mod tests {
                 "spec.value: required field is missing",
             ]
         );
+    }
+
+    #[test]
+    fn prune_keeps_what_is_valid() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "integer"},
+            "l": {"type": "array", "items": {"type": "string"}},
+            "m": {"type": "string", "enum": ["x"]}
+        }});
+        let mut v = json!({"a": "1", "l": ["s", 2], "m": "y", "zzz": 1});
+        assert!(prune(&mut v, &schema));
+        assert_eq!(v, json!({"l": ["s"]}));
+        let mut ok = json!({"a": 1, "l": ["s"], "m": "x"});
+        let before = ok.clone();
+        prune(&mut ok, &schema);
+        assert_eq!(ok, before);
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! `kectl validate FILE...`: every Device and DeviceModel of a set of manifests checked, devices
+//! against their models when the model is among the files.
+
+use api::manifest::{self, Object};
+use api::v1beta1::{Device, DeviceModel};
+use api::validate::{Problem, validate_device, validate_model};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::HashMap;
+use std::fmt;
+
+/// One problem, located in a file and an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub file: String,
+    /// Position of the document in its file, from 0; findings are sorted by file and document.
+    pub document: usize,
+    /// `KIND NAME`, or `KIND #N` (N counting documents from 1) where the name is unknown.
+    pub object: String,
+    pub problem: Problem,
+}
+
+impl Finding {
+    fn new(file: &str, document: usize, object: &str, problem: Problem) -> Self {
+        Self {
+            file: file.to_string(),
+            document,
+            object: object.to_string(),
+            problem,
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.object, self.problem)
+    }
+}
+
+/// What `kectl validate` found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    /// Objects read (documents that were not empty).
+    pub objects: usize,
+}
+
+impl Report {
+    /// Errors (not warnings) found.
+    pub fn errors(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.problem.is_error())
+            .count()
+    }
+
+    /// Warnings found.
+    pub fn warnings(&self) -> usize {
+        self.findings.len() - self.errors()
+    }
+
+    /// Whether every object is valid (warnings allowed).
+    pub fn is_valid(&self) -> bool {
+        self.errors() == 0
+    }
+}
+
+fn label(kind: &str, name: &str, index: usize) -> String {
+    let kind = if kind.is_empty() { "document" } else { kind };
+    if name.is_empty() {
+        format!("{kind} #{}", index + 1)
+    } else {
+        format!("{kind} {name}")
+    }
+}
+
+/// Validates manifests given as `(file name, text)` pairs. File names only label findings.
+pub fn validate_texts(inputs: &[(String, String)]) -> Report {
+    let mut report = Report::default();
+    let mut models: HashMap<(String, String), DeviceModel> = HashMap::new();
+    let mut devices: Vec<(usize, usize, String, Device)> = Vec::new();
+    let mut seen: HashMap<(String, String, String), String> = HashMap::new();
+    let mut findings: Vec<(usize, Finding)> = Vec::new();
+    for (file_index, (file, text)) in inputs.iter().enumerate() {
+        let mut push = |document: usize, object: &str, problem: Problem| {
+            findings.push((file_index, Finding::new(file, document, object, problem)));
+        };
+        let docs = manifest::parse_documents(text);
+        if docs.is_empty() {
+            push(0, "file", Problem::warning("", "no objects in this file"));
+        }
+        for doc in docs {
+            report.objects += 1;
+            let object_label = label(&doc.kind, &doc.name, doc.index);
+            for problem in doc.problems {
+                push(doc.index, &object_label, problem);
+            }
+            let Some(object) = doc.object.or(doc.partial) else {
+                continue;
+            };
+            let ns = namespace_of(match &object {
+                Object::Device(d) => &d.metadata,
+                Object::DeviceModel(m) => &m.metadata,
+                Object::DeviceStatus(s) => &s.metadata,
+            });
+            let key = (
+                object.kind().to_string(),
+                ns.clone(),
+                object.name().to_string(),
+            );
+            if let Some(first) = seen.get(&key) {
+                let message = format!(
+                    "{} {ns}/{} is defined twice (first in {first})",
+                    key.0, key.2
+                );
+                push(
+                    doc.index,
+                    &object_label,
+                    Problem::error("metadata.name", message),
+                );
+            } else {
+                seen.insert(key, file.clone());
+            }
+            match object {
+                Object::DeviceModel(m) => {
+                    for problem in validate_model(&m) {
+                        push(doc.index, &object_label, problem);
+                    }
+                    let name = m.metadata.name.clone().unwrap_or_default();
+                    models.entry((ns, name)).or_insert(*m);
+                }
+                Object::Device(d) => devices.push((file_index, doc.index, object_label, *d)),
+                Object::DeviceStatus(_) => {}
+            }
+        }
+    }
+    for (file_index, document, object_label, device) in devices {
+        let file = &inputs[file_index].0;
+        let ns = namespace_of(&device.metadata);
+        let model = device
+            .model_name()
+            .and_then(|m| models.get(&(ns.clone(), m.to_string())));
+        if let (Some(name), None) = (device.model_name(), model) {
+            let problem = Problem::warning(
+                "spec.deviceModelRef.name",
+                format!(
+                    "model {ns}/{name} is not among the given files; checks against it were skipped"
+                ),
+            );
+            findings.push((
+                file_index,
+                Finding::new(file, document, &object_label, problem),
+            ));
+        }
+        for problem in validate_device(&device, model) {
+            findings.push((
+                file_index,
+                Finding::new(file, document, &object_label, problem),
+            ));
+        }
+    }
+    // Stable: within one document, schema problems first, then the semantic ones.
+    findings.sort_by_key(|(file_index, f)| (*file_index, f.document));
+    report.findings = findings.into_iter().map(|(_, f)| f).collect();
+    report
+}
+
+fn namespace_of(meta: &ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
