@@ -48,9 +48,9 @@ pub struct DeviceModelRef {
 /// One property of a device instance.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::no_property_defaults)]
 pub struct DeviceProperty {
     #[serde(default)]
-    #[schemars(schema_with = "super::plain_string")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<TwinProperty>,
@@ -261,9 +261,9 @@ pub struct MysqlClientConfig {
 /// A method of the device: a named group of writable properties (KubeEdge v1.19).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::no_property_defaults)]
 pub struct DeviceMethod {
     #[serde(default)]
-    #[schemars(schema_with = "super::plain_string")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

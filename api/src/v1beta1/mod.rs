@@ -65,9 +65,16 @@ impl JsonSchema for CustomizedValue {
     }
 }
 
-/// Schema of a string field that KubeEdge declares without a default although serde defaults it.
-pub(crate) fn plain_string(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string" })
+/// Drops the `default` schemars derives from `#[serde(default)]` on the properties of a struct:
+/// KubeEdge's CRDs declare none there, and the API server would fill them in.
+pub(crate) fn no_property_defaults(schema: &mut Schema) {
+    if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        for prop in props.values_mut() {
+            if let Some(obj) = prop.as_object_mut() {
+                obj.remove("default");
+            }
+        }
+    }
 }
 
 /// Schema of an integer field that KubeEdge declares without a `format` (Go `int`).

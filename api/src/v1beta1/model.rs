@@ -31,15 +31,17 @@ pub struct DeviceModelSpec {
 /// One property of a model.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::no_property_defaults)]
 pub struct ModelProperty {
     #[serde(default)]
-    #[schemars(schema_with = "super::plain_string")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "property_type_schema")]
     pub type_: Option<PropertyType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "access_mode_schema")]
     pub access_mode: Option<AccessMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<String>,
@@ -50,6 +52,18 @@ pub struct ModelProperty {
     /// Model-level default visitor of this property (KubeEdge v1.22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visitors: Option<VisitorConfig>,
+}
+
+// Optional enums as KubeEdge declares them: no `null` among the values.
+fn property_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["INT", "FLOAT", "DOUBLE", "STRING", "BOOLEAN", "BYTES", "STREAM"]
+    })
+}
+
+fn access_mode_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "enum": ["ReadWrite", "ReadOnly"] })
 }
 
 /// The value type of a property.

@@ -37,9 +37,9 @@ pub struct DeviceTwinStatus {
 /// The reported value of one property, and the desired value the mapper last saw.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::no_property_defaults)]
 pub struct Twin {
     #[serde(default)]
-    #[schemars(schema_with = "super::plain_string")]
     pub property_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_desired: Option<TwinProperty>,

@@ -29,7 +29,8 @@ fn yaml_value() -> impl Strategy<Value = String> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(", "))),
             prop::collection::vec((field_name(), inner), 0..5).prop_map(|kv| {
-                let body: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k:?}: {v}")).collect();
+                let body: Vec<String> =
+                    kv.into_iter().map(|(k, v)| format!("{k:?}: {v}")).collect();
                 format!("{{{}}}", body.join(", "))
             }),
         ]
