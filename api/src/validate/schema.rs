@@ -46,7 +46,9 @@ pub fn check(value: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) 
             }
         }
         Some("string") if !value.is_string() => out.push(type_error(path, "a string", value)),
-        Some("boolean") if !value.is_boolean() => out.push(type_error(path, "a boolean (true or false)", value)),
+        Some("boolean") if !value.is_boolean() => {
+            out.push(type_error(path, "a boolean (true or false)", value))
+        }
         Some("integer") => check_integer(value, schema, path, out),
         Some("number") if !value.is_number() => out.push(type_error(path, "a number", value)),
         _ => {}
