@@ -11,3 +11,6 @@ pub use convert::*;
 pub mod v1beta1 {
     include!(concat!(env!("OUT_DIR"), "/v1beta1.rs"));
 }
+
+/// The encoded `FileDescriptorSet` of the DMI protobuf.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dmi_v1beta1.fds"));
