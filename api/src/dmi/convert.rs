@@ -10,15 +10,12 @@
 //!   device first ([`crate::merge::effective_device`]), as edgecore does before sending.
 
 use super::v1beta1 as pb;
-use crate::v1beta1 as crd;
+use crate::v1beta1::{self as crd, namespace_of};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use prost::Message;
 use prost_types::Any;
 use serde_json::{Map, Number, Value};
 use std::collections::{BTreeMap, HashMap};
-
-/// The namespace of objects that do not name one.
-pub const DEFAULT_NAMESPACE: &str = "default";
 
 const TYPE_PREFIX: &str = "type.googleapis.com/google.protobuf.";
 
@@ -387,13 +384,6 @@ fn meta(name: &str, namespace: &str) -> ObjectMeta {
         namespace: opt(namespace),
         ..ObjectMeta::default()
     }
-}
-
-fn namespace_of(meta: &ObjectMeta) -> String {
-    meta.namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
 }
 
 /// A device (best already merged with its model) and its reported twins, as DMI sends them.

@@ -24,6 +24,17 @@ pub const VERSION: &str = "v1beta1";
 /// `apiVersion` of every object of this module.
 pub const API_VERSION: &str = "devices.kubeedge.io/v1beta1";
 
+/// The namespace of objects that do not name one.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The namespace of an object: `metadata.namespace`, or [`DEFAULT_NAMESPACE`] when absent or empty.
+pub fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
+}
+
 /// A free-form JSON object (`type: object`, `x-kubernetes-preserve-unknown-fields: true`), as
 /// KubeEdge's `CustomizedValue`. Keys keep their order of insertion-independent sorting.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -2,9 +2,8 @@
 //! against their models when the model is among the files.
 
 use api::manifest::{self, Object};
-use api::v1beta1::{Device, DeviceModel};
+use api::v1beta1::{Device, DeviceModel, namespace_of};
 use api::validate::{Problem, validate_device, validate_model};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -162,11 +161,4 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
     findings.sort_by_key(|(file_index, f)| (*file_index, f.document));
     report.findings = findings.into_iter().map(|(_, f)| f).collect();
     report
-}
-
-fn namespace_of(meta: &ObjectMeta) -> String {
-    meta.namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into())
 }
