@@ -1,0 +1,671 @@
+//! The pure twin state machine: every operation checks its input completely, then applies it and
+//! returns what changed ([`Applied`]). An operation that changes nothing returns an empty
+//! [`Applied`]: no version bump, nothing to write, nothing to send.
+
+use crate::model::{
+    DeviceRow, DeviceTwin, Millis, OutboxEntry, PropertyTwin, Section, TwinValue, Version,
+};
+use api::paths::DeviceId;
+use api::v1beta1::{AccessMode, Device, DeviceModel, PropertyType};
+use api::validate::names::check_twin_key;
+use std::collections::{BTreeMap, HashMap};
+
+/// Errors of twin operations. Each names the device or property it is about.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TwinError {
+    #[error("device {0} is not known on this node")]
+    UnknownDevice(DeviceId),
+    #[error("device {device} has no property {property:?}")]
+    UnknownProperty { device: DeviceId, property: String },
+    #[error("property name {property:?} is invalid: {reason}")]
+    InvalidName { property: String, reason: String },
+    #[error("value of property {property:?} is invalid: {reason}")]
+    InvalidValue { property: String, reason: String },
+    #[error("value of property {property:?} is {size} bytes, more than the limit of {limit}")]
+    ValueTooLarge {
+        property: String,
+        size: usize,
+        limit: usize,
+    },
+    #[error(
+        "twin of device {device} would hold {size} bytes of values, more than the limit of {limit}"
+    )]
+    DocumentTooLarge {
+        device: DeviceId,
+        size: usize,
+        limit: usize,
+    },
+    #[error("property {property:?} is read-only: its model's accessMode is ReadOnly")]
+    ReadOnly { property: String },
+    #[error("property {property:?} is not optional, so it cannot be deleted")]
+    NotOptional { property: String },
+    /// A cloud sync older than the edge's state; the caller should resync from `current`.
+    #[error(
+        "version of property {property:?} is stale: the edge has {{cloud: {}, edge: {}}}, the request {{cloud: {}, edge: {}}}",
+        current.cloud, current.edge, requested.cloud, requested.edge
+    )]
+    StaleVersion {
+        property: String,
+        current: Version,
+        requested: Version,
+        current_value: Option<TwinValue>,
+    },
+    /// A conditional update whose `if_version` is not the current desired version.
+    #[error("desired version of device {device} is {actual}, not {expected}")]
+    Conflict {
+        device: DeviceId,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("state {0:?} is not one of online, offline, ok, unknown, unhealthy")]
+    InvalidState(String),
+}
+
+impl TwinError {
+    /// The HTTP-like code KubeEdge's result topics carry: 404 unknown, 409 conflict, 400 invalid.
+    pub fn code(&self) -> u16 {
+        match self {
+            Self::UnknownDevice(_) | Self::UnknownProperty { .. } => 404,
+            Self::StaleVersion { .. } | Self::Conflict { .. } => 409,
+            _ => 400,
+        }
+    }
+}
+
+pub type Result<T, E = TwinError> = std::result::Result<T, E>;
+
+/// Size caps of values and documents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of one value (desired, reported or observed). Default 64 KiB.
+    pub max_value_bytes: usize,
+    /// Bytes of all values of one device twin. Default 1 MiB.
+    pub max_document_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_value_bytes: 64 * 1024,
+            max_document_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// A property as a device declares it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PropertyDecl {
+    pub name: String,
+    pub value_type: PropertyType,
+    pub writable: bool,
+    /// `spec.properties[].desired.value`.
+    pub desired: Option<String>,
+}
+
+/// A device as its manifest declares it: what membership needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceDecl {
+    pub id: DeviceId,
+    pub description: String,
+    pub model: String,
+    pub protocol: String,
+    pub properties: Vec<PropertyDecl>,
+}
+
+impl DeviceDecl {
+    /// The declaration of a device, with property types and access modes from its model.
+    pub fn from_device(device: &Device, model: Option<&DeviceModel>) -> Self {
+        let id = DeviceId::new(
+            api::v1beta1::namespace_of(&device.metadata),
+            device.metadata.name.clone().unwrap_or_default(),
+        );
+        let properties = device
+            .spec
+            .properties
+            .iter()
+            .map(|p| {
+                let mp = model.and_then(|m| m.property(&p.name));
+                PropertyDecl {
+                    name: p.name.clone(),
+                    value_type: mp.and_then(|m| m.type_).unwrap_or(PropertyType::String),
+                    writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
+                    desired: p.desired.as_ref().map(|d| d.value.clone()),
+                }
+            })
+            .collect();
+        Self {
+            id,
+            description: String::new(),
+            model: device.model_name().unwrap_or_default().to_string(),
+            protocol: device.protocol_name().unwrap_or_default().to_string(),
+            properties,
+        }
+    }
+}
+
+/// One reported property from a mapper or an app.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reported {
+    pub property: String,
+    /// The value read from the device.
+    pub value: Option<String>,
+    /// The desired value the device has applied, as the mapper knows it.
+    pub observed_desired: Option<String>,
+    /// The type of a property the device does not declare (created on first report).
+    pub value_type: Option<PropertyType>,
+}
+
+/// One changed property: its state before and after (`None` where it did not exist).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PropertyChange {
+    pub name: String,
+    pub last: Option<PropertyTwin>,
+    pub current: Option<PropertyTwin>,
+}
+
+/// What an operation changed. Empty when nothing changed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Applied {
+    pub device: Option<DeviceId>,
+    /// The device row after the operation, when it changed.
+    pub row: Option<DeviceRow>,
+    pub added: bool,
+    pub removed: bool,
+    pub changes: Vec<PropertyChange>,
+    /// Changes that must reach the cloud.
+    pub outbox: Vec<OutboxEntry>,
+    /// Desired values that differ from the reported ones, among the properties this operation
+    /// touched.
+    pub delta: BTreeMap<String, String>,
+}
+
+impl Applied {
+    /// Whether the operation changed nothing.
+    pub fn is_noop(&self) -> bool {
+        self.row.is_none() && !self.added && !self.removed && self.changes.is_empty()
+    }
+
+    /// Whether a desired value changed (what mappers must be told).
+    pub fn desired_changed(&self) -> impl Iterator<Item = (&str, &TwinValue)> {
+        self.changes.iter().filter_map(|c| {
+            let cur = c.current.as_ref()?.desired.as_ref()?;
+            let last = c.last.as_ref().and_then(|l| l.desired.as_ref());
+            (last.map(|l| &l.value) != Some(&cur.value)).then_some((c.name.as_str(), cur))
+        })
+    }
+}
+
+/// The states a device may report (lower-cased), as KubeEdge accepts them.
+pub const DEVICE_STATES: [&str; 5] = ["online", "offline", "ok", "unknown", "unhealthy"];
+
+/// How often an unchanged online state refreshes `last_online`, in milliseconds.
+pub const LAST_ONLINE_REFRESH_MS: Millis = 60_000;
+
+/// The twins of all devices of a node.
+#[derive(Debug, Default)]
+pub struct Engine {
+    devices: HashMap<DeviceId, DeviceTwin>,
+    limits: Limits,
+    next_seq: u64,
+}
+
+impl Engine {
+    /// An engine holding `twins`; `next_seq` is the next outbox sequence number.
+    pub fn new(twins: Vec<DeviceTwin>, limits: Limits, next_seq: u64) -> Self {
+        let devices = twins.into_iter().map(|t| (t.id(), t)).collect();
+        Self {
+            devices,
+            limits,
+            next_seq,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn get(&self, id: &DeviceId) -> Option<&DeviceTwin> {
+        self.devices.get(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    pub fn devices(&self) -> impl Iterator<Item = &DeviceTwin> {
+        self.devices.values()
+    }
+
+    fn seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn check_value(&self, property: &str, ty: PropertyType, value: &str) -> Result<()> {
+        if value.len() > self.limits.max_value_bytes {
+            return Err(TwinError::ValueTooLarge {
+                property: property.into(),
+                size: value.len(),
+                limit: self.limits.max_value_bytes,
+            });
+        }
+        ty.check_value(value)
+            .map_err(|reason| TwinError::InvalidValue {
+                property: property.into(),
+                reason,
+            })
+    }
+
+    fn check_document(&self, twin: &DeviceTwin) -> Result<()> {
+        let size = twin.value_bytes();
+        if size > self.limits.max_document_bytes {
+            return Err(TwinError::DocumentTooLarge {
+                device: twin.id(),
+                size,
+                limit: self.limits.max_document_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn twin(&self, id: &DeviceId) -> Result<&DeviceTwin> {
+        self.devices
+            .get(id)
+            .ok_or_else(|| TwinError::UnknownDevice(id.clone()))
+    }
+
+    /// Adds a device or brings it in line with its declaration. A desired value in the spec that
+    /// changed since the last declaration counts as a desired write from the cloud.
+    pub fn upsert_device(&mut self, decl: &DeviceDecl, now: Millis) -> Result<Applied> {
+        for p in &decl.properties {
+            check_twin_key(&p.name).map_err(|reason| TwinError::InvalidName {
+                property: p.name.clone(),
+                reason,
+            })?;
+            if let Some(d) = &p.desired {
+                self.check_value(&p.name, p.value_type, d)?;
+            }
+        }
+        let added = !self.devices.contains_key(&decl.id);
+        let before = self
+            .devices
+            .get(&decl.id)
+            .cloned()
+            .unwrap_or_else(|| DeviceTwin::new(&decl.id));
+        let mut twin = before.clone();
+        twin.row.description.clone_from(&decl.description);
+        twin.row.model.clone_from(&decl.model);
+        twin.row.protocol.clone_from(&decl.protocol);
+        let mut desired_bumped = false;
+        for p in &decl.properties {
+            let prop = twin
+                .properties
+                .entry(p.name.clone())
+                .or_insert_with(|| PropertyTwin::new(p.value_type, false, p.writable));
+            prop.value_type = p.value_type;
+            prop.writable = p.writable;
+            prop.optional = false;
+            if prop.spec_desired != p.desired {
+                prop.spec_desired.clone_from(&p.desired);
+                if let Some(value) = &p.desired
+                    && prop.desired.as_ref().map(|d| &d.value) != Some(value)
+                {
+                    prop.desired = Some(TwinValue {
+                        value: value.clone(),
+                        timestamp: now,
+                    });
+                    prop.desired_version.cloud += 1;
+                    desired_bumped = true;
+                }
+            }
+        }
+        // Declared properties no longer in the spec go; ones created by reports stay.
+        twin.properties
+            .retain(|name, p| p.optional || decl.properties.iter().any(|d| &d.name == name));
+        if desired_bumped {
+            twin.row.desired_version += 1;
+        }
+        self.check_document(&twin)?;
+        let mut applied = diff(&before, &twin, added);
+        if !applied.is_noop() {
+            applied.delta = touched_delta(&twin, &applied);
+            self.devices.insert(decl.id.clone(), twin);
+        }
+        Ok(applied)
+    }
+
+    /// Removes a device and its twin.
+    pub fn remove_device(&mut self, id: &DeviceId) -> Result<Applied> {
+        let twin = self
+            .devices
+            .remove(id)
+            .ok_or_else(|| TwinError::UnknownDevice(id.clone()))?;
+        Ok(Applied {
+            device: Some(id.clone()),
+            removed: true,
+            changes: twin
+                .properties
+                .into_iter()
+                .map(|(name, p)| PropertyChange {
+                    name,
+                    last: Some(p),
+                    current: None,
+                })
+                .collect(),
+            ..Applied::default()
+        })
+    }
+
+    /// A desired value synced from the cloud with its version vector (KubeEdge's sync rule):
+    /// rejected when the edge has a newer cloud or edge version, adopted otherwise.
+    pub fn cloud_desired(
+        &mut self,
+        id: &DeviceId,
+        property: &str,
+        value: &str,
+        version: Version,
+        now: Millis,
+    ) -> Result<Applied> {
+        let twin = self.twin(id)?;
+        let prop = twin
+            .properties
+            .get(property)
+            .ok_or_else(|| TwinError::UnknownProperty {
+                device: id.clone(),
+                property: property.into(),
+            })?;
+        self.check_value(property, prop.value_type, value)?;
+        let local = prop.desired_version;
+        if local.cloud > version.cloud || local.edge > version.edge {
+            return Err(TwinError::StaleVersion {
+                property: property.into(),
+                current: local,
+                requested: version,
+                current_value: prop.desired.clone(),
+            });
+        }
+        let mut next = twin.clone();
+        let p = next
+            .properties
+            .get_mut(property)
+            .ok_or_else(|| TwinError::UnknownProperty {
+                device: id.clone(),
+                property: property.into(),
+            })?;
+        let changed = p.desired.as_ref().map(|d| d.value.as_str()) != Some(value);
+        if changed {
+            p.desired = Some(TwinValue {
+                value: value.into(),
+                timestamp: now,
+            });
+        }
+        p.desired_version = version;
+        if changed {
+            next.row.desired_version += 1;
+        }
+        self.commit(twin.clone(), next, false)
+    }
+
+    /// Desired values set at the edge (by an app, the HTTP API or `kectl`). With `if_version`,
+    /// applied only if the device's desired version is still that number.
+    pub fn edge_desired(
+        &mut self,
+        id: &DeviceId,
+        values: &[(String, String)],
+        if_version: Option<u64>,
+        now: Millis,
+    ) -> Result<Applied> {
+        let twin = self.twin(id)?;
+        if let Some(expected) = if_version
+            && expected != twin.row.desired_version
+        {
+            return Err(TwinError::Conflict {
+                device: id.clone(),
+                expected,
+                actual: twin.row.desired_version,
+            });
+        }
+        for (name, value) in values {
+            let prop = twin
+                .properties
+                .get(name)
+                .ok_or_else(|| TwinError::UnknownProperty {
+                    device: id.clone(),
+                    property: name.clone(),
+                })?;
+            if !prop.writable {
+                return Err(TwinError::ReadOnly {
+                    property: name.clone(),
+                });
+            }
+            self.check_value(name, prop.value_type, value)?;
+        }
+        let mut next = twin.clone();
+        let mut changed = false;
+        for (name, value) in values {
+            if let Some(p) = next.properties.get_mut(name)
+                && p.desired.as_ref().map(|d| &d.value) != Some(value)
+            {
+                p.desired = Some(TwinValue {
+                    value: value.clone(),
+                    timestamp: now,
+                });
+                p.desired_version.edge += 1;
+                changed = true;
+            }
+        }
+        if changed {
+            next.row.desired_version += 1;
+        }
+        self.commit(twin.clone(), next, true)
+    }
+
+    /// Values reported by a mapper or an app. Values equal to the stored ones change nothing.
+    /// A property the device does not declare is created, optional, with the given type.
+    pub fn report(&mut self, id: &DeviceId, reports: &[Reported], now: Millis) -> Result<Applied> {
+        let twin = self.twin(id)?;
+        for r in reports {
+            let ty = match twin.properties.get(&r.property) {
+                Some(p) => p.value_type,
+                None => {
+                    check_twin_key(&r.property).map_err(|reason| TwinError::InvalidName {
+                        property: r.property.clone(),
+                        reason,
+                    })?;
+                    r.value_type.unwrap_or(PropertyType::String)
+                }
+            };
+            for v in [&r.value, &r.observed_desired].into_iter().flatten() {
+                self.check_value(&r.property, ty, v)?;
+            }
+        }
+        let mut next = twin.clone();
+        let mut changed = false;
+        for r in reports {
+            let p = next
+                .properties
+                .entry(r.property.clone())
+                .or_insert_with(|| {
+                    PropertyTwin::new(r.value_type.unwrap_or(PropertyType::String), true, true)
+                });
+            if let Some(v) = &r.value
+                && p.reported.as_ref().map(|x| &x.value) != Some(v)
+            {
+                p.reported = Some(TwinValue {
+                    value: v.clone(),
+                    timestamp: now,
+                });
+                p.reported_version.edge += 1;
+                changed = true;
+            }
+            if let Some(v) = &r.observed_desired
+                && p.observed_desired.as_ref().map(|x| &x.value) != Some(v)
+            {
+                p.observed_desired = Some(TwinValue {
+                    value: v.clone(),
+                    timestamp: now,
+                });
+            }
+        }
+        if changed {
+            next.row.reported_version += 1;
+        }
+        self.commit(twin.clone(), next, true)
+    }
+
+    /// Deletes a property created by reports (KubeEdge allows this for `optional` twins only).
+    pub fn delete_property(&mut self, id: &DeviceId, property: &str) -> Result<Applied> {
+        let twin = self.twin(id)?;
+        match twin.properties.get(property) {
+            None => Ok(Applied::default()),
+            Some(p) if !p.optional => Err(TwinError::NotOptional {
+                property: property.into(),
+            }),
+            Some(_) => {
+                let mut next = twin.clone();
+                next.properties.remove(property);
+                self.commit(twin.clone(), next, false)
+            }
+        }
+    }
+
+    /// The state of a device as its mapper reports it. `last_online` moves with an online or ok
+    /// report, at most once per [`LAST_ONLINE_REFRESH_MS`] while the state stays the same.
+    pub fn set_state(&mut self, id: &DeviceId, state: &str, now: Millis) -> Result<Applied> {
+        let state = state.to_ascii_lowercase();
+        if !DEVICE_STATES.contains(&state.as_str()) {
+            return Err(TwinError::InvalidState(state));
+        }
+        let twin = self.twin(id)?;
+        let online = matches!(state.as_str(), "online" | "ok");
+        let refresh = online && now - twin.row.last_online >= LAST_ONLINE_REFRESH_MS;
+        if twin.row.state == state && !refresh {
+            return Ok(Applied::default());
+        }
+        let mut next = twin.clone();
+        next.row.state.clone_from(&state);
+        if online {
+            next.row.last_online = now;
+        }
+        let mut applied = self.commit(twin.clone(), next, false)?;
+        let seq = self.seq();
+        applied.outbox.push(OutboxEntry {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            property: String::new(),
+            section: Section::State,
+            value: state,
+            version: Version::default(),
+            timestamp: now,
+            seq,
+        });
+        Ok(applied)
+    }
+
+    /// Checks the document cap, stores `next` and returns the difference, with outbox entries for
+    /// changed desired (when `edge_origin`) and reported values.
+    fn commit(
+        &mut self,
+        before: DeviceTwin,
+        next: DeviceTwin,
+        edge_origin: bool,
+    ) -> Result<Applied> {
+        self.check_document(&next)?;
+        let mut applied = diff(&before, &next, false);
+        if applied.is_noop() {
+            return Ok(applied);
+        }
+        applied.delta = touched_delta(&next, &applied);
+        let id = next.id();
+        let mut outbox = Vec::new();
+        for c in &applied.changes {
+            let Some(cur) = &c.current else { continue };
+            let last = c.last.as_ref();
+            if let Some(r) = &cur.reported
+                && last.and_then(|l| l.reported.as_ref()) != Some(r)
+            {
+                outbox.push((
+                    c.name.clone(),
+                    Section::Reported,
+                    r.clone(),
+                    cur.reported_version,
+                ));
+            }
+            if edge_origin
+                && let Some(d) = &cur.desired
+                && last.and_then(|l| l.desired.as_ref()) != Some(d)
+            {
+                outbox.push((
+                    c.name.clone(),
+                    Section::Desired,
+                    d.clone(),
+                    cur.desired_version,
+                ));
+            }
+        }
+        for (property, section, v, version) in outbox {
+            let seq = self.seq();
+            applied.outbox.push(OutboxEntry {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                property,
+                section,
+                value: v.value,
+                version,
+                timestamp: v.timestamp,
+                seq,
+            });
+        }
+        self.devices.insert(id, next);
+        Ok(applied)
+    }
+}
+
+/// The difference between two states of one device.
+fn diff(before: &DeviceTwin, after: &DeviceTwin, added: bool) -> Applied {
+    let mut changes = Vec::new();
+    for (name, cur) in &after.properties {
+        let last = before.properties.get(name);
+        if last != Some(cur) {
+            changes.push(PropertyChange {
+                name: name.clone(),
+                last: last.cloned(),
+                current: Some(cur.clone()),
+            });
+        }
+    }
+    for (name, last) in &before.properties {
+        if !after.properties.contains_key(name) {
+            changes.push(PropertyChange {
+                name: name.clone(),
+                last: Some(last.clone()),
+                current: None,
+            });
+        }
+    }
+    let row_changed = added || before.row != after.row;
+    Applied {
+        device: Some(after.id()),
+        row: row_changed.then(|| after.row.clone()),
+        added,
+        removed: false,
+        changes,
+        outbox: Vec::new(),
+        delta: BTreeMap::new(),
+    }
+}
+
+fn touched_delta(twin: &DeviceTwin, applied: &Applied) -> BTreeMap<String, String> {
+    applied
+        .changes
+        .iter()
+        .filter_map(|c| {
+            let p = twin.properties.get(&c.name)?;
+            p.delta().map(|d| (c.name.clone(), d.to_string()))
+        })
+        .collect()
+}

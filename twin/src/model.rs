@@ -1,0 +1,205 @@
+//! The twin document of a device.
+
+use api::paths::DeviceId;
+use api::v1beta1::PropertyType;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// KubeEdge's version vector of one twin section: how many times the cloud and the edge have
+/// written it. A sync from the cloud carrying a smaller number than the local one is stale.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub cloud: u64,
+    pub edge: u64,
+}
+
+/// A value with the time it was last set (`lastUpdated`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TwinValue {
+    pub value: String,
+    pub timestamp: Millis,
+}
+
+/// One property of a device twin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PropertyTwin {
+    /// The value type from the model (STRING when the model names none).
+    #[serde(rename = "type")]
+    pub value_type: PropertyType,
+    /// Whether the property may be deleted from the edge (KubeEdge's `optional`). Properties
+    /// created by a report, rather than declared by the device, are optional.
+    pub optional: bool,
+    /// Whether a desired value may be set (the model's `accessMode` is not `ReadOnly`).
+    pub writable: bool,
+    /// The desired value last given by the device spec, to tell a real spec change from a reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_desired: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<TwinValue>,
+    pub desired_version: Version,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported: Option<TwinValue>,
+    pub reported_version: Version,
+    /// The desired value the mapper last said the device has applied (DMI `observedDesired`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_desired: Option<TwinValue>,
+}
+
+impl PropertyTwin {
+    /// A property with no values yet.
+    pub fn new(value_type: PropertyType, optional: bool, writable: bool) -> Self {
+        Self {
+            value_type,
+            optional,
+            writable,
+            spec_desired: None,
+            desired: None,
+            desired_version: Version::default(),
+            reported: None,
+            reported_version: Version::default(),
+            observed_desired: None,
+        }
+    }
+
+    /// The desired value when it differs from the reported one.
+    pub fn delta(&self) -> Option<&str> {
+        let desired = self.desired.as_ref()?;
+        match &self.reported {
+            Some(r) if r.value == desired.value => None,
+            _ => Some(&desired.value),
+        }
+    }
+
+    /// Bytes of values this property holds, for the document size cap.
+    pub fn value_bytes(&self) -> usize {
+        [&self.desired, &self.reported, &self.observed_desired]
+            .iter()
+            .filter_map(|v| v.as_ref().map(|v| v.value.len()))
+            .sum()
+    }
+}
+
+/// Identity, state and section versions of a device: one row of the `device` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceRow {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The model the device refers to.
+    #[serde(default)]
+    pub model: String,
+    /// The protocol name of the device (which mappers serve it).
+    #[serde(default)]
+    pub protocol: String,
+    /// `online`, `offline`, `ok`, `unknown` or `unhealthy`; empty until a mapper reports one.
+    #[serde(default)]
+    pub state: String,
+    /// When the device was last seen online (ms since the epoch), 0 if never.
+    #[serde(default)]
+    pub last_online: Millis,
+    /// Monotonic version of the desired section: bumped by every desired change.
+    pub desired_version: u64,
+    /// Monotonic version of the reported section: bumped by every reported change.
+    pub reported_version: u64,
+}
+
+impl DeviceRow {
+    /// `{namespace}/{name}`.
+    pub fn id(&self) -> DeviceId {
+        DeviceId::new(&self.namespace, &self.name)
+    }
+}
+
+/// The twin of one device: identity, state and properties.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceTwin {
+    #[serde(flatten)]
+    pub row: DeviceRow,
+    pub properties: BTreeMap<String, PropertyTwin>,
+}
+
+impl DeviceTwin {
+    /// An empty twin.
+    pub fn new(id: &DeviceId) -> Self {
+        Self {
+            row: DeviceRow {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                ..DeviceRow::default()
+            },
+            properties: BTreeMap::new(),
+        }
+    }
+
+    /// `{namespace}/{name}`.
+    pub fn id(&self) -> DeviceId {
+        self.row.id()
+    }
+
+    /// Bytes of values the document holds.
+    pub fn value_bytes(&self) -> usize {
+        self.properties
+            .values()
+            .map(PropertyTwin::value_bytes)
+            .sum()
+    }
+
+    /// Every property whose desired value differs from its reported value.
+    pub fn delta(&self) -> BTreeMap<String, String> {
+        self.properties
+            .iter()
+            .filter_map(|(k, p)| p.delta().map(|d| (k.clone(), d.to_string())))
+            .collect()
+    }
+}
+
+/// Which part of a twin an outbox entry carries to the cloud.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Section {
+    Desired,
+    Reported,
+    /// The device state; the entry's property is empty.
+    State,
+}
+
+impl Section {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Desired => "desired",
+            Self::Reported => "reported",
+            Self::State => "state",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "desired" => Some(Self::Desired),
+            "reported" => Some(Self::Reported),
+            "state" => Some(Self::State),
+            _ => None,
+        }
+    }
+}
+
+/// A change that must reach the cloud. Entries are coalesced per device, property and section:
+/// the newest value wins and carries its version. `seq` orders entries, so an acknowledgement
+/// of an older send never removes a newer value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    pub namespace: String,
+    pub name: String,
+    pub property: String,
+    pub section: Section,
+    pub value: String,
+    pub version: Version,
+    pub timestamp: Millis,
+    pub seq: u64,
+}

@@ -1,0 +1,354 @@
+//! The twin rules: versions, conflicts, delta, no-op reports, edge-set desired, size caps.
+
+use api::paths::DeviceId;
+use api::v1beta1::PropertyType;
+use twin::engine::{DeviceDecl, Engine, Limits, PropertyDecl, Reported, TwinError};
+use twin::{Section, Version};
+
+fn id() -> DeviceId {
+    DeviceId::new("default", "oven-1")
+}
+
+fn decl(desired: Option<&str>) -> DeviceDecl {
+    DeviceDecl {
+        id: id(),
+        description: String::new(),
+        model: "oven".into(),
+        protocol: "modbus".into(),
+        properties: vec![
+            PropertyDecl {
+                name: "temperature".into(),
+                value_type: PropertyType::Int,
+                writable: false,
+                desired: None,
+            },
+            PropertyDecl {
+                name: "setpoint".into(),
+                value_type: PropertyType::Float,
+                writable: true,
+                desired: desired.map(Into::into),
+            },
+        ],
+    }
+}
+
+fn engine() -> Engine {
+    let mut e = Engine::new(Vec::new(), Limits::default(), 0);
+    e.upsert_device(&decl(Some("20")), 1)
+        .expect("device is valid");
+    e
+}
+
+fn report(p: &str, v: &str) -> Reported {
+    Reported {
+        property: p.into(),
+        value: Some(v.into()),
+        ..Reported::default()
+    }
+}
+
+#[test]
+fn adding_a_device_creates_its_twin_with_the_spec_desired_value() {
+    let e = engine();
+    let t = e.get(&id()).expect("twin exists");
+    assert_eq!(t.properties.len(), 2);
+    let sp = &t.properties["setpoint"];
+    assert_eq!(sp.desired.as_ref().map(|d| d.value.as_str()), Some("20"));
+    assert_eq!(sp.desired_version, Version { cloud: 1, edge: 0 });
+    assert_eq!(t.row.desired_version, 1);
+    assert_eq!(t.row.reported_version, 0);
+    assert_eq!(t.delta().get("setpoint").map(String::as_str), Some("20"));
+}
+
+#[test]
+fn redeclaring_the_same_device_changes_nothing() {
+    let mut e = engine();
+    let a = e.upsert_device(&decl(Some("20")), 2).expect("valid");
+    assert!(a.is_noop(), "{a:?}");
+}
+
+#[test]
+fn a_changed_spec_desired_value_is_a_cloud_write() {
+    let mut e = engine();
+    let a = e.upsert_device(&decl(Some("25")), 2).expect("valid");
+    assert_eq!(a.desired_changed().count(), 1);
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(t.properties["setpoint"].desired_version.cloud, 2);
+    assert_eq!(t.row.desired_version, 2);
+}
+
+#[test]
+fn a_report_that_changes_a_value_bumps_versions_and_queues_it_for_the_cloud() {
+    let mut e = engine();
+    let a = e
+        .report(&id(), &[report("temperature", "21")], 10)
+        .expect("valid");
+    assert!(!a.is_noop());
+    assert_eq!(a.outbox.len(), 1);
+    assert_eq!(a.outbox[0].section, Section::Reported);
+    assert_eq!(a.outbox[0].value, "21");
+    assert_eq!(a.outbox[0].version, Version { cloud: 0, edge: 1 });
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(t.row.reported_version, 1);
+    assert_eq!(
+        t.properties["temperature"]
+            .reported
+            .as_ref()
+            .map(|r| r.timestamp),
+        Some(10)
+    );
+}
+
+#[test]
+fn a_report_that_changes_nothing_changes_nothing() {
+    let mut e = engine();
+    e.report(&id(), &[report("temperature", "21")], 10)
+        .expect("valid");
+    let before = e.get(&id()).cloned();
+    let a = e
+        .report(&id(), &[report("temperature", "21")], 20)
+        .expect("valid");
+    assert!(a.is_noop());
+    assert!(a.outbox.is_empty());
+    assert_eq!(
+        e.get(&id()).cloned(),
+        before,
+        "not even the timestamp moves"
+    );
+}
+
+#[test]
+fn delta_lists_only_touched_properties_whose_desired_differs_from_reported() {
+    let mut e = engine();
+    // Touching temperature (no desired) gives no delta, though setpoint differs.
+    let a = e
+        .report(&id(), &[report("temperature", "5")], 1)
+        .expect("valid");
+    assert!(a.delta.is_empty(), "{:?}", a.delta);
+    let a = e
+        .report(&id(), &[report("setpoint", "19.5")], 2)
+        .expect("valid");
+    assert_eq!(a.delta.get("setpoint").map(String::as_str), Some("20"));
+    let a = e
+        .report(&id(), &[report("setpoint", "20")], 3)
+        .expect("valid");
+    assert!(a.delta.is_empty());
+}
+
+#[test]
+fn desired_set_at_the_edge_bumps_the_edge_version_and_goes_to_the_cloud() {
+    let mut e = engine();
+    let a = e
+        .edge_desired(&id(), &[("setpoint".into(), "30".into())], None, 5)
+        .expect("valid");
+    assert_eq!(a.outbox.len(), 1);
+    assert_eq!(a.outbox[0].section, Section::Desired);
+    assert_eq!(a.outbox[0].version, Version { cloud: 1, edge: 1 });
+    assert_eq!(
+        a.desired_changed().map(|(n, _)| n).collect::<Vec<_>>(),
+        ["setpoint"]
+    );
+    assert_eq!(e.get(&id()).map(|t| t.row.desired_version), Some(2));
+}
+
+#[test]
+fn conditional_update_with_a_stale_version_is_a_conflict() {
+    let mut e = engine();
+    let err = e
+        .edge_desired(&id(), &[("setpoint".into(), "30".into())], Some(0), 5)
+        .expect_err("desired version is 1");
+    assert_eq!(
+        err,
+        TwinError::Conflict {
+            device: id(),
+            expected: 0,
+            actual: 1
+        }
+    );
+    assert_eq!(err.code(), 409);
+    e.edge_desired(&id(), &[("setpoint".into(), "30".into())], Some(1), 5)
+        .expect("current version");
+}
+
+#[test]
+fn cloud_sync_with_an_older_version_is_rejected_with_the_current_state() {
+    let mut e = engine();
+    e.edge_desired(&id(), &[("setpoint".into(), "30".into())], None, 5)
+        .expect("valid");
+    // The edge has {cloud:1, edge:1}; a cloud write that has not seen the edge write is stale.
+    let err = e
+        .cloud_desired(&id(), "setpoint", "40", Version { cloud: 2, edge: 0 }, 6)
+        .expect_err("stale");
+    match err {
+        TwinError::StaleVersion {
+            current,
+            current_value,
+            ..
+        } => {
+            assert_eq!(current, Version { cloud: 1, edge: 1 });
+            assert_eq!(current_value.map(|v| v.value), Some("30".to_string()));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    e.cloud_desired(&id(), "setpoint", "40", Version { cloud: 2, edge: 1 }, 7)
+        .expect("up to date");
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(
+        t.properties["setpoint"].desired_version,
+        Version { cloud: 2, edge: 1 }
+    );
+}
+
+#[test]
+fn read_only_properties_take_no_desired_value() {
+    let mut e = engine();
+    let err = e
+        .edge_desired(&id(), &[("temperature".into(), "3".into())], None, 5)
+        .expect_err("read-only");
+    assert!(matches!(err, TwinError::ReadOnly { .. }), "{err}");
+}
+
+#[test]
+fn values_are_checked_against_the_property_type_and_nothing_is_half_applied() {
+    let mut e = engine();
+    let err = e
+        .report(
+            &id(),
+            &[report("setpoint", "21.5"), report("temperature", "warm")],
+            5,
+        )
+        .expect_err("not an int");
+    assert!(err.to_string().contains("temperature"), "{err}");
+    let t = e.get(&id()).expect("twin");
+    assert!(
+        t.properties["setpoint"].reported.is_none(),
+        "first value not applied"
+    );
+}
+
+#[test]
+fn values_with_spaces_json_and_more_than_512_characters_are_fine() {
+    let mut e = engine();
+    let long = "a b ".repeat(300);
+    e.report(&id(), &[report("note", &long)], 5)
+        .expect("no 512 limit");
+    e.report(&id(), &[report("json", r#"{"a": [1, 2]}"#)], 5)
+        .expect("json values");
+    let t = e.get(&id()).expect("twin");
+    assert!(t.properties["note"].optional, "created by a report");
+}
+
+#[test]
+fn value_and_document_caps_give_clear_errors() {
+    let limits = Limits {
+        max_value_bytes: 10,
+        max_document_bytes: 25,
+    };
+    let mut e = Engine::new(Vec::new(), limits, 0);
+    e.upsert_device(&decl(None), 1).expect("valid");
+    let err = e
+        .report(&id(), &[report("x", "12345678901")], 2)
+        .expect_err("value too large");
+    assert_eq!(
+        err.to_string(),
+        "value of property \"x\" is 11 bytes, more than the limit of 10"
+    );
+    e.report(
+        &id(),
+        &[report("a", "1234567890"), report("b", "1234567890")],
+        3,
+    )
+    .expect("20 bytes fit");
+    let err = e
+        .report(&id(), &[report("c", "1234567890")], 4)
+        .expect_err("document too large");
+    assert!(
+        matches!(
+            err,
+            TwinError::DocumentTooLarge {
+                size: 30,
+                limit: 25,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn removing_a_device_removes_its_twin() {
+    let mut e = engine();
+    let a = e.remove_device(&id()).expect("known");
+    assert!(a.removed);
+    assert_eq!(a.changes.len(), 2);
+    assert!(e.get(&id()).is_none());
+    assert!(matches!(
+        e.report(&id(), &[report("temperature", "1")], 1),
+        Err(TwinError::UnknownDevice(_))
+    ));
+}
+
+#[test]
+fn a_property_dropped_from_the_spec_is_removed_but_reported_extras_stay() {
+    let mut e = engine();
+    e.report(&id(), &[report("extra", "1")], 1).expect("valid");
+    let mut d = decl(Some("20"));
+    d.properties.retain(|p| p.name != "setpoint");
+    let a = e.upsert_device(&d, 2).expect("valid");
+    assert_eq!(a.changes.len(), 1);
+    assert!(a.changes[0].current.is_none());
+    let t = e.get(&id()).expect("twin");
+    assert!(t.properties.contains_key("extra"));
+    assert!(!t.properties.contains_key("setpoint"));
+}
+
+#[test]
+fn state_changes_are_recorded_once_and_unknown_states_rejected() {
+    let mut e = engine();
+    let a = e.set_state(&id(), "Online", 100_000).expect("valid");
+    assert_eq!(a.outbox.len(), 1);
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(t.row.state, "online");
+    assert_eq!(t.row.last_online, 100_000);
+    assert!(
+        e.set_state(&id(), "online", 110_000)
+            .expect("valid")
+            .is_noop()
+    );
+    // A minute later the last-online time moves.
+    assert!(
+        !e.set_state(&id(), "online", 160_000)
+            .expect("valid")
+            .is_noop()
+    );
+    assert!(matches!(
+        e.set_state(&id(), "sleepy", 1),
+        Err(TwinError::InvalidState(_))
+    ));
+    e.set_state(&id(), "offline", 170_000).expect("valid");
+    assert_eq!(e.get(&id()).map(|t| t.row.last_online), Some(160_000));
+}
+
+#[test]
+fn only_optional_properties_can_be_deleted() {
+    let mut e = engine();
+    e.report(&id(), &[report("extra", "1")], 1).expect("valid");
+    assert!(matches!(
+        e.delete_property(&id(), "setpoint"),
+        Err(TwinError::NotOptional { .. })
+    ));
+    let a = e.delete_property(&id(), "extra").expect("optional");
+    assert_eq!(a.changes.len(), 1);
+}
+
+#[test]
+fn outbox_sequence_numbers_increase() {
+    let mut e = engine();
+    let a = e
+        .report(&id(), &[report("temperature", "1")], 1)
+        .expect("valid");
+    let b = e
+        .report(&id(), &[report("temperature", "2")], 2)
+        .expect("valid");
+    assert!(b.outbox[0].seq > a.outbox[0].seq);
+}
