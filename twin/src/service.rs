@@ -68,8 +68,10 @@ pub enum Op {
 /// A committed change, published to subscribers (eventbus, mapper notifier, cloud sync).
 pub type TwinEvent = Arc<Applied>;
 
+type Reply = oneshot::Sender<Result<Arc<Applied>>>;
+
 enum Command {
-    Op(Op, oneshot::Sender<Result<Arc<Applied>>>),
+    Op(Op, Reply),
     Get(DeviceId, oneshot::Sender<Option<DeviceTwin>>),
     List(oneshot::Sender<Vec<DeviceRow>>),
 }
@@ -180,7 +182,7 @@ async fn run(
     events: broadcast::Sender<TwinEvent>,
     stats: Arc<Stats>,
 ) {
-    let mut done: Vec<(Result<Arc<Applied>>, oneshot::Sender<Result<Arc<Applied>>>)> = Vec::new();
+    let mut done: Vec<(Result<Arc<Applied>>, Reply)> = Vec::new();
     let mut reads: Vec<Command> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
