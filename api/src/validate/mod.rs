@@ -7,6 +7,7 @@
 
 pub mod names;
 pub mod schema;
+pub mod set;
 
 use crate::v1beta1::{AccessMode, Device, DeviceModel, DeviceProperty, PropertyType};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -1,4 +1,5 @@
-//! `kectl`, the command-line tool for users. The checks behind `kectl validate` live here so that
-//! tests and other tools run the same code as the binary.
+//! `kectl`, the command-line tool for users. The checks behind `kectl validate` live in
+//! `api::validate::set`, so that tests, edgecore and the binary run the same code; the twin
+//! commands talk to edgecore's local HTTP API.
 
-pub mod validate;
+pub use api::validate::set as validate;

@@ -1,10 +1,11 @@
-//! `kectl validate FILE...`: every Device and DeviceModel of a set of manifests checked, devices
-//! against their models when the model is among the files.
+//! A set of manifests checked together (what `kectl validate` and edgecore's manifests directory
+//! use): every Device and DeviceModel, devices against their models when the model is among the
+//! files, and the objects that are valid.
 
-use api::manifest::{self, Object};
-use api::v1beta1::{Device, DeviceModel, namespace_of};
-use api::validate::{Problem, validate_device, validate_model};
-use std::collections::HashMap;
+use crate::manifest::{self, Object};
+use crate::v1beta1::{Device, DeviceModel, namespace_of};
+use crate::validate::{Problem, validate_device, validate_model};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// One problem, located in a file and an object.
@@ -41,6 +42,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Objects read (documents that were not empty).
     pub objects: usize,
+    /// The models with no error, in file order.
+    pub valid_models: Vec<DeviceModel>,
+    /// The devices with no error, in file order.
+    pub valid_devices: Vec<Device>,
 }
 
 impl Report {
@@ -76,9 +81,11 @@ fn label(kind: &str, name: &str, index: usize) -> String {
 pub fn validate_texts(inputs: &[(String, String)]) -> Report {
     let mut report = Report::default();
     let mut models: HashMap<(String, String), DeviceModel> = HashMap::new();
-    let mut devices: Vec<(usize, usize, String, Device)> = Vec::new();
+    let mut devices: Vec<(usize, usize, String, Device, bool)> = Vec::new();
     let mut seen: HashMap<(String, String, String), String> = HashMap::new();
     let mut findings: Vec<(usize, Finding)> = Vec::new();
+    let mut model_docs: Vec<((usize, usize), DeviceModel)> = Vec::new();
+    let mut device_docs: Vec<((usize, usize), Device)> = Vec::new();
     for (file_index, (file, text)) in inputs.iter().enumerate() {
         let mut push = |document: usize, object: &str, problem: Problem| {
             findings.push((file_index, Finding::new(file, document, object, problem)));
@@ -93,6 +100,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
             for problem in doc.problems {
                 push(doc.index, &object_label, problem);
             }
+            let complete = doc.object.is_some();
             let Some(object) = doc.object.or(doc.partial) else {
                 continue;
             };
@@ -125,14 +133,19 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
                         push(doc.index, &object_label, problem);
                     }
                     let name = m.metadata.name.clone().unwrap_or_default();
+                    if complete {
+                        model_docs.push(((file_index, doc.index), (*m).clone()));
+                    }
                     models.entry((ns, name)).or_insert(*m);
                 }
-                Object::Device(d) => devices.push((file_index, doc.index, object_label, *d)),
+                Object::Device(d) => {
+                    devices.push((file_index, doc.index, object_label, *d, complete))
+                }
                 Object::DeviceStatus(_) => {}
             }
         }
     }
-    for (file_index, document, object_label, device) in devices {
+    for (file_index, document, object_label, device, complete) in devices {
         let file = &inputs[file_index].0;
         let ns = namespace_of(&device.metadata);
         let model = device
@@ -156,7 +169,25 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
                 Finding::new(file, document, &object_label, problem),
             ));
         }
+        if complete {
+            device_docs.push(((file_index, document), device));
+        }
     }
+    let bad: HashSet<(usize, usize)> = findings
+        .iter()
+        .filter(|(_, f)| f.problem.is_error())
+        .map(|(file_index, f)| (*file_index, f.document))
+        .collect();
+    report.valid_models = model_docs
+        .into_iter()
+        .filter(|(at, _)| !bad.contains(at))
+        .map(|(_, m)| m)
+        .collect();
+    report.valid_devices = device_docs
+        .into_iter()
+        .filter(|(at, _)| !bad.contains(at))
+        .map(|(_, d)| d)
+        .collect();
     // Stable: within one document, schema problems first, then the semantic ones.
     findings.sort_by_key(|(file_index, f)| (*file_index, f.document));
     report.findings = findings.into_iter().map(|(_, f)| f).collect();
