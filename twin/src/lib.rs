@@ -20,7 +20,9 @@ pub mod service;
 pub mod store;
 
 pub use engine::{Applied, DeviceDecl, Engine, Limits, PropertyDecl, Reported, TwinError};
-pub use model::{DeviceTwin, Millis, OutboxEntry, PropertyTwin, Section, TwinValue, Version};
+pub use model::{
+    DeviceRow, DeviceTwin, Millis, OutboxEntry, PropertyTwin, Section, TwinValue, Version,
+};
 pub use service::{TwinEvent, TwinService};
 pub use store::{Store, StoreError, Synchronous};
 

@@ -1,0 +1,165 @@
+//! Wiring: starts the modules the config enables and stops them on cancellation.
+
+use crate::catalog::{Catalog, Change, SharedCatalog};
+use crate::config::{Config, MqttMode, split_host_port};
+use crate::metrics::Metrics;
+use crate::{dmi, eventbus, http, manifests};
+use anyhow::Context;
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use twin::engine::DeviceDecl;
+use twin::service::Op;
+use twin::{Store, TwinService};
+
+/// Applies catalog changes to the twin: devices added, updated and removed.
+pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes: &[Change]) {
+    for change in changes {
+        let op = match change {
+            Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
+                let decl = {
+                    let c = match catalog.read() {
+                        Ok(c) => c,
+                        Err(p) => p.into_inner(),
+                    };
+                    DeviceDecl::from_device(d, c.model_of(d))
+                };
+                Op::Upsert(decl)
+            }
+            Change::DeviceRemoved(id) => Op::Remove(id.clone()),
+            _ => continue,
+        };
+        if let Err(e) = twin.apply(op).await {
+            tracing::warn!(error = %e, "failed to apply a manifest change to the twin");
+        }
+    }
+}
+
+/// Runs edgecore until `cancel` is triggered.
+pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    let store = Store::open(&config.database(), config.store.synchronous).await?;
+    let twin = TwinService::start(store, config.limits()).await?;
+    let metrics = Arc::new(Metrics::default());
+    let catalog: SharedCatalog = Arc::new(RwLock::new(Catalog::default()));
+    let (changes_tx, _) = broadcast::channel::<Vec<Change>>(256);
+    let mut tasks = JoinSet::new();
+    tracing::info!(node = %config.node_name, data_dir = %config.data_dir.display(), devices = twin.stats().devices.load(std::sync::atomic::Ordering::Relaxed), "edgecore starting");
+
+    if config.modules.manifests {
+        let dir = config.manifests_dir();
+        let initial = manifests::reload(&dir, &config.node_name, &catalog);
+        apply_changes(&twin, &catalog, &initial).await;
+        // Twins of devices no longer declared go: the directory is the source of truth.
+        let declared: BTreeSet<_> = match catalog.read() {
+            Ok(c) => c.devices.keys().cloned().collect(),
+            Err(p) => p.into_inner().devices.keys().cloned().collect(),
+        };
+        for row in twin.list().await? {
+            if !declared.contains(&row.id()) {
+                tracing::info!(device = %row.id(), "device no longer in the manifests; removing its twin");
+                let _ = twin.apply(Op::Remove(row.id())).await;
+            }
+        }
+        tasks.spawn(manifests::watch(
+            dir,
+            config.node_name.clone(),
+            Duration::from_millis(config.manifests.poll_interval_ms),
+            catalog.clone(),
+            changes_tx.clone(),
+            cancel.clone(),
+        ));
+        let (t, c, mut rx) = (twin.clone(), catalog.clone(), changes_tx.subscribe());
+        let stop = cancel.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = rx.recv() => match r {
+                        Ok(changes) => apply_changes(&t, &c, &changes).await,
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+    }
+
+    let mut mappers = None;
+    if config.modules.dmi {
+        let path = config.dmi_socket();
+        let listener = dmi::bind(&path)?;
+        let m = dmi::mappers::start(
+            twin.clone(),
+            catalog.clone(),
+            changes_tx.subscribe(),
+            metrics.clone(),
+            cancel.clone(),
+        )
+        .await;
+        let server = dmi::DmiServer {
+            twin: twin.clone(),
+            mappers: m.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.spawn(dmi::serve(listener, path, server, cancel.clone()));
+        mappers = Some(m);
+    }
+
+    if config.modules.eventbus {
+        let (host, port) = split_host_port(&config.mqtt.address).map_err(anyhow::Error::msg)?;
+        if config.mqtt.mode == MqttMode::Embedded {
+            let addr = tokio::net::lookup_host((host.as_str(), port))
+                .await?
+                .next()
+                .with_context(|| {
+                    format!("mqtt.address {} does not resolve", config.mqtt.address)
+                })?;
+            eventbus::broker::start(addr, cancel.clone()).await?;
+        }
+        let settings = eventbus::MqttSettings {
+            host,
+            port,
+            client_id: config.mqtt.client_id.clone(),
+            username: config.mqtt.username.clone(),
+            password: config.mqtt.password.clone(),
+        };
+        tasks.spawn(eventbus::run(
+            settings,
+            config.node_name.clone(),
+            twin.clone(),
+            metrics.clone(),
+            cancel.clone(),
+        ));
+    }
+
+    if config.modules.http {
+        let listener = tokio::net::TcpListener::bind(config.http.address)
+            .await
+            .with_context(|| format!("cannot listen on http.address {}", config.http.address))?;
+        let state = http::ApiState {
+            twin: twin.clone(),
+            metrics: metrics.clone(),
+            mappers,
+        };
+        tasks.spawn(http::serve(listener, state, cancel.clone()));
+    }
+
+    tracing::info!("edgecore running");
+    cancel.cancelled().await;
+    tracing::info!("edgecore stopping");
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("modules did not stop within 10 s");
+    }
+    twin.store().close().await;
+    tracing::info!("edgecore stopped");
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! The Device and DeviceModel objects this node runs, with model defaults merged into each
+//! device, and the difference between two versions of that set.
+
+use api::merge::effective_device;
+use api::paths::DeviceId;
+use api::v1beta1::{Device, DeviceModel, namespace_of};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// A change of the catalog, in the order it should be applied (models before their devices).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    ModelAdded(DeviceModel),
+    ModelUpdated(DeviceModel),
+    ModelRemoved(DeviceId),
+    DeviceAdded(Device),
+    /// The effective spec changed (a reload that changes nothing is no change).
+    DeviceUpdated(Device),
+    DeviceRemoved(DeviceId),
+}
+
+/// Declared objects by `namespace/name`. Devices are effective: model defaults merged in.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Catalog {
+    pub devices: BTreeMap<DeviceId, Device>,
+    pub models: BTreeMap<DeviceId, DeviceModel>,
+}
+
+/// The catalog shared by the modules.
+pub type SharedCatalog = Arc<RwLock<Catalog>>;
+
+/// The id of an object: `namespace/name`.
+pub fn object_id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> DeviceId {
+    DeviceId::new(namespace_of(meta), meta.name.clone().unwrap_or_default())
+}
+
+impl Catalog {
+    /// A catalog of valid objects; devices get their model's defaults.
+    pub fn build(models: Vec<DeviceModel>, devices: Vec<Device>) -> Self {
+        let models: BTreeMap<DeviceId, DeviceModel> = models
+            .into_iter()
+            .map(|m| (object_id(&m.metadata), m))
+            .collect();
+        let devices = devices
+            .into_iter()
+            .map(|d| {
+                let id = object_id(&d.metadata);
+                let model = d
+                    .model_name()
+                    .and_then(|m| models.get(&DeviceId::new(&id.namespace, m)));
+                let effective = match model {
+                    Some(m) => effective_device(&d, m),
+                    None => d,
+                };
+                (id, effective)
+            })
+            .collect();
+        Self { devices, models }
+    }
+
+    /// The model of a device.
+    pub fn model_of(&self, device: &Device) -> Option<&DeviceModel> {
+        let id = object_id(&device.metadata);
+        self.models
+            .get(&DeviceId::new(id.namespace, device.model_name()?))
+    }
+
+    /// What changes `self` into `next`.
+    pub fn diff(&self, next: &Catalog) -> Vec<Change> {
+        let mut out = Vec::new();
+        for (id, m) in &next.models {
+            match self.models.get(id) {
+                None => out.push(Change::ModelAdded(m.clone())),
+                Some(old) if old.spec != m.spec => out.push(Change::ModelUpdated(m.clone())),
+                Some(_) => {}
+            }
+        }
+        for (id, d) in &next.devices {
+            match self.devices.get(id) {
+                None => out.push(Change::DeviceAdded(d.clone())),
+                Some(old) if old.spec != d.spec => out.push(Change::DeviceUpdated(d.clone())),
+                Some(_) => {}
+            }
+        }
+        for id in self
+            .devices
+            .keys()
+            .filter(|id| !next.devices.contains_key(id))
+        {
+            out.push(Change::DeviceRemoved(id.clone()));
+        }
+        for id in self
+            .models
+            .keys()
+            .filter(|id| !next.models.contains_key(id))
+        {
+            out.push(Change::ModelRemoved(id.clone()));
+        }
+        out
+    }
+}

@@ -1,0 +1,347 @@
+//! `edgecore`'s configuration file (YAML). Every key has a default, so `edgecore` with no file
+//! runs on a fresh machine; relative paths are taken from the directory of the config file.
+//!
+//! ```yaml
+//! nodeName: edge-node-1          # default: the host name
+//! dataDir: /var/lib/edgecore      # default: ./edgecore-data
+//! modules: {twin: true, eventbus: true, dmi: true, http: true, manifests: true}
+//! manifests: {dir: manifests, pollIntervalMs: 1000}   # default dir: {dataDir}/manifests
+//! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}
+//! dmi: {socket: /etc/kubeedge/dmi.sock}              # default: {dataDir}/dmi.sock
+//! http: {address: "127.0.0.1:10360"}
+//! store: {synchronous: normal}                         # or full (fsync every commit)
+//! twin: {maxValueBytes: 65536, maxDocumentBytes: 1048576}
+//! ```
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use twin::Synchronous;
+
+/// Errors of reading the configuration; each names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read config file {file}: {source}")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {file}: key `{key}`: {message}")]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// The name of this edge node; devices whose `spec.nodeName` names another node are skipped.
+    pub node_name: String,
+    /// Where the twin database (`edgecore.db`) and the default socket live.
+    pub data_dir: PathBuf,
+    pub modules: Modules,
+    pub manifests: Manifests,
+    pub mqtt: Mqtt,
+    pub dmi: Dmi,
+    pub http: Http,
+    pub store: StoreConfig,
+    pub twin: TwinLimits,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Modules {
+    pub eventbus: bool,
+    pub dmi: bool,
+    pub http: bool,
+    pub manifests: bool,
+}
+
+impl Default for Modules {
+    fn default() -> Self {
+        Self {
+            eventbus: true,
+            dmi: true,
+            http: true,
+            manifests: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Manifests {
+    /// A directory of Device and DeviceModel YAML files; default `{dataDir}/manifests`.
+    pub dir: Option<PathBuf>,
+    /// How often the directory is checked for changes, in milliseconds.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for Manifests {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            poll_interval_ms: 1000,
+        }
+    }
+}
+
+/// Where the MQTT broker of the eventbus is.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MqttMode {
+    /// A broker inside edgecore, listening on `address`.
+    Embedded,
+    /// Any MQTT 3.1.1 broker at `address`.
+    External,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Mqtt {
+    pub mode: MqttMode,
+    /// `host:port`: where the embedded broker listens, or the external broker to connect to.
+    pub address: String,
+    pub client_id: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Default for Mqtt {
+    fn default() -> Self {
+        Self {
+            mode: MqttMode::Embedded,
+            address: "127.0.0.1:1883".into(),
+            client_id: "edgecore".into(),
+            username: None,
+            password: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Dmi {
+    /// The Unix socket of the DMI server; default `{dataDir}/dmi.sock`. KubeEdge's mappers
+    /// expect `/etc/kubeedge/dmi.sock`.
+    pub socket: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Http {
+    pub address: SocketAddr,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Self {
+            address: SocketAddr::from(([127, 0, 0, 1], DEFAULT_HTTP_PORT)),
+        }
+    }
+}
+
+/// The default port of the local HTTP API.
+pub const DEFAULT_HTTP_PORT: u16 = 10360;
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct StoreConfig {
+    pub synchronous: Synchronous,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TwinLimits {
+    pub max_value_bytes: usize,
+    pub max_document_bytes: usize,
+}
+
+impl Default for TwinLimits {
+    fn default() -> Self {
+        let l = twin::Limits::default();
+        Self {
+            max_value_bytes: l.max_value_bytes,
+            max_document_bytes: l.max_document_bytes,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node_name: default_node_name(),
+            data_dir: PathBuf::from("edgecore-data"),
+            modules: Modules::default(),
+            manifests: Manifests::default(),
+            mqtt: Mqtt::default(),
+            dmi: Dmi::default(),
+            http: Http::default(),
+            store: StoreConfig::default(),
+            twin: TwinLimits::default(),
+        }
+    }
+}
+
+fn default_node_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "edge-node".into())
+}
+
+impl Config {
+    /// Reads a config file; relative paths in it are made relative to its directory.
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, file, base)
+    }
+
+    /// Parses config text; `file` only names it in errors.
+    pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            key,
+            message,
+        };
+        let mut config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let key = e.path().to_string();
+                invalid(key, e.into_inner().to_string())
+            })?
+        };
+        config.resolve(base);
+        config.check().map_err(|(k, m)| invalid(k.into(), m))?;
+        Ok(config)
+    }
+
+    fn resolve(&mut self, base: &Path) {
+        let abs = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        self.data_dir = abs(&self.data_dir);
+        self.manifests.dir = Some(match &self.manifests.dir {
+            Some(d) => abs(d),
+            None => self.data_dir.join("manifests"),
+        });
+        self.dmi.socket = Some(match &self.dmi.socket {
+            Some(s) => abs(s),
+            None => self.data_dir.join("dmi.sock"),
+        });
+    }
+
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        api::validate::names::check_dns1123_subdomain(&self.node_name)
+            .map_err(|m| ("nodeName", m))?;
+        split_host_port(&self.mqtt.address).map_err(|m| ("mqtt.address", m))?;
+        if self.manifests.poll_interval_ms == 0 {
+            return Err(("manifests.pollIntervalMs", "must be more than 0".into()));
+        }
+        if self.twin.max_value_bytes == 0
+            || self.twin.max_document_bytes < self.twin.max_value_bytes
+        {
+            return Err((
+                "twin.maxDocumentBytes",
+                "must be at least maxValueBytes, which must be more than 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The manifests directory (resolved).
+    pub fn manifests_dir(&self) -> PathBuf {
+        self.manifests
+            .dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("manifests"))
+    }
+
+    /// The DMI socket path (resolved).
+    pub fn dmi_socket(&self) -> PathBuf {
+        self.dmi
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("dmi.sock"))
+    }
+
+    /// The twin database file.
+    pub fn database(&self) -> PathBuf {
+        self.data_dir.join("edgecore.db")
+    }
+
+    pub fn limits(&self) -> twin::Limits {
+        twin::Limits {
+            max_value_bytes: self.twin.max_value_bytes,
+            max_document_bytes: self.twin.max_document_bytes,
+        }
+    }
+}
+
+/// Splits `host:port`.
+pub fn split_host_port(address: &str) -> Result<(String, u16), String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{address:?} is not host:port"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| format!("{port:?} in {address:?} is not a port number"))?;
+    if host.is_empty() {
+        return Err(format!("{address:?} has no host"));
+    }
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/edgecore.yaml"), Path::new("/etc"))
+    }
+
+    #[test]
+    fn empty_text_gives_the_defaults() {
+        let c = parse("").expect("defaults");
+        assert_eq!(c.mqtt.mode, MqttMode::Embedded);
+        assert_eq!(c.dmi_socket(), Path::new("/etc/edgecore-data/dmi.sock"));
+        assert_eq!(c.http.address.port(), DEFAULT_HTTP_PORT);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_key() {
+        let e = parse("mqtt:\n  mode: sideways\n").expect_err("bad mode");
+        let s = e.to_string();
+        assert!(
+            s.starts_with("config file /etc/edgecore.yaml: key `mqtt.mode`"),
+            "{s}"
+        );
+        let e = parse("mqtt:\n  adress: x\n").expect_err("typo");
+        assert!(e.to_string().contains("key `mqtt.adress`"), "{e}");
+        let e = parse("mqtt:\n  address: nowhere\n").expect_err("no port");
+        assert!(e.to_string().contains("key `mqtt.address`"), "{e}");
+        let e = parse("nodeName: Not_A_Name\n").expect_err("bad name");
+        assert!(e.to_string().contains("key `nodeName`"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_are_taken_from_the_config_directory() {
+        let c = parse("dataDir: data\nmanifests:\n  dir: /srv/m\n").expect("valid");
+        assert_eq!(c.database(), Path::new("/etc/data/edgecore.db"));
+        assert_eq!(c.manifests_dir(), Path::new("/srv/m"));
+    }
+}

@@ -1,0 +1,212 @@
+//! DMI: the `DeviceManagerService` server mappers call on edgecore's Unix socket, and the
+//! [`mappers`] manager that calls each mapper's `DeviceMapperService`.
+//!
+//! There is no rate limit (KubeEdge allows 1 request/s with a burst of 100, shared by all
+//! mappers): a report that changes nothing costs a map lookup and writes nothing.
+
+pub mod mappers;
+
+use crate::metrics::Metrics;
+use api::dmi::v1beta1 as pb;
+use api::dmi::v1beta1::device_manager_service_server::{
+    DeviceManagerService, DeviceManagerServiceServer,
+};
+use api::paths::DeviceId;
+use mappers::Mappers;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use twin::TwinService;
+use twin::engine::{Reported, TwinError};
+use twin::service::{Op, ServiceError};
+
+/// The `DeviceManagerService` of edgecore.
+#[derive(Clone)]
+pub struct DmiServer {
+    pub twin: TwinService,
+    pub mappers: Mappers,
+    pub metrics: Arc<Metrics>,
+}
+
+fn device_id(namespace: &str, name: &str) -> Result<DeviceId, Status> {
+    if name.is_empty() {
+        return Err(Status::invalid_argument("deviceName is empty"));
+    }
+    let ns = if namespace.is_empty() {
+        "default"
+    } else {
+        namespace
+    };
+    Ok(DeviceId::new(ns, name))
+}
+
+fn status_of(e: ServiceError) -> Status {
+    match &e {
+        ServiceError::Twin(TwinError::UnknownDevice(_) | TwinError::UnknownProperty { .. }) => {
+            Status::not_found(e.to_string())
+        }
+        ServiceError::Twin(TwinError::Conflict { .. } | TwinError::StaleVersion { .. }) => {
+            Status::aborted(e.to_string())
+        }
+        ServiceError::Twin(_) => Status::invalid_argument(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+impl DmiServer {
+    fn counted<T>(&self, r: Result<T, Status>) -> Result<T, Status> {
+        self.metrics.dmi_requests.fetch_add(1, Ordering::Relaxed);
+        if let Err(s) = &r {
+            self.metrics.dmi_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(code = ?s.code(), error = %s.message(), "DMI request refused");
+        }
+        r
+    }
+
+    async fn report_status(
+        &self,
+        req: pb::ReportDeviceStatusRequest,
+    ) -> Result<pb::ReportDeviceStatusResponse, Status> {
+        let id = device_id(&req.device_namespace, &req.device_name)?;
+        let status = req.reported_device.unwrap_or_default();
+        let reports: Vec<Reported> = status
+            .twins
+            .into_iter()
+            .filter(|t| !t.property_name.is_empty())
+            .map(|t| Reported {
+                property: t.property_name,
+                value: t.reported.map(|r| r.value),
+                observed_desired: t
+                    .observed_desired
+                    .map(|d| d.value)
+                    .filter(|v| !v.is_empty()),
+                value_type: None,
+            })
+            .collect();
+        if reports.is_empty() {
+            return Ok(pb::ReportDeviceStatusResponse {});
+        }
+        self.twin
+            .apply(Op::Report { id, reports })
+            .await
+            .map_err(status_of)?;
+        Ok(pb::ReportDeviceStatusResponse {})
+    }
+}
+
+#[tonic::async_trait]
+impl DeviceManagerService for DmiServer {
+    async fn mapper_register(
+        &self,
+        request: Request<pb::MapperRegisterRequest>,
+    ) -> Result<Response<pb::MapperRegisterResponse>, Status> {
+        let req = request.into_inner();
+        let r = async {
+            let info = req
+                .mapper
+                .ok_or_else(|| Status::invalid_argument("mapper is missing"))?;
+            if info.name.is_empty() || info.protocol.is_empty() {
+                return Err(Status::invalid_argument(
+                    "mapper.name and mapper.protocol are required",
+                ));
+            }
+            let mut resp = self
+                .mappers
+                .register(info)
+                .await
+                .ok_or_else(|| Status::unavailable("edgecore is shutting down"))?;
+            if !req.with_data {
+                resp = pb::MapperRegisterResponse::default();
+            }
+            Ok(Response::new(resp))
+        }
+        .await;
+        self.counted(r)
+    }
+
+    async fn report_device_status(
+        &self,
+        request: Request<pb::ReportDeviceStatusRequest>,
+    ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
+        let r = self
+            .report_status(request.into_inner())
+            .await
+            .map(Response::new);
+        self.counted(r)
+    }
+
+    async fn report_device_states(
+        &self,
+        request: Request<pb::ReportDeviceStatesRequest>,
+    ) -> Result<Response<pb::ReportDeviceStatesResponse>, Status> {
+        let req = request.into_inner();
+        let r = async {
+            let id = device_id(&req.device_namespace, &req.device_name)?;
+            self.twin
+                .apply(Op::State {
+                    id,
+                    state: req.state,
+                })
+                .await
+                .map_err(status_of)?;
+            Ok(Response::new(pb::ReportDeviceStatesResponse {}))
+        }
+        .await;
+        self.counted(r)
+    }
+}
+
+/// Errors of starting the DMI server.
+#[derive(Debug, thiserror::Error)]
+pub enum DmiError {
+    #[error("cannot create the directory of DMI socket {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen on DMI socket {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Binds the socket, replacing a stale one left by a crash.
+pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, DmiError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| DmiError::Dir {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    tokio::net::UnixListener::bind(path).map_err(|source| DmiError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Serves DMI on `listener` until `cancel`.
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    path: PathBuf,
+    server: DmiServer,
+    cancel: CancellationToken,
+) {
+    tracing::info!(socket = %path.display(), "DMI server listening");
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let result = tonic::transport::Server::builder()
+        .add_service(DeviceManagerServiceServer::new(server))
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "DMI server failed");
+    }
+    let _ = std::fs::remove_file(&path);
+}

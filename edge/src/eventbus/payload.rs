@@ -1,0 +1,389 @@
+//! KubeEdge's `$hw` MQTT payloads (kubeedge-compat.md section 3.5), parsed and built without IO.
+//! Field names and shapes are KubeEdge's, so apps written for KubeEdge read them unchanged.
+
+use api::v1beta1::PropertyType;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use twin::engine::{Applied, TwinError};
+use twin::{DeviceRow, DeviceTwin, Millis, PropertyTwin, TwinValue, Version};
+
+/// A payload that cannot be used, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadPayload(pub String);
+
+/// The optional `event_id` of a request, echoed in its result.
+pub fn event_id(payload: &[u8]) -> String {
+    serde_json::from_slice::<Value>(payload)
+        .ok()
+        .and_then(|v| {
+            v.get("event_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+#[derive(Deserialize)]
+struct ValueField {
+    value: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TypeField {
+    #[serde(rename = "type")]
+    type_: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct MsgTwinIn {
+    expected: Option<ValueField>,
+    actual: Option<ValueField>,
+    metadata: Option<TypeField>,
+}
+
+/// One property of a `twin/update` request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TwinUpdate {
+    /// Sets the desired (`expected`) and/or reported (`actual`) value.
+    Set {
+        name: String,
+        expected: Option<String>,
+        actual: Option<String>,
+        value_type: Option<PropertyType>,
+    },
+    /// `"name": null`: delete an optional property.
+    Delete { name: String },
+}
+
+/// KubeEdge's `metadata.type` spelling of a property type.
+pub fn type_name(t: PropertyType) -> &'static str {
+    match t {
+        PropertyType::Int => "int",
+        PropertyType::Float => "float",
+        PropertyType::Double => "double",
+        PropertyType::String => "string",
+        PropertyType::Boolean => "boolean",
+        PropertyType::Bytes => "bytes",
+        PropertyType::Stream => "stream",
+    }
+}
+
+fn parse_type(s: &str) -> Option<PropertyType> {
+    Some(match s.to_ascii_lowercase().as_str() {
+        "int" | "integer" => PropertyType::Int,
+        "float" => PropertyType::Float,
+        "double" => PropertyType::Double,
+        "boolean" | "bool" => PropertyType::Boolean,
+        "string" | "" => PropertyType::String,
+        "bytes" => PropertyType::Bytes,
+        "stream" => PropertyType::Stream,
+        _ => return None,
+    })
+}
+
+/// Parses `$hw/events/device/{ns}/{name}/twin/update`.
+pub fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPayload> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| BadPayload(format!("payload is not JSON: {e}")))?;
+    let twin = v
+        .get("twin")
+        .ok_or_else(|| BadPayload("payload has no \"twin\" object".into()))?
+        .as_object()
+        .ok_or_else(|| BadPayload("\"twin\" is not an object".into()))?;
+    let mut out = Vec::with_capacity(twin.len());
+    for (name, t) in twin {
+        if t.is_null() {
+            out.push(TwinUpdate::Delete { name: name.clone() });
+            continue;
+        }
+        let t: MsgTwinIn = serde_json::from_value(t.clone())
+            .map_err(|e| BadPayload(format!("twin.{name}: {e}")))?;
+        let value_type = match t.metadata.and_then(|m| m.type_) {
+            None => None,
+            Some(s) => Some(parse_type(&s).ok_or_else(|| {
+                BadPayload(format!(
+                    "twin.{name}.metadata.type: {s:?} is not a known type"
+                ))
+            })?),
+        };
+        let expected = t.expected.and_then(|e| e.value);
+        let actual = t.actual.and_then(|a| a.value);
+        if expected.is_none() && actual.is_none() {
+            return Err(BadPayload(format!(
+                "twin.{name}: neither expected.value nor actual.value is given"
+            )));
+        }
+        out.push(TwinUpdate::Set {
+            name: name.clone(),
+            expected,
+            actual,
+            value_type,
+        });
+    }
+    if out.is_empty() {
+        return Err(BadPayload("\"twin\" is empty".into()));
+    }
+    Ok(out)
+}
+
+/// Parses `…/state/update`: the new state.
+pub fn parse_state_update(payload: &[u8]) -> Result<String, BadPayload> {
+    let v: Value = serde_json::from_slice(payload)
+        .map_err(|e| BadPayload(format!("payload is not JSON: {e}")))?;
+    v.get("state")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| BadPayload("payload has no string \"state\"".into()))
+}
+
+/// Checks a request that must be a JSON object (`twin/get`, `membership/get`).
+pub fn parse_request(payload: &[u8]) -> Result<(), BadPayload> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    match serde_json::from_slice::<Value>(payload) {
+        Ok(Value::Object(_)) => Ok(()),
+        Ok(_) => Err(BadPayload("payload is not a JSON object".into())),
+        Err(e) => Err(BadPayload(format!("payload is not JSON: {e}"))),
+    }
+}
+
+fn value_json(v: &TwinValue) -> Value {
+    json!({"value": v.value, "metadata": {"timestamp": v.timestamp}})
+}
+
+fn version_json(v: Version) -> Value {
+    json!({"cloud": v.cloud, "edge": v.edge})
+}
+
+/// KubeEdge's `MsgTwin` of a property.
+pub fn msg_twin(p: &PropertyTwin, versions: bool) -> Value {
+    let mut m = Map::new();
+    if let Some(d) = &p.desired {
+        m.insert("expected".into(), value_json(d));
+    }
+    if let Some(r) = &p.reported {
+        m.insert("actual".into(), value_json(r));
+    }
+    m.insert("optional".into(), Value::Bool(p.optional));
+    m.insert("metadata".into(), json!({"type": type_name(p.value_type)}));
+    if versions {
+        m.insert("expected_version".into(), version_json(p.desired_version));
+        m.insert("actual_version".into(), version_json(p.reported_version));
+    }
+    Value::Object(m)
+}
+
+fn envelope(event_id: &str, now: Millis) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("event_id".into(), Value::String(event_id.into()));
+    m.insert("timestamp".into(), Value::from(now));
+    m
+}
+
+fn bytes(v: Map<String, Value>) -> Vec<u8> {
+    serde_json::to_vec(&Value::Object(v)).unwrap_or_default()
+}
+
+/// An error result: `{"event_id","timestamp","code","reason"}`.
+pub fn error_result(event_id: &str, now: Millis, code: u16, reason: &str) -> Vec<u8> {
+    let mut m = envelope(event_id, now);
+    m.insert("code".into(), Value::from(code));
+    m.insert("reason".into(), Value::String(reason.into()));
+    bytes(m)
+}
+
+/// The error result of a twin error.
+pub fn twin_error_result(event_id: &str, now: Millis, e: &TwinError) -> Vec<u8> {
+    error_result(event_id, now, e.code(), &e.to_string())
+}
+
+/// `twin/update/result`: the properties the request named, as they are now, with versions.
+pub fn update_result(event_id: &str, now: Millis, twin: &DeviceTwin, names: &[String]) -> Vec<u8> {
+    let mut t = Map::new();
+    for n in names {
+        let v = twin
+            .properties
+            .get(n)
+            .map(|p| msg_twin(p, true))
+            .unwrap_or(Value::Null);
+        t.insert(n.clone(), v);
+    }
+    let mut m = envelope(event_id, now);
+    m.insert("twin".into(), Value::Object(t));
+    bytes(m)
+}
+
+/// `twin/get/result`: the whole twin, versions stripped.
+pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
+    let t: Map<String, Value> = twin
+        .properties
+        .iter()
+        .map(|(k, p)| (k.clone(), msg_twin(p, false)))
+        .collect();
+    let mut m = envelope(event_id, now);
+    m.insert("twin".into(), Value::Object(t));
+    bytes(m)
+}
+
+/// `twin/update/document`: last and current state of every changed property.
+pub fn document(event_id: &str, now: Millis, applied: &Applied) -> Vec<u8> {
+    let t: Map<String, Value> = applied
+        .changes
+        .iter()
+        .map(|c| {
+            let side =
+                |p: &Option<PropertyTwin>| p.as_ref().map_or(Value::Null, |p| msg_twin(p, true));
+            (
+                c.name.clone(),
+                json!({"last": side(&c.last), "current": side(&c.current)}),
+            )
+        })
+        .collect();
+    let mut m = envelope(event_id, now);
+    m.insert("twin".into(), Value::Object(t));
+    bytes(m)
+}
+
+/// `twin/update/delta`: desired values that differ from the reported ones, among the changed
+/// properties; `None` when there is none.
+pub fn delta(event_id: &str, now: Millis, applied: &Applied) -> Option<Vec<u8>> {
+    if applied.delta.is_empty() {
+        return None;
+    }
+    let twins: Map<String, Value> = applied
+        .changes
+        .iter()
+        .filter(|c| applied.delta.contains_key(&c.name))
+        .filter_map(|c| Some((c.name.clone(), msg_twin(c.current.as_ref()?, false))))
+        .collect();
+    let delta: BTreeMap<&String, &String> = applied.delta.iter().collect();
+    let mut m = envelope(event_id, now);
+    m.insert("twin".into(), Value::Object(twins));
+    m.insert("delta".into(), json!(delta));
+    Some(bytes(m))
+}
+
+/// RFC 3339 UTC time of a Unix time in milliseconds, or `""` for 0.
+pub fn rfc3339(ms: Millis) -> String {
+    if ms <= 0 {
+        return String::new();
+    }
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `state/update/result`.
+pub fn state_result(event_id: &str, now: Millis, row: &DeviceRow) -> Vec<u8> {
+    let mut m = envelope(event_id, now);
+    m.insert(
+        "device".into(),
+        json!({"name": row.name, "state": row.state, "lastOnlineTime": rfc3339(row.last_online)}),
+    );
+    bytes(m)
+}
+
+fn membership_device(row: &DeviceRow) -> Value {
+    json!({
+        "id": format!("{}/{}", row.namespace, row.name),
+        "name": row.name,
+        "description": row.description,
+        "state": row.state,
+        "last_online": rfc3339(row.last_online),
+        "attributes": {},
+    })
+}
+
+/// `membership/get/result`.
+pub fn membership_result(event_id: &str, now: Millis, rows: &[DeviceRow]) -> Vec<u8> {
+    let mut m = envelope(event_id, now);
+    m.insert(
+        "devices".into(),
+        Value::Array(rows.iter().map(membership_device).collect()),
+    );
+    bytes(m)
+}
+
+/// `membership/updated`.
+pub fn membership_updated(
+    event_id: &str,
+    now: Millis,
+    added: &[DeviceRow],
+    removed: &[DeviceRow],
+) -> Vec<u8> {
+    let mut m = envelope(event_id, now);
+    m.insert(
+        "added_devices".into(),
+        Value::Array(added.iter().map(membership_device).collect()),
+    );
+    m.insert(
+        "removed_devices".into(),
+        Value::Array(removed.iter().map(membership_device).collect()),
+    );
+    bytes(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twin_update_is_parsed_as_kubeedge_sends_it() {
+        let p = br#"{"event_id":"e1","timestamp":1,"twin":{"setpoint":{"expected":{"value":"30"},"metadata":{"type":"float"}},"note":{"actual":{"value":"a b"}},"old":null}}"#;
+        let u = parse_twin_update(p).expect("valid");
+        assert_eq!(u.len(), 3);
+        assert!(u.contains(&TwinUpdate::Set {
+            name: "setpoint".into(),
+            expected: Some("30".into()),
+            actual: None,
+            value_type: Some(PropertyType::Float)
+        }));
+        assert!(u.contains(&TwinUpdate::Delete { name: "old".into() }));
+        assert_eq!(event_id(p), "e1");
+    }
+
+    #[test]
+    fn garbage_twin_updates_are_errors_that_say_why() {
+        for (p, want) in [
+            (&b"\xff\x00"[..], "not JSON"),
+            (b"[]", "no \"twin\""),
+            (br#"{"twin":5}"#, "not an object"),
+            (br#"{"twin":{}}"#, "empty"),
+            (br#"{"twin":{"a":{"expected":{"value":5}}}}"#, "twin.a"),
+            (br#"{"twin":{"a":{}}}"#, "neither"),
+            (
+                br#"{"twin":{"a":{"actual":{"value":"1"},"metadata":{"type":"quaternion"}}}}"#,
+                "quaternion",
+            ),
+        ] {
+            let e = parse_twin_update(p).expect_err("invalid");
+            assert!(e.0.contains(want), "{}: {e}", String::from_utf8_lossy(p));
+        }
+    }
+
+    #[test]
+    fn rfc3339_formats_utc() {
+        assert_eq!(rfc3339(0), "");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,169 @@
+//! The local HTTP API (127.0.0.1 by default): health, Prometheus metrics, devices, twins, and
+//! setting desired values.
+//!
+//! | method and path | |
+//! |---|---|
+//! | `GET /healthz` | `ok` |
+//! | `GET /metrics` | Prometheus text |
+//! | `GET /api/v1/devices` | every device: id, state, versions |
+//! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
+//! | `PUT /api/v1/devices/{ns}/{name}/desired` | body `{"prop": "value", ...}`; optional `?ifVersion=N` (409 when the desired version moved on) |
+//! | `GET /api/v1/mappers` | registered mappers and their devices |
+
+use crate::dmi::mappers::Mappers;
+use crate::metrics::Metrics;
+use api::paths::DeviceId;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio_util::sync::CancellationToken;
+use twin::TwinService;
+use twin::service::{Op, ServiceError};
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub twin: TwinService,
+    pub metrics: Arc<Metrics>,
+    pub mappers: Option<Mappers>,
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({"error": message.into()}))).into_response()
+}
+
+fn service_error(e: ServiceError) -> Response {
+    let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    error(code, e.to_string())
+}
+
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/devices", get(list))
+        .route("/api/v1/devices/{ns}/{name}", get(get_twin))
+        .route(
+            "/api/v1/devices/{ns}/{name}/desired",
+            axum::routing::put(set_desired),
+        )
+        .route("/api/v1/mappers", get(mappers))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<ApiState>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let depth = s.twin.store().outbox_len().await.ok();
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.metrics.render(s.twin.stats(), depth),
+    )
+        .into_response()
+}
+
+async fn list(State(s): State<ApiState>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    match s.twin.list().await {
+        Ok(rows) => Json(rows).into_response(),
+        Err(e) => service_error(e),
+    }
+}
+
+async fn get_twin(State(s): State<ApiState>, Path((ns, name)): Path<(String, String)>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let id = DeviceId::new(ns, name);
+    match s.twin.get(&id).await {
+        Ok(Some(t)) => Json(t).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("device {id} is not known on this node"),
+        ),
+        Err(e) => service_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IfVersion {
+    if_version: Option<u64>,
+}
+
+async fn set_desired(
+    State(s): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<IfVersion>,
+    body: axum::body::Bytes,
+) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let values: BTreeMap<String, serde_json::Value> = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("body must be a JSON object of property names to values: {e}"),
+            );
+        }
+    };
+    let mut pairs = Vec::with_capacity(values.len());
+    for (k, v) in values {
+        let v = match v {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Bool(b) => b.to_string(),
+            other => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("value of {k:?} must be a string, number or boolean, not {other}"),
+                );
+            }
+        };
+        pairs.push((k, v));
+    }
+    if pairs.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "no property given");
+    }
+    let id = DeviceId::new(ns, name);
+    let op = Op::EdgeDesired {
+        id: id.clone(),
+        values: pairs,
+        if_version: q.if_version,
+    };
+    if let Err(e) = s.twin.apply(op).await {
+        return service_error(e);
+    }
+    match s.twin.get(&id).await {
+        Ok(Some(t)) => Json(t).into_response(),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            format!("device {id} is not known on this node"),
+        ),
+        Err(e) => service_error(e),
+    }
+}
+
+async fn mappers(State(s): State<ApiState>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    match &s.mappers {
+        Some(m) => Json(m.list().await).into_response(),
+        None => Json(Vec::<()>::new()).into_response(),
+    }
+}
+
+/// Serves the API on `listener` until `cancel`.
+pub async fn serve(listener: tokio::net::TcpListener, state: ApiState, cancel: CancellationToken) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "HTTP API listening");
+    }
+    let r = axum::serve(listener, router(state))
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "HTTP API failed");
+    }
+}

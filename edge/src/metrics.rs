@@ -1,0 +1,181 @@
+//! Counters of edgecore, rendered in the Prometheus text format at `/metrics`.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Counters and gauges shared by the modules.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub mqtt_messages_in: AtomicU64,
+    pub mqtt_messages_out: AtomicU64,
+    pub mqtt_bad_payloads: AtomicU64,
+    pub mqtt_connected: AtomicI64,
+    pub mqtt_connection_errors: AtomicU64,
+    pub events_dropped: AtomicU64,
+    pub dmi_requests: AtomicU64,
+    pub dmi_errors: AtomicU64,
+    pub mappers_registered: AtomicI64,
+    pub mappers_connected: AtomicI64,
+    pub mapper_call_errors: AtomicU64,
+    pub manifest_errors: AtomicU64,
+    pub http_requests: AtomicU64,
+}
+
+fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
+impl Metrics {
+    /// The Prometheus text of these counters, the twin's and the outbox depth.
+    pub fn render(&self, twin: &twin::service::Stats, outbox_depth: Option<u64>) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let gi = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        let mut o = String::new();
+        line(
+            &mut o,
+            "edgecore_twin_updates_total",
+            "counter",
+            "Twin operations that changed state, committed.",
+            g(&twin.applied),
+        );
+        line(
+            &mut o,
+            "edgecore_twin_unchanged_total",
+            "counter",
+            "Twin operations that changed nothing and wrote nothing.",
+            g(&twin.unchanged),
+        );
+        line(
+            &mut o,
+            "edgecore_twin_rejected_total",
+            "counter",
+            "Twin operations rejected (invalid, unknown, conflict).",
+            g(&twin.rejected),
+        );
+        line(
+            &mut o,
+            "edgecore_twin_commits_total",
+            "counter",
+            "SQLite transactions committed.",
+            g(&twin.commits),
+        );
+        line(
+            &mut o,
+            "edgecore_twin_store_errors_total",
+            "counter",
+            "SQLite transactions that failed.",
+            g(&twin.store_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_devices",
+            "gauge",
+            "Devices with a twin.",
+            g(&twin.devices),
+        );
+        if let Some(d) = outbox_depth {
+            line(
+                &mut o,
+                "edgecore_outbox_depth",
+                "gauge",
+                "Changes waiting to reach the cloud.",
+                d,
+            );
+        }
+        line(
+            &mut o,
+            "edgecore_mqtt_messages_in_total",
+            "counter",
+            "MQTT messages received.",
+            g(&self.mqtt_messages_in),
+        );
+        line(
+            &mut o,
+            "edgecore_mqtt_messages_out_total",
+            "counter",
+            "MQTT messages published.",
+            g(&self.mqtt_messages_out),
+        );
+        line(
+            &mut o,
+            "edgecore_mqtt_bad_payloads_total",
+            "counter",
+            "MQTT requests with a malformed payload.",
+            g(&self.mqtt_bad_payloads),
+        );
+        line(
+            &mut o,
+            "edgecore_mqtt_connected",
+            "gauge",
+            "1 while connected to the MQTT broker.",
+            gi(&self.mqtt_connected),
+        );
+        line(
+            &mut o,
+            "edgecore_mqtt_connection_errors_total",
+            "counter",
+            "MQTT connection errors.",
+            g(&self.mqtt_connection_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_events_dropped_total",
+            "counter",
+            "Twin events not published because a consumer lagged.",
+            g(&self.events_dropped),
+        );
+        line(
+            &mut o,
+            "edgecore_dmi_requests_total",
+            "counter",
+            "DMI requests served.",
+            g(&self.dmi_requests),
+        );
+        line(
+            &mut o,
+            "edgecore_dmi_errors_total",
+            "counter",
+            "DMI requests answered with an error.",
+            g(&self.dmi_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_mappers_registered",
+            "gauge",
+            "Mappers registered.",
+            gi(&self.mappers_registered),
+        );
+        line(
+            &mut o,
+            "edgecore_mappers_connected",
+            "gauge",
+            "Mappers reachable on their socket.",
+            gi(&self.mappers_connected),
+        );
+        line(
+            &mut o,
+            "edgecore_mapper_call_errors_total",
+            "counter",
+            "Failed calls to mappers.",
+            g(&self.mapper_call_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_manifest_errors_total",
+            "counter",
+            "Invalid objects found in the manifests directory.",
+            g(&self.manifest_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_http_requests_total",
+            "counter",
+            "Local HTTP API requests.",
+            g(&self.http_requests),
+        );
+        o
+    }
+}
