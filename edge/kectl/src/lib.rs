@@ -3,3 +3,5 @@
 //! commands talk to edgecore's local HTTP API.
 
 pub use api::validate::set as validate;
+
+pub mod twin;

@@ -27,6 +27,68 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Read and set device twins on a running edgecore.
+    Twin {
+        /// edgecore's HTTP API (`http.address` in its config).
+        #[arg(long, global = true, env = "KECTL_SERVER", default_value = kectl::twin::DEFAULT_SERVER)]
+        server: String,
+        /// Print the JSON document instead of a table.
+        #[arg(long, short, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: TwinCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TwinCommand {
+    /// Show the twin of a device: per property the desired and the reported value.
+    Get {
+        /// NAMESPACE/NAME (NAME alone means namespace default).
+        device: String,
+    },
+    /// Set the desired value of a property; the device's mapper writes it to the device.
+    Set {
+        /// NAMESPACE/NAME (NAME alone means namespace default).
+        device: String,
+        property: String,
+        value: String,
+        /// Apply only if the device's desired version is still this number.
+        #[arg(long)]
+        if_version: Option<u64>,
+    },
+    /// List the devices of the node.
+    List,
+}
+
+fn run_twin(server: &str, json: bool, command: &TwinCommand) -> anyhow::Result<bool> {
+    let client = kectl::twin::Client::new(server);
+    let (doc, table): (serde_json::Value, fn(&serde_json::Value) -> String) = match command {
+        TwinCommand::Get { device } => {
+            let (ns, name) = kectl::twin::split_id(device)?;
+            (client.get(&ns, &name)?, kectl::twin::format_twin)
+        }
+        TwinCommand::Set {
+            device,
+            property,
+            value,
+            if_version,
+        } => {
+            let (ns, name) = kectl::twin::split_id(device)?;
+            let values = [(property.clone(), value.clone())];
+            (
+                client.set(&ns, &name, &values, *if_version)?,
+                kectl::twin::format_twin,
+            )
+        }
+        TwinCommand::List => (client.list()?, kectl::twin::format_list),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!("{}", table(&doc));
+    }
+    Ok(true)
 }
 
 fn run_validate(files: &[PathBuf]) -> anyhow::Result<bool> {
@@ -69,13 +131,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Validate { files } => run_validate(files),
+        Command::Twin {
+            server,
+            json,
+            command,
+        } => run_twin(server, *json, command),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("kectl: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(1)
         }
     }
 }

@@ -1,0 +1,200 @@
+//! `kectl twin get|set|list`: edgecore's twins through its local HTTP API.
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use std::fmt::Write;
+
+/// The default address of edgecore's HTTP API (`http.address` in its config).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10360";
+
+/// A client of edgecore's HTTP API.
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+}
+
+/// Splits `NS/NAME`; a bare `NAME` is in `default`.
+pub fn split_id(id: &str) -> anyhow::Result<(String, String)> {
+    let (ns, name) = id.split_once('/').unwrap_or(("default", id));
+    if ns.is_empty() || name.is_empty() || name.contains('/') {
+        bail!("device {id:?} is not NAMESPACE/NAME");
+    }
+    Ok((ns.to_string(), name.to_string()))
+}
+
+impl Client {
+    pub fn new(server: &str) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(10)))
+            .build()
+            .into();
+        Self {
+            agent,
+            base: server.trim_end_matches('/').to_string(),
+        }
+    }
+
+    fn decode(
+        &self,
+        what: &str,
+        resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<Value> {
+        let mut resp = resp.with_context(|| {
+            format!(
+                "cannot reach edgecore at {} (is it running? see --server)",
+                self.base
+            )
+        })?;
+        let status = resp.status();
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("{what}: unreadable answer"))?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if !status.is_success() {
+            let msg = v
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            bail!("{what}: {msg} (HTTP {})", status.as_u16());
+        }
+        Ok(v)
+    }
+
+    /// The twin document of a device.
+    pub fn get(&self, ns: &str, name: &str) -> anyhow::Result<Value> {
+        let r = self
+            .agent
+            .get(format!("{}/api/v1/devices/{ns}/{name}", self.base))
+            .call();
+        self.decode(&format!("get twin of {ns}/{name}"), r)
+    }
+
+    /// Every device.
+    pub fn list(&self) -> anyhow::Result<Value> {
+        let r = self
+            .agent
+            .get(format!("{}/api/v1/devices", self.base))
+            .call();
+        self.decode("list devices", r)
+    }
+
+    /// Sets desired values; returns the twin after the change.
+    pub fn set(
+        &self,
+        ns: &str,
+        name: &str,
+        values: &[(String, String)],
+        if_version: Option<u64>,
+    ) -> anyhow::Result<Value> {
+        let body: serde_json::Map<String, Value> = values
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        let mut url = format!("{}/api/v1/devices/{ns}/{name}/desired", self.base);
+        if let Some(v) = if_version {
+            let _ = write!(url, "?ifVersion={v}");
+        }
+        let r = self
+            .agent
+            .put(url)
+            .header("content-type", "application/json")
+            .send(Value::Object(body).to_string());
+        self.decode(&format!("set desired value of {ns}/{name}"), r)
+    }
+}
+
+fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(x) => cur = x,
+            None => return "",
+        }
+    }
+    cur.as_str().unwrap_or("")
+}
+
+fn n(v: &Value, key: &str) -> String {
+    v.get(key).map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// A twin document as a table.
+pub fn format_twin(t: &Value) -> String {
+    let mut out = String::new();
+    let state = match s(t, &["state"]) {
+        "" => "-",
+        x => x,
+    };
+    let _ = writeln!(
+        out,
+        "{}/{}  model {}  protocol {}  state {}  desired v{}  reported v{}",
+        s(t, &["namespace"]),
+        s(t, &["name"]),
+        s(t, &["model"]),
+        s(t, &["protocol"]),
+        state,
+        n(t, "desiredVersion"),
+        n(t, "reportedVersion"),
+    );
+    let mut rows = vec![[
+        "PROPERTY".to_string(),
+        "TYPE".into(),
+        "DESIRED".into(),
+        "REPORTED".into(),
+        "DELTA".into(),
+    ]];
+    if let Some(props) = t.get("properties").and_then(Value::as_object) {
+        for (name, p) in props {
+            let desired = s(p, &["desired", "value"]);
+            let reported = s(p, &["reported", "value"]);
+            let delta = if !desired.is_empty() && desired != reported {
+                "*"
+            } else {
+                ""
+            };
+            rows.push([
+                name.clone(),
+                s(p, &["type"]).to_string(),
+                desired.to_string(),
+                reported.to_string(),
+                delta.to_string(),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// The device list as a table.
+pub fn format_list(devices: &Value) -> String {
+    let mut out = String::from("DEVICE\tPROTOCOL\tSTATE\tDESIRED-V\tREPORTED-V\n");
+    for d in devices.as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{}/{}\t{}\t{}\t{}\t{}",
+            s(d, &["namespace"]),
+            s(d, &["name"]),
+            s(d, &["protocol"]),
+            match s(d, &["state"]) {
+                "" => "-",
+                x => x,
+            },
+            n(d, "desiredVersion"),
+            n(d, "reportedVersion"),
+        );
+    }
+    out
+}
