@@ -24,6 +24,8 @@ pub enum Change {
 pub struct Catalog {
     pub devices: BTreeMap<DeviceId, Device>,
     pub models: BTreeMap<DeviceId, DeviceModel>,
+    /// The file each device was read from.
+    pub origins: BTreeMap<DeviceId, String>,
 }
 
 /// The catalog shared by the modules.
@@ -55,7 +57,11 @@ impl Catalog {
                 (id, effective)
             })
             .collect();
-        Self { devices, models }
+        Self {
+            devices,
+            models,
+            origins: BTreeMap::new(),
+        }
     }
 
     /// The model of a device.

@@ -2,8 +2,12 @@
 //! validate` checks) loaded at start and watched, so a gateway runs without any cloud. Invalid
 //! objects are reported and skipped; a valid change applies without a restart.
 
+use crate::catalog::object_id;
 use crate::catalog::{Catalog, Change, SharedCatalog};
+use api::manifest::{Object, parse_documents};
+use api::paths::DeviceId;
 use api::validate::set::validate_texts;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::sync::broadcast;
@@ -47,6 +51,10 @@ pub struct Loaded {
     pub problems: Vec<String>,
     /// Devices skipped because their `spec.nodeName` names another node.
     pub other_nodes: Vec<String>,
+    /// Devices declared in a document that has errors.
+    pub invalid: BTreeSet<DeviceId>,
+    /// Files that could not be read or parsed at all.
+    pub broken_files: BTreeSet<String>,
 }
 
 /// Loads every manifest of `dir`. A missing directory is an empty set.
@@ -66,9 +74,26 @@ pub fn load(dir: &Path, node: &str) -> Loaded {
     for f in files {
         match std::fs::read_to_string(&f) {
             Ok(text) => inputs.push((f.display().to_string(), text)),
-            Err(e) => loaded
-                .problems
-                .push(format!("{}: cannot read: {e}", f.display())),
+            Err(e) => {
+                loaded
+                    .problems
+                    .push(format!("{}: cannot read: {e}", f.display()));
+                loaded.broken_files.insert(f.display().to_string());
+            }
+        }
+    }
+    let mut origins = BTreeMap::new();
+    for (file, text) in &inputs {
+        for doc in parse_documents(text) {
+            match doc.object.as_ref().or(doc.partial.as_ref()) {
+                Some(Object::Device(d)) => {
+                    origins.insert(object_id(&d.metadata), file.clone());
+                }
+                Some(_) => {}
+                None => {
+                    loaded.broken_files.insert(file.clone());
+                }
+            }
         }
     }
     let report = validate_texts(&inputs);
@@ -79,6 +104,11 @@ pub fn load(dir: &Path, node: &str) -> Loaded {
             .filter(|f| f.problem.is_error())
             .map(|f| format!("{f} (skipped)")),
     );
+    let valid: BTreeSet<DeviceId> = report
+        .valid_devices
+        .iter()
+        .map(|d| object_id(&d.metadata))
+        .collect();
     let devices = report
         .valid_devices
         .into_iter()
@@ -94,7 +124,13 @@ pub fn load(dir: &Path, node: &str) -> Loaded {
             _ => true,
         })
         .collect();
+    loaded.invalid = origins
+        .keys()
+        .filter(|id| !valid.contains(id))
+        .cloned()
+        .collect();
     loaded.catalog = Catalog::build(report.valid_models, devices);
+    loaded.catalog.origins = origins;
     loaded
 }
 
@@ -115,8 +151,23 @@ pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Vec<Change> {
         Ok(c) => c,
         Err(poisoned) => poisoned.into_inner(),
     };
-    let changes = current.diff(&loaded.catalog);
-    *current = loaded.catalog;
+    // A device whose file turned invalid keeps its last valid definition (and its twin): a
+    // typo in a manifest must not delete a device.
+    let mut next = loaded.catalog;
+    for (id, device) in &current.devices {
+        let origin = current.origins.get(id);
+        let kept =
+            loaded.invalid.contains(id) || origin.is_some_and(|f| loaded.broken_files.contains(f));
+        if kept && !next.devices.contains_key(id) {
+            tracing::warn!(device = %id, "manifest of the device is invalid; keeping its last valid definition");
+            next.devices.insert(id.clone(), device.clone());
+            if let Some(o) = origin {
+                next.origins.insert(id.clone(), o.clone());
+            }
+        }
+    }
+    let changes = current.diff(&next);
+    *current = next;
     tracing::info!(
         dir = %dir.display(),
         devices = current.devices.len(),

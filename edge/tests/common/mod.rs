@@ -1,0 +1,221 @@
+//! Runs the real `edgecore` binary with a config of its own in a temporary directory.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MANIFEST: &str = r#"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: oven-model, namespace: default}
+spec:
+  protocol: modbus
+  properties:
+    - {name: temperature, type: FLOAT, accessMode: ReadOnly}
+    - {name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "300"}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: oven-1, namespace: default}
+spec:
+  deviceModelRef: {name: oven-model}
+  nodeName: test-node
+  protocol:
+    protocolName: modbus
+    configData: {ip: 127.0.0.1, port: 5020}
+  properties:
+    - name: temperature
+      collectCycle: 1000
+      reportCycle: 1000
+      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 0, limit: 1}}
+    - name: setpoint
+      desired: {value: "80"}
+      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
+"#;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub struct Edgecore {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub http: String,
+    pub mqtt_port: u16,
+    pub socket: PathBuf,
+    pub manifests: PathBuf,
+    pub config: PathBuf,
+    agent: ureq::Agent,
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let edgecore = PathBuf::from(env!("CARGO_BIN_EXE_edgecore"));
+    if name == "edgecore" {
+        return edgecore;
+    }
+    let p = edgecore.with_file_name(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build -p kectl` (cargo test --workspace does)",
+        p.display()
+    );
+    p
+}
+
+impl Edgecore {
+    /// Starts edgecore with the embedded broker, or with `external` as its MQTT broker port.
+    pub fn start(external: Option<u16>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).expect("mkdir");
+        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let mut e = Self::with_dir(dir, external);
+        e.wait_ready();
+        e
+    }
+
+    pub fn with_dir(dir: tempfile::TempDir, external: Option<u16>) -> Self {
+        let http_port = free_port();
+        let (mode, mqtt_port) = match external {
+            Some(p) => ("external", p),
+            None => ("embedded", free_port()),
+        };
+        let config = dir.path().join("edgecore.yaml");
+        let text = format!(
+            "nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 100}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{mqtt_port}\", clientId: edgecore-{http_port}}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"
+        );
+        std::fs::write(&config, text).expect("write config");
+        let child = spawn(&config, dir.path());
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        Self {
+            child,
+            http: format!("http://127.0.0.1:{http_port}"),
+            mqtt_port,
+            socket: dir.path().join("dmi.sock"),
+            manifests: dir.path().join("manifests"),
+            config,
+            dir,
+            agent,
+        }
+    }
+
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("edgecore exited early: {status}");
+            }
+            if self.get("/healthz").0 == 200 && self.socket.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("edgecore did not become ready");
+    }
+
+    /// Stops edgecore with SIGTERM (kill -9 with `hard`) and starts it again on the same data.
+    pub fn restart(&mut self, hard: bool) {
+        self.stop(hard);
+        self.child = spawn(&self.config, self.dir.path());
+        self.wait_ready();
+    }
+
+    pub fn stop(&mut self, hard: bool) {
+        let sig = if hard { "-KILL" } else { "-TERM" };
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        match self.agent.get(format!("{}{path}", self.http)).call() {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                )
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    pub fn put(&self, path: &str, body: &str) -> (u16, Value) {
+        match self
+            .agent
+            .put(format!("{}{path}", self.http))
+            .header("content-type", "application/json")
+            .send(body)
+        {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                )
+            }
+            Err(_) => (0, Value::Null),
+        }
+    }
+
+    pub fn twin(&self, id: &str) -> Option<Value> {
+        let (status, v) = self.get(&format!("/api/v1/devices/{id}"));
+        (status == 200).then_some(v)
+    }
+
+    /// Polls `f` until it returns `Some`, for up to 10 s.
+    pub fn eventually<T>(&self, what: &str, mut f: impl FnMut(&Self) -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(v) = f(self) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn spawn(config: &Path, cwd: &Path) -> Child {
+    Command::new(bin("edgecore"))
+        .args(["--config", &config.display().to_string()])
+        .current_dir(cwd)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(cwd.join("edgecore.log")).expect("log file"),
+        ))
+        .spawn()
+        .expect("spawn edgecore")
+}
+
+impl Drop for Edgecore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn reported(twin: &Value, prop: &str) -> Option<String> {
+    twin["properties"][prop]["reported"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+pub fn desired(twin: &Value, prop: &str) -> Option<String> {
+    twin["properties"][prop]["desired"]["value"]
+        .as_str()
+        .map(str::to_string)
+}

@@ -1,0 +1,191 @@
+//! edgecore as a user runs it: manifests in a directory, twins over HTTP and `kectl`, changes to
+//! the files applied while it runs, and state kept across restarts and `kill -9`.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn manifests_become_twins_and_kectl_shows_and_sets_them() {
+    let e = Edgecore::start(None);
+    let t = e.twin("default/oven-1").expect("twin from the manifest");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("80"));
+    assert_eq!(t["properties"]["temperature"]["type"], "FLOAT");
+
+    let kectl = bin("kectl");
+    let out = Command::new(&kectl)
+        .args(["twin", "get", "default/oven-1", "--server", &e.http])
+        .output()
+        .expect("kectl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("setpoint") && text.contains("80"), "{text}");
+
+    let out = Command::new(&kectl)
+        .args([
+            "twin", "set", "oven-1", "setpoint", "120", "--server", &e.http,
+        ])
+        .output()
+        .expect("kectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("120"));
+    assert_eq!(t["properties"]["setpoint"]["desiredVersion"]["edge"], 1);
+
+    // Errors name what was wrong and fail the command.
+    let out = Command::new(&kectl)
+        .args([
+            "twin",
+            "set",
+            "oven-1",
+            "temperature",
+            "5",
+            "--server",
+            &e.http,
+        ])
+        .output()
+        .expect("kectl runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"));
+}
+
+#[test]
+fn http_api_checks_input_and_conditional_updates() {
+    let e = Edgecore::start(None);
+    let (s, v) = e.put("/api/v1/devices/default/oven-1/desired", "{not json");
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = e.put(
+        "/api/v1/devices/default/oven-1/desired",
+        r#"{"setpoint": "hot"}"#,
+    );
+    assert_eq!(s, 400);
+    assert!(
+        v["error"].as_str().unwrap_or("").contains("setpoint"),
+        "{v}"
+    );
+    let (s, _) = e.put("/api/v1/devices/default/nope/desired", r#"{"setpoint": 1}"#);
+    assert_eq!(s, 404);
+    let (s, _) = e.put(
+        "/api/v1/devices/default/oven-1/desired?ifVersion=7",
+        r#"{"setpoint": 1}"#,
+    );
+    assert_eq!(s, 409);
+    let (s, v) = e.put(
+        "/api/v1/devices/default/oven-1/desired?ifVersion=1",
+        r#"{"setpoint": 90}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["desiredVersion"], 2);
+    let (s, m) = e.get("/metrics");
+    assert_eq!(s, 200);
+    let m = m.as_str().unwrap_or_default().to_string();
+    assert!(m.contains("edgecore_twin_updates_total"), "{m}");
+    assert!(
+        m.contains("edgecore_outbox_depth 1"),
+        "the edge-set desired value waits for the cloud: {m}"
+    );
+}
+
+#[test]
+fn editing_the_manifests_applies_without_restart_and_bad_files_are_skipped() {
+    let e = Edgecore::start(None);
+    // A second device in a new file appears.
+    let second = MANIFEST
+        .split("---")
+        .nth(1)
+        .unwrap_or_default()
+        .replace("oven-1", "oven-2");
+    std::fs::write(e.manifests.join("oven2.yaml"), &second).expect("write");
+    e.eventually("oven-2 added", |e| e.twin("default/oven-2"));
+    // A broken file is skipped; the valid ones stay.
+    std::fs::write(e.manifests.join("broken.yaml"), "kind: Device\nspec: [").expect("write");
+    std::fs::write(
+        e.manifests.join("oven2.yaml"),
+        second.replace("value: \"80\"", "value: \"hot\""),
+    )
+    .expect("write");
+    e.eventually("the bad edit reported", |e| {
+        let log = std::fs::read_to_string(e.dir.path().join("edgecore.log")).unwrap_or_default();
+        log.contains("keeping its last valid definition")
+            .then_some(())
+    });
+    let t = e
+        .twin("default/oven-2")
+        .expect("a typo does not delete the device");
+    assert_eq!(
+        desired(&t, "setpoint").as_deref(),
+        Some("80"),
+        "the last valid definition stays"
+    );
+    // A changed desired value in the spec applies.
+    std::fs::write(
+        e.manifests.join("oven2.yaml"),
+        second.replace("value: \"80\"", "value: \"95\""),
+    )
+    .expect("write");
+    e.eventually("new desired value", |e| {
+        e.twin("default/oven-2")
+            .filter(|t| desired(t, "setpoint").as_deref() == Some("95"))
+    });
+    // Removing the file removes the device and its twin.
+    std::fs::remove_file(e.manifests.join("oven2.yaml")).expect("rm");
+    e.eventually("oven-2 removed", |e| {
+        e.twin("default/oven-2").is_none().then_some(())
+    });
+    assert!(e.twin("default/oven-1").is_some());
+    let log = std::fs::read_to_string(e.dir.path().join("edgecore.log")).unwrap_or_default();
+    assert!(
+        log.contains("broken.yaml"),
+        "the bad file is named in the log"
+    );
+}
+
+#[test]
+fn twins_survive_sigterm_and_kill_9() {
+    let mut e = Edgecore::start(None);
+    let (s, _) = e.put(
+        "/api/v1/devices/default/oven-1/desired",
+        r#"{"setpoint": 111}"#,
+    );
+    assert_eq!(s, 200);
+    e.restart(false);
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(
+        desired(&t, "setpoint").as_deref(),
+        Some("111"),
+        "edge-set desired survives a restart"
+    );
+    let (s, _) = e.put(
+        "/api/v1/devices/default/oven-1/desired",
+        r#"{"setpoint": 112}"#,
+    );
+    assert_eq!(s, 200);
+    e.restart(true);
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(
+        desired(&t, "setpoint").as_deref(),
+        Some("112"),
+        "an answered update survives kill -9"
+    );
+}
+
+#[test]
+fn a_bad_config_names_the_key_and_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(&cfg, "mqtt:\n  mode: sideways\n").expect("write");
+    let out = Command::new(bin("edgecore"))
+        .args(["--config", &cfg.display().to_string()])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.yaml") && err.contains("mqtt.mode"),
+        "{err}"
+    );
+}
