@@ -1,0 +1,258 @@
+//! KubeEdge's `$hw` MQTT API, used by a plain MQTT client as a KubeEdge app would, against the
+//! embedded broker and against a real Mosquitto.
+
+mod common;
+use common::*;
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct App {
+    client: AsyncClient,
+    events: EventLoop,
+    /// Messages received but not yet expected: results and events arrive in either order.
+    pending: Vec<(String, Value)>,
+}
+
+impl App {
+    async fn connect(port: u16) -> Self {
+        let mut o = MqttOptions::new(
+            format!("app-{port}-{}", std::process::id()),
+            "127.0.0.1",
+            port,
+        );
+        o.set_keep_alive(Duration::from_secs(10));
+        let (client, events) = AsyncClient::new(o, 100);
+        let mut app = Self {
+            client,
+            events,
+            pending: Vec::new(),
+        };
+        app.client
+            .subscribe("$hw/events/device/default/oven-1/#", QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        app.client
+            .subscribe("$hw/events/node/test-node/#", QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        // Wait for both SubAcks.
+        let mut acks = 0;
+        while acks < 2 {
+            if let Ok(Event::Incoming(Packet::SubAck(_))) = app.next_event().await {
+                acks += 1;
+            }
+        }
+        app
+    }
+
+    async fn next_event(&mut self) -> Result<Event, rumqttc::ConnectionError> {
+        tokio::time::timeout(Duration::from_secs(10), self.events.poll())
+            .await
+            .expect("MQTT event within 10 s")
+    }
+
+    async fn send(&self, topic: &str, payload: &[u8]) {
+        self.client
+            .publish(topic, QoS::AtLeastOnce, false, payload.to_vec())
+            .await
+            .expect("publish");
+    }
+
+    /// The oldest message on `topic` not yet expected, as JSON.
+    async fn expect(&mut self, topic: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(i) = self.pending.iter().position(|(t, _)| t == topic) {
+                return self.pending.remove(i).1;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no message on {topic}; got {:?}",
+                self.pending
+            );
+            if let Ok(Event::Incoming(Packet::Publish(p))) = self.next_event().await {
+                let v = serde_json::from_slice(&p.payload).unwrap_or(Value::Null);
+                self.pending.push((p.topic.clone(), v));
+            }
+        }
+    }
+}
+
+const DEV: &str = "$hw/events/device/default/oven-1";
+
+async fn exercise(port: u16, round: u32) {
+    let mut app = App::connect(port).await;
+    let temp = format!("2{round}.5");
+    let set = format!("9{round}");
+
+    // A reported value, as a mapper would send it.
+    let body = format!(
+        r#"{{"event_id":"r1","timestamp":1,"twin":{{"temperature":{{"actual":{{"value":"{temp}"}},"metadata":{{"type":"float"}}}}}}}}"#
+    );
+    app.send(&format!("{DEV}/twin/update"), body.as_bytes())
+        .await;
+    let r = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(r["event_id"], "r1");
+    assert_eq!(r["twin"]["temperature"]["actual"]["value"], temp.as_str());
+    assert!(r["twin"]["temperature"]["actual_version"]["edge"].as_u64() >= Some(1));
+    let doc = app.expect(&format!("{DEV}/twin/update/document")).await;
+    assert_eq!(
+        doc["twin"]["temperature"]["current"]["actual"]["value"],
+        temp.as_str()
+    );
+    if round != 2 {
+        assert!(
+            doc["twin"]["temperature"]["last"]["actual"].is_null(),
+            "{doc}"
+        );
+    }
+
+    // A desired value set by an app at the edge, then a delta since the device has not caught up.
+    let body = format!(
+        r#"{{"event_id":"d1","timestamp":2,"twin":{{"setpoint":{{"expected":{{"value":"{set}"}}}}}}}}"#
+    );
+    app.send(&format!("{DEV}/twin/update"), body.as_bytes())
+        .await;
+    let r = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(r["twin"]["setpoint"]["expected"]["value"], set.as_str());
+    let delta = app.expect(&format!("{DEV}/twin/update/delta")).await;
+    assert_eq!(delta["delta"]["setpoint"], set.as_str());
+
+    // get and get/result.
+    app.send(
+        &format!("{DEV}/twin/get"),
+        br#"{"event_id":"g1","timestamp":3}"#,
+    )
+    .await;
+    let g = app.expect(&format!("{DEV}/twin/get/result")).await;
+    assert_eq!(g["event_id"], "g1");
+    assert_eq!(g["twin"]["temperature"]["actual"]["value"], temp.as_str());
+    assert!(
+        g["twin"]["temperature"].get("actual_version").is_none(),
+        "get/result strips versions"
+    );
+
+    // State.
+    app.send(
+        &format!("{DEV}/state/update"),
+        br#"{"event_id":"s1","timestamp":4,"state":"online"}"#,
+    )
+    .await;
+    let s = app.expect(&format!("{DEV}/state/update/result")).await;
+    assert_eq!(s["device"]["state"], "online");
+    assert!(
+        s["device"]["lastOnlineTime"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with('Z')
+    );
+
+    // Membership.
+    app.send(
+        "$hw/events/node/test-node/membership/get",
+        br#"{"event_id":"m1"}"#,
+    )
+    .await;
+    let m = app
+        .expect("$hw/events/node/test-node/membership/get/result")
+        .await;
+    assert_eq!(m["devices"][0]["id"], "default/oven-1");
+    assert_eq!(m["devices"][0]["state"], "online");
+
+    // Garbage gets an error on the result topic and changes nothing.
+    for bad in [
+        &b"\x00\xffnot json"[..],
+        b"{}",
+        br#"{"twin":{"temperature":{"actual":{"value":"warm"}}}}"#,
+    ] {
+        app.send(&format!("{DEV}/twin/update"), bad).await;
+        let r = app.expect(&format!("{DEV}/twin/update/result")).await;
+        assert_eq!(r["code"], 400, "{r}");
+        assert!(r["reason"].as_str().is_some_and(|s| !s.is_empty()));
+    }
+    app.send(&format!("{DEV}/state/update"), br#"{"state":"sleepy"}"#)
+        .await;
+    let r = app.expect(&format!("{DEV}/state/update/result")).await;
+    assert_eq!(r["code"], 400);
+    app.send("$hw/events/device/default/ghost/twin/get", b"{}")
+        .await;
+    app.send(&format!("{DEV}/twin/get"), b"{}").await;
+    let g = app.expect(&format!("{DEV}/twin/get/result")).await;
+    assert_eq!(
+        g["twin"]["temperature"]["actual"]["value"],
+        temp.as_str(),
+        "still there after garbage"
+    );
+}
+
+#[tokio::test]
+async fn hw_api_on_the_embedded_broker() {
+    let e = Edgecore::start(None);
+    exercise(e.mqtt_port, 1).await;
+    // A raw garbage connection does not take the broker down.
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", e.mqtt_port))
+            .await
+            .expect("connect");
+        let _ = s.write_all(b"\x10\xff\xff\xff\xff\x7fGARBAGE").await;
+    }
+    exercise(e.mqtt_port, 2).await;
+}
+
+struct Mosquitto(Child, #[allow(dead_code)] tempfile::TempDir);
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mosquitto(port: u16) -> Option<Mosquitto> {
+    let dir = tempfile::tempdir().ok()?;
+    let conf = dir.path().join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
+    )
+    .ok()?;
+    let child = Command::new("mosquitto")
+        .args(["-c", &conf.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(Mosquitto(child, dir));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[tokio::test]
+async fn hw_api_on_an_external_mosquitto() {
+    let port = free_port();
+    let Some(_broker) = mosquitto(port) else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "mosquitto must be installed in CI (.ci/run does)"
+        );
+        eprintln!("skipped: mosquitto is not installed");
+        return;
+    };
+    let e = Edgecore::start(Some(port));
+    // edgecore subscribes after connecting; give it a moment.
+    e.eventually("edgecore connected to mosquitto", |e| {
+        let m = e.get("/metrics").1;
+        m.as_str()
+            .unwrap_or("")
+            .contains("edgecore_mqtt_connected 1")
+            .then_some(())
+    });
+    exercise(port, 3).await;
+}
