@@ -21,10 +21,7 @@ pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes:
         let op = match change {
             Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
                 let decl = {
-                    let c = match catalog.read() {
-                        Ok(c) => c,
-                        Err(p) => p.into_inner(),
-                    };
+                    let c = crate::catalog::read(catalog);
                     DeviceDecl::from_device(d, c.model_of(d))
                 };
                 Op::Upsert(decl)
@@ -55,10 +52,11 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         let initial = manifests::reload(&dir, &config.node_name, &catalog);
         apply_changes(&twin, &catalog, &initial).await;
         // Twins of devices no longer declared go: the directory is the source of truth.
-        let declared: BTreeSet<_> = match catalog.read() {
-            Ok(c) => c.devices.keys().cloned().collect(),
-            Err(p) => p.into_inner().devices.keys().cloned().collect(),
-        };
+        let declared: BTreeSet<_> = crate::catalog::read(&catalog)
+            .devices
+            .keys()
+            .cloned()
+            .collect();
         for row in twin.list().await? {
             if !declared.contains(&row.id()) {
                 tracing::info!(device = %row.id(), "device no longer in the manifests; removing its twin");

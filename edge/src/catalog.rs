@@ -5,7 +5,7 @@ use api::merge::effective_device;
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, namespace_of};
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A change of the catalog, in the order it should be applied (models before their devices).
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +30,17 @@ pub struct Catalog {
 
 /// The catalog shared by the modules.
 pub type SharedCatalog = Arc<RwLock<Catalog>>;
+
+/// Reads the shared catalog. A panic elsewhere while writing it leaves a whole catalog (writers
+/// replace it in one assignment), so a poisoned lock is still read.
+pub fn read(catalog: &SharedCatalog) -> RwLockReadGuard<'_, Catalog> {
+    catalog.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes the shared catalog (see [`read`] on poisoning).
+pub fn write(catalog: &SharedCatalog) -> RwLockWriteGuard<'_, Catalog> {
+    catalog.write().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The id of an object: `namespace/name`.
 pub fn object_id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> DeviceId {

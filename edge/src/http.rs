@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 use twin::TwinService;
+use twin::engine::TwinError;
 use twin::service::{Op, ServiceError};
 
 #[derive(Clone)]
@@ -77,13 +78,14 @@ async fn list(State(s): State<ApiState>) -> Response {
 
 async fn get_twin(State(s): State<ApiState>, Path((ns, name)): Path<(String, String)>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    let id = DeviceId::new(ns, name);
-    match s.twin.get(&id).await {
+    twin_response(&s, &DeviceId::new(ns, name)).await
+}
+
+/// The twin document of a device, or 404.
+async fn twin_response(s: &ApiState, id: &DeviceId) -> Response {
+    match s.twin.get(id).await {
         Ok(Some(t)) => Json(t).into_response(),
-        Ok(None) => error(
-            StatusCode::NOT_FOUND,
-            format!("device {id} is not known on this node"),
-        ),
+        Ok(None) => service_error(TwinError::UnknownDevice(id.clone()).into()),
         Err(e) => service_error(e),
     }
 }
@@ -137,14 +139,7 @@ async fn set_desired(
     if let Err(e) = s.twin.apply(op).await {
         return service_error(e);
     }
-    match s.twin.get(&id).await {
-        Ok(Some(t)) => Json(t).into_response(),
-        Ok(None) => error(
-            StatusCode::NOT_FOUND,
-            format!("device {id} is not known on this node"),
-        ),
-        Err(e) => service_error(e),
-    }
+    twin_response(&s, &id).await
 }
 
 async fn mappers(State(s): State<ApiState>) -> Response {

@@ -4,7 +4,6 @@
 
 use crate::catalog::object_id;
 use crate::catalog::{Catalog, Change, SharedCatalog};
-use api::manifest::{Object, parse_documents};
 use api::paths::DeviceId;
 use api::validate::set::validate_texts;
 use std::collections::{BTreeMap, BTreeSet};
@@ -82,21 +81,15 @@ pub fn load(dir: &Path, node: &str) -> Loaded {
             }
         }
     }
-    let mut origins = BTreeMap::new();
-    for (file, text) in &inputs {
-        for doc in parse_documents(text) {
-            match doc.object.as_ref().or(doc.partial.as_ref()) {
-                Some(Object::Device(d)) => {
-                    origins.insert(object_id(&d.metadata), file.clone());
-                }
-                Some(_) => {}
-                None => {
-                    loaded.broken_files.insert(file.clone());
-                }
-            }
-        }
-    }
     let report = validate_texts(&inputs);
+    loaded
+        .broken_files
+        .extend(report.unparsed_files.iter().cloned());
+    let origins: BTreeMap<DeviceId, String> = report
+        .declared_devices
+        .iter()
+        .map(|(file, id)| (id.clone(), file.clone()))
+        .collect();
     loaded.problems.extend(
         report
             .findings
@@ -147,10 +140,7 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
 pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Vec<Change> {
     let loaded = load(dir, node);
     log_loaded(dir, &loaded);
-    let mut current = match catalog.write() {
-        Ok(c) => c,
-        Err(poisoned) => poisoned.into_inner(),
-    };
+    let mut current = crate::catalog::write(catalog);
     // A device whose file turned invalid keeps its last valid definition (and its twin): a
     // typo in a manifest must not delete a device.
     let mut next = loaded.catalog;

@@ -3,6 +3,7 @@
 //! files, and the objects that are valid.
 
 use crate::manifest::{self, Object};
+use crate::paths::DeviceId;
 use crate::v1beta1::{Device, DeviceModel, namespace_of};
 use crate::validate::{Problem, validate_device, validate_model};
 use std::collections::{HashMap, HashSet};
@@ -46,6 +47,10 @@ pub struct Report {
     pub valid_models: Vec<DeviceModel>,
     /// The devices with no error, in file order.
     pub valid_devices: Vec<Device>,
+    /// Every device a document declares, valid or not, with its file: `(file, namespace/name)`.
+    pub declared_devices: Vec<(String, DeviceId)>,
+    /// Files with a document that could not be parsed into any object.
+    pub unparsed_files: Vec<String>,
 }
 
 impl Report {
@@ -102,6 +107,9 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
             }
             let complete = doc.object.is_some();
             let Some(object) = doc.object.or(doc.partial) else {
+                if !report.unparsed_files.contains(file) {
+                    report.unparsed_files.push(file.clone());
+                }
                 continue;
             };
             let ns = namespace_of(match &object {
@@ -139,6 +147,10 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
                     models.entry((ns, name)).or_insert(*m);
                 }
                 Object::Device(d) => {
+                    let name = d.metadata.name.clone().unwrap_or_default();
+                    report
+                        .declared_devices
+                        .push((file.clone(), DeviceId::new(ns, name)));
                     devices.push((file_index, doc.index, object_label, *d, complete))
                 }
                 Object::DeviceStatus(_) => {}

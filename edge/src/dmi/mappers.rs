@@ -338,10 +338,7 @@ impl Manager {
         let name = record.name.clone();
         self.mappers.insert(name.clone(), entry(record));
         let devices: Vec<Device> = {
-            let catalog = match self.catalog.read() {
-                Ok(c) => c,
-                Err(p) => p.into_inner(),
-            };
+            let catalog = crate::catalog::read(&self.catalog);
             catalog.devices.values().cloned().collect()
         };
         // Forget assignments of devices that no longer exist, then take unassigned ones.
@@ -364,10 +361,7 @@ impl Manager {
         let mut models = BTreeMap::new();
         for d in &mine {
             response.device_list.push(self.dmi_device(d).await);
-            let catalog = match self.catalog.read() {
-                Ok(c) => c,
-                Err(p) => p.into_inner(),
-            };
+            let catalog = crate::catalog::read(&self.catalog);
             if let Some(m) = catalog.model_of(d) {
                 models.insert(object_id(&m.metadata), model_to_dmi(m));
             }
@@ -458,10 +452,7 @@ impl Manager {
             return;
         };
         let device = {
-            let catalog = match self.catalog.read() {
-                Ok(c) => c,
-                Err(p) => p.into_inner(),
-            };
+            let catalog = crate::catalog::read(&self.catalog);
             catalog.devices.get(id).cloned()
         };
         if let Some(d) = device {
@@ -489,10 +480,7 @@ impl Manager {
                 continue;
             };
             let device = {
-                let catalog = match self.catalog.read() {
-                    Ok(c) => c,
-                    Err(p) => p.into_inner(),
-                };
+                let catalog = crate::catalog::read(&self.catalog);
                 catalog.devices.get(&id).cloned()
             };
             if let Some(d) = device {

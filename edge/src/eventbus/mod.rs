@@ -289,12 +289,7 @@ impl Bus {
         }
         let body = match self.twin.get(&device).await {
             Ok(Some(t)) => payload::update_result(event_id, now_millis(), &t, &names),
-            Ok(None) => payload::error_result(
-                event_id,
-                now_millis(),
-                404,
-                &format!("device {device} is not known on this node"),
-            ),
+            Ok(None) => payload::unknown_device(event_id, now_millis(), &device),
             Err(e) => payload::error_result(event_id, now_millis(), 500, &e.to_string()),
         };
         self.publish(result, body).await;
@@ -310,12 +305,7 @@ impl Bus {
             }
             Ok(()) => match self.twin.get(&device).await {
                 Ok(Some(t)) => payload::get_result(event_id, now, &t),
-                Ok(None) => payload::error_result(
-                    event_id,
-                    now,
-                    404,
-                    &format!("device {device} is not known on this node"),
-                ),
+                Ok(None) => payload::unknown_device(event_id, now, &device),
                 Err(e) => payload::error_result(event_id, now, 500, &e.to_string()),
             },
         };
@@ -349,12 +339,7 @@ impl Bus {
             Err(e) => payload::error_result(event_id, now, 500, &e.to_string()),
             Ok(_) => match self.twin.get(&device).await {
                 Ok(Some(t)) => payload::state_result(event_id, now, &t.row),
-                _ => payload::error_result(
-                    event_id,
-                    now,
-                    404,
-                    &format!("device {device} is not known on this node"),
-                ),
+                _ => payload::unknown_device(event_id, now, &device),
             },
         };
         self.publish(result, body).await;

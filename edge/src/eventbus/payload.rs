@@ -187,6 +187,11 @@ fn bytes(v: Map<String, Value>) -> Vec<u8> {
     serde_json::to_vec(&Value::Object(v)).unwrap_or_default()
 }
 
+/// The 404 result of a request about a device the node does not have.
+pub fn unknown_device(event_id: &str, now: Millis, device: &api::paths::DeviceId) -> Vec<u8> {
+    twin_error_result(event_id, now, &TwinError::UnknownDevice(device.clone()))
+}
+
 /// An error result: `{"event_id","timestamp","code","reason"}`.
 pub fn error_result(event_id: &str, now: Millis, code: u16, reason: &str) -> Vec<u8> {
     let mut m = envelope(event_id, now);
