@@ -151,7 +151,9 @@ pub struct Reported {
     pub value: Option<String>,
     /// The desired value the device has applied, as the mapper knows it.
     pub observed_desired: Option<String>,
-    /// The type of a property the device does not declare (created on first report).
+    /// For a property the device does not declare: `Some(type)` creates it on first report, as
+    /// KubeEdge's MQTT `twin/update` does; `None` (DMI, where the spec lists every property)
+    /// refuses it as unknown.
     pub value_type: Option<PropertyType>,
 }
 
@@ -472,11 +474,15 @@ impl Engine {
             let ty = match twin.properties.get(&r.property) {
                 Some(p) => p.value_type,
                 None => {
+                    let ty = r.value_type.ok_or_else(|| TwinError::UnknownProperty {
+                        device: id.clone(),
+                        property: r.property.clone(),
+                    })?;
                     check_twin_key(&r.property).map_err(|reason| TwinError::InvalidName {
                         property: r.property.clone(),
                         reason,
                     })?;
-                    r.value_type.unwrap_or(PropertyType::String)
+                    ty
                 }
             };
             for v in [&r.value, &r.observed_desired].into_iter().flatten() {

@@ -47,6 +47,14 @@ fn report(p: &str, v: &str) -> Reported {
     }
 }
 
+/// A report that may add a property the device does not declare (as MQTT `twin/update` may).
+fn adding(p: &str, v: &str) -> Reported {
+    Reported {
+        value_type: Some(PropertyType::String),
+        ..report(p, v)
+    }
+}
+
 #[test]
 fn adding_a_device_creates_its_twin_with_the_spec_desired_value() {
     let e = engine();
@@ -227,12 +235,31 @@ fn values_are_checked_against_the_property_type_and_nothing_is_half_applied() {
 }
 
 #[test]
+fn an_undeclared_property_is_created_only_when_the_report_gives_its_type() {
+    let mut e = engine();
+    let err = e
+        .report(&id(), &[report("humidity", "40")], 5)
+        .expect_err("DMI reports only declared properties");
+    assert!(
+        matches!(&err, TwinError::UnknownProperty { property, .. } if property == "humidity"),
+        "{err}"
+    );
+    let typed = Reported {
+        value_type: Some(PropertyType::Int),
+        ..report("humidity", "40")
+    };
+    e.report(&id(), &[typed], 6).expect("MQTT may add one");
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(t.properties["humidity"].value_type, PropertyType::Int);
+}
+
+#[test]
 fn values_with_spaces_json_and_more_than_512_characters_are_fine() {
     let mut e = engine();
     let long = "a b ".repeat(300);
-    e.report(&id(), &[report("note", &long)], 5)
+    e.report(&id(), &[adding("note", &long)], 5)
         .expect("no 512 limit");
-    e.report(&id(), &[report("json", r#"{"a": [1, 2]}"#)], 5)
+    e.report(&id(), &[adding("json", r#"{"a": [1, 2]}"#)], 5)
         .expect("json values");
     let t = e.get(&id()).expect("twin");
     assert!(t.properties["note"].optional, "created by a report");
@@ -247,7 +274,7 @@ fn value_and_document_caps_give_clear_errors() {
     let mut e = Engine::new(Vec::new(), limits, 0);
     e.upsert_device(&decl(None), 1).expect("valid");
     let err = e
-        .report(&id(), &[report("x", "12345678901")], 2)
+        .report(&id(), &[adding("x", "12345678901")], 2)
         .expect_err("value too large");
     assert_eq!(
         err.to_string(),
@@ -255,12 +282,12 @@ fn value_and_document_caps_give_clear_errors() {
     );
     e.report(
         &id(),
-        &[report("a", "1234567890"), report("b", "1234567890")],
+        &[adding("a", "1234567890"), adding("b", "1234567890")],
         3,
     )
     .expect("20 bytes fit");
     let err = e
-        .report(&id(), &[report("c", "1234567890")], 4)
+        .report(&id(), &[adding("c", "1234567890")], 4)
         .expect_err("document too large");
     assert!(
         matches!(
@@ -291,7 +318,7 @@ fn removing_a_device_removes_its_twin() {
 #[test]
 fn a_property_dropped_from_the_spec_is_removed_but_reported_extras_stay() {
     let mut e = engine();
-    e.report(&id(), &[report("extra", "1")], 1).expect("valid");
+    e.report(&id(), &[adding("extra", "1")], 1).expect("valid");
     let mut d = decl(Some("20"));
     d.properties.retain(|p| p.name != "setpoint");
     let a = e.upsert_device(&d, 2).expect("valid");
@@ -332,7 +359,7 @@ fn state_changes_are_recorded_once_and_unknown_states_rejected() {
 #[test]
 fn only_optional_properties_can_be_deleted() {
     let mut e = engine();
-    e.report(&id(), &[report("extra", "1")], 1).expect("valid");
+    e.report(&id(), &[adding("extra", "1")], 1).expect("valid");
     assert!(matches!(
         e.delete_property(&id(), "setpoint"),
         Err(TwinError::NotOptional { .. })

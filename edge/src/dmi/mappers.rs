@@ -17,7 +17,8 @@ use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, TwinProperty};
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -130,6 +131,7 @@ pub async fn start(
         twin: twin.clone(),
         catalog,
         metrics,
+        sent: HashMap::new(),
     };
     manager.update_gauges();
     tokio::spawn(manager.run(rx, catalog_changes, twin.subscribe(), cancel));
@@ -172,6 +174,9 @@ struct Manager {
     twin: TwinService,
     catalog: SharedCatalog,
     metrics: Arc<Metrics>,
+    /// Per device, a fingerprint of the spec and desired values its mapper last accepted, so that
+    /// an UpdateDevice goes out only when something the mapper sees really changed.
+    sent: HashMap<String, u64>,
 }
 
 /// A call to a mapper.
@@ -300,8 +305,9 @@ impl Manager {
         Some(chosen)
     }
 
-    /// The device as DMI sends it: effective spec with the twin's desired values.
-    async fn dmi_device(&self, device: &Device) -> pb::Device {
+    /// The device as DMI sends it (effective spec with the twin's desired values), and a
+    /// fingerprint of it.
+    async fn dmi_device(&self, device: &Device) -> (pb::Device, u64) {
         let mut device = device.clone();
         let id = object_id(&device.metadata);
         if let Ok(Some(t)) = self.twin.get(&id).await {
@@ -315,7 +321,29 @@ impl Manager {
                 }
             }
         }
-        device_to_dmi(&device, None)
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_string(&device)
+            .unwrap_or_default()
+            .hash(&mut h);
+        (device_to_dmi(&device, None), h.finish())
+    }
+
+    /// Sends a device to its mapper: RegisterDevice, or UpdateDevice unless the mapper already
+    /// has exactly this spec and these desired values.
+    async fn push_device(&mut self, mapper: &str, device: &Device, register: bool) {
+        let id = object_id(&device.metadata).to_string();
+        let (dev, fingerprint) = self.dmi_device(device).await;
+        if !register && self.sent.get(&id) == Some(&fingerprint) {
+            return;
+        }
+        let call = if register {
+            Call::Register(dev)
+        } else {
+            Call::Update(dev)
+        };
+        if self.call(mapper, call).await {
+            self.sent.insert(id, fingerprint);
+        }
     }
 
     async fn register(&mut self, info: pb::MapperInfo) -> pb::MapperRegisterResponse {
@@ -360,7 +388,10 @@ impl Manager {
         let mut response = pb::MapperRegisterResponse::default();
         let mut models = BTreeMap::new();
         for d in &mine {
-            response.device_list.push(self.dmi_device(d).await);
+            let (dev, fingerprint) = self.dmi_device(d).await;
+            self.sent
+                .insert(object_id(&d.metadata).to_string(), fingerprint);
+            response.device_list.push(dev);
             let catalog = crate::catalog::read(&self.catalog);
             if let Some(m) = catalog.model_of(d) {
                 models.insert(object_id(&m.metadata), model_to_dmi(m));
@@ -376,26 +407,24 @@ impl Manager {
                 Change::DeviceAdded(d) => {
                     if let Some(m) = self.assign(&d) {
                         self.persist(&m).await;
-                        let dev = self.dmi_device(&d).await;
-                        self.call(&m, Call::Register(dev)).await;
+                        self.push_device(&m, &d, true).await;
                     }
                 }
                 Change::DeviceUpdated(d) => {
                     let id = object_id(&d.metadata).to_string();
-                    let owner = self.owner(&id).map(str::to_string);
-                    let dev = self.dmi_device(&d).await;
-                    match owner {
-                        Some(m) => self.call(&m, Call::Update(dev)).await,
+                    match self.owner(&id).map(str::to_string) {
+                        Some(m) => self.push_device(&m, &d, false).await,
                         None => {
                             if let Some(m) = self.assign(&d) {
                                 self.persist(&m).await;
-                                self.call(&m, Call::Register(dev)).await;
+                                self.push_device(&m, &d, true).await;
                             }
                         }
                     }
                 }
                 Change::DeviceRemoved(id) => {
                     let key = id.to_string();
+                    self.sent.remove(&key);
                     if let Some(m) = self.owner(&key).map(str::to_string) {
                         if let Some(e) = self.mappers.get_mut(&m) {
                             e.record.devices.remove(&key);
@@ -456,8 +485,7 @@ impl Manager {
             catalog.devices.get(id).cloned()
         };
         if let Some(d) = device {
-            let dev = self.dmi_device(&d).await;
-            self.call(&owner, Call::Update(dev)).await;
+            self.push_device(&owner, &d, false).await;
         }
     }
 
@@ -484,8 +512,7 @@ impl Manager {
                 catalog.devices.get(&id).cloned()
             };
             if let Some(d) = device {
-                let dev = self.dmi_device(&d).await;
-                self.call(name, Call::Register(dev)).await;
+                self.push_device(name, &d, true).await;
             }
         }
     }
@@ -517,34 +544,37 @@ impl Manager {
     }
 
     /// Calls a mapper; a transport failure marks it unreachable and its devices `unknown`.
-    async fn call(&mut self, name: &str, call: Call) {
+    /// Returns whether the mapper received the call.
+    async fn call(&mut self, name: &str, call: Call) -> bool {
         if !self.mappers.get(name).is_some_and(|e| e.reachable) {
-            return;
+            return false;
         }
-        if let Err(status) = self.send(name, call).await {
-            self.metrics
-                .mapper_call_errors
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(mapper = name, error = %status.message(), "mapper unreachable; retrying with backoff");
-            let ids: Vec<String> = match self.mappers.get_mut(name) {
-                Some(e) => {
-                    e.reachable = false;
-                    e.retry_at = Instant::now() + e.backoff;
-                    e.record.devices.iter().cloned().collect()
-                }
-                None => Vec::new(),
-            };
-            self.update_gauges();
-            for id in ids.iter().filter_map(|i| DeviceId::parse(i)) {
-                let _ = self
-                    .twin
-                    .apply(Op::State {
-                        id,
-                        state: "unknown".into(),
-                    })
-                    .await;
+        let Err(status) = self.send(name, call).await else {
+            return true;
+        };
+        self.metrics
+            .mapper_call_errors
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(mapper = name, error = %status.message(), "mapper unreachable; retrying with backoff");
+        let ids: Vec<String> = match self.mappers.get_mut(name) {
+            Some(e) => {
+                e.reachable = false;
+                e.retry_at = Instant::now() + e.backoff;
+                e.record.devices.iter().cloned().collect()
             }
+            None => Vec::new(),
+        };
+        self.update_gauges();
+        for id in ids.iter().filter_map(|i| DeviceId::parse(i)) {
+            let _ = self
+                .twin
+                .apply(Op::State {
+                    id,
+                    state: "unknown".into(),
+                })
+                .await;
         }
+        false
     }
 
     /// Sends one call. Only transport failures are errors: a mapper that answers with an error

@@ -7,6 +7,7 @@ pub mod payload;
 
 use crate::metrics::Metrics;
 use api::paths::{DeviceId, DeviceTopicKind, NodeTopicKind, Topic};
+use api::v1beta1::PropertyType;
 use payload::TwinUpdate;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use std::sync::Arc;
@@ -250,7 +251,8 @@ impl Bus {
                             property: name,
                             value: actual,
                             observed_desired: None,
-                            value_type,
+                            // An app may add a twin property by reporting it, as in KubeEdge.
+                            value_type: Some(value_type.unwrap_or(PropertyType::String)),
                         });
                     }
                 }

@@ -1,6 +1,8 @@
 //! Runs the real `edgecore` binary with a config of its own in a temporary directory.
 #![allow(dead_code)]
 
+pub mod mapper;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
