@@ -87,6 +87,8 @@ pub struct Stats {
     pub rejected: AtomicU64,
     /// Transactions committed.
     pub commits: AtomicU64,
+    /// Time spent writing batches to the database, in microseconds.
+    pub commit_micros: AtomicU64,
     /// Transactions that failed.
     pub store_errors: AtomicU64,
     /// Devices held.
@@ -175,6 +177,27 @@ impl TwinService {
     }
 }
 
+/// A read answered once the batch before it is committed.
+enum Answer {
+    Get(Option<DeviceTwin>, oneshot::Sender<Option<DeviceTwin>>),
+    List(Vec<DeviceRow>, oneshot::Sender<Vec<DeviceRow>>),
+}
+
+/// Operations applied to the engine, waiting for their commit.
+struct Batch {
+    /// The engine generation they were applied to (see [`run`]).
+    epoch: u64,
+    done: Vec<(Result<Arc<Applied>>, Reply)>,
+    reads: Vec<Answer>,
+}
+
+/// The engine task. It applies every operation waiting in its queue as one batch and hands the
+/// batch to the writer, then goes on with the next batch while the writer commits: the engine
+/// and SQLite work in parallel, and the longer a commit takes the larger the next batch grows.
+///
+/// When a commit fails, the engine is ahead of the database. The writer then fails that batch and
+/// every later batch of the same epoch without writing them, and this task reloads the committed
+/// state and starts a new epoch.
 async fn run(
     mut engine: Engine,
     store: Store,
@@ -182,9 +205,33 @@ async fn run(
     events: broadcast::Sender<TwinEvent>,
     stats: Arc<Stats>,
 ) {
-    let mut done: Vec<(Result<Arc<Applied>>, Reply)> = Vec::new();
-    let mut reads: Vec<Command> = Vec::new();
+    let (failed_tx, failed_rx) = tokio::sync::watch::channel(0u64);
+    let (batches, writer_rx) = mpsc::channel::<Batch>(1);
+    let writer = tokio::spawn(write(
+        store.clone(),
+        writer_rx,
+        events,
+        stats.clone(),
+        failed_tx,
+    ));
+    // Epochs start at 1; the watch holds the last failed epoch (0: none).
+    let mut epoch = 1u64;
     while let Some(first) = rx.recv().await {
+        if *failed_rx.borrow() >= epoch {
+            match (store.load_twins().await, store.max_outbox_seq().await) {
+                (Ok(twins), Ok(seq)) => engine = Engine::new(twins, engine.limits(), seq),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(error = %e, "failed to reload twins; stopping the twin service");
+                    return;
+                }
+            }
+            epoch += 1;
+        }
+        let mut batch = Batch {
+            epoch,
+            done: Vec::new(),
+            reads: Vec::new(),
+        };
         let mut next = Some(first);
         let mut n = 0;
         while let Some(cmd) = next.take() {
@@ -192,32 +239,69 @@ async fn run(
             match cmd {
                 Command::Op(op, reply) => {
                     let r = apply(&mut engine, op, crate::now_millis()).map(Arc::new);
-                    done.push((r.map_err(ServiceError::from), reply));
+                    batch.done.push((r.map_err(ServiceError::from), reply));
                 }
-                // Reads are answered after the commit, so they never see uncommitted state.
-                read => reads.push(read),
+                Command::Get(id, reply) => {
+                    batch
+                        .reads
+                        .push(Answer::Get(engine.get(&id).cloned(), reply));
+                }
+                Command::List(reply) => {
+                    let mut rows: Vec<DeviceRow> =
+                        engine.devices().map(|t| t.row.clone()).collect();
+                    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                    batch.reads.push(Answer::List(rows, reply));
+                }
             }
             if n < MAX_BATCH {
                 next = rx.try_recv().ok();
             }
         }
+        stats.devices.store(engine.len() as u64, Ordering::Relaxed);
+        if batches.send(batch).await.is_err() {
+            return;
+        }
+    }
+    drop(batches);
+    let _ = writer.await;
+}
+
+/// The writer task: commits each batch in one transaction, then answers its callers (a
+/// successful answer means the change is durable) and publishes its changes.
+async fn write(
+    store: Store,
+    mut batches: mpsc::Receiver<Batch>,
+    events: broadcast::Sender<TwinEvent>,
+    stats: Arc<Stats>,
+    failed: tokio::sync::watch::Sender<u64>,
+) {
+    while let Some(batch) = batches.recv().await {
+        let Batch { epoch, done, reads } = batch;
+        let poisoned = *failed.borrow() >= epoch;
         let changed: Vec<&Applied> = done
             .iter()
             .filter_map(|(r, _)| r.as_ref().ok())
             .filter(|a| !a.is_noop())
             .map(|a| a.as_ref())
             .collect();
-        let stored = if changed.is_empty() {
+        let stored = if poisoned {
+            Err(None)
+        } else if changed.is_empty() {
             Ok(())
         } else {
-            store.apply(&changed).await
+            let start = std::time::Instant::now();
+            let r = store.apply(&changed).await.map_err(Some);
+            stats
+                .commit_micros
+                .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            r
         };
         match stored {
             Ok(()) => {
                 if !changed.is_empty() {
                     stats.commits.fetch_add(1, Ordering::Relaxed);
                 }
-                for (r, reply) in done.drain(..) {
+                for (r, reply) in done {
                     match &r {
                         Ok(a) if a.is_noop() => {
                             stats.unchanged.fetch_add(1, Ordering::Relaxed);
@@ -234,41 +318,30 @@ async fn run(
                 }
             }
             Err(e) => {
-                // The engine is ahead of the database now: answer every caller of the batch
-                // with the error and reload the committed state.
-                stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, "failed to commit twin updates; reloading twins from the database");
-                let e = Arc::new(e);
-                for (_, reply) in done.drain(..) {
-                    let _ = reply.send(Err(ServiceError::Store(e.clone())));
-                }
-                match (store.load_twins().await, store.max_outbox_seq().await) {
-                    (Ok(twins), Ok(seq)) => engine = Engine::new(twins, engine.limits(), seq),
-                    (Err(e), _) | (_, Err(e)) => {
-                        tracing::error!(error = %e, "failed to reload twins; stopping the twin service");
-                        return;
+                let e = match e {
+                    Some(e) => {
+                        stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, "failed to commit twin updates; reloading twins from the database");
+                        failed.send_replace(epoch);
+                        Arc::new(e)
                     }
+                    None => Arc::new(StoreError::Abandoned),
+                };
+                for (_, reply) in done {
+                    let _ = reply.send(Err(ServiceError::Store(e.clone())));
                 }
             }
         }
-        stats.devices.store(engine.len() as u64, Ordering::Relaxed);
-        for r in reads.drain(..) {
-            answer(&engine, r);
+        for a in reads {
+            match a {
+                Answer::Get(t, reply) => {
+                    let _ = reply.send(t);
+                }
+                Answer::List(rows, reply) => {
+                    let _ = reply.send(rows);
+                }
+            }
         }
-    }
-}
-
-fn answer(engine: &Engine, cmd: Command) {
-    match cmd {
-        Command::Get(id, reply) => {
-            let _ = reply.send(engine.get(&id).cloned());
-        }
-        Command::List(reply) => {
-            let mut rows: Vec<DeviceRow> = engine.devices().map(|t| t.row.clone()).collect();
-            rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-            let _ = reply.send(rows);
-        }
-        Command::Op(..) => {}
     }
 }
 

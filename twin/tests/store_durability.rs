@@ -250,6 +250,49 @@ async fn a_newer_schema_is_refused_with_a_clear_error() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_version_1_database_is_migrated_with_its_twins() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("twin.db");
+    {
+        use sqlx::ConnectOptions;
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .connect()
+            .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(twin::store::MIGRATIONS[0]))
+            .execute(&mut c)
+            .await?;
+        sqlx::raw_sql(
+            "INSERT INTO device (id, namespace, name, state, reported_version)
+                 VALUES ('default/old', 'default', 'old', 'online', 4);
+             INSERT INTO twin (device_id, name, value_type, optional, writable, reported,
+                 reported_ts, desired_cloud, desired_edge, reported_cloud, reported_edge)
+                 VALUES ('default/old', 'temp', 'INT', 0, 0, '21', 5, 0, 0, 0, 4);
+             PRAGMA user_version = 1;",
+        )
+        .execute(&mut c)
+        .await?;
+    }
+    let svc = open(dir.path()).await?;
+    let t = svc
+        .get(&DeviceId::new("default", "old"))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the device of version 1 is gone"))?;
+    assert_eq!(t.row.state, "online");
+    assert_eq!(t.row.reported_version, 4);
+    assert_eq!(
+        t.properties["temp"].reported.as_ref().map(|v| v.value.as_str()),
+        Some("21")
+    );
+    let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await?)
+        .await?;
+    assert_eq!(version, twin::store::MIGRATIONS.len() as i64);
+    Ok(())
+}
+
 /// Child half of the kill test: reports value N to every property of every device in a loop,
 /// printing `N` after each commit. Runs only when the parent sets the variable.
 #[tokio::test]
