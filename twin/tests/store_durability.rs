@@ -283,7 +283,10 @@ async fn a_version_1_database_is_migrated_with_its_twins() -> anyhow::Result<()>
     assert_eq!(t.row.state, "online");
     assert_eq!(t.row.reported_version, 4);
     assert_eq!(
-        t.properties["temp"].reported.as_ref().map(|v| v.value.as_str()),
+        t.properties["temp"]
+            .reported
+            .as_ref()
+            .map(|v| v.value.as_str()),
         Some("21")
     );
     let version: i64 = sqlx::query_scalar("PRAGMA user_version")
