@@ -15,8 +15,10 @@ use twin::engine::DeviceDecl;
 use twin::service::Op;
 use twin::{Store, TwinService};
 
-/// Applies catalog changes to the twin: devices added, updated and removed.
+/// Applies catalog changes to the twin: devices added, updated and removed. The operations are
+/// sent together, so that the twin service commits them in a few batches.
 pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes: &[Change]) {
+    let mut pending = JoinSet::new();
     for change in changes {
         let op = match change {
             Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
@@ -29,8 +31,16 @@ pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes:
             Change::DeviceRemoved(id) => Op::Remove(id.clone()),
             _ => continue,
         };
-        if let Err(e) = twin.apply(op).await {
-            tracing::warn!(error = %e, "failed to apply a manifest change to the twin");
+        let twin = twin.clone();
+        pending.spawn(async move { twin.apply(op).await });
+    }
+    while let Some(r) = pending.join_next().await {
+        match r {
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "failed to apply a manifest change to the twin")
+            }
+            Err(e) => tracing::warn!(error = %e, "a manifest change task failed"),
+            Ok(Ok(_)) => {}
         }
     }
 }
@@ -63,6 +73,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 let _ = twin.apply(Op::Remove(row.id())).await;
             }
         }
+        crate::memory::release_freed();
         tasks.spawn(manifests::watch(
             dir,
             config.node_name.clone(),

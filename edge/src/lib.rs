@@ -9,4 +9,5 @@ pub mod dmi;
 pub mod eventbus;
 pub mod http;
 pub mod manifests;
+pub mod memory;
 pub mod metrics;

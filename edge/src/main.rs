@@ -18,6 +18,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    edge::memory::single_arena();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -275,10 +275,12 @@ impl Store {
                 },
             );
         }
-        let rows = sqlx::query(AssertSqlSafe(format!("SELECT {TWIN_COLUMNS} FROM twin")))
-            .fetch_all(&self.pool)
-            .await?;
-        for r in rows {
+        // Streamed, not collected: the rows of 100,000 properties would be a start-up peak that
+        // the allocator keeps.
+        let mut rows = sqlx::query(AssertSqlSafe(format!("SELECT {TWIN_COLUMNS} FROM twin")))
+            .fetch(&self.pool);
+        while let Some(r) = tokio_stream::StreamExt::next(&mut rows).await {
+            let r = r?;
             let device_id: String = r.try_get(0)?;
             let name: String = r.try_get(1)?;
             let prop = property_from_row(&r)?;
