@@ -178,13 +178,19 @@ pub async fn watch(
     cancel: CancellationToken,
 ) {
     let mut last = signature(&dir);
+    // A change is applied once the directory has looked the same for one more interval, so a
+    // file caught half-written (truncated by an editor or `cp`, not yet refilled) is never
+    // loaded: an empty file would otherwise remove its devices for a moment.
+    let mut seen = last.clone();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
         let now = signature(&dir);
-        if now == last {
+        let settled = now == seen;
+        seen = now.clone();
+        if now == last || !settled {
             continue;
         }
         last = now;
