@@ -65,7 +65,7 @@ pub const ROWS_PER_STATEMENT: usize = 256;
 
 /// The statement sizes a batch is cut into, largest first: a few fixed shapes keep every
 /// statement in sqlx's prepared-statement cache (one shape per row count would thrash it).
-const STATEMENT_SIZES: [usize; 9] = [256, 128, 64, 32, 16, 8, 4, 2, 1];
+const STATEMENT_SIZES: [usize; 9] = [ROWS_PER_STATEMENT, 128, 64, 32, 16, 8, 4, 2, 1];
 
 /// `items` cut into chunks of the sizes in [`STATEMENT_SIZES`].
 fn statement_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {

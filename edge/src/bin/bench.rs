@@ -20,6 +20,8 @@ use twin::service::Op;
 use twin::{Store, Synchronous, TwinService};
 
 const PROPS: usize = 10;
+/// Concurrent reporters of the throughput phases.
+const REPORTERS: u64 = 512;
 
 fn decl(n: usize) -> DeviceDecl {
     DeviceDecl {
@@ -65,48 +67,35 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // 2. Unchanged reports: the same values again.
-    let reporters = 512u64;
     let wal = dir.join("bench.db-wal");
     let wal_before = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let commits_before = svc.stats().commits.load(Ordering::Relaxed);
     let n = 200_000u64;
-    let start = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for r in 0..reporters {
-        let svc = svc.clone();
-        set.spawn(async move {
-            let mut i = r;
-            while i < n {
-                let dev = (i as usize) % devices;
-                // Re-send the value the first phase left (each property's last value).
-                let t = svc
-                    .get(&id(dev))
-                    .await?
-                    .ok_or_else(|| anyhow::anyhow!("no twin"))?;
-                let v = t.properties["p0"]
-                    .reported
-                    .as_ref()
-                    .map(|x| x.value.clone())
-                    .unwrap_or_default();
-                let reports = vec![Reported {
-                    property: "p0".into(),
-                    value: Some(v),
-                    ..Reported::default()
-                }];
-                svc.apply(Op::Report {
-                    id: id(dev),
-                    reports,
-                })
-                .await?;
-                i += reporters;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r??;
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = concurrently(svc.clone(), n, move |svc, i| async move {
+        let dev = (i as usize) % devices;
+        // Re-send the value the first phase left (each property's last value).
+        let t = svc
+            .get(&id(dev))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no twin"))?;
+        let v = t.properties["p0"]
+            .reported
+            .as_ref()
+            .map(|x| x.value.clone())
+            .unwrap_or_default();
+        let reports = vec![Reported {
+            property: "p0".into(),
+            value: Some(v),
+            ..Reported::default()
+        }];
+        svc.apply(Op::Report {
+            id: id(dev),
+            reports,
+        })
+        .await?;
+        Ok(())
+    })
+    .await?;
     let wal_after = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     println!(
         "unchanged reports (with a get each): {n} in {secs:.2} s = {:.2} µs each; commits {} -> {}, WAL bytes {} -> {}",
@@ -138,6 +127,32 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `task(svc, i)` for every `i < total` from [`REPORTERS`] concurrent reporters (reporter
+/// `r` takes `r`, `r + REPORTERS`, ...), as many mappers would; returns the seconds taken.
+async fn concurrently<F, Fut>(svc: TwinService, total: u64, task: F) -> anyhow::Result<f64>
+where
+    F: Fn(TwinService, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for r in 0..REPORTERS {
+        let (svc, task) = (svc.clone(), task.clone());
+        set.spawn(async move {
+            let mut i = r;
+            while i < total {
+                task(svc.clone(), i).await?;
+                i += REPORTERS;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Sends 400,000 changing values in reports of `per_report` properties from 512 concurrent
 /// reporters, and prints the rates.
 async fn changing(
@@ -148,40 +163,27 @@ async fn changing(
 ) -> anyhow::Result<()> {
     let values: u64 = 400_000;
     let total = values / per_report as u64;
-    let reporters = 512u64;
     let commits_before = svc.stats().commits.load(Ordering::Relaxed);
     let micros_before = svc.stats().commit_micros.load(Ordering::Relaxed);
-    let start = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for r in 0..reporters {
-        let svc = svc.clone();
-        set.spawn(async move {
-            let mut i = r;
-            while i < total {
-                let dev = (i as usize) % devices;
-                let first = (i as usize / devices * per_report) % PROPS;
-                let v = round * 1_000_000_000 + i + 1;
-                let reports = (first..first + per_report)
-                    .map(|p| Reported {
-                        property: format!("p{}", p % PROPS),
-                        value: Some(v.to_string()),
-                        ..Reported::default()
-                    })
-                    .collect();
-                svc.apply(Op::Report {
-                    id: id(dev),
-                    reports,
-                })
-                .await?;
-                i += reporters;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r??;
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = concurrently(svc.clone(), total, move |svc, i| async move {
+        let dev = (i as usize) % devices;
+        let first = (i as usize / devices * per_report) % PROPS;
+        let v = round * 1_000_000_000 + i + 1;
+        let reports = (first..first + per_report)
+            .map(|p| Reported {
+                property: format!("p{}", p % PROPS),
+                value: Some(v.to_string()),
+                ..Reported::default()
+            })
+            .collect();
+        svc.apply(Op::Report {
+            id: id(dev),
+            reports,
+        })
+        .await?;
+        Ok(())
+    })
+    .await?;
     let commits = svc.stats().commits.load(Ordering::Relaxed) - commits_before;
     let micros = svc.stats().commit_micros.load(Ordering::Relaxed) - micros_before;
     println!(
@@ -235,15 +237,7 @@ async fn dmi_latency(
         server,
         cancel.clone(),
     ));
-    let channel = tonic::transport::Endpoint::from_static("http://edgecore.local")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let s = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        }))
-        .await?;
+    let channel = edge::dmi::uds_channel(path, std::time::Duration::from_secs(30));
     let client = pb::device_manager_service_client::DeviceManagerServiceClient::new(channel);
 
     let (lat_tx, mut lat_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();

@@ -15,7 +15,6 @@ use api::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
 use api::dmi::{device_to_dmi, model_to_dmi};
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, TwinProperty};
-use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -25,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use twin::service::Op;
 use twin::{TwinEvent, TwinService};
 
@@ -155,18 +154,10 @@ fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
     if path.as_os_str().is_empty() {
         return None;
     }
-    // The URI is required by tonic but unused: the connector dials the socket.
-    let endpoint = Endpoint::from_static("http://mapper.local")
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(CALL_TIMEOUT);
-    let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
-        let path = path.clone();
-        async move {
-            let stream = tokio::net::UnixStream::connect(path).await?;
-            Ok::<_, std::io::Error>(TokioIo::new(stream))
-        }
-    }));
-    Some(DeviceMapperServiceClient::new(channel))
+    Some(DeviceMapperServiceClient::new(super::uds_channel(
+        path,
+        CALL_TIMEOUT,
+    )))
 }
 
 struct Manager {

@@ -8,12 +8,11 @@ use api::dmi::v1beta1::device_manager_service_client::DeviceManagerServiceClient
 use api::dmi::v1beta1::device_mapper_service_server::{
     DeviceMapperService, DeviceMapperServiceServer,
 };
-use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 /// A call edgecore made to the mapper.
@@ -128,21 +127,6 @@ pub struct TestMapper {
     edgecore: DeviceManagerServiceClient<Channel>,
 }
 
-/// A gRPC channel over a Unix socket.
-pub fn uds_channel(rt: &tokio::runtime::Runtime, path: &Path) -> Channel {
-    let path = path.to_path_buf();
-    let _guard = rt.enter();
-    Endpoint::from_static("http://edgecore.local")
-        .timeout(Duration::from_secs(10))
-        .connect_with_connector_lazy(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let s = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(s))
-            }
-        }))
-}
-
 impl TestMapper {
     /// Serves the mapper socket `socket` and connects to edgecore's DMI socket `edgecore`.
     pub fn start(name: &str, socket: &Path, edgecore: &Path) -> Self {
@@ -151,7 +135,13 @@ impl TestMapper {
             .enable_all()
             .build()
             .expect("runtime");
-        let client = DeviceManagerServiceClient::new(uds_channel(&rt, edgecore));
+        let client = {
+            let _guard = rt.enter();
+            DeviceManagerServiceClient::new(edge::dmi::uds_channel(
+                edgecore.to_path_buf(),
+                Duration::from_secs(10),
+            ))
+        };
         let mut m = Self {
             name: name.to_string(),
             socket: socket.to_path_buf(),
