@@ -489,15 +489,23 @@ impl Engine {
                 self.check_value(&r.property, ty, v)?;
             }
         }
-        let mut next = twin.clone();
+        // Only the properties the report names are copied, changed and compared: this is the hot
+        // path, and most reports change one value or none.
+        let mut touched: Vec<(&str, Option<&PropertyTwin>, PropertyTwin)> = Vec::new();
         let mut changed = false;
         for r in reports {
-            let p = next
-                .properties
-                .entry(r.property.clone())
-                .or_insert_with(|| {
-                    PropertyTwin::new(r.value_type.unwrap_or(PropertyType::String), true, true)
-                });
+            let at = match touched.iter().position(|(n, _, _)| *n == r.property) {
+                Some(at) => at,
+                None => {
+                    let before = twin.properties.get(&r.property);
+                    let after = before.cloned().unwrap_or_else(|| {
+                        PropertyTwin::new(r.value_type.unwrap_or(PropertyType::String), true, true)
+                    });
+                    touched.push((r.property.as_str(), before, after));
+                    touched.len() - 1
+                }
+            };
+            let p = &mut touched[at].2;
             if let Some(v) = &r.value
                 && p.reported.as_ref().map(|x| &x.value) != Some(v)
             {
@@ -517,10 +525,50 @@ impl Engine {
                 });
             }
         }
-        if changed {
-            next.row.reported_version += 1;
+        touched.retain(|(_, before, after)| *before != Some(after));
+        if touched.is_empty() {
+            return Ok(Applied::default());
         }
-        self.commit(twin.clone(), next, true)
+        let size = touched
+            .iter()
+            .fold(twin.value_bytes(), |size, (_, before, after)| {
+                size - before.map_or(0, PropertyTwin::value_bytes) + after.value_bytes()
+            });
+        if size > self.limits.max_document_bytes {
+            return Err(TwinError::DocumentTooLarge {
+                device: id.clone(),
+                size,
+                limit: self.limits.max_document_bytes,
+            });
+        }
+        let touched: Vec<(String, PropertyTwin)> = touched
+            .into_iter()
+            .map(|(name, _, after)| (name.to_string(), after))
+            .collect();
+        let Some(twin) = self.devices.get_mut(id) else {
+            return Err(TwinError::UnknownDevice(id.clone()));
+        };
+        if changed {
+            twin.row.reported_version += 1;
+        }
+        let changes = touched
+            .into_iter()
+            .map(|(name, after)| {
+                let last = twin.properties.insert(name.clone(), after.clone());
+                PropertyChange {
+                    name,
+                    last,
+                    current: Some(after),
+                }
+            })
+            .collect();
+        let applied = Applied {
+            device: Some(id.clone()),
+            row: changed.then(|| twin.row.clone()),
+            changes,
+            ..Applied::default()
+        };
+        Ok(self.record(applied, true))
     }
 
     /// Deletes a property created by reports (KubeEdge allows this for `optional` twins only).
@@ -581,12 +629,24 @@ impl Engine {
         edge_origin: bool,
     ) -> Result<Applied> {
         self.check_document(&next)?;
-        let mut applied = diff(&before, &next, false);
+        let applied = diff(&before, &next, false);
         if applied.is_noop() {
             return Ok(applied);
         }
-        applied.delta = touched_delta(&next, &applied);
-        let id = next.id();
+        self.devices.insert(next.id(), next);
+        Ok(self.record(applied, edge_origin))
+    }
+
+    /// Completes `applied`, a change already made to its device's twin: the delta among the
+    /// properties it touched, and the outbox entries for the cloud (a desired value reaches the
+    /// outbox only when set at the edge).
+    fn record(&mut self, mut applied: Applied, edge_origin: bool) -> Applied {
+        let Some(id) = applied.device.clone() else {
+            return applied;
+        };
+        if let Some(twin) = self.devices.get(&id) {
+            applied.delta = touched_delta(twin, &applied);
+        }
         let mut outbox = Vec::new();
         for c in &applied.changes {
             let Some(cur) = &c.current else { continue };
@@ -626,8 +686,7 @@ impl Engine {
                 seq,
             });
         }
-        self.devices.insert(id, next);
-        Ok(applied)
+        applied
     }
 }
 

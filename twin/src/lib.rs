@@ -15,6 +15,7 @@
 //! characters of `[a-zA-Z0-9-_.,:/@#]` only).
 
 pub mod engine;
+mod journal;
 pub mod model;
 pub mod service;
 pub mod store;

@@ -117,6 +117,7 @@ impl TwinService {
         let (events, _) = broadcast::channel(16 * 1024);
         let stats = Arc::new(Stats::default());
         stats.devices.store(engine.len() as u64, Ordering::Relaxed);
+        tokio::spawn(store.clone().fold_in_background());
         tokio::spawn(run(
             engine,
             store.clone(),

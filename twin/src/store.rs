@@ -1,11 +1,26 @@
-//! The SQLite store of the twins: WAL journal, numbered migrations, and batched writes.
+//! The SQLite store of the twins: an append-only journal in front of the tables, numbered
+//! migrations, and batched writes.
 //!
-//! A batch of applied operations is written in one transaction, with the rows of the batch
-//! coalesced first (the last state of a property wins) and written by multi-row statements of up
-//! to [`ROWS_PER_STATEMENT`] rows: one statement costs about as much as one row, so this is what
-//! lets the store keep up under load. A crash leaves the state of the last committed batch.
+//! Two database files, each in WAL mode:
+//! - the **journal** (`NAME-log.db`): each committed batch of operations is one row appended to
+//!   it, the post-images of the rows the batch changed. That is one sequential write per commit
+//!   however many twins the batch touched, so a commit costs about the same for one report or
+//!   thousands. The batch is durable when this row is committed.
+//! - the **tables** (`NAME.db`): devices, twins, the outbox and cached objects. The journal is
+//!   *folded* into them in the background: many batches at once, coalesced (the last image of a
+//!   row wins) and written in key order by multi-row statements, in one transaction that also
+//!   records the last journal row it covers. Folded rows are then deleted from the journal.
+//!
+//! Random B-tree writes, about four per report in a single table store, are what limit SQLite
+//! (see docs/benchmarks.md); the fold writes each page once for all the changes it covers. A
+//! separate file for the journal means appends never wait for a fold to finish.
+//!
+//! After a crash (even between a fold's commit and its journal cleanup), opening the store folds
+//! what is left, skipping journal rows the tables already cover: the state is that of the last
+//! committed batch. Reads that need the tables (loading twins, the outbox) fold first.
 
 use crate::engine::Applied;
+use crate::journal::{Pending, Record, RecordRef};
 use crate::model::{DeviceRow, DeviceTwin, OutboxEntry, PropertyTwin, Section, TwinValue, Version};
 use api::paths::DeviceId;
 use api::v1beta1::PropertyType;
@@ -16,6 +31,8 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Errors of the store.
@@ -41,6 +58,8 @@ pub enum StoreError {
     },
     #[error("twin database error: {0}")]
     Sql(#[from] sqlx::Error),
+    #[error("failed to encode a journal record: {0}")]
+    Encode(#[from] serde_json::Error),
     #[error("twin database holds an invalid {what}: {value:?}")]
     Corrupt { what: &'static str, value: String },
     #[error("not written: an earlier batch failed to commit and this one was built on it")]
@@ -148,6 +167,12 @@ pub const MIGRATIONS: &[&str] = &[
         last_online, desired_version, reported_version FROM device;
     DROP TABLE device;
     ALTER TABLE device2 RENAME TO device;",
+    // 3: how far the journal (a separate file) has been folded into these tables.
+    "CREATE TABLE folded (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        seq INTEGER NOT NULL
+    );
+    INSERT INTO folded (id, seq) VALUES (0, 0);",
 ];
 
 const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts";
@@ -158,11 +183,43 @@ const OUTBOX_COLUMNS: &str =
     "device_id, property, section, value, version_cloud, version_edge, timestamp, seq";
 const OUTBOX_PARAMS: usize = 8;
 
-/// The twin database.
+/// The schema migrations of the journal file.
+pub const JOURNAL_MIGRATIONS: &[&str] = &[
+    // 1: one row per committed batch: its records, JSON-encoded (see `journal`).
+    "CREATE TABLE journal (seq INTEGER PRIMARY KEY, body BLOB NOT NULL);",
+];
+
+/// The journal is folded in the background once this many rows wait in it, or at
+/// [`FOLD_INTERVAL`].
+pub const FOLD_AFTER: u64 = 50_000;
+
+/// How often the background fold runs when the journal is not empty.
+pub const FOLD_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Rows folded by one transaction, at most (bounds the memory of a fold).
+const FOLD_CHUNK: u64 = 100_000;
+
+/// The twin database. Cheap to clone: clones share the connections.
 #[derive(Clone, Debug)]
 pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The tables.
     pool: SqlitePool,
+    /// The journal.
+    journal: SqlitePool,
     path: PathBuf,
+    /// The sequence number of the next journal row.
+    next_seq: AtomicU64,
+    /// Rows appended to the journal and not folded yet.
+    unfolded: AtomicU64,
+    /// One fold at a time.
+    folding: tokio::sync::Mutex<()>,
+    /// Wakes the background fold.
+    fold_wanted: tokio::sync::Notify,
 }
 
 fn replace_sql(table: &str, columns: &str, params: usize, rows: usize) -> String {
@@ -179,79 +236,161 @@ fn u(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// The journal file of the tables at `path`: `NAME-log.db` beside `NAME.db`.
+pub fn journal_path(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "twin".into());
+    path.with_file_name(format!("{stem}-log.db"))
+}
+
 impl Store {
-    /// Opens (creating if needed) the database at `path` and migrates it.
+    /// Opens (creating if needed) the database at `path` and its journal, migrates both, and
+    /// folds what the journal holds.
     pub async fn open(path: &Path, sync: Synchronous) -> Result<Self> {
-        let open_err = |source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match sync {
-                Synchronous::Normal => SqliteSynchronous::Normal,
-                Synchronous::Full => SqliteSynchronous::Full,
-            })
-            .busy_timeout(Duration::from_secs(5))
-            // Up to 8 MiB of pages kept per connection (SQLite's default is 2 MiB): the twin
-            // table of 10,000 devices then stays in memory instead of being re-read per batch.
-            .pragma("cache_size", "-8192")
-            .pragma("wal_autocheckpoint", "10000");
-        let pool = SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
-            .await
-            .map_err(open_err)?;
+        let journal_path = journal_path(path);
+        let pool = connect(path, sync, 8192).await?;
+        // The journal is only appended to and read back in order: a small cache is enough.
+        let journal = connect(&journal_path, sync, 1024).await?;
+        migrate(&pool, path, MIGRATIONS).await?;
+        migrate(&journal, &journal_path, JOURNAL_MIGRATIONS).await?;
+        let folded = folded_seq(&pool).await?;
+        let last: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM journal")
+            .fetch_one(&journal)
+            .await?;
+        let next = u(last.unwrap_or(0)).max(folded) + 1;
         let store = Self {
-            pool,
-            path: path.to_path_buf(),
+            inner: Arc::new(Inner {
+                pool,
+                journal,
+                path: path.to_path_buf(),
+                next_seq: AtomicU64::new(next),
+                unfolded: AtomicU64::new(0),
+                folding: tokio::sync::Mutex::new(()),
+                fold_wanted: tokio::sync::Notify::new(),
+            }),
         };
-        store.migrate().await?;
+        let n = store.fold().await?;
+        if n > 0 {
+            tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run");
+        }
         Ok(store)
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.inner.path
     }
 
-    async fn migrate(&self) -> Result<()> {
-        let current: i64 = sqlx::query_scalar("PRAGMA user_version")
-            .fetch_one(&self.pool)
-            .await?;
-        if current > MIGRATIONS.len() as i64 {
-            return Err(StoreError::TooNew {
-                path: self.path.clone(),
-                found: current,
-                known: MIGRATIONS.len(),
-            });
-        }
-        for (n, sql) in MIGRATIONS.iter().enumerate().skip(u(current) as usize) {
-            let version = n + 1;
-            let err = |source| StoreError::Migrate { version, source };
-            let mut tx = self.pool.begin().await.map_err(err)?;
-            sqlx::raw_sql(AssertSqlSafe(*sql))
+    fn pool(&self) -> &SqlitePool {
+        &self.inner.pool
+    }
+
+    /// Rows appended to the journal and not folded into the tables yet.
+    pub fn unfolded(&self) -> u64 {
+        self.inner.unfolded.load(Ordering::Relaxed)
+    }
+
+    /// Folds the journal into the tables until it is empty; returns the rows folded.
+    pub async fn fold(&self) -> Result<u64> {
+        let _one = self.inner.folding.lock().await;
+        let mut total = 0;
+        loop {
+            let folded = folded_seq(self.pool()).await?;
+            let mut pending = Pending::default();
+            let mut rows = 0u64;
+            let mut through = folded;
+            {
+                let mut journal =
+                    sqlx::query("SELECT seq, body FROM journal WHERE seq > ? ORDER BY seq")
+                        .bind(i(folded))
+                        .fetch(&self.inner.journal);
+                while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
+                    let r = r?;
+                    let seq = u(r.try_get(0)?);
+                    let body: Vec<u8> = r.try_get(1)?;
+                    let records: Vec<Record> =
+                        serde_json::from_slice(&body).map_err(|e| StoreError::Corrupt {
+                            what: "journal row",
+                            value: format!("{seq}: {e}"),
+                        })?;
+                    for record in records {
+                        rows += pending.add(record);
+                    }
+                    through = seq;
+                    if rows >= FOLD_CHUNK {
+                        break;
+                    }
+                }
+            }
+            if through == folded {
+                break;
+            }
+            let mut tx = self.pool().begin().await?;
+            write_pending(&mut tx, &pending).await?;
+            sqlx::query("UPDATE folded SET seq = ? WHERE id = 0")
+                .bind(i(through))
                 .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {version}")))
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            tx.commit().await.map_err(err)?;
-            tracing::info!(version, path = %self.path.display(), "migrated twin database");
+                .await?;
+            commit(tx).await?;
+            drop(pending);
+            // Folded: the journal rows may go. A crash before this delete is harmless, the
+            // rows are skipped by `seq > folded` and deleted by the next fold.
+            sqlx::query("DELETE FROM journal WHERE seq <= ?")
+                .bind(i(through))
+                .execute(&self.inner.journal)
+                .await?;
+            let _ = self
+                .inner
+                .unfolded
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(rows))
+                });
+            total += rows;
         }
-        Ok(())
+        Ok(total)
+    }
+
+    /// Folds the journal whenever [`FOLD_AFTER`] rows wait in it, or every [`FOLD_INTERVAL`]
+    /// when it is not empty, until the store is closed. Spawned by the twin service.
+    pub async fn fold_in_background(self) {
+        loop {
+            tokio::select! {
+                () = self.inner.fold_wanted.notified() => {}
+                () = tokio::time::sleep(FOLD_INTERVAL) => {}
+            }
+            if self.pool().is_closed() {
+                return;
+            }
+            if self.unfolded() == 0 {
+                continue;
+            }
+            let start = std::time::Instant::now();
+            match self.fold().await {
+                Ok(rows) => tracing::debug!(
+                    rows,
+                    ms = start.elapsed().as_millis() as u64,
+                    "folded the twin journal"
+                ),
+                Err(e) if self.pool().is_closed() => {
+                    tracing::debug!(error = %e, "fold stopped by closing the store");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "failed to fold the twin journal; it is kept and retried")
+                }
+            }
+        }
     }
 
     /// Every twin in the database.
     pub async fn load_twins(&self) -> Result<Vec<DeviceTwin>> {
+        self.fold().await?;
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {DEVICE_COLUMNS} FROM device"
         )))
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         let mut twins: HashMap<String, DeviceTwin> = HashMap::with_capacity(rows.len());
         for r in rows {
@@ -278,7 +417,7 @@ impl Store {
         // Streamed, not collected: the rows of 100,000 properties would be a start-up peak that
         // the allocator keeps.
         let mut rows = sqlx::query(AssertSqlSafe(format!("SELECT {TWIN_COLUMNS} FROM twin")))
-            .fetch(&self.pool);
+            .fetch(self.pool());
         while let Some(r) = tokio_stream::StreamExt::next(&mut rows).await {
             let r = r?;
             let device_id: String = r.try_get(0)?;
@@ -298,149 +437,51 @@ impl Store {
 
     /// The highest outbox sequence number in use.
     pub async fn max_outbox_seq(&self) -> Result<u64> {
+        self.fold().await?;
         let v: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM outbox")
-            .fetch_one(&self.pool)
+            .fetch_one(self.pool())
             .await?;
         Ok(v.map(u).unwrap_or(0))
     }
 
-    /// Writes the changes of a batch of operations in one transaction.
+    /// Writes the changes of a batch of operations: one journal row, one transaction.
     pub async fn apply(&self, batch: &[&Applied]) -> Result<()> {
-        let mut purge: Vec<String> = Vec::new();
-        let mut rows: HashMap<String, Option<&DeviceRow>> = HashMap::new();
-        let mut props: HashMap<(String, &str), Option<&PropertyTwin>> = HashMap::new();
-        let mut outbox: HashMap<(String, &str, Section), &OutboxEntry> = HashMap::new();
-        for a in batch {
-            let Some(id) = &a.device else { continue };
-            let key = id.to_string();
-            if a.removed {
-                props.retain(|(d, _), _| d != &key);
-                outbox.retain(|(d, _, _), _| d != &key);
-                rows.insert(key.clone(), None);
-                purge.push(key);
-                continue;
-            }
-            if let Some(row) = &a.row {
-                rows.insert(key.clone(), Some(row));
-            }
-            for c in &a.changes {
-                props.insert((key.clone(), c.name.as_str()), c.current.as_ref());
-            }
-            for o in &a.outbox {
-                outbox.insert((key.clone(), o.property.as_str(), o.section), o);
-            }
-        }
-        if purge.is_empty() && rows.is_empty() && props.is_empty() && outbox.is_empty() {
+        let records: Vec<RecordRef> = batch.iter().filter_map(|a| RecordRef::of(a)).collect();
+        if records.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
-        for id in &purge {
-            for table in [
-                "DELETE FROM device WHERE id = ?",
-                "DELETE FROM twin WHERE device_id = ?",
-                "DELETE FROM outbox WHERE device_id = ?",
-            ] {
-                sqlx::query(AssertSqlSafe(table))
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+        let rows: u64 = records.iter().map(RecordRef::weight).sum();
+        let body = serde_json::to_vec(&records)?;
+        let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        sqlx::query("INSERT INTO journal (seq, body) VALUES (?, ?)")
+            .bind(i(seq))
+            .bind(body)
+            .execute(&self.inner.journal)
+            .await?;
+        let waiting = self.inner.unfolded.fetch_add(rows, Ordering::Relaxed) + rows;
+        if waiting >= FOLD_AFTER {
+            self.inner.fold_wanted.notify_one();
         }
-        let upserts: Vec<(&String, &DeviceRow)> =
-            rows.iter().filter_map(|(k, v)| v.map(|r| (k, r))).collect();
-        for chunk in statement_chunks(&upserts) {
-            let sql = replace_sql("device", DEVICE_COLUMNS, DEVICE_PARAMS, chunk.len());
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (id, r) in chunk {
-                q = q
-                    .bind(id.as_str())
-                    .bind(r.namespace.as_str())
-                    .bind(r.name.as_str())
-                    .bind(r.description.as_str())
-                    .bind(r.model.as_str())
-                    .bind(r.protocol.as_str())
-                    .bind(r.state.as_str())
-                    .bind(r.last_online)
-                    .bind(i(r.desired_version))
-                    .bind(i(r.reported_version));
-            }
-            q.execute(&mut *tx).await?;
-        }
-        let mut deletes = Vec::new();
-        let mut twin_rows = Vec::new();
-        for ((d, name), p) in &props {
-            match p {
-                Some(p) => twin_rows.push((d, *name, *p)),
-                None => deletes.push((d, *name)),
-            }
-        }
-        for (d, name) in deletes {
-            sqlx::query("DELETE FROM twin WHERE device_id = ? AND name = ?")
-                .bind(d.as_str())
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-        }
-        for chunk in statement_chunks(&twin_rows) {
-            let sql = replace_sql("twin", TWIN_COLUMNS, TWIN_PARAMS, chunk.len());
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (d, name, p) in chunk {
-                q = q
-                    .bind(d.as_str())
-                    .bind(*name)
-                    .bind(p.value_type.as_str())
-                    .bind(p.optional)
-                    .bind(p.writable)
-                    .bind(p.spec_desired.as_deref())
-                    .bind(p.desired.as_ref().map(|v| v.value.as_str()))
-                    .bind(p.desired.as_ref().map(|v| v.timestamp))
-                    .bind(i(p.desired_version.cloud))
-                    .bind(i(p.desired_version.edge))
-                    .bind(p.reported.as_ref().map(|v| v.value.as_str()))
-                    .bind(p.reported.as_ref().map(|v| v.timestamp))
-                    .bind(i(p.reported_version.cloud))
-                    .bind(i(p.reported_version.edge))
-                    .bind(p.observed_desired.as_ref().map(|v| v.value.as_str()))
-                    .bind(p.observed_desired.as_ref().map(|v| v.timestamp));
-            }
-            q.execute(&mut *tx).await?;
-        }
-        let entries: Vec<(&String, &&OutboxEntry)> =
-            outbox.iter().map(|((d, _, _), o)| (d, o)).collect();
-        for chunk in statement_chunks(&entries) {
-            let sql = replace_sql("outbox", OUTBOX_COLUMNS, OUTBOX_PARAMS, chunk.len());
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (d, o) in chunk {
-                q = q
-                    .bind(d.as_str())
-                    .bind(o.property.as_str())
-                    .bind(o.section.as_str())
-                    .bind(o.value.as_str())
-                    .bind(i(o.version.cloud))
-                    .bind(i(o.version.edge))
-                    .bind(o.timestamp)
-                    .bind(i(o.seq));
-            }
-            q.execute(&mut *tx).await?;
-        }
-        commit(tx).await
+        Ok(())
     }
 
     /// The oldest `limit` changes not yet acknowledged by the cloud.
     pub async fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>> {
+        self.fold().await?;
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {OUTBOX_COLUMNS} FROM outbox ORDER BY seq LIMIT ?"
         )))
         .bind(i(limit as u64))
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         rows.iter().map(outbox_from_row).collect()
     }
 
     /// How many changes wait for the cloud.
     pub async fn outbox_len(&self) -> Result<u64> {
+        self.fold().await?;
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
-            .fetch_one(&self.pool)
+            .fetch_one(self.pool())
             .await?;
         Ok(u(n))
     }
@@ -448,7 +489,8 @@ impl Store {
     /// Removes acknowledged entries. An entry replaced by a newer change since it was sent (a
     /// higher `seq`) stays. Returns how many were removed.
     pub async fn ack(&self, entries: &[OutboxEntry]) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
+        self.fold().await?;
+        let mut tx = self.pool().begin().await?;
         let mut removed = 0;
         for e in entries {
             let r = sqlx::query(
@@ -472,7 +514,7 @@ impl Store {
             .bind(key)
             .bind(kind)
             .bind(value)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }
@@ -481,7 +523,7 @@ impl Store {
     pub async fn delete_meta(&self, key: &str) -> Result<()> {
         sqlx::query("DELETE FROM meta WHERE key = ?")
             .bind(key)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }
@@ -490,17 +532,177 @@ impl Store {
     pub async fn list_meta(&self, kind: &str) -> Result<Vec<(String, String)>> {
         let rows = sqlx::query("SELECT key, value FROM meta WHERE kind = ? ORDER BY key")
             .bind(kind)
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool())
             .await?;
         rows.iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect()
     }
 
-    /// Closes the connections, checkpointing the WAL.
+    /// Folds the journal and closes the connections, checkpointing the WAL.
     pub async fn close(&self) {
-        self.pool.close().await;
+        if let Err(e) = self.fold().await {
+            tracing::warn!(error = %e, "failed to fold the twin journal at close; it is kept and folded at the next start");
+        }
+        self.inner.pool.close().await;
+        self.inner.journal.close().await;
     }
+}
+
+/// A pool of two connections to the database at `path` (one writer, one reader), in WAL mode.
+async fn connect(path: &Path, sync: Synchronous, cache_kib: u32) -> Result<SqlitePool> {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(match sync {
+            Synchronous::Normal => SqliteSynchronous::Normal,
+            Synchronous::Full => SqliteSynchronous::Full,
+        })
+        .busy_timeout(Duration::from_secs(5))
+        // The tables of 10,000 devices stay in an 8 MiB cache (SQLite's default is 2 MiB)
+        // instead of being re-read for every fold.
+        .pragma("cache_size", format!("-{cache_kib}"))
+        .pragma("wal_autocheckpoint", "10000");
+    SqlitePoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Applies the `migrations` the database at `path` has not had; `user_version` counts those
+/// applied.
+async fn migrate(pool: &SqlitePool, path: &Path, migrations: &[&str]) -> Result<()> {
+    let current: i64 = sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(pool)
+        .await?;
+    if current > migrations.len() as i64 {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: current,
+            known: migrations.len(),
+        });
+    }
+    for (n, sql) in migrations.iter().enumerate().skip(u(current) as usize) {
+        let version = n + 1;
+        let err = |source| StoreError::Migrate { version, source };
+        let mut tx = pool.begin().await.map_err(err)?;
+        sqlx::raw_sql(AssertSqlSafe(*sql))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {version}")))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        tracing::info!(version, path = %path.display(), "migrated twin database");
+    }
+    Ok(())
+}
+
+/// The last journal row the tables cover.
+async fn folded_seq(pool: &SqlitePool) -> Result<u64> {
+    let seq: i64 = sqlx::query_scalar("SELECT seq FROM folded WHERE id = 0")
+        .fetch_one(pool)
+        .await?;
+    Ok(u(seq))
+}
+
+/// Writes coalesced journal records to the tables: removals first, then each table in key
+/// order by multi-row statements.
+async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<()> {
+    for id in &p.purge {
+        for table in [
+            "DELETE FROM device WHERE id = ?",
+            "DELETE FROM twin WHERE device_id = ?",
+            "DELETE FROM outbox WHERE device_id = ?",
+        ] {
+            sqlx::query(AssertSqlSafe(table))
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    let rows: Vec<(&String, &DeviceRow)> = p.rows.iter().collect();
+    for chunk in statement_chunks(&rows) {
+        let sql = replace_sql("device", DEVICE_COLUMNS, DEVICE_PARAMS, chunk.len());
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (id, r) in chunk {
+            q = q
+                .bind(id.as_str())
+                .bind(r.namespace.as_str())
+                .bind(r.name.as_str())
+                .bind(r.description.as_str())
+                .bind(r.model.as_str())
+                .bind(r.protocol.as_str())
+                .bind(r.state.as_str())
+                .bind(r.last_online)
+                .bind(i(r.desired_version))
+                .bind(i(r.reported_version));
+        }
+        q.execute(&mut **tx).await?;
+    }
+    let mut twin_rows = Vec::new();
+    for ((d, name), image) in &p.props {
+        match image {
+            Some(t) => twin_rows.push((d, name, t)),
+            None => {
+                sqlx::query("DELETE FROM twin WHERE device_id = ? AND name = ?")
+                    .bind(d.as_str())
+                    .bind(name.as_str())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+    }
+    for chunk in statement_chunks(&twin_rows) {
+        let sql = replace_sql("twin", TWIN_COLUMNS, TWIN_PARAMS, chunk.len());
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (d, name, p) in chunk {
+            q = q
+                .bind(d.as_str())
+                .bind(name.as_str())
+                .bind(p.value_type.as_str())
+                .bind(p.optional)
+                .bind(p.writable)
+                .bind(p.spec_desired.as_deref())
+                .bind(p.desired.as_ref().map(|v| v.value.as_str()))
+                .bind(p.desired.as_ref().map(|v| v.timestamp))
+                .bind(i(p.desired_version.cloud))
+                .bind(i(p.desired_version.edge))
+                .bind(p.reported.as_ref().map(|v| v.value.as_str()))
+                .bind(p.reported.as_ref().map(|v| v.timestamp))
+                .bind(i(p.reported_version.cloud))
+                .bind(i(p.reported_version.edge))
+                .bind(p.observed_desired.as_ref().map(|v| v.value.as_str()))
+                .bind(p.observed_desired.as_ref().map(|v| v.timestamp));
+        }
+        q.execute(&mut **tx).await?;
+    }
+    let entries: Vec<(&String, &OutboxEntry)> =
+        p.outbox.iter().map(|((d, _, _), o)| (d, o)).collect();
+    for chunk in statement_chunks(&entries) {
+        let sql = replace_sql("outbox", OUTBOX_COLUMNS, OUTBOX_PARAMS, chunk.len());
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (d, o) in chunk {
+            q = q
+                .bind(d.as_str())
+                .bind(o.property.as_str())
+                .bind(o.section.as_str())
+                .bind(o.value.as_str())
+                .bind(i(o.version.cloud))
+                .bind(i(o.version.edge))
+                .bind(o.timestamp)
+                .bind(i(o.seq));
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 async fn commit(tx: Transaction<'_, Sqlite>) -> Result<()> {
