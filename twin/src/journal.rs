@@ -8,7 +8,7 @@
 use crate::engine::Applied;
 use crate::model::{DeviceRow, OutboxEntry, PropertyTwin};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 /// The record of one applied operation, borrowed from it for encoding.
 #[derive(Serialize)]
@@ -66,14 +66,23 @@ pub(crate) struct Record {
     o: Vec<OutboxEntry>,
 }
 
-/// Journal records coalesced into the rows to write, each in key order.
+/// Journal records coalesced into the rows to write. Hashed while records are added (most
+/// replace a row already there); [`Pending::sorted`] orders each table by key for writing.
 #[derive(Default)]
 pub(crate) struct Pending {
     /// Devices removed: their rows in every table are deleted before the writes below.
     pub purge: Vec<String>,
-    pub rows: BTreeMap<String, DeviceRow>,
-    pub props: BTreeMap<(String, String), Option<PropertyTwin>>,
-    pub outbox: BTreeMap<(String, String, &'static str), OutboxEntry>,
+    pub rows: HashMap<String, DeviceRow>,
+    pub props: HashMap<(String, String), Option<PropertyTwin>>,
+    pub outbox: HashMap<(String, String, &'static str), OutboxEntry>,
+}
+
+/// The rows of a [`Pending`], each table sorted by key.
+pub(crate) struct Sorted<'a> {
+    pub purge: &'a [String],
+    pub rows: Vec<(&'a String, &'a DeviceRow)>,
+    pub props: Vec<(&'a (String, String), &'a Option<PropertyTwin>)>,
+    pub outbox: Vec<(&'a (String, String, &'static str), &'a OutboxEntry)>,
 }
 
 impl Pending {
@@ -99,5 +108,22 @@ impl Pending {
             self.rows.insert(d, row);
         }
         n
+    }
+
+    /// The rows to write, each table in key order (B-tree pages are then written in order,
+    /// each once).
+    pub(crate) fn sorted(&self) -> Sorted<'_> {
+        let mut rows: Vec<_> = self.rows.iter().collect();
+        rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut props: Vec<_> = self.props.iter().collect();
+        props.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut outbox: Vec<_> = self.outbox.iter().collect();
+        outbox.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        Sorted {
+            purge: &self.purge,
+            rows,
+            props,
+            outbox,
+        }
     }
 }

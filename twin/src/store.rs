@@ -191,13 +191,15 @@ pub const JOURNAL_MIGRATIONS: &[&str] = &[
 
 /// The journal is folded in the background once this many rows wait in it, or at
 /// [`FOLD_INTERVAL`].
-pub const FOLD_AFTER: u64 = 50_000;
+pub const FOLD_AFTER: u64 = 200_000;
 
 /// How often the background fold runs when the journal is not empty.
 pub const FOLD_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Rows folded by one transaction, at most (bounds the memory of a fold).
-const FOLD_CHUNK: u64 = 100_000;
+/// Journal rows read by one fold transaction, at most. What a fold holds in memory is bounded
+/// by the distinct rows it writes (at most the size of the tables), not by this; a large chunk
+/// coalesces more, so each B-tree page is written once for more changes.
+const FOLD_CHUNK: u64 = 1_000_000;
 
 /// The twin database. Cheap to clone: clones share the connections.
 #[derive(Clone, Debug)]
@@ -228,6 +230,41 @@ fn replace_sql(table: &str, columns: &str, params: usize, rows: usize) -> String
     format!("INSERT OR REPLACE INTO {table} ({columns}) VALUES {values}")
 }
 
+/// The multi-row statements of the fold, one per table and statement size, built once.
+struct Statements {
+    device: Vec<String>,
+    twin: Vec<String>,
+    outbox: Vec<String>,
+}
+
+impl Statements {
+    fn get() -> &'static Self {
+        static STATEMENTS: std::sync::OnceLock<Statements> = std::sync::OnceLock::new();
+        STATEMENTS.get_or_init(|| {
+            let all = |table, columns, params| {
+                STATEMENT_SIZES
+                    .iter()
+                    .map(|&n| replace_sql(table, columns, params, n))
+                    .collect()
+            };
+            Statements {
+                device: all("device", DEVICE_COLUMNS, DEVICE_PARAMS),
+                twin: all("twin", TWIN_COLUMNS, TWIN_PARAMS),
+                outbox: all("outbox", OUTBOX_COLUMNS, OUTBOX_PARAMS),
+            }
+        })
+    }
+
+    /// The statement writing `rows` rows (one of [`STATEMENT_SIZES`]) to a table.
+    fn of(table: &'static [String], rows: usize) -> &'static str {
+        let at = STATEMENT_SIZES
+            .iter()
+            .position(|&n| n == rows)
+            .unwrap_or(STATEMENT_SIZES.len() - 1);
+        &table[at]
+    }
+}
+
 fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -250,9 +287,11 @@ impl Store {
     /// folds what the journal holds.
     pub async fn open(path: &Path, sync: Synchronous) -> Result<Self> {
         let journal_path = journal_path(path);
-        let pool = connect(path, sync, 8192).await?;
+        let pool = connect(path, sync, 8192, 10_000).await?;
         // The journal is only appended to and read back in order: a small cache is enough.
-        let journal = connect(&journal_path, sync, 1024).await?;
+        // No automatic checkpoint either: it would run inside the commit of a batch whose
+        // callers wait. The fold checkpoints the journal instead.
+        let journal = connect(&journal_path, sync, 1024, 0).await?;
         migrate(&pool, path, MIGRATIONS).await?;
         migrate(&journal, &journal_path, JOURNAL_MIGRATIONS).await?;
         let folded = folded_seq(&pool).await?;
@@ -339,6 +378,11 @@ impl Store {
             // rows are skipped by `seq > folded` and deleted by the next fold.
             sqlx::query("DELETE FROM journal WHERE seq <= ?")
                 .bind(i(through))
+                .execute(&self.inner.journal)
+                .await?;
+            // Copy the journal's WAL back into its file (without waiting for or blocking the
+            // writer), so the WAL is reused from its start instead of growing.
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
                 .execute(&self.inner.journal)
                 .await?;
             let _ = self
@@ -549,8 +593,15 @@ impl Store {
     }
 }
 
-/// A pool of two connections to the database at `path` (one writer, one reader), in WAL mode.
-async fn connect(path: &Path, sync: Synchronous, cache_kib: u32) -> Result<SqlitePool> {
+/// A pool of two connections to the database at `path` (one writer, one reader), in WAL mode,
+/// with a page cache of `cache_kib` and an automatic checkpoint every `checkpoint_pages` pages
+/// of WAL (0: none).
+async fn connect(
+    path: &Path,
+    sync: Synchronous,
+    cache_kib: u32,
+    checkpoint_pages: u32,
+) -> Result<SqlitePool> {
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
@@ -563,7 +614,12 @@ async fn connect(path: &Path, sync: Synchronous, cache_kib: u32) -> Result<Sqlit
         // The tables of 10,000 devices stay in an 8 MiB cache (SQLite's default is 2 MiB)
         // instead of being re-read for every fold.
         .pragma("cache_size", format!("-{cache_kib}"))
-        .pragma("wal_autocheckpoint", "10000");
+        .pragma("wal_autocheckpoint", checkpoint_pages.to_string())
+        // Statement journals (a multi-row INSERT OR REPLACE needs one) in memory, not in a
+        // temporary file written and synced for every statement.
+        .pragma("temp_store", "memory")
+        // A WAL file left larger than this by a burst is truncated at the next checkpoint.
+        .pragma("journal_size_limit", (64 * 1024 * 1024).to_string());
     SqlitePoolOptions::new()
         .max_connections(2)
         .connect_with(options)
@@ -613,10 +669,38 @@ async fn folded_seq(pool: &SqlitePool) -> Result<u64> {
     Ok(u(seq))
 }
 
+/// Spreads a fold over time: after each [`FOLD_SLICE`] of work it pauses as long, so on a
+/// small machine a fold never holds a core for long and commits of new reports (which answer
+/// callers) keep their latency. A fold is background work: it only has to keep up on average.
+struct Pace {
+    since: std::time::Instant,
+}
+
+/// Work done by a fold between pauses.
+const FOLD_SLICE: Duration = Duration::from_millis(4);
+
+impl Pace {
+    fn new() -> Self {
+        Self {
+            since: std::time::Instant::now(),
+        }
+    }
+
+    async fn breathe(&mut self) {
+        let worked = self.since.elapsed();
+        if worked >= FOLD_SLICE {
+            tokio::time::sleep(worked).await;
+            self.since = std::time::Instant::now();
+        }
+    }
+}
+
 /// Writes coalesced journal records to the tables: removals first, then each table in key
 /// order by multi-row statements.
 async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<()> {
-    for id in &p.purge {
+    let p = p.sorted();
+    let mut pace = Pace::new();
+    for id in p.purge {
         for table in [
             "DELETE FROM device WHERE id = ?",
             "DELETE FROM twin WHERE device_id = ?",
@@ -628,9 +712,8 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .await?;
         }
     }
-    let rows: Vec<(&String, &DeviceRow)> = p.rows.iter().collect();
-    for chunk in statement_chunks(&rows) {
-        let sql = replace_sql("device", DEVICE_COLUMNS, DEVICE_PARAMS, chunk.len());
+    for chunk in statement_chunks(&p.rows) {
+        let sql = Statements::of(&Statements::get().device, chunk.len());
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for (id, r) in chunk {
             q = q
@@ -646,6 +729,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(i(r.reported_version));
         }
         q.execute(&mut **tx).await?;
+        pace.breathe().await;
     }
     let mut twin_rows = Vec::new();
     for ((d, name), image) in &p.props {
@@ -661,7 +745,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
         }
     }
     for chunk in statement_chunks(&twin_rows) {
-        let sql = replace_sql("twin", TWIN_COLUMNS, TWIN_PARAMS, chunk.len());
+        let sql = Statements::of(&Statements::get().twin, chunk.len());
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for (d, name, p) in chunk {
             q = q
@@ -683,11 +767,12 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(p.observed_desired.as_ref().map(|v| v.timestamp));
         }
         q.execute(&mut **tx).await?;
+        pace.breathe().await;
     }
     let entries: Vec<(&String, &OutboxEntry)> =
-        p.outbox.iter().map(|((d, _, _), o)| (d, o)).collect();
+        p.outbox.iter().map(|((d, _, _), o)| (d, *o)).collect();
     for chunk in statement_chunks(&entries) {
-        let sql = replace_sql("outbox", OUTBOX_COLUMNS, OUTBOX_PARAMS, chunk.len());
+        let sql = Statements::of(&Statements::get().outbox, chunk.len());
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for (d, o) in chunk {
             q = q
@@ -701,6 +786,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(i(o.seq));
         }
         q.execute(&mut **tx).await?;
+        pace.breathe().await;
     }
     Ok(())
 }
