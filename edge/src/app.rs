@@ -61,6 +61,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         let dir = config.manifests_dir();
         let initial = manifests::reload(&dir, &config.node_name, &catalog);
         apply_changes(&twin, &catalog, &initial).await;
+        drop(initial);
         // Twins of devices no longer declared go: the directory is the source of truth.
         let declared: BTreeSet<_> = crate::catalog::read(&catalog)
             .devices
@@ -97,6 +98,20 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             }
         });
     }
+
+    // Bursts (start-up, a manifest reload, a fold of the twin journal) free memory in the middle
+    // of the heap, which glibc keeps; hand it back now and then.
+    let stop = cancel.clone();
+    tasks.spawn(async move {
+        let mut every = tokio::time::interval(crate::memory::RELEASE_INTERVAL);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = every.tick() => crate::memory::release_freed(),
+            }
+        }
+    });
 
     let mut mappers = None;
     if config.modules.dmi {

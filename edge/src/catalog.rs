@@ -1,5 +1,9 @@
 //! The Device and DeviceModel objects this node runs, with model defaults merged into each
 //! device, and the difference between two versions of that set.
+//!
+//! Devices are kept as compact JSON ([`StoredDevice`]) and parsed when used (registering a
+//! mapper, pushing a desired value), which is rare: a `Device` with its `configData` maps takes
+//! about 14 KB of memory, its JSON about a tenth of that.
 
 use api::merge::effective_device;
 use api::paths::DeviceId;
@@ -13,16 +17,44 @@ pub enum Change {
     ModelAdded(DeviceModel),
     ModelUpdated(DeviceModel),
     ModelRemoved(DeviceId),
-    DeviceAdded(Device),
+    /// Boxed: a `Device` is several KB inline, and a start-up lists every device.
+    DeviceAdded(Box<Device>),
     /// The effective spec changed (a reload that changes nothing is no change).
-    DeviceUpdated(Device),
+    DeviceUpdated(Box<Device>),
     DeviceRemoved(DeviceId),
+}
+
+/// An effective device as compact JSON.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDevice(Arc<str>);
+
+impl StoredDevice {
+    pub fn new(device: &Device) -> Self {
+        let json = serde_json::to_string(device).unwrap_or_else(|e| {
+            // Serializing a Device cannot fail (its maps have string keys); if it ever did, the
+            // device is missing from what mappers see, and this says why.
+            tracing::error!(device = %object_id(&device.metadata), error = %e, "failed to store a device");
+            String::new()
+        });
+        Self(json.into())
+    }
+
+    /// The device.
+    pub fn device(&self) -> Option<Device> {
+        match serde_json::from_str(&self.0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::error!(error = %e, "a stored device does not parse back; skipped");
+                None
+            }
+        }
+    }
 }
 
 /// Declared objects by `namespace/name`. Devices are effective: model defaults merged in.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Catalog {
-    pub devices: BTreeMap<DeviceId, Device>,
+    pub devices: BTreeMap<DeviceId, StoredDevice>,
     pub models: BTreeMap<DeviceId, DeviceModel>,
     /// The file each device was read from.
     pub origins: BTreeMap<DeviceId, String>,
@@ -62,8 +94,8 @@ impl Catalog {
                     .model_name()
                     .and_then(|m| models.get(&DeviceId::new(&id.namespace, m)));
                 let effective = match model {
-                    Some(m) => effective_device(&d, m),
-                    None => d,
+                    Some(m) => StoredDevice::new(&effective_device(&d, m)),
+                    None => StoredDevice::new(&d),
                 };
                 (id, effective)
             })
@@ -94,8 +126,15 @@ impl Catalog {
         }
         for (id, d) in &next.devices {
             match self.devices.get(id) {
-                None => out.push(Change::DeviceAdded(d.clone())),
-                Some(old) if old.spec != d.spec => out.push(Change::DeviceUpdated(d.clone())),
+                None => out.extend(d.device().map(|d| Change::DeviceAdded(Box::new(d)))),
+                Some(old) if old != d => {
+                    // Only a change of the spec is an update (not of labels, say).
+                    if let (Some(old), Some(d)) = (old.device(), d.device())
+                        && old.spec != d.spec
+                    {
+                        out.push(Change::DeviceUpdated(Box::new(d)));
+                    }
+                }
                 Some(_) => {}
             }
         }

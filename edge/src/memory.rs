@@ -15,7 +15,11 @@ pub fn single_arena() {
     }
 }
 
-/// Hands memory freed after loading back to the system.
+/// How often edgecore hands freed memory back (see [`release_freed`]).
+pub const RELEASE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Hands memory freed in the middle of the heap back to the system (glibc returns only the top
+/// of the heap by itself). Cheap: it walks the allocator's free lists.
 pub fn release_freed() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own heap; it has no preconditions.

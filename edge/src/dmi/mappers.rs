@@ -8,7 +8,7 @@
 //! assignments are stored, so they survive a restart. A mapper that cannot be reached is retried
 //! with backoff, and its devices' state becomes `unknown` until it answers again.
 
-use crate::catalog::{Change, SharedCatalog, object_id};
+use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
 use api::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
@@ -358,7 +358,11 @@ impl Manager {
         self.mappers.insert(name.clone(), entry(record));
         let devices: Vec<Device> = {
             let catalog = crate::catalog::read(&self.catalog);
-            catalog.devices.values().cloned().collect()
+            catalog
+                .devices
+                .values()
+                .filter_map(StoredDevice::device)
+                .collect()
         };
         // Forget assignments of devices that no longer exist, then take unassigned ones.
         let existing: BTreeSet<String> = devices
@@ -473,7 +477,7 @@ impl Manager {
         };
         let device = {
             let catalog = crate::catalog::read(&self.catalog);
-            catalog.devices.get(id).cloned()
+            catalog.devices.get(id).and_then(StoredDevice::device)
         };
         if let Some(d) = device {
             self.push_device(&owner, &d, false).await;
@@ -500,7 +504,7 @@ impl Manager {
             };
             let device = {
                 let catalog = crate::catalog::read(&self.catalog);
-                catalog.devices.get(&id).cloned()
+                catalog.devices.get(&id).and_then(StoredDevice::device)
             };
             if let Some(d) = device {
                 self.push_device(name, &d, true).await;
