@@ -40,7 +40,8 @@ pub enum ConfigError {
 pub struct Config {
     /// The name of this edge node; devices whose `spec.nodeName` names another node are skipped.
     pub node_name: String,
-    /// Where the twin database (`edgecore.db`) and the default socket live.
+    /// Where the twin database (`edgecore.db` and its journal `edgecore-log.db`) and the default
+    /// socket live.
     pub data_dir: PathBuf,
     pub modules: Modules,
     pub manifests: Manifests,
