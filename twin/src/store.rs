@@ -340,6 +340,7 @@ impl Store {
             let mut pending = Pending::default();
             let mut rows = 0u64;
             let mut through = folded;
+            let mut pace = Pace::new();
             {
                 let mut journal =
                     sqlx::query("SELECT seq, body FROM journal WHERE seq > ? ORDER BY seq")
@@ -361,6 +362,9 @@ impl Store {
                     if rows >= FOLD_CHUNK {
                         break;
                     }
+                    // Decoding is CPU work too, and the stream of rows rarely makes the task
+                    // yield by itself.
+                    pace.breathe().await;
                 }
             }
             if through == folded {
