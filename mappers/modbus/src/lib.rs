@@ -4,8 +4,11 @@
 //!   word order, bit fields, scale and offset, range checks for writes.
 //! - [`planner`]: the reads due together merged into the fewest requests within the protocol's
 //!   limits, filling small gaps, and never bridging addresses the device refused.
+//! - [`device`]: a device's settings from KubeEdge's `configData` (both key spellings), and its
+//!   reads and writes over tokio-modbus (TCP, or RTU on a serial line).
 
 pub mod codec;
+pub mod device;
 pub mod planner;
 
 /// The four Modbus data tables.

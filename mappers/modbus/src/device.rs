@@ -1,0 +1,620 @@
+//! One Modbus device: its configuration from KubeEdge's `configData`, and reads and writes over
+//! tokio-modbus.
+//!
+//! Keys are matched without regard to case, so both spellings the KubeEdge examples use work
+//! (`slaveID`/`SlaveID`, `dataType`/`DataType`, ...), and numbers may be given as strings.
+//!
+//! Protocol `configData`: `ip` and `port` (TCP), or `serialPort`, `baudRate` (9600),
+//! `dataBits` (8), `parity` (`none`|`even`|`odd`), `stopBits` (1) for RTU; `slaveID` (1);
+//! `timeout` in milliseconds (1000); `maxGap` (10) and `maxRegisters` (125) for the planner.
+//!
+//! Visitor `configData`: `register` (`CoilRegister`, `DiscreteInputRegister`, `InputRegister`,
+//! `HoldingRegister`), `offset` (the address), `limit` (registers, for strings), `dataType`
+//! (else from the model's type: INT int16, FLOAT float32, DOUBLE float64, BOOLEAN bool, STRING
+//! string), `byteOrder` (`ABCD`...) or `isSwap`/`isRegisterSwap`, `bit`, `scale`, and
+//! `valueOffset` (added after scaling; `offset` is the address in KubeEdge's schema).
+
+use crate::Table;
+use crate::codec::{ByteOrder, Codec, CodecError, DataType};
+use crate::planner::{self, Limits, PlanError, Read, Refused};
+use serde_json::{Map, Value};
+use std::time::Duration;
+use tokio_modbus::client::{Context, Reader, Writer};
+use tokio_modbus::{ExceptionCode, Slave};
+
+/// Why a configuration was refused: names the key and what was wrong with it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// A value of `map` by key, ignoring case.
+fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    map.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v)
+}
+
+fn text(map: &Map<String, Value>, key: &str) -> Option<String> {
+    match get(map, key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+fn number(map: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConfigError> {
+    match get(map, key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_f64().map(Some).ok_or_else(|| bad(key, "not a number")),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| bad(key, format!("{s:?} is not a number"))),
+        Some(other) => Err(bad(key, format!("{other} is not a number"))),
+    }
+}
+
+fn integer<T: TryFrom<i64>>(map: &Map<String, Value>, key: &str) -> Result<Option<T>, ConfigError> {
+    let Some(v) = number(map, key)? else {
+        return Ok(None);
+    };
+    if v.fract() != 0.0 {
+        return Err(bad(key, format!("{v} is not a whole number")));
+    }
+    T::try_from(v as i64)
+        .map(Some)
+        .map_err(|_| bad(key, format!("{v} is out of range")))
+}
+
+fn flag(map: &Map<String, Value>, key: &str) -> Result<bool, ConfigError> {
+    match get(map, key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" | "" => Ok(false),
+            _ => Err(bad(key, format!("{s:?} is not true or false"))),
+        },
+        Some(other) => Err(bad(key, format!("{other} is not true or false"))),
+    }
+}
+
+/// How the mapper reaches the device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Transport {
+    Tcp {
+        /// `host:port`.
+        address: String,
+    },
+    Rtu {
+        path: String,
+        baud_rate: u32,
+        data_bits: u8,
+        parity: tokio_serial::Parity,
+        stop_bits: u8,
+    },
+}
+
+/// The device-level settings from the protocol `configData`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Connection {
+    pub transport: Transport,
+    pub slave: u8,
+    pub timeout: Duration,
+    pub limits: Limits,
+}
+
+impl Connection {
+    pub fn from_config(c: &Map<String, Value>) -> Result<Self, ConfigError> {
+        let transport = if let Some(path) = text(c, "serialPort") {
+            let parity = match text(c, "parity")
+                .unwrap_or_else(|| "none".into())
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "none" | "n" => tokio_serial::Parity::None,
+                "even" | "e" => tokio_serial::Parity::Even,
+                "odd" | "o" => tokio_serial::Parity::Odd,
+                other => return Err(bad("parity", format!("{other:?} is not none, even or odd"))),
+            };
+            let data_bits = integer(c, "dataBits")?.unwrap_or(8);
+            if !(5..=8).contains(&data_bits) {
+                return Err(bad("dataBits", format!("{data_bits} is not 5 to 8")));
+            }
+            let stop_bits = integer(c, "stopBits")?.unwrap_or(1);
+            if !(1..=2).contains(&stop_bits) {
+                return Err(bad("stopBits", format!("{stop_bits} is not 1 or 2")));
+            }
+            Transport::Rtu {
+                path,
+                baud_rate: integer(c, "baudRate")?.unwrap_or(9600),
+                data_bits,
+                parity,
+                stop_bits,
+            }
+        } else {
+            let ip = text(c, "ip").ok_or_else(|| bad("ip", "missing (or serialPort for RTU)"))?;
+            let port: u16 = integer(c, "port")?.unwrap_or(502);
+            Transport::Tcp {
+                address: format!("{ip}:{port}"),
+            }
+        };
+        let slave = integer(c, "slaveID")?.unwrap_or(1);
+        let timeout = Duration::from_millis(integer(c, "timeout")?.unwrap_or(1000));
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_gap: integer(c, "maxGap")?.unwrap_or(defaults.max_gap),
+            max_registers: integer(c, "maxRegisters")?.unwrap_or(defaults.max_registers),
+            max_bits: integer(c, "maxBits")?.unwrap_or(defaults.max_bits),
+        };
+        Ok(Self {
+            transport,
+            slave,
+            timeout,
+            limits,
+        })
+    }
+}
+
+/// One property: where it lives and how its value is coded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub name: String,
+    pub read: Read,
+    pub codec: Codec,
+}
+
+/// What the model says of a property (its `type`, `minimum`, `maximum`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelHints {
+    pub value_type: Option<String>,
+    pub minimum: Option<f64>,
+    pub maximum: Option<f64>,
+}
+
+impl Point {
+    pub fn from_config(
+        name: &str,
+        v: &Map<String, Value>,
+        model: &ModelHints,
+    ) -> Result<Self, ConfigError> {
+        let table = text(v, "register")
+            .ok_or_else(|| bad("register", "missing"))
+            .and_then(|r| {
+                Table::parse(&r).ok_or_else(|| {
+                    bad(
+                        "register",
+                        format!("{r:?} is not CoilRegister, DiscreteInputRegister, InputRegister or HoldingRegister"),
+                    )
+                })
+            })?;
+        let address: u16 = integer(v, "offset")?.ok_or_else(|| bad("offset", "missing"))?;
+        let data_type = match text(v, "dataType") {
+            Some(t) => {
+                DataType::parse(&t).ok_or_else(|| bad("dataType", format!("{t:?} is unknown")))?
+            }
+            None if table.is_bits() => DataType::Bool,
+            None => match model
+                .value_type
+                .as_deref()
+                .map(str::to_ascii_uppercase)
+                .as_deref()
+            {
+                Some("FLOAT") => DataType::Float32,
+                Some("DOUBLE") => DataType::Float64,
+                Some("BOOLEAN") => DataType::Bool,
+                Some("STRING") => DataType::String,
+                _ => DataType::Int16,
+            },
+        };
+        if table.is_bits() && data_type != DataType::Bool {
+            return Err(bad(
+                "dataType",
+                format!("{data_type} on a bit table; use bool"),
+            ));
+        }
+        let limit: Option<u16> = integer(v, "limit")?;
+        let registers = match data_type.registers() {
+            _ if table.is_bits() => 1,
+            Some(n) => {
+                if let Some(l) = limit
+                    && l != n
+                    && l != 0
+                {
+                    return Err(bad(
+                        "limit",
+                        format!("{l} registers, but a {data_type} takes {n}"),
+                    ));
+                }
+                n
+            }
+            None => limit
+                .filter(|l| *l > 0)
+                .ok_or_else(|| bad("limit", "a string needs its length in registers"))?,
+        };
+        let order = match text(v, "byteOrder") {
+            Some(o) => ByteOrder::parse(&o).ok_or_else(|| {
+                bad(
+                    "byteOrder",
+                    format!("{o:?} is not ABCD, CDAB, BADC or DCBA"),
+                )
+            })?,
+            None => ByteOrder::from_swaps(flag(v, "isSwap")?, flag(v, "isRegisterSwap")?),
+        };
+        let bit: Option<u8> = integer(v, "bit")?;
+        if let Some(b) = bit
+            && b > 15
+        {
+            return Err(bad("bit", format!("{b} is not 0 to 15")));
+        }
+        let scale = number(v, "scale")?.unwrap_or(1.0);
+        if scale == 0.0 || !scale.is_finite() {
+            return Err(bad("scale", "must be a non-zero number"));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            read: Read {
+                table,
+                address,
+                count: registers,
+            },
+            codec: Codec {
+                data_type,
+                order,
+                registers,
+                bit,
+                scale,
+                offset: number(v, "valueOffset")?.unwrap_or(0.0),
+                minimum: model.minimum,
+                maximum: model.maximum,
+            },
+        })
+    }
+}
+
+/// Why a read or write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModbusError {
+    #[error("cannot connect to {address}: {source}")]
+    Connect {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the device did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("transport: {0}")]
+    Transport(#[from] tokio_modbus::Error),
+    #[error("the device answered with exception {0}")]
+    Exception(ExceptionCode),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("{0} is read-only")]
+    ReadOnly(String),
+    #[error("the answer has fewer items than requested")]
+    Short,
+}
+
+impl ModbusError {
+    /// Whether the connection should be dropped and made again (as opposed to a fault of one
+    /// property, such as an exception or a value that does not decode).
+    pub fn is_link(&self) -> bool {
+        matches!(
+            self,
+            Self::Connect { .. } | Self::Timeout(_) | Self::Transport(_)
+        )
+    }
+}
+
+/// A device: its connection settings, its points, and the live client.
+pub struct Device {
+    pub connection: Connection,
+    pub points: Vec<Point>,
+    refused: Refused,
+    ctx: Option<Context>,
+    requests: u64,
+}
+
+impl Device {
+    pub fn new(connection: Connection, points: Vec<Point>) -> Self {
+        Self {
+            connection,
+            points,
+            refused: Refused::new(),
+            ctx: None,
+            requests: 0,
+        }
+    }
+
+    /// Requests sent to the device so far (reads and writes).
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    fn address(&self) -> String {
+        match &self.connection.transport {
+            Transport::Tcp { address } => address.clone(),
+            Transport::Rtu { path, .. } => path.clone(),
+        }
+    }
+
+    /// Connects if not connected.
+    pub async fn connect(&mut self) -> Result<&mut Context, ModbusError> {
+        if self.ctx.is_none() {
+            let slave = Slave(self.connection.slave);
+            let address = self.address();
+            let connect_err = |source| ModbusError::Connect {
+                address: address.clone(),
+                source,
+            };
+            let ctx = match &self.connection.transport {
+                Transport::Tcp { address } => {
+                    let stream = tokio::time::timeout(
+                        self.connection.timeout,
+                        tokio::net::TcpStream::connect(address.as_str()),
+                    )
+                    .await
+                    .map_err(|_| ModbusError::Timeout(self.connection.timeout))?
+                    .map_err(connect_err)?;
+                    let _ = stream.set_nodelay(true);
+                    tokio_modbus::client::tcp::attach_slave(stream, slave)
+                }
+                Transport::Rtu {
+                    path,
+                    baud_rate,
+                    data_bits,
+                    parity,
+                    stop_bits,
+                } => {
+                    let builder = tokio_serial::new(path, *baud_rate)
+                        .data_bits(match data_bits {
+                            5 => tokio_serial::DataBits::Five,
+                            6 => tokio_serial::DataBits::Six,
+                            7 => tokio_serial::DataBits::Seven,
+                            _ => tokio_serial::DataBits::Eight,
+                        })
+                        .parity(*parity)
+                        .stop_bits(if *stop_bits == 2 {
+                            tokio_serial::StopBits::Two
+                        } else {
+                            tokio_serial::StopBits::One
+                        });
+                    let port = tokio_serial::SerialStream::open(&builder)
+                        .map_err(|e| connect_err(std::io::Error::other(e)))?;
+                    tokio_modbus::client::rtu::attach_slave(port, slave)
+                }
+            };
+            self.ctx = Some(ctx);
+        }
+        self.ctx.as_mut().ok_or(ModbusError::Short)
+    }
+
+    /// Drops the connection (after a link error); the next call connects again.
+    pub fn disconnect(&mut self) {
+        self.ctx = None;
+    }
+
+    /// Reads the points `due` (indices into [`Device::points`]) in as few requests as the
+    /// planner allows. Each point gets its own result: an exception or a bad value fails that
+    /// point only. A request refused with `IllegalDataAddress` that bridged unrequested
+    /// addresses is split, and those addresses are never bridged again.
+    pub async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<String, ModbusError>)> {
+        let reads: Vec<Read> = due
+            .iter()
+            .filter_map(|&i| self.points.get(i).map(|p| p.read))
+            .collect();
+        let mut out = Vec::with_capacity(due.len());
+        let mut pending: Vec<usize> = (0..reads.len()).collect();
+        // At most two rounds: merged, then split around refused holes.
+        for _round in 0..2 {
+            if pending.is_empty() {
+                break;
+            }
+            let batch: Vec<Read> = pending.iter().map(|&k| reads[k]).collect();
+            let plan = match planner::plan(&batch, &self.connection.limits, &self.refused) {
+                Ok(p) => p,
+                Err(e) => {
+                    for &k in &pending {
+                        out.push((due[k], Err(ModbusError::Plan(e.clone()))));
+                    }
+                    return out;
+                }
+            };
+            let mut retry = Vec::new();
+            for req in plan {
+                let answer = self.request(req.table, req.address, req.count).await;
+                match answer {
+                    Ok(items) => {
+                        for &b in &req.reads {
+                            let k = pending[b];
+                            let point = &self.points[due[k]];
+                            let value = match slice_items(&req, &batch[b], &items) {
+                                None => Err(ModbusError::Short),
+                                Some(Items::Words(w)) => {
+                                    point.codec.decode_registers(w).map_err(ModbusError::from)
+                                }
+                                Some(Items::Bits(bits)) => Ok(point.codec.decode_bit(bits[0])),
+                            };
+                            out.push((due[k], value));
+                        }
+                    }
+                    Err(ModbusError::Exception(ExceptionCode::IllegalDataAddress))
+                        if req.reads.len() > 1 && !req.holes(&batch).is_empty() =>
+                    {
+                        for a in req.holes(&batch) {
+                            self.refused.insert((req.table, a));
+                        }
+                        tracing::debug!(table = ?req.table, address = req.address, count = req.count, "merged request refused; splitting around the gap");
+                        retry.extend(req.reads.iter().map(|&b| pending[b]));
+                    }
+                    Err(e) => {
+                        let link = e.is_link();
+                        for &b in &req.reads {
+                            out.push((due[pending[b]], Err(e.for_each_point())));
+                        }
+                        if link {
+                            self.disconnect();
+                        }
+                    }
+                }
+            }
+            pending = retry;
+        }
+        out
+    }
+
+    async fn request(
+        &mut self,
+        table: Table,
+        address: u16,
+        count: u16,
+    ) -> Result<ItemsOwned, ModbusError> {
+        let timeout = self.connection.timeout;
+        self.requests += 1;
+        let ctx = self.connect().await?;
+        let call = async {
+            Ok::<_, tokio_modbus::Error>(match table {
+                Table::Coil => ctx.read_coils(address, count).await?.map(ItemsOwned::Bits),
+                Table::DiscreteInput => ctx
+                    .read_discrete_inputs(address, count)
+                    .await?
+                    .map(ItemsOwned::Bits),
+                Table::InputRegister => ctx
+                    .read_input_registers(address, count)
+                    .await?
+                    .map(ItemsOwned::Words),
+                Table::HoldingRegister => ctx
+                    .read_holding_registers(address, count)
+                    .await?
+                    .map(ItemsOwned::Words),
+            })
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Err(_) => {
+                self.disconnect();
+                Err(ModbusError::Timeout(timeout))
+            }
+            Ok(Err(e)) => Err(ModbusError::Transport(e)),
+            Ok(Ok(Err(code))) => Err(ModbusError::Exception(code)),
+            Ok(Ok(Ok(items))) => {
+                if items.len() < usize::from(count) {
+                    Err(ModbusError::Short)
+                } else {
+                    Ok(items)
+                }
+            }
+        }
+    }
+
+    /// Writes `value` to point `index`: a coil with function 5, one register with function 6,
+    /// several with function 16.
+    pub async fn write(&mut self, index: usize, value: &str) -> Result<(), ModbusError> {
+        let point = self.points.get(index).ok_or(ModbusError::Short)?.clone();
+        if !point.read.table.is_writable() {
+            return Err(ModbusError::ReadOnly(point.name));
+        }
+        // Encoded (and checked) before anything is sent.
+        let coil = if point.read.table == Table::Coil {
+            Some(point.codec.encode_bit(value)?)
+        } else {
+            None
+        };
+        let words = match coil {
+            Some(_) => Vec::new(),
+            None => point.codec.encode_registers(value)?,
+        };
+        let timeout = self.connection.timeout;
+        self.requests += 1;
+        let ctx = self.connect().await?;
+        let call = async {
+            let addr = point.read.address;
+            Ok::<_, ModbusError>(match (coil, words.as_slice()) {
+                (Some(bit), _) => ctx.write_single_coil(addr, bit).await?,
+                (None, [w]) => ctx.write_single_register(addr, *w).await?,
+                (None, words) => ctx.write_multiple_registers(addr, words).await?,
+            })
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Err(_) => {
+                self.disconnect();
+                Err(ModbusError::Timeout(timeout))
+            }
+            Ok(Err(e)) => {
+                if e.is_link() {
+                    self.disconnect();
+                }
+                Err(e)
+            }
+            Ok(Ok(Err(code))) => Err(ModbusError::Exception(code)),
+            Ok(Ok(Ok(()))) => Ok(()),
+        }
+    }
+}
+
+/// The items of one answer.
+enum ItemsOwned {
+    Words(Vec<u16>),
+    Bits(Vec<bool>),
+}
+
+impl ItemsOwned {
+    fn len(&self) -> usize {
+        match self {
+            Self::Words(w) => w.len(),
+            Self::Bits(b) => b.len(),
+        }
+    }
+}
+
+enum Items<'a> {
+    Words(&'a [u16]),
+    Bits(&'a [bool]),
+}
+
+/// The items of `read` within the answer to `req`.
+fn slice_items<'a>(
+    req: &planner::Request,
+    read: &Read,
+    items: &'a ItemsOwned,
+) -> Option<Items<'a>> {
+    Some(match items {
+        ItemsOwned::Words(w) => Items::Words(req.slice(read, w)?),
+        ItemsOwned::Bits(b) => Items::Bits(req.slice(read, b)?),
+    })
+}
+
+impl ModbusError {
+    /// The error again, for each point of a failed request (IO errors do not clone; their
+    /// message is kept).
+    fn for_each_point(&self) -> Self {
+        match self {
+            Self::Exception(c) => Self::Exception(*c),
+            Self::Timeout(t) => Self::Timeout(*t),
+            Self::Short => Self::Short,
+            Self::Codec(c) => Self::Codec(c.clone()),
+            Self::Plan(p) => Self::Plan(p.clone()),
+            Self::ReadOnly(n) => Self::ReadOnly(n.clone()),
+            Self::Connect { address, source } => Self::Connect {
+                address: address.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Transport(e) => Self::Transport(tokio_modbus::Error::Transport(
+                std::io::Error::other(e.to_string()),
+            )),
+        }
+    }
+}
