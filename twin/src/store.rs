@@ -310,7 +310,7 @@ impl Store {
                 fold_wanted: tokio::sync::Notify::new(),
             }),
         };
-        let n = store.fold().await?;
+        let n = store.fold_journal().await?;
         if n > 0 {
             tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run");
         }
@@ -333,6 +333,16 @@ impl Store {
 
     /// Folds the journal into the tables until it is empty; returns the rows folded.
     pub async fn fold(&self) -> Result<u64> {
+        // Nothing appended since the last fold: no need to look (the loads and outbox reads of
+        // start-up, and every outbox read of an idle gateway, would query twice for nothing).
+        if self.unfolded() == 0 {
+            return Ok(0);
+        }
+        self.fold_journal().await
+    }
+
+    /// Folds whatever the journal holds, whether or not this process appended it.
+    async fn fold_journal(&self) -> Result<u64> {
         let _one = self.inner.folding.lock().await;
         let mut total = 0;
         loop {
@@ -501,12 +511,18 @@ impl Store {
         let rows: u64 = records.iter().map(RecordRef::weight).sum();
         let body = serde_json::to_vec(&records)?;
         let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
-        sqlx::query("INSERT INTO journal (seq, body) VALUES (?, ?)")
+        // Counted before the row exists, so a fold that reads it always finds it counted (the
+        // count reaches 0 exactly when everything appended is folded).
+        let waiting = self.inner.unfolded.fetch_add(rows, Ordering::Relaxed) + rows;
+        let inserted = sqlx::query("INSERT INTO journal (seq, body) VALUES (?, ?)")
             .bind(i(seq))
             .bind(body)
             .execute(&self.inner.journal)
-            .await?;
-        let waiting = self.inner.unfolded.fetch_add(rows, Ordering::Relaxed) + rows;
+            .await;
+        if let Err(e) = inserted {
+            self.inner.unfolded.fetch_sub(rows, Ordering::Relaxed);
+            return Err(e.into());
+        }
         if waiting >= FOLD_AFTER {
             self.inner.fold_wanted.notify_one();
         }

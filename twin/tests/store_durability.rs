@@ -306,6 +306,26 @@ async fn a_version_1_database_is_migrated_with_its_twins() -> anyhow::Result<()>
     Ok(())
 }
 
+/// Reports value `v` to every property of devices `0..devices`, concurrently so the reports
+/// share commits.
+async fn report_to_all(svc: &TwinService, devices: usize, v: u64) -> anyhow::Result<()> {
+    let mut set = tokio::task::JoinSet::new();
+    for n in 0..devices {
+        let svc = svc.clone();
+        set.spawn(async move {
+            svc.apply(Op::Report {
+                id: decl(n).id,
+                reports: all_props(v),
+            })
+            .await
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
 /// Runs `sql` on the journal file beside `dir/twin.db`.
 async fn on_journal(dir: &std::path::Path, sql: &str) -> anyhow::Result<()> {
     use sqlx::ConnectOptions;
@@ -399,20 +419,7 @@ async fn reports_folded_in_the_background_match_the_engine() -> anyhow::Result<(
     }
     let rounds = (twin::store::FOLD_AFTER as usize / (devices * PROPS * 2)) + 2;
     for v in 1..=rounds as u64 {
-        let mut set = tokio::task::JoinSet::new();
-        for n in 0..devices {
-            let svc = svc.clone();
-            set.spawn(async move {
-                svc.apply(Op::Report {
-                    id: decl(n).id,
-                    reports: all_props(v),
-                })
-                .await
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r??;
-        }
+        report_to_all(&svc, devices, v).await?;
     }
     let mut before = Vec::new();
     for n in 0..devices {
@@ -455,21 +462,7 @@ async fn durability_writer_child() -> anyhow::Result<()> {
     }
     println!("ready");
     for v in 1u64.. {
-        // One value for all devices, reported concurrently so they share commits.
-        let mut set = tokio::task::JoinSet::new();
-        for n in 0..devices {
-            let svc = svc.clone();
-            set.spawn(async move {
-                svc.apply(Op::Report {
-                    id: decl(n).id,
-                    reports: all_props(v),
-                })
-                .await
-            });
-        }
-        while let Some(r) = set.join_next().await {
-            r??;
-        }
+        report_to_all(&svc, devices, v).await?;
         println!("{v}");
     }
     Ok(())
