@@ -354,53 +354,59 @@ impl Device {
 
     /// Connects if not connected.
     pub async fn connect(&mut self) -> Result<&mut Context, ModbusError> {
-        if self.ctx.is_none() {
-            let slave = Slave(self.connection.slave);
-            let address = self.address();
-            let connect_err = |source| ModbusError::Connect {
-                address: address.clone(),
-                source,
-            };
-            let ctx = match &self.connection.transport {
-                Transport::Tcp { address } => {
-                    let stream = tokio::time::timeout(
-                        self.connection.timeout,
-                        tokio::net::TcpStream::connect(address.as_str()),
-                    )
-                    .await
-                    .map_err(|_| ModbusError::Timeout(self.connection.timeout))?
-                    .map_err(connect_err)?;
-                    let _ = stream.set_nodelay(true);
-                    tokio_modbus::client::tcp::attach_slave(stream, slave)
-                }
-                Transport::Rtu {
-                    path,
-                    baud_rate,
-                    data_bits,
-                    parity,
-                    stop_bits,
-                } => {
-                    let builder = tokio_serial::new(path, *baud_rate)
-                        .data_bits(match data_bits {
-                            5 => tokio_serial::DataBits::Five,
-                            6 => tokio_serial::DataBits::Six,
-                            7 => tokio_serial::DataBits::Seven,
-                            _ => tokio_serial::DataBits::Eight,
-                        })
-                        .parity(*parity)
-                        .stop_bits(if *stop_bits == 2 {
-                            tokio_serial::StopBits::Two
-                        } else {
-                            tokio_serial::StopBits::One
-                        });
-                    let port = tokio_serial::SerialStream::open(&builder)
-                        .map_err(|e| connect_err(std::io::Error::other(e)))?;
-                    tokio_modbus::client::rtu::attach_slave(port, slave)
-                }
-            };
-            self.ctx = Some(ctx);
-        }
-        self.ctx.as_mut().ok_or(ModbusError::Short)
+        let ctx = match self.ctx.take() {
+            Some(ctx) => ctx,
+            None => self.open().await?,
+        };
+        Ok(self.ctx.insert(ctx))
+    }
+
+    /// A new connection to the device.
+    async fn open(&self) -> Result<Context, ModbusError> {
+        let slave = Slave(self.connection.slave);
+        let address = self.address();
+        let connect_err = |source| ModbusError::Connect {
+            address: address.clone(),
+            source,
+        };
+        let ctx = match &self.connection.transport {
+            Transport::Tcp { address } => {
+                let stream = tokio::time::timeout(
+                    self.connection.timeout,
+                    tokio::net::TcpStream::connect(address.as_str()),
+                )
+                .await
+                .map_err(|_| ModbusError::Timeout(self.connection.timeout))?
+                .map_err(connect_err)?;
+                let _ = stream.set_nodelay(true);
+                tokio_modbus::client::tcp::attach_slave(stream, slave)
+            }
+            Transport::Rtu {
+                path,
+                baud_rate,
+                data_bits,
+                parity,
+                stop_bits,
+            } => {
+                let builder = tokio_serial::new(path, *baud_rate)
+                    .data_bits(match data_bits {
+                        5 => tokio_serial::DataBits::Five,
+                        6 => tokio_serial::DataBits::Six,
+                        7 => tokio_serial::DataBits::Seven,
+                        _ => tokio_serial::DataBits::Eight,
+                    })
+                    .parity(*parity)
+                    .stop_bits(if *stop_bits == 2 {
+                        tokio_serial::StopBits::Two
+                    } else {
+                        tokio_serial::StopBits::One
+                    });
+                let port = tokio_serial::SerialStream::open(&builder)
+                    .map_err(|e| connect_err(std::io::Error::other(e)))?;
+                tokio_modbus::client::rtu::attach_slave(port, slave)
+            }
+        };
+        Ok(ctx)
     }
 
     /// Drops the connection (after a link error); the next call connects again.
