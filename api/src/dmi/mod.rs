@@ -14,3 +14,22 @@ pub mod v1beta1 {
 
 /// The encoded `FileDescriptorSet` of the DMI protobuf.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dmi_v1beta1.fds"));
+
+/// A lazy gRPC channel over the Unix socket at `path` (`unix:///path` or a plain path), each
+/// call bounded by `timeout`: how edgecore dials mappers and how a mapper dials edgecore. It
+/// reconnects by itself after the peer restarts. Must be created inside a tokio runtime.
+#[cfg(feature = "transport")]
+pub fn uds_channel(path: &str, timeout: std::time::Duration) -> tonic::transport::Channel {
+    let path = std::path::PathBuf::from(path.strip_prefix("unix://").unwrap_or(path));
+    // The URI is required by tonic but unused: the connector dials the socket.
+    tonic::transport::Endpoint::from_static("http://dmi.local")
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .timeout(timeout)
+        .connect_with_connector_lazy(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+}

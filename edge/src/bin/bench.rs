@@ -258,7 +258,8 @@ async fn dmi_latency(
         server,
         cancel.clone(),
     ));
-    let channel = edge::dmi::uds_channel(path, std::time::Duration::from_secs(30));
+    let channel =
+        api::dmi::uds_channel(&path.to_string_lossy(), std::time::Duration::from_secs(30));
     let client = pb::device_manager_service_client::DeviceManagerServiceClient::new(channel);
 
     let (lat_tx, mut lat_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();

@@ -18,7 +18,6 @@ use api::v1beta1::{Device, DeviceModel, TwinProperty};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -150,12 +149,15 @@ fn entry(record: MapperRecord) -> Entry {
 
 /// A lazy gRPC channel to a mapper's Unix socket (`unix:///path` or a plain path).
 fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
-    let path = PathBuf::from(address.strip_prefix("unix://").unwrap_or(address));
-    if path.as_os_str().is_empty() {
+    if address
+        .strip_prefix("unix://")
+        .unwrap_or(address)
+        .is_empty()
+    {
         return None;
     }
-    Some(DeviceMapperServiceClient::new(super::uds_channel(
-        path,
+    Some(DeviceMapperServiceClient::new(api::dmi::uds_channel(
+        address,
         CALL_TIMEOUT,
     )))
 }

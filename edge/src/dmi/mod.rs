@@ -192,23 +192,6 @@ pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, DmiError> {
     })
 }
 
-/// A lazy gRPC channel over the Unix socket at `path`, each call bounded by `timeout`: how
-/// edgecore dials mappers, and how a mapper (or a test, or the bench) dials edgecore. Must be
-/// created inside a tokio runtime.
-pub fn uds_channel(path: PathBuf, timeout: std::time::Duration) -> tonic::transport::Channel {
-    // The URI is required by tonic but unused: the connector dials the socket.
-    tonic::transport::Endpoint::from_static("http://dmi.local")
-        .connect_timeout(std::time::Duration::from_secs(2))
-        .timeout(timeout)
-        .connect_with_connector_lazy(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
-}
-
 /// Serves DMI on `listener` until `cancel`.
 pub async fn serve(
     listener: tokio::net::UnixListener,

@@ -137,8 +137,8 @@ impl TestMapper {
             .expect("runtime");
         let client = {
             let _guard = rt.enter();
-            DeviceManagerServiceClient::new(edge::dmi::uds_channel(
-                edgecore.to_path_buf(),
+            DeviceManagerServiceClient::new(api::dmi::uds_channel(
+                &edgecore.to_string_lossy(),
                 Duration::from_secs(10),
             ))
         };

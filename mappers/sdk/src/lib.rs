@@ -1,2 +1,145 @@
-//! The mapper SDK shared by every protocol mapper. Filled by the mapper issue; intentionally
-//! empty until then.
+//! The mapper SDK: everything a protocol mapper does apart from talking to its hardware.
+//!
+//! A protocol implements [`driver::Protocol`] and [`driver::Driver`] (connect, read a batch of
+//! properties, write one, stop); [`run`] does the rest:
+//! - registers with edgecore over DMI (`MapperRegister` with data), retrying until it answers,
+//!   and serves `DeviceMapperService` on the mapper's own Unix socket;
+//! - runs one scheduler task per device ([`device`]): each property is read at its
+//!   `collectCycle`, the properties due together are read in one batch, a changed value is
+//!   reported at once and an unchanged one at its `reportCycle`, desired values are written when
+//!   they change (no restart of the device) and read back, and the device's state
+//!   (online/offline/unhealthy) is reported on change and at `stateReport.reportCycle`;
+//! - sends reports over one long-lived DMI channel from one task ([`report`]), keeping what
+//!   could not be delivered;
+//! - pushes values to the property's `pushMethod` targets ([`push`]);
+//! - serves a REST API and Prometheus metrics ([`rest`], [`metrics`]).
+
+pub mod config;
+pub mod device;
+pub mod driver;
+pub mod mapper;
+pub mod metrics;
+pub mod push;
+pub mod report;
+pub mod rest;
+
+pub use config::Config;
+pub use driver::{
+    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, PropertyConfig, Protocol,
+};
+
+use api::dmi::v1beta1::device_mapper_service_server::DeviceMapperServiceServer;
+use std::path::Path;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Why the mapper could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot listen on the mapper socket {path}: {source}")]
+    Socket {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen on the REST address {address}: {source}")]
+    Http {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Binds `path`, replacing a stale socket left by a crash (but not one that answers).
+fn bind(path: &Path) -> Result<tokio::net::UnixListener, RunError> {
+    let err = |source| RunError::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    tokio::net::UnixListener::bind(path).map_err(err)
+}
+
+/// Runs the mapper until `cancel`.
+pub async fn run<P: Protocol>(
+    protocol: P,
+    config: Config,
+    cancel: CancellationToken,
+) -> Result<(), RunError> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let socket = config.socket();
+    let listener = bind(&socket)?;
+    let http = if config.common.http_port != 0 {
+        let address = format!("{}:{}", config.common.address, config.common.http_port);
+        let l = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|source| RunError::Http {
+                address: address.clone(),
+                source,
+            })?;
+        tracing::info!(%address, "REST API listening");
+        Some(l)
+    } else {
+        None
+    };
+
+    let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(4096);
+    let reporter = tokio::spawn(report::run(
+        report::client(&config.common.edgecore_sock),
+        reports_rx,
+        metrics.clone(),
+        cancel.clone(),
+    ));
+    let protocol_name = protocol.name().to_string();
+    let mapper = mapper::Mapper::new(
+        protocol,
+        config,
+        metrics.clone(),
+        reports_tx,
+        cancel.clone(),
+    );
+
+    tracing::info!(socket = %socket.display(), "DeviceMapperService listening");
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let grpc = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DeviceMapperServiceServer::new(mapper.clone()))
+            .serve_with_incoming_shutdown(incoming, cancel.clone().cancelled_owned()),
+    );
+    let rest = http.map(|l| {
+        let router = rest::router(rest::RestState {
+            devices: mapper.shared.devices.clone(),
+            metrics: metrics.clone(),
+            protocol: protocol_name,
+        });
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, router)
+                .with_graceful_shutdown(c.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "REST API failed");
+            }
+        })
+    });
+
+    mapper.register().await;
+    cancel.cancelled().await;
+    tracing::info!("stopping");
+    if let Err(e) = grpc.await.unwrap_or(Ok(())) {
+        tracing::error!(error = %e, "DeviceMapperService failed");
+    }
+    if let Some(r) = rest {
+        let _ = r.await;
+    }
+    let _ = reporter.await;
+    // Device tasks stop their drivers on the same cancellation; give them a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}

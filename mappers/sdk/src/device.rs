@@ -1,0 +1,737 @@
+//! One task per device: the scheduler that reads properties at their `collectCycle`, grouping
+//! those due together into one driver call, reports a changed value at once and an unchanged one
+//! only when its `reportCycle` has passed, writes desired values when they change (then reads
+//! them back), and tracks the device's state from its transport.
+
+use crate::driver::{DeviceConfig, DeviceState, Driver, DriverError, ErrorKind};
+use crate::metrics::Metrics;
+use crate::push::Pusher;
+use crate::report::{Report, TwinReport};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// KubeEdge's default `collectCycle` and `reportCycle` (1 s) for a property that gives none.
+pub const DEFAULT_CYCLE: Duration = Duration::from_secs(1);
+/// Properties due within this much of each other are read in one batch.
+const GROUP_WINDOW: Duration = Duration::from_millis(5);
+/// The first reconnect delay; it doubles up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How one property is scheduled and pushed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PropertySchedule {
+    pub collect: Duration,
+    pub report: Duration,
+    pub push: Option<Arc<Pusher>>,
+}
+
+/// How a device is scheduled (everything of its spec but the desired values).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub properties: Vec<PropertySchedule>,
+    /// `stateReport.reportCycle` when `stateReport.reportToCloud` is set: the state is then
+    /// also reported at this cycle, not only when it changes.
+    pub state_cycle: Option<Duration>,
+}
+
+/// What the REST API and `GetDevice` see of a device.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Snapshot {
+    pub state: &'static str,
+    /// Why the device cannot run at all (a configuration error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub properties: BTreeMap<String, PropertyView>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PropertyView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Milliseconds since the epoch of the last successful read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The desired value last written to the device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied_desired: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
+}
+
+/// Requests to a device task.
+pub enum Command {
+    /// New desired values (`property`, `value`) from edgecore.
+    Desired(Vec<(String, String)>),
+    /// Read one property now.
+    Read(String, oneshot::Sender<Result<String, String>>),
+    /// Write one property now and read it back.
+    Write(String, String, oneshot::Sender<Result<String, String>>),
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+struct Prop {
+    name: String,
+    value_type: Option<String>,
+    writable: bool,
+    collect: Duration,
+    report: Duration,
+    push: Option<Arc<Pusher>>,
+    next: Instant,
+    value: Option<String>,
+    sent: Option<String>,
+    sent_at: Option<Instant>,
+    desired: Option<String>,
+    applied: Option<String>,
+    /// A desired value the device or the codec refused for good (out of range, not of the
+    /// type): not tried again until the desired value changes.
+    rejected: Option<String>,
+}
+
+/// The device task's state.
+pub struct DeviceTask<D: Driver> {
+    namespace: String,
+    name: String,
+    driver: D,
+    props: Vec<Prop>,
+    state: DeviceState,
+    connected: bool,
+    ever_connected: bool,
+    backoff: Duration,
+    retry_at: Instant,
+    state_cycle: Option<Duration>,
+    state_next: Instant,
+    reports: mpsc::Sender<Report>,
+    metrics: Arc<Metrics>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    requests_seen: u64,
+}
+
+impl<D: Driver> DeviceTask<D> {
+    pub fn new(
+        config: &DeviceConfig,
+        schedule: &Schedule,
+        driver: D,
+        reports: mpsc::Sender<Report>,
+        metrics: Arc<Metrics>,
+        snapshot: Arc<Mutex<Snapshot>>,
+    ) -> Self {
+        let now = Instant::now();
+        let props = config
+            .properties
+            .iter()
+            .zip(&schedule.properties)
+            .map(|(p, s)| Prop {
+                name: p.name.clone(),
+                value_type: p.value_type.clone(),
+                writable: p.writable,
+                collect: s.collect,
+                report: s.report,
+                push: s.push.clone(),
+                next: now,
+                value: None,
+                sent: None,
+                sent_at: None,
+                desired: None,
+                applied: None,
+                rejected: None,
+            })
+            .collect();
+        Self {
+            namespace: config.namespace.clone(),
+            name: config.name.clone(),
+            driver,
+            props,
+            state: DeviceState::Unknown,
+            connected: false,
+            ever_connected: false,
+            backoff: FIRST_BACKOFF,
+            retry_at: now,
+            state_cycle: schedule.state_cycle,
+            state_next: now,
+            reports,
+            metrics,
+            snapshot,
+            requests_seen: 0,
+        }
+    }
+
+    /// Runs until `cancel` or until the command channel closes, then stops the driver.
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>, cancel: CancellationToken) {
+        loop {
+            let wake = self.next_wake();
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                c = commands.recv() => match c {
+                    Some(c) => self.command(c).await,
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(wake) => self.cycle().await,
+            }
+        }
+        self.driver.stop().await;
+        if self.state == DeviceState::Online {
+            self.metrics.devices_online.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn next_wake(&self) -> Instant {
+        let mut wake = self
+            .props
+            .iter()
+            .map(|p| p.next)
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        if self.state_cycle.is_some() {
+            wake = wake.min(self.state_next);
+        }
+        if !self.connected {
+            wake = wake.max(self.retry_at);
+        }
+        wake
+    }
+
+    async fn command(&mut self, c: Command) {
+        match c {
+            Command::Desired(values) => {
+                for (name, value) in values {
+                    if let Some(p) = self.props.iter_mut().find(|p| p.name == name)
+                        && p.desired.as_deref() != Some(value.as_str())
+                    {
+                        p.desired = Some(value);
+                    }
+                }
+                self.apply_desired().await;
+            }
+            Command::Read(name, reply) => {
+                let r = match self.index(&name) {
+                    Some(i) => self.read_now(i).await,
+                    None => Err(format!("no property {name}")),
+                };
+                let _ = reply.send(r);
+            }
+            Command::Write(name, value, reply) => {
+                let r = match self.index(&name) {
+                    Some(i) => match self.write(i, &value).await {
+                        Ok(()) => self.read_now(i).await,
+                        Err(e) => Err(e.message),
+                    },
+                    None => Err(format!("no property {name}")),
+                };
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.props.iter().position(|p| p.name == name)
+    }
+
+    async fn read_now(&mut self, i: usize) -> Result<String, String> {
+        let now = Instant::now();
+        let results = self.read(&[i], now).await;
+        match results.into_iter().next() {
+            Some((_, Ok(v))) => Ok(v),
+            Some((_, Err(e))) => Err(e.message),
+            None => Err("the driver returned nothing".into()),
+        }
+    }
+
+    /// Connects when not connected and the backoff allows it.
+    async fn ensure_connected(&mut self) -> bool {
+        if self.connected {
+            return true;
+        }
+        let now = Instant::now();
+        if now < self.retry_at {
+            return false;
+        }
+        match self.driver.connect().await {
+            Ok(()) => {
+                self.connected = true;
+                if self.ever_connected {
+                    self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(device = %self.id(), "reconnected");
+                }
+                self.ever_connected = true;
+                self.backoff = FIRST_BACKOFF;
+                true
+            }
+            Err(e) => {
+                self.link_down(&e).await;
+                false
+            }
+        }
+    }
+
+    fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    async fn link_down(&mut self, e: &DriverError) {
+        if self.state != DeviceState::Offline {
+            tracing::warn!(device = %self.id(), error = %e, retry_in = ?self.backoff, "device offline");
+        }
+        self.connected = false;
+        self.retry_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.set_state(DeviceState::Offline).await;
+    }
+
+    async fn set_state(&mut self, state: DeviceState) {
+        if state == self.state {
+            return;
+        }
+        if state == DeviceState::Online {
+            self.metrics.devices_online.fetch_add(1, Ordering::Relaxed);
+        } else if self.state == DeviceState::Online {
+            self.metrics.devices_online.fetch_sub(1, Ordering::Relaxed);
+        }
+        tracing::info!(device = %self.id(), from = self.state.as_str(), to = state.as_str(), "device state");
+        self.state = state;
+        if let Ok(mut s) = self.snapshot.lock() {
+            s.state = state.as_str();
+        }
+        self.send_state().await;
+    }
+
+    async fn send_state(&mut self) {
+        if let Some(c) = self.state_cycle {
+            self.state_next = Instant::now() + c;
+        }
+        let _ = self
+            .reports
+            .send(Report::State {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                state: self.state.as_str(),
+            })
+            .await;
+    }
+
+    /// Reads the properties due now and reports what must be reported.
+    async fn cycle(&mut self) {
+        let now = Instant::now();
+        if self.state_cycle.is_some() && self.state_next <= now {
+            self.send_state().await;
+        }
+        let due: Vec<usize> = (0..self.props.len())
+            .filter(|&i| self.props[i].next <= now + GROUP_WINDOW)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for &i in &due {
+            let p = &mut self.props[i];
+            while p.next <= now + GROUP_WINDOW {
+                p.next += p.collect;
+            }
+        }
+        if !self.ensure_connected().await {
+            return;
+        }
+        self.apply_desired().await;
+        self.read(&due, now).await;
+    }
+
+    /// Reads `due`, updates state and snapshot, and reports and pushes what changed or is due.
+    async fn read(
+        &mut self,
+        due: &[usize],
+        now: Instant,
+    ) -> Vec<(usize, Result<String, DriverError>)> {
+        if !self.ensure_connected().await {
+            let e = DriverError::link("the device is offline");
+            return due.iter().map(|&i| (i, Err(e.clone()))).collect();
+        }
+        let started = std::time::Instant::now();
+        let results = self.driver.read(due).await;
+        self.metrics.observe_batch(started.elapsed());
+        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        let requests = self.driver.requests();
+        self.metrics.requests.fetch_add(
+            requests.saturating_sub(self.requests_seen),
+            Ordering::Relaxed,
+        );
+        self.requests_seen = requests;
+
+        let ts = now_ms();
+        let mut twins = Vec::new();
+        let mut ok = 0usize;
+        let mut link: Option<DriverError> = None;
+        let mut views = Vec::new();
+        for (i, r) in &results {
+            let Some(p) = self.props.get_mut(*i) else {
+                continue;
+            };
+            match r {
+                Ok(v) => {
+                    ok += 1;
+                    self.metrics.reads.fetch_add(1, Ordering::Relaxed);
+                    p.value = Some(v.clone());
+                    let changed = p.sent.as_deref() != Some(v.as_str());
+                    let stale = p.sent_at.is_none_or(|t| now.duration_since(t) >= p.report);
+                    if changed || stale {
+                        p.sent = Some(v.clone());
+                        p.sent_at = Some(now);
+                        twins.push(TwinReport {
+                            property: p.name.clone(),
+                            value: v.clone(),
+                            value_type: p.value_type.clone(),
+                            timestamp: ts,
+                            observed_desired: p.applied.clone(),
+                        });
+                        if let Some(push) = &p.push {
+                            push.push(
+                                &self.namespace,
+                                &self.name,
+                                &p.name,
+                                v,
+                                p.value_type.as_deref(),
+                                ts,
+                            );
+                        }
+                    }
+                    views.push((p.name.clone(), Some(v.clone()), None));
+                }
+                Err(e) => {
+                    self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(device = %format!("{}/{}", self.namespace, self.name), property = %p.name, error = %e, "read failed");
+                    if e.kind == ErrorKind::Link {
+                        link = Some(e.clone());
+                    }
+                    views.push((p.name.clone(), None, Some(e.message.clone())));
+                }
+            }
+        }
+        if let Ok(mut s) = self.snapshot.lock() {
+            for (name, value, error) in views {
+                let v = s.properties.entry(name).or_default();
+                if value.is_some() {
+                    v.value = value;
+                    v.timestamp = Some(ts);
+                }
+                v.error = error;
+            }
+        }
+        if !twins.is_empty() {
+            let _ = self
+                .reports
+                .send(Report::Twins {
+                    namespace: self.namespace.clone(),
+                    name: self.name.clone(),
+                    twins,
+                })
+                .await;
+        }
+        if let Some(e) = link {
+            self.link_down(&e).await;
+        } else if ok == 0 && !results.is_empty() {
+            self.set_state(DeviceState::Unhealthy).await;
+        } else if ok > 0 {
+            self.set_state(DeviceState::Online).await;
+        }
+        results
+    }
+
+    async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
+        if !self.props[i].writable {
+            return Err(DriverError::config(format!(
+                "{} is ReadOnly in its model",
+                self.props[i].name
+            )));
+        }
+        if !self.ensure_connected().await {
+            return Err(DriverError::link("the device is offline"));
+        }
+        self.metrics.writes.fetch_add(1, Ordering::Relaxed);
+        let r = self.driver.write(i, value).await;
+        if let Err(e) = &r {
+            self.metrics.write_errors.fetch_add(1, Ordering::Relaxed);
+            if e.kind == ErrorKind::Link {
+                self.link_down(e).await;
+            }
+        }
+        r
+    }
+
+    /// Writes desired values not yet on the device; a written one is read back at once. A
+    /// failed write is tried again at the property's next cycle.
+    async fn apply_desired(&mut self) {
+        for i in 0..self.props.len() {
+            let p = &self.props[i];
+            let Some(want) = p.desired.clone() else {
+                continue;
+            };
+            if p.applied.as_deref() == Some(want.as_str())
+                || p.rejected.as_deref() == Some(want.as_str())
+                || want.is_empty()
+            {
+                continue;
+            }
+            if !p.writable {
+                tracing::warn!(device = %self.id(), property = %p.name, "desired value ignored: the property is ReadOnly");
+                self.props[i].applied = Some(want);
+                continue;
+            }
+            let r = self.write(i, &want).await;
+            let name = self.props[i].name.clone();
+            match &r {
+                Ok(()) => {
+                    tracing::info!(device = %self.id(), property = %name, value = %want, "desired value written");
+                    let p = &mut self.props[i];
+                    p.applied = Some(want.clone());
+                    p.sent = None;
+                    p.next = Instant::now();
+                }
+                Err(e) if e.kind == ErrorKind::Config => {
+                    tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value refused");
+                    self.props[i].rejected = Some(want.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value not written; will retry")
+                }
+            }
+            if let Ok(mut s) = self.snapshot.lock() {
+                let v = s.properties.entry(name).or_default();
+                match r {
+                    Ok(()) => {
+                        v.applied_desired = Some(want);
+                        v.write_error = None;
+                    }
+                    Err(e) => v.write_error = Some(e.message),
+                }
+            }
+            if !self.connected {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scheduler's timing with tokio's paused clock and a driver that records its calls.
+    use super::*;
+    use crate::driver::PropertyConfig;
+
+    #[derive(Default)]
+    struct Rig {
+        values: Vec<String>,
+        /// (ms since start, indices) of each read.
+        batches: Vec<(u64, Vec<usize>)>,
+        writes: Vec<(usize, String)>,
+        link_down: bool,
+        connects: u32,
+    }
+
+    struct Fake {
+        rig: Arc<Mutex<Rig>>,
+        start: Instant,
+    }
+
+    impl Driver for Fake {
+        async fn connect(&mut self) -> Result<(), DriverError> {
+            let mut r = self.rig.lock().expect("rig");
+            r.connects += 1;
+            if r.link_down {
+                Err(DriverError::link("connection refused"))
+            } else {
+                Ok(())
+            }
+        }
+        async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<String, DriverError>)> {
+            let mut r = self.rig.lock().expect("rig");
+            let at = self.start.elapsed().as_millis() as u64;
+            r.batches.push((at, due.to_vec()));
+            due.iter()
+                .map(|&i| {
+                    if r.link_down {
+                        (i, Err(DriverError::link("broken pipe")))
+                    } else {
+                        (i, Ok(r.values[i].clone()))
+                    }
+                })
+                .collect()
+        }
+        async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {
+            let mut r = self.rig.lock().expect("rig");
+            r.writes.push((index, value.to_string()));
+            r.values[index] = value.to_string();
+            Ok(())
+        }
+        async fn stop(&mut self) {}
+    }
+
+    fn start(
+        cycles: &[(u64, u64)],
+    ) -> (
+        Arc<Mutex<Rig>>,
+        mpsc::Receiver<Report>,
+        mpsc::Sender<Command>,
+        CancellationToken,
+    ) {
+        let rig = Arc::new(Mutex::new(Rig {
+            values: cycles.iter().map(|_| "1".to_string()).collect(),
+            ..Rig::default()
+        }));
+        let config = DeviceConfig {
+            namespace: "default".into(),
+            name: "d".into(),
+            protocol: Default::default(),
+            properties: (0..cycles.len())
+                .map(|i| PropertyConfig {
+                    name: format!("p{i}"),
+                    writable: true,
+                    ..PropertyConfig::default()
+                })
+                .collect(),
+        };
+        let schedule = Schedule {
+            properties: cycles
+                .iter()
+                .map(|&(c, r)| PropertySchedule {
+                    collect: Duration::from_millis(c),
+                    report: Duration::from_millis(r),
+                    push: None,
+                })
+                .collect(),
+            state_cycle: None,
+        };
+        let (rtx, rrx) = mpsc::channel(100);
+        let (ctx, crx) = mpsc::channel(10);
+        let task = DeviceTask::new(
+            &config,
+            &schedule,
+            Fake {
+                rig: rig.clone(),
+                start: Instant::now(),
+            },
+            rtx,
+            Arc::new(Metrics::default()),
+            Arc::new(Mutex::new(Snapshot::default())),
+        );
+        let cancel = CancellationToken::new();
+        tokio::spawn(task.run(crx, cancel.clone()));
+        (rig, rrx, ctx, cancel)
+    }
+
+    fn twins(rx: &mut mpsc::Receiver<Report>) -> Vec<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            if let Report::Twins { twins, .. } = r {
+                out.push(twins.into_iter().map(|t| (t.property, t.value)).collect());
+            }
+        }
+        out
+    }
+
+    fn states(rx: &mut mpsc::Receiver<Report>) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            if let Report::State { state, .. } = r {
+                out.push(state);
+            }
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn properties_due_together_are_read_in_one_batch() {
+        let (rig, _rx, _tx, cancel) = start(&[(1000, 1000), (1000, 1000), (2000, 1000)]);
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        cancel.cancel();
+        let batches = rig.lock().expect("rig").batches.clone();
+        assert_eq!(
+            batches,
+            vec![
+                (0, vec![0, 1, 2]),
+                (1000, vec![0, 1]),
+                (2000, vec![0, 1, 2]),
+                (3000, vec![0, 1]),
+                (4000, vec![0, 1, 2]),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_are_reported_at_once_and_unchanged_values_at_the_report_cycle() {
+        let (rig, mut rx, _tx, cancel) = start(&[(100, 1000)]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            twins(&mut rx),
+            vec![vec![("p0".to_string(), "1".to_string())]]
+        );
+        // Unchanged: nothing until the report cycle has passed.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(twins(&mut rx).is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(twins(&mut rx).len(), 1, "re-reported at 1000 ms");
+        // A change goes out at the next read, not at the report cycle.
+        rig.lock().expect("rig").values[0] = "2".into();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            twins(&mut rx),
+            vec![vec![("p0".to_string(), "2".to_string())]]
+        );
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_link_goes_offline_backs_off_and_comes_back_online() {
+        let (rig, mut rx, _tx, cancel) = start(&[(100, 1000)]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(states(&mut rx), vec!["online"]);
+        rig.lock().expect("rig").link_down = true;
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        assert_eq!(states(&mut rx), vec!["offline"]);
+        // Backoff 0.5 s, 1 s, 2 s...: a handful of attempts in 3 s, not one per 100 ms cycle.
+        let connects = rig.lock().expect("rig").connects;
+        assert!((3..=5).contains(&connects), "{connects} connects");
+        rig.lock().expect("rig").link_down = false;
+        tokio::time::sleep(Duration::from_millis(5000)).await;
+        assert_eq!(states(&mut rx), vec!["online"]);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_desired_value_is_written_once_and_read_back_at_once() {
+        let (rig, mut rx, tx, cancel) = start(&[(10_000, 10_000)]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = twins(&mut rx);
+        tx.send(Command::Desired(vec![("p0".into(), "7".into())]))
+            .await
+            .expect("task runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut reported = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            if let Report::Twins { twins, .. } = r {
+                reported.extend(twins);
+            }
+        }
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert_eq!(reported[0].value, "7");
+        assert_eq!(reported[0].observed_desired.as_deref(), Some("7"));
+        // The same desired value again writes nothing.
+        tx.send(Command::Desired(vec![("p0".into(), "7".into())]))
+            .await
+            .expect("task runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(rig.lock().expect("rig").writes, vec![(0, "7".to_string())]);
+        cancel.cancel();
+    }
+}

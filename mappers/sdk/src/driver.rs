@@ -1,0 +1,147 @@
+//! What a protocol implements: [`Protocol`] builds a [`Driver`] for one device from its
+//! configuration, and the driver connects, reads a batch of properties, writes one, and says how
+//! the transport is doing. Everything else (scheduling, DMI, push, REST, metrics) is the SDK's.
+
+use serde_json::{Map, Value};
+use std::future::Future;
+
+/// A device as its protocol sees it: KubeEdge's effective spec (model defaults merged), with
+/// the model's hints for each property.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceConfig {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.protocol.configData`.
+    pub protocol: Map<String, Value>,
+    pub properties: Vec<PropertyConfig>,
+}
+
+/// One property: its visitor and what the model says about it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PropertyConfig {
+    pub name: String,
+    /// `visitors.configData`.
+    pub visitor: Map<String, Value>,
+    /// The model's `type` (`INT`, `FLOAT`, `DOUBLE`, `STRING`, `BOOLEAN`, ...).
+    pub value_type: Option<String>,
+    /// `false` when the model says `ReadOnly`.
+    pub writable: bool,
+    pub minimum: Option<f64>,
+    pub maximum: Option<f64>,
+    pub unit: Option<String>,
+}
+
+impl DeviceConfig {
+    /// `namespace/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What went wrong with a device, and what it means for the device's state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DriverError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// How a [`DriverError`] affects the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The transport failed (refused, dropped, timed out): the device is offline and is
+    /// reconnected with backoff.
+    Link,
+    /// The device answered, but not with a value (an exception, a value that does not decode
+    /// or is out of range): this property fails, the others carry on.
+    Device,
+    /// The configuration cannot work (an unknown register, a bad data type).
+    Config,
+}
+
+impl DriverError {
+    pub fn link(message: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Link,
+            message: message.into(),
+        }
+    }
+    pub fn device(message: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Device,
+            message: message.into(),
+        }
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        Self {
+            kind: ErrorKind::Config,
+            message: message.into(),
+        }
+    }
+}
+
+/// A device's state as KubeEdge spells it in `ReportDeviceStates`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceState {
+    /// Not tried yet.
+    #[default]
+    Unknown,
+    /// Connected, and answering.
+    Online,
+    /// Cannot be reached.
+    Offline,
+    /// Reached, but no property could be read in the last cycle.
+    Unhealthy,
+}
+
+impl DeviceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Online => "online",
+            Self::Offline => "offline",
+            Self::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// The result of reading one property: its index in [`DeviceConfig::properties`] and its value
+/// as the twin's string.
+pub type Reading = (usize, Result<String, DriverError>);
+
+/// One device's connection to its hardware. Methods are called from one task at a time.
+pub trait Driver: Send + 'static {
+    /// Connects if not connected.
+    fn connect(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Reads the properties `due` (indices into [`DeviceConfig::properties`]), which are due at
+    /// the same time, so that the driver can plan them together. Each gets its own result.
+    fn read(&mut self, due: &[usize]) -> impl Future<Output = Vec<Reading>> + Send;
+
+    /// Writes `value` (the twin's string) to property `index`.
+    fn write(
+        &mut self,
+        index: usize,
+        value: &str,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Drops the connection.
+    fn stop(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Requests sent so far, for metrics (0 when the protocol does not count them).
+    fn requests(&self) -> u64 {
+        0
+    }
+}
+
+/// A protocol: builds drivers.
+pub trait Protocol: Send + Sync + 'static {
+    type Driver: Driver;
+
+    /// The protocol name devices give in `spec.protocol.protocolName`.
+    fn name(&self) -> &str;
+
+    /// A driver for `device`, or an error naming what in its configuration is wrong. Must not
+    /// do IO: the SDK connects through [`Driver::connect`].
+    fn driver(&self, device: &DeviceConfig) -> Result<Self::Driver, DriverError>;
+}

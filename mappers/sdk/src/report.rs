@@ -1,0 +1,215 @@
+//! Reports to edgecore over DMI: one long-lived gRPC channel on edgecore's Unix socket, and one
+//! reporter task that all devices hand their reports to, so that a slow or restarting edgecore
+//! never holds up a read. Reports that could not be delivered are kept (the newest value of each
+//! property and the newest state of each device) and sent again with backoff.
+
+use crate::metrics::Metrics;
+use api::dmi::v1beta1 as pb;
+use api::dmi::v1beta1::device_manager_service_client::DeviceManagerServiceClient;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// One property value to report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TwinReport {
+    pub property: String,
+    pub value: String,
+    pub value_type: Option<String>,
+    /// Milliseconds since the epoch.
+    pub timestamp: u64,
+    /// The desired value the device has (written by the mapper).
+    pub observed_desired: Option<String>,
+}
+
+/// What a device task hands to the reporter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Report {
+    Twins {
+        namespace: String,
+        name: String,
+        twins: Vec<TwinReport>,
+    },
+    State {
+        namespace: String,
+        name: String,
+        state: &'static str,
+    },
+}
+
+/// A call to edgecore's DMI server takes at most this long.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+/// Reports taken from the queue per round; the devices among them are sent concurrently.
+const ROUND: usize = 256;
+
+/// The client side of edgecore's `DeviceManagerService`.
+pub fn client(edgecore_sock: &str) -> DeviceManagerServiceClient<Channel> {
+    DeviceManagerServiceClient::new(api::dmi::uds_channel(edgecore_sock, CALL_TIMEOUT))
+}
+
+#[derive(Default)]
+struct Pending {
+    twins: BTreeMap<String, TwinReport>,
+    state: Option<&'static str>,
+}
+
+/// Sends reports until `cancel` (and then what is queued, once).
+pub async fn run(
+    client: DeviceManagerServiceClient<Channel>,
+    mut rx: mpsc::Receiver<Report>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    let mut pending: HashMap<(String, String), Pending> = HashMap::new();
+    let mut retry = FIRST_RETRY;
+    let mut open = true;
+    loop {
+        // Wait for a report, or for the retry of what failed.
+        let first = if pending.is_empty() {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = rx.recv() => match r { Some(r) => Some(r), None => return },
+            }
+        } else {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = rx.recv(), if open => {
+                    open = r.is_some();
+                    r
+                }
+                _ = tokio::time::sleep(retry) => None,
+            }
+        };
+        for r in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()).take(ROUND))
+        {
+            merge(&mut pending, r);
+        }
+        let mut calls = JoinSet::new();
+        for ((namespace, name), p) in pending.drain() {
+            let mut client = client.clone();
+            calls.spawn(async move {
+                let result = send(&mut client, &namespace, &name, &p).await;
+                ((namespace, name), p, result)
+            });
+        }
+        let mut failed = false;
+        while let Some(done) = calls.join_next().await {
+            let Ok((key, p, result)) = done else {
+                continue;
+            };
+            metrics.reports.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(()) => {}
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    // edgecore does not know the device (removed meanwhile): nothing to retry.
+                    tracing::debug!(device = %format!("{}/{}", key.0, key.1), error = %status.message(), "report refused");
+                    metrics.report_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(status) => {
+                    metrics.report_errors.fetch_add(1, Ordering::Relaxed);
+                    if !failed {
+                        tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %status.message(), retry_in = ?retry, "report to edgecore failed; keeping it");
+                    }
+                    failed = true;
+                    // Newer reports that arrived meanwhile win over the failed one.
+                    let slot = pending.entry(key).or_default();
+                    for (k, t) in p.twins {
+                        slot.twins.entry(k).or_insert(t);
+                    }
+                    if slot.state.is_none() {
+                        slot.state = p.state;
+                    }
+                }
+            }
+        }
+        retry = if failed {
+            (retry * 2).min(MAX_RETRY)
+        } else {
+            FIRST_RETRY
+        };
+    }
+}
+
+fn merge(pending: &mut HashMap<(String, String), Pending>, r: Report) {
+    match r {
+        Report::Twins {
+            namespace,
+            name,
+            twins,
+        } => {
+            let slot = pending.entry((namespace, name)).or_default();
+            for t in twins {
+                slot.twins.insert(t.property.clone(), t);
+            }
+        }
+        Report::State {
+            namespace,
+            name,
+            state,
+        } => {
+            pending.entry((namespace, name)).or_default().state = Some(state);
+        }
+    }
+}
+
+async fn send(
+    client: &mut DeviceManagerServiceClient<Channel>,
+    namespace: &str,
+    name: &str,
+    p: &Pending,
+) -> Result<(), tonic::Status> {
+    if !p.twins.is_empty() {
+        let twins = p
+            .twins
+            .values()
+            .map(|t| {
+                let mut metadata =
+                    HashMap::from([("timestamp".to_string(), t.timestamp.to_string())]);
+                if let Some(ty) = &t.value_type {
+                    metadata.insert("type".into(), ty.clone());
+                }
+                pb::Twin {
+                    property_name: t.property.clone(),
+                    observed_desired: t.observed_desired.as_ref().map(|v| pb::TwinProperty {
+                        value: v.clone(),
+                        metadata: HashMap::new(),
+                    }),
+                    reported: Some(pb::TwinProperty {
+                        value: t.value.clone(),
+                        metadata,
+                    }),
+                }
+            })
+            .collect();
+        client
+            .report_device_status(pb::ReportDeviceStatusRequest {
+                device_name: name.to_string(),
+                device_namespace: namespace.to_string(),
+                reported_device: Some(pb::DeviceStatus {
+                    twins,
+                    report_to_cloud: true,
+                    report_cycle: 0,
+                }),
+            })
+            .await?;
+    }
+    if let Some(state) = p.state {
+        client
+            .report_device_states(pb::ReportDeviceStatesRequest {
+                device_name: name.to_string(),
+                device_namespace: namespace.to_string(),
+                state: state.to_string(),
+            })
+            .await?;
+    }
+    Ok(())
+}
