@@ -1,2 +1,262 @@
-//! Simulators and the tests that run the real mappers against them. Intentionally empty until
-//! the Modbus mapper issue.
+//! The harness of the end-to-end tests: runs the real `edgecore`, `mapper-*` and `kectl`
+//! binaries (built by `cargo test --workspace`; `cargo test -p hardware-tests` builds them
+//! first) in a temporary directory, and the simulators in `sims/`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// The workspace's binaries: next to this test's own executable (`target/debug/deps/..`).
+pub fn bin(name: &str) -> PathBuf {
+    static BUILD: Once = Once::new();
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target/debug"));
+    let path = dir.join(name);
+    if !path.exists() {
+        BUILD.call_once(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args([
+                    "build",
+                    "--bins",
+                    "-p",
+                    "edge",
+                    "-p",
+                    "kectl",
+                    "-p",
+                    "mapper-modbus",
+                ])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building the binaries failed");
+        });
+    }
+    assert!(path.exists(), "{} is not built", path.display());
+    path
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Polls `f` until it returns `Some`, for up to `secs` seconds.
+pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed on drop, with its log in the test directory.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Self {
+        let log = dir.join(log);
+        let child = Command::new(bin)
+            .args(args)
+            .current_dir(dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        Self { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: its processes' logs say why.
+            eprintln!("----- {} -----\n{}", self.log.display(), self.log_text());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A node: edgecore with its embedded broker, and the manifests directory it watches.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub edgecore: Proc,
+    pub http: String,
+    pub socket: PathBuf,
+    agent: ureq::Agent,
+}
+
+impl Node {
+    pub fn start(manifests: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
+        std::fs::write(dir.path().join("manifests/devices.yaml"), manifests).expect("manifest");
+        let http_port = free_port();
+        let mqtt_port = free_port();
+        std::fs::write(
+            dir.path().join("edgecore.yaml"),
+            format!("nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 200}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt_port}\"}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"),
+        )
+        .expect("config");
+        let edgecore = Proc::spawn(
+            &bin("edgecore"),
+            &["--config", "edgecore.yaml"],
+            dir.path(),
+            "edgecore.log",
+        );
+        let node = Self {
+            socket: dir.path().join("dmi.sock"),
+            http: format!("http://127.0.0.1:{http_port}"),
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(10)))
+                .build()
+                .into(),
+            edgecore,
+            dir,
+        };
+        eventually(30, "edgecore ready", || {
+            (node.get("/healthz").0 == 200 && node.socket.exists()).then_some(())
+        });
+        node
+    }
+
+    /// Starts a mapper binary with a mapper-framework config pointing at this node.
+    pub fn mapper(&self, bin_name: &str, protocol: &str, http_port: u16) -> Proc {
+        let config = format!(
+            "grpc_server:\n  socket_path: {protocol}.sock\ncommon:\n  name: {protocol}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n"
+        );
+        let file = format!("{protocol}-mapper.yaml");
+        std::fs::write(self.dir.path().join(&file), config).expect("mapper config");
+        Proc::spawn(
+            &bin(bin_name),
+            &["--config-file", &file],
+            self.dir.path(),
+            &format!("{bin_name}.log"),
+        )
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        get(&self.agent, &format!("{}{path}", self.http))
+    }
+
+    pub fn twin(&self, id: &str) -> Option<Value> {
+        let (status, v) = self.get(&format!("/api/v1/devices/{id}"));
+        (status == 200).then_some(v)
+    }
+
+    /// `kectl ARGS` against this node; its stdout, or a panic with its stderr.
+    pub fn kectl(&self, args: &[&str]) -> String {
+        let out = Command::new(bin("kectl"))
+            .args(args)
+            .env("KECTL_SERVER", &self.http)
+            .output()
+            .expect("kectl runs");
+        assert!(
+            out.status.success(),
+            "kectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+pub fn get(agent: &ureq::Agent, url: &str) -> (u16, Value) {
+    match agent.get(url).call() {
+        Ok(mut r) => {
+            let status = r.status().as_u16();
+            let v = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
+            (status, v)
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+pub fn post(agent: &ureq::Agent, url: &str, body: &str) -> (u16, Value) {
+    match agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+    {
+        Ok(mut r) => {
+            let status = r.status().as_u16();
+            let v = r.body_mut().read_json::<Value>().unwrap_or(Value::Null);
+            (status, v)
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// The reported value of `prop` in a twin document.
+pub fn reported(twin: &Value, prop: &str) -> Option<String> {
+    twin["properties"][prop]["reported"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// pymodbus's Modbus TCP server (`sims/modbus_server.py`), a simulator the project did not write.
+pub struct PyModbus {
+    pub proc: Child,
+    pub port: u16,
+}
+
+impl PyModbus {
+    pub fn start(port: u16) -> Self {
+        use std::io::{BufRead, BufReader};
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sims/modbus_server.py");
+        let mut proc = Command::new("python3")
+            .args([script, &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        let out = proc.stdout.take().expect("piped");
+        let ready = BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.trim() == "ready");
+        assert!(
+            ready,
+            "pymodbus did not start (pip install 'pymodbus==3.16.*')"
+        );
+        Self { proc, port }
+    }
+}
+
+impl Drop for PyModbus {
+    fn drop(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
+}

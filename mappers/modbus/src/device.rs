@@ -117,6 +117,14 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// `host:port`, or the serial port's path.
+    pub fn address(&self) -> String {
+        match &self.transport {
+            Transport::Tcp { address } => address.clone(),
+            Transport::Rtu { path, .. } => path.clone(),
+        }
+    }
+
     pub fn from_config(c: &Map<String, Value>) -> Result<Self, ConfigError> {
         let transport = if let Some(path) = text(c, "serialPort") {
             let parity = match text(c, "parity")
@@ -201,23 +209,28 @@ impl Point {
                 })
             })?;
         let address: u16 = integer(v, "offset")?.ok_or_else(|| bad("offset", "missing"))?;
+        let limit: Option<u16> = integer(v, "limit")?;
+        // Without a dataType, the model's type gives the kind of value and `limit` its width,
+        // as in KubeEdge's examples (`type: FLOAT`, `limit: 1`, `scale: 0.1` is a scaled 16-bit
+        // register). Raw registers are taken as signed; `dataType: uint16` says otherwise.
         let data_type = match text(v, "dataType") {
             Some(t) => {
                 DataType::parse(&t).ok_or_else(|| bad("dataType", format!("{t:?} is unknown")))?
             }
             None if table.is_bits() => DataType::Bool,
-            None => match model
-                .value_type
-                .as_deref()
-                .map(str::to_ascii_uppercase)
-                .as_deref()
-            {
-                Some("FLOAT") => DataType::Float32,
-                Some("DOUBLE") => DataType::Float64,
-                Some("BOOLEAN") => DataType::Bool,
-                Some("STRING") => DataType::String,
-                _ => DataType::Int16,
-            },
+            None => {
+                let kind = model.value_type.as_deref().map(str::to_ascii_uppercase);
+                match (kind.as_deref(), limit.filter(|l| *l > 0)) {
+                    (Some("BOOLEAN"), _) => DataType::Bool,
+                    (Some("STRING"), _) => DataType::String,
+                    (Some("FLOAT"), None | Some(2)) => DataType::Float32,
+                    (Some("DOUBLE"), None | Some(4)) => DataType::Float64,
+                    (Some("DOUBLE"), Some(2)) => DataType::Float32,
+                    (_, Some(2)) => DataType::Int32,
+                    (_, Some(4)) => DataType::Int64,
+                    _ => DataType::Int16,
+                }
+            }
         };
         if table.is_bits() && data_type != DataType::Bool {
             return Err(bad(
@@ -225,7 +238,6 @@ impl Point {
                 format!("{data_type} on a bit table; use bool"),
             ));
         }
-        let limit: Option<u16> = integer(v, "limit")?;
         let registers = match data_type.registers() {
             _ if table.is_bits() => 1,
             Some(n) => {
@@ -345,68 +357,13 @@ impl Device {
         self.requests
     }
 
-    fn address(&self) -> String {
-        match &self.connection.transport {
-            Transport::Tcp { address } => address.clone(),
-            Transport::Rtu { path, .. } => path.clone(),
-        }
-    }
-
     /// Connects if not connected.
     pub async fn connect(&mut self) -> Result<&mut Context, ModbusError> {
         let ctx = match self.ctx.take() {
             Some(ctx) => ctx,
-            None => self.open().await?,
+            None => open(&self.connection).await?,
         };
         Ok(self.ctx.insert(ctx))
-    }
-
-    /// A new connection to the device.
-    async fn open(&self) -> Result<Context, ModbusError> {
-        let slave = Slave(self.connection.slave);
-        let address = self.address();
-        let connect_err = |source| ModbusError::Connect {
-            address: address.clone(),
-            source,
-        };
-        let ctx = match &self.connection.transport {
-            Transport::Tcp { address } => {
-                let stream = tokio::time::timeout(
-                    self.connection.timeout,
-                    tokio::net::TcpStream::connect(address.as_str()),
-                )
-                .await
-                .map_err(|_| ModbusError::Timeout(self.connection.timeout))?
-                .map_err(connect_err)?;
-                let _ = stream.set_nodelay(true);
-                tokio_modbus::client::tcp::attach_slave(stream, slave)
-            }
-            Transport::Rtu {
-                path,
-                baud_rate,
-                data_bits,
-                parity,
-                stop_bits,
-            } => {
-                let builder = tokio_serial::new(path, *baud_rate)
-                    .data_bits(match data_bits {
-                        5 => tokio_serial::DataBits::Five,
-                        6 => tokio_serial::DataBits::Six,
-                        7 => tokio_serial::DataBits::Seven,
-                        _ => tokio_serial::DataBits::Eight,
-                    })
-                    .parity(*parity)
-                    .stop_bits(if *stop_bits == 2 {
-                        tokio_serial::StopBits::Two
-                    } else {
-                        tokio_serial::StopBits::One
-                    });
-                let port = tokio_serial::SerialStream::open(&builder)
-                    .map_err(|e| connect_err(std::io::Error::other(e)))?;
-                tokio_modbus::client::rtu::attach_slave(port, slave)
-            }
-        };
-        Ok(ctx)
     }
 
     /// Drops the connection (after a link error); the next call connects again.
@@ -623,4 +580,52 @@ impl ModbusError {
             )),
         }
     }
+}
+
+/// A new connection to the device.
+async fn open(connection: &Connection) -> Result<Context, ModbusError> {
+    let slave = Slave(connection.slave);
+    let address = connection.address();
+    let connect_err = |source| ModbusError::Connect {
+        address: address.clone(),
+        source,
+    };
+    let ctx = match &connection.transport {
+        Transport::Tcp { address } => {
+            let stream = tokio::time::timeout(
+                connection.timeout,
+                tokio::net::TcpStream::connect(address.as_str()),
+            )
+            .await
+            .map_err(|_| ModbusError::Timeout(connection.timeout))?
+            .map_err(connect_err)?;
+            let _ = stream.set_nodelay(true);
+            tokio_modbus::client::tcp::attach_slave(stream, slave)
+        }
+        Transport::Rtu {
+            path,
+            baud_rate,
+            data_bits,
+            parity,
+            stop_bits,
+        } => {
+            let builder = tokio_serial::new(path, *baud_rate)
+                .data_bits(match data_bits {
+                    5 => tokio_serial::DataBits::Five,
+                    6 => tokio_serial::DataBits::Six,
+                    7 => tokio_serial::DataBits::Seven,
+                    _ => tokio_serial::DataBits::Eight,
+                })
+                .parity(*parity)
+                .stop_bits(if *stop_bits == 2 {
+                    tokio_serial::StopBits::Two
+                } else {
+                    tokio_serial::StopBits::One
+                });
+            let port = tokio_serial::SerialStream::open(&builder)
+                .map_err(|e| connect_err(std::io::Error::other(e)))?;
+            tokio_modbus::client::rtu::attach_slave(port, slave)
+        }
+    };
+    Ok(ctx)
 }

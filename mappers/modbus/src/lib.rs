@@ -6,9 +6,11 @@
 //!   limits, filling small gaps, and never bridging addresses the device refused.
 //! - [`device`]: a device's settings from KubeEdge's `configData` (both key spellings), and its
 //!   reads and writes over tokio-modbus (TCP, or RTU on a serial line).
+//! - [`mapper`]: the protocol on the mapper SDK; the `mapper-modbus` binary runs it.
 
 pub mod codec;
 pub mod device;
+pub mod mapper;
 pub mod planner;
 
 /// The four Modbus data tables.

@@ -266,6 +266,11 @@ impl<D: Driver> DeviceTask<D> {
                 if self.ever_connected {
                     self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(device = %self.id(), "reconnected");
+                    // The device may have restarted and lost what was written: desired values
+                    // are written again.
+                    for p in &mut self.props {
+                        p.applied = None;
+                    }
                 }
                 self.ever_connected = true;
                 self.backoff = FIRST_BACKOFF;

@@ -143,3 +143,86 @@ pub async fn run<P: Protocol>(
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }
+
+#[derive(clap::Parser)]
+struct Args {
+    /// The mapper's config file (mapper-framework's `config.yaml`).
+    #[arg(
+        long = "config-file",
+        short = 'c',
+        visible_alias = "config",
+        default_value = "./config.yaml"
+    )]
+    config_file: std::path::PathBuf,
+}
+
+/// The whole `main` of a mapper binary: `--config-file FILE` (default `./config.yaml`), logs
+/// to stderr filtered by `RUST_LOG` (default `info`), stops on SIGINT or SIGTERM. The config's
+/// `common.protocol` must be the protocol's name.
+pub fn main<P: Protocol>(protocol: P) -> std::process::ExitCode {
+    use clap::Parser;
+    use std::process::ExitCode;
+    let args = Args::parse();
+    let bin = protocol.name().to_string();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match Config::load(&args.config_file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mapper-{bin}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if config.common.protocol != protocol.name() {
+        eprintln!(
+            "mapper-{bin}: {}: common.protocol is {:?}; this mapper serves {:?}",
+            args.config_file.display(),
+            config.common.protocol,
+            protocol.name()
+        );
+        return ExitCode::from(2);
+    }
+    // One thread serves many devices: every device waits on IO, not on the CPU.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mapper-{bin}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        });
+        run(protocol, config, cancel).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mapper-{bin}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
