@@ -2,6 +2,8 @@
 //! binaries (built by `cargo test --workspace`; `cargo test -p hardware-tests` builds them
 //! first) in a temporary directory, and the simulators in `sims/`.
 
+pub mod modbus_sim;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

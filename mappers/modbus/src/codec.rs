@@ -295,12 +295,27 @@ impl Codec {
                 Raw::F64(v) => v.to_string(),
             };
         }
-        let v = match raw {
-            Raw::Int(v) => v as f64,
-            Raw::F32(v) => f64::from(v),
-            Raw::F64(v) => v,
-        };
-        (v * self.scale + self.offset).to_string()
+        match raw {
+            // An integer register scaled by 0.1 has one decimal, not the binary float's
+            // 35.800000000000004: the result is rounded to the decimals of scale and offset.
+            Raw::Int(v) => {
+                let places = decimals(self.scale).max(decimals(self.offset));
+                let x = v as f64 * self.scale + self.offset;
+                let text = format!("{x:.places$}");
+                let text = if text.contains('.') {
+                    text.trim_end_matches('0').trim_end_matches('.')
+                } else {
+                    &text
+                };
+                if text == "-0" {
+                    "0".into()
+                } else {
+                    text.to_string()
+                }
+            }
+            Raw::F32(v) => (f64::from(v) * self.scale + self.offset).to_string(),
+            Raw::F64(v) => (v * self.scale + self.offset).to_string(),
+        }
     }
 
     /// The value of a bit-table item.
@@ -455,6 +470,12 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// The decimal places of `x` as written in a manifest (0.1 has 1, 0.025 has 3), at most 15.
+fn decimals(x: f64) -> usize {
+    let text = format!("{}", x.abs());
+    text.split_once('.').map_or(0, |(_, d)| d.len()).min(15)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +553,9 @@ mod tests {
         };
         // raw 650 -> 650 * 0.1 - 40 = 25
         assert_eq!(c.decode_registers(&[650]).as_deref(), Ok("25"));
+        // One decimal, as the scale has, not the binary float's 25.800000000000004.
+        assert_eq!(c.decode_registers(&[658]).as_deref(), Ok("25.8"));
+        assert_eq!(c.decode_registers(&[399]).as_deref(), Ok("-0.1"));
         assert_eq!(c.encode_registers("25"), Ok(vec![650]));
         // Rounded to the nearest raw step.
         assert_eq!(c.encode_registers("25.04"), Ok(vec![650]));

@@ -1,0 +1,259 @@
+//! The project's own Modbus TCP simulator, on tokio-modbus's server, scriptable for faults:
+//! exceptions on chosen addresses, a delay before each answer, connections dropped after N
+//! requests, garbage frames, and registers that change over time. Used by the tests beside
+//! pymodbus, by the quickstart, and as the `modbus-sim` binary.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_modbus::server::tcp::Server;
+use tokio_modbus::{ExceptionCode, Request, Response};
+
+/// Registers, coils and faults, shared by every connection.
+#[derive(Debug, Default)]
+pub struct State {
+    pub holding: BTreeMap<u16, u16>,
+    pub input: BTreeMap<u16, u16>,
+    pub coils: BTreeMap<u16, bool>,
+    pub discrete: BTreeMap<u16, bool>,
+    /// Register or coil addresses that answer with IllegalDataAddress (whatever the table).
+    pub exceptions: BTreeSet<u16>,
+    /// Waited before each answer.
+    pub delay: Duration,
+    /// Close each connection after this many requests.
+    pub drop_after: Option<u32>,
+}
+
+/// A simulator: its state, and the switch for garbage answers.
+#[derive(Clone, Debug, Default)]
+pub struct Sim {
+    pub state: Arc<Mutex<State>>,
+    /// While set, every answer's bytes are replaced by garbage of the same length.
+    pub garbage: Arc<AtomicBool>,
+    /// Requests answered, all connections together.
+    pub requests: Arc<AtomicU32>,
+}
+
+impl Sim {
+    pub fn with(f: impl FnOnce(&mut State)) -> Self {
+        let sim = Self::default();
+        sim.edit(f);
+        sim
+    }
+
+    pub fn edit<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut s)
+    }
+
+    pub fn holding(&self, address: u16) -> Option<u16> {
+        self.edit(|s| s.holding.get(&address).copied())
+    }
+
+    /// Serves Modbus TCP on `listener` until the task is dropped.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> io::Result<()> {
+        let server = Server::new(listener);
+        let on_connected = |stream: tokio::net::TcpStream, _addr: SocketAddr| {
+            let sim = self.clone();
+            async move {
+                let _ = stream.set_nodelay(true);
+                let kill = Arc::new(AtomicBool::new(false));
+                let conn = Connection {
+                    sim: sim.clone(),
+                    served: Arc::new(AtomicU32::new(0)),
+                    kill: kill.clone(),
+                };
+                let transport = Garbling {
+                    inner: stream,
+                    garbage: sim.garbage.clone(),
+                    kill,
+                };
+                Ok(Some((conn, transport)))
+            }
+        };
+        server
+            .serve(&on_connected, |e| {
+                tracing::debug!(error = %e, "simulator connection ended");
+            })
+            .await
+    }
+
+    /// The quickstart's oven (`examples/modbus-tcp.yaml`): temperature in 0.1 degree steps at
+    /// holding register 0, set point at 1, heater coil 0. The temperature moves towards the set
+    /// point while the heater is on and cools off while it is not, once per `tick`.
+    pub fn oven() -> Self {
+        Self::with(|s| {
+            s.holding.insert(0, 215);
+            s.holding.insert(1, 80);
+            s.coils.insert(0, true);
+        })
+    }
+
+    /// Runs the oven's physics forever.
+    pub async fn animate_oven(self, tick: Duration) {
+        let mut t = tokio::time::interval(tick);
+        loop {
+            t.tick().await;
+            self.edit(|s| {
+                let temp = i32::from(s.holding.get(&0).copied().unwrap_or(0) as i16);
+                let target = i32::from(s.holding.get(&1).copied().unwrap_or(0) as i16) * 10;
+                let heater = s.coils.get(&0).copied().unwrap_or(false);
+                let next = if heater && temp < target {
+                    temp + ((target - temp) / 8).max(1)
+                } else {
+                    temp - ((temp - 200) / 20).max(if temp > 200 { 1 } else { 0 })
+                };
+                s.holding.insert(0, next as i16 as u16);
+            });
+        }
+    }
+}
+
+struct Connection {
+    sim: Sim,
+    served: Arc<AtomicU32>,
+    /// Set when the connection must be dropped instead of answering.
+    kill: Arc<AtomicBool>,
+}
+
+type Answer = Result<Option<Response>, ExceptionCode>;
+
+impl Connection {
+    fn answer(&self, req: Request<'static>) -> Answer {
+        let mut s = self.sim.state.lock().unwrap_or_else(|e| e.into_inner());
+        let refused =
+            |s: &State, a: u16, n: u16| (a..a.saturating_add(n)).any(|x| s.exceptions.contains(&x));
+        let words = |m: &BTreeMap<u16, u16>, a: u16, n: u16| -> Result<Vec<u16>, ExceptionCode> {
+            (a..a.saturating_add(n))
+                .map(|x| m.get(&x).copied().ok_or(ExceptionCode::IllegalDataAddress))
+                .collect()
+        };
+        let bits = |m: &BTreeMap<u16, bool>, a: u16, n: u16| -> Result<Vec<bool>, ExceptionCode> {
+            (a..a.saturating_add(n))
+                .map(|x| m.get(&x).copied().ok_or(ExceptionCode::IllegalDataAddress))
+                .collect()
+        };
+        let r = match req {
+            Request::ReadHoldingRegisters(a, n) if !refused(&s, a, n) => {
+                Response::ReadHoldingRegisters(words(&s.holding, a, n)?)
+            }
+            Request::ReadInputRegisters(a, n) if !refused(&s, a, n) => {
+                Response::ReadInputRegisters(words(&s.input, a, n)?)
+            }
+            Request::ReadCoils(a, n) if !refused(&s, a, n) => {
+                Response::ReadCoils(bits(&s.coils, a, n)?)
+            }
+            Request::ReadDiscreteInputs(a, n) if !refused(&s, a, n) => {
+                Response::ReadDiscreteInputs(bits(&s.discrete, a, n)?)
+            }
+            Request::WriteSingleRegister(a, v) if !refused(&s, a, 1) => {
+                if !s.holding.contains_key(&a) {
+                    return Err(ExceptionCode::IllegalDataAddress);
+                }
+                s.holding.insert(a, v);
+                Response::WriteSingleRegister(a, v)
+            }
+            Request::WriteMultipleRegisters(a, ws) if !refused(&s, a, ws.len() as u16) => {
+                for (i, w) in ws.iter().enumerate() {
+                    s.holding.insert(a + i as u16, *w);
+                }
+                Response::WriteMultipleRegisters(a, ws.len() as u16)
+            }
+            Request::WriteSingleCoil(a, v) if !refused(&s, a, 1) => {
+                if !s.coils.contains_key(&a) {
+                    return Err(ExceptionCode::IllegalDataAddress);
+                }
+                s.coils.insert(a, v);
+                Response::WriteSingleCoil(a, v)
+            }
+            Request::ReadHoldingRegisters(..)
+            | Request::ReadInputRegisters(..)
+            | Request::ReadCoils(..)
+            | Request::ReadDiscreteInputs(..)
+            | Request::WriteSingleRegister(..)
+            | Request::WriteMultipleRegisters(..)
+            | Request::WriteSingleCoil(..) => return Err(ExceptionCode::IllegalDataAddress),
+            _ => return Err(ExceptionCode::IllegalFunction),
+        };
+        Ok(Some(r))
+    }
+}
+
+impl tokio_modbus::server::Service for Connection {
+    type Request = Request<'static>;
+    type Response = Option<Response>;
+    type Exception = ExceptionCode;
+    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+    fn call(&self, req: Self::Request) -> Self::Future {
+        self.sim.requests.fetch_add(1, Ordering::Relaxed);
+        let n = self.served.fetch_add(1, Ordering::Relaxed) + 1;
+        let (delay, drop_after) = self.sim.edit(|s| (s.delay, s.drop_after));
+        let answer = self.answer(req);
+        if drop_after.is_some_and(|d| n > d) {
+            // The answer's write fails, which closes the connection.
+            self.kill.store(true, Ordering::Relaxed);
+        }
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            answer
+        })
+    }
+}
+
+/// A transport that replaces what is written by garbage while the switch is on, and fails
+/// once its connection is to be dropped.
+struct Garbling {
+    inner: tokio::net::TcpStream,
+    garbage: Arc<AtomicBool>,
+    kill: Arc<AtomicBool>,
+}
+
+impl AsyncRead for Garbling {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Garbling {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.kill.load(Ordering::Relaxed) {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        if self.garbage.load(Ordering::Relaxed) {
+            // Same length, nonsense content: a wrong transaction id, protocol id and length.
+            let junk: Vec<u8> = buf
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ 0x5A ^ i as u8)
+                .collect();
+            return Pin::new(&mut self.inner).poll_write(cx, &junk);
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
