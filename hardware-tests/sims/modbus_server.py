@@ -1,6 +1,7 @@
 """A Modbus TCP server on pymodbus (a simulator the project did not write) with known values.
 
-Usage: python3 modbus_server.py PORT
+Usage: python3 modbus_server.py PORT          (Modbus TCP on 127.0.0.1:PORT)
+       python3 modbus_server.py rtu:DEVICE    (Modbus RTU on a serial device, e.g. a socat pty)
 
 Holding registers (unit 1):
   0      650          (a uint16: 25.0 with scale 0.1 and offset -40)
@@ -25,7 +26,8 @@ from pymodbus.datastore import (
     ModbusServerContext,
     ModbusSparseDataBlock,
 )
-from pymodbus.server import StartAsyncTcpServer
+from pymodbus import FramerType
+from pymodbus.server import StartAsyncSerialServer, StartAsyncTcpServer
 
 
 def words(fmt, value):
@@ -58,7 +60,12 @@ async def main(port):
     co = ModbusSequentialDataBlock(1, [i % 2 == 0 for i in range(8)])
     device = ModbusDeviceContext(hr=hr, co=co, di=co, ir=hr)
     context = ModbusServerContext(devices=device, single=True)
-    server = StartAsyncTcpServer(context=context, address=("127.0.0.1", port))
+    if str(port).startswith("rtu:"):
+        server = StartAsyncSerialServer(
+            context=context, port=port[4:], framer=FramerType.RTU, baudrate=19200
+        )
+    else:
+        server = StartAsyncTcpServer(context=context, address=("127.0.0.1", int(port)))
     task = asyncio.ensure_future(server)
     await asyncio.sleep(0.5)
     print("ready", flush=True)
@@ -66,4 +73,4 @@ async def main(port):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(main(sys.argv[1]))

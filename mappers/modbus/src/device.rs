@@ -20,6 +20,7 @@ use crate::planner::{self, Limits, PlanError, Read, Refused};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio_modbus::client::{Context, Reader, Writer};
+use tokio_modbus::slave::SlaveContext;
 use tokio_modbus::{ExceptionCode, Slave};
 
 /// Why a configuration was refused: names the key and what was wrong with it.
@@ -338,16 +339,25 @@ pub struct Device {
     pub points: Vec<Point>,
     refused: Refused,
     ctx: Option<Context>,
+    /// The serial line of an RTU device, shared with the other devices on it.
+    bus: Option<std::sync::Arc<crate::bus::Bus>>,
     requests: u64,
 }
 
 impl Device {
     pub fn new(connection: Connection, points: Vec<Point>) -> Self {
+        let bus = match &connection.transport {
+            Transport::Rtu {
+                path, baud_rate, ..
+            } => Some(crate::bus::Bus::for_line(path, *baud_rate)),
+            Transport::Tcp { .. } => None,
+        };
         Self {
             connection,
             points,
             refused: Refused::new(),
             ctx: None,
+            bus,
             requests: 0,
         }
     }
@@ -357,8 +367,20 @@ impl Device {
         self.requests
     }
 
-    /// Connects if not connected.
-    pub async fn connect(&mut self) -> Result<&mut Context, ModbusError> {
+    /// Connects if not connected: the device's own TCP connection, or its serial line.
+    pub async fn connect(&mut self) -> Result<(), ModbusError> {
+        if let Some(bus) = &self.bus {
+            let mut line = bus.line.lock().await;
+            if line.ctx.is_none() {
+                line.ctx = Some(open(&self.connection).await?);
+            }
+            return Ok(());
+        }
+        self.tcp().await.map(|_| ())
+    }
+
+    /// The device's own connection, made if needed.
+    async fn tcp(&mut self) -> Result<&mut Context, ModbusError> {
         let ctx = match self.ctx.take() {
             Some(ctx) => ctx,
             None => open(&self.connection).await?,
@@ -366,7 +388,8 @@ impl Device {
         Ok(self.ctx.insert(ctx))
     }
 
-    /// Drops the connection (after a link error); the next call connects again.
+    /// Drops the device's own connection (after a link error); the next call connects again. A
+    /// serial line stays open for the other devices on it.
     pub fn disconnect(&mut self) {
         self.ctx = None;
     }
@@ -446,40 +469,9 @@ impl Device {
         address: u16,
         count: u16,
     ) -> Result<ItemsOwned, ModbusError> {
-        let timeout = self.connection.timeout;
-        self.requests += 1;
-        let ctx = self.connect().await?;
-        let call = async {
-            Ok::<_, tokio_modbus::Error>(match table {
-                Table::Coil => ctx.read_coils(address, count).await?.map(ItemsOwned::Bits),
-                Table::DiscreteInput => ctx
-                    .read_discrete_inputs(address, count)
-                    .await?
-                    .map(ItemsOwned::Bits),
-                Table::InputRegister => ctx
-                    .read_input_registers(address, count)
-                    .await?
-                    .map(ItemsOwned::Words),
-                Table::HoldingRegister => ctx
-                    .read_holding_registers(address, count)
-                    .await?
-                    .map(ItemsOwned::Words),
-            })
-        };
-        match tokio::time::timeout(timeout, call).await {
-            Err(_) => {
-                self.disconnect();
-                Err(ModbusError::Timeout(timeout))
-            }
-            Ok(Err(e)) => Err(ModbusError::Transport(e)),
-            Ok(Ok(Err(code))) => Err(ModbusError::Exception(code)),
-            Ok(Ok(Ok(items))) => {
-                if items.len() < usize::from(count) {
-                    Err(ModbusError::Short)
-                } else {
-                    Ok(items)
-                }
-            }
+        match self.exchange(Op::Read(table, address, count)).await? {
+            Answer::Items(items) if items.len() >= usize::from(count) => Ok(items),
+            _ => Err(ModbusError::Short),
         }
     }
 
@@ -491,40 +483,96 @@ impl Device {
             return Err(ModbusError::ReadOnly(point.name));
         }
         // Encoded (and checked) before anything is sent.
-        let coil = if point.read.table == Table::Coil {
-            Some(point.codec.encode_bit(value)?)
+        let addr = point.read.address;
+        let op = if point.read.table == Table::Coil {
+            Op::Coil(addr, point.codec.encode_bit(value)?)
         } else {
-            None
+            Op::Registers(addr, point.codec.encode_registers(value)?)
         };
-        let words = match coil {
-            Some(_) => Vec::new(),
-            None => point.codec.encode_registers(value)?,
-        };
+        self.exchange(op).await.map(|_| ())
+    }
+
+    /// One request and its answer: on the device's own connection (TCP), or on its serial
+    /// line, which the devices on it take turns to use, with the line's silence between frames
+    /// (RTU). A link error drops the connection; the next request makes it again.
+    async fn exchange(&mut self, op: Op) -> Result<Answer, ModbusError> {
         let timeout = self.connection.timeout;
         self.requests += 1;
-        let ctx = self.connect().await?;
-        let call = async {
-            let addr = point.read.address;
-            Ok::<_, ModbusError>(match (coil, words.as_slice()) {
-                (Some(bit), _) => ctx.write_single_coil(addr, bit).await?,
-                (None, [w]) => ctx.write_single_register(addr, *w).await?,
-                (None, words) => ctx.write_multiple_registers(addr, words).await?,
-            })
-        };
-        match tokio::time::timeout(timeout, call).await {
-            Err(_) => {
+        let Some(bus) = self.bus.clone() else {
+            let ctx = self.tcp().await?;
+            let r = exec(ctx, &op, timeout).await;
+            if r.as_ref().is_err_and(ModbusError::is_link) {
                 self.disconnect();
-                Err(ModbusError::Timeout(timeout))
             }
-            Ok(Err(e)) => {
-                if e.is_link() {
-                    self.disconnect();
-                }
-                Err(e)
-            }
-            Ok(Ok(Err(code))) => Err(ModbusError::Exception(code)),
-            Ok(Ok(Ok(()))) => Ok(()),
+            return r;
+        };
+        let mut line = bus.line.lock().await;
+        let ctx = match line.ctx.take() {
+            Some(ctx) => ctx,
+            None => open(&self.connection).await?,
+        };
+        let ctx = line.ctx.insert(ctx);
+        ctx.set_slave(Slave(self.connection.slave));
+        let silence = bus.silence;
+        crate::bus::wait_silence(line.last_frame, silence).await;
+        let ctx = line.ctx.as_mut().ok_or(ModbusError::Short)?;
+        let r = exec(ctx, &op, timeout).await;
+        line.last_frame = Some(tokio::time::Instant::now());
+        if r.as_ref().is_err_and(ModbusError::is_link) {
+            line.ctx = None;
         }
+        r
+    }
+}
+
+/// A request.
+enum Op {
+    Read(Table, u16, u16),
+    Coil(u16, bool),
+    Registers(u16, Vec<u16>),
+}
+
+enum Answer {
+    Items(ItemsOwned),
+    Written,
+}
+
+/// Sends `op` on `ctx` and waits for the answer, at most `timeout`.
+async fn exec(ctx: &mut Context, op: &Op, timeout: Duration) -> Result<Answer, ModbusError> {
+    let call = async {
+        Ok::<_, tokio_modbus::Error>(match op {
+            Op::Read(Table::Coil, a, n) => ctx
+                .read_coils(*a, *n)
+                .await?
+                .map(|b| Answer::Items(ItemsOwned::Bits(b))),
+            Op::Read(Table::DiscreteInput, a, n) => ctx
+                .read_discrete_inputs(*a, *n)
+                .await?
+                .map(|b| Answer::Items(ItemsOwned::Bits(b))),
+            Op::Read(Table::InputRegister, a, n) => ctx
+                .read_input_registers(*a, *n)
+                .await?
+                .map(|w| Answer::Items(ItemsOwned::Words(w))),
+            Op::Read(Table::HoldingRegister, a, n) => ctx
+                .read_holding_registers(*a, *n)
+                .await?
+                .map(|w| Answer::Items(ItemsOwned::Words(w))),
+            Op::Coil(a, bit) => ctx
+                .write_single_coil(*a, *bit)
+                .await?
+                .map(|()| Answer::Written),
+            Op::Registers(a, words) => match words.as_slice() {
+                [w] => ctx.write_single_register(*a, *w).await?,
+                words => ctx.write_multiple_registers(*a, words).await?,
+            }
+            .map(|()| Answer::Written),
+        })
+    };
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => Err(ModbusError::Timeout(timeout)),
+        Ok(Err(e)) => Err(ModbusError::Transport(e)),
+        Ok(Ok(Err(code))) => Err(ModbusError::Exception(code)),
+        Ok(Ok(Ok(answer))) => Ok(answer),
     }
 }
 

@@ -8,6 +8,7 @@
 //!   reads and writes over tokio-modbus (TCP, or RTU on a serial line).
 //! - [`mapper`]: the protocol on the mapper SDK; the `mapper-modbus` binary runs it.
 
+pub mod bus;
 pub mod codec;
 pub mod device;
 pub mod mapper;

@@ -1,0 +1,146 @@
+//! Faults from the project's own simulator (`hardware_tests::modbus_sim`), run in this test
+//! process, against the real `edgecore` and `mapper-modbus`: a silent device times out without
+//! stalling another one, garbage frames are errors (never a crash) and the device recovers, and
+//! dropped connections are made again.
+
+use hardware_tests::modbus_sim::Sim;
+use hardware_tests::{Node, agent, eventually, free_port, get, reported};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+fn device(name: &str, port: u16) -> String {
+    format!(
+        r#"
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: {name}, namespace: default}}
+spec:
+  deviceModelRef: {{name: counter}}
+  nodeName: test-node
+  protocol:
+    protocolName: modbus
+    configData: {{ip: 127.0.0.1, port: {port}, timeout: 300}}
+  properties:
+    - name: count
+      collectCycle: 100
+      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, limit: 1}}}}
+"#
+    )
+}
+
+const MODEL: &str = r#"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: counter, namespace: default}
+spec:
+  protocol: modbus
+  properties:
+    - {name: count, type: INT, accessMode: ReadWrite}
+"#;
+
+/// Starts a simulator on a free port in a runtime of its own.
+fn serve(sim: &Sim) -> (u16, tokio::runtime::Runtime) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    rt.spawn(sim.clone().serve(listener));
+    (port, rt)
+}
+
+#[test]
+fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
+    let slow = Sim::with(|s| {
+        s.holding.insert(0, 1);
+    });
+    let fast = Sim::with(|s| {
+        s.holding.insert(0, 1);
+        // Every connection is dropped after 20 requests: the mapper must reconnect.
+        s.drop_after = Some(20);
+    });
+    let (slow_port, _rt1) = serve(&slow);
+    let (fast_port, _rt2) = serve(&fast);
+    let node = Node::start(&format!(
+        "{MODEL}{}{}",
+        device("slow", slow_port),
+        device("fast", fast_port)
+    ));
+    let rest_port = free_port();
+    let mut mapper = node.mapper("mapper-modbus", "modbus", rest_port);
+
+    let value = |d: &str| {
+        node.twin(&format!("default/{d}"))
+            .and_then(|t| reported(&t, "count"))
+    };
+    eventually(20, "both devices report", || {
+        (value("slow").is_some() && value("fast").is_some()).then_some(())
+    });
+
+    // The slow device stops answering in time (3 s delay, 300 ms timeout): it goes offline
+    // while the fast one's changes keep arriving at its 100 ms cycle.
+    slow.edit(|s| s.delay = Duration::from_secs(3));
+    eventually(10, "slow offline", || {
+        let t = node.twin("default/slow")?;
+        (t["state"] == "offline").then_some(())
+    });
+    let started = Instant::now();
+    for n in 2..12u16 {
+        fast.edit(|s| s.holding.insert(0, n));
+        eventually(5, "fast value", || {
+            (value("fast").as_deref() == Some(n.to_string().as_str())).then_some(())
+        });
+    }
+    let took = started.elapsed();
+    // Ten changes at a 100 ms cycle; a stalled scheduler would need 300 ms or more each.
+    assert!(
+        took < Duration::from_millis(2500),
+        "{took:?} for 10 changes"
+    );
+    let fast_twin = node.twin("default/fast").expect("fast twin");
+    assert_eq!(fast_twin["state"], "online");
+
+    // Garbage answers: errors and reconnects, never a crash; good answers again: online.
+    fast.garbage.store(true, Ordering::Relaxed);
+    eventually(10, "fast offline on garbage", || {
+        let t = node.twin("default/fast")?;
+        (t["state"] == "offline").then_some(())
+    });
+    fast.garbage.store(false, Ordering::Relaxed);
+    fast.edit(|s| s.holding.insert(0, 77));
+    eventually(15, "fast back", || {
+        (value("fast").as_deref() == Some("77")).then_some(())
+    });
+    slow.edit(|s| s.delay = Duration::ZERO);
+    eventually(15, "slow back online", || {
+        let t = node.twin("default/slow")?;
+        (t["state"] == "online").then_some(())
+    });
+    assert!(
+        mapper.child.try_wait().ok().flatten().is_none(),
+        "the mapper must still run"
+    );
+    // The dropped connections were made again (20 requests per connection).
+    let (_, metrics) = get(
+        &agent(),
+        &format!("http://127.0.0.1:{rest_port}/api/v1/ping"),
+    );
+    assert_eq!(metrics["statusCode"], 200);
+    let text = ureq::get(&format!("http://127.0.0.1:{rest_port}/metrics"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    let reconnects: f64 = text
+        .lines()
+        .find(|l| l.starts_with("mapper_reconnects_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(reconnects >= 3.0, "{reconnects} reconnects\n{text}");
+}
