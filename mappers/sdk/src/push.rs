@@ -1,7 +1,7 @@
 //! Push targets from a property's `pushMethod`: MQTT over one persistent connection per broker
 //! (feature `mqtt`) and HTTP POST of JSON (feature `http`). A value is handed to the target's
-//! queue without waiting; a target that fails is retried with backoff by its own task, and when
-//! its queue is full the oldest values are dropped and counted, so pushing never blocks reads.
+//! queue without waiting; a target that fails is retried with backoff by its own task, and while
+//! its queue is full new values are dropped and counted, so pushing never blocks reads.
 //!
 //! Payload (JSON): `{"namespace","device","property","value","type","timestamp"}`, timestamp in
 //! milliseconds. An MQTT push method without a topic publishes KubeEdge's device data message
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// Values queued per target before the oldest are dropped.
+/// Values queued per target; more are dropped (and counted).
 const QUEUE: usize = 1024;
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(30);
