@@ -20,25 +20,31 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     if !path.exists() {
         BUILD.call_once(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "--bins",
-                    "-p",
-                    "edge",
-                    "-p",
-                    "kectl",
-                    "-p",
-                    "mapper-modbus",
-                ])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building the binaries failed");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            assert!(build_binaries(&root), "building the binaries failed");
         });
     }
     assert!(path.exists(), "{} is not built", path.display());
     path
+}
+
+/// `cargo build` of `edgecore`, `mapper-modbus` and `kectl` in the workspace at `root`.
+pub fn build_binaries(root: &Path) -> bool {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    Command::new(cargo)
+        .args([
+            "build",
+            "--bins",
+            "-p",
+            "edge",
+            "-p",
+            "mapper-modbus",
+            "-p",
+            "kectl",
+        ])
+        .current_dir(root)
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 pub fn free_port() -> u16 {
@@ -132,11 +138,7 @@ impl Node {
         let node = Self {
             socket: dir.path().join("dmi.sock"),
             http: format!("http://127.0.0.1:{http_port}"),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(10)))
-                .build()
-                .into(),
+            agent: agent(),
             edgecore,
             dir,
         };
@@ -234,11 +236,23 @@ pub struct PyModbus {
 }
 
 impl PyModbus {
+    /// Modbus TCP on 127.0.0.1:`port`.
     pub fn start(port: u16) -> Self {
+        let mut sim = Self::spawn(&port.to_string());
+        sim.port = port;
+        sim
+    }
+
+    /// Modbus RTU on the serial device `path` (one end of a pty pair).
+    pub fn start_rtu(path: &Path) -> Self {
+        Self::spawn(&format!("rtu:{}", path.display()))
+    }
+
+    fn spawn(target: &str) -> Self {
         use std::io::{BufRead, BufReader};
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sims/modbus_server.py");
         let mut proc = Command::new("python3")
-            .args([script, &port.to_string()])
+            .args([script, target])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -250,9 +264,9 @@ impl PyModbus {
             .any(|l| l.trim() == "ready");
         assert!(
             ready,
-            "pymodbus did not start (pip install 'pymodbus==3.16.*')"
+            "pymodbus did not start on {target} (pip install 'pymodbus[serial]==3.16.*')"
         );
-        Self { proc, port }
+        Self { proc, port: 0 }
     }
 }
 

@@ -4,8 +4,7 @@
 //! (`.ci/run` installs them). A pty ignores baud rate and timing: this tests framing and the
 //! shared line; the silence between frames is tested with paused time in `mapper-modbus`.
 
-use hardware_tests::{Node, eventually, free_port, reported};
-use std::io::{BufRead, BufReader};
+use hardware_tests::{Node, PyModbus, eventually, free_port, reported};
 use std::process::{Child, Command, Stdio};
 
 struct Kill(Child);
@@ -69,22 +68,7 @@ fn two_devices_share_one_serial_line() {
             .expect("socat runs (apt-get install socat)"),
     );
     eventually(5, "pty pair", || (a.exists() && b.exists()).then_some(()));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sims/modbus_server.py");
-    let mut sim = Command::new("python3")
-        .args([script, &format!("rtu:{}", a.display())])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 runs");
-    let out = sim.stdout.take().expect("piped");
-    let _sim = Kill(sim);
-    assert!(
-        BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.trim() == "ready"),
-        "pymodbus RTU server did not start"
-    );
+    let _sim = PyModbus::start_rtu(&a);
 
     let tty = b.display().to_string();
     let node = Node::start(&format!(

@@ -35,22 +35,8 @@ impl Drop for Kill {
 
 fn main() -> ExitCode {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("quickstart: building edgecore, mapper-modbus and kectl ...");
-    let built = Command::new(&cargo)
-        .args([
-            "build",
-            "--bins",
-            "-p",
-            "edge",
-            "-p",
-            "mapper-modbus",
-            "-p",
-            "kectl",
-        ])
-        .current_dir(&root)
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
+    if !hardware_tests::build_binaries(&root) {
         eprintln!("quickstart: the build failed");
         return ExitCode::FAILURE;
     }

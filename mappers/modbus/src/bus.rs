@@ -17,7 +17,6 @@ pub struct Line {
 
 /// A serial line.
 pub struct Bus {
-    pub path: String,
     pub silence: Duration,
     pub line: tokio::sync::Mutex<Line>,
 }
@@ -54,7 +53,6 @@ impl Bus {
             return bus;
         }
         let bus = Arc::new(Bus {
-            path: path.to_string(),
             silence: silence(baud_rate),
             line: tokio::sync::Mutex::new(Line::default()),
         });

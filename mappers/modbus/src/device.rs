@@ -507,19 +507,17 @@ impl Device {
             return r;
         };
         let mut line = bus.line.lock().await;
-        let ctx = match line.ctx.take() {
+        let mut ctx = match line.ctx.take() {
             Some(ctx) => ctx,
             None => open(&self.connection).await?,
         };
-        let ctx = line.ctx.insert(ctx);
         ctx.set_slave(Slave(self.connection.slave));
-        let silence = bus.silence;
-        crate::bus::wait_silence(line.last_frame, silence).await;
-        let ctx = line.ctx.as_mut().ok_or(ModbusError::Short)?;
-        let r = exec(ctx, &op, timeout).await;
+        crate::bus::wait_silence(line.last_frame, bus.silence).await;
+        let r = exec(&mut ctx, &op, timeout).await;
         line.last_frame = Some(tokio::time::Instant::now());
-        if r.as_ref().is_err_and(ModbusError::is_link) {
-            line.ctx = None;
+        // A link error leaves the line closed; the next request opens it again.
+        if !r.as_ref().is_err_and(ModbusError::is_link) {
+            line.ctx = Some(ctx);
         }
         r
     }

@@ -2,53 +2,13 @@
 //! (`hardware-tests/sims/modbus_server.py`, started by each test). Needs `python3` with
 //! `pymodbus` (`.ci/run` installs it).
 
+use hardware_tests::{PyModbus, free_port};
 use mapper_modbus::device::{Connection, Device, ModbusError, ModelHints, Point};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 
-struct Sim {
-    child: Child,
-    port: u16,
-}
-
-impl Sim {
-    fn start(port: Option<u16>) -> Self {
-        let port = port.unwrap_or_else(|| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port")
-        });
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../hardware-tests/sims/modbus_server.py"
-        );
-        let mut child = Command::new("python3")
-            .arg(script)
-            .arg(port.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3 runs");
-        let out = child.stdout.take().expect("piped");
-        let ready = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.trim() == "ready");
-        assert!(
-            ready,
-            "the pymodbus simulator did not start (is pymodbus installed?)"
-        );
-        Self { child, port }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The simulator on a free port.
+fn sim() -> PyModbus {
+    PyModbus::start(free_port())
 }
 
 fn map(v: Value) -> serde_json::Map<String, Value> {
@@ -89,7 +49,7 @@ fn ok(name: &str, v: &str) -> (String, Result<String, String>) {
 
 #[tokio::test]
 async fn typed_values_come_back_from_few_merged_requests() {
-    let sim = Sim::start(None);
+    let sim = sim();
     let mut d = device(
         sim.port,
         vec![
@@ -141,7 +101,7 @@ async fn typed_values_come_back_from_few_merged_requests() {
 
 #[tokio::test]
 async fn an_exception_fails_only_its_property_and_a_refused_hole_is_split() {
-    let sim = Sim::start(None);
+    let sim = sim();
     let mut d = device(
         sim.port,
         vec![
@@ -169,7 +129,7 @@ async fn an_exception_fails_only_its_property_and_a_refused_hole_is_split() {
 
 #[tokio::test]
 async fn writes_land_and_read_back_and_bad_values_never_reach_the_wire() {
-    let sim = Sim::start(None);
+    let sim = sim();
     let mut d = device(
         sim.port,
         vec![
@@ -211,7 +171,7 @@ async fn writes_land_and_read_back_and_bad_values_never_reach_the_wire() {
 
 #[tokio::test]
 async fn a_dead_server_is_a_link_error_and_the_device_reconnects() {
-    let sim = Sim::start(None);
+    let sim = sim();
     let port = sim.port;
     let mut d = device(
         port,
@@ -225,7 +185,7 @@ async fn a_dead_server_is_a_link_error_and_the_device_reconnects() {
     let (_, r) = d.read(&[0]).await.pop().expect("one result");
     let e = r.expect_err("the server is gone");
     assert!(e.is_link(), "{e}");
-    let _sim = Sim::start(Some(port));
+    let _sim = PyModbus::start(port);
     assert_eq!(read_all(&mut d).await, vec![ok("b", "30")]);
 }
 
