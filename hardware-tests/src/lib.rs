@@ -21,27 +21,32 @@ pub fn bin(name: &str) -> PathBuf {
     if !path.exists() {
         BUILD.call_once(|| {
             let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            assert!(build_binaries(&root), "building the binaries failed");
+            assert!(build_binaries(&root, false), "building the binaries failed");
         });
     }
     assert!(path.exists(), "{} is not built", path.display());
     path
 }
 
-/// `cargo build` of `edgecore`, `mapper-modbus` and `kectl` in the workspace at `root`.
-pub fn build_binaries(root: &Path) -> bool {
+/// `cargo build` of `edgecore`, `mapper-modbus` and `kectl` in the workspace at `root`, with
+/// `--release` when `release`.
+pub fn build_binaries(root: &Path, release: bool) -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec![
+        "build",
+        "--bins",
+        "-p",
+        "edge",
+        "-p",
+        "mapper-modbus",
+        "-p",
+        "kectl",
+    ];
+    if release {
+        args.push("--release");
+    }
     Command::new(cargo)
-        .args([
-            "build",
-            "--bins",
-            "-p",
-            "edge",
-            "-p",
-            "mapper-modbus",
-            "-p",
-            "kectl",
-        ])
+        .args(args)
         .current_dir(root)
         .status()
         .is_ok_and(|s| s.success())
@@ -113,12 +118,24 @@ pub struct Node {
     pub dir: tempfile::TempDir,
     pub edgecore: Proc,
     pub http: String,
+    /// The embedded MQTT broker's port.
+    pub mqtt: u16,
     pub socket: PathBuf,
+    /// Where the binaries are.
+    pub bins: PathBuf,
     agent: ureq::Agent,
 }
 
 impl Node {
+    /// edgecore (the test build) on `manifests`.
     pub fn start(manifests: &str) -> Self {
+        let edgecore = bin("edgecore");
+        let bins = edgecore.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::start_with(&bins, manifests)
+    }
+
+    /// edgecore from the directory `bins` on `manifests`.
+    pub fn start_with(bins: &Path, manifests: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
         std::fs::write(dir.path().join("manifests/devices.yaml"), manifests).expect("manifest");
@@ -130,7 +147,7 @@ impl Node {
         )
         .expect("config");
         let edgecore = Proc::spawn(
-            &bin("edgecore"),
+            &bins.join("edgecore"),
             &["--config", "edgecore.yaml"],
             dir.path(),
             "edgecore.log",
@@ -138,7 +155,9 @@ impl Node {
         let node = Self {
             socket: dir.path().join("dmi.sock"),
             http: format!("http://127.0.0.1:{http_port}"),
+            mqtt: mqtt_port,
             agent: agent(),
+            bins: bins.to_path_buf(),
             edgecore,
             dir,
         };
@@ -156,7 +175,7 @@ impl Node {
         let file = format!("{protocol}-mapper.yaml");
         std::fs::write(self.dir.path().join(&file), config).expect("mapper config");
         Proc::spawn(
-            &bin(bin_name),
+            &self.bins.join(bin_name),
             &["--config-file", &file],
             self.dir.path(),
             &format!("{bin_name}.log"),

@@ -29,6 +29,8 @@ pub struct State {
     pub delay: Duration,
     /// Close each connection after this many requests.
     pub drop_after: Option<u32>,
+    /// The holding register written last, and when.
+    pub last_write: Option<(u16, std::time::Instant)>,
 }
 
 /// A simulator: its state, and the switch for garbage answers.
@@ -55,6 +57,19 @@ impl Sim {
 
     pub fn holding(&self, address: u16) -> Option<u16> {
         self.edit(|s| s.holding.get(&address).copied())
+    }
+
+    /// Serves Modbus TCP on `addr` (`127.0.0.1:0` for a free port) from a runtime with one
+    /// worker thread of its own, until that runtime is dropped. Returns the port and the runtime.
+    pub fn start(&self, addr: &str) -> io::Result<(u16, tokio::runtime::Runtime)> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+        let port = listener.local_addr()?.port();
+        rt.spawn(self.clone().serve(listener));
+        Ok((port, rt))
     }
 
     /// Serves Modbus TCP on `listener` until the task is dropped.
@@ -158,12 +173,14 @@ impl Connection {
                     return Err(ExceptionCode::IllegalDataAddress);
                 }
                 s.holding.insert(a, v);
+                s.last_write = Some((a, std::time::Instant::now()));
                 Response::WriteSingleRegister(a, v)
             }
             Request::WriteMultipleRegisters(a, ws) if !refused(&s, a, ws.len() as u16) => {
                 for (i, w) in ws.iter().enumerate() {
                     s.holding.insert(a + i as u16, *w);
                 }
+                s.last_write = Some((a, std::time::Instant::now()));
                 Response::WriteMultipleRegisters(a, ws.len() as u16)
             }
             Request::WriteSingleCoil(a, v) if !refused(&s, a, 1) => {

@@ -39,21 +39,6 @@ spec:
     - {name: count, type: INT, accessMode: ReadWrite}
 "#;
 
-/// Starts a simulator on a free port in a runtime of its own.
-fn serve(sim: &Sim) -> (u16, tokio::runtime::Runtime) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    rt.spawn(sim.clone().serve(listener));
-    (port, rt)
-}
-
 #[test]
 fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
     let slow = Sim::with(|s| {
@@ -64,8 +49,8 @@ fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
         // Every connection is dropped after 20 requests: the mapper must reconnect.
         s.drop_after = Some(20);
     });
-    let (slow_port, _rt1) = serve(&slow);
-    let (fast_port, _rt2) = serve(&fast);
+    let (slow_port, _rt1) = slow.start("127.0.0.1:0").expect("simulator");
+    let (fast_port, _rt2) = fast.start("127.0.0.1:0").expect("simulator");
     let node = Node::start(&format!(
         "{MODEL}{}{}",
         device("slow", slow_port),

@@ -36,7 +36,7 @@ impl Drop for Kill {
 fn main() -> ExitCode {
     let root = root();
     eprintln!("quickstart: building edgecore, mapper-modbus and kectl ...");
-    if !hardware_tests::build_binaries(&root) {
+    if !hardware_tests::build_binaries(&root, false) {
         eprintln!("quickstart: the build failed");
         return ExitCode::FAILURE;
     }
@@ -47,40 +47,17 @@ fn main() -> ExitCode {
 
     // The simulator runs in this process.
     let sim = Sim::oven();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let serving = sim.clone();
-    std::thread::spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                let _ = ready_tx.send(Err(e.to_string()));
-                return;
-            }
-        };
-        rt.block_on(async move {
-            match tokio::net::TcpListener::bind("127.0.0.1:5020").await {
-                Ok(l) => {
-                    let _ = ready_tx.send(Ok(()));
-                    tokio::spawn(serving.clone().animate_oven(Duration::from_secs(1)));
-                    let _ = serving.serve(l).await;
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(format!("cannot listen on 127.0.0.1:5020: {e}")));
-                }
-            }
-        });
-    });
-    match ready_rx.recv() {
-        Ok(Ok(())) => eprintln!("quickstart: Modbus TCP oven simulator on 127.0.0.1:5020"),
-        Ok(Err(e)) => {
-            eprintln!("quickstart: {e}");
+    let _sim_runtime = match sim.start("127.0.0.1:5020") {
+        Ok((_, rt)) => {
+            rt.spawn(sim.clone().animate_oven(Duration::from_secs(1)));
+            eprintln!("quickstart: Modbus TCP oven simulator on 127.0.0.1:5020");
+            rt
+        }
+        Err(e) => {
+            eprintln!("quickstart: cannot serve Modbus TCP on 127.0.0.1:5020: {e}");
             return ExitCode::FAILURE;
         }
-        Err(_) => return ExitCode::FAILURE,
-    }
+    };
 
     let config = root.join("examples/config");
     let mut children = Kill(Vec::new());
@@ -165,7 +142,6 @@ fn main() -> ExitCode {
     }
     eprintln!("quickstart: stopping");
     drop(children);
-    let _ = sim;
     ExitCode::SUCCESS
 }
 
