@@ -6,7 +6,9 @@
 //!
 //! Protocol `configData`: `ip` and `port` (TCP), or `serialPort`, `baudRate` (9600),
 //! `dataBits` (8), `parity` (`none`|`even`|`odd`), `stopBits` (1) for RTU; `slaveID` (1);
-//! `timeout` in milliseconds (1000); `maxGap` (10) and `maxRegisters` (125) for the planner.
+//! `timeout` (or `collectTimeout`) in milliseconds (1000); `retries` (or `collectRetryTimes`, 0):
+//! how many times a request that timed out or lost its connection is sent again, on a new
+//! connection, before it fails; `maxGap` (10) and `maxRegisters` (125) for the planner.
 //!
 //! Visitor `configData`: `register` (`CoilRegister`, `DiscreteInputRegister`, `InputRegister`,
 //! `HoldingRegister`), `offset` (the address), `limit` (registers, for strings), `dataType`
@@ -114,6 +116,8 @@ pub struct Connection {
     pub transport: Transport,
     pub slave: u8,
     pub timeout: Duration,
+    /// Sends again after a timeout or a lost connection.
+    pub retries: u8,
     pub limits: Limits,
 }
 
@@ -161,7 +165,18 @@ impl Connection {
             }
         };
         let slave = integer(c, "slaveID")?.unwrap_or(1);
-        let timeout = Duration::from_millis(integer(c, "timeout")?.unwrap_or(1000));
+        let timeout = match integer(c, "timeout")? {
+            Some(t) => t,
+            None => integer(c, "collectTimeout")?.unwrap_or(1000),
+        };
+        if timeout == 0 {
+            return Err(bad("timeout", "0 ms would fail every request"));
+        }
+        let timeout = Duration::from_millis(timeout);
+        let retries = match integer(c, "retries")? {
+            Some(r) => r,
+            None => integer(c, "collectRetryTimes")?.unwrap_or(0),
+        };
         let defaults = Limits::default();
         let limits = Limits {
             max_gap: integer(c, "maxGap")?.unwrap_or(defaults.max_gap),
@@ -172,6 +187,7 @@ impl Connection {
             transport,
             slave,
             timeout,
+            retries,
             limits,
         })
     }
@@ -492,15 +508,32 @@ impl Device {
         self.exchange(op).await.map(|_| ())
     }
 
+    /// One request and its answer, sent up to [`Connection::retries`] more times after a
+    /// timeout or a lost connection (each time on a new connection).
+    async fn exchange(&mut self, op: Op) -> Result<Answer, ModbusError> {
+        let mut attempt = 0;
+        loop {
+            match self.exchange_once(&op).await {
+                Err(e @ (ModbusError::Timeout(_) | ModbusError::Transport(_)))
+                    if attempt < self.connection.retries =>
+                {
+                    attempt += 1;
+                    tracing::debug!(device = %self.connection.address(), attempt, error = %e, "retrying a request");
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// One request and its answer: on the device's own connection (TCP), or on its serial
     /// line, which the devices on it take turns to use, with the line's silence between frames
     /// (RTU). A link error drops the connection; the next request makes it again.
-    async fn exchange(&mut self, op: Op) -> Result<Answer, ModbusError> {
+    async fn exchange_once(&mut self, op: &Op) -> Result<Answer, ModbusError> {
         let timeout = self.connection.timeout;
         self.requests += 1;
         let Some(bus) = self.bus.clone() else {
             let ctx = self.tcp().await?;
-            let r = exec(ctx, &op, timeout).await;
+            let r = exec(ctx, op, timeout).await;
             if r.as_ref().is_err_and(ModbusError::is_link) {
                 self.disconnect();
             }
@@ -513,7 +546,7 @@ impl Device {
         };
         ctx.set_slave(Slave(self.connection.slave));
         crate::bus::wait_silence(line.last_frame, bus.silence).await;
-        let r = exec(&mut ctx, &op, timeout).await;
+        let r = exec(&mut ctx, op, timeout).await;
         line.last_frame = Some(tokio::time::Instant::now());
         // A link error leaves the line closed; the next request opens it again.
         if !r.as_ref().is_err_and(ModbusError::is_link) {
