@@ -365,7 +365,7 @@ impl Device {
         let bus = match &connection.transport {
             Transport::Rtu {
                 path, baud_rate, ..
-            } => Some(crate::bus::Bus::for_line(path, *baud_rate)),
+            } => Some(crate::bus::for_line(path, *baud_rate)),
             Transport::Tcp { .. } => None,
         };
         Self {
@@ -387,8 +387,8 @@ impl Device {
     pub async fn connect(&mut self) -> Result<(), ModbusError> {
         if let Some(bus) = &self.bus {
             let mut line = bus.line.lock().await;
-            if line.ctx.is_none() {
-                line.ctx = Some(open(&self.connection).await?);
+            if line.port.is_none() {
+                line.port = Some(open(&self.connection).await?);
             }
             return Ok(());
         }
@@ -540,17 +540,17 @@ impl Device {
             return r;
         };
         let mut line = bus.line.lock().await;
-        let mut ctx = match line.ctx.take() {
+        let mut ctx = match line.port.take() {
             Some(ctx) => ctx,
             None => open(&self.connection).await?,
         };
         ctx.set_slave(Slave(self.connection.slave));
-        crate::bus::wait_silence(line.last_frame, bus.silence).await;
+        mapper_sdk::line::wait_silence(line.last_frame, bus.silence).await;
         let r = exec(&mut ctx, op, timeout).await;
         line.last_frame = Some(tokio::time::Instant::now());
         // A link error leaves the line closed; the next request opens it again.
         if !r.as_ref().is_err_and(ModbusError::is_link) {
-            line.ctx = Some(ctx);
+            line.port = Some(ctx);
         }
         r
     }

@@ -17,6 +17,7 @@
 pub mod config;
 pub mod device;
 pub mod driver;
+pub mod line;
 pub mod mapper;
 pub mod metrics;
 pub mod push;
