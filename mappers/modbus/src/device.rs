@@ -25,74 +25,8 @@ use tokio_modbus::client::{Context, Reader, Writer};
 use tokio_modbus::slave::SlaveContext;
 use tokio_modbus::{ExceptionCode, Slave};
 
-/// Why a configuration was refused: names the key and what was wrong with it.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{key}: {reason}")]
-pub struct ConfigError {
-    pub key: String,
-    pub reason: String,
-}
-
-fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.to_string(),
-        reason: reason.into(),
-    }
-}
-
-/// A value of `map` by key, ignoring case.
-fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    map.iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(key))
-        .map(|(_, v)| v)
-}
-
-fn text(map: &Map<String, Value>, key: &str) -> Option<String> {
-    match get(map, key)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
-fn number(map: &Map<String, Value>, key: &str) -> Result<Option<f64>, ConfigError> {
-    match get(map, key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_f64().map(Some).ok_or_else(|| bad(key, "not a number")),
-        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| bad(key, format!("{s:?} is not a number"))),
-        Some(other) => Err(bad(key, format!("{other} is not a number"))),
-    }
-}
-
-fn integer<T: TryFrom<i64>>(map: &Map<String, Value>, key: &str) -> Result<Option<T>, ConfigError> {
-    let Some(v) = number(map, key)? else {
-        return Ok(None);
-    };
-    if v.fract() != 0.0 {
-        return Err(bad(key, format!("{v} is not a whole number")));
-    }
-    T::try_from(v as i64)
-        .map(Some)
-        .map_err(|_| bad(key, format!("{v} is out of range")))
-}
-
-fn flag(map: &Map<String, Value>, key: &str) -> Result<bool, ConfigError> {
-    match get(map, key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" => Ok(true),
-            "false" | "0" | "no" | "" => Ok(false),
-            _ => Err(bad(key, format!("{s:?} is not true or false"))),
-        },
-        Some(other) => Err(bad(key, format!("{other} is not true or false"))),
-    }
-}
+pub use mapper_sdk::configdata::ConfigError;
+use mapper_sdk::configdata::{SerialSettings, bad, flag, integer, number, text};
 
 /// How the mapper reaches the device.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,13 +35,7 @@ pub enum Transport {
         /// `host:port`.
         address: String,
     },
-    Rtu {
-        path: String,
-        baud_rate: u32,
-        data_bits: u8,
-        parity: tokio_serial::Parity,
-        stop_bits: u8,
-    },
+    Rtu(SerialSettings),
 }
 
 /// The device-level settings from the protocol `configData`.
@@ -126,37 +54,13 @@ impl Connection {
     pub fn address(&self) -> String {
         match &self.transport {
             Transport::Tcp { address } => address.clone(),
-            Transport::Rtu { path, .. } => path.clone(),
+            Transport::Rtu(serial) => serial.path.clone(),
         }
     }
 
     pub fn from_config(c: &Map<String, Value>) -> Result<Self, ConfigError> {
-        let transport = if let Some(path) = text(c, "serialPort") {
-            let parity = match text(c, "parity")
-                .unwrap_or_else(|| "none".into())
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "none" | "n" => tokio_serial::Parity::None,
-                "even" | "e" => tokio_serial::Parity::Even,
-                "odd" | "o" => tokio_serial::Parity::Odd,
-                other => return Err(bad("parity", format!("{other:?} is not none, even or odd"))),
-            };
-            let data_bits = integer(c, "dataBits")?.unwrap_or(8);
-            if !(5..=8).contains(&data_bits) {
-                return Err(bad("dataBits", format!("{data_bits} is not 5 to 8")));
-            }
-            let stop_bits = integer(c, "stopBits")?.unwrap_or(1);
-            if !(1..=2).contains(&stop_bits) {
-                return Err(bad("stopBits", format!("{stop_bits} is not 1 or 2")));
-            }
-            Transport::Rtu {
-                path,
-                baud_rate: integer(c, "baudRate")?.unwrap_or(9600),
-                data_bits,
-                parity,
-                stop_bits,
-            }
+        let transport = if let Some(serial) = SerialSettings::from_config(c)? {
+            Transport::Rtu(serial)
         } else {
             let ip = text(c, "ip").ok_or_else(|| bad("ip", "missing (or serialPort for RTU)"))?;
             let port: u16 = integer(c, "port")?.unwrap_or(502);
@@ -363,9 +267,7 @@ pub struct Device {
 impl Device {
     pub fn new(connection: Connection, points: Vec<Point>) -> Self {
         let bus = match &connection.transport {
-            Transport::Rtu {
-                path, baud_rate, ..
-            } => Some(crate::bus::for_line(path, *baud_rate)),
+            Transport::Rtu(serial) => Some(crate::bus::for_line(&serial.path, serial.baud_rate)),
             Transport::Tcp { .. } => None,
         };
         Self {
@@ -681,28 +583,8 @@ async fn open(connection: &Connection) -> Result<Context, ModbusError> {
             let _ = stream.set_nodelay(true);
             tokio_modbus::client::tcp::attach_slave(stream, slave)
         }
-        Transport::Rtu {
-            path,
-            baud_rate,
-            data_bits,
-            parity,
-            stop_bits,
-        } => {
-            let builder = tokio_serial::new(path, *baud_rate)
-                .data_bits(match data_bits {
-                    5 => tokio_serial::DataBits::Five,
-                    6 => tokio_serial::DataBits::Six,
-                    7 => tokio_serial::DataBits::Seven,
-                    _ => tokio_serial::DataBits::Eight,
-                })
-                .parity(*parity)
-                .stop_bits(if *stop_bits == 2 {
-                    tokio_serial::StopBits::Two
-                } else {
-                    tokio_serial::StopBits::One
-                });
-            let port = tokio_serial::SerialStream::open(&builder)
-                .map_err(|e| connect_err(std::io::Error::other(e)))?;
+        Transport::Rtu(serial) => {
+            let port = serial.open().map_err(connect_err)?;
             tokio_modbus::client::rtu::attach_slave(port, slave)
         }
     };

@@ -15,6 +15,7 @@
 //! - serves a REST API and Prometheus metrics ([`rest`], [`metrics`]).
 
 pub mod config;
+pub mod configdata;
 pub mod device;
 pub mod driver;
 pub mod line;
