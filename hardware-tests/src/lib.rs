@@ -28,7 +28,7 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// `cargo build` of `edgecore`, `mapper-modbus` and `kectl` in the workspace at `root`, with
+/// `cargo build` of `edgecore`, the mappers and `kectl` in the workspace at `root`, with
 /// `--release` when `release`.
 pub fn build_binaries(root: &Path, release: bool) -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -39,6 +39,8 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         "edge",
         "-p",
         "mapper-modbus",
+        "-p",
+        "mapper-serial",
         "-p",
         "kectl",
     ];
@@ -248,30 +250,22 @@ pub fn reported(twin: &Value, prop: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// pymodbus's Modbus TCP server (`sims/modbus_server.py`), a simulator the project did not write.
-pub struct PyModbus {
+/// A Python simulator from `sims/`, started and waited for until it prints `ready`; killed on
+/// drop.
+pub struct PySim {
     pub proc: Child,
-    pub port: u16,
 }
 
-impl PyModbus {
-    /// Modbus TCP on 127.0.0.1:`port`.
-    pub fn start(port: u16) -> Self {
-        let mut sim = Self::spawn(&port.to_string());
-        sim.port = port;
-        sim
-    }
-
-    /// Modbus RTU on the serial device `path` (one end of a pty pair).
-    pub fn start_rtu(path: &Path) -> Self {
-        Self::spawn(&format!("rtu:{}", path.display()))
-    }
-
-    fn spawn(target: &str) -> Self {
+impl PySim {
+    /// `python3 sims/SCRIPT ARGS`; `install` says what to install when it does not start.
+    pub fn start(script: &str, args: &[&str], install: &str) -> Self {
         use std::io::{BufRead, BufReader};
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sims/modbus_server.py");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("sims")
+            .join(script);
         let mut proc = Command::new("python3")
-            .args([script, target])
+            .arg(&path)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -281,15 +275,78 @@ impl PyModbus {
             .lines()
             .map_while(Result::ok)
             .any(|l| l.trim() == "ready");
-        assert!(
-            ready,
-            "pymodbus did not start on {target} (pip install 'pymodbus[serial]==3.16.*')"
-        );
-        Self { proc, port: 0 }
+        assert!(ready, "{script} {args:?} did not start ({install})");
+        Self { proc }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
     }
 }
 
-impl Drop for PyModbus {
+impl Drop for PySim {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// pymodbus's Modbus TCP server (`sims/modbus_server.py`), a simulator the project did not write.
+pub struct PyModbus {
+    pub sim: PySim,
+    pub port: u16,
+}
+
+const PYMODBUS: &str = "pip install 'pymodbus[serial]==3.16.*'";
+
+impl PyModbus {
+    /// Modbus TCP on 127.0.0.1:`port`.
+    pub fn start(port: u16) -> Self {
+        Self {
+            sim: PySim::start("modbus_server.py", &[&port.to_string()], PYMODBUS),
+            port,
+        }
+    }
+
+    /// Modbus RTU on the serial device `path` (one end of a pty pair).
+    pub fn start_rtu(path: &Path) -> Self {
+        Self {
+            sim: PySim::start(
+                "modbus_server.py",
+                &[&format!("rtu:{}", path.display())],
+                PYMODBUS,
+            ),
+            port: 0,
+        }
+    }
+}
+
+/// A pair of connected ptys (`socat`): a device emulator on one end, a mapper on the other.
+/// socat stops on drop.
+pub struct PtyPair {
+    proc: Child,
+    pub a: PathBuf,
+    pub b: PathBuf,
+}
+
+impl PtyPair {
+    /// The pair as `dir/NAME-a` and `dir/NAME-b`.
+    pub fn start(dir: &Path, name: &str) -> Self {
+        let (a, b) = (dir.join(format!("{name}-a")), dir.join(format!("{name}-b")));
+        let proc = Command::new("socat")
+            .arg(format!("pty,raw,echo=0,link={}", a.display()))
+            .arg(format!("pty,raw,echo=0,link={}", b.display()))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("socat runs (apt-get install socat)");
+        eventually(5, "the pty pair", || {
+            (a.exists() && b.exists()).then_some(())
+        });
+        Self { proc, a, b }
+    }
+}
+
+impl Drop for PtyPair {
     fn drop(&mut self) {
         let _ = self.proc.kill();
         let _ = self.proc.wait();

@@ -4,17 +4,7 @@
 //! (`.ci/run` installs them). A pty ignores baud rate and timing: this tests framing and the
 //! shared line; the silence between frames is tested with paused time in `mapper-modbus`.
 
-use hardware_tests::{Node, PyModbus, eventually, free_port, reported};
-use std::process::{Child, Command, Stdio};
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use hardware_tests::{Node, PtyPair, PyModbus, eventually, free_port, reported};
 
 fn device(name: &str, slave: u8, tty: &str) -> String {
     format!(
@@ -58,19 +48,10 @@ spec:
 #[test]
 fn two_devices_share_one_serial_line() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (a, b) = (dir.path().join("ttyA"), dir.path().join("ttyB"));
-    let _socat = Kill(
-        Command::new("socat")
-            .arg(format!("pty,raw,echo=0,link={}", a.display()))
-            .arg(format!("pty,raw,echo=0,link={}", b.display()))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("socat runs (apt-get install socat)"),
-    );
-    eventually(5, "pty pair", || (a.exists() && b.exists()).then_some(()));
-    let _sim = PyModbus::start_rtu(&a);
+    let pty = PtyPair::start(dir.path(), "tty");
+    let _sim = PyModbus::start_rtu(&pty.a);
 
-    let tty = b.display().to_string();
+    let tty = pty.b.display().to_string();
     let node = Node::start(&format!(
         "{MODEL}{}{}",
         device("meter-1", 1, &tty),

@@ -206,8 +206,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     );
 
     // The server dies: the device goes offline; it comes back: online, values flow again.
-    let _ = sim.proc.kill();
-    let _ = sim.proc.wait();
+    sim.sim.kill();
     eventually(15, "offline", || {
         let t = node.twin("default/plc-1")?;
         (t["state"] == "offline").then_some(())

@@ -1,0 +1,251 @@
+//! End to end over serial lines: the real `edgecore`, `mapper-serial` and `kectl` against a
+//! device emulator written with pyserial (`sims/serial_device.py`) on one end of a socat pty
+//! pair. An ASCII line with three devices (one answering, one silent, one late) and a binary
+//! line with CRC-16 framed requests. Needs `socat` and `python3` with `pyserial` (`.ci/run`
+//! installs them).
+
+use hardware_tests::{Node, PtyPair, PySim, eventually, free_port, get, reported};
+
+const PYSERIAL: &str = "pip install pyserial";
+
+fn manifests(ascii: &str, binary: &str) -> String {
+    format!(
+        r##"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {{name: thermo, namespace: default}}
+spec:
+  protocol: serial
+  properties:
+    - {{name: temperature, type: FLOAT, accessMode: ReadOnly}}
+    - {{name: humidity, type: FLOAT, accessMode: ReadOnly}}
+    - {{name: status, type: STRING, accessMode: ReadOnly}}
+    - {{name: meas-requests, type: INT, accessMode: ReadOnly}}
+    - {{name: count-requests, type: INT, accessMode: ReadOnly}}
+    - {{name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "100"}}
+    - {{name: noise, type: INT, accessMode: ReadOnly}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: thermo-1, namespace: default}}
+spec:
+  deviceModelRef: {{name: thermo}}
+  protocol:
+    protocolName: serial
+    configData: {{serialPort: "{ascii}", baudRate: 9600, mode: ascii, timeout: 300}}
+  properties:
+    - name: temperature
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 MEAS?", pattern: 'T=(?P<temperature>-?[0-9.]+)'}}}}
+    - name: humidity
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 MEAS?", pattern: 'H=(-?[0-9.]+)'}}}}
+    - name: status
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 MEAS?", pattern: 'S=(?P<s>\w+)', capture: s}}}}
+    - name: meas-requests
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 COUNT?", pattern: 'C=(\d+)'}}}}
+    - name: count-requests
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 COUNT?", pattern: 'Q=(\d+)'}}}}
+    - name: setpoint
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 SP?", pattern: 'SP=(\d+)', write: "#1 SP {{value}}", writeReply: '^#1 OK$'}}}}
+    - name: noise
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#1 GARBLE?", pattern: 'N=(\d+)'}}}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: silent-2, namespace: default}}
+spec:
+  deviceModelRef: {{name: thermo}}
+  protocol:
+    protocolName: serial
+    configData: {{serialPort: "{ascii}", mode: ascii, timeout: 300}}
+  properties:
+    - name: temperature
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#2 MEAS?", pattern: 'T=([0-9.]+)'}}}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: late-3, namespace: default}}
+spec:
+  deviceModelRef: {{name: thermo}}
+  protocol:
+    protocolName: serial
+    configData: {{serialPort: "{ascii}", mode: ascii, timeout: 200}}
+  properties:
+    - name: temperature
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "#3 MEAS?", pattern: 'T=([0-9.]+)'}}}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {{name: counter, namespace: default}}
+spec:
+  protocol: serial
+  properties:
+    - {{name: temperature, type: FLOAT, accessMode: ReadOnly}}
+    - {{name: count, type: INT, accessMode: ReadOnly}}
+    - {{name: odd, type: BOOLEAN, accessMode: ReadOnly}}
+    - {{name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "1000"}}
+    - {{name: checked, type: INT, accessMode: ReadOnly}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: counter-1, namespace: default}}
+spec:
+  deviceModelRef: {{name: counter}}
+  protocol:
+    protocolName: serial
+    configData: {{serialPort: "{binary}", baudRate: 19200, mode: binary, checksum: crc16-modbus, timeout: 300}}
+  properties:
+    - name: temperature
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "AA 01", responseLength: 9, responsePrefix: "AA 01", offset: 2, dataType: int16, scale: 0.1}}}}
+    - name: count
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "AA 01", responseLength: 9, offset: 4, length: 2, endianness: little}}}}
+    - name: odd
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "AA 01", responseLength: 9, offset: 6, bit: 0}}}}
+    - name: setpoint
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "AA 03", responseLength: 6, offset: 2, dataType: uint16, write: "AA 10 {{value}}", writeResponseLength: 5}}}}
+    - name: checked
+      collectCycle: 200
+      visitors: {{protocolName: serial, configData: {{request: "AA 02", responseLength: 9, offset: 4, length: 2, endianness: little}}}}
+"##
+    )
+}
+
+/// The error the mapper reports for a property (its REST API's device view).
+fn property_error(http: u16, device: &str, property: &str) -> Option<String> {
+    let (_, dev) = get(
+        &hardware_tests::agent(),
+        &format!("http://127.0.0.1:{http}/api/v1/device/default/{device}"),
+    );
+    dev["data"]["properties"][property]["error"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[test]
+fn ascii_and_binary_devices_on_shared_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ascii = PtyPair::start(dir.path(), "ascii");
+    let binary = PtyPair::start(dir.path(), "binary");
+    let _ascii_device = PySim::start(
+        "serial_device.py",
+        &["ascii", &ascii.a.display().to_string()],
+        PYSERIAL,
+    );
+    let _binary_device = PySim::start(
+        "serial_device.py",
+        &["binary", &binary.a.display().to_string()],
+        PYSERIAL,
+    );
+    let node = Node::start(&manifests(
+        &ascii.b.display().to_string(),
+        &binary.b.display().to_string(),
+    ));
+    let http = free_port();
+    let _mapper = node.mapper("mapper-serial", "serial", http);
+
+    // ASCII: three properties from one reply line, typed; the temperature rises per read.
+    let twin = eventually(20, "thermo-1's values", || {
+        let t = node.twin("default/thermo-1")?;
+        reported(&t, "temperature")?;
+        reported(&t, "setpoint")?;
+        Some(t)
+    });
+    assert_eq!(reported(&twin, "humidity").as_deref(), Some("41.5"));
+    assert_eq!(reported(&twin, "status").as_deref(), Some("OK"));
+    let first: f64 = reported(&twin, "temperature")
+        .and_then(|v| v.parse().ok())
+        .expect("a number");
+    eventually(10, "the temperature rising", || {
+        let t: f64 = reported(&node.twin("default/thermo-1")?, "temperature")?
+            .parse()
+            .ok()?;
+        (t > first).then_some(())
+    });
+    // One MEAS? per cycle for the three properties: as many as COUNT? requests, not three times.
+    let (meas, counts) = eventually(10, "request counters", || {
+        let t = node.twin("default/thermo-1")?;
+        let m: i64 = reported(&t, "meas-requests")?.parse().ok()?;
+        let c: i64 = reported(&t, "count-requests")?.parse().ok()?;
+        (c >= 5).then_some((m, c))
+    });
+    assert!(
+        (meas - counts).abs() <= 2,
+        "{meas} MEAS? requests for {counts} cycles: properties with one request must share it"
+    );
+
+    // A garbled reply fails that property only, with the reply in the error.
+    let e = eventually(10, "noise's error", || {
+        property_error(http, "thermo-1", "noise")
+    });
+    assert!(e.contains("does not match"), "{e}");
+    assert_eq!(reported(&twin, "noise"), None);
+
+    // The silent and the late device go offline; thermo-1 on the same line stays online, and
+    // the late answers are never taken for its replies.
+    for dev in ["silent-2", "late-3"] {
+        eventually(15, &format!("{dev} offline"), || {
+            (node.twin(&format!("default/{dev}"))?["state"] == "offline").then_some(())
+        });
+    }
+    let e = property_error(http, "silent-2", "temperature").unwrap_or_default();
+    assert!(e.contains("no complete reply within 300ms"), "{e}");
+    let twin = node.twin("default/thermo-1").expect("twin");
+    assert_eq!(twin["state"], "online", "{twin}");
+    assert_eq!(reported(&twin, "status").as_deref(), Some("OK"));
+    assert_eq!(reported(&twin, "humidity").as_deref(), Some("41.5"));
+
+    // A desired value is written with the template; the reply is checked; it reads back.
+    node.kectl(&["twin", "set", "default/thermo-1", "setpoint", "75"]);
+    eventually(10, "setpoint 75 reported", || {
+        (reported(&node.twin("default/thermo-1")?, "setpoint")? == "75").then_some(())
+    });
+    // Out of the model's range: refused, never sent.
+    node.kectl(&["twin", "set", "default/thermo-1", "setpoint", "150"]);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let twin = node.twin("default/thermo-1").expect("twin");
+    assert_eq!(reported(&twin, "setpoint").as_deref(), Some("75"), "{twin}");
+
+    // Binary: fields by offset, sign, scale, endianness and bit, CRC-16 checked.
+    let twin = eventually(20, "counter-1's values", || {
+        let t = node.twin("default/counter-1")?;
+        reported(&t, "count")?;
+        reported(&t, "setpoint")?;
+        Some(t)
+    });
+    assert_eq!(reported(&twin, "temperature").as_deref(), Some("-12.5"));
+    let count: i64 = reported(&twin, "count")
+        .and_then(|v| v.parse().ok())
+        .expect("count");
+    assert!(count >= 1, "{twin}");
+    assert!(
+        matches!(reported(&twin, "odd").as_deref(), Some("true" | "false")),
+        "{twin}"
+    );
+    assert_eq!(reported(&twin, "setpoint").as_deref(), Some("100"));
+    // The frame with a wrong checksum fails that property, naming both sums.
+    let e = eventually(10, "checked's error", || {
+        property_error(http, "counter-1", "checked")
+    });
+    assert!(e.contains("bad checksum: received"), "{e}");
+    // A binary write: AA 10 <value> with its CRC, then read back.
+    node.kectl(&["twin", "set", "default/counter-1", "setpoint", "321"]);
+    eventually(10, "setpoint 321 reported", || {
+        (reported(&node.twin("default/counter-1")?, "setpoint")? == "321").then_some(())
+    });
+    assert_eq!(
+        node.twin("default/counter-1").expect("twin")["state"],
+        "online"
+    );
+}
