@@ -5,6 +5,7 @@
 //! fields); [`validate_device`] and [`validate_model`] what KubeEdge leaves to run time and users
 //! find out on the device: duplicate or unknown properties, bad desired values, bad ranges.
 
+pub mod configdata;
 pub mod names;
 pub mod schema;
 pub mod set;
@@ -286,6 +287,68 @@ pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Prob
         );
     }
     out
+}
+
+/// The device's and its properties' `configData` against the keys its protocol's mapper reads
+/// ([`configdata`]), when a mapper of this project serves the protocol. Kept apart from
+/// [`validate_device`]: `kectl validate` reports these, but they do not stop edgecore from
+/// loading the device, whose mapper refuses it with the same key named and marks it unhealthy.
+pub fn validate_config_data(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let model_protocol = model
+        .and_then(|m| m.spec.protocol.as_deref())
+        .filter(|p| !p.is_empty());
+    if let Some(schema) = device
+        .protocol_name()
+        .or(model_protocol)
+        .and_then(configdata::schema)
+    {
+        check_config_data(device, model, schema, &mut out);
+    }
+    out
+}
+
+fn check_config_data(
+    device: &Device,
+    model: Option<&DeviceModel>,
+    schema: &configdata::Schema,
+    out: &mut Vec<Problem>,
+) {
+    // The model's protocolConfigData are defaults the device's own keys override, as edgecore
+    // merges them.
+    let mut protocol = model
+        .and_then(|m| m.spec.protocol_config_data.as_ref())
+        .map(|c| c.0.clone())
+        .unwrap_or_default();
+    if let Some(c) = device
+        .spec
+        .protocol
+        .as_ref()
+        .and_then(|p| p.config_data.as_ref())
+    {
+        protocol.extend(c.0.clone());
+    }
+    configdata::check(
+        &protocol,
+        schema.device,
+        schema.device_one_of,
+        schema.protocol,
+        "spec.protocol.configData",
+        out,
+    );
+    for (i, p) in device.spec.properties.iter().enumerate() {
+        let Some(v) = p.visitors.as_ref().and_then(|v| v.config_data.as_ref()) else {
+            continue;
+        };
+        configdata::check(
+            &v.0,
+            schema.visitor,
+            &[],
+            schema.protocol,
+            &format!("spec.properties[{i}].visitors.configData"),
+            out,
+        );
+    }
 }
 
 fn check_property(

@@ -5,7 +5,7 @@
 use crate::manifest::{self, Object};
 use crate::paths::DeviceId;
 use crate::v1beta1::{Device, DeviceModel, namespace_of};
-use crate::validate::{Problem, validate_device, validate_model};
+use crate::validate::{Problem, validate_config_data, validate_device, validate_model};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -157,6 +157,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
             }
         }
     }
+    let mut config_findings = Vec::new();
     for (file_index, document, object_label, device, complete) in devices {
         let file = &inputs[file_index].0;
         let ns = namespace_of(&device.metadata);
@@ -181,6 +182,13 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
                 Finding::new(file, document, &object_label, problem),
             ));
         }
+        // Reported, but left to the mapper: they do not make the document invalid.
+        for problem in validate_config_data(&device, model) {
+            config_findings.push((
+                file_index,
+                Finding::new(file, document, &object_label, problem),
+            ));
+        }
         if complete {
             device_docs.push(((file_index, document), device));
         }
@@ -190,6 +198,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
         .filter(|(_, f)| f.problem.is_error())
         .map(|(file_index, f)| (*file_index, f.document))
         .collect();
+    findings.extend(config_findings);
     report.valid_models = model_docs
         .into_iter()
         .filter(|(at, _)| !bad.contains(at))

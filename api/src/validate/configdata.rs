@@ -1,0 +1,388 @@
+//! The `configData` keys of the protocols this project's mappers serve, so that `kectl validate`
+//! finds a misspelt key or a bad value before the mapper does. Each mapper
+//! registers its keys here (kept in step with its parser by hand: the mapper stays the
+//! authority and refuses a device with the same key named). edgecore logs these problems but
+//! loads the device anyway.
+//!
+//! Keys are matched without regard to case, and numbers and flags may be strings, as the
+//! mappers read them. An unknown key is a warning (KubeEdge's `configData` is free-form and
+//! other mappers may read more keys); a bad value or a missing required key is an error.
+
+use super::Problem;
+use serde_json::{Map, Value};
+
+/// What a key holds.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Text,
+    /// A whole number within the bounds.
+    Integer(i64, i64),
+    Number,
+    Flag,
+    /// One of these words, in any case.
+    OneOf(&'static [&'static str]),
+    /// Bytes in hex (`"AA 01"`).
+    Hex,
+}
+
+/// One key.
+#[derive(Clone, Copy, Debug)]
+pub struct Key {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub required: bool,
+}
+
+const fn key(name: &'static str, kind: Kind) -> Key {
+    Key {
+        name,
+        kind,
+        required: false,
+    }
+}
+
+const fn required(name: &'static str, kind: Kind) -> Key {
+    Key {
+        name,
+        kind,
+        required: true,
+    }
+}
+
+/// A protocol's keys: of the device's `spec.protocol.configData` (with groups of which at least
+/// one key must be given) and of each property's `visitors.configData`.
+#[derive(Debug)]
+pub struct Schema {
+    pub protocol: &'static str,
+    pub device: &'static [Key],
+    pub device_one_of: &'static [&'static [&'static str]],
+    pub visitor: &'static [Key],
+}
+
+const SERIAL_PORT: [Key; 6] = [
+    key("serialPort", Kind::Text),
+    key("baudRate", Kind::Integer(1, 4_000_000)),
+    key("dataBits", Kind::Integer(5, 8)),
+    key(
+        "parity",
+        Kind::OneOf(&["none", "even", "odd", "n", "e", "o"]),
+    ),
+    key("stopBits", Kind::Integer(1, 2)),
+    key(
+        "flowControl",
+        Kind::OneOf(&["none", "software", "hardware", "xonxoff", "rtscts"]),
+    ),
+];
+
+/// `mapper-modbus` (`mappers/modbus/src/device.rs`).
+pub const MODBUS: Schema = Schema {
+    protocol: "modbus",
+    device: &[
+        key("ip", Kind::Text),
+        key("port", Kind::Integer(1, 65535)),
+        SERIAL_PORT[0],
+        SERIAL_PORT[1],
+        SERIAL_PORT[2],
+        SERIAL_PORT[3],
+        SERIAL_PORT[4],
+        SERIAL_PORT[5],
+        key("slaveID", Kind::Integer(0, 255)),
+        key("timeout", Kind::Integer(1, 3_600_000)),
+        key("collectTimeout", Kind::Integer(1, 3_600_000)),
+        key("retries", Kind::Integer(0, 255)),
+        key("collectRetryTimes", Kind::Integer(0, 255)),
+        key("maxGap", Kind::Integer(0, 2000)),
+        key("maxRegisters", Kind::Integer(1, 125)),
+        key("maxBits", Kind::Integer(1, 2000)),
+    ],
+    device_one_of: &[&["ip", "serialPort"]],
+    visitor: &[
+        required(
+            "register",
+            Kind::OneOf(&[
+                "CoilRegister",
+                "Coil",
+                "Coils",
+                "DiscreteInputRegister",
+                "DiscreteInput",
+                "DiscreteInputs",
+                "Discrete",
+                "InputRegister",
+                "Input",
+                "HoldingRegister",
+                "Holding",
+            ]),
+        ),
+        required("offset", Kind::Integer(0, 65535)),
+        key("limit", Kind::Integer(1, 2000)),
+        key(
+            "dataType",
+            Kind::OneOf(&[
+                "bool", "boolean", "int", "int16", "short", "uint", "uint16", "ushort", "int32",
+                "uint32", "int64", "long", "uint64", "float", "float32", "double", "float64",
+                "string",
+            ]),
+        ),
+        key(
+            "byteOrder",
+            Kind::OneOf(&[
+                "ABCD",
+                "AB",
+                "BIG",
+                "BIGENDIAN",
+                "CDAB",
+                "BADC",
+                "BA",
+                "DCBA",
+                "LITTLE",
+                "LITTLEENDIAN",
+            ]),
+        ),
+        key("isSwap", Kind::Flag),
+        key("isRegisterSwap", Kind::Flag),
+        key("bit", Kind::Integer(0, 15)),
+        key("scale", Kind::Number),
+        key("valueOffset", Kind::Number),
+    ],
+};
+
+/// `mapper-serial` (`mappers/serial/src/device.rs`).
+pub const SERIAL: Schema = Schema {
+    protocol: "serial",
+    device: &[
+        required("serialPort", Kind::Text),
+        SERIAL_PORT[1],
+        SERIAL_PORT[2],
+        SERIAL_PORT[3],
+        SERIAL_PORT[4],
+        SERIAL_PORT[5],
+        key(
+            "mode",
+            Kind::OneOf(&["ascii", "text", "line", "binary", "hex"]),
+        ),
+        key("timeout", Kind::Integer(1, 3_600_000)),
+        key("terminator", Kind::Text),
+        key("requestTerminator", Kind::Text),
+        key(
+            "checksum",
+            Kind::OneOf(&[
+                "none",
+                "sum",
+                "sum8",
+                "xor",
+                "xor8",
+                "crc16-modbus",
+                "crc16_modbus",
+                "crc16-ccitt",
+                "crc16_ccitt",
+            ]),
+        ),
+        key("frameGap", Kind::Number),
+    ],
+    device_one_of: &[],
+    visitor: &[
+        required("request", Kind::Text),
+        key("pattern", Kind::Text),
+        key("capture", Kind::Text),
+        key(
+            "dataType",
+            Kind::OneOf(&[
+                "string", "int", "integer", "float", "double", "boolean", "bool", "int8", "uint8",
+                "byte", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32",
+                "float64",
+            ]),
+        ),
+        key("scale", Kind::Number),
+        key("valueOffset", Kind::Number),
+        key("write", Kind::Text),
+        key("writeReply", Kind::Text),
+        key("responseLength", Kind::Integer(1, 65536)),
+        key("responsePrefix", Kind::Hex),
+        key("offset", Kind::Integer(0, 65535)),
+        key("length", Kind::Integer(1, 8)),
+        key("signed", Kind::Flag),
+        key("endianness", Kind::OneOf(&["big", "little", "be", "le"])),
+        key("bit", Kind::Integer(0, 7)),
+        key("writeResponseLength", Kind::Integer(0, 65536)),
+    ],
+};
+
+/// The registered protocols.
+pub const SCHEMAS: &[&Schema] = &[&MODBUS, &SERIAL];
+
+/// The schema of `protocol`, if a mapper of this project serves it.
+pub fn schema(protocol: &str) -> Option<&'static Schema> {
+    SCHEMAS.iter().copied().find(|s| s.protocol == protocol)
+}
+
+/// Checks `map` against `keys`; problems under `path` (`spec.protocol.configData`).
+pub fn check(
+    map: &Map<String, Value>,
+    keys: &[Key],
+    one_of: &[&[&str]],
+    protocol: &str,
+    path: &str,
+    out: &mut Vec<Problem>,
+) {
+    for (k, v) in map {
+        let here = format!("{path}.{k}");
+        let Some(key) = keys.iter().find(|key| key.name.eq_ignore_ascii_case(k)) else {
+            let known: Vec<&str> = keys.iter().map(|k| k.name).collect();
+            out.push(Problem::warning(
+                here,
+                format!(
+                    "not a {protocol} key; the {protocol} mapper ignores it (known: {})",
+                    known.join(", ")
+                ),
+            ));
+            continue;
+        };
+        if let Some(e) = check_value(v, key.kind) {
+            out.push(Problem::error(here, e));
+        }
+    }
+    let has = |name: &str| map.keys().any(|k| k.eq_ignore_ascii_case(name));
+    for key in keys.iter().filter(|k| k.required && !has(k.name)) {
+        out.push(Problem::error(
+            format!("{path}.{}", key.name),
+            format!("required by the {protocol} mapper"),
+        ));
+    }
+    for group in one_of {
+        if !group.iter().any(|k| has(k)) {
+            out.push(Problem::error(
+                path.to_string(),
+                format!("the {protocol} mapper needs one of {}", group.join(", ")),
+            ));
+        }
+    }
+}
+
+/// What is wrong with `v` as `kind`, if anything.
+fn check_value(v: &Value, kind: Kind) -> Option<String> {
+    let text = match v {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => return None,
+        other => return Some(format!("{other} is not a single value")),
+    };
+    match kind {
+        Kind::Text => None,
+        Kind::Number => text
+            .parse::<f64>()
+            .is_err()
+            .then(|| format!("{text:?} is not a number")),
+        Kind::Integer(lo, hi) => match text.parse::<f64>() {
+            Ok(x) if x.fract() != 0.0 => Some(format!("{text} is not a whole number")),
+            Ok(x) if x < lo as f64 || x > hi as f64 => {
+                Some(format!("{text} is outside {lo} to {hi}"))
+            }
+            Ok(_) => None,
+            Err(_) => Some(format!("{text:?} is not a number")),
+        },
+        Kind::Flag => (!matches!(
+            text.to_ascii_lowercase().as_str(),
+            "true" | "false" | "1" | "0" | "yes" | "no" | ""
+        ))
+        .then(|| format!("{text:?} is not true or false")),
+        Kind::OneOf(words) => (!words.iter().any(|w| w.eq_ignore_ascii_case(&text)))
+            .then(|| format!("{text:?} is not one of {}", words.join(", "))),
+        Kind::Hex => {
+            let digits: String = text
+                .chars()
+                .filter(|c| !matches!(c, ' ' | ':' | '-' | ','))
+                .collect();
+            let digits = digits.strip_prefix("0x").unwrap_or(&digits);
+            (!digits.len().is_multiple_of(2) || !digits.chars().all(|c| c.is_ascii_hexdigit()))
+                .then(|| format!("{text:?} is not bytes in hex"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn problems(v: Value, schema: &Schema, visitor: bool) -> Vec<String> {
+        let Value::Object(m) = v else { return vec![] };
+        let mut out = Vec::new();
+        if visitor {
+            check(&m, schema.visitor, &[], schema.protocol, "v", &mut out);
+        } else {
+            check(
+                &m,
+                schema.device,
+                schema.device_one_of,
+                schema.protocol,
+                "p",
+                &mut out,
+            );
+        }
+        out.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn modbus_keys_in_both_spellings_and_named_errors() {
+        assert!(
+            problems(
+                json!({"ip": "10.0.0.1", "port": "502", "SlaveID": 1}),
+                &MODBUS,
+                false
+            )
+            .is_empty()
+        );
+        let p = problems(json!({"port": 70000, "slaveId": "x"}), &MODBUS, false);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(
+            p.iter()
+                .any(|p| p.contains("p.port") && p.contains("outside 1 to 65535")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|p| p.contains("needs one of ip, serialPort")),
+            "{p:?}"
+        );
+        let p = problems(
+            json!({"register": "HoldingRegistr", "offset": 1, "scal": 2}),
+            &MODBUS,
+            true,
+        );
+        assert!(
+            p.iter()
+                .any(|p| p.contains("v.register") && p.contains("is not one of")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|p| p.contains("v.scal") && p.contains("not a modbus key")),
+            "{p:?}"
+        );
+        let p = problems(json!({"register": "coilregister"}), &MODBUS, true);
+        assert!(
+            p.iter()
+                .any(|p| p.contains("v.offset") && p.contains("required")),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn serial_keys() {
+        assert!(
+            problems(
+                json!({"serialPort": "/dev/ttyS0", "mode": "binary", "checksum": "crc16-modbus"}),
+                &SERIAL,
+                false
+            )
+            .is_empty()
+        );
+        let p = problems(
+            json!({"request": "AA 01", "responsePrefix": "AZ", "bit": 9}),
+            &SERIAL,
+            true,
+        );
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(schema("opcua").is_none());
+    }
+}
