@@ -176,8 +176,12 @@ impl Node {
         );
         let file = format!("{protocol}-mapper.yaml");
         std::fs::write(self.dir.path().join(&file), config).expect("mapper config");
+        // `cargo test --workspace` builds a package's binaries only when the package has
+        // integration tests of its own; `bin` builds the missing ones.
+        let path = self.bins.join(bin_name);
+        let path = if path.exists() { path } else { bin(bin_name) };
         Proc::spawn(
-            &self.bins.join(bin_name),
+            &path,
             &["--config-file", &file],
             self.dir.path(),
             &format!("{bin_name}.log"),
