@@ -298,21 +298,7 @@ impl Codec {
         match raw {
             // An integer register scaled by 0.1 has one decimal, not the binary float's
             // 35.800000000000004: the result is rounded to the decimals of scale and offset.
-            Raw::Int(v) => {
-                let places = decimals(self.scale).max(decimals(self.offset));
-                let x = v as f64 * self.scale + self.offset;
-                let text = format!("{x:.places$}");
-                let text = if text.contains('.') {
-                    text.trim_end_matches('0').trim_end_matches('.')
-                } else {
-                    &text
-                };
-                if text == "-0" {
-                    "0".into()
-                } else {
-                    text.to_string()
-                }
-            }
+            Raw::Int(v) => mapper_sdk::value::scaled_integer(v, self.scale, self.offset),
             Raw::F32(v) => (f64::from(v) * self.scale + self.offset).to_string(),
             Raw::F64(v) => (v * self.scale + self.offset).to_string(),
         }
@@ -471,11 +457,6 @@ fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// The decimal places of `x` as written in a manifest (0.1 has 1, 0.025 has 3), at most 15.
-fn decimals(x: f64) -> usize {
-    let text = format!("{}", x.abs());
-    text.split_once('.').map_or(0, |(_, d)| d.len()).min(15)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

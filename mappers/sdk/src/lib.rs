@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod push;
 pub mod report;
 pub mod rest;
+pub mod value;
 
 pub use config::Config;
 pub use driver::{

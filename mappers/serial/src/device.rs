@@ -363,11 +363,11 @@ fn typed(s: &str, t: TextType, scale: &Scale) -> Result<String, SerialError> {
         },
         TextType::Int => {
             let v: i64 = s.parse().map_err(|_| bad("an integer"))?;
-            Ok(scale.apply(v as f64, || v.to_string()))
+            Ok(scale.integer(i128::from(v)))
         }
         TextType::Float => {
             let v: f64 = s.parse().map_err(|_| bad("a number"))?;
-            Ok(scale.apply(v, || s.to_string()))
+            Ok(scale.float(v, || s.to_string()))
         }
     }
 }

@@ -144,32 +144,27 @@ impl Default for Scale {
     }
 }
 
-/// Digits after the point of `x` as written (`0.1` has 1).
-fn decimals(x: f64) -> usize {
-    let s = format!("{x}");
-    s.split_once('.').map_or(0, |(_, d)| d.len())
-}
-
 impl Scale {
     pub fn is_identity(&self) -> bool {
         self.scale == 1.0 && self.offset == 0.0
     }
 
-    /// A raw number as the property's value: unchanged without a scale, else scaled and
+    /// An integer reading as the property's value: unchanged without a scale, else scaled and
     /// rounded to the decimals of scale and offset (`358 * 0.1` is `35.8`).
-    pub fn apply(&self, raw: f64, raw_text: impl FnOnce() -> String) -> String {
+    pub fn integer(&self, raw: i128) -> String {
         if self.is_identity() {
-            return raw_text();
-        }
-        let v = raw * self.scale + self.offset;
-        let d = decimals(self.scale).max(decimals(self.offset));
-        if d == 0 && v.fract() == 0.0 && v.abs() < 9.0e15 {
-            format!("{}", v as i64)
+            raw.to_string()
         } else {
-            format!("{:.*}", d.max(1), v)
-                .trim_end_matches('0')
-                .trim_end_matches('.')
-                .to_string()
+            mapper_sdk::value::scaled_integer(raw, self.scale, self.offset)
+        }
+    }
+
+    /// A float reading as the property's value; `text` is how it reads unscaled.
+    pub fn float(&self, raw: f64, text: impl FnOnce() -> String) -> String {
+        if self.is_identity() {
+            text()
+        } else {
+            (raw * self.scale + self.offset).to_string()
         }
     }
 
@@ -205,19 +200,19 @@ impl Field {
             Kind::Int { len, signed } => {
                 if signed {
                     let shift = 64 - 8 * len as u32;
-                    let v = ((raw << shift) as i64) >> shift;
-                    self.scale.apply(v as f64, || v.to_string())
+                    self.scale
+                        .integer(i128::from(((raw << shift) as i64) >> shift))
                 } else {
-                    self.scale.apply(raw as f64, || raw.to_string())
+                    self.scale.integer(i128::from(raw))
                 }
             }
             Kind::Float32 => {
                 let v = f32::from_bits(raw as u32);
-                self.scale.apply(f64::from(v), || v.to_string())
+                self.scale.float(f64::from(v), || v.to_string())
             }
             Kind::Float64 => {
                 let v = f64::from_bits(raw);
-                self.scale.apply(v, || v.to_string())
+                self.scale.float(v, || v.to_string())
             }
         })
     }
