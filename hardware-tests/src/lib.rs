@@ -247,6 +247,23 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
+/// A JSON object's map (configData in tests and benches); empty for anything else.
+pub fn object(v: Value) -> serde_json::Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// Percentile `p` (0-100) of sorted `v`; NaN when empty.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
 /// The reported value of `prop` in a twin document.
 pub fn reported(twin: &Value, prop: &str) -> Option<String> {
     twin["properties"][prop]["reported"]["value"]

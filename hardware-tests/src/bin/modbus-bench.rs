@@ -23,7 +23,7 @@
 
 use clap::{Parser, ValueEnum};
 use hardware_tests::modbus_sim::Sim;
-use hardware_tests::{Node, free_port};
+use hardware_tests::{Node, free_port, object, percentile};
 use mapper_modbus::mapper::Modbus;
 use mapper_modbus::planner::{self, Limits, Read, Refused};
 use mapper_sdk::{DeviceConfig, Driver, PropertyConfig, Protocol};
@@ -107,24 +107,17 @@ fn filled(n: u16) -> Sim {
     Sim::with(|s| s.holding.extend((0..n).map(|a| (a, a))))
 }
 
-fn obj(v: Value) -> serde_json::Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
 /// A device of one-register INT properties at `addresses` on 127.0.0.1:`port`.
 fn device_config(port: u16, addresses: &[(u16, u16)]) -> DeviceConfig {
     DeviceConfig {
         namespace: "default".into(),
         name: "bench".into(),
-        protocol: obj(json!({"ip": "127.0.0.1", "port": port, "slaveID": 1})),
+        protocol: object(json!({"ip": "127.0.0.1", "port": port, "slaveID": 1})),
         properties: addresses
             .iter()
             .map(|&(a, n)| PropertyConfig {
                 name: format!("r{a}"),
-                visitor: obj(json!({"register": "HoldingRegister", "offset": a, "limit": n})),
+                visitor: object(json!({"register": "HoldingRegister", "offset": a, "limit": n})),
                 value_type: Some("INT".into()),
                 ..Default::default()
             })
@@ -270,8 +263,18 @@ fn mapper_client(port: u16, seconds: f64, count: u16) -> Run {
     })
 }
 
-/// Parses `TRANSACTIONS SECONDS` printed by a peer's loop.
-fn parse_run(out: &std::process::Output) -> Run {
+/// Runs a peer's loop program with `HOST PORT SECONDS COUNT` and parses the
+/// `TRANSACTIONS SECONDS` it prints.
+fn run_loop(mut cmd: Command, port: u16, seconds: f64, count: u16) -> Run {
+    let out = cmd
+        .args([
+            "127.0.0.1",
+            &port.to_string(),
+            &seconds.to_string(),
+            &count.to_string(),
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
@@ -313,15 +316,7 @@ fn libmodbus_client(work: &Path, port: u16, seconds: f64, count: u16) -> Option<
             return Some(Err("cc failed on sims/libmodbus_loop.c".into()));
         }
     }
-    let out = Command::new(&exe)
-        .args([
-            "127.0.0.1",
-            &port.to_string(),
-            &seconds.to_string(),
-            &count.to_string(),
-        ])
-        .output();
-    Some(out.map_err(|e| e.to_string()).and_then(|o| parse_run(&o)))
+    Some(run_loop(Command::new(&exe), port, seconds, count))
 }
 
 /// pymodbus's synchronous client in `sims/pymodbus_client_loop.py`; `None` without pymodbus.
@@ -333,16 +328,9 @@ fn pymodbus_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
     if !has.status.success() {
         return None;
     }
-    let out = Command::new("python3")
-        .arg(sims_dir().join("pymodbus_client_loop.py"))
-        .args([
-            "127.0.0.1",
-            &port.to_string(),
-            &seconds.to_string(),
-            &count.to_string(),
-        ])
-        .output();
-    Some(out.map_err(|e| e.to_string()).and_then(|o| parse_run(&o)))
+    let mut cmd = Command::new("python3");
+    cmd.arg(sims_dir().join("pymodbus_client_loop.py"));
+    Some(run_loop(cmd, port, seconds, count))
 }
 
 /// `mbpoll` polls a list of slave addresses on one connection, one request each, once with
@@ -513,15 +501,6 @@ spec:
       visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
 "#;
 
-/// Percentile `p` (0-100) of sorted `v`.
-fn pct(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
 /// The reported value of `prop` in a `twin/update/document` message.
 fn document_reported(payload: &[u8], prop: &str) -> Option<String> {
     let v: Value = serde_json::from_slice(payload).ok()?;
@@ -660,8 +639,8 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
     ] {
         println!(
             "| {what} | {:.2} | {:.2} | {:.2} |",
-            pct(v, 50.0),
-            pct(v, 99.0),
+            percentile(v, 50.0),
+            percentile(v, 99.0),
             v.last().copied().unwrap_or(f64::NAN)
         );
     }

@@ -16,7 +16,7 @@
 //!    The answering device is delayed by at most the silent one's timeout.
 
 use clap::Parser;
-use hardware_tests::PtyPair;
+use hardware_tests::{PtyPair, object, percentile};
 use mapper_sdk::{DeviceConfig, Driver, PropertyConfig, Protocol};
 use mapper_serial::checksum::Checksum;
 use mapper_serial::mapper::Serial;
@@ -64,17 +64,10 @@ fn responder(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn obj(v: Value) -> serde_json::Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
 fn device(path: &str, request: &str, timeout_ms: u64) -> DeviceConfig {
     let field = |name: &str, extra: Value| {
-        let mut v = obj(json!({"request": request, "responseLength": 9}));
-        v.extend(obj(extra));
+        let mut v = object(json!({"request": request, "responseLength": 9}));
+        v.extend(object(extra));
         PropertyConfig {
             name: name.into(),
             visitor: v,
@@ -84,7 +77,7 @@ fn device(path: &str, request: &str, timeout_ms: u64) -> DeviceConfig {
     DeviceConfig {
         namespace: "default".into(),
         name: request.replace(' ', ""),
-        protocol: obj(json!({
+        protocol: object(json!({
             "serialPort": path, "baudRate": 115200, "mode": "binary",
             "checksum": "crc16-modbus", "timeout": timeout_ms, "frameGap": 0
         })),
@@ -97,13 +90,6 @@ fn device(path: &str, request: &str, timeout_ms: u64) -> DeviceConfig {
             field("c", json!({"offset": 6, "bit": 0})),
         ],
     }
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[(((p / 100.0) * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)]
 }
 
 /// Reads `cfg` every `period` for `seconds`; the latencies of the reads, in ms.
@@ -200,8 +186,8 @@ fn run(seconds: f64) -> Result<(), String> {
         println!(
             "| {what} | {} | {:.2} | {:.2} | {:.2} |",
             v.len(),
-            pct(v, 50.0),
-            pct(v, 99.0),
+            percentile(v, 50.0),
+            percentile(v, 99.0),
             v.last().copied().unwrap_or(f64::NAN)
         );
     }

@@ -2,7 +2,7 @@
 //! (`hardware-tests/sims/modbus_server.py`, started by each test). Needs `python3` with
 //! `pymodbus` (`.ci/run` installs it).
 
-use hardware_tests::{PyModbus, free_port};
+use hardware_tests::{PyModbus, free_port, object};
 use mapper_modbus::device::{Connection, Device, ModbusError, ModelHints, Point};
 use serde_json::{Value, json};
 
@@ -11,20 +11,13 @@ fn sim() -> PyModbus {
     PyModbus::start(free_port())
 }
 
-fn map(v: Value) -> serde_json::Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
 fn point(name: &str, visitor: Value) -> Point {
-    Point::from_config(name, &map(visitor), &ModelHints::default()).expect("valid visitor")
+    Point::from_config(name, &object(visitor), &ModelHints::default()).expect("valid visitor")
 }
 
 fn device(port: u16, points: Vec<Point>) -> Device {
     // KubeEdge's key spellings, numbers as strings where the examples use them.
-    let c = Connection::from_config(&map(
+    let c = Connection::from_config(&object(
         json!({"ip": "127.0.0.1", "port": port.to_string(), "SlaveID": 1, "timeout": 2000}),
     ))
     .expect("valid protocol config");
@@ -193,43 +186,45 @@ async fn a_dead_server_is_a_link_error_and_the_device_reconnects() {
 fn bad_configuration_names_the_key() {
     let e = Point::from_config(
         "x",
-        &map(json!({"register": "Holding", "offset": 1, "dataType": "int128"})),
+        &object(json!({"register": "Holding", "offset": 1, "dataType": "int128"})),
         &ModelHints::default(),
     )
     .expect_err("unknown type");
     assert_eq!(e.key, "dataType");
     let e = Point::from_config(
         "x",
-        &map(json!({"register": "Magic", "offset": 1})),
+        &object(json!({"register": "Magic", "offset": 1})),
         &ModelHints::default(),
     )
     .expect_err("unknown table");
     assert_eq!(e.key, "register");
     let e = Point::from_config(
         "x",
-        &map(json!({"register": "HoldingRegister", "offset": "ten"})),
+        &object(json!({"register": "HoldingRegister", "offset": "ten"})),
         &ModelHints::default(),
     )
     .expect_err("not a number");
     assert_eq!(e.key, "offset");
     let e = Point::from_config(
         "x",
-        &map(
+        &object(
             json!({"register": "HoldingRegister", "offset": 1, "dataType": "float32", "limit": 3}),
         ),
         &ModelHints::default(),
     )
     .expect_err("wrong size");
     assert_eq!(e.key, "limit");
-    let e = Connection::from_config(&map(json!({"port": 502}))).expect_err("no address");
+    let e = Connection::from_config(&object(json!({"port": 502}))).expect_err("no address");
     assert_eq!(e.key, "ip");
-    let e = Connection::from_config(&map(json!({"serialPort": "/dev/ttyS0", "parity": "mark"})))
-        .expect_err("parity");
+    let e = Connection::from_config(&object(
+        json!({"serialPort": "/dev/ttyS0", "parity": "mark"}),
+    ))
+    .expect_err("parity");
     assert_eq!(e.key, "parity");
     // The model's type picks the data type when the visitor names none.
     let p = Point::from_config(
         "t",
-        &map(json!({"register": "HoldingRegister", "offset": 0})),
+        &object(json!({"register": "HoldingRegister", "offset": 0})),
         &ModelHints {
             value_type: Some("FLOAT".into()),
             ..ModelHints::default()

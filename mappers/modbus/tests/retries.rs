@@ -3,24 +3,18 @@
 //! late.
 
 use hardware_tests::modbus_sim::Sim;
+use hardware_tests::object;
 use mapper_modbus::device::{Connection, Device, ModbusError, ModelHints, Point};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-fn map(v: Value) -> serde_json::Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
 fn device(port: u16, extra: Value) -> Device {
-    let mut config = map(json!({"ip": "127.0.0.1", "port": port, "timeout": 300}));
-    config.extend(map(extra));
+    let mut config = object(json!({"ip": "127.0.0.1", "port": port, "timeout": 300}));
+    config.extend(object(extra));
     let c = Connection::from_config(&config).expect("valid protocol config");
     let p = Point::from_config(
         "count",
-        &map(json!({"register": "HoldingRegister", "offset": 0})),
+        &object(json!({"register": "HoldingRegister", "offset": 0})),
         &ModelHints::default(),
     )
     .expect("valid visitor");
@@ -90,10 +84,10 @@ fn a_late_device_costs_one_timeout_per_attempt() {
 
 #[test]
 fn a_zero_timeout_is_refused_with_its_key() {
-    let e = Connection::from_config(&map(json!({"ip": "127.0.0.1", "timeout": 0})))
+    let e = Connection::from_config(&object(json!({"ip": "127.0.0.1", "timeout": 0})))
         .expect_err("refused");
     assert!(e.to_string().starts_with("timeout:"), "{e}");
-    let e = Connection::from_config(&map(json!({"ip": "127.0.0.1", "retries": -1})))
+    let e = Connection::from_config(&object(json!({"ip": "127.0.0.1", "retries": -1})))
         .expect_err("refused");
     assert!(e.to_string().starts_with("retries:"), "{e}");
 }
