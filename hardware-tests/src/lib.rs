@@ -3,6 +3,7 @@
 //! first) in a temporary directory, and the simulators in `sims/`.
 
 pub mod modbus_sim;
+pub mod opcua_sim;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

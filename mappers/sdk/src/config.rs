@@ -12,6 +12,7 @@
 //!   address: 127.0.0.1                         # the REST API's address
 //!   edgecore_sock: /etc/kubeedge/dmi.sock
 //!   http_port: 7777                            # 0 turns the REST API off
+//!   data_dir: /var/lib/kubeedge/modbus-mapper  # what the mapper keeps (certificates); the default
 //! ```
 //!
 //! Unknown keys are refused with their path, so a typo does not silently fall back to a
@@ -63,6 +64,10 @@ pub struct Common {
     pub edgecore_sock: String,
     #[serde(default = "default_http_port")]
     pub http_port: u16,
+    /// Where the mapper keeps what must survive a restart (OPC UA's application certificate).
+    /// Default `/var/lib/kubeedge/{name}`. Not a mapper-framework key.
+    #[serde(default)]
+    pub data_dir: String,
 }
 
 fn default_version() -> String {
@@ -147,6 +152,10 @@ impl Config {
         }
         c.grpc_server.socket_path = resolve(base, &c.grpc_server.socket_path);
         c.common.edgecore_sock = resolve(base, &c.common.edgecore_sock);
+        if c.common.data_dir.is_empty() {
+            c.common.data_dir = format!("/var/lib/kubeedge/{}", c.common.name);
+        }
+        c.common.data_dir = resolve(base, &c.common.data_dir);
         Ok(c)
     }
 
@@ -196,6 +205,13 @@ mod tests {
         assert_eq!(c.socket(), Path::new("/etc/kubeedge/m.sock"));
         assert_eq!(c.common.edgecore_sock, "/etc/m/data/dmi.sock");
         assert_eq!(c.common.http_port, 7777);
+        assert_eq!(c.common.data_dir, "/var/lib/kubeedge/m");
+        let c = Config::parse(
+            "common: {name: m, protocol: opcua, data_dir: state}",
+            Path::new("/etc/m"),
+        )
+        .expect("valid");
+        assert_eq!(c.common.data_dir, "/etc/m/state");
     }
 
     #[test]

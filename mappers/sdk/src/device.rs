@@ -3,7 +3,7 @@
 //! only when its `reportCycle` has passed, writes desired values when they change (then reads
 //! them back), and tracks the device's state from its transport.
 
-use crate::driver::{DeviceConfig, DeviceState, Driver, DriverError, ErrorKind};
+use crate::driver::{DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, Reading};
 use crate::metrics::Metrics;
 use crate::push::Pusher;
 use crate::report::{Report, TwinReport};
@@ -181,6 +181,9 @@ impl<D: Driver> DeviceTask<D> {
                     None => break,
                 },
                 _ = tokio::time::sleep_until(wake) => self.cycle().await,
+                changes = self.driver.changes(), if self.connected => {
+                    self.absorb(&changes, Instant::now(), false).await;
+                }
             }
         }
         self.driver.stop().await;
@@ -350,7 +353,15 @@ impl<D: Driver> DeviceTask<D> {
             return;
         }
         self.apply_desired().await;
-        self.read(&due, now).await;
+        // Properties the driver subscribed to come through `changes`; their cycle only wakes
+        // the task to (re)connect.
+        let due: Vec<usize> = due
+            .into_iter()
+            .filter(|&i| !self.driver.subscribed(i))
+            .collect();
+        if !due.is_empty() {
+            self.read(&due, now).await;
+        }
     }
 
     /// Reads `due`, updates state and snapshot, and reports and pushes what changed or is due.
@@ -373,13 +384,20 @@ impl<D: Driver> DeviceTask<D> {
             Ordering::Relaxed,
         );
         self.requests_seen = requests;
+        self.absorb(&results, now, true).await;
+        results
+    }
 
+    /// Takes in readings, `polled` or sent by the device: updates state and snapshot, and
+    /// reports and pushes what changed or is due. A poll that got no value makes the device
+    /// unhealthy; one bad notification among others does not.
+    async fn absorb(&mut self, results: &[Reading], now: Instant, polled: bool) {
         let ts = now_ms();
         let mut twins = Vec::new();
         let mut ok = 0usize;
         let mut link: Option<DriverError> = None;
         let mut views = Vec::new();
-        for (i, r) in &results {
+        for (i, r) in results {
             let Some(p) = self.props.get_mut(*i) else {
                 continue;
             };
@@ -445,12 +463,11 @@ impl<D: Driver> DeviceTask<D> {
         }
         if let Some(e) = link {
             self.link_down(&e).await;
-        } else if ok == 0 && !results.is_empty() {
+        } else if polled && ok == 0 && !results.is_empty() {
             self.set_state(DeviceState::Unhealthy).await;
         } else if ok > 0 {
             self.set_state(DeviceState::Online).await;
         }
-        results
     }
 
     async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
@@ -547,6 +564,8 @@ mod tests {
     struct Fake {
         rig: Arc<Mutex<Rig>>,
         start: Instant,
+        subscribed: Vec<bool>,
+        changes: mpsc::UnboundedReceiver<Reading>,
     }
 
     impl Driver for Fake {
@@ -580,16 +599,32 @@ mod tests {
             Ok(())
         }
         async fn stop(&mut self) {}
+        async fn changes(&mut self) -> Vec<Reading> {
+            match self.changes.recv().await {
+                Some(r) => vec![r],
+                None => std::future::pending().await,
+            }
+        }
+        fn subscribed(&self, index: usize) -> bool {
+            self.subscribed.get(index).copied().unwrap_or(false)
+        }
     }
 
-    fn start(
-        cycles: &[(u64, u64)],
-    ) -> (
+    type Started = (
         Arc<Mutex<Rig>>,
         mpsc::Receiver<Report>,
         mpsc::Sender<Command>,
         CancellationToken,
-    ) {
+    );
+
+    fn start(cycles: &[(u64, u64)]) -> Started {
+        start_subscribed(cycles, &[]).0
+    }
+
+    fn start_subscribed(
+        cycles: &[(u64, u64)],
+        subscribed: &[bool],
+    ) -> (Started, mpsc::UnboundedSender<Reading>) {
         let rig = Arc::new(Mutex::new(Rig {
             values: cycles.iter().map(|_| "1".to_string()).collect(),
             ..Rig::default()
@@ -619,12 +654,15 @@ mod tests {
         };
         let (rtx, rrx) = mpsc::channel(100);
         let (ctx, crx) = mpsc::channel(10);
+        let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         let task = DeviceTask::new(
             &config,
             &schedule,
             Fake {
                 rig: rig.clone(),
                 start: Instant::now(),
+                subscribed: subscribed.to_vec(),
+                changes: changes_rx,
             },
             rtx,
             Arc::new(Metrics::default()),
@@ -632,7 +670,7 @@ mod tests {
         );
         let cancel = CancellationToken::new();
         tokio::spawn(task.run(crx, cancel.clone()));
-        (rig, rrx, ctx, cancel)
+        ((rig, rrx, ctx, cancel), changes_tx)
     }
 
     fn twins(rx: &mut mpsc::Receiver<Report>) -> Vec<Vec<(String, String)>> {
@@ -737,6 +775,43 @@ mod tests {
             .expect("task runs");
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(rig.lock().expect("rig").writes, vec![(0, "7".to_string())]);
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscribed_properties_are_not_polled_and_their_changes_are_reported() {
+        let ((rig, mut rx, _tx, cancel), changes) =
+            start_subscribed(&[(100, 1000), (100, 1000)], &[false, true]);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let batches = rig.lock().expect("rig").batches.clone();
+        assert!(!batches.is_empty());
+        assert!(
+            batches.iter().all(|(_, due)| due == &vec![0]),
+            "{batches:?}"
+        );
+        let _ = twins(&mut rx);
+        changes.send((1, Ok("42".into()))).expect("task runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            twins(&mut rx),
+            vec![vec![("p1".to_string(), "42".to_string())]]
+        );
+        // A bad value for one subscribed property does not make the device unhealthy.
+        changes
+            .send((1, Err(DriverError::device("BadSensorFailure"))))
+            .expect("task runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(states(&mut rx), Vec::<&str>::new());
+        // A lost session does take it offline, and it is connected again.
+        let connects = rig.lock().expect("rig").connects;
+        changes
+            .send((1, Err(DriverError::link("session closed"))))
+            .expect("task runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(states(&mut rx), vec!["offline"]);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(rig.lock().expect("rig").connects > connects);
+        assert_eq!(states(&mut rx), vec!["online"]);
         cancel.cancel();
     }
 }

@@ -29,6 +29,9 @@ pub struct PropertyConfig {
     pub minimum: Option<f64>,
     pub maximum: Option<f64>,
     pub unit: Option<String>,
+    /// `collectCycle` (the SDK's default when the device gives none): how often the property is
+    /// polled, or sampled by the device when the driver subscribes to it.
+    pub collect: std::time::Duration,
 }
 
 impl DeviceConfig {
@@ -132,6 +135,20 @@ pub trait Driver: Send + 'static {
     fn requests(&self) -> u64 {
         0
     }
+
+    /// Waits for values the device sends by itself (subscriptions, notifications) and returns
+    /// them as a batch. A [`ErrorKind::Link`] error in it takes the device offline, as from
+    /// [`Driver::read`]. Must be cancel-safe: the SDK drops it to serve a poll or a command. The
+    /// default never resolves, for drivers that only answer polls.
+    fn changes(&mut self) -> impl Future<Output = Vec<Reading>> + Send {
+        std::future::pending()
+    }
+
+    /// `true` when property `index` arrives through [`Driver::changes`] once connected, so the
+    /// SDK does not poll it.
+    fn subscribed(&self, _index: usize) -> bool {
+        false
+    }
 }
 
 /// A protocol: builds drivers.
@@ -140,6 +157,12 @@ pub trait Protocol: Send + Sync + 'static {
 
     /// The protocol name devices give in `spec.protocol.protocolName`.
     fn name(&self) -> &str;
+
+    /// Called once with the mapper's configuration before any device is built (to find
+    /// `common.data_dir`, say). An error stops the mapper with its message.
+    fn start(&mut self, _config: &crate::Config) -> Result<(), String> {
+        Ok(())
+    }
 
     /// A driver for `device`, or an error naming what in its configuration is wrong. Must not
     /// do IO: the SDK connects through [`Driver::connect`].

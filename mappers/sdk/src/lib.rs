@@ -51,6 +51,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{protocol}: {message}")]
+    Protocol { protocol: String, message: String },
 }
 
 /// Binds `path`, replacing a stale socket left by a crash (but not one that answers).
@@ -70,10 +72,16 @@ fn bind(path: &Path) -> Result<tokio::net::UnixListener, RunError> {
 
 /// Runs the mapper until `cancel`.
 pub async fn run<P: Protocol>(
-    protocol: P,
+    mut protocol: P,
     config: Config,
     cancel: CancellationToken,
 ) -> Result<(), RunError> {
+    protocol
+        .start(&config)
+        .map_err(|message| RunError::Protocol {
+            protocol: protocol.name().to_string(),
+            message,
+        })?;
     let metrics = Arc::new(metrics::Metrics::default());
     let socket = config.socket();
     let listener = bind(&socket)?;

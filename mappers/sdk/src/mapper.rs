@@ -180,6 +180,7 @@ impl<P: Protocol> Mapper<P> {
                 minimum: num(mp.and_then(|m| m.minimum.as_ref())),
                 maximum: num(mp.and_then(|m| m.maximum.as_ref())),
                 unit: mp.and_then(|m| m.unit.clone()),
+                collect: cycle(p.collect_cycle),
             });
             let push = match p.push_method.as_ref().map(Target::from_push_method) {
                 Some(Ok(Some(t))) => match self.shared.pushers.get(t) {

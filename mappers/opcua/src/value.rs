@@ -1,0 +1,177 @@
+//! Between OPC UA variants and the twin's strings.
+
+use opcua::types::{Array, DateTime, Variant, VariantScalarTypeId};
+use serde_json::Value;
+use std::str::FromStr;
+
+/// The twin's string for a value read: numbers and booleans as written in JSON, strings as
+/// they are, arrays as JSON arrays.
+pub fn to_twin(v: &Variant) -> Result<String, String> {
+    match v {
+        Variant::String(s) => Ok(s.as_ref().to_string()),
+        Variant::Empty => Err("the node has no value (null)".into()),
+        other => to_json(other).map(|j| j.to_string()),
+    }
+}
+
+fn to_json(v: &Variant) -> Result<Value, String> {
+    Ok(match v {
+        Variant::Boolean(b) => Value::Bool(*b),
+        Variant::SByte(n) => Value::from(*n),
+        Variant::Byte(n) => Value::from(*n),
+        Variant::Int16(n) => Value::from(*n),
+        Variant::UInt16(n) => Value::from(*n),
+        Variant::Int32(n) => Value::from(*n),
+        Variant::UInt32(n) => Value::from(*n),
+        Variant::Int64(n) => Value::from(*n),
+        Variant::UInt64(n) => Value::from(*n),
+        Variant::Float(f) => float(f64::from(*f), &f.to_string())?,
+        Variant::Double(f) => float(*f, &f.to_string())?,
+        Variant::String(s) => Value::String(s.as_ref().to_string()),
+        Variant::DateTime(d) => Value::String(d.as_chrono().to_rfc3339()),
+        Variant::Guid(g) => Value::String(g.to_string()),
+        Variant::StatusCode(s) => Value::String(s.to_string()),
+        Variant::ByteString(b) => Value::String(b.as_base64()),
+        Variant::LocalizedText(t) => Value::String(t.text.as_ref().to_string()),
+        Variant::QualifiedName(q) => Value::String(q.name.as_ref().to_string()),
+        Variant::NodeId(n) => Value::String(n.to_string()),
+        Variant::Array(a) => Value::Array(a.values.iter().map(to_json).collect::<Result<_, _>>()?),
+        Variant::Empty => Value::Null,
+        other => {
+            return Err(format!(
+                "values of type {:?} are not supported",
+                other.scalar_type_id()
+            ));
+        }
+    })
+}
+
+/// A float as JSON: its shortest text (`f32` 0.1 stays "0.1", not 0.10000000149011612).
+fn float(f: f64, text: &str) -> Result<Value, String> {
+    if !f.is_finite() {
+        return Err(format!("the node's value is {f}"));
+    }
+    Ok(serde_json::from_str(text).unwrap_or(Value::Null))
+}
+
+/// The variant to write for the twin's string `s` as type `t`; `array` when the node holds an
+/// array (the string is then a JSON array).
+pub fn from_twin(s: &str, t: VariantScalarTypeId, array: bool) -> Result<Variant, String> {
+    if array {
+        let items: Vec<Value> = serde_json::from_str(s.trim())
+            .map_err(|_| format!("{s:?} is not a JSON array for an array node"))?;
+        let values = items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => scalar(s, t),
+                other => scalar(&other.to_string(), t),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Array::new(t, values)
+            .map(|a| Variant::Array(Box::new(a)))
+            .map_err(|e| e.to_string());
+    }
+    scalar(s, t)
+}
+
+fn scalar(s: &str, t: VariantScalarTypeId) -> Result<Variant, String> {
+    let s = s.trim_matches(|c: char| c.is_whitespace());
+    let int = |s: &str| -> Result<i128, String> {
+        if let Ok(v) = s.parse::<i128>() {
+            return Ok(v);
+        }
+        // "12.0" from a twin that carries integers as floats.
+        match s.parse::<f64>() {
+            Ok(f) if f.fract() == 0.0 && f.abs() < 1e30 => Ok(f as i128),
+            _ => Err(format!("{s:?} is not a whole number for a {t:?} node")),
+        }
+    };
+    macro_rules! ranged {
+        ($ty:ty, $variant:ident) => {{
+            let v = int(s)?;
+            <$ty>::try_from(v)
+                .map(Variant::$variant)
+                .map_err(|_| format!("{v} is out of range for a {t:?} node"))
+        }};
+    }
+    match t {
+        VariantScalarTypeId::Boolean => match s.to_ascii_lowercase().as_str() {
+            "true" | "1" => Ok(Variant::Boolean(true)),
+            "false" | "0" => Ok(Variant::Boolean(false)),
+            _ => Err(format!("{s:?} is not a boolean (true/false)")),
+        },
+        VariantScalarTypeId::SByte => ranged!(i8, SByte),
+        VariantScalarTypeId::Byte => ranged!(u8, Byte),
+        VariantScalarTypeId::Int16 => ranged!(i16, Int16),
+        VariantScalarTypeId::UInt16 => ranged!(u16, UInt16),
+        VariantScalarTypeId::Int32 => ranged!(i32, Int32),
+        VariantScalarTypeId::UInt32 => ranged!(u32, UInt32),
+        VariantScalarTypeId::Int64 => ranged!(i64, Int64),
+        VariantScalarTypeId::UInt64 => ranged!(u64, UInt64),
+        VariantScalarTypeId::Float => match s.parse::<f32>() {
+            Ok(f) if f.is_finite() => Ok(Variant::Float(f)),
+            _ => Err(format!("{s:?} is not a number for a Float node")),
+        },
+        VariantScalarTypeId::Double => match s.parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok(Variant::Double(f)),
+            _ => Err(format!("{s:?} is not a number for a Double node")),
+        },
+        VariantScalarTypeId::String => Ok(Variant::from(s)),
+        VariantScalarTypeId::DateTime => DateTime::from_str(s)
+            .map(|d| Variant::DateTime(Box::new(d)))
+            .map_err(|_| format!("{s:?} is not an RFC 3339 time for a DateTime node")),
+        other => Err(format!("writing {other:?} nodes is not supported")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_to_the_twin() {
+        assert_eq!(to_twin(&Variant::Double(21.5)).as_deref(), Ok("21.5"));
+        assert_eq!(to_twin(&Variant::Float(0.1)).as_deref(), Ok("0.1"));
+        assert_eq!(to_twin(&Variant::Int32(-7)).as_deref(), Ok("-7"));
+        assert_eq!(to_twin(&Variant::Boolean(true)).as_deref(), Ok("true"));
+        assert_eq!(to_twin(&Variant::from("batch 7")).as_deref(), Ok("batch 7"));
+        let a = Array::new(
+            VariantScalarTypeId::Int16,
+            vec![Variant::Int16(1), Variant::Int16(2)],
+        )
+        .expect("array");
+        assert_eq!(
+            to_twin(&Variant::Array(Box::new(a))).as_deref(),
+            Ok("[1,2]")
+        );
+        assert!(to_twin(&Variant::Empty).is_err());
+        assert!(to_twin(&Variant::Double(f64::NAN)).is_err());
+    }
+
+    #[test]
+    fn twin_strings_to_typed_variants() {
+        use VariantScalarTypeId as T;
+        assert_eq!(
+            from_twin("120.5", T::Double, false),
+            Ok(Variant::Double(120.5))
+        );
+        assert_eq!(from_twin("12", T::Int16, false), Ok(Variant::Int16(12)));
+        assert_eq!(from_twin("12.0", T::UInt32, false), Ok(Variant::UInt32(12)));
+        assert_eq!(
+            from_twin("true", T::Boolean, false),
+            Ok(Variant::Boolean(true))
+        );
+        assert!(
+            from_twin("70000", T::Int16, false)
+                .expect_err("range")
+                .contains("out of range")
+        );
+        assert!(from_twin("-1", T::Byte, false).is_err());
+        assert!(from_twin("1.5", T::Int32, false).is_err());
+        assert!(from_twin("hot", T::Double, false).is_err());
+        assert!(from_twin("yes", T::Boolean, false).is_err());
+        let v = from_twin("[1, 2, 3]", T::Int32, true).expect("array");
+        assert_eq!(to_twin(&v).as_deref(), Ok("[1,2,3]"));
+        assert!(from_twin("1", T::Int32, true).is_err());
+    }
+}
