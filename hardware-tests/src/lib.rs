@@ -43,6 +43,8 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         "-p",
         "mapper-serial",
         "-p",
+        "mapper-opcua",
+        "-p",
         "kectl",
     ];
     if release {
@@ -173,7 +175,7 @@ impl Node {
     /// Starts a mapper binary with a mapper-framework config pointing at this node.
     pub fn mapper(&self, bin_name: &str, protocol: &str, http_port: u16) -> Proc {
         let config = format!(
-            "grpc_server:\n  socket_path: {protocol}.sock\ncommon:\n  name: {protocol}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n"
+            "grpc_server:\n  socket_path: {protocol}.sock\ncommon:\n  name: {protocol}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n  data_dir: {protocol}-mapper-data\n"
         );
         let file = format!("{protocol}-mapper.yaml");
         std::fs::write(self.dir.path().join(&file), config).expect("mapper config");

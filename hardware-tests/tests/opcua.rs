@@ -1,0 +1,198 @@
+//! End to end over OPC UA: the real `edgecore`, `mapper-opcua` and `kectl` against the
+//! third-party python asyncua server (`sims/opcua_server.py`: typed variables, some changing by
+//! themselves) and the project's in-process async-opcua server (`opcua_sim`, restarted under
+//! the mapper). Needs `python3` with `asyncua` (`.ci/run` installs it).
+
+use hardware_tests::opcua_sim::{OpcSim, Options};
+use hardware_tests::{Node, PySim, eventually, free_port, get, reported};
+use std::time::Duration;
+
+const ASYNCUA: &str = "pip install 'asyncua==2.1.*'";
+
+fn manifests(asyncua: u16, sim: &str, sim_ns: u16) -> String {
+    format!(
+        r##"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {{name: packaging-line, namespace: default}}
+spec:
+  protocol: opcua
+  properties:
+    - {{name: speed, type: DOUBLE, accessMode: ReadWrite, minimum: "0", maximum: "250"}}
+    - {{name: count, type: INT, accessMode: ReadWrite}}
+    - {{name: running, type: BOOLEAN, accessMode: ReadOnly}}
+    - {{name: batch, type: STRING, accessMode: ReadWrite}}
+    - {{name: locked, type: DOUBLE, accessMode: ReadWrite}}
+    - {{name: tick, type: INT, accessMode: ReadOnly}}
+    - {{name: missing, type: DOUBLE, accessMode: ReadOnly}}
+    - {{name: count-as-double, type: DOUBLE, accessMode: ReadWrite}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: line-1, namespace: default}}
+spec:
+  deviceModelRef: {{name: packaging-line}}
+  protocol:
+    protocolName: opcua
+    configData: {{url: "opc.tcp://127.0.0.1:{asyncua}/", securityPolicy: None, timeout: 2000}}
+  properties:
+    - name: speed
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Speed"}}}}
+    - name: count
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "nsu=urn:kubeedge-rs:asyncua-sim;s=Count", dataType: int32}}}}
+    - name: running
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Running"}}}}
+    - name: batch
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Batch"}}}}
+    - name: locked
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Locked"}}}}
+    - name: tick
+      collectCycle: 100
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Tick", subscribe: true}}}}
+    - name: missing
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=NoSuchNode"}}}}
+    - name: count-as-double
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Count", dataType: double}}}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {{name: oven-model, namespace: default}}
+spec:
+  protocol: opcua
+  properties:
+    - {{name: temperature, type: DOUBLE, accessMode: ReadWrite}}
+    - {{name: setpoint, type: INT, accessMode: ReadWrite}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: oven-1, namespace: default}}
+spec:
+  deviceModelRef: {{name: oven-model}}
+  protocol:
+    protocolName: opcua
+    configData: {{url: "{sim}", timeout: 1000, keepAlive: 500}}
+  properties:
+    - name: temperature
+      collectCycle: 100
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns={sim_ns};s=Temperature", subscribe: true, samplingInterval: 50}}}}
+    - name: setpoint
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns={sim_ns};s=Setpoint"}}}}
+"##
+    )
+}
+
+fn property_error(http: u16, device: &str, property: &str) -> Option<String> {
+    let (_, dev) = get(
+        &hardware_tests::agent(),
+        &format!("http://127.0.0.1:{http}/api/v1/device/default/{device}"),
+    );
+    dev["data"]["properties"][property]["error"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[test]
+fn asyncua_and_in_process_servers_through_edgecore() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let _asyncua = PySim::start("opcua_server.py", &[&port.to_string()], ASYNCUA);
+    let sim = OpcSim::start(Options {
+        port: 0,
+        tags: 0,
+        pki: dir.path().join("sim-pki"),
+        max_nodes_per_read: 0,
+    })
+    .expect("in-process server");
+    let node = Node::start(&manifests(port, &sim.url(), sim.ns));
+    let http = free_port();
+    let mapper = node.mapper("mapper-opcua", "opcua", http);
+
+    // Every kind of value from the asyncua server, typed as the twin carries them.
+    let twin = eventually(30, "line-1's values", || {
+        let t = node.twin("default/line-1")?;
+        for p in ["speed", "count", "running", "batch", "locked", "tick"] {
+            reported(&t, p)?;
+        }
+        Some(t)
+    });
+    assert_eq!(reported(&twin, "speed").as_deref(), Some("120.5"));
+    assert_eq!(reported(&twin, "count").as_deref(), Some("7"));
+    assert_eq!(reported(&twin, "running").as_deref(), Some("true"));
+    assert_eq!(reported(&twin, "batch").as_deref(), Some("B-0001"));
+    assert_eq!(twin["state"], "online", "{twin}");
+    // The subscribed tick moves by itself.
+    let first: i64 = reported(&twin, "tick")
+        .and_then(|v| v.parse().ok())
+        .expect("tick");
+    eventually(10, "tick rising", || {
+        let t: i64 = reported(&node.twin("default/line-1")?, "tick")?
+            .parse()
+            .ok()?;
+        (t > first + 3).then_some(())
+    });
+    // A node the server does not have fails that property only, with the server's reason.
+    let e = eventually(10, "missing's error", || {
+        property_error(http, "line-1", "missing")
+    });
+    assert!(e.contains("BadNodeIdUnknown"), "{e}");
+
+    // Desired values are written in the node's type and read back.
+    node.kectl(&["twin", "set", "default/line-1", "speed", "99.25"]);
+    node.kectl(&["twin", "set", "default/line-1", "count", "42"]);
+    node.kectl(&["twin", "set", "default/line-1", "batch", "B-0042"]);
+    eventually(10, "writes read back", || {
+        let t = node.twin("default/line-1")?;
+        (reported(&t, "speed")? == "99.25"
+            && reported(&t, "count")? == "42"
+            && reported(&t, "batch")? == "B-0042")
+            .then_some(())
+    });
+    // The server's refusals: a read-only node, and an Int32 node written as a Double.
+    node.kectl(&["twin", "set", "default/line-1", "locked", "2.5"]);
+    node.kectl(&["twin", "set", "default/line-1", "count-as-double", "3.5"]);
+    eventually(10, "refusals in the mapper's log", || {
+        let log = mapper.log_text();
+        (log.contains("BadUserAccessDenied") && log.contains("BadTypeMismatch")).then_some(())
+    });
+    let twin = node.twin("default/line-1").expect("twin");
+    assert_eq!(reported(&twin, "locked").as_deref(), Some("1.5"), "{twin}");
+    assert_eq!(reported(&twin, "count").as_deref(), Some("42"), "{twin}");
+    assert_eq!(twin["state"], "online", "{twin}");
+
+    // The in-process server: a subscribed value follows changes; the server restarts under
+    // the mapper and the subscription comes back.
+    eventually(20, "oven-1's temperature", || {
+        (reported(&node.twin("default/oven-1")?, "temperature")? == "20.5").then_some(())
+    });
+    sim.set("Temperature", 180.25f64);
+    eventually(10, "the change reported", || {
+        (reported(&node.twin("default/oven-1")?, "temperature")? == "180.25").then_some(())
+    });
+    let options = sim.stop();
+    eventually(15, "oven-1 offline", || {
+        (node.twin("default/oven-1")?["state"] == "offline").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let sim = OpcSim::start(options).expect("restart on the same port");
+    eventually(30, "oven-1 back online with its initial value", || {
+        let t = node.twin("default/oven-1")?;
+        (t["state"] == "online" && reported(&t, "temperature")? == "20.5").then_some(())
+    });
+    sim.set("Temperature", 75.5f64);
+    eventually(10, "a change after the restart", || {
+        (reported(&node.twin("default/oven-1")?, "temperature")? == "75.5").then_some(())
+    });
+    // line-1 on the other server never noticed.
+    assert_eq!(
+        node.twin("default/line-1").expect("twin")["state"],
+        "online"
+    );
+}
