@@ -207,8 +207,76 @@ pub const SERIAL: Schema = Schema {
     ],
 };
 
+/// `mappers/opcua` (`config.rs`).
+pub const OPCUA: Schema = Schema {
+    protocol: "opcua",
+    device: &[
+        key("url", Kind::Text),
+        key("endpoint", Kind::Text),
+        key(
+            "securityPolicy",
+            Kind::OneOf(&[
+                "None",
+                "Basic256Sha256",
+                "Aes128Sha256RsaOaep",
+                "Aes128-Sha256-RsaOaep",
+                "Aes128_Sha256_RsaOaep",
+                "Aes256Sha256RsaPss",
+                "Aes256-Sha256-RsaPss",
+                "Aes256_Sha256_RsaPss",
+                "Basic128Rsa15",
+                "Basic256",
+                "http://opcfoundation.org/UA/SecurityPolicy#None",
+                "http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256",
+                "http://opcfoundation.org/UA/SecurityPolicy#Aes128_Sha256_RsaOaep",
+                "http://opcfoundation.org/UA/SecurityPolicy#Aes256_Sha256_RsaPss",
+                "http://opcfoundation.org/UA/SecurityPolicy#Basic128Rsa15",
+                "http://opcfoundation.org/UA/SecurityPolicy#Basic256",
+            ]),
+        ),
+        key(
+            "securityMode",
+            Kind::OneOf(&[
+                "None",
+                "Sign",
+                "SignAndEncrypt",
+                "sign_and_encrypt",
+                "sign-and-encrypt",
+            ]),
+        ),
+        key("userName", Kind::Text),
+        key("password", Kind::Text),
+        key("passwordFile", Kind::Text),
+        key("identityCertificate", Kind::Text),
+        key("identityPrivateKey", Kind::Text),
+        key("certificate", Kind::Text),
+        key("privateKey", Kind::Text),
+        key("serverCertificate", Kind::Text),
+        key("timeout", Kind::Integer(1, 3_600_000)),
+        key("keepAlive", Kind::Integer(1, 3_600_000)),
+        key("maxNodesPerRead", Kind::Integer(0, 1_000_000)),
+    ],
+    device_one_of: &[&["url", "endpoint"]],
+    visitor: &[
+        required("nodeID", Kind::Text),
+        key(
+            "dataType",
+            Kind::OneOf(&[
+                "boolean", "bool", "sbyte", "byte", "int16", "uint16", "int32", "int", "uint32",
+                "int64", "uint64", "float", "double", "string", "datetime",
+            ]),
+        ),
+        key("indexRange", Kind::Text),
+        key("subscribe", Kind::Flag),
+        key("samplingInterval", Kind::Integer(0, 86_400_000)),
+        key("queueSize", Kind::Integer(1, 65_535)),
+        key("deadbandType", Kind::OneOf(&["none", "absolute", "percent"])),
+        key("deadbandValue", Kind::Number),
+    ],
+};
+
 /// The registered protocols.
-pub const SCHEMAS: &[&Schema] = &[&MODBUS, &SERIAL];
+pub const SCHEMAS: &[&Schema] = &[&MODBUS, &SERIAL, &OPCUA];
 
 /// The schema of `protocol`, if a mapper of this project serves it.
 pub fn schema(protocol: &str) -> Option<&'static Schema> {
@@ -368,6 +436,27 @@ mod tests {
     }
 
     #[test]
+    fn opcua_keys() {
+        assert!(
+            problems(
+                json!({"url": "opc.tcp://plc:4840", "securityPolicy": "basic256sha256", "securityMode": "SignAndEncrypt"}),
+                &OPCUA,
+                false
+            )
+            .is_empty()
+        );
+        let p = problems(
+            json!({"nodeId": "ns=2;s=T", "subscribe": "sometimes", "deadbandType": "relative"}),
+            &OPCUA,
+            true,
+        );
+        assert_eq!(p.len(), 2, "{p:?}");
+        let p = problems(json!({"securityPolicy": "Basic512", "browseName": "x"}), &OPCUA, false);
+        assert!(p.iter().any(|p| p.contains("needs one of url")), "{p:?}");
+        assert!(p.iter().any(|p| p.contains("Basic256Sha256")), "{p:?}");
+    }
+
+    #[test]
     fn serial_keys() {
         assert!(
             problems(
@@ -383,6 +472,6 @@ mod tests {
             true,
         );
         assert_eq!(p.len(), 2, "{p:?}");
-        assert!(schema("opcua").is_none());
+        assert!(schema("bluetooth").is_none());
     }
 }
