@@ -270,7 +270,10 @@ pub const OPCUA: Schema = Schema {
         key("subscribe", Kind::Flag),
         key("samplingInterval", Kind::Integer(0, 86_400_000)),
         key("queueSize", Kind::Integer(1, 65_535)),
-        key("deadbandType", Kind::OneOf(&["none", "absolute", "percent"])),
+        key(
+            "deadbandType",
+            Kind::OneOf(&["none", "absolute", "percent"]),
+        ),
         key("deadbandValue", Kind::Number),
     ],
 };
@@ -451,7 +454,11 @@ mod tests {
             true,
         );
         assert_eq!(p.len(), 2, "{p:?}");
-        let p = problems(json!({"securityPolicy": "Basic512", "browseName": "x"}), &OPCUA, false);
+        let p = problems(
+            json!({"securityPolicy": "Basic512", "browseName": "x"}),
+            &OPCUA,
+            false,
+        );
         assert!(p.iter().any(|p| p.contains("needs one of url")), "{p:?}");
         assert!(p.iter().any(|p| p.contains("Basic256Sha256")), "{p:?}");
     }
