@@ -274,6 +274,57 @@ pub fn reported(twin: &Value, prop: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The reported value of `prop` in a `twin/update/document` message.
+pub fn document_reported(payload: &[u8], prop: &str) -> Option<String> {
+    let v: Value = serde_json::from_slice(payload).ok()?;
+    v["twin"][prop]["current"]["actual"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Messages on `filter` from the MQTT broker on 127.0.0.1:`port`, each with the wall-clock time
+/// it arrived; returns once the subscription is acknowledged.
+pub fn mqtt_messages(
+    port: u16,
+    filter: &str,
+) -> Result<std::sync::mpsc::Receiver<(std::time::SystemTime, String, Vec<u8>)>, String> {
+    let mut opts =
+        rumqttc::MqttOptions::new(format!("bench-{}", std::process::id()), "127.0.0.1", port);
+    opts.set_keep_alive(Duration::from_secs(30));
+    let (client, mut connection) = rumqttc::Client::new(opts, 256);
+    client
+        .subscribe(filter, rumqttc::QoS::AtMostOnce)
+        .map_err(|e| e.to_string())?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (sub_tx, sub_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _client = client;
+        for event in connection.iter() {
+            match event {
+                Ok(rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_))) => {
+                    let _ = sub_tx.send(());
+                }
+                Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(p))) => {
+                    let msg = (
+                        std::time::SystemTime::now(),
+                        p.topic.clone(),
+                        p.payload.to_vec(),
+                    );
+                    if tx.send(msg).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    });
+    sub_rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "no SUBACK from the broker")?;
+    Ok(rx)
+}
+
 /// A Python simulator from `sims/`, started and waited for until it prints `ready`; killed on
 /// drop.
 pub struct PySim {

@@ -27,7 +27,7 @@ use hardware_tests::{Node, free_port, object, percentile};
 use mapper_modbus::mapper::Modbus;
 use mapper_modbus::planner::{self, Limits, Read, Refused};
 use mapper_sdk::{DeviceConfig, Driver, PropertyConfig, Protocol};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -501,14 +501,6 @@ spec:
       visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
 "#;
 
-/// The reported value of `prop` in a `twin/update/document` message.
-fn document_reported(payload: &[u8], prop: &str) -> Option<String> {
-    let v: Value = serde_json::from_slice(payload).ok()?;
-    v["twin"][prop]["current"]["actual"]["value"]
-        .as_str()
-        .map(str::to_string)
-}
-
 /// Sets per second a value, while `load` other devices of 5 properties are polled every second
 /// by the same mapper (on their own simulator).
 fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
@@ -607,7 +599,7 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
         while let Ok((t, payload)) =
             rx.recv_timeout(limit.saturating_duration_since(Instant::now()))
         {
-            if document_reported(&payload, "setpoint").as_deref()
+            if hardware_tests::document_reported(&payload, "setpoint").as_deref()
                 == Some(value.to_string().as_str())
             {
                 t_report = Some(t);
