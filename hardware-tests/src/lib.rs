@@ -21,12 +21,46 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     if !path.exists() {
         BUILD.call_once(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            assert!(build_binaries(&root, false), "building the binaries failed");
+            assert!(
+                build_binaries(&workspace_root(), false),
+                "building the binaries failed"
+            );
         });
     }
     assert!(path.exists(), "{} is not built", path.display());
     path
+}
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Builds the binaries ([`build_binaries`]) in the profile of the running program (a bench or
+/// the quickstart) and returns their directory, the running program's own.
+pub fn built_binaries(release: bool) -> Result<PathBuf, String> {
+    if !build_binaries(&workspace_root(), release) {
+        return Err("cargo build of the binaries failed".into());
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .ok_or_else(|| "cannot find the binaries' directory".into())
+}
+
+/// The error the mapper's REST API (on `http_port`) shows for a property of device
+/// `default/{device}`.
+pub fn property_error(http_port: u16, device: &str, property: &str) -> Option<String> {
+    let (_, dev) = get(
+        &agent(),
+        &format!("http://127.0.0.1:{http_port}/api/v1/device/default/{device}"),
+    );
+    dev["data"]["properties"][property]["error"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// `cargo build` of `edgecore`, the mappers and `kectl` in the workspace at `root`, with
@@ -282,12 +316,21 @@ pub fn document_reported(payload: &[u8], prop: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Messages on `filter` from the MQTT broker on 127.0.0.1:`port`, each with the wall-clock time
-/// it arrived; returns once the subscription is acknowledged.
+/// A message from [`mqtt_messages`], stamped on arrival.
+pub struct MqttMessage {
+    pub at: Instant,
+    /// The wall-clock time at `at`, to compare with times other processes wrote.
+    pub wall: std::time::SystemTime,
+    pub topic: String,
+    pub payload: Vec<u8>,
+}
+
+/// Messages on `filter` from the MQTT broker on 127.0.0.1:`port`; returns once the
+/// subscription is acknowledged.
 pub fn mqtt_messages(
     port: u16,
     filter: &str,
-) -> Result<std::sync::mpsc::Receiver<(std::time::SystemTime, String, Vec<u8>)>, String> {
+) -> Result<std::sync::mpsc::Receiver<MqttMessage>, String> {
     let mut opts =
         rumqttc::MqttOptions::new(format!("bench-{}", std::process::id()), "127.0.0.1", port);
     opts.set_keep_alive(Duration::from_secs(30));
@@ -305,11 +348,12 @@ pub fn mqtt_messages(
                     let _ = sub_tx.send(());
                 }
                 Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(p))) => {
-                    let msg = (
-                        std::time::SystemTime::now(),
-                        p.topic.clone(),
-                        p.payload.to_vec(),
-                    );
+                    let msg = MqttMessage {
+                        at: Instant::now(),
+                        wall: std::time::SystemTime::now(),
+                        topic: p.topic.clone(),
+                        payload: p.payload.to_vec(),
+                    };
                     if tx.send(msg).is_err() {
                         return;
                     }

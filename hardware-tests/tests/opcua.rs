@@ -4,7 +4,7 @@
 //! the mapper). Needs `python3` with `asyncua` (`.ci/run` installs it).
 
 use hardware_tests::opcua_sim::{OpcSim, Options};
-use hardware_tests::{Node, PySim, eventually, free_port, get, reported};
+use hardware_tests::{Node, PySim, eventually, free_port, property_error, reported};
 use std::time::Duration;
 
 const ASYNCUA: &str = "pip install 'asyncua==2.1.*'";
@@ -87,16 +87,6 @@ spec:
       visitors: {{protocolName: opcua, configData: {{nodeID: "ns={sim_ns};s=Setpoint"}}}}
 "##
     )
-}
-
-fn property_error(http: u16, device: &str, property: &str) -> Option<String> {
-    let (_, dev) = get(
-        &hardware_tests::agent(),
-        &format!("http://127.0.0.1:{http}/api/v1/device/default/{device}"),
-    );
-    dev["data"]["properties"][property]["error"]
-        .as_str()
-        .map(str::to_string)
 }
 
 #[test]

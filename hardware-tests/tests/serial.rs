@@ -4,7 +4,7 @@
 //! line with CRC-16 framed requests. Needs `socat` and `python3` with `pyserial` (`.ci/run`
 //! installs them).
 
-use hardware_tests::{Node, PtyPair, PySim, eventually, free_port, get, reported};
+use hardware_tests::{Node, PtyPair, PySim, eventually, free_port, property_error, reported};
 
 const PYSERIAL: &str = "pip install pyserial";
 
@@ -120,17 +120,6 @@ spec:
       visitors: {{protocolName: serial, configData: {{request: "AA 02", responseLength: 9, offset: 4, length: 2, endianness: little}}}}
 "##
     )
-}
-
-/// The error the mapper reports for a property (its REST API's device view).
-fn property_error(http: u16, device: &str, property: &str) -> Option<String> {
-    let (_, dev) = get(
-        &hardware_tests::agent(),
-        &format!("http://127.0.0.1:{http}/api/v1/device/default/{device}"),
-    );
-    dev["data"]["properties"][property]["error"]
-        .as_str()
-        .map(str::to_string)
 }
 
 #[test]

@@ -58,13 +58,6 @@ enum Part {
     Memory,
 }
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
@@ -77,13 +70,7 @@ fn main() -> ExitCode {
         }
         if want(Part::Latency) || want(Part::Memory) {
             eprintln!("building the release edgecore and mapper-modbus ...");
-            if !hardware_tests::build_binaries(&root(), true) {
-                return Err("cargo build --release failed".into());
-            }
-            let bins = std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-                .ok_or("cannot find the binaries' directory")?;
+            let bins = hardware_tests::built_binaries(true)?;
             if want(Part::Latency) {
                 latency(&bins, args.samples, args.devices)?;
             }
@@ -537,36 +524,10 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
     wait_reporting(&node, load)?;
 
     // Documents from edgecore's broker, stamped on arrival.
-    let mut opts = rumqttc::MqttOptions::new("modbus-bench", "127.0.0.1", node.mqtt);
-    opts.set_keep_alive(Duration::from_secs(30));
-    let (client, mut connection) = rumqttc::Client::new(opts, 64);
-    client
-        .subscribe(
-            "$hw/events/device/default/bench/twin/update/document",
-            rumqttc::QoS::AtMostOnce,
-        )
-        .map_err(|e| e.to_string())?;
-    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
-    let (sub_tx, sub_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for event in connection.iter() {
-            match event {
-                Ok(rumqttc::Event::Incoming(rumqttc::Packet::SubAck(_))) => {
-                    let _ = sub_tx.send(());
-                }
-                Ok(rumqttc::Event::Incoming(rumqttc::Packet::Publish(p))) => {
-                    if tx.send((Instant::now(), p.payload.to_vec())).is_err() {
-                        return;
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
-    });
-    sub_rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| "no SUBACK from edgecore's broker")?;
+    let rx = hardware_tests::mqtt_messages(
+        node.mqtt,
+        "$hw/events/device/default/bench/twin/update/document",
+    )?;
 
     let agent = hardware_tests::agent();
     let url = format!("{}/api/v1/devices/default/bench/desired", node.http);
@@ -596,13 +557,11 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
             std::thread::sleep(Duration::from_micros(100));
         }
         let mut t_report = None;
-        while let Ok((t, payload)) =
-            rx.recv_timeout(limit.saturating_duration_since(Instant::now()))
-        {
-            if hardware_tests::document_reported(&payload, "setpoint").as_deref()
+        while let Ok(m) = rx.recv_timeout(limit.saturating_duration_since(Instant::now())) {
+            if hardware_tests::document_reported(&m.payload, "setpoint").as_deref()
                 == Some(value.to_string().as_str())
             {
-                t_report = Some(t);
+                t_report = Some(m.at);
                 break;
             }
         }

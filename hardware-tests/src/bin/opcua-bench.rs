@@ -16,7 +16,7 @@ use hardware_tests::{Node, PySim, free_port, percentile};
 use mapper_opcua::config::{Connection, Point};
 use mapper_opcua::device::Device;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -45,13 +45,6 @@ enum Part {
 
 const INSTALL: &str = "pip install 'asyncua==2.1.*'";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
@@ -61,13 +54,7 @@ fn main() -> ExitCode {
         }
         if want(Part::Latency) {
             eprintln!("building the release edgecore and mapper-opcua ...");
-            if !hardware_tests::build_binaries(&root(), true) {
-                return Err("cargo build --release failed".into());
-            }
-            let bins = std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-                .ok_or("cannot find the binaries' directory")?;
+            let bins = hardware_tests::built_binaries(true)?;
             latency(&bins, args.samples)?;
         }
         Ok(())
@@ -226,20 +213,21 @@ fn latency(bins: &Path, samples: usize) -> Result<(), String> {
                 lat[1].len()
             ));
         }
-        let Ok((at, topic, payload)) = rx.recv_timeout(left) else {
+        let Ok(m) = rx.recv_timeout(left) else {
             continue;
         };
-        let Some(set) = hardware_tests::document_reported(&payload, "clock")
+        let Some(set) = hardware_tests::document_reported(&m.payload, "clock")
             .and_then(|v| v.parse::<f64>().ok())
         else {
             continue;
         };
-        let now = at
+        let now = m
+            .wall
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64()
             * 1000.0;
-        let which = usize::from(topic.contains("/subscribed/"));
+        let which = usize::from(m.topic.contains("/subscribed/"));
         lat[which].push(now - set);
     }
     println!(

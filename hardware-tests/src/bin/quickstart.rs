@@ -7,16 +7,8 @@
 //! Ctrl-C stops everything.
 
 use hardware_tests::modbus_sim::Sim;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::Duration;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
 
 struct Kill(Vec<Child>);
 
@@ -34,16 +26,15 @@ impl Drop for Kill {
 }
 
 fn main() -> ExitCode {
-    let root = root();
+    let root = hardware_tests::workspace_root();
     eprintln!("quickstart: building edgecore, mapper-modbus and kectl ...");
-    if !hardware_tests::build_binaries(&root, false) {
-        eprintln!("quickstart: the build failed");
-        return ExitCode::FAILURE;
-    }
-    let bin_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| root.join("target/debug"));
+    let bin_dir = match hardware_tests::built_binaries(false) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("quickstart: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     // The simulator runs in this process.
     let sim = Sim::oven();

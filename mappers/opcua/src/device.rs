@@ -434,26 +434,30 @@ impl Device {
             Err(e) => return due.iter().map(|&i| (i, Err(e.clone()))).collect(),
         };
         let mut out = Vec::with_capacity(due.len());
-        let mut ask = Vec::with_capacity(due.len());
+        let mut asked = Vec::with_capacity(due.len());
+        let mut ids = Vec::with_capacity(due.len());
         for &i in due {
             match self.read_id(i) {
-                Ok(r) => ask.push((i, r)),
+                Ok(r) => {
+                    asked.push(i);
+                    ids.push(r);
+                }
                 Err(e) => out.push((i, Err(e))),
             }
         }
-        for chunk in ask.chunks(self.max_per_read.max(1)) {
-            let ids: Vec<ReadValueId> = chunk.iter().map(|(_, r)| r.clone()).collect();
+        let per_call = self.max_per_read.max(1);
+        for (idx, chunk) in asked.chunks(per_call).zip(ids.chunks(per_call)) {
             self.requests += 1;
-            match session.read(&ids, TimestampsToReturn::Neither, 0.0).await {
+            match session.read(chunk, TimestampsToReturn::Neither, 0.0).await {
                 Ok(values) if values.len() == chunk.len() => {
-                    for ((i, _), dv) in chunk.iter().zip(values.iter()) {
+                    for (&i, dv) in idx.iter().zip(values.iter()) {
                         let r = reading(dv);
                         if r.is_ok()
                             && let Some(v) = &dv.value
                         {
-                            self.types[*i] = value_type(v);
+                            self.types[i] = value_type(v);
                         }
-                        out.push((*i, r));
+                        out.push((i, r));
                     }
                 }
                 Ok(values) => {
@@ -462,11 +466,11 @@ impl Device {
                         values.len(),
                         chunk.len()
                     ));
-                    out.extend(chunk.iter().map(|(i, _)| (*i, Err(e.clone()))));
+                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
                 }
                 Err(e) => {
                     let e = status_error(e.status(), "Read");
-                    out.extend(chunk.iter().map(|(i, _)| (*i, Err(e.clone()))));
+                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
                 }
             }
         }

@@ -14,13 +14,6 @@ pub struct OpcUa {
     pki: PathBuf,
 }
 
-impl OpcUa {
-    /// With the PKI directory at `pki` (what [`Protocol::start`] sets from the configuration).
-    pub fn with_pki(pki: PathBuf) -> Self {
-        Self { pki }
-    }
-}
-
 pub struct OpcUaDriver(pub Device);
 
 impl Protocol for OpcUa {
