@@ -18,6 +18,7 @@ pub mod config;
 pub mod configdata;
 pub mod device;
 pub mod driver;
+pub mod field;
 pub mod line;
 pub mod mapper;
 pub mod metrics;

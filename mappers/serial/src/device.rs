@@ -2,8 +2,8 @@
 //! (shared) line.
 
 use crate::checksum::Checksum;
-use crate::field::{Field, Kind, Scale, hex, parse_hex};
-use mapper_sdk::configdata::{ConfigError, SerialSettings, bad, flag, integer, number, text};
+use crate::field::{Field, Scale, hex, parse_hex};
+use mapper_sdk::configdata::{ConfigError, SerialSettings, bad, integer, number, text};
 use mapper_sdk::line::{SharedLine, wait_silence};
 use regex::Regex;
 use serde_json::{Map, Value};
@@ -148,13 +148,7 @@ impl Point {
         maximum: Option<f64>,
     ) -> Result<Self, ConfigError> {
         let request = text(v, "request").ok_or_else(|| bad("request", "missing"))?;
-        let scale = Scale {
-            scale: number(v, "scale")?.unwrap_or(1.0),
-            offset: number(v, "valueOffset")?.unwrap_or(0.0),
-        };
-        if scale.scale == 0.0 {
-            return Err(bad("scale", "0 would make every value the same"));
-        }
+        let scale = Scale::from_config(v)?;
         let (request, reading) = match port.mode {
             Mode::Ascii => {
                 let pattern_text = text(v, "pattern").ok_or_else(|| bad("pattern", "missing"))?;
@@ -218,35 +212,8 @@ impl Point {
                     Some(p) => parse_hex(&p).map_err(|e| bad("responsePrefix", e))?,
                     None => Vec::new(),
                 };
-                let offset =
-                    integer::<usize>(v, "offset")?.ok_or_else(|| bad("offset", "missing"))?;
-                let kind = match integer::<u8>(v, "bit")? {
-                    Some(b) if b < 8 => Kind::Bit(b),
-                    Some(b) => return Err(bad("bit", format!("{b} is not 0 to 7"))),
-                    None => Kind::parse(
-                        text(v, "dataType").as_deref(),
-                        integer(v, "length")?,
-                        flag(v, "signed")?,
-                    )
-                    .map_err(|e| bad("dataType", e))?,
-                };
-                let little_endian = match text(v, "endianness")
-                    .unwrap_or_else(|| "big".into())
-                    .to_ascii_lowercase()
-                    .as_str()
-                {
-                    "big" | "be" => false,
-                    "little" | "le" => true,
-                    other => {
-                        return Err(bad("endianness", format!("{other:?} is not big or little")));
-                    }
-                };
-                let field = Field {
-                    offset,
-                    kind,
-                    little_endian,
-                    scale,
-                };
+                let field = Field::from_config(v, None, false)?;
+                let (offset, kind) = (field.offset, field.kind);
                 let body = length.saturating_sub(port.checksum.width());
                 if offset + kind.width() > body {
                     return Err(bad(

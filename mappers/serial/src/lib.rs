@@ -26,5 +26,5 @@
 
 pub mod checksum;
 pub mod device;
-pub mod field;
+pub use mapper_sdk::field;
 pub mod mapper;

@@ -1,5 +1,8 @@
 //! Values in frames: hex strings, binary fields at byte offsets, and text numbers with scale.
+//! Shared by the protocols whose devices send bytes (serial frames, BLE characteristics).
 
+use crate::configdata::{ConfigError, bad, flag, integer, number, text};
+use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
 /// Bytes from hex such as `"01 03 00 0A"`, `"01:03"` or `"0103000A"`.
@@ -145,6 +148,18 @@ impl Default for Scale {
 }
 
 impl Scale {
+    /// `scale` (1) and `valueOffset` (0) of a visitor's `configData`.
+    pub fn from_config(v: &Map<String, Value>) -> Result<Self, ConfigError> {
+        let scale = Self {
+            scale: number(v, "scale")?.unwrap_or(1.0),
+            offset: number(v, "valueOffset")?.unwrap_or(0.0),
+        };
+        if scale.scale == 0.0 {
+            return Err(bad("scale", "0 would make every value the same"));
+        }
+        Ok(scale)
+    }
+
     pub fn is_identity(&self) -> bool {
         self.scale == 1.0 && self.offset == 0.0
     }
@@ -155,7 +170,7 @@ impl Scale {
         if self.is_identity() {
             raw.to_string()
         } else {
-            mapper_sdk::value::scaled_integer(raw, self.scale, self.offset)
+            crate::value::scaled_integer(raw, self.scale, self.offset)
         }
     }
 
@@ -175,6 +190,47 @@ impl Scale {
 }
 
 impl Field {
+    /// A field from a visitor's `configData`: `offset` (the byte; `default_offset` when not
+    /// given, required when that is `None`), `bit` (0-7, a boolean) or `dataType` (`int8` ...
+    /// `uint64`, `float32`, `float64`) or `length` (1, 2, 4, 8) with `signed`, `endianness` or
+    /// `byteOrder` (`big`|`little`, `default_little` when not given), `scale`, `valueOffset`.
+    pub fn from_config(
+        v: &Map<String, Value>,
+        default_offset: Option<usize>,
+        default_little: bool,
+    ) -> Result<Self, ConfigError> {
+        let offset = match integer::<usize>(v, "offset")? {
+            Some(o) => o,
+            None => default_offset.ok_or_else(|| bad("offset", "missing"))?,
+        };
+        let kind = match integer::<u8>(v, "bit")? {
+            Some(b) if b < 8 => Kind::Bit(b),
+            Some(b) => return Err(bad("bit", format!("{b} is not 0 to 7"))),
+            None => Kind::parse(
+                text(v, "dataType").as_deref(),
+                integer(v, "length")?,
+                flag(v, "signed")?,
+            )
+            .map_err(|e| bad("dataType", e))?,
+        };
+        let (key, order) = match (text(v, "endianness"), text(v, "byteOrder")) {
+            (Some(e), _) => ("endianness", Some(e)),
+            (None, b) => ("byteOrder", b),
+        };
+        let little_endian = match order.map(|o| o.to_ascii_lowercase()).as_deref() {
+            None => default_little,
+            Some("big" | "be") => false,
+            Some("little" | "le") => true,
+            Some(other) => return Err(bad(key, format!("{other:?} is not big or little"))),
+        };
+        Ok(Self {
+            offset,
+            kind,
+            little_endian,
+            scale: Scale::from_config(v)?,
+        })
+    }
+
     /// The field's value in `frame`, or why not.
     pub fn decode(&self, frame: &[u8]) -> Result<String, String> {
         let n = self.kind.width();
