@@ -42,10 +42,10 @@ CHAR = "org.bluez.GattCharacteristic1"
 CONNECT = (
     "if self.Get('org.bluez.Device1', 'Connected'):\n"
     "    raise dbus.exceptions.DBusException('Already Connected', name='org.bluez.Error.AlreadyConnected')\n"
-    "self.UpdateProperties('org.bluez.Device1', {'Connected': True, 'ServicesResolved': True})\n"
+    "self.UpdateProperties('org.bluez.Device1', {'Connected': dbus.Boolean(True), 'ServicesResolved': dbus.Boolean(True)})\n"
 )
 DISCONNECT = (
-    "self.UpdateProperties('org.bluez.Device1', {'Connected': False, 'ServicesResolved': False})\n"
+    "self.UpdateProperties('org.bluez.Device1', {'Connected': dbus.Boolean(False), 'ServicesResolved': dbus.Boolean(False)})\n"
 )
 READ = (
     "self.reads = getattr(self, 'reads', 0) + 1\n"
@@ -61,8 +61,8 @@ WRITE = (
     "self.UpdateProperties('org.bluez.GattCharacteristic1', "
     "{'Value': dbus.Array(args[0], signature='y')})\n"
 )
-START_NOTIFY = "self.UpdateProperties('org.bluez.GattCharacteristic1', {'Notifying': True})\n"
-STOP_NOTIFY = "self.UpdateProperties('org.bluez.GattCharacteristic1', {'Notifying': False})\n"
+START_NOTIFY = "self.UpdateProperties('org.bluez.GattCharacteristic1', {'Notifying': dbus.Boolean(True)})\n"
+STOP_NOTIFY = "self.UpdateProperties('org.bluez.GattCharacteristic1', {'Notifying': dbus.Boolean(False)})\n"
 
 
 def device_path(adapter, address):

@@ -2,6 +2,7 @@
 //! binaries (built by `cargo test --workspace`; `cargo test -p hardware-tests` builds them
 //! first) in a temporary directory, and the simulators in `sims/`.
 
+pub mod bluez;
 pub mod modbus_sim;
 pub mod opcua_sim;
 
@@ -118,9 +119,21 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Self {
+        Self::spawn_env(bin, args, dir, log, &[])
+    }
+
+    /// [`Proc::spawn`] with environment variables added.
+    pub fn spawn_env(
+        bin: &Path,
+        args: &[&str],
+        dir: &Path,
+        log: &str,
+        env: &[(&str, String)],
+    ) -> Self {
         let log = dir.join(log);
         let child = Command::new(bin)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(dir)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -208,6 +221,17 @@ impl Node {
 
     /// Starts a mapper binary with a mapper-framework config pointing at this node.
     pub fn mapper(&self, bin_name: &str, protocol: &str, http_port: u16) -> Proc {
+        self.mapper_env(bin_name, protocol, http_port, &[])
+    }
+
+    /// [`Node::mapper`] with environment variables added (a BLE mapper's D-Bus bus).
+    pub fn mapper_env(
+        &self,
+        bin_name: &str,
+        protocol: &str,
+        http_port: u16,
+        env: &[(&str, String)],
+    ) -> Proc {
         let config = format!(
             "grpc_server:\n  socket_path: {protocol}.sock\ncommon:\n  name: {protocol}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n  data_dir: {protocol}-mapper-data\n"
         );
@@ -217,11 +241,12 @@ impl Node {
         // integration tests of its own; `bin` builds the missing ones.
         let path = self.bins.join(bin_name);
         let path = if path.exists() { path } else { bin(bin_name) };
-        Proc::spawn(
+        Proc::spawn_env(
             &path,
             &["--config-file", &file],
             self.dir.path(),
             &format!("{bin_name}.log"),
+            env,
         )
     }
 

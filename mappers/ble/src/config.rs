@@ -50,7 +50,9 @@ pub fn mac_address(s: &str) -> Result<String, String> {
     if ok {
         Ok(parts.join(":").to_ascii_uppercase())
     } else {
-        Err(format!("{s:?} is not a Bluetooth address like C4:7C:8D:6A:12:34"))
+        Err(format!(
+            "{s:?} is not a Bluetooth address like C4:7C:8D:6A:12:34"
+        ))
     }
 }
 
@@ -116,9 +118,15 @@ pub enum Format {
     /// A number at a byte offset read as a boolean (not zero is `true`).
     Bool(Field),
     /// UTF-8 text from `offset`, `length` bytes or to the end (a trailing NUL is dropped).
-    Text { offset: usize, length: Option<usize> },
+    Text {
+        offset: usize,
+        length: Option<usize>,
+    },
     /// The bytes from `offset`, as hex (`"0A FF"`).
-    Bytes { offset: usize, length: Option<usize> },
+    Bytes {
+        offset: usize,
+        length: Option<usize>,
+    },
 }
 
 /// One property: a characteristic and how to decode and encode it.
@@ -257,7 +265,9 @@ impl Point {
         }
         if !self.data_write.is_empty() {
             let known: Vec<&str> = self.data_write.iter().map(|(v, _)| v.as_str()).collect();
-            return Err(format!("{value:?} is not one of dataWrite's values {known:?}"));
+            return Err(format!(
+                "{value:?} is not one of dataWrite's values {known:?}"
+            ));
         }
         match &self.format {
             Format::Field(f) => Ok((f.offset, f.encode(value)?)),
@@ -349,7 +359,11 @@ mod tests {
         )
         .expect("big");
         assert_eq!(be.decode(&[9, 1, 2]), Ok("258".into()));
-        assert!(be.decode(&[9, 1]).expect_err("short").contains("past the end"));
+        assert!(
+            be.decode(&[9, 1])
+                .expect_err("short")
+                .contains("past the end")
+        );
         let bit = Point::from_config(
             &map(json!({"characteristicUUID": "ff01", "bit": 3})),
             Some("BOOLEAN"),
@@ -368,7 +382,11 @@ mod tests {
         let name = Point::from_config(&map(json!({"characteristicUUID": "2A00"})), Some("STRING"))
             .expect("name");
         assert_eq!(name.decode(b"env-1\0"), Ok("env-1".into()));
-        assert!(name.decode(&[0xff, 0xfe]).expect_err("utf8").contains("not UTF-8"));
+        assert!(
+            name.decode(&[0xff, 0xfe])
+                .expect_err("utf8")
+                .contains("not UTF-8")
+        );
         let raw = Point::from_config(
             &map(json!({"characteristicUUID": "2A00", "dataType": "bytes", "offset": 1})),
             Some("STRING"),
@@ -376,14 +394,24 @@ mod tests {
         .expect("bytes");
         assert_eq!(raw.decode(&[1, 0xab, 0xcd]), Ok("AB CD".into()));
         let switch = Point::from_config(
-            &map(json!({"characteristicUUID": "ff02", "dataWrite": {"ON": "01 01", "OFF": "0100"}})),
+            &map(
+                json!({"characteristicUUID": "ff02", "dataWrite": {"ON": "01 01", "OFF": "0100"}}),
+            ),
             Some("STRING"),
         )
         .expect("dataWrite");
         assert_eq!(switch.encode("ON"), Ok((0, vec![1, 1])));
-        assert!(switch.encode("DIM").expect_err("unknown").contains("dataWrite"));
-        let e = Point::from_config(&map(json!({"characteristicUUID": "ff01", "dataType": "int3"})), None)
-            .expect_err("type");
+        assert!(
+            switch
+                .encode("DIM")
+                .expect_err("unknown")
+                .contains("dataWrite")
+        );
+        let e = Point::from_config(
+            &map(json!({"characteristicUUID": "ff01", "dataType": "int3"})),
+            None,
+        )
+        .expect_err("type");
         assert_eq!(e.key, "dataType");
         assert!(e.reason.contains("string or bytes"), "{e}");
         let e = Point::from_config(&map(json!({"serviceUUID": "181a"})), None).expect_err("char");

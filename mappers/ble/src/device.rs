@@ -8,8 +8,8 @@
 
 use crate::config::{Connection, Point};
 use btleplug::api::{
-    Central, CentralEvent, CharPropFlags, Characteristic, Manager as _, Peripheral as _, ScanFilter,
-    WriteType,
+    Central, CentralEvent, CharPropFlags, Characteristic, Manager as _, Peripheral as _,
+    ScanFilter, WriteType,
 };
 use btleplug::platform::{Adapter, Manager, Peripheral};
 use futures_util::StreamExt;
@@ -121,9 +121,10 @@ impl Radio {
             key: key.to_string(),
         };
         if first {
-            adapter.start_scan(ScanFilter::default()).await.map_err(|e| {
-                DriverError::link(format!("cannot scan for devices on {key}: {e}"))
-            })?;
+            adapter
+                .start_scan(ScanFilter::default())
+                .await
+                .map_err(|e| DriverError::link(format!("cannot scan for devices on {key}: {e}")))?;
         }
         Ok(guard)
     }
@@ -150,7 +151,10 @@ fn flag_names(flags: CharPropFlags) -> String {
     let names: Vec<&str> = [
         (CharPropFlags::READ, "read"),
         (CharPropFlags::WRITE, "write"),
-        (CharPropFlags::WRITE_WITHOUT_RESPONSE, "write-without-response"),
+        (
+            CharPropFlags::WRITE_WITHOUT_RESPONSE,
+            "write-without-response",
+        ),
         (CharPropFlags::NOTIFY, "notify"),
         (CharPropFlags::INDICATE, "indicate"),
     ]
@@ -257,7 +261,9 @@ impl Device {
             match timeout(limit, p.connect()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    return Err(DriverError::link(format!("cannot connect to {target}: {e}")));
+                    return Err(DriverError::link(format!(
+                        "cannot connect to {target}: {e}"
+                    )));
                 }
                 Err(_) => {
                     return Err(DriverError::link(format!(
@@ -493,9 +499,9 @@ impl Device {
                 Ok(bytes) => out.extend(members.into_iter().map(|i| {
                     (
                         i,
-                        self.points[i]
-                            .decode(&bytes)
-                            .map_err(|e| DriverError::device(format!("characteristic {}: {e}", c.uuid))),
+                        self.points[i].decode(&bytes).map_err(|e| {
+                            DriverError::device(format!("characteristic {}: {e}", c.uuid))
+                        }),
                     )
                 })),
                 Err(e) => out.extend(members.into_iter().map(|i| (i, Err(e.clone())))),

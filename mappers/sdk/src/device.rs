@@ -45,7 +45,7 @@ pub struct Schedule {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Snapshot {
     pub state: &'static str,
-    /// Why the device cannot run at all (a configuration error).
+    /// Why the device cannot run at all (a configuration error), or why it is offline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub properties: BTreeMap<String, PropertyView>,
@@ -266,6 +266,9 @@ impl<D: Driver> DeviceTask<D> {
         match self.driver.connect().await {
             Ok(()) => {
                 self.connected = true;
+                if let Ok(mut s) = self.snapshot.lock() {
+                    s.error = None;
+                }
                 if self.ever_connected {
                     self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(device = %self.id(), "reconnected");
@@ -295,6 +298,9 @@ impl<D: Driver> DeviceTask<D> {
             tracing::warn!(device = %self.id(), error = %e, retry_in = ?self.backoff, "device offline");
         }
         self.connected = false;
+        if let Ok(mut s) = self.snapshot.lock() {
+            s.error = Some(e.message.clone());
+        }
         self.retry_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         self.set_state(DeviceState::Offline).await;

@@ -1,0 +1,247 @@
+//! End to end over BLE: the real `edgecore`, `mapper-ble` and `kectl` against BlueZ's D-Bus API
+//! as python-dbusmock's `bluez5` template serves it (`hardware_tests::bluez`), with peripherals
+//! whose characteristics `sims/ble_peripherals.py` changes, fails and takes out of range.
+//! Needs `dbus-daemon` and `python3-dbusmock` (`.ci/run` installs them).
+
+use hardware_tests::bluez::BlueZ;
+use hardware_tests::{Node, agent, eventually, free_port, get, property_error, reported};
+use serde_json::json;
+
+const ENV: &str = "C4:7C:8D:6A:12:34";
+const THERMO: &str = "D0:5F:B8:00:00:02";
+const TEMPERATURE: &str = "00002a6e-0000-1000-8000-00805f9b34fb";
+const HUMIDITY: &str = "00002a6f-0000-1000-8000-00805f9b34fb";
+const STATUS: &str = "0000ff10-0000-1000-8000-00805f9b34fb";
+const LOCKED: &str = "0000ff11-0000-1000-8000-00805f9b34fb";
+const LED: &str = "0000ff01-0000-1000-8000-00805f9b34fb";
+
+fn peripherals() -> serde_json::Value {
+    json!({"adapter": "hci0", "devices": [
+        {"address": ENV, "name": "env-1", "services": [
+            {"uuid": "0000181a-0000-1000-8000-00805f9b34fb", "characteristics": [
+                // sint16 in 0.01 degrees, little-endian: 23.45
+                {"uuid": TEMPERATURE, "flags": ["read", "notify"], "value": "2909"},
+                // uint16 in 0.01 %: 41.22
+                {"uuid": HUMIDITY, "flags": ["read"], "value": "1a10"},
+            ]},
+            {"uuid": "0000ff00-0000-1000-8000-00805f9b34fb", "characteristics": [
+                {"uuid": LED, "flags": ["read", "write"], "value": "00"},
+                // battery (uint8) then a big-endian uint16 counter: 87, 258
+                {"uuid": STATUS, "flags": ["read"], "value": "570102"},
+                {"uuid": LOCKED, "flags": ["read"], "error": "NotPermitted"},
+            ]},
+        ]},
+        {"address": THERMO, "name": "thermo-2", "services": [
+            {"uuid": "0000181a-0000-1000-8000-00805f9b34fb", "characteristics": [
+                {"uuid": TEMPERATURE, "flags": ["read"], "value": "f4ff"},
+            ]},
+        ]},
+    ]})
+}
+
+const MANIFESTS: &str = r#"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: env-sensor, namespace: default}
+spec:
+  protocol: ble
+  properties:
+    - name: temperature
+      type: FLOAT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {serviceUUID: "181A", characteristicUUID: "2A6E", length: 2, signed: true, scale: 0.01}}
+    - name: humidity
+      type: FLOAT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {characteristicUUID: "2A6F", dataType: uint16, scale: 0.01}}
+    - name: battery
+      type: INT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {characteristicUUID: "ff10", dataType: uint8}}
+    - name: counter
+      type: INT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {characteristicUUID: "ff10", offset: 1, dataType: uint16, byteOrder: big}}
+    - name: locked
+      type: INT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {characteristicUUID: "ff11"}}
+    - name: led
+      type: BOOLEAN
+      accessMode: ReadWrite
+      visitors: {protocolName: ble, configData: {serviceUUID: "0000ff00-0000-1000-8000-00805f9b34fb", characteristicUUID: "0000ff01-0000-1000-8000-00805f9b34fb"}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: env-1, namespace: default}
+spec:
+  deviceModelRef: {name: env-sensor}
+  protocol:
+    protocolName: ble
+    configData: {macAddress: "c4:7c:8d:6a:12:34", scanTimeout: 1000, connectTimeout: 2000, timeout: 1000}
+  properties:
+    - {name: temperature, collectCycle: 200}
+    - {name: humidity, collectCycle: 200}
+    - {name: battery, collectCycle: 200}
+    - {name: counter, collectCycle: 200}
+    - {name: locked, collectCycle: 200}
+    - {name: led, collectCycle: 200, desired: {value: "false"}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: thermometer, namespace: default}
+spec:
+  protocol: ble
+  properties:
+    - name: temperature
+      type: FLOAT
+      accessMode: ReadOnly
+      visitors: {protocolName: ble, configData: {characteristicUUID: "2A6E", dataType: int16, scale: 0.01}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: thermo-2, namespace: default}
+spec:
+  deviceModelRef: {name: thermometer}
+  protocol:
+    protocolName: ble
+    configData: {localName: thermo-2, scanTimeout: 1000}
+  properties:
+    - {name: temperature, collectCycle: 200}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: not-here, namespace: default}
+spec:
+  deviceModelRef: {name: thermometer}
+  protocol:
+    protocolName: ble
+    configData: {macAddress: "AA:BB:CC:00:00:09", scanTimeout: 500}
+  properties:
+    - {name: temperature, collectCycle: 200}
+"#;
+
+fn value(node: &Node, device: &str, property: &str) -> Option<String> {
+    reported(&node.twin(&format!("default/{device}"))?, property)
+}
+
+fn state(node: &Node, device: &str) -> Option<String> {
+    node.twin(&format!("default/{device}"))?["state"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[test]
+fn ble_peripherals_through_edgecore() {
+    let mut bluez = BlueZ::start(&peripherals());
+    let node = Node::start(MANIFESTS);
+    let http = free_port();
+    let _mapper = node.mapper_env("mapper-ble", "ble", http, &bluez.env());
+
+    // Every property decoded from its characteristic: offsets, byte orders, sign, scale.
+    let twin = eventually(30, "env-1's values", || {
+        let t = node.twin("default/env-1")?;
+        for p in ["temperature", "humidity", "battery", "counter", "led"] {
+            reported(&t, p)?;
+        }
+        (t["state"] == "online").then_some(t)
+    });
+    assert_eq!(reported(&twin, "temperature").as_deref(), Some("23.45"));
+    assert_eq!(reported(&twin, "humidity").as_deref(), Some("41.22"));
+    assert_eq!(reported(&twin, "battery").as_deref(), Some("87"));
+    assert_eq!(reported(&twin, "counter").as_deref(), Some("258"));
+    assert_eq!(reported(&twin, "led").as_deref(), Some("false"));
+    assert!(bluez.connected(ENV), "the mapper connected through BlueZ");
+    // Found by its advertised name.
+    eventually(10, "thermo-2 by name", || {
+        (value(&node, "thermo-2", "temperature")? == "-0.12").then_some(())
+    });
+
+    // A characteristic the device refuses to read fails that property only, with BlueZ's reason.
+    let e = eventually(10, "locked's error", || {
+        property_error(http, "env-1", "locked")
+    });
+    assert!(e.contains("Read not permitted"), "{e}");
+
+    // The temperature notifies: a change arrives without polling it. Battery and counter share
+    // one characteristic and are read with one request per cycle.
+    let polled_before = bluez.reads(ENV, HUMIDITY);
+    let status_before = bluez.reads(ENV, STATUS);
+    let notified_before = bluez.reads(ENV, TEMPERATURE);
+    bluez.set(ENV, TEMPERATURE, "5cf9"); // -17.00
+    eventually(5, "the notified temperature", || {
+        (value(&node, "env-1", "temperature")? == "-17").then_some(())
+    });
+    bluez.set(ENV, STATUS, "560103");
+    eventually(5, "battery and counter", || {
+        let t = node.twin("default/env-1")?;
+        (reported(&t, "battery")? == "86" && reported(&t, "counter")? == "259").then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let polled = bluez.reads(ENV, HUMIDITY) - polled_before;
+    let status = bluez.reads(ENV, STATUS) - status_before;
+    assert!(
+        polled >= 3,
+        "humidity is polled every 200 ms: {polled} reads"
+    );
+    assert!(
+        status <= polled + 1,
+        "battery and counter share one read: {status} reads of their characteristic, {polled} of humidity's"
+    );
+    assert_eq!(
+        bluez.reads(ENV, TEMPERATURE),
+        notified_before,
+        "the notifying temperature is not polled"
+    );
+
+    // A desired value is written to the characteristic and read back.
+    node.kectl(&["twin", "set", "default/env-1", "led", "true"]);
+    eventually(10, "the LED characteristic written", || {
+        (bluez.get(ENV, LED) == "01").then_some(())
+    });
+    eventually(10, "led reported true", || {
+        (value(&node, "env-1", "led")? == "true").then_some(())
+    });
+    // A live read through the mapper's REST API.
+    let (status_code, live) = get(
+        &agent(),
+        &format!("http://127.0.0.1:{http}/api/v1/device/default/env-1/humidity"),
+    );
+    assert_eq!(status_code, 200, "{live}");
+
+    // A device that is not there is offline, and says why.
+    eventually(15, "not-here offline", || {
+        (state(&node, "not-here")? == "offline").then_some(())
+    });
+    let (_, dev) = get(
+        &agent(),
+        &format!("http://127.0.0.1:{http}/api/v1/device/default/not-here"),
+    );
+    let why = dev["data"]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains("AA:BB:CC:00:00:09 was not seen by hci0"),
+        "{dev}"
+    );
+
+    // The sensor goes out of range: offline at once; back in range: online again, notifying.
+    bluez.vanish(ENV);
+    eventually(10, "env-1 offline", || {
+        (state(&node, "env-1")? == "offline").then_some(())
+    });
+    assert_eq!(
+        value(&node, "thermo-2", "temperature").as_deref(),
+        Some("-0.12"),
+        "the other device is not disturbed"
+    );
+    bluez.appear(ENV);
+    eventually(20, "env-1 online again", || {
+        (state(&node, "env-1")? == "online").then_some(())
+    });
+    bluez.set(ENV, TEMPERATURE, "2c01"); // 3.00
+    eventually(10, "a notification after reconnecting", || {
+        (value(&node, "env-1", "temperature")? == "3").then_some(())
+    });
+}
