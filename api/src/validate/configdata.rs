@@ -23,6 +23,10 @@ pub enum Kind {
     OneOf(&'static [&'static str]),
     /// Bytes in hex (`"AA 01"`).
     Hex,
+    /// A map of values to bytes in hex (`{ON: "01", OFF: "00"}`).
+    HexMap,
+    /// A UUID: 128 bits, or the 16- or 32-bit short form of the Bluetooth base UUID (`2A6E`).
+    Uuid,
 }
 
 /// One key.
@@ -278,8 +282,47 @@ pub const OPCUA: Schema = Schema {
     ],
 };
 
+/// mapper-ble (`mappers/ble/src/config.rs`).
+pub const BLE: Schema = Schema {
+    protocol: "ble",
+    device: &[
+        key("macAddress", Kind::Text),
+        key("address", Kind::Text),
+        key("localName", Kind::Text),
+        key("name", Kind::Text),
+        key("adapter", Kind::Text),
+        key("scanTimeout", Kind::Integer(1, 3_600_000)),
+        key("connectTimeout", Kind::Integer(1, 3_600_000)),
+        key("timeout", Kind::Integer(1, 3_600_000)),
+    ],
+    device_one_of: &[&["macAddress", "address", "localName", "name"]],
+    visitor: &[
+        required("characteristicUUID", Kind::Uuid),
+        key("serviceUUID", Kind::Uuid),
+        key("offset", Kind::Integer(0, 512)),
+        key("length", Kind::Integer(1, 512)),
+        key(
+            "dataType",
+            Kind::OneOf(&[
+                "int8", "uint8", "byte", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+                "float32", "float", "float64", "double", "bool", "boolean", "string", "text",
+                "bytes", "hex",
+            ]),
+        ),
+        key("signed", Kind::Flag),
+        key("bit", Kind::Integer(0, 7)),
+        key("byteOrder", Kind::OneOf(&["big", "little", "be", "le"])),
+        key("endianness", Kind::OneOf(&["big", "little", "be", "le"])),
+        key("scale", Kind::Number),
+        key("valueOffset", Kind::Number),
+        key("notify", Kind::Flag),
+        key("writeWithoutResponse", Kind::Flag),
+        key("dataWrite", Kind::HexMap),
+    ],
+};
+
 /// The registered protocols.
-pub const SCHEMAS: &[&Schema] = &[&MODBUS, &SERIAL, &OPCUA];
+pub const SCHEMAS: &[&Schema] = &[&MODBUS, &SERIAL, &OPCUA, &BLE];
 
 /// The schema of `protocol`, if a mapper of this project serves it.
 pub fn schema(protocol: &str) -> Option<&'static Schema> {
@@ -331,6 +374,14 @@ pub fn check(
 
 /// What is wrong with `v` as `kind`, if anything.
 fn check_value(v: &Value, kind: Kind) -> Option<String> {
+    if let Kind::HexMap = kind {
+        let Value::Object(m) = v else {
+            return Some(format!("{v} is not a map of values to bytes in hex"));
+        };
+        return m
+            .iter()
+            .find_map(|(k, b)| check_value(b, Kind::Hex).map(|e| format!("{k}: {e}")));
+    }
     let text = match v {
         Value::String(s) => s.trim().to_string(),
         Value::Number(n) => n.to_string(),
@@ -359,6 +410,20 @@ fn check_value(v: &Value, kind: Kind) -> Option<String> {
         .then(|| format!("{text:?} is not true or false")),
         Kind::OneOf(words) => (!words.iter().any(|w| w.eq_ignore_ascii_case(&text)))
             .then(|| format!("{text:?} is not one of {}", words.join(", "))),
+        Kind::HexMap => None,
+        Kind::Uuid => {
+            let short = text.strip_prefix("0x").unwrap_or(&text);
+            let is_short =
+                matches!(short.len(), 4 | 8) && short.chars().all(|c| c.is_ascii_hexdigit());
+            let groups: Vec<&str> = text.split('-').collect();
+            let is_full = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+                && groups
+                    .iter()
+                    .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()));
+            (!is_short && !is_full).then(|| {
+                format!("{text:?} is not a UUID (128 bits, or the 16-bit short form like 2A6E)")
+            })
+        }
         Kind::Hex => {
             let digits: String = text
                 .chars()
@@ -480,5 +545,46 @@ mod tests {
         );
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(schema("bluetooth").is_none());
+    }
+
+    #[test]
+    fn ble_keys_uuids_and_data_write() {
+        assert!(
+            problems(
+                json!({"macAddress": "C4:7C:8D:6A:12:34", "scanTimeout": "5000"}),
+                &BLE,
+                false
+            )
+            .is_empty()
+        );
+        let p = problems(json!({"adapter": "hci0"}), &BLE, false);
+        assert!(
+            p.iter().any(|p| p.contains("needs one of macAddress")),
+            "{p:?}"
+        );
+        assert!(
+            problems(
+                json!({"serviceUUID": "0000181a-0000-1000-8000-00805f9b34fb", "characteristicUUID": "2A6E",
+                       "length": 2, "signed": true, "byteOrder": "little", "scale": 0.01,
+                       "dataWrite": {"ON": "01", "OFF": "00"}}),
+                &BLE,
+                true
+            )
+            .is_empty()
+        );
+        let p = problems(
+            json!({"characteristicUUID": "2A6", "dataWrite": {"ON": "0G"}, "bit": 8}),
+            &BLE,
+            true,
+        );
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p.iter().any(|p| p.contains("is not a UUID")), "{p:?}");
+        assert!(p.iter().any(|p| p.contains("ON: ")), "{p:?}");
+        let p = problems(json!({"serviceUUID": "181a"}), &BLE, true);
+        assert!(
+            p.iter()
+                .any(|p| p.contains("characteristicUUID") && p.contains("required")),
+            "{p:?}"
+        );
     }
 }
