@@ -186,3 +186,94 @@ fn asyncua_and_in_process_servers_through_edgecore() {
         "online"
     );
 }
+
+/// asyncua's own example server (`uaserver --populate`, as its users start it), unchanged: its
+/// sample nodes `MyWritableVariable` (`ns=2;i=2`), `MyVariable` (`ns=2;i=3`, a sine written
+/// every second) and `MyVarArray` (`ns=2;i=4`).
+struct UaServer(std::process::Child);
+
+impl Drop for UaServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn asyncua_uaserver_sample_nodes() {
+    let port = free_port();
+    let server = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "from asyncua.tools import uaserver; uaserver()",
+            "-u",
+            &format!("opc.tcp://127.0.0.1:{port}"),
+            "-p",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs");
+    let _server = UaServer(server);
+    // It takes some 13 s to start on these machines.
+    eventually(60, "uaserver listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let manifests = format!(
+        r#"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {{name: ua-example, namespace: default}}
+spec:
+  protocol: opcua
+  properties:
+    - {{name: writable, type: DOUBLE, accessMode: ReadWrite}}
+    - {{name: sine, type: DOUBLE, accessMode: ReadOnly}}
+    - {{name: array, type: STRING, accessMode: ReadOnly}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: ua-example, namespace: default}}
+spec:
+  deviceModelRef: {{name: ua-example}}
+  protocol:
+    protocolName: opcua
+    configData: {{url: "opc.tcp://127.0.0.1:{port}", timeout: 3000}}
+  properties:
+    - name: writable
+      collectCycle: 300
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;i=2"}}}}
+    - name: sine
+      collectCycle: 300
+      visitors: {{protocolName: opcua, configData: {{nodeID: "nsu=http://examples.freeopcua.github.io;i=3", subscribe: true}}}}
+    - name: array
+      collectCycle: 300
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;i=4"}}}}
+"#
+    );
+    let node = Node::start(&manifests);
+    let http = free_port();
+    let _mapper = node.mapper("mapper-opcua", "opcua", http);
+    let twin = eventually(40, "the sample nodes' values", || {
+        let t = node.twin("default/ua-example")?;
+        for p in ["writable", "sine", "array"] {
+            reported(&t, p)?;
+        }
+        (t["state"] == "online").then_some(t)
+    });
+    assert_eq!(reported(&twin, "writable").as_deref(), Some("6.7"));
+    let array: Vec<f64> = reported(&twin, "array")
+        .and_then(|a| serde_json::from_str(&a).ok())
+        .expect("MyVarArray as a JSON array");
+    assert_eq!(array.len(), 2, "{twin}");
+    // MyVariable changes every second by itself; the subscription brings each change.
+    let first = reported(&twin, "sine").expect("sine");
+    eventually(10, "MyVariable changing", || {
+        let now = reported(&node.twin("default/ua-example")?, "sine")?;
+        (now != first).then_some(())
+    });
+    node.kectl(&["twin", "set", "default/ua-example", "writable", "12.5"]);
+    eventually(10, "MyWritableVariable written and read back", || {
+        (reported(&node.twin("default/ua-example")?, "writable")? == "12.5").then_some(())
+    });
+}
