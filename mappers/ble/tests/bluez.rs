@@ -27,7 +27,9 @@ fn peripherals() -> serde_json::Value {
             {"uuid": "0000ff00-0000-1000-8000-00805f9b34fb", "characteristics": [
                 {"uuid": LED, "flags": ["read", "write"], "value": "00"},
                 // battery (uint8) then a big-endian uint16 counter: 87, 258
-                {"uuid": STATUS, "flags": ["read"], "value": "570102"},
+                {"uuid": STATUS, "flags": ["read", "write"], "value": "570102"},
+                // the GAP device name: read only
+                {"uuid": "00002a00-0000-1000-8000-00805f9b34fb", "flags": ["read"], "value": "656e762d3100"},
                 {"uuid": LOCKED, "flags": ["read"], "error": "NotPermitted"},
             ]},
         ]},
@@ -60,12 +62,16 @@ spec:
       visitors: {protocolName: ble, configData: {characteristicUUID: "ff10", dataType: uint8}}
     - name: counter
       type: INT
-      accessMode: ReadOnly
+      accessMode: ReadWrite
       visitors: {protocolName: ble, configData: {characteristicUUID: "ff10", offset: 1, dataType: uint16, byteOrder: big}}
     - name: locked
       type: INT
       accessMode: ReadOnly
       visitors: {protocolName: ble, configData: {characteristicUUID: "ff11"}}
+    - name: label
+      type: STRING
+      accessMode: ReadWrite
+      visitors: {protocolName: ble, configData: {characteristicUUID: "2A00"}}
     - name: led
       type: BOOLEAN
       accessMode: ReadWrite
@@ -85,6 +91,7 @@ spec:
     - {name: battery, collectCycle: 200}
     - {name: counter, collectCycle: 200}
     - {name: locked, collectCycle: 200}
+    - {name: label, collectCycle: 200}
     - {name: led, collectCycle: 200, desired: {value: "false"}}
 ---
 apiVersion: devices.kubeedge.io/v1beta1
@@ -136,12 +143,19 @@ fn ble_peripherals_through_edgecore() {
     let mut bluez = BlueZ::start(&peripherals());
     let node = Node::start(MANIFESTS);
     let http = free_port();
-    let _mapper = node.mapper_env("mapper-ble", "ble", http, &bluez.env());
+    let mapper = node.mapper_env("mapper-ble", "ble", http, &bluez.env());
 
     // Every property decoded from its characteristic: offsets, byte orders, sign, scale.
     let twin = eventually(30, "env-1's values", || {
         let t = node.twin("default/env-1")?;
-        for p in ["temperature", "humidity", "battery", "counter", "led"] {
+        for p in [
+            "temperature",
+            "humidity",
+            "battery",
+            "counter",
+            "label",
+            "led",
+        ] {
             reported(&t, p)?;
         }
         (t["state"] == "online").then_some(t)
@@ -151,6 +165,7 @@ fn ble_peripherals_through_edgecore() {
     assert_eq!(reported(&twin, "battery").as_deref(), Some("87"));
     assert_eq!(reported(&twin, "counter").as_deref(), Some("258"));
     assert_eq!(reported(&twin, "led").as_deref(), Some("false"));
+    assert_eq!(reported(&twin, "label").as_deref(), Some("env-1"));
     assert!(bluez.connected(ENV), "the mapper connected through BlueZ");
     // Found by its advertised name.
     eventually(10, "thermo-2 by name", || {
@@ -202,6 +217,34 @@ fn ble_peripherals_through_edgecore() {
     eventually(10, "led reported true", || {
         (value(&node, "env-1", "led")? == "true").then_some(())
     });
+    // Part of a characteristic is written by read-modify-write: the battery byte stays.
+    node.kectl(&["twin", "set", "default/env-1", "counter", "513"]);
+    eventually(10, "the counter written into its characteristic", || {
+        (bluez.get(ENV, STATUS) == "560201").then_some(())
+    });
+    eventually(10, "counter reported 513", || {
+        (value(&node, "env-1", "counter")? == "513").then_some(())
+    });
+    // A characteristic that cannot be written is refused with its flags, and kept.
+    node.kectl(&["twin", "set", "default/env-1", "label", "hall-b"]);
+    eventually(10, "the refusal in the mapper's log", || {
+        mapper
+            .log_text()
+            .contains("is not writable (flags: read)")
+            .then_some(())
+    });
+    assert_eq!(
+        bluez.get(ENV, "00002a00-0000-1000-8000-00805f9b34fb"),
+        "656e762d3100"
+    );
+    // A notification too short for its field fails that property, and the device stays online.
+    bluez.set(ENV, TEMPERATURE, "07");
+    let e = eventually(10, "the short notification's error", || {
+        property_error(http, "env-1", "temperature")
+    });
+    assert!(e.contains("past the end of a 1-byte frame"), "{e}");
+    assert_eq!(state(&node, "env-1").as_deref(), Some("online"));
+
     // A live read through the mapper's REST API.
     let (status_code, live) = get(
         &agent(),
