@@ -359,12 +359,24 @@ impl<D: Driver> DeviceTask<D> {
             return;
         }
         self.apply_desired().await;
-        // Properties the driver subscribed to come through `changes`; their cycle only wakes
-        // the task to (re)connect.
-        let due: Vec<usize> = due
+        // Properties the driver subscribed to come through `changes` when they change; at
+        // their cycle an unchanged value is reported again once its reportCycle has passed, as
+        // a polled one is.
+        let (subscribed, due): (Vec<usize>, Vec<usize>) =
+            due.into_iter().partition(|&i| self.driver.subscribed(i));
+        let stale: Vec<Reading> = subscribed
             .into_iter()
-            .filter(|&i| !self.driver.subscribed(i))
+            .filter_map(|i| {
+                let p = &self.props[i];
+                let v = p.value.clone()?;
+                p.sent_at
+                    .is_some_and(|t| now.duration_since(t) >= p.report)
+                    .then_some((i, Ok(v)))
+            })
             .collect();
+        if !stale.is_empty() {
+            self.absorb(&stale, now, false).await;
+        }
         if !due.is_empty() {
             self.read(&due, now).await;
         }
@@ -802,6 +814,14 @@ mod tests {
             twins(&mut rx),
             vec![vec![("p1".to_string(), "42".to_string())]]
         );
+        // Unchanged, it is reported again at its report cycle (1 s), not at every collect cycle.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let again: Vec<_> = twins(&mut rx)
+            .into_iter()
+            .flatten()
+            .filter(|(p, _)| p == "p1")
+            .collect();
+        assert_eq!(again, vec![("p1".to_string(), "42".to_string())]);
         // A bad value for one subscribed property does not make the device unhealthy.
         changes
             .send((1, Err(DriverError::device("BadSensorFailure"))))
