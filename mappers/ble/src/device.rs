@@ -13,15 +13,12 @@ use btleplug::api::{
 };
 use btleplug::platform::{Adapter, Manager, Peripheral};
 use futures_util::StreamExt;
-use mapper_sdk::{DriverError, driver::Reading};
+use mapper_sdk::{Driver, DriverError, driver::Changes, driver::Reading};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
-/// Notifications taken from the channel in one batch at most.
-const BATCH: usize = 256;
 /// How often the devices BlueZ knows are looked through while scanning.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
@@ -141,8 +138,7 @@ pub struct Device {
     /// Points whose characteristic notifies them.
     notifying: Vec<bool>,
     events: Option<tokio::task::JoinHandle<()>>,
-    changes_tx: mpsc::UnboundedSender<Reading>,
-    changes_rx: mpsc::UnboundedReceiver<Reading>,
+    changes: Changes,
     requests: u64,
 }
 
@@ -177,7 +173,6 @@ fn can_notify(c: &Characteristic) -> bool {
 impl Device {
     pub fn new(id: String, conn: Connection, points: Vec<Point>, radio: Radio) -> Self {
         let n = points.len();
-        let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         Self {
             id,
             conn,
@@ -187,22 +182,13 @@ impl Device {
             chars: vec![Err("not connected".into()); n],
             notifying: vec![false; n],
             events: None,
-            changes_tx,
-            changes_rx,
+            changes: Changes::default(),
             requests: 0,
         }
     }
 
-    pub fn requests(&self) -> u64 {
-        self.requests
-    }
-
     fn alive(&self) -> bool {
         self.events.as_ref().is_some_and(|t| !t.is_finished())
-    }
-
-    pub fn subscribed(&self, i: usize) -> bool {
-        self.notifying.get(i).copied().unwrap_or(false) && self.alive()
     }
 
     /// Whether `p` is the configured device.
@@ -247,8 +233,132 @@ impl Device {
         }
     }
 
+    /// Subscribes to each characteristic that notifies a point (once per characteristic).
+    async fn subscribe(&mut self, p: &Peripheral) {
+        self.notifying = vec![false; self.points.len()];
+        let mut done: HashMap<(uuid::Uuid, uuid::Uuid), bool> = HashMap::new();
+        for i in 0..self.points.len() {
+            let Ok(c) = &self.chars[i] else { continue };
+            let wanted = self.points[i].notify;
+            if wanted == Some(false) {
+                continue;
+            }
+            if !can_notify(c) {
+                if wanted == Some(true) {
+                    tracing::warn!(device = %self.id, characteristic = %c.uuid, flags = %flag_names(c.properties), "notify is set but the characteristic cannot notify; polling it");
+                }
+                continue;
+            }
+            let key = (c.service_uuid, c.uuid);
+            let ok = match done.get(&key) {
+                Some(ok) => *ok,
+                None => {
+                    let ok = match timeout(self.conn.timeout, p.subscribe(c)).await {
+                        Ok(Ok(())) => true,
+                        Ok(Err(e)) => {
+                            tracing::warn!(device = %self.id, characteristic = %c.uuid, error = %e, "cannot subscribe; polling it");
+                            false
+                        }
+                        Err(_) => {
+                            tracing::warn!(device = %self.id, characteristic = %c.uuid, "subscribing timed out; polling it");
+                            false
+                        }
+                    };
+                    done.insert(key, ok);
+                    ok
+                }
+            };
+            self.notifying[i] = ok;
+        }
+    }
+
+    fn teardown(&mut self) {
+        if let Some(t) = self.events.take() {
+            t.abort();
+        }
+        self.peripheral = None;
+        self.notifying = vec![false; self.points.len()];
+        // What the old connection sent is stale now.
+        self.changes.clear();
+    }
+
+    /// A failed GATT operation as a link error when the device is gone, else a device error.
+    async fn failure(&self, what: String, e: Option<btleplug::Error>) -> DriverError {
+        let connected = match &self.peripheral {
+            Some(p) => p.is_connected().await.unwrap_or(false),
+            None => false,
+        };
+        match e {
+            None => DriverError::link(format!(
+                "{what}: no answer within timeout ({:?})",
+                self.conn.timeout
+            )),
+            Some(e @ (btleplug::Error::NotConnected | btleplug::Error::DeviceNotFound)) => {
+                DriverError::link(format!("{what}: {e}"))
+            }
+            Some(e) if !connected => DriverError::link(format!("{what}: {e} (disconnected)")),
+            Some(e) => DriverError::device(format!("{what}: {e}")),
+        }
+    }
+
+    /// One characteristic's value.
+    async fn read_char(&mut self, c: &Characteristic) -> Result<Vec<u8>, DriverError> {
+        let Some(p) = self.peripheral.clone() else {
+            return Err(DriverError::link("not connected"));
+        };
+        self.requests += 1;
+        match timeout(self.conn.timeout, p.read(c)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self
+                .failure(format!("reading characteristic {}", c.uuid), Some(e))
+                .await),
+            Err(_) => Err(self
+                .failure(format!("reading characteristic {}", c.uuid), None)
+                .await),
+        }
+    }
+
+    /// Reads `due`, one read per characteristic.
+    async fn read_now(&mut self, due: &[usize]) -> Vec<Reading> {
+        let mut out = Vec::with_capacity(due.len());
+        let mut groups: Vec<(Characteristic, Vec<usize>)> = Vec::new();
+        for &i in due {
+            match &self.chars[i] {
+                Err(e) => out.push((i, Err(DriverError::config(e.clone())))),
+                Ok(c) if !c.properties.contains(CharPropFlags::READ) => out.push((
+                    i,
+                    Err(DriverError::config(format!(
+                        "characteristic {} cannot be read (flags: {}); set notify or use a readable one",
+                        c.uuid,
+                        flag_names(c.properties)
+                    ))),
+                )),
+                Ok(c) => match groups.iter_mut().find(|(g, _)| g == c) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((c.clone(), vec![i])),
+                },
+            }
+        }
+        for (c, members) in groups {
+            match self.read_char(&c).await {
+                Ok(bytes) => out.extend(members.into_iter().map(|i| {
+                    (
+                        i,
+                        self.points[i].decode(&bytes).map_err(|e| {
+                            DriverError::device(format!("characteristic {}: {e}", c.uuid))
+                        }),
+                    )
+                })),
+                Err(e) => out.extend(members.into_iter().map(|i| (i, Err(e.clone())))),
+            }
+        }
+        out
+    }
+}
+
+impl Driver for Device {
     /// Finds, connects and discovers the device, and subscribes to what can notify.
-    pub async fn connect(&mut self) -> Result<(), DriverError> {
+    async fn connect(&mut self) -> Result<(), DriverError> {
         if self.alive() {
             return Ok(());
         }
@@ -334,7 +444,7 @@ impl Device {
                     .push((i, self.points[i].clone()));
             }
         }
-        let tx = self.changes_tx.clone();
+        let tx = self.changes.sender();
         let pid = p.id();
         let device = self.id.clone();
         self.events = Some(tokio::spawn(async move {
@@ -371,146 +481,14 @@ impl Device {
             .collect();
         if !first.is_empty() {
             for r in self.read_now(&first).await {
-                let _ = self.changes_tx.send(r);
+                let _ = self.changes.sender().send(r);
             }
         }
         tracing::info!(device = %self.id, target = %target, adapter = %name, "BLE device connected");
         Ok(())
     }
 
-    /// Subscribes to each characteristic that notifies a point (once per characteristic).
-    async fn subscribe(&mut self, p: &Peripheral) {
-        self.notifying = vec![false; self.points.len()];
-        let mut done: HashMap<(uuid::Uuid, uuid::Uuid), bool> = HashMap::new();
-        for i in 0..self.points.len() {
-            let Ok(c) = &self.chars[i] else { continue };
-            let wanted = self.points[i].notify;
-            if wanted == Some(false) {
-                continue;
-            }
-            if !can_notify(c) {
-                if wanted == Some(true) {
-                    tracing::warn!(device = %self.id, characteristic = %c.uuid, flags = %flag_names(c.properties), "notify is set but the characteristic cannot notify; polling it");
-                }
-                continue;
-            }
-            let key = (c.service_uuid, c.uuid);
-            let ok = match done.get(&key) {
-                Some(ok) => *ok,
-                None => {
-                    let ok = match timeout(self.conn.timeout, p.subscribe(c)).await {
-                        Ok(Ok(())) => true,
-                        Ok(Err(e)) => {
-                            tracing::warn!(device = %self.id, characteristic = %c.uuid, error = %e, "cannot subscribe; polling it");
-                            false
-                        }
-                        Err(_) => {
-                            tracing::warn!(device = %self.id, characteristic = %c.uuid, "subscribing timed out; polling it");
-                            false
-                        }
-                    };
-                    done.insert(key, ok);
-                    ok
-                }
-            };
-            self.notifying[i] = ok;
-        }
-    }
-
-    fn teardown(&mut self) {
-        if let Some(t) = self.events.take() {
-            t.abort();
-        }
-        self.peripheral = None;
-        self.notifying = vec![false; self.points.len()];
-        // What the old connection sent is stale now.
-        while self.changes_rx.try_recv().is_ok() {}
-    }
-
-    pub async fn stop(&mut self) {
-        let p = self.peripheral.clone();
-        self.teardown();
-        if let Some(p) = p
-            && let Err(e) = p.disconnect().await
-        {
-            tracing::debug!(device = %self.id, error = %e, "disconnecting");
-        }
-    }
-
-    /// A failed GATT operation as a link error when the device is gone, else a device error.
-    async fn failure(&self, what: String, e: Option<btleplug::Error>) -> DriverError {
-        let connected = match &self.peripheral {
-            Some(p) => p.is_connected().await.unwrap_or(false),
-            None => false,
-        };
-        match e {
-            None => DriverError::link(format!(
-                "{what}: no answer within timeout ({:?})",
-                self.conn.timeout
-            )),
-            Some(e @ (btleplug::Error::NotConnected | btleplug::Error::DeviceNotFound)) => {
-                DriverError::link(format!("{what}: {e}"))
-            }
-            Some(e) if !connected => DriverError::link(format!("{what}: {e} (disconnected)")),
-            Some(e) => DriverError::device(format!("{what}: {e}")),
-        }
-    }
-
-    /// One characteristic's value.
-    async fn read_char(&mut self, c: &Characteristic) -> Result<Vec<u8>, DriverError> {
-        let Some(p) = self.peripheral.clone() else {
-            return Err(DriverError::link("not connected"));
-        };
-        self.requests += 1;
-        match timeout(self.conn.timeout, p.read(c)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self
-                .failure(format!("reading characteristic {}", c.uuid), Some(e))
-                .await),
-            Err(_) => Err(self
-                .failure(format!("reading characteristic {}", c.uuid), None)
-                .await),
-        }
-    }
-
-    /// Reads `due`, one read per characteristic.
-    async fn read_now(&mut self, due: &[usize]) -> Vec<Reading> {
-        let mut out = Vec::with_capacity(due.len());
-        let mut groups: Vec<(Characteristic, Vec<usize>)> = Vec::new();
-        for &i in due {
-            match &self.chars[i] {
-                Err(e) => out.push((i, Err(DriverError::config(e.clone())))),
-                Ok(c) if !c.properties.contains(CharPropFlags::READ) => out.push((
-                    i,
-                    Err(DriverError::config(format!(
-                        "characteristic {} cannot be read (flags: {}); set notify or use a readable one",
-                        c.uuid,
-                        flag_names(c.properties)
-                    ))),
-                )),
-                Ok(c) => match groups.iter_mut().find(|(g, _)| g == c) {
-                    Some((_, members)) => members.push(i),
-                    None => groups.push((c.clone(), vec![i])),
-                },
-            }
-        }
-        for (c, members) in groups {
-            match self.read_char(&c).await {
-                Ok(bytes) => out.extend(members.into_iter().map(|i| {
-                    (
-                        i,
-                        self.points[i].decode(&bytes).map_err(|e| {
-                            DriverError::device(format!("characteristic {}: {e}", c.uuid))
-                        }),
-                    )
-                })),
-                Err(e) => out.extend(members.into_iter().map(|i| (i, Err(e.clone())))),
-            }
-        }
-        out
-    }
-
-    pub async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
+    async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
         if self.peripheral.is_none() {
             let e = DriverError::link("not connected");
             return due.iter().map(|&i| (i, Err(e.clone()))).collect();
@@ -518,7 +496,7 @@ impl Device {
         self.read_now(due).await
     }
 
-    pub async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
+    async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
         let Some(p) = self.peripheral.clone() else {
             return Err(DriverError::link("not connected"));
         };
@@ -569,18 +547,26 @@ impl Device {
         }
     }
 
-    pub async fn changes(&mut self) -> Vec<Reading> {
-        let Some(first) = self.changes_rx.recv().await else {
-            return std::future::pending().await;
-        };
-        let mut out = vec![first];
-        while out.len() < BATCH {
-            match self.changes_rx.try_recv() {
-                Ok(r) => out.push(r),
-                Err(_) => break,
-            }
+    async fn stop(&mut self) {
+        let p = self.peripheral.clone();
+        self.teardown();
+        if let Some(p) = p
+            && let Err(e) = p.disconnect().await
+        {
+            tracing::debug!(device = %self.id, error = %e, "disconnecting");
         }
-        out
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    async fn changes(&mut self) -> Vec<Reading> {
+        self.changes.next_batch().await
+    }
+
+    fn subscribed(&self, i: usize) -> bool {
+        self.notifying.get(i).copied().unwrap_or(false) && self.alive()
     }
 }
 

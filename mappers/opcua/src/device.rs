@@ -7,7 +7,7 @@
 
 use crate::config::{Connection, Identity, Point};
 use crate::value::{from_twin, to_twin};
-use mapper_sdk::{DriverError, driver::Reading};
+use mapper_sdk::{DriverError, driver::Changes, driver::Reading};
 use opcua::client::{Client, ClientBuilder, DataChangeCallback, IdentityToken, Password, Session};
 use opcua::crypto::CertificateStore;
 use opcua::types::{
@@ -20,10 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
-
-/// Notifications taken from the channel in one batch at most.
-const BATCH: usize = 256;
+use tokio::sync::oneshot;
 
 pub struct Device {
     id: String,
@@ -42,8 +39,7 @@ pub struct Device {
     /// Points whose monitored item the server accepted.
     monitored: Vec<bool>,
     max_per_read: usize,
-    changes_tx: mpsc::UnboundedSender<Reading>,
-    changes_rx: mpsc::UnboundedReceiver<Reading>,
+    changes: Changes,
     requests: u64,
 }
 
@@ -102,7 +98,6 @@ impl Device {
     /// `pki` is where the application certificate and the trust list live.
     pub fn new(id: String, conn: Connection, points: Vec<Point>, pki: PathBuf) -> Self {
         let n = points.len();
-        let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         Self {
             id,
             conn,
@@ -116,8 +111,7 @@ impl Device {
             types: vec![None; n],
             monitored: vec![false; n],
             max_per_read: usize::MAX,
-            changes_tx,
-            changes_rx,
+            changes: Changes::default(),
             requests: 0,
         }
     }
@@ -178,7 +172,7 @@ impl Device {
         }
         self.monitored.iter_mut().for_each(|m| *m = false);
         // What the old session sent is stale.
-        while self.changes_rx.try_recv().is_ok() {}
+        self.changes.clear();
     }
 
     pub async fn connect(&mut self) -> Result<(), DriverError> {
@@ -218,7 +212,7 @@ impl Device {
         let (first_tx, first_rx) = oneshot::channel::<Result<(), StatusCode>>();
         let alive = Arc::new(AtomicBool::new(false));
         let task_alive = alive.clone();
-        let lost_tx = self.changes_tx.clone();
+        let lost_tx = self.changes.sender();
         let any = !self.points.is_empty();
         let id = self.id.clone();
         let events = tokio::spawn(async move {
@@ -334,7 +328,7 @@ impl Device {
             .min()
             .unwrap_or(Duration::from_secs(1))
             .max(Duration::from_millis(10));
-        let tx = self.changes_tx.clone();
+        let tx = self.changes.sender();
         let callback = DataChangeCallback::new(move |dv, item| {
             let i = item.client_handle().saturating_sub(1) as usize;
             let _ = tx.send((i, reading(&dv)));
@@ -397,17 +391,7 @@ impl Device {
     }
 
     pub async fn changes(&mut self) -> Vec<Reading> {
-        let Some(first) = self.changes_rx.recv().await else {
-            return std::future::pending().await;
-        };
-        let mut out = vec![first];
-        while out.len() < BATCH {
-            match self.changes_rx.try_recv() {
-                Ok(r) => out.push(r),
-                Err(_) => break,
-            }
-        }
-        out
+        self.changes.next_batch().await
     }
 
     fn session(&self) -> Result<Arc<Session>, DriverError> {

@@ -112,6 +112,51 @@ impl DeviceState {
 /// as the twin's string.
 pub type Reading = (usize, Result<String, DriverError>);
 
+/// Readings a device sends by itself (subscriptions, notifications), queued by the tasks that
+/// receive them for [`Driver::changes`] to hand over in batches.
+pub struct Changes {
+    tx: tokio::sync::mpsc::UnboundedSender<Reading>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Reading>,
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self { tx, rx }
+    }
+}
+
+impl Changes {
+    /// Readings taken in one batch at most.
+    pub const BATCH: usize = 256;
+
+    /// Where a receiving task sends readings.
+    pub fn sender(&self) -> tokio::sync::mpsc::UnboundedSender<Reading> {
+        self.tx.clone()
+    }
+
+    /// Drops what is queued (sent over a connection that is gone).
+    pub fn clear(&mut self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// Waits for the next readings and returns all that are queued, up to [`Changes::BATCH`].
+    /// Cancel-safe.
+    pub async fn next_batch(&mut self) -> Vec<Reading> {
+        let Some(first) = self.rx.recv().await else {
+            return std::future::pending().await;
+        };
+        let mut out = vec![first];
+        while out.len() < Self::BATCH {
+            match self.rx.try_recv() {
+                Ok(r) => out.push(r),
+                Err(_) => break,
+            }
+        }
+        out
+    }
+}
+
 /// One device's connection to its hardware. Methods are called from one task at a time.
 pub trait Driver: Send + 'static {
     /// Connects if not connected.
