@@ -21,17 +21,9 @@ impl Protocol for Ble {
     }
 
     fn driver(&self, d: &DeviceConfig) -> Result<Device, DriverError> {
-        let conn = Connection::from_config(&d.protocol)
-            .map_err(|e| DriverError::config(format!("protocol.configData.{e}")))?;
-        let points = d
-            .properties
-            .iter()
-            .map(|p| {
-                Point::from_config(&p.visitor, p.value_type.as_deref()).map_err(|e| {
-                    DriverError::config(format!("property {}: visitors.configData.{e}", p.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let conn = d.parse_protocol(Connection::from_config)?;
+        let points =
+            d.parse_visitors(|p| Point::from_config(&p.visitor, p.value_type.as_deref()))?;
         Ok(Device::new(d.id(), conn, points, self.radio.clone()))
     }
 }

@@ -22,22 +22,15 @@ impl Protocol for Modbus {
     }
 
     fn driver(&self, d: &DeviceConfig) -> Result<ModbusDriver, DriverError> {
-        let connection = Connection::from_config(&d.protocol)
-            .map_err(|e| DriverError::config(format!("protocol.configData.{e}")))?;
-        let points = d
-            .properties
-            .iter()
-            .map(|p| {
-                let hints = ModelHints {
-                    value_type: p.value_type.clone(),
-                    minimum: p.minimum,
-                    maximum: p.maximum,
-                };
-                Point::from_config(&p.name, &p.visitor, &hints).map_err(|e| {
-                    DriverError::config(format!("property {}: visitors.configData.{e}", p.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let connection = d.parse_protocol(Connection::from_config)?;
+        let points = d.parse_visitors(|p| {
+            let hints = ModelHints {
+                value_type: p.value_type.clone(),
+                minimum: p.minimum,
+                maximum: p.maximum,
+            };
+            Point::from_config(&p.name, &p.visitor, &hints)
+        })?;
         Ok(ModbusDriver(Device::new(connection, points)))
     }
 }

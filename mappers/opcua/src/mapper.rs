@@ -35,17 +35,8 @@ impl Protocol for OpcUa {
     }
 
     fn driver(&self, d: &DeviceConfig) -> Result<OpcUaDriver, DriverError> {
-        let conn = Connection::from_config(&d.protocol)
-            .map_err(|e| DriverError::config(format!("protocol.configData.{e}")))?;
-        let points = d
-            .properties
-            .iter()
-            .map(|p| {
-                Point::from_config(&p.visitor, p.collect).map_err(|e| {
-                    DriverError::config(format!("property {}: visitors.configData.{e}", p.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let conn = d.parse_protocol(Connection::from_config)?;
+        let points = d.parse_visitors(|p| Point::from_config(&p.visitor, p.collect))?;
         Ok(OpcUaDriver(Device::new(
             d.id(),
             conn,

@@ -39,6 +39,31 @@ impl DeviceConfig {
     pub fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// `spec.protocol.configData` parsed by `parse`; its error (which names the key) becomes a
+    /// configuration error under `protocol.configData.`.
+    pub fn parse_protocol<T, E: std::fmt::Display>(
+        &self,
+        parse: impl FnOnce(&Map<String, Value>) -> Result<T, E>,
+    ) -> Result<T, DriverError> {
+        parse(&self.protocol).map_err(|e| DriverError::config(format!("protocol.configData.{e}")))
+    }
+
+    /// Each property's visitor parsed by `parse`; the first error becomes a configuration error
+    /// naming the property and `visitors.configData.`.
+    pub fn parse_visitors<T, E: std::fmt::Display>(
+        &self,
+        mut parse: impl FnMut(&PropertyConfig) -> Result<T, E>,
+    ) -> Result<Vec<T>, DriverError> {
+        self.properties
+            .iter()
+            .map(|p| {
+                parse(p).map_err(|e| {
+                    DriverError::config(format!("property {}: visitors.configData.{e}", p.name))
+                })
+            })
+            .collect()
+    }
 }
 
 /// What went wrong with a device, and what it means for the device's state.

@@ -19,25 +19,17 @@ impl Protocol for Serial {
     }
 
     fn driver(&self, d: &DeviceConfig) -> Result<SerialDriver, DriverError> {
-        let port = Port::from_config(&d.protocol)
-            .map_err(|e| DriverError::config(format!("protocol.configData.{e}")))?;
-        let points = d
-            .properties
-            .iter()
-            .map(|p| {
-                Point::from_config(
-                    &port,
-                    &p.name,
-                    &p.visitor,
-                    p.value_type.as_deref(),
-                    p.minimum,
-                    p.maximum,
-                )
-                .map_err(|e| {
-                    DriverError::config(format!("property {}: visitors.configData.{e}", p.name))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let port = d.parse_protocol(Port::from_config)?;
+        let points = d.parse_visitors(|p| {
+            Point::from_config(
+                &port,
+                &p.name,
+                &p.visitor,
+                p.value_type.as_deref(),
+                p.minimum,
+                p.maximum,
+            )
+        })?;
         Ok(SerialDriver(Device::new(port, points)))
     }
 }
