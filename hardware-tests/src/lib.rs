@@ -92,6 +92,11 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// An environment variable that is set and not blank (the real-hardware tests' settings).
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

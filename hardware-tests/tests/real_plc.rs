@@ -9,15 +9,11 @@
 //!   cargo test -p hardware-tests --test real_plc -- --ignored --test-threads 1
 //! ```
 
-use hardware_tests::{Node, agent, eventually, free_port, get, reported};
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
+use hardware_tests::{Node, agent, env_var, eventually, free_port, get, reported};
 
 /// `PLC_MODBUS_CONFIG`, required by every test here.
 fn config() -> String {
-    var("PLC_MODBUS_CONFIG").unwrap_or_else(|| {
+    env_var("PLC_MODBUS_CONFIG").unwrap_or_else(|| {
         panic!(
             "set PLC_MODBUS_CONFIG to the device's protocol configData, e.g. \
              '{{ip: 192.168.1.10, port: 502, slaveID: 1}}' or \
@@ -29,7 +25,7 @@ fn config() -> String {
 /// A device `plc` with the property `value` read from `PLC_MODBUS_READ` (holding register 0
 /// by default) and, given `write`, the property `target` at that visitor.
 fn manifest(write: Option<&str>) -> String {
-    let read = var("PLC_MODBUS_READ")
+    let read = env_var("PLC_MODBUS_READ")
         .unwrap_or_else(|| "{register: HoldingRegister, offset: 0, limit: 1}".into());
     let mut m = format!(
         r#"apiVersion: devices.kubeedge.io/v1beta1
@@ -89,7 +85,7 @@ fn a_real_device_is_read_into_the_twin_and_live() {
 #[test]
 #[ignore = "needs a real Modbus device and a register it may write: set PLC_MODBUS_CONFIG and PLC_MODBUS_WRITE"]
 fn a_desired_value_is_written_to_a_real_device_and_the_old_one_restored() {
-    let write = var("PLC_MODBUS_WRITE").unwrap_or_else(|| {
+    let write = env_var("PLC_MODBUS_WRITE").unwrap_or_else(|| {
         panic!(
             "set PLC_MODBUS_WRITE to the configData of a register this test may change and \
              restore, e.g. '{{register: HoldingRegister, offset: 100}}'"

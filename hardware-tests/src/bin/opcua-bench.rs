@@ -15,6 +15,7 @@ use hardware_tests::opcua_sim::{OpcSim, Options};
 use hardware_tests::{Node, PySim, free_port, percentile};
 use mapper_opcua::config::{Connection, Point};
 use mapper_opcua::device::Device;
+use mapper_sdk::Driver;
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;

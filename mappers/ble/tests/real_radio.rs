@@ -12,21 +12,17 @@
 //!
 //! `BLE_READ` defaults to the Battery Level characteristic (`2A19`), which most peripherals have.
 
-use hardware_tests::{Node, agent, eventually, free_port, get, reported};
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
+use hardware_tests::{Node, agent, env_var, eventually, free_port, get, reported};
 
 fn manifest() -> String {
-    let config = var("BLE_DEVICE_CONFIG").unwrap_or_else(|| {
+    let config = env_var("BLE_DEVICE_CONFIG").unwrap_or_else(|| {
         panic!(
             "set BLE_DEVICE_CONFIG to the device's protocol configData, e.g. \
              '{{macAddress: \"C4:7C:8D:6A:12:34\"}}' or '{{localName: \"env-1\"}}'"
         )
     });
     let read =
-        var("BLE_READ").unwrap_or_else(|| "{characteristicUUID: 2A19, dataType: uint8}".into());
+        env_var("BLE_READ").unwrap_or_else(|| "{characteristicUUID: 2A19, dataType: uint8}".into());
     let mut m = format!(
         r#"apiVersion: devices.kubeedge.io/v1beta1
 kind: DeviceModel
@@ -49,7 +45,7 @@ spec:
       visitors: {{protocolName: ble, configData: {read}}}
 "#
     );
-    if let Some(w) = var("BLE_WRITE") {
+    if let Some(w) = env_var("BLE_WRITE") {
         m += &format!(
             "    - name: target\n      collectCycle: 2000\n      visitors: {{protocolName: ble, configData: {w}}}\n"
         );
@@ -73,7 +69,7 @@ fn real_peripheral_reaches_the_twin_and_takes_a_write() {
         &format!("http://127.0.0.1:{http}/api/v1/device/default/peripheral/value"),
     );
     assert_eq!(status, 200, "live read: {live}");
-    if let (Some(_), Some(want)) = (var("BLE_WRITE"), var("BLE_WRITE_VALUE")) {
+    if let (Some(_), Some(want)) = (env_var("BLE_WRITE"), env_var("BLE_WRITE_VALUE")) {
         node.kectl(&["twin", "set", "default/peripheral", "target", &want]);
         eventually(30, "the written value read back", || {
             (reported(&node.twin("default/peripheral")?, "target")? == want).then_some(())

@@ -7,7 +7,7 @@
 
 use crate::config::{Connection, Identity, Point};
 use crate::value::{from_twin, to_twin};
-use mapper_sdk::{DriverError, driver::Changes, driver::Reading};
+use mapper_sdk::{Driver, DriverError, driver::Changes, driver::Reading};
 use opcua::client::{Client, ClientBuilder, DataChangeCallback, IdentityToken, Password, Session};
 use opcua::crypto::CertificateStore;
 use opcua::types::{
@@ -116,10 +116,6 @@ impl Device {
         }
     }
 
-    pub fn requests(&self) -> u64 {
-        self.requests
-    }
-
     fn client(&mut self) -> Result<&mut Client, DriverError> {
         if self.client.is_none() {
             let host = std::env::var("HOSTNAME")
@@ -173,101 +169,6 @@ impl Device {
         self.monitored.iter_mut().for_each(|m| *m = false);
         // What the old session sent is stale.
         self.changes.clear();
-    }
-
-    pub async fn connect(&mut self) -> Result<(), DriverError> {
-        self.close().await;
-        let conn = self.conn.clone();
-        let url = conn.url.clone();
-        let timeout = conn.timeout;
-        let pki = self.pki.clone();
-        let client = self.client()?;
-        let endpoints = tokio::time::timeout(timeout, client.get_server_endpoints_from_url(&url))
-            .await
-            .map_err(|_| DriverError::link(format!("{url}: no answer in {timeout:?}")))?
-            .map_err(|e| DriverError::link(format!("{url}: cannot get endpoints: {e}")))?;
-        let endpoint = Client::find_matching_endpoint(&endpoints, &url, conn.policy, conn.mode)
-            .ok_or_else(|| {
-                let offered: Vec<String> = endpoints
-                    .iter()
-                    .map(|e| {
-                        let p = e.security_policy_uri.as_ref();
-                        format!("{}/{:?}", p.rsplit('#').next().unwrap_or(p), e.security_mode)
-                    })
-                    .collect();
-                DriverError::config(format!(
-                    "{url} offers no endpoint with securityPolicy {} and securityMode {:?}; it offers {}",
-                    conn.policy.to_str(),
-                    conn.mode,
-                    offered.join(", ")
-                ))
-            })?;
-        let identity = identity(&conn.identity, &endpoint)?;
-        let (session, event_loop) = client
-            .connect_to_endpoint_directly(endpoint, identity)
-            .map_err(|e| DriverError::config(format!("{url}: {e}")))?;
-
-        // The event loop: reports the first connection, then a loss, then ends (reconnecting
-        // is the SDK's).
-        let (first_tx, first_rx) = oneshot::channel::<Result<(), StatusCode>>();
-        let alive = Arc::new(AtomicBool::new(false));
-        let task_alive = alive.clone();
-        let lost_tx = self.changes.sender();
-        let any = !self.points.is_empty();
-        let id = self.id.clone();
-        let events = tokio::spawn(async move {
-            use futures_util::StreamExt;
-            use opcua::client::SessionPollResult as P;
-            let stream = event_loop.enter();
-            futures_util::pin_mut!(stream);
-            let mut first = Some(first_tx);
-            while let Some(r) = stream.next().await {
-                match r {
-                    Ok(P::Reconnected(_)) => {
-                        task_alive.store(true, Ordering::Relaxed);
-                        if let Some(f) = first.take() {
-                            let _ = f.send(Ok(()));
-                        }
-                    }
-                    Ok(P::ConnectionLost(code)) => {
-                        task_alive.store(false, Ordering::Relaxed);
-                        tracing::warn!(device = %id, status = %code, "OPC UA connection lost");
-                        break;
-                    }
-                    Ok(P::ReconnectFailed(code)) | Err(code) => {
-                        task_alive.store(false, Ordering::Relaxed);
-                        if let Some(f) = first.take() {
-                            let _ = f.send(Err(code));
-                        }
-                        break;
-                    }
-                    Ok(_) => {}
-                }
-            }
-            task_alive.store(false, Ordering::Relaxed);
-            if first.is_none() && any {
-                // Lost after it was up: the SDK hears of it at once, not at the next poll
-                // (which may never come when every property is subscribed).
-                let _ = lost_tx.send((0, Err(DriverError::link("the OPC UA session was lost"))));
-            }
-        });
-        self.events = Some(events);
-        self.alive = alive;
-        let first = tokio::time::timeout(timeout * 2, first_rx).await;
-        match first {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(code))) => return Err(connect_error(&url, code, &pki)),
-            Ok(Err(_)) => return Err(DriverError::link(format!("{url}: the session ended"))),
-            Err(_) => {
-                self.close().await;
-                return Err(DriverError::link(format!(
-                    "{url}: no session in {:?}",
-                    timeout * 2
-                )));
-            }
-        }
-        self.session = Some(session.clone());
-        self.setup(&session).await
     }
 
     /// Once connected: namespaces resolved, the server's read limit, the subscription.
@@ -386,14 +287,6 @@ impl Device {
         Ok(())
     }
 
-    pub fn subscribed(&self, i: usize) -> bool {
-        self.monitored.get(i).copied().unwrap_or(false) && self.alive.load(Ordering::Relaxed)
-    }
-
-    pub async fn changes(&mut self) -> Vec<Reading> {
-        self.changes.next_batch().await
-    }
-
     fn session(&self) -> Result<Arc<Session>, DriverError> {
         match &self.session {
             Some(s) if self.alive.load(Ordering::Relaxed) => Ok(s.clone()),
@@ -409,105 +302,6 @@ impl Device {
             index_range: self.points[i].index_range.clone().unwrap_or_default(),
             data_encoding: QualifiedName::null(),
         })
-    }
-
-    /// Reads `due` in as few Read calls as the server's `MaxNodesPerRead` allows.
-    pub async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
-        let session = match self.session() {
-            Ok(s) => s,
-            Err(e) => return due.iter().map(|&i| (i, Err(e.clone()))).collect(),
-        };
-        let mut out = Vec::with_capacity(due.len());
-        let mut asked = Vec::with_capacity(due.len());
-        let mut ids = Vec::with_capacity(due.len());
-        for &i in due {
-            match self.read_id(i) {
-                Ok(r) => {
-                    asked.push(i);
-                    ids.push(r);
-                }
-                Err(e) => out.push((i, Err(e))),
-            }
-        }
-        let per_call = self.max_per_read.max(1);
-        for (idx, chunk) in asked.chunks(per_call).zip(ids.chunks(per_call)) {
-            self.requests += 1;
-            match session.read(chunk, TimestampsToReturn::Neither, 0.0).await {
-                Ok(values) if values.len() == chunk.len() => {
-                    for (&i, dv) in idx.iter().zip(values.iter()) {
-                        let r = reading(dv);
-                        if r.is_ok()
-                            && let Some(v) = &dv.value
-                        {
-                            self.types[i] = value_type(v);
-                        }
-                        out.push((i, r));
-                    }
-                }
-                Ok(values) => {
-                    let e = DriverError::device(format!(
-                        "the server answered {} values for {} nodes",
-                        values.len(),
-                        chunk.len()
-                    ));
-                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
-                }
-                Err(e) => {
-                    let e = status_error(e.status(), "Read");
-                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
-                }
-            }
-        }
-        out
-    }
-
-    /// Writes `value` as the node's type: `dataType` when given, else the type its value had.
-    pub async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
-        let session = self.session()?;
-        let id = self.read_id(i)?;
-        let (t, array) = match (self.points[i].data_type, self.types[i]) {
-            (Some(t), learnt) => (t, learnt.is_some_and(|(_, a)| a)),
-            (None, Some(learnt)) => learnt,
-            (None, None) => {
-                // Read once to learn the type.
-                let r = self.read(&[i]).await;
-                if let Some((_, Err(e))) = r.into_iter().next() {
-                    return Err(e);
-                }
-                self.types[i].ok_or_else(|| {
-                    DriverError::config("the node's type is unknown: give dataType")
-                })?
-            }
-        };
-        let variant = from_twin(value, t, array).map_err(DriverError::config)?;
-        let write = WriteValue {
-            node_id: id.node_id,
-            attribute_id: AttributeId::Value as u32,
-            index_range: id.index_range,
-            value: DataValue {
-                value: Some(variant),
-                ..DataValue::null()
-            },
-        };
-        self.requests += 1;
-        let status = session
-            .write(&[write])
-            .await
-            .map_err(|e| status_error(e.status(), "Write"))?;
-        match status.first() {
-            Some(s) if s.is_good() => Ok(()),
-            Some(s) if is_link(*s) => Err(status_error(*s, "Write")),
-            // Refused for this value (type, range, access): not tried again until it changes.
-            Some(s) => Err(DriverError::config(format!(
-                "the server refused the write: {}",
-                s
-            ))),
-            None => Err(DriverError::device("the server answered no write result")),
-        }
-    }
-
-    pub async fn stop(&mut self) {
-        self.close().await;
     }
 }
 
@@ -582,4 +376,212 @@ fn trust(pki: &std::path::Path, path: &std::path::Path) -> Result<(), String> {
     // A copy left in rejected/ by an earlier attempt would still make it untrusted.
     let _ = std::fs::remove_file(pki.join("rejected").join(&name));
     Ok(())
+}
+
+impl Driver for Device {
+    async fn connect(&mut self) -> Result<(), DriverError> {
+        self.close().await;
+        let conn = self.conn.clone();
+        let url = conn.url.clone();
+        let timeout = conn.timeout;
+        let pki = self.pki.clone();
+        let client = self.client()?;
+        let endpoints = tokio::time::timeout(timeout, client.get_server_endpoints_from_url(&url))
+            .await
+            .map_err(|_| DriverError::link(format!("{url}: no answer in {timeout:?}")))?
+            .map_err(|e| DriverError::link(format!("{url}: cannot get endpoints: {e}")))?;
+        let endpoint = Client::find_matching_endpoint(&endpoints, &url, conn.policy, conn.mode)
+            .ok_or_else(|| {
+                let offered: Vec<String> = endpoints
+                    .iter()
+                    .map(|e| {
+                        let p = e.security_policy_uri.as_ref();
+                        format!("{}/{:?}", p.rsplit('#').next().unwrap_or(p), e.security_mode)
+                    })
+                    .collect();
+                DriverError::config(format!(
+                    "{url} offers no endpoint with securityPolicy {} and securityMode {:?}; it offers {}",
+                    conn.policy.to_str(),
+                    conn.mode,
+                    offered.join(", ")
+                ))
+            })?;
+        let identity = identity(&conn.identity, &endpoint)?;
+        let (session, event_loop) = client
+            .connect_to_endpoint_directly(endpoint, identity)
+            .map_err(|e| DriverError::config(format!("{url}: {e}")))?;
+
+        // The event loop: reports the first connection, then a loss, then ends (reconnecting
+        // is the SDK's).
+        let (first_tx, first_rx) = oneshot::channel::<Result<(), StatusCode>>();
+        let alive = Arc::new(AtomicBool::new(false));
+        let task_alive = alive.clone();
+        let lost_tx = self.changes.sender();
+        let any = !self.points.is_empty();
+        let id = self.id.clone();
+        let events = tokio::spawn(async move {
+            use futures_util::StreamExt;
+            use opcua::client::SessionPollResult as P;
+            let stream = event_loop.enter();
+            futures_util::pin_mut!(stream);
+            let mut first = Some(first_tx);
+            while let Some(r) = stream.next().await {
+                match r {
+                    Ok(P::Reconnected(_)) => {
+                        task_alive.store(true, Ordering::Relaxed);
+                        if let Some(f) = first.take() {
+                            let _ = f.send(Ok(()));
+                        }
+                    }
+                    Ok(P::ConnectionLost(code)) => {
+                        task_alive.store(false, Ordering::Relaxed);
+                        tracing::warn!(device = %id, status = %code, "OPC UA connection lost");
+                        break;
+                    }
+                    Ok(P::ReconnectFailed(code)) | Err(code) => {
+                        task_alive.store(false, Ordering::Relaxed);
+                        if let Some(f) = first.take() {
+                            let _ = f.send(Err(code));
+                        }
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+            }
+            task_alive.store(false, Ordering::Relaxed);
+            if first.is_none() && any {
+                // Lost after it was up: the SDK hears of it at once, not at the next poll
+                // (which may never come when every property is subscribed).
+                let _ = lost_tx.send((0, Err(DriverError::link("the OPC UA session was lost"))));
+            }
+        });
+        self.events = Some(events);
+        self.alive = alive;
+        let first = tokio::time::timeout(timeout * 2, first_rx).await;
+        match first {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(code))) => return Err(connect_error(&url, code, &pki)),
+            Ok(Err(_)) => return Err(DriverError::link(format!("{url}: the session ended"))),
+            Err(_) => {
+                self.close().await;
+                return Err(DriverError::link(format!(
+                    "{url}: no session in {:?}",
+                    timeout * 2
+                )));
+            }
+        }
+        self.session = Some(session.clone());
+        self.setup(&session).await
+    }
+
+    /// Reads `due` in as few Read calls as the server's `MaxNodesPerRead` allows.
+    async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
+        let session = match self.session() {
+            Ok(s) => s,
+            Err(e) => return due.iter().map(|&i| (i, Err(e.clone()))).collect(),
+        };
+        let mut out = Vec::with_capacity(due.len());
+        let mut asked = Vec::with_capacity(due.len());
+        let mut ids = Vec::with_capacity(due.len());
+        for &i in due {
+            match self.read_id(i) {
+                Ok(r) => {
+                    asked.push(i);
+                    ids.push(r);
+                }
+                Err(e) => out.push((i, Err(e))),
+            }
+        }
+        let per_call = self.max_per_read.max(1);
+        for (idx, chunk) in asked.chunks(per_call).zip(ids.chunks(per_call)) {
+            self.requests += 1;
+            match session.read(chunk, TimestampsToReturn::Neither, 0.0).await {
+                Ok(values) if values.len() == chunk.len() => {
+                    for (&i, dv) in idx.iter().zip(values.iter()) {
+                        let r = reading(dv);
+                        if r.is_ok()
+                            && let Some(v) = &dv.value
+                        {
+                            self.types[i] = value_type(v);
+                        }
+                        out.push((i, r));
+                    }
+                }
+                Ok(values) => {
+                    let e = DriverError::device(format!(
+                        "the server answered {} values for {} nodes",
+                        values.len(),
+                        chunk.len()
+                    ));
+                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
+                }
+                Err(e) => {
+                    let e = status_error(e.status(), "Read");
+                    out.extend(idx.iter().map(|&i| (i, Err(e.clone()))));
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes `value` as the node's type: `dataType` when given, else the type its value had.
+    async fn write(&mut self, i: usize, value: &str) -> Result<(), DriverError> {
+        let session = self.session()?;
+        let id = self.read_id(i)?;
+        let (t, array) = match (self.points[i].data_type, self.types[i]) {
+            (Some(t), learnt) => (t, learnt.is_some_and(|(_, a)| a)),
+            (None, Some(learnt)) => learnt,
+            (None, None) => {
+                // Read once to learn the type.
+                let r = self.read(&[i]).await;
+                if let Some((_, Err(e))) = r.into_iter().next() {
+                    return Err(e);
+                }
+                self.types[i].ok_or_else(|| {
+                    DriverError::config("the node's type is unknown: give dataType")
+                })?
+            }
+        };
+        let variant = from_twin(value, t, array).map_err(DriverError::config)?;
+        let write = WriteValue {
+            node_id: id.node_id,
+            attribute_id: AttributeId::Value as u32,
+            index_range: id.index_range,
+            value: DataValue {
+                value: Some(variant),
+                ..DataValue::null()
+            },
+        };
+        self.requests += 1;
+        let status = session
+            .write(&[write])
+            .await
+            .map_err(|e| status_error(e.status(), "Write"))?;
+        match status.first() {
+            Some(s) if s.is_good() => Ok(()),
+            Some(s) if is_link(*s) => Err(status_error(*s, "Write")),
+            // Refused for this value (type, range, access): not tried again until it changes.
+            Some(s) => Err(DriverError::config(format!(
+                "the server refused the write: {}",
+                s
+            ))),
+            None => Err(DriverError::device("the server answered no write result")),
+        }
+    }
+
+    async fn stop(&mut self) {
+        self.close().await;
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    async fn changes(&mut self) -> Vec<Reading> {
+        self.changes.next_batch().await
+    }
+
+    fn subscribed(&self, i: usize) -> bool {
+        self.monitored.get(i).copied().unwrap_or(false) && self.alive.load(Ordering::Relaxed)
+    }
 }

@@ -2,7 +2,7 @@
 
 use crate::config::{Connection, Point};
 use crate::device::Device;
-use mapper_sdk::{Config, DeviceConfig, Driver, DriverError, Protocol, driver::Reading};
+use mapper_sdk::{Config, DeviceConfig, DriverError, Protocol};
 use std::path::PathBuf;
 
 /// The protocol name devices give in `spec.protocol.protocolName`.
@@ -14,10 +14,8 @@ pub struct OpcUa {
     pki: PathBuf,
 }
 
-pub struct OpcUaDriver(pub Device);
-
 impl Protocol for OpcUa {
-    type Driver = OpcUaDriver;
+    type Driver = Device;
 
     fn name(&self) -> &str {
         PROTOCOL
@@ -34,44 +32,9 @@ impl Protocol for OpcUa {
         Ok(())
     }
 
-    fn driver(&self, d: &DeviceConfig) -> Result<OpcUaDriver, DriverError> {
+    fn driver(&self, d: &DeviceConfig) -> Result<Device, DriverError> {
         let conn = d.parse_protocol(Connection::from_config)?;
         let points = d.parse_visitors(|p| Point::from_config(&p.visitor, p.collect))?;
-        Ok(OpcUaDriver(Device::new(
-            d.id(),
-            conn,
-            points,
-            self.pki.clone(),
-        )))
-    }
-}
-
-impl Driver for OpcUaDriver {
-    async fn connect(&mut self) -> Result<(), DriverError> {
-        self.0.connect().await
-    }
-
-    async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
-        self.0.read(due).await
-    }
-
-    async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {
-        self.0.write(index, value).await
-    }
-
-    async fn stop(&mut self) {
-        self.0.stop().await
-    }
-
-    fn requests(&self) -> u64 {
-        self.0.requests()
-    }
-
-    async fn changes(&mut self) -> Vec<Reading> {
-        self.0.changes().await
-    }
-
-    fn subscribed(&self, index: usize) -> bool {
-        self.0.subscribed(index)
+        Ok(Device::new(d.id(), conn, points, self.pki.clone()))
     }
 }

@@ -5,7 +5,7 @@
 use hardware_tests::opcua_sim::{self, OpcSim, Options};
 use mapper_opcua::config::{Connection, Point};
 use mapper_opcua::device::Device;
-use mapper_sdk::{DriverError, ErrorKind};
+use mapper_sdk::{Driver, DriverError, ErrorKind};
 use serde_json::{Value, json};
 use std::time::Duration;
 
