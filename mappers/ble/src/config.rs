@@ -308,12 +308,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(v: serde_json::Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        }
-    }
+    use hardware_tests::object as map;
 
     #[test]
     fn addresses_names_and_timeouts() {

@@ -370,12 +370,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn map(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        }
-    }
+    use hardware_tests::object as map;
 
     #[test]
     fn node_ids_in_every_form() {
