@@ -1,9 +1,19 @@
 //! Conversions between the CRD types and the DMI messages.
 //!
-//! - `configData` maps become `map<string, Any>`: strings, booleans, integers and floats are packed
-//!   as `google.protobuf` wrappers (`StringValue`, `BoolValue`, `Int64Value`, `DoubleValue`), as
-//!   KubeEdge's edgecore does; nested objects, arrays and null as `google.protobuf.Value`, so
-//!   nothing is lost. Unpacking accepts every wrapper type.
+//! - `configData` maps become `map<string, Any>` of `google.protobuf` wrappers that KubeEdge's
+//!   mapper-framework decodes (its `DecodeAnyValue` knows `StringValue`, `BoolValue`,
+//!   `Int32Value`, `Int64Value` and `FloatValue`, and silently drops every other type):
+//!   integers as `Int64Value` (exact, where KubeEdge's edgecore turns every number into a 32-bit
+//!   float and so changes integers above 2^24), decimals as `FloatValue` when the 32-bit float
+//!   reads back as the same decimal (`0.1`, `1.5e-3`), else as `DoubleValue` so that nothing is
+//!   rounded (a KubeEdge mapper drops those keys; see `docs/kubeedge-differences.md`), integers
+//!   above the signed 64-bit range as `StringValue` (the SDK reads numbers from strings).
+//!   Nested objects, arrays and null go as `google.protobuf.Value`. Unpacking accepts every
+//!   wrapper type; a `FloatValue` is read as the shortest decimal that gives the same 32-bit
+//!   float, so `0.1f32` comes back as `0.1`, not `0.10000000149011612`.
+//! - As KubeEdge's edgecore (whose `desired`, `visitors` and `protocol` are Go structs, not
+//!   pointers), every property carries `desired` and `visitors` and every device `protocol`,
+//!   empty when the manifest has none: mapper-framework dereferences them without a nil check.
 //! - Absent optional scalars become proto3 defaults ("" and 0) and come back as absent.
 //! - An object without a namespace is in `default`.
 //! - The DMI `DeviceModel` has no protocol, visitors or `protocolConfigData`: merge them into the
@@ -109,11 +119,29 @@ pub fn json_to_any(v: &Value) -> Any {
         Value::Bool(b) => wrap("BoolValue", b),
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
             (Some(i), _) => wrap("Int64Value", &i),
-            (None, Some(u)) => wrap("UInt64Value", &u),
-            _ => wrap("DoubleValue", &n.as_f64().unwrap_or(0.0)),
+            (None, Some(u)) => wrap("StringValue", &u.to_string()),
+            _ => {
+                let f = n.as_f64().unwrap_or(0.0);
+                match exact_f32(f) {
+                    Some(single) => wrap("FloatValue", &single),
+                    None => wrap("DoubleValue", &f),
+                }
+            }
         },
         other => wrap("Value", &json_to_proto_value(other)),
     }
+}
+
+/// `f` as a 32-bit float when that float's shortest decimal form is `f` again.
+fn exact_f32(f: f64) -> Option<f32> {
+    #[allow(clippy::cast_possible_truncation)]
+    let single = f as f32;
+    (single.is_finite() && single.to_string().parse::<f64>().ok() == Some(f)).then_some(single)
+}
+
+/// A 32-bit float as the shortest decimal that reads back as it.
+fn f32_to_json(f: f32) -> Value {
+    float_to_json(f.to_string().parse::<f64>().unwrap_or(f64::from(f)))
 }
 
 /// Unpacks an `Any` made by [`json_to_any`] or by KubeEdge's edgecore. `key` names it in errors.
@@ -133,7 +161,7 @@ pub fn any_to_json(key: &str, any: &Any) -> Result<Value> {
         "google.protobuf.UInt32Value" => Value::from(u32::decode(bytes).map_err(decode_err)?),
         "google.protobuf.UInt64Value" => Value::from(u64::decode(bytes).map_err(decode_err)?),
         "google.protobuf.FloatValue" => {
-            float_to_json(f64::from(f32::decode(bytes).map_err(decode_err)?))
+            f32_to_json(f32::decode(bytes).map_err(decode_err)?)
         }
         "google.protobuf.DoubleValue" => float_to_json(f64::decode(bytes).map_err(decode_err)?),
         "google.protobuf.BytesValue" => {
@@ -395,14 +423,24 @@ pub fn device_to_dmi(device: &crd::Device, twins: Option<&crd::DeviceTwinStatus>
         namespace: namespace_of(&device.metadata),
         spec: Some(pb::DeviceSpec {
             device_model_reference: device.model_name().unwrap_or_default().to_string(),
-            protocol: spec.protocol.as_ref().map(protocol_to_dmi),
+            protocol: Some(
+                spec.protocol
+                    .as_ref()
+                    .map(protocol_to_dmi)
+                    .unwrap_or_default(),
+            ),
             properties: spec
                 .properties
                 .iter()
                 .map(|p| pb::DeviceProperty {
                     name: p.name.clone(),
-                    desired: p.desired.as_ref().map(twin_property_to_dmi),
-                    visitors: p.visitors.as_ref().map(visitor_to_dmi),
+                    desired: Some(
+                        p.desired
+                            .as_ref()
+                            .map(twin_property_to_dmi)
+                            .unwrap_or_default(),
+                    ),
+                    visitors: Some(p.visitors.as_ref().map(visitor_to_dmi).unwrap_or_default()),
                     report_cycle: p.report_cycle.unwrap_or_default(),
                     collect_cycle: p.collect_cycle.unwrap_or_default(),
                     report_to_cloud: p.report_to_cloud.unwrap_or_default(),
@@ -458,10 +496,15 @@ pub fn device_from_dmi(d: &pb::Device) -> Result<(crd::Device, Vec<crd::Twin>)> 
         .map(|p| {
             Ok(crd::DeviceProperty {
                 name: p.name.clone(),
-                desired: p.desired.as_ref().map(twin_property_from_dmi),
+                desired: p
+                    .desired
+                    .as_ref()
+                    .filter(|d| !d.value.is_empty() || !d.metadata.is_empty())
+                    .map(twin_property_from_dmi),
                 visitors: p
                     .visitors
                     .as_ref()
+                    .filter(|v| !v.protocol_name.is_empty() || v.config_data.is_some())
                     .map(|v| protocol_from_dmi(&v.protocol_name, v.config_data.as_ref()))
                     .transpose()?,
                 report_to_cloud: opt_num(p.report_to_cloud),
@@ -483,6 +526,7 @@ pub fn device_from_dmi(d: &pb::Device) -> Result<(crd::Device, Vec<crd::Twin>)> 
         protocol: spec
             .protocol
             .as_ref()
+            .filter(|p| !p.protocol_name.is_empty() || p.config_data.is_some())
             .map(|p| protocol_from_dmi(&p.protocol_name, p.config_data.as_ref()))
             .transpose()?,
         methods: spec
@@ -615,7 +659,7 @@ mod tests {
                 "deviceModelRef": {"name": "m1"},
                 "protocol": {"protocolName": "modbus", "configData": {
                     "ip": "10.0.0.5", "port": 502, "ratio": 0.5, "rtu": false,
-                    "nested": {"a": [1, "x", null]}, "big": 18446744073709551615_u64}},
+                    "nested": {"a": [1, "x", null]}, "big": 9223372036854775807_i64}},
                 "properties": [{
                     "name": "temp",
                     "desired": {"value": "30", "metadata": {"type": "int"}},
@@ -678,7 +722,17 @@ mod tests {
             (json!(true), "type.googleapis.com/google.protobuf.BoolValue"),
             (json!(502), "type.googleapis.com/google.protobuf.Int64Value"),
             (
-                json!(0.5),
+                json!(16_777_217),
+                "type.googleapis.com/google.protobuf.Int64Value",
+            ),
+            (json!(0.5), "type.googleapis.com/google.protobuf.FloatValue"),
+            (json!(0.1), "type.googleapis.com/google.protobuf.FloatValue"),
+            (
+                json!(-1.5e-3),
+                "type.googleapis.com/google.protobuf.FloatValue",
+            ),
+            (
+                json!(3.141_592_653_589_79),
                 "type.googleapis.com/google.protobuf.DoubleValue",
             ),
             (json!({"a": 1}), "type.googleapis.com/google.protobuf.Value"),
@@ -688,6 +742,37 @@ mod tests {
             assert_eq!(any.type_url, url);
             assert_eq!(any_to_json("k", &any).expect("unpacks"), value);
         }
+    }
+
+    #[test]
+    fn integers_above_the_signed_range_go_as_text() {
+        let any = json_to_any(&json!(18_446_744_073_709_551_615_u64));
+        assert_eq!(any.type_url, format!("{TYPE_PREFIX}StringValue"));
+        assert_eq!(
+            any_to_json("k", &any).expect("unpacks"),
+            json!("18446744073709551615")
+        );
+    }
+
+    #[test]
+    fn a_property_without_desired_or_visitors_still_carries_both() {
+        // mapper-framework reads property.Desired.Value and property.Visitors.ConfigData with no
+        // nil check; KubeEdge's edgecore always sends them.
+        let device: crd::Device = serde_json::from_value(json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            "metadata": {"name": "d2"},
+            "spec": {"deviceModelRef": {"name": "m1"},
+                     "properties": [{"name": "temp"}]}
+        }))
+        .expect("test device parses");
+        let wire = device_to_dmi(&device, None);
+        let spec = wire.spec.as_ref().expect("spec");
+        assert!(spec.protocol.is_some(), "protocol is always set");
+        let prop = &spec.properties[0];
+        assert_eq!(prop.desired.as_ref().map(|d| d.value.as_str()), Some(""));
+        assert!(prop.visitors.is_some(), "visitors is always set");
+        let (back, _) = device_from_dmi(&wire).expect("converts back");
+        assert_eq!(back.spec, device.spec, "empty ones read back as absent");
     }
 
     #[test]
@@ -708,6 +793,12 @@ mod tests {
             value: 0.25_f32.encode_to_vec(),
         };
         assert_eq!(any_to_json("scale", &f).expect("unpacks"), json!(0.25));
+        // KubeEdge packs every number as a 32-bit float: 0.1 must read as 0.1.
+        let tenth = Any {
+            type_url: format!("{TYPE_PREFIX}FloatValue"),
+            value: 0.1_f32.encode_to_vec(),
+        };
+        assert_eq!(any_to_json("scale", &tenth).expect("unpacks"), json!(0.1));
     }
 
     #[test]
