@@ -160,9 +160,7 @@ pub fn any_to_json(key: &str, any: &Any) -> Result<Value> {
         "google.protobuf.Int64Value" => Value::from(i64::decode(bytes).map_err(decode_err)?),
         "google.protobuf.UInt32Value" => Value::from(u32::decode(bytes).map_err(decode_err)?),
         "google.protobuf.UInt64Value" => Value::from(u64::decode(bytes).map_err(decode_err)?),
-        "google.protobuf.FloatValue" => {
-            f32_to_json(f32::decode(bytes).map_err(decode_err)?)
-        }
+        "google.protobuf.FloatValue" => f32_to_json(f32::decode(bytes).map_err(decode_err)?),
         "google.protobuf.DoubleValue" => float_to_json(f64::decode(bytes).map_err(decode_err)?),
         "google.protobuf.BytesValue" => {
             let raw = Vec::<u8>::decode(bytes).map_err(decode_err)?;

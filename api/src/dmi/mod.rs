@@ -2,6 +2,8 @@
 //! (`DeviceMapperService`), generated from `api/proto/dmi/v1beta1/api.proto`, and conversions
 //! between its messages and the CRD types.
 
+#[cfg(feature = "transport")]
+pub mod authority;
 mod convert;
 
 pub use convert::*;
@@ -32,4 +34,16 @@ pub fn uds_channel(path: &str, timeout: std::time::Duration) -> tonic::transport
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
             }
         }))
+}
+
+/// The connections accepted on a DMI Unix socket, for `serve_with_incoming`: each one accepts
+/// the `:authority` forms gRPC clients send over Unix sockets (see [`authority`]).
+#[cfg(feature = "transport")]
+pub fn uds_incoming(
+    listener: tokio::net::UnixListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<authority::AuthorityFix<tokio::net::UnixStream>>>
+{
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::UnixListenerStream::new(listener)
+        .map(|r| r.map(authority::AuthorityFix::new))
 }

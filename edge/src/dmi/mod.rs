@@ -200,7 +200,7 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     tracing::info!(socket = %path.display(), "DMI server listening");
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let incoming = api::dmi::uds_incoming(listener);
     let result = tonic::transport::Server::builder()
         .add_service(DeviceManagerServiceServer::new(server))
         .serve_with_incoming_shutdown(incoming, cancel.cancelled())

@@ -117,7 +117,7 @@ pub async fn run<P: Protocol>(
     );
 
     tracing::info!(socket = %socket.display(), "DeviceMapperService listening");
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let incoming = api::dmi::uds_incoming(listener);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(DeviceMapperServiceServer::new(mapper.clone()))

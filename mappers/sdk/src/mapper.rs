@@ -496,7 +496,8 @@ impl<P: Protocol> DeviceMapperService for Mapper<P> {
             device: Some(pb::Device {
                 name: h.config.name.clone(),
                 namespace: h.config.namespace.clone(),
-                spec: None,
+                // The spec as edgecore sent it, as a mapper-framework mapper answers.
+                spec: h.source.spec.clone(),
                 status: Some(pb::DeviceStatus {
                     twins,
                     report_to_cloud: true,
