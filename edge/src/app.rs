@@ -80,23 +80,10 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             config.node_name.clone(),
             Duration::from_millis(config.manifests.poll_interval_ms),
             catalog.clone(),
+            twin.clone(),
             changes_tx.clone(),
             cancel.clone(),
         ));
-        let (t, c, mut rx) = (twin.clone(), catalog.clone(), changes_tx.subscribe());
-        let stop = cancel.clone();
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    r = rx.recv() => match r {
-                        Ok(changes) => apply_changes(&t, &c, &changes).await,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    },
-                }
-            }
-        });
     }
 
     // Bursts (start-up, a manifest reload, a fold of the twin journal) free memory in the middle

@@ -168,12 +168,16 @@ pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Vec<Change> {
     changes
 }
 
-/// Watches `dir` and publishes the changes of every valid edit to `changes`.
+/// Watches `dir`, applies the changes of every valid edit to the twin and then publishes them
+/// to `changes`: a subscriber (the DMI mapper manager) sees the twin as the edit left it, so one
+/// edit that changes a setting and a desired value together reaches a mapper as one
+/// UpdateDevice carrying both.
 pub async fn watch(
     dir: PathBuf,
     node: String,
     interval: Duration,
     catalog: SharedCatalog,
+    twin: twin::TwinService,
     changes: broadcast::Sender<Vec<Change>>,
     cancel: CancellationToken,
 ) {
@@ -196,6 +200,7 @@ pub async fn watch(
         last = now;
         let diff = reload(&dir, &node, &catalog);
         if !diff.is_empty() {
+            crate::app::apply_changes(&twin, &catalog, &diff).await;
             let _ = changes.send(diff);
         }
     }

@@ -194,28 +194,40 @@ fn a_kubeedge_mapper_registers_with_every_authority_form_reports_and_is_driven()
         });
     }
 
-    // edgecore calls the KubeEdge mapper: a manifest edit changing a setting and the desired
-    // value together arrives as one UpdateDevice that carries both.
+    // edgecore calls the KubeEdge mapper: each manifest edit changing a setting and the desired
+    // value together arrives as one UpdateDevice that carries both (the stale desired value
+    // came first in 2-4 of 10 edits, then a second call).
     let (mapper, _) = KubeEdgeMapper::start(&node, "percent", "kubeedge-mapper");
-    std::fs::write(
-        node.dir.path().join("manifests/devices.yaml"),
-        manifests("90", 2000),
-    )
-    .expect("manifest edited");
-    let update = loop {
-        let call = mapper
-            .next(Duration::from_secs(15))
-            .expect("edgecore calls the mapper after the edit");
-        if call["call"] == "UpdateDevice" {
-            break call;
+    for edit in 0..8u32 {
+        let (setpoint, collect) = ((90 + edit).to_string(), 2000 + 100 * edit);
+        std::fs::write(
+            node.dir.path().join("manifests/devices.yaml"),
+            manifests(&setpoint, collect),
+        )
+        .expect("manifest edited");
+        let update = loop {
+            let call = mapper
+                .next(Duration::from_secs(15))
+                .expect("edgecore calls the mapper after the edit");
+            if call["call"] == "UpdateDevice" {
+                break call;
+            }
+        };
+        let device = &update["device"];
+        assert_mapper_framework_can_read(device);
+        assert_eq!(
+            property(device, "setpoint")["desired"],
+            setpoint.as_str(),
+            "edit {edit}: {update}"
+        );
+        assert_eq!(
+            property(device, "temperature")["collect_cycle"],
+            collect,
+            "edit {edit}"
+        );
+        if let Some(more) = mapper.next(Duration::from_millis(1200)) {
+            panic!("edit {edit}: one edit, one call; then {more}");
         }
-    };
-    let device = &update["device"];
-    assert_mapper_framework_can_read(device);
-    assert_eq!(property(device, "setpoint")["desired"], "90", "{update}");
-    assert_eq!(property(device, "temperature")["collect_cycle"], 2000);
-    if let Some(more) = mapper.next(Duration::from_secs(2)) {
-        panic!("one edit, one call: then {more}");
     }
 }
 
