@@ -4,9 +4,9 @@
 //! ```yaml
 //! nodeName: edge-node-1          # default: the host name
 //! dataDir: /var/lib/edgecore      # default: ./edgecore-data
-//! modules: {twin: true, eventbus: true, dmi: true, http: true, manifests: true}
+//! modules: {eventbus: true, dmi: true, http: true, manifests: true}   # the twin always runs
 //! manifests: {dir: manifests, pollIntervalMs: 1000}   # default dir: {dataDir}/manifests
-//! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}
+//! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}  # or tcp://host:port
 //! dmi: {socket: /etc/kubeedge/dmi.sock}              # default: {dataDir}/dmi.sock
 //! http: {address: "127.0.0.1:10360"}
 //! store: {synchronous: normal}                         # or full (fsync every commit)
@@ -294,7 +294,21 @@ impl Config {
 }
 
 /// Splits `host:port`.
+///
+/// KubeEdge's URL form (`tcp://127.0.0.1:1883`, as in its `mqttServerExternal`) is accepted;
+/// other schemes are refused, since only plain TCP is spoken.
 pub fn split_host_port(address: &str) -> Result<(String, u16), String> {
+    let bare = ["tcp://", "mqtt://"]
+        .iter()
+        .find_map(|scheme| address.strip_prefix(scheme))
+        .unwrap_or(address)
+        .trim_end_matches('/');
+    if let Some((scheme, _)) = bare.split_once("://") {
+        return Err(format!(
+            "{address:?}: {scheme}:// is not supported; give host:port or tcp://host:port"
+        ));
+    }
+    let address = bare;
     let (host, port) = address
         .rsplit_once(':')
         .ok_or_else(|| format!("{address:?} is not host:port"))?;
@@ -310,6 +324,38 @@ pub fn split_host_port(address: &str) -> Result<(String, u16), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_in_the_module_docs_is_a_valid_config() {
+        let source = include_str!("config.rs");
+        let yaml: String = source
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```yaml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start_matches(' ')))
+            .collect();
+        assert!(yaml.contains("nodeName"), "{yaml}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("edgecore.yaml");
+        std::fs::write(&file, &yaml).expect("written");
+        let config = Config::load(&file).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(config.node_name, "edge-node-1");
+    }
+
+    #[test]
+    fn kubeedge_url_form_of_the_broker_address_is_accepted() {
+        assert_eq!(
+            split_host_port("tcp://127.0.0.1:1883"),
+            Ok(("127.0.0.1".to_string(), 1883))
+        );
+        assert_eq!(
+            split_host_port("mqtt://broker.local:1884/"),
+            Ok(("broker.local".to_string(), 1884))
+        );
+        let e = split_host_port("ssl://127.0.0.1:8883").expect_err("TLS is refused");
+        assert!(e.contains("ssl:// is not supported"), "{e}");
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("/etc/edgecore.yaml"), Path::new("/etc"))
