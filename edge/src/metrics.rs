@@ -14,6 +14,8 @@ pub struct Metrics {
     pub events_dropped: AtomicU64,
     pub dmi_requests: AtomicU64,
     pub dmi_errors: AtomicU64,
+    /// Twins of `ReportDeviceStatus` refused while the others of the same report were stored.
+    pub dmi_refused_twins: AtomicU64,
     pub mappers_registered: AtomicI64,
     pub mappers_connected: AtomicI64,
     pub mapper_call_errors: AtomicU64,
@@ -140,6 +142,13 @@ impl Metrics {
             "counter",
             "DMI requests answered with an error.",
             g(&self.dmi_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_dmi_refused_twins_total",
+            "counter",
+            "Reported twins refused (not of their type, too large) while the rest of their report was stored.",
+            g(&self.dmi_refused_twins),
         );
         line(
             &mut o,

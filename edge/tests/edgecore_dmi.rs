@@ -196,16 +196,26 @@ fn a_mapper_registers_reports_and_receives_desired_values() {
         .report("default", "", &[("pressure", "1")])
         .expect_err("empty name");
     assert_eq!(err.code(), Code::InvalidArgument);
-    let err = m
-        .report("default", "press-1", &[("pressure", "hot")])
-        .expect_err("not a float");
-    assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("pressure"), "{}", err.message());
-    let err = m
-        .report("default", "press-1", &[("humidity", "3")])
-        .expect_err("unknown property");
-    assert_eq!(err.code(), Code::NotFound);
-    assert!(err.message().contains("humidity"), "{}", err.message());
+    // One bad twin fails that twin only: the others of the report are stored, and the refused
+    // one is named (KubeEdge handles each twin on its own).
+    let refused = m
+        .report_refused(
+            "default",
+            "press-1",
+            &[("pressure", "hot"), ("valve", "15")],
+        )
+        .expect("the report is taken");
+    assert!(refused.contains("pressure"), "{refused}");
+    assert!(!refused.contains("valve"), "{refused}");
+    let t = e.twin("default/press-1").expect("twin");
+    assert_eq!(reported(&t, "valve").as_deref(), Some("15"));
+    // A twin the device does not declare is added, as KubeEdge and MQTT twin/update add it.
+    let refused = m
+        .report_refused("default", "press-1", &[("humidity", "3")])
+        .expect("an added twin");
+    assert_eq!(refused, "");
+    let t = e.twin("default/press-1").expect("twin");
+    assert_eq!(reported(&t, "humidity").as_deref(), Some("3"));
     let err = m
         .report_state("default", "press-1", "exploded")
         .expect_err("unknown state");

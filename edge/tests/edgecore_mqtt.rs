@@ -99,9 +99,22 @@ async fn exercise(port: u16, round: u32) {
     assert!(r["twin"]["temperature"]["actual_version"]["edge"].as_u64() >= Some(1));
     let doc = app.expect(&format!("{DEV}/twin/update/document")).await;
     assert_eq!(
+        doc["event_id"], "r1",
+        "the document echoes the request's event_id"
+    );
+    assert_eq!(
         doc["twin"]["temperature"]["current"]["actual"]["value"],
         temp.as_str()
     );
+    if round != 2 {
+        // (Round 2 runs on the same edgecore after round 1 settled setpoint.)
+        // The delta covers the whole twin: setpoint's desired value (80, from the manifest)
+        // has not been reported yet, though this update did not touch it.
+        let delta = app.expect(&format!("{DEV}/twin/update/delta")).await;
+        assert_eq!(delta["delta"]["setpoint"], "80", "{delta}");
+        assert!(delta["twin"]["setpoint"]["expected"].is_object(), "{delta}");
+        assert_ne!(delta["event_id"], "r1", "a delta has an id of its own, as in KubeEdge");
+    }
     if round != 2 {
         assert!(
             doc["twin"]["temperature"]["last"]["actual"].is_null(),
@@ -117,8 +130,25 @@ async fn exercise(port: u16, round: u32) {
         .await;
     let r = app.expect(&format!("{DEV}/twin/update/result")).await;
     assert_eq!(r["twin"]["setpoint"]["expected"]["value"], set.as_str());
+    let doc = app.expect(&format!("{DEV}/twin/update/document")).await;
+    assert_eq!(doc["event_id"], "d1");
     let delta = app.expect(&format!("{DEV}/twin/update/delta")).await;
     assert_eq!(delta["delta"]["setpoint"], set.as_str());
+
+    // expected and actual in one request: one document, and no delta left behind.
+    let body = format!(
+        r#"{{"event_id":"b1","timestamp":2,"twin":{{"setpoint":{{"expected":{{"value":"{set}"}},"actual":{{"value":"{set}"}}}}}}}}"#
+    );
+    app.send(&format!("{DEV}/twin/update"), body.as_bytes())
+        .await;
+    let r = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(r["twin"]["setpoint"]["actual"]["value"], set.as_str());
+    let doc = app.expect(&format!("{DEV}/twin/update/document")).await;
+    assert_eq!(doc["event_id"], "b1");
+    assert_eq!(
+        doc["twin"]["setpoint"]["current"]["actual"]["value"],
+        set.as_str()
+    );
 
     // get and get/result.
     app.send(
@@ -128,6 +158,13 @@ async fn exercise(port: u16, round: u32) {
     .await;
     let g = app.expect(&format!("{DEV}/twin/get/result")).await;
     assert_eq!(g["event_id"], "g1");
+    assert!(
+        !app.pending
+            .iter()
+            .any(|(t, _)| t.ends_with("/document") || t.ends_with("/delta")),
+        "one document for the combined update and no stale delta: {:?}",
+        app.pending
+    );
     assert_eq!(g["twin"]["temperature"]["actual"]["value"], temp.as_str());
     assert!(
         g["twin"]["temperature"].get("actual_version").is_none(),

@@ -70,6 +70,21 @@ impl TwinError {
             _ => 400,
         }
     }
+
+    /// Whether the error is about one property's name or value (and not the device or a
+    /// version), so that the other properties of the same request may still be applied.
+    pub fn is_about_a_value(&self) -> bool {
+        matches!(
+            self,
+            Self::UnknownProperty { .. }
+                | Self::InvalidName { .. }
+                | Self::InvalidValue { .. }
+                | Self::ValueTooLarge { .. }
+                | Self::DocumentTooLarge { .. }
+                | Self::ReadOnly { .. }
+                | Self::NotOptional { .. }
+        )
+    }
 }
 
 pub type Result<T, E = TwinError> = std::result::Result<T, E>;
@@ -176,9 +191,13 @@ pub struct Applied {
     pub changes: Vec<PropertyChange>,
     /// Changes that must reach the cloud.
     pub outbox: Vec<OutboxEntry>,
-    /// Desired values that differ from the reported ones, among the properties this operation
-    /// touched.
+    /// Desired values that differ from the reported ones, over the device's whole twin (as
+    /// KubeEdge rebuilds its delta after every update).
     pub delta: BTreeMap<String, String>,
+    /// The device's state (or its `last_online`) changed.
+    pub state_changed: bool,
+    /// The request this change was made for, when its requester publishes the change itself.
+    pub event_id: Option<String>,
 }
 
 impl Applied {
@@ -334,7 +353,7 @@ impl Engine {
         self.check_document(&twin)?;
         let mut applied = diff(&before, &twin, added);
         if !applied.is_noop() {
-            applied.delta = touched_delta(&twin, &applied);
+            applied.delta = twin_delta(&twin);
             self.devices.insert(decl.id.clone(), twin);
         }
         Ok(applied)
@@ -571,6 +590,56 @@ impl Engine {
         Ok(self.record(applied, true))
     }
 
+    /// One `twin/update` of an app: reported values, desired values and deletes of one device,
+    /// as one change. Nothing is applied when any part is refused.
+    pub fn twin_update(
+        &mut self,
+        id: &DeviceId,
+        desired: &[(String, String)],
+        reports: &[Reported],
+        deletes: &[String],
+        now: Millis,
+    ) -> Result<Applied> {
+        let before = self.twin(id)?.clone();
+        let mut parts = Vec::new();
+        let mut run = |engine: &mut Self| -> Result<()> {
+            if !reports.is_empty() {
+                parts.push(engine.report(id, reports, now)?);
+            }
+            if !desired.is_empty() {
+                parts.push(engine.edge_desired(id, desired, None, now)?);
+            }
+            for d in deletes {
+                parts.push(engine.delete_property(id, d)?);
+            }
+            Ok(())
+        };
+        if let Err(e) = run(self) {
+            self.devices.insert(id.clone(), before);
+            return Err(e);
+        }
+        let mut merged = Applied::default();
+        for part in parts.into_iter().filter(|p| !p.is_noop()) {
+            merged.device = part.device;
+            merged.row = part.row.or(merged.row);
+            merged.outbox.extend(part.outbox);
+            for c in part.changes {
+                match merged.changes.iter_mut().find(|m| m.name == c.name) {
+                    Some(m) => m.current = c.current,
+                    None => merged.changes.push(c),
+                }
+            }
+        }
+        merged.changes.retain(|c| c.last != c.current);
+        if let Some(twin) = self.devices.get(id)
+            && !merged.is_noop()
+        {
+            merged.row = Some(twin.row.clone()).filter(|_| merged.row.is_some());
+            merged.delta = twin_delta(twin);
+        }
+        Ok(merged)
+    }
+
     /// Deletes a property created by reports (KubeEdge allows this for `optional` twins only).
     pub fn delete_property(&mut self, id: &DeviceId, property: &str) -> Result<Applied> {
         let twin = self.twin(id)?;
@@ -606,6 +675,7 @@ impl Engine {
             next.row.last_online = now;
         }
         let mut applied = self.commit(twin.clone(), next, false)?;
+        applied.state_changed = true;
         let seq = self.seq();
         applied.outbox.push(OutboxEntry {
             namespace: id.namespace.clone(),
@@ -645,7 +715,7 @@ impl Engine {
             return applied;
         };
         if let Some(twin) = self.devices.get(&id) {
-            applied.delta = touched_delta(twin, &applied);
+            applied.delta = twin_delta(twin);
         }
         let mut outbox = Vec::new();
         for c in &applied.changes {
@@ -721,16 +791,15 @@ fn diff(before: &DeviceTwin, after: &DeviceTwin, added: bool) -> Applied {
         changes,
         outbox: Vec::new(),
         delta: BTreeMap::new(),
+        state_changed: false,
+        event_id: None,
     }
 }
 
-fn touched_delta(twin: &DeviceTwin, applied: &Applied) -> BTreeMap<String, String> {
-    applied
-        .changes
+/// Desired values that differ from the reported ones, over the whole twin.
+pub fn twin_delta(twin: &DeviceTwin) -> BTreeMap<String, String> {
+    twin.properties
         .iter()
-        .filter_map(|c| {
-            let p = twin.properties.get(&c.name)?;
-            p.delta().map(|d| (c.name.clone(), d.to_string()))
-        })
+        .filter_map(|(name, p)| p.delta().map(|d| (name.clone(), d.to_string())))
         .collect()
 }

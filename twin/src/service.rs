@@ -63,6 +63,20 @@ pub enum Op {
         id: DeviceId,
         property: String,
     },
+    /// One MQTT `twin/update`: desired (`expected`) and reported (`actual`) values and deletes
+    /// of one device, applied all or nothing as one change (one document, one delta).
+    TwinUpdate {
+        id: DeviceId,
+        desired: Vec<(String, String)>,
+        reports: Vec<Reported>,
+        deletes: Vec<String>,
+    },
+    /// `op`, made on behalf of the request `event_id`: its [`Applied::event_id`] says so, and the
+    /// requester publishes what it changed (in KubeEdge's order, with that id).
+    Tagged {
+        event_id: String,
+        op: Box<Op>,
+    },
 }
 
 /// A committed change, published to subscribers (eventbus, mapper notifier, cloud sync).
@@ -365,5 +379,16 @@ pub fn apply(engine: &mut Engine, op: Op, now: Millis) -> Result<Applied, TwinEr
         Op::Report { id, reports } => engine.report(&id, &reports, now),
         Op::State { id, state } => engine.set_state(&id, &state, now),
         Op::DeleteProperty { id, property } => engine.delete_property(&id, &property),
+        Op::TwinUpdate {
+            id,
+            desired,
+            reports,
+            deletes,
+        } => engine.twin_update(&id, &desired, &reports, &deletes, now),
+        Op::Tagged { event_id, op } => {
+            let mut applied = apply(engine, *op, now)?;
+            applied.event_id = Some(event_id);
+            Ok(applied)
+        }
     }
 }

@@ -126,13 +126,15 @@ fn a_report_that_changes_nothing_changes_nothing() {
 }
 
 #[test]
-fn delta_lists_only_touched_properties_whose_desired_differs_from_reported() {
+fn delta_covers_the_whole_twin_after_every_update() {
     let mut e = engine();
-    // Touching temperature (no desired) gives no delta, though setpoint differs.
+    // Touching temperature (no desired) still lists setpoint, whose desired differs from its
+    // reported value: KubeEdge rebuilds the delta over the whole twin.
     let a = e
         .report(&id(), &[report("temperature", "5")], 1)
         .expect("valid");
-    assert!(a.delta.is_empty(), "{:?}", a.delta);
+    assert_eq!(a.delta.get("setpoint").map(String::as_str), Some("20"));
+    assert_eq!(a.delta.len(), 1, "{:?}", a.delta);
     let a = e
         .report(&id(), &[report("setpoint", "19.5")], 2)
         .expect("valid");
@@ -378,4 +380,48 @@ fn outbox_sequence_numbers_increase() {
         .report(&id(), &[report("temperature", "2")], 2)
         .expect("valid");
     assert!(b.outbox[0].seq > a.outbox[0].seq);
+}
+
+#[test]
+fn expected_and_actual_in_one_twin_update_are_one_change_without_a_stale_delta() {
+    let mut e = engine();
+    let a = e
+        .twin_update(
+            &id(),
+            &[("setpoint".into(), "25".into())],
+            &[report("setpoint", "25")],
+            &[],
+            7,
+        )
+        .expect("valid");
+    assert_eq!(a.changes.len(), 1, "{:?}", a.changes);
+    let c = &a.changes[0];
+    assert_eq!(c.name, "setpoint");
+    let last = c.last.as_ref().expect("setpoint existed");
+    let current = c.current.as_ref().expect("setpoint exists");
+    assert_eq!(last.desired.as_ref().map(|v| v.value.as_str()), Some("20"));
+    assert_eq!(
+        current.desired.as_ref().map(|v| v.value.as_str()),
+        Some("25")
+    );
+    assert_eq!(
+        current.reported.as_ref().map(|v| v.value.as_str()),
+        Some("25")
+    );
+    assert!(a.delta.is_empty(), "no stale delta: {:?}", a.delta);
+}
+
+#[test]
+fn a_refused_part_of_a_twin_update_applies_nothing() {
+    let mut e = engine();
+    let before = e.get(&id()).cloned();
+    let r = e.twin_update(
+        &id(),
+        &[("setpoint".into(), "not a number".into())],
+        &[report("temperature", "6")],
+        &[],
+        8,
+    );
+    assert!(r.is_err());
+    assert_eq!(e.get(&id()).cloned(), before, "the report was rolled back");
 }

@@ -730,7 +730,7 @@ mod tests {
                 "type.googleapis.com/google.protobuf.FloatValue",
             ),
             (
-                json!(3.141_592_653_589_79),
+                json!(2.718_281_828_459_1),
                 "type.googleapis.com/google.protobuf.DoubleValue",
             ),
             (json!({"a": 1}), "type.googleapis.com/google.protobuf.Value"),

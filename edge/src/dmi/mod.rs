@@ -12,6 +12,7 @@ use api::dmi::v1beta1::device_manager_service_server::{
     DeviceManagerService, DeviceManagerServiceServer,
 };
 use api::paths::DeviceId;
+use api::v1beta1::PropertyType;
 use mappers::Mappers;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,35 +66,103 @@ impl DmiServer {
         r
     }
 
+    /// Stores the twins of one report. Each twin stands on its own, as in KubeEdge: a value that
+    /// is refused (not of its property's type, too large) fails that twin only; the others are
+    /// stored, and the refused ones are named in the response's `x-refused-twins` metadata and
+    /// the log. A twin the device does not declare is added, typed by its `metadata.type`
+    /// (string by default), as KubeEdge's edgecore adds it (`dealTwinAdd`) and as MQTT
+    /// `twin/update` does.
     async fn report_status(
         &self,
         req: pb::ReportDeviceStatusRequest,
-    ) -> Result<pb::ReportDeviceStatusResponse, Status> {
+    ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
         let id = device_id(&req.device_namespace, &req.device_name)?;
         let status = req.reported_device.unwrap_or_default();
         let reports: Vec<Reported> = status
             .twins
             .into_iter()
             .filter(|t| !t.property_name.is_empty())
-            .map(|t| Reported {
-                property: t.property_name,
-                value: t.reported.map(|r| r.value),
-                observed_desired: t
-                    .observed_desired
-                    .map(|d| d.value)
-                    .filter(|v| !v.is_empty()),
-                value_type: None,
+            .map(|t| {
+                let value_type = t
+                    .reported
+                    .as_ref()
+                    .and_then(|r| r.metadata.get("type"))
+                    .and_then(|ty| parse_type(ty))
+                    .unwrap_or(PropertyType::String);
+                Reported {
+                    property: t.property_name,
+                    value: t.reported.map(|r| r.value),
+                    observed_desired: t
+                        .observed_desired
+                        .map(|d| d.value)
+                        .filter(|v| !v.is_empty()),
+                    value_type: Some(value_type),
+                }
             })
             .collect();
         if reports.is_empty() {
-            return Ok(pb::ReportDeviceStatusResponse {});
+            return Ok(Response::new(pb::ReportDeviceStatusResponse {}));
         }
-        self.twin
-            .apply(Op::Report { id, reports })
-            .await
-            .map_err(status_of)?;
-        Ok(pb::ReportDeviceStatusResponse {})
+        let batch = Op::Report {
+            id: id.clone(),
+            reports: reports.clone(),
+        };
+        let refused = match self.twin.apply(batch).await {
+            Ok(_) => Vec::new(),
+            Err(ServiceError::Twin(e)) if e.is_about_a_value() => {
+                // Some twin was refused: store the others one by one.
+                let mut refused = Vec::new();
+                for r in reports {
+                    let property = r.property.clone();
+                    let op = Op::Report {
+                        id: id.clone(),
+                        reports: vec![r],
+                    };
+                    match self.twin.apply(op).await {
+                        Ok(_) => {}
+                        Err(ServiceError::Twin(e)) if e.is_about_a_value() => {
+                            refused.push(format!("{property}: {e}"));
+                        }
+                        Err(e) => return Err(status_of(e)),
+                    }
+                }
+                refused
+            }
+            Err(e) => return Err(status_of(e)),
+        };
+        let mut response = Response::new(pb::ReportDeviceStatusResponse {});
+        if !refused.is_empty() {
+            self.metrics
+                .dmi_refused_twins
+                .fetch_add(refused.len() as u64, Ordering::Relaxed);
+            tracing::warn!(device = %id, refused = %refused.join("; "), "reported twins refused; the others were stored");
+            let text: String = refused
+                .join("; ")
+                .chars()
+                .filter(|c| c.is_ascii() && !c.is_ascii_control())
+                .collect();
+            if let Ok(v) = tonic::metadata::MetadataValue::try_from(text.as_str()) {
+                response.metadata_mut().insert(REFUSED_TWINS, v);
+            }
+        }
+        Ok(response)
     }
+}
+
+/// The response metadata of `ReportDeviceStatus` that names the twins it refused, each as
+/// `property: reason`, separated by `; `.
+pub const REFUSED_TWINS: &str = "x-refused-twins";
+
+fn parse_type(s: &str) -> Option<PropertyType> {
+    Some(match s.to_ascii_lowercase().as_str() {
+        "int" | "integer" => PropertyType::Int,
+        "float" => PropertyType::Float,
+        "double" => PropertyType::Double,
+        "boolean" | "bool" => PropertyType::Boolean,
+        "string" | "" => PropertyType::String,
+        "bytes" => PropertyType::Bytes,
+        _ => return None,
+    })
 }
 
 #[tonic::async_trait]
@@ -130,10 +199,7 @@ impl DeviceManagerService for DmiServer {
         &self,
         request: Request<pb::ReportDeviceStatusRequest>,
     ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
-        let r = self
-            .report_status(request.into_inner())
-            .await
-            .map(Response::new);
+        let r = self.report_status(request.into_inner()).await;
         self.counted(r)
     }
 

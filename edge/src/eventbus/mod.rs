@@ -19,6 +19,12 @@ use twin::engine::Reported;
 use twin::service::{Op, ServiceError};
 use twin::{DeviceRow, TwinService, now_millis};
 
+/// MQTT 3.1.1's largest packet (the remaining length's limit).
+const MQTT_MAX_PACKET: usize = 268_435_455;
+
+/// A request larger than this is refused with 413 without being parsed.
+pub const MAX_REQUEST: usize = broker::MAX_PAYLOAD;
+
 /// How to reach the broker.
 #[derive(Clone, Debug)]
 pub struct MqttSettings {
@@ -51,7 +57,10 @@ pub async fn run(
     options
         .set_keep_alive(Duration::from_secs(30))
         .set_clean_session(true)
-        .set_max_packet_size(broker::MAX_PAYLOAD, broker::MAX_PAYLOAD)
+        // Any size a broker may deliver (MQTT's own limit): one app's oversized publish must
+        // not make the client drop its connection and lose everybody else's requests; such a
+        // request is refused on its result topic instead ([`MAX_REQUEST`]).
+        .set_max_packet_size(MQTT_MAX_PACKET, broker::MAX_PAYLOAD)
         .set_request_channel_capacity(1024)
         .set_inflight(100);
     if let (Some(u), Some(p)) = (&settings.username, &settings.password) {
@@ -176,6 +185,9 @@ impl Bus {
 
     async fn handle(&self, topic: &str, payload: &[u8]) {
         let now = now_millis();
+        if payload.len() > MAX_REQUEST {
+            return self.refuse_oversized(topic, payload.len()).await;
+        }
         let event_id = payload::event_id(payload);
         match Topic::parse(topic) {
             Ok(Topic::Device { device, kind }) => match kind {
@@ -209,6 +221,37 @@ impl Bus {
             }
             _ => tracing::debug!(topic, "ignored MQTT message"),
         }
+    }
+
+    /// Answers an oversized request on its result topic (no event_id: it is not parsed).
+    async fn refuse_oversized(&self, topic: &str, size: usize) {
+        let reason = format!("payload of {size} bytes exceeds the limit of {MAX_REQUEST} bytes");
+        let result = match Topic::parse(topic) {
+            Ok(Topic::Device { device, kind }) => {
+                let kind = match kind {
+                    DeviceTopicKind::TwinUpdate => DeviceTopicKind::TwinUpdateResult,
+                    DeviceTopicKind::TwinGet => DeviceTopicKind::TwinGetResult,
+                    DeviceTopicKind::StateUpdate => DeviceTopicKind::StateUpdateResult,
+                    _ => return self.bad(topic, &reason),
+                };
+                Topic::device(device, kind).to_string()
+            }
+            Ok(Topic::Node {
+                node,
+                kind: NodeTopicKind::MembershipGet,
+            }) => Topic::Node {
+                node,
+                kind: NodeTopicKind::MembershipGetResult,
+            }
+            .to_string(),
+            _ => return self.bad(topic, &reason),
+        };
+        self.bad(&result, &reason);
+        self.publish(
+            result,
+            payload::error_result("", now_millis(), 413, &reason),
+        )
+        .await;
     }
 
     fn bad(&self, topic: &str, reason: &str) {
@@ -262,39 +305,77 @@ impl Bus {
                 }
             }
         }
-        let mut ops = Vec::new();
-        if !reports.is_empty() {
-            ops.push(Op::Report {
+        // One request, one change: expected and actual together give one document and no
+        // stale delta; published here in KubeEdge's order (result, document, delta) with the
+        // request's event_id on the document.
+        let op = Op::Tagged {
+            event_id: event_id.to_string(),
+            op: Box::new(Op::TwinUpdate {
                 id: device.clone(),
+                desired,
                 reports,
-            });
-        }
-        if !desired.is_empty() {
-            ops.push(Op::EdgeDesired {
-                id: device.clone(),
-                values: desired,
-                if_version: None,
-            });
-        }
-        for property in deletes {
-            ops.push(Op::DeleteProperty {
-                id: device.clone(),
-                property,
-            });
-        }
-        for op in ops {
-            if let Err(e) = self.twin.apply(op).await {
+                deletes,
+            }),
+        };
+        let applied = match self.twin.apply(op).await {
+            Ok(applied) => applied,
+            Err(e) => {
                 self.bad(&result, &e.to_string());
                 let body = payload::error_result(event_id, now_millis(), e.code(), &e.to_string());
                 return self.publish(result, body).await;
             }
-        }
-        let body = match self.twin.get(&device).await {
-            Ok(Some(t)) => payload::update_result(event_id, now_millis(), &t, &names),
-            Ok(None) => payload::unknown_device(event_id, now_millis(), &device),
-            Err(e) => payload::error_result(event_id, now_millis(), 500, &e.to_string()),
         };
-        self.publish(result, body).await;
+        let twin = match self.twin.get(&device).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                let body = payload::unknown_device(event_id, now_millis(), &device);
+                return self.publish(result, body).await;
+            }
+            Err(e) => {
+                let body = payload::error_result(event_id, now_millis(), 500, &e.to_string());
+                return self.publish(result, body).await;
+            }
+        };
+        let now = now_millis();
+        self.publish(result, payload::update_result(event_id, now, &twin, &names))
+            .await;
+        if !applied.changes.is_empty() {
+            self.publish_changes(&device, event_id, now, &applied, Some(&twin))
+                .await;
+        }
+    }
+
+    /// `update/document` (with `event_id`) and `update/delta` (with an id of its own, as
+    /// KubeEdge does) of a committed change. `twin` is the device's twin after it, when at hand.
+    async fn publish_changes(
+        &self,
+        device: &DeviceId,
+        event_id: &str,
+        now: twin::Millis,
+        applied: &twin::engine::Applied,
+        twin: Option<&twin::DeviceTwin>,
+    ) {
+        let topic = Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDocument).to_string();
+        self.publish(topic, payload::document(event_id, now, applied))
+            .await;
+        if applied.delta.is_empty() {
+            return;
+        }
+        let fetched;
+        let twin = match twin {
+            Some(t) => t,
+            None => match self.twin.get(device).await {
+                Ok(Some(t)) => {
+                    fetched = t;
+                    &fetched
+                }
+                _ => return,
+            },
+        };
+        if let Some(body) = payload::delta(&uuid::Uuid::new_v4().to_string(), now, twin) {
+            let topic = Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDelta).to_string();
+            self.publish(topic, body).await;
+        }
     }
 
     async fn twin_get(&self, device: DeviceId, body: &[u8], event_id: &str) {
@@ -328,9 +409,12 @@ impl Bus {
         };
         let applied = self
             .twin
-            .apply(Op::State {
-                id: device.clone(),
-                state,
+            .apply(Op::Tagged {
+                event_id: event_id.to_string(),
+                op: Box::new(Op::State {
+                    id: device.clone(),
+                    state,
+                }),
             })
             .await;
         let body = match applied {
@@ -394,16 +478,23 @@ impl Bus {
                 )
                 .await;
             }
-            if applied.removed || applied.changes.is_empty() {
+            if applied.removed || applied.event_id.is_some() {
+                // A request's own changes are published by its handler.
                 continue;
             }
-            let topic =
-                Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDocument).to_string();
-            self.publish(topic, payload::document(&id, now, &applied))
-                .await;
-            if let Some(body) = payload::delta(&id, now, &applied) {
-                let topic = Topic::device(device, DeviceTopicKind::TwinUpdateDelta).to_string();
-                self.publish(topic, body).await;
+            if applied.state_changed
+                && let Some(row) = &applied.row
+            {
+                // A state from a mapper (DMI) or from edgecore itself, as KubeEdge publishes
+                // the result of every state update.
+                let topic =
+                    Topic::device(device.clone(), DeviceTopicKind::StateUpdateResult).to_string();
+                self.publish(topic, payload::state_result(&id, now, row))
+                    .await;
+            }
+            if !applied.changes.is_empty() {
+                self.publish_changes(&device, &id, now, &applied, None)
+                    .await;
             }
         }
     }

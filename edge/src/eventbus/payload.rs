@@ -4,7 +4,6 @@
 use api::v1beta1::PropertyType;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::collections::BTreeMap;
 use twin::engine::{Applied, TwinError};
 use twin::{DeviceRow, DeviceTwin, Millis, PropertyTwin, TwinValue, Version};
 
@@ -158,10 +157,12 @@ fn version_json(v: Version) -> Value {
     json!({"cloud": v.cloud, "edge": v.edge})
 }
 
-/// KubeEdge's `MsgTwin` of a property.
+/// KubeEdge's `MsgTwin` of a property. `expected` is the desired value; for a property with
+/// none, it is the desired value the mapper last observed (`observedDesired`), which KubeEdge's
+/// edgecore stores as `expected` (see docs/kubeedge-differences.md).
 pub fn msg_twin(p: &PropertyTwin, versions: bool) -> Value {
     let mut m = Map::new();
-    if let Some(d) = &p.desired {
+    if let Some(d) = p.desired.as_ref().or(p.observed_desired.as_ref()) {
         m.insert("expected".into(), value_json(d));
     }
     if let Some(r) = &p.reported {
@@ -252,19 +253,20 @@ pub fn document(event_id: &str, now: Millis, applied: &Applied) -> Vec<u8> {
     bytes(m)
 }
 
-/// `twin/update/delta`: desired values that differ from the reported ones, among the changed
-/// properties; `None` when there is none.
-pub fn delta(event_id: &str, now: Millis, applied: &Applied) -> Option<Vec<u8>> {
-    if applied.delta.is_empty() {
+/// `twin/update/delta`, built over the whole twin as KubeEdge does: `twin` holds every property
+/// with a desired value (versions stripped), `delta` those whose desired value differs from the
+/// reported one; `None` when none differs.
+pub fn delta(event_id: &str, now: Millis, twin: &DeviceTwin) -> Option<Vec<u8>> {
+    let delta = twin::engine::twin_delta(twin);
+    if delta.is_empty() {
         return None;
     }
-    let twins: Map<String, Value> = applied
-        .changes
+    let twins: Map<String, Value> = twin
+        .properties
         .iter()
-        .filter(|c| applied.delta.contains_key(&c.name))
-        .filter_map(|c| Some((c.name.clone(), msg_twin(c.current.as_ref()?, false))))
+        .filter(|(_, p)| p.desired.as_ref().is_some_and(|d| !d.value.is_empty()))
+        .map(|(k, p)| (k.clone(), msg_twin(p, false)))
         .collect();
-    let delta: BTreeMap<&String, &String> = applied.delta.iter().collect();
     let mut m = envelope(event_id, now);
     m.insert("twin".into(), Value::Object(twins));
     m.insert("delta".into(), json!(delta));

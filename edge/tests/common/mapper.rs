@@ -229,6 +229,36 @@ impl TestMapper {
     }
 
     pub fn report_twins(&self, ns: &str, name: &str, twins: Vec<pb::Twin>) -> Result<(), Status> {
+        self.report_twins_refused(ns, name, twins).map(|_| ())
+    }
+
+    /// Reports twins; returns what edgecore said it refused (`x-refused-twins`), or "".
+    pub fn report_refused(
+        &self,
+        ns: &str,
+        name: &str,
+        values: &[(&str, &str)],
+    ) -> Result<String, Status> {
+        let twins = values
+            .iter()
+            .map(|(p, v)| pb::Twin {
+                property_name: p.to_string(),
+                observed_desired: None,
+                reported: Some(pb::TwinProperty {
+                    value: v.to_string(),
+                    metadata: Default::default(),
+                }),
+            })
+            .collect();
+        self.report_twins_refused(ns, name, twins)
+    }
+
+    fn report_twins_refused(
+        &self,
+        ns: &str,
+        name: &str,
+        twins: Vec<pb::Twin>,
+    ) -> Result<String, Status> {
         let mut c = self.edgecore.clone();
         let req = pb::ReportDeviceStatusRequest {
             device_name: name.into(),
@@ -239,7 +269,13 @@ impl TestMapper {
                 report_cycle: 0,
             }),
         };
-        self.rt.block_on(c.report_device_status(req)).map(|_| ())
+        self.rt.block_on(c.report_device_status(req)).map(|r| {
+            r.metadata()
+                .get("x-refused-twins")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        })
     }
 
     pub fn report_state(&self, ns: &str, name: &str, state: &str) -> Result<(), Status> {
