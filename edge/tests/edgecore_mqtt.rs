@@ -5,7 +5,6 @@ mod common;
 use common::*;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 struct App {
@@ -113,7 +112,10 @@ async fn exercise(port: u16, round: u32) {
         let delta = app.expect(&format!("{DEV}/twin/update/delta")).await;
         assert_eq!(delta["delta"]["setpoint"], "80", "{delta}");
         assert!(delta["twin"]["setpoint"]["expected"].is_object(), "{delta}");
-        assert_ne!(delta["event_id"], "r1", "a delta has an id of its own, as in KubeEdge");
+        assert_ne!(
+            delta["event_id"], "r1",
+            "a delta has an id of its own, as in KubeEdge"
+        );
     }
     if round != 2 {
         assert!(
@@ -237,38 +239,6 @@ async fn hw_api_on_the_embedded_broker() {
         let _ = s.write_all(b"\x10\xff\xff\xff\xff\x7fGARBAGE").await;
     }
     exercise(e.mqtt_port, 2).await;
-}
-
-struct Mosquitto(Child, #[allow(dead_code)] tempfile::TempDir);
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn mosquitto(port: u16) -> Option<Mosquitto> {
-    let dir = tempfile::tempdir().ok()?;
-    let conf = dir.path().join("mosquitto.conf");
-    std::fs::write(
-        &conf,
-        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
-    )
-    .ok()?;
-    let child = Command::new("mosquitto")
-        .args(["-c", &conf.display().to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(Mosquitto(child, dir));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
 }
 
 #[tokio::test]

@@ -221,3 +221,36 @@ pub fn desired(twin: &Value, prop: &str) -> Option<String> {
         .as_str()
         .map(str::to_string)
 }
+
+/// A Mosquitto broker on `port`, killed on drop; `None` when mosquitto is not installed.
+pub struct Mosquitto(Child, #[allow(dead_code)] tempfile::TempDir);
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn mosquitto(port: u16) -> Option<Mosquitto> {
+    let dir = tempfile::tempdir().ok()?;
+    let conf = dir.path().join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"),
+    )
+    .ok()?;
+    let child = Command::new("mosquitto")
+        .args(["-c", &conf.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(Mosquitto(child, dir));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
