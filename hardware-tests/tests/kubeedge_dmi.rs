@@ -168,6 +168,11 @@ fn assert_mapper_framework_can_read(device: &Value) {
 #[test]
 fn a_kubeedge_mapper_registers_with_every_authority_form_reports_and_is_driven() {
     let node = Node::start(&manifests("80", 1000));
+    let states = hardware_tests::mqtt_messages(
+        node.mqtt,
+        "$hw/events/device/default/oven-1/state/update/result",
+    )
+    .expect("subscribed to the state results");
     // grpcio's own form for a Unix socket, grpc-go v1.67's percent-encoded path, older
     // grpc-go's raw path, and the plain form.
     for authority in ["default", "percent", "raw", "localhost"] {
@@ -192,6 +197,40 @@ fn a_kubeedge_mapper_registers_with_every_authority_form_reports_and_is_driven()
             let twin = node.twin("default/oven-1")?;
             (twin["state"] == "online").then_some(())
         });
+        if authority == "localhost" {
+            // Each twin stands on its own: a value not of its type fails that twin only, and a
+            // twin the model lacks is added (KubeEdge's dealTwinAdd).
+            let reply = mapper.command(json!({"op": "report", "device": "oven-1",
+                "twins": {"setpoint": "hot", "temperature": "22.25", "humidity": "40"}}));
+            assert_eq!(reply["code"], "OK", "{reply}");
+            let twin = node.twin("default/oven-1").expect("twin");
+            assert_eq!(
+                reported(&twin, "temperature").as_deref(),
+                Some("22.25"),
+                "{twin}"
+            );
+            assert_eq!(reported(&twin, "setpoint").as_deref(), Some("80"), "{twin}");
+            assert_eq!(reported(&twin, "humidity").as_deref(), Some("40"), "{twin}");
+        }
+        if authority == "default" {
+            // As KubeEdge's edgecore, a state reported over DMI is published on MQTT.
+            let msg = states
+                .recv_timeout(Duration::from_secs(10))
+                .expect("state/update/result after ReportDeviceStates");
+            let body: Value = serde_json::from_slice(&msg.payload).expect("JSON");
+            assert_eq!(body["device"]["name"], "oven-1", "{body}");
+            assert_eq!(body["device"]["state"], "online", "{body}");
+            assert!(
+                body["device"]["lastOnlineTime"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with('Z')),
+                "{body}"
+            );
+            assert!(
+                body["event_id"].is_string() && body["timestamp"].is_i64(),
+                "{body}"
+            );
+        }
     }
 
     // edgecore calls the KubeEdge mapper: each manifest edit changing a setting and the desired
