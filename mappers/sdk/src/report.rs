@@ -68,6 +68,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) {
     let mut pending: HashMap<(String, String), Pending> = HashMap::new();
+    // What edgecore last said it refused, per device: logged when it changes.
+    let mut refused: HashMap<(String, String), String> = HashMap::new();
     let mut retry = FIRST_RETRY;
     let mut open = true;
     loop {
@@ -108,7 +110,19 @@ pub async fn run(
             };
             metrics.reports.fetch_add(1, Ordering::Relaxed);
             match result {
-                Ok(()) => {}
+                Ok(text) => {
+                    let last = refused.get(&key).map(String::as_str).unwrap_or_default();
+                    if text != last {
+                        if text.is_empty() {
+                            refused.remove(&key);
+                        } else {
+                            // A value edgecore will never take (not of its property's type):
+                            // retrying it would not help.
+                            tracing::warn!(device = %format!("{}/{}", key.0, key.1), refused = %text, "edgecore refused reported twins");
+                            refused.insert(key, text);
+                        }
+                    }
+                }
                 Err(status) if status.code() == tonic::Code::NotFound => {
                     // edgecore does not know the device (removed meanwhile): nothing to retry.
                     tracing::debug!(device = %format!("{}/{}", key.0, key.1), error = %status.message(), "report refused");
@@ -166,7 +180,8 @@ async fn send(
     namespace: &str,
     name: &str,
     p: &Pending,
-) -> Result<(), tonic::Status> {
+) -> Result<String, tonic::Status> {
+    let mut refused = String::new();
     if !p.twins.is_empty() {
         let twins = p
             .twins
@@ -190,7 +205,7 @@ async fn send(
                 }
             })
             .collect();
-        client
+        let response = client
             .report_device_status(pb::ReportDeviceStatusRequest {
                 device_name: name.to_string(),
                 device_namespace: namespace.to_string(),
@@ -201,6 +216,10 @@ async fn send(
                 }),
             })
             .await?;
+        // edgecore names the twins it refused while storing the others.
+        if let Some(v) = response.metadata().get("x-refused-twins") {
+            refused = v.to_str().unwrap_or_default().to_string();
+        }
     }
     if let Some(state) = p.state {
         client
@@ -211,5 +230,5 @@ async fn send(
             })
             .await?;
     }
-    Ok(())
+    Ok(refused)
 }
