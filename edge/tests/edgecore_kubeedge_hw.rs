@@ -56,13 +56,7 @@ fn external(port: u16) -> Option<(Mosquitto, Edgecore)> {
         return None;
     };
     let e = Edgecore::start(Some(port));
-    e.eventually("edgecore connected to mosquitto", |e| {
-        let m = e.get("/metrics").1;
-        m.as_str()
-            .unwrap_or("")
-            .contains("edgecore_mqtt_connected 1")
-            .then_some(())
-    });
+    e.wait_mqtt_connected();
     Some((broker, e))
 }
 

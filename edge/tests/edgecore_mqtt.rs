@@ -253,13 +253,6 @@ async fn hw_api_on_an_external_mosquitto() {
         return;
     };
     let e = Edgecore::start(Some(port));
-    // edgecore subscribes after connecting; give it a moment.
-    e.eventually("edgecore connected to mosquitto", |e| {
-        let m = e.get("/metrics").1;
-        m.as_str()
-            .unwrap_or("")
-            .contains("edgecore_mqtt_connected 1")
-            .then_some(())
-    });
+    e.wait_mqtt_connected();
     exercise(port, 3).await;
 }

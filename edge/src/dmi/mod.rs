@@ -87,7 +87,7 @@ impl DmiServer {
                     .reported
                     .as_ref()
                     .and_then(|r| r.metadata.get("type"))
-                    .and_then(|ty| parse_type(ty))
+                    .and_then(|ty| crate::eventbus::payload::parse_type(ty))
                     .unwrap_or(PropertyType::String);
                 Reported {
                     property: t.property_name,
@@ -152,18 +152,6 @@ impl DmiServer {
 /// The response metadata of `ReportDeviceStatus` that names the twins it refused, each as
 /// `property: reason`, separated by `; `.
 pub const REFUSED_TWINS: &str = "x-refused-twins";
-
-fn parse_type(s: &str) -> Option<PropertyType> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "int" | "integer" => PropertyType::Int,
-        "float" => PropertyType::Float,
-        "double" => PropertyType::Double,
-        "boolean" | "bool" => PropertyType::Boolean,
-        "string" | "" => PropertyType::String,
-        "bytes" => PropertyType::Bytes,
-        _ => return None,
-    })
-}
 
 #[tonic::async_trait]
 impl DeviceManagerService for DmiServer {

@@ -69,7 +69,8 @@ pub fn type_name(t: PropertyType) -> &'static str {
     }
 }
 
-fn parse_type(s: &str) -> Option<PropertyType> {
+/// A property type from KubeEdge's `metadata.type` spelling (`""` is a string).
+pub fn parse_type(s: &str) -> Option<PropertyType> {
     Some(match s.to_ascii_lowercase().as_str() {
         "int" | "integer" => PropertyType::Int,
         "float" => PropertyType::Float,

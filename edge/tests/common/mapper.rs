@@ -214,18 +214,7 @@ impl TestMapper {
 
     /// Reports `(property, value)` pairs for `ns/name`.
     pub fn report(&self, ns: &str, name: &str, values: &[(&str, &str)]) -> Result<(), Status> {
-        let twins = values
-            .iter()
-            .map(|(p, v)| pb::Twin {
-                property_name: p.to_string(),
-                observed_desired: None,
-                reported: Some(pb::TwinProperty {
-                    value: v.to_string(),
-                    metadata: Default::default(),
-                }),
-            })
-            .collect();
-        self.report_twins(ns, name, twins)
+        self.report_refused(ns, name, values).map(|_| ())
     }
 
     pub fn report_twins(&self, ns: &str, name: &str, twins: Vec<pb::Twin>) -> Result<(), Status> {

@@ -178,6 +178,18 @@ impl Edgecore {
     }
 
     /// Polls `f` until it returns `Some`, for up to 10 s.
+    /// Waits until edgecore's client is connected to its (external) broker: it subscribes
+    /// after connecting.
+    pub fn wait_mqtt_connected(&self) {
+        self.eventually("edgecore connected to its MQTT broker", |e| {
+            let m = e.get("/metrics").1;
+            m.as_str()
+                .unwrap_or("")
+                .contains("edgecore_mqtt_connected 1")
+                .then_some(())
+        });
+    }
+
     pub fn eventually<T>(&self, what: &str, mut f: impl FnMut(&Self) -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
