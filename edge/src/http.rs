@@ -3,7 +3,8 @@
 //!
 //! | method and path | |
 //! |---|---|
-//! | `GET /healthz` | `ok` |
+//! | `GET /healthz` | `ok`, or `degraded: ...` while the twin store refuses writes (a full disk) |
+//! | `GET /readyz` | `ok`, or 503 while the twin store refuses writes |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /api/v1/devices` | every device: id, state, versions |
 //! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
@@ -44,9 +45,31 @@ fn service_error(e: ServiceError) -> Response {
     error(code, e.to_string())
 }
 
+/// Alive: `ok`, or `degraded: ...` while the twin store refuses writes (reads still work, and a
+/// restart would not free the disk).
+async fn healthz(State(s): State<ApiState>) -> String {
+    match s.twin.stats().degraded() {
+        None => "ok".into(),
+        Some(reason) => format!("degraded: the twin store refuses writes: {reason}"),
+    }
+}
+
+/// Ready to take writes: 200 `ok`, or 503 while the twin store refuses them.
+async fn readyz(State(s): State<ApiState>) -> Response {
+    match s.twin.stats().degraded() {
+        None => "ok".into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("degraded: the twin store refuses writes: {reason}"),
+        )
+            .into_response(),
+    }
+}
+
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/v1/devices", get(list))
         .route("/api/v1/devices/{ns}/{name}", get(get_twin))

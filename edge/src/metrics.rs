@@ -73,6 +73,20 @@ impl Metrics {
         );
         line(
             &mut o,
+            "edgecore_twin_writes_refused_total",
+            "counter",
+            "Twin writes refused without being tried while the store refused writes (a full disk).",
+            g(&twin.writes_refused),
+        );
+        line(
+            &mut o,
+            "edgecore_twin_store_degraded",
+            "gauge",
+            "1 while the twin store refuses writes.",
+            u64::from(twin.degraded().is_some()).to_string(),
+        );
+        line(
+            &mut o,
             "edgecore_devices",
             "gauge",
             "Devices with a twin.",

@@ -10,10 +10,11 @@ use crate::store::{Store, StoreError};
 use api::paths::DeviceId;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// Errors of the service.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error(transparent)]
     Twin(#[from] TwinError),
@@ -21,14 +22,22 @@ pub enum ServiceError {
     Store(Arc<StoreError>),
     #[error("the twin service has stopped")]
     Stopped,
+    /// The store refuses writes (a full disk, an I/O error); nothing was changed. Writes are
+    /// tried again after `retry_in_ms`.
+    #[error(
+        "update not stored: the twin store refuses writes ({reason}); retrying in {retry_in_ms} ms"
+    )]
+    Degraded { reason: String, retry_in_ms: u64 },
 }
 
 impl ServiceError {
-    /// The result code KubeEdge's MQTT results carry.
+    /// The result code KubeEdge's MQTT results carry; 507 (insufficient storage) when the
+    /// change could not be made durable.
     pub fn code(&self) -> u16 {
         match self {
             Self::Twin(e) => e.code(),
-            _ => 500,
+            Self::Store(_) | Self::Degraded { .. } => 507,
+            Self::Stopped => 500,
         }
     }
 }
@@ -107,6 +116,36 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Devices held.
     pub devices: AtomicU64,
+    /// Operations refused without being tried because the store was refusing writes.
+    pub writes_refused: AtomicU64,
+    /// Why the store refuses writes, while it does.
+    pub degraded: std::sync::Mutex<Option<String>>,
+}
+
+impl Stats {
+    /// Why the store refuses writes, or `None` when it takes them.
+    pub fn degraded(&self) -> Option<String> {
+        self.degraded.lock().ok().and_then(|d| d.clone())
+    }
+
+    fn set_degraded(&self, reason: Option<String>) {
+        if let Ok(mut d) = self.degraded.lock() {
+            *d = reason;
+        }
+    }
+}
+
+/// After a failed commit, writes are refused at once for this long, doubling up to
+/// [`MAX_BACKOFF`] while they keep failing; the first write after it is tried for real.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// When writes may be tried again (shared by the engine task and the writer).
+#[derive(Default)]
+struct Backoff {
+    until: Option<Instant>,
+    next: Duration,
+    reason: String,
 }
 
 /// A handle to the twin service. Cheap to clone.
@@ -222,25 +261,47 @@ async fn run(
 ) {
     let (failed_tx, failed_rx) = tokio::sync::watch::channel(0u64);
     let (batches, writer_rx) = mpsc::channel::<Batch>(1);
+    let backoff = Arc::new(std::sync::Mutex::new(Backoff::default()));
     let writer = tokio::spawn(write(
         store.clone(),
         writer_rx,
         events,
         stats.clone(),
         failed_tx,
+        backoff.clone(),
     ));
     // Epochs start at 1; the watch holds the last failed epoch (0: none).
     let mut epoch = 1u64;
     while let Some(first) = rx.recv().await {
+        let mut refuse = None;
         if *failed_rx.borrow() >= epoch {
+            // The engine is ahead of the database: go back to what is durable. Loading never
+            // writes (a journal that cannot be folded is read over the tables), so this works
+            // on a full disk too; if it fails all the same, writes wait and it is tried again.
             match (store.load_twins().await, store.max_outbox_seq().await) {
-                (Ok(twins), Ok(seq)) => engine = Engine::new(twins, engine.limits(), seq),
+                (Ok(twins), Ok(seq)) => {
+                    engine = Engine::new(twins, engine.limits(), seq);
+                    epoch += 1;
+                }
                 (Err(e), _) | (_, Err(e)) => {
-                    tracing::error!(error = %e, "failed to reload twins; stopping the twin service");
-                    return;
+                    tracing::error!(error = %e, "failed to reload twins from the database; refusing writes until it succeeds");
+                    let wait = note_failure(&backoff, &stats, &e.to_string());
+                    refuse = Some(ServiceError::Degraded {
+                        reason: format!("cannot reload the twins: {e}"),
+                        retry_in_ms: wait.as_millis() as u64,
+                    });
                 }
             }
-            epoch += 1;
+        }
+        if refuse.is_none()
+            && let Ok(b) = backoff.lock()
+            && let Some(until) = b.until
+            && let Some(left) = until.checked_duration_since(Instant::now())
+        {
+            refuse = Some(ServiceError::Degraded {
+                reason: b.reason.clone(),
+                retry_in_ms: left.as_millis() as u64,
+            });
         }
         let mut batch = Batch {
             epoch,
@@ -253,8 +314,13 @@ async fn run(
             n += 1;
             match cmd {
                 Command::Op(op, reply) => {
-                    let r = apply(&mut engine, op, crate::now_millis()).map(Arc::new);
-                    batch.done.push((r.map_err(ServiceError::from), reply));
+                    if let Some(e) = &refuse {
+                        stats.writes_refused.fetch_add(1, Ordering::Relaxed);
+                        let _ = reply.send(Err(e.clone()));
+                    } else {
+                        let r = apply(&mut engine, op, crate::now_millis()).map(Arc::new);
+                        batch.done.push((r.map_err(ServiceError::from), reply));
+                    }
                 }
                 Command::Get(id, reply) => {
                     batch
@@ -289,6 +355,7 @@ async fn write(
     events: broadcast::Sender<TwinEvent>,
     stats: Arc<Stats>,
     failed: tokio::sync::watch::Sender<u64>,
+    backoff: Arc<std::sync::Mutex<Backoff>>,
 ) {
     while let Some(batch) = batches.recv().await {
         let Batch { epoch, done, reads } = batch;
@@ -315,6 +382,7 @@ async fn write(
             Ok(()) => {
                 if !changed.is_empty() {
                     stats.commits.fetch_add(1, Ordering::Relaxed);
+                    note_success(&backoff, &stats);
                 }
                 for (r, reply) in done {
                     match &r {
@@ -336,7 +404,8 @@ async fn write(
                 let e = match e {
                     Some(e) => {
                         stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(error = %e, "failed to commit twin updates; reloading twins from the database");
+                        let wait = note_failure(&backoff, &stats, &e.to_string());
+                        tracing::error!(error = %e, retry_in = ?wait, "failed to commit twin updates; they are refused, and the twins reloaded from the database");
                         failed.send_replace(epoch);
                         Arc::new(e)
                     }
@@ -357,6 +426,34 @@ async fn write(
                 }
             }
         }
+    }
+}
+
+/// Records a failed write: writes are refused until the backoff ends; returns its length.
+fn note_failure(backoff: &std::sync::Mutex<Backoff>, stats: &Stats, reason: &str) -> Duration {
+    let Ok(mut b) = backoff.lock() else {
+        return FIRST_BACKOFF;
+    };
+    let wait = if b.next.is_zero() {
+        FIRST_BACKOFF
+    } else {
+        b.next
+    };
+    b.until = Some(Instant::now() + wait);
+    b.next = (wait * 2).min(MAX_BACKOFF);
+    b.reason = reason.to_string();
+    stats.set_degraded(Some(reason.to_string()));
+    wait
+}
+
+/// Records a successful commit: the store takes writes again.
+fn note_success(backoff: &std::sync::Mutex<Backoff>, stats: &Stats) {
+    if let Ok(mut b) = backoff.lock()
+        && (b.until.is_some() || !b.next.is_zero())
+    {
+        tracing::info!("the twin store takes writes again");
+        *b = Backoff::default();
+        stats.set_degraded(None);
     }
 }
 

@@ -28,7 +28,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Row, SqliteConnection};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -310,9 +310,21 @@ impl Store {
                 fold_wanted: tokio::sync::Notify::new(),
             }),
         };
-        let n = store.fold_journal().await?;
-        if n > 0 {
-            tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run");
+        match store.fold_journal().await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run")
+            }
+            Err(e @ StoreError::Corrupt { .. }) => return Err(e),
+            Err(e) => {
+                // A full disk: the journal is kept, read over the tables, and folded later.
+                let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal WHERE seq > ?")
+                    .bind(i(folded))
+                    .fetch_one(&store.inner.journal)
+                    .await?;
+                store.inner.unfolded.store(u(rows), Ordering::Relaxed);
+                tracing::error!(error = %e, path = %path.display(), "cannot fold the journal left by the last run (is the disk full?); starting on it as it is");
+            }
         }
         Ok(store)
     }
@@ -380,13 +392,15 @@ impl Store {
             if through == folded {
                 break;
             }
-            let mut tx = self.pool().begin().await?;
-            write_pending(&mut tx, &pending).await?;
-            sqlx::query("UPDATE folded SET seq = ? WHERE id = 0")
-                .bind(i(through))
-                .execute(&mut *tx)
-                .await?;
-            commit(tx).await?;
+            in_transaction(self.pool(), async |tx| {
+                write_pending(tx, &pending).await?;
+                sqlx::query("UPDATE folded SET seq = ? WHERE id = 0")
+                    .bind(i(through))
+                    .execute(&mut *tx)
+                    .await?;
+                Ok(())
+            })
+            .await?;
             drop(pending);
             // Folded: the journal rows may go. A crash before this delete is harmless, the
             // rows are skipped by `seq > folded` and deleted by the next fold.
@@ -442,9 +456,45 @@ impl Store {
         }
     }
 
+    /// The journal rows the tables do not cover yet, coalesced, read without writing anything.
+    async fn unfolded_journal(&self) -> Result<Pending> {
+        let folded = folded_seq(self.pool()).await?;
+        let mut pending = Pending::default();
+        let mut journal = sqlx::query("SELECT seq, body FROM journal WHERE seq > ? ORDER BY seq")
+            .bind(i(folded))
+            .fetch(&self.inner.journal);
+        while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
+            let r = r?;
+            let seq = u(r.try_get(0)?);
+            let body: Vec<u8> = r.try_get(1)?;
+            let records: Vec<Record> =
+                serde_json::from_slice(&body).map_err(|e| StoreError::Corrupt {
+                    what: "journal row",
+                    value: format!("{seq}: {e}"),
+                })?;
+            for record in records {
+                pending.add(record);
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Folds the journal; when that cannot be done (a full disk), returns what it holds, to be
+    /// read over the tables instead, so that loading never needs to write.
+    async fn fold_or_overlay(&self) -> Result<Option<Pending>> {
+        match self.fold().await {
+            Ok(_) => Ok(None),
+            Err(e @ StoreError::Corrupt { .. }) => Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot fold the twin journal; reading it over the tables");
+                Ok(Some(self.unfolded_journal().await?))
+            }
+        }
+    }
+
     /// Every twin in the database.
     pub async fn load_twins(&self) -> Result<Vec<DeviceTwin>> {
-        self.fold().await?;
+        let overlay = self.fold_or_overlay().await?;
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {DEVICE_COLUMNS} FROM device"
         )))
@@ -490,16 +540,44 @@ impl Store {
                 }
             }
         }
+        if let Some(p) = overlay {
+            for id in &p.purge {
+                twins.remove(id);
+            }
+            for (id, row) in p.rows {
+                twins
+                    .entry(id)
+                    .or_insert_with(|| DeviceTwin {
+                        row: DeviceRow::default(),
+                        properties: BTreeMap::new(),
+                    })
+                    .row = row;
+            }
+            for ((id, name), image) in p.props {
+                let Some(t) = twins.get_mut(&id) else {
+                    continue;
+                };
+                match image {
+                    Some(prop) => t.properties.insert(name, prop),
+                    None => t.properties.remove(&name),
+                };
+            }
+        }
         Ok(twins.into_values().collect())
     }
 
     /// The highest outbox sequence number in use.
     pub async fn max_outbox_seq(&self) -> Result<u64> {
-        self.fold().await?;
+        let overlay = self.fold_or_overlay().await?;
         let v: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM outbox")
             .fetch_one(self.pool())
             .await?;
-        Ok(v.map(u).unwrap_or(0))
+        let journal = overlay
+            .iter()
+            .flat_map(|p| p.outbox.values().map(|e| e.seq))
+            .max()
+            .unwrap_or(0);
+        Ok(v.map(u).unwrap_or(0).max(journal))
     }
 
     /// Writes the changes of a batch of operations: one journal row, one transaction.
@@ -554,7 +632,7 @@ impl Store {
     /// higher `seq`) stays. Returns how many were removed.
     pub async fn ack(&self, entries: &[OutboxEntry]) -> Result<u64> {
         self.fold().await?;
-        let mut tx = self.pool().begin().await?;
+        in_transaction(self.pool(), async |tx| {
         let mut removed = 0;
         for e in entries {
             let r = sqlx::query(
@@ -568,8 +646,9 @@ impl Store {
             .await?;
             removed += r.rows_affected();
         }
-        commit(tx).await?;
         Ok(removed)
+        })
+        .await
     }
 
     /// Stores an object (a Device, a DeviceModel, a mapper registration) under `key`.
@@ -717,7 +796,7 @@ impl Pace {
 
 /// Writes coalesced journal records to the tables: removals first, then each table in key
 /// order by multi-row statements.
-async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<()> {
+async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Result<()> {
     let p = p.sorted();
     let mut pace = Pace::new();
     for id in p.purge {
@@ -728,7 +807,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
         ] {
             sqlx::query(AssertSqlSafe(table))
                 .bind(id)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await?;
         }
     }
@@ -748,7 +827,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(i(r.desired_version))
                 .bind(i(r.reported_version));
         }
-        q.execute(&mut **tx).await?;
+        q.execute(&mut *tx).await?;
         pace.breathe().await;
     }
     let mut twin_rows = Vec::new();
@@ -759,7 +838,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 sqlx::query("DELETE FROM twin WHERE device_id = ? AND name = ?")
                     .bind(d.as_str())
                     .bind(name.as_str())
-                    .execute(&mut **tx)
+                    .execute(&mut *tx)
                     .await?;
             }
         }
@@ -786,7 +865,7 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(p.observed_desired.as_ref().map(|v| v.value.as_str()))
                 .bind(p.observed_desired.as_ref().map(|v| v.timestamp));
         }
-        q.execute(&mut **tx).await?;
+        q.execute(&mut *tx).await?;
         pace.breathe().await;
     }
     let entries: Vec<(&String, &OutboxEntry)> =
@@ -805,15 +884,37 @@ async fn write_pending(tx: &mut Transaction<'_, Sqlite>, p: &Pending) -> Result<
                 .bind(o.timestamp)
                 .bind(i(o.seq));
         }
-        q.execute(&mut **tx).await?;
+        q.execute(&mut *tx).await?;
         pace.breathe().await;
     }
     Ok(())
 }
 
-async fn commit(tx: Transaction<'_, Sqlite>) -> Result<()> {
-    tx.commit().await?;
-    Ok(())
+/// Runs `body` in one transaction on a connection of its own, and closes that connection
+/// instead of returning it to the pool when anything fails.
+///
+/// After an error such as SQLITE_FULL, SQLite may have rolled the transaction back by itself,
+/// or kept it open after a failed COMMIT. A pooled connection left in either state no longer
+/// matches the transaction depth sqlx keeps for it, and sqlx's savepoints then nest inside the
+/// stale transaction: a later "commit" releases a savepoint and commits nothing, while saying it
+/// did. The fold would then delete journal rows whose changes never reached the tables, which is
+/// how a full disk lost acknowledged values. Closing the connection rolls back whatever it held.
+async fn in_transaction<T>(
+    pool: &SqlitePool,
+    body: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T>,
+) -> Result<T> {
+    let mut conn = pool.acquire().await?;
+    let result = async {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let value = body(&mut conn).await?;
+        sqlx::query("COMMIT").execute(&mut *conn).await?;
+        Ok(value)
+    }
+    .await;
+    if result.is_err() {
+        drop(conn.detach());
+    }
+    result
 }
 
 fn value_at(r: &SqliteRow, value: usize, ts: usize) -> Result<Option<TwinValue>> {

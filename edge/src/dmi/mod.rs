@@ -52,6 +52,10 @@ fn status_of(e: ServiceError) -> Status {
             Status::aborted(e.to_string())
         }
         ServiceError::Twin(_) => Status::invalid_argument(e.to_string()),
+        // Not stored (a full disk): the mapper keeps the values and retries.
+        ServiceError::Store(_) | ServiceError::Degraded { .. } => {
+            Status::unavailable(e.to_string())
+        }
         _ => Status::internal(e.to_string()),
     }
 }
