@@ -5,7 +5,6 @@ use crate::config::{Config, MqttMode, split_host_port};
 use crate::metrics::Metrics;
 use crate::{dmi, eventbus, http, manifests};
 use anyhow::Context;
-use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -47,6 +46,7 @@ pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes:
 
 /// Runs edgecore until `cancel` is triggered.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+    crate::listeners::raise_nofile_limit();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
     let store = Store::open(&config.database(), config.store.synchronous).await?;
@@ -59,21 +59,21 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 
     if config.modules.manifests {
         let dir = config.manifests_dir();
-        let initial = manifests::reload(&dir, &config.node_name, &catalog);
-        apply_changes(&twin, &catalog, &initial).await;
-        drop(initial);
-        // Twins of devices no longer declared go: the directory is the source of truth.
-        let declared: BTreeSet<_> = crate::catalog::read(&catalog)
-            .devices
-            .keys()
-            .cloned()
-            .collect();
-        for row in twin.list().await? {
-            if !declared.contains(&row.id()) {
-                tracing::info!(device = %row.id(), "device no longer in the manifests; removing its twin");
-                let _ = twin.apply(Op::Remove(row.id())).await;
+        let loaded = match manifests::reload(&dir, &config.node_name, &catalog) {
+            Ok(initial) => {
+                apply_changes(&twin, &catalog, &initial).await;
+                drop(initial);
+                // Twins of devices no longer declared go: the directory is the source of truth.
+                manifests::prune_undeclared(&twin, &catalog).await;
+                true
             }
-        }
+            Err(e) => {
+                // A missing or unreadable directory is not an empty one: the twins stay, and
+                // the watcher loads the directory when it can be read.
+                manifests::failed(&metrics, &catalog, &e);
+                false
+            }
+        };
         crate::memory::release_freed();
         tasks.spawn(manifests::watch(
             dir,
@@ -82,6 +82,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             catalog.clone(),
             twin.clone(),
             changes_tx.clone(),
+            metrics.clone(),
+            loaded,
             cancel.clone(),
         ));
     }
@@ -117,7 +119,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             mappers: m.clone(),
             metrics: metrics.clone(),
         };
-        tasks.spawn(dmi::serve(listener, path, server, cancel.clone()));
+        tasks.spawn(dmi::serve(
+            listener,
+            path,
+            config.dmi.max_connections,
+            server,
+            cancel.clone(),
+        ));
         mappers = Some(m);
     }
 
@@ -130,7 +138,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 .with_context(|| {
                     format!("mqtt.address {} does not resolve", config.mqtt.address)
                 })?;
-            eventbus::broker::start(addr, cancel.clone()).await?;
+            eventbus::broker::start(addr, config.mqtt.max_connections, cancel.clone()).await?;
         }
         let settings = eventbus::MqttSettings {
             host,
@@ -157,7 +165,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             metrics: metrics.clone(),
             mappers,
         };
-        tasks.spawn(http::serve(listener, state, cancel.clone()));
+        tasks.spawn(http::serve(
+            listener,
+            config.http.max_connections,
+            state,
+            cancel.clone(),
+        ));
     }
 
     tracing::info!("edgecore running");

@@ -7,8 +7,9 @@
 //! modules: {eventbus: true, dmi: true, http: true, manifests: true}   # the twin always runs
 //! manifests: {dir: manifests, pollIntervalMs: 1000}   # default dir: {dataDir}/manifests
 //! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}  # or tcp://host:port
-//! dmi: {socket: /etc/kubeedge/dmi.sock}              # default: {dataDir}/dmi.sock
-//! http: {address: "127.0.0.1:10360"}
+//! dmi: {socket: /etc/kubeedge/dmi.sock, maxConnections: 256}   # default: {dataDir}/dmi.sock
+//! http: {address: "127.0.0.1:10360", maxConnections: 256}
+//! # mqtt.maxConnections (default 1024) bounds the embedded broker's clients
 //! store: {synchronous: normal}                         # or full (fsync every commit)
 //! twin: {maxValueBytes: 65536, maxDocumentBytes: 1048576}
 //! ```
@@ -109,6 +110,8 @@ pub struct Mqtt {
     pub client_id: String,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// Most clients the embedded broker serves at once; more wait to be accepted.
+    pub max_connections: usize,
 }
 
 impl Default for Mqtt {
@@ -119,28 +122,43 @@ impl Default for Mqtt {
             client_id: "edgecore".into(),
             username: None,
             password: None,
+            max_connections: 1024,
         }
     }
 }
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Dmi {
     /// The Unix socket of the DMI server; default `{dataDir}/dmi.sock`. KubeEdge's mappers
     /// expect `/etc/kubeedge/dmi.sock`.
     pub socket: Option<PathBuf>,
+    /// Most mapper connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for Dmi {
+    fn default() -> Self {
+        Self {
+            socket: None,
+            max_connections: 256,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Http {
     pub address: SocketAddr,
+    /// Most connections served at once; more wait to be accepted.
+    pub max_connections: usize,
 }
 
 impl Default for Http {
     fn default() -> Self {
         Self {
             address: SocketAddr::from(([127, 0, 0, 1], DEFAULT_HTTP_PORT)),
+            max_connections: 256,
         }
     }
 }
@@ -252,6 +270,15 @@ impl Config {
         split_host_port(&self.mqtt.address).map_err(|m| ("mqtt.address", m))?;
         if self.manifests.poll_interval_ms == 0 {
             return Err(("manifests.pollIntervalMs", "must be more than 0".into()));
+        }
+        for (key, n) in [
+            ("http.maxConnections", self.http.max_connections),
+            ("mqtt.maxConnections", self.mqtt.max_connections),
+            ("dmi.maxConnections", self.dmi.max_connections),
+        ] {
+            if n == 0 {
+                return Err((key, "must be more than 0".into()));
+            }
         }
         if self.twin.max_value_bytes == 0
             || self.twin.max_document_bytes < self.twin.max_value_bytes

@@ -3,7 +3,7 @@
 //!
 //! | method and path | |
 //! |---|---|
-//! | `GET /healthz` | `ok`, or `degraded: ...` while the twin store refuses writes (a full disk) |
+//! | `GET /healthz` | `ok`, or `degraded: ...` while the twin store refuses writes (a full disk) or the manifests directory cannot be read |
 //! | `GET /readyz` | `ok`, or 503 while the twin store refuses writes |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /api/v1/devices` | every device: id, state, versions |
@@ -48,9 +48,17 @@ fn service_error(e: ServiceError) -> Response {
 /// Alive: `ok`, or `degraded: ...` while the twin store refuses writes (reads still work, and a
 /// restart would not free the disk).
 async fn healthz(State(s): State<ApiState>) -> String {
-    match s.twin.stats().degraded() {
-        None => "ok".into(),
-        Some(reason) => format!("degraded: the twin store refuses writes: {reason}"),
+    let mut problems = Vec::new();
+    if let Some(reason) = s.twin.stats().degraded() {
+        problems.push(format!("the twin store refuses writes: {reason}"));
+    }
+    if let Some(reason) = s.metrics.manifests_error() {
+        problems.push(format!("{reason}; the last good set of devices is kept"));
+    }
+    if problems.is_empty() {
+        "ok".into()
+    } else {
+        format!("degraded: {}", problems.join("; "))
     }
 }
 
@@ -173,11 +181,17 @@ async fn mappers(State(s): State<ApiState>) -> Response {
     }
 }
 
-/// Serves the API on `listener` until `cancel`.
-pub async fn serve(listener: tokio::net::TcpListener, state: ApiState, cancel: CancellationToken) {
+/// Serves the API on `listener` until `cancel`, at most `max_connections` at once.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    max_connections: usize,
+    state: ApiState,
+    cancel: CancellationToken,
+) {
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "HTTP API listening");
+        tracing::info!(%addr, max_connections, "HTTP API listening");
     }
+    let listener = crate::listeners::LimitedTcp::new(listener, max_connections);
     let r = axum::serve(listener, router(state))
         .with_graceful_shutdown(cancel.cancelled_owned())
         .await;

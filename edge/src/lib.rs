@@ -8,6 +8,7 @@ pub mod config;
 pub mod dmi;
 pub mod eventbus;
 pub mod http;
+pub mod listeners;
 pub mod manifests;
 pub mod memory;
 pub mod metrics;

@@ -13,34 +13,81 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// The files of a directory with their modification times and sizes: what the watcher compares.
-type Signature = Vec<(PathBuf, Option<SystemTime>, u64)>;
+/// `None` when the directory cannot be listed.
+type Signature = Option<Vec<(PathBuf, Option<SystemTime>, u64)>>;
 
+/// The manifest files of `dir`, all of them or an error: an entry that cannot be read or
+/// looked at fails the listing, so that a partial listing is never taken for deletions.
 fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file()
-                && matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml" | "json")
-                )
-        })
-        .collect();
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            continue;
+        }
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => files.push(path),
+            Ok(_) => {}
+            // Removed between the listing and now: a deletion like any other.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", path.display()),
+                ));
+            }
+        }
+    }
     files.sort();
     Ok(files)
 }
 
+/// Logs a failed read of the manifests and reports it (metrics, `/healthz`).
+pub fn failed(metrics: &crate::metrics::Metrics, catalog: &SharedCatalog, e: &ListError) {
+    let kept = crate::catalog::read(catalog).devices.len();
+    tracing::error!(error = %e, devices_kept = kept, "cannot read the manifests; keeping the last good set of devices until a read succeeds");
+    metrics.set_manifests_error(Some(e.to_string()));
+}
+
+/// Removes the twins of devices the catalog does not declare: run once, after the first
+/// complete read of the manifests (they are the source of truth).
+pub async fn prune_undeclared(twin: &twin::TwinService, catalog: &SharedCatalog) {
+    let declared: BTreeSet<_> = crate::catalog::read(catalog)
+        .devices
+        .keys()
+        .cloned()
+        .collect();
+    let rows = match twin.list().await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list twins to remove undeclared devices");
+            return;
+        }
+    };
+    for row in rows {
+        if !declared.contains(&row.id()) {
+            tracing::info!(device = %row.id(), "device no longer in the manifests; removing its twin");
+            let _ = twin.apply(twin::service::Op::Remove(row.id())).await;
+        }
+    }
+}
+
 fn signature(dir: &Path) -> Signature {
-    manifest_files(dir)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| {
-            let meta = std::fs::metadata(&p).ok();
-            let modified = meta.as_ref().and_then(|m| m.modified().ok());
-            let len = meta.map(|m| m.len()).unwrap_or(0);
-            (p, modified, len)
-        })
-        .collect()
+    let files = manifest_files(dir).ok()?;
+    Some(
+        files
+            .into_iter()
+            .map(|p| {
+                let meta = std::fs::metadata(&p).ok();
+                let modified = meta.as_ref().and_then(|m| m.modified().ok());
+                let len = meta.map(|m| m.len()).unwrap_or(0);
+                (p, modified, len)
+            })
+            .collect(),
+    )
 }
 
 /// What loading a directory gave: the valid objects for this node, and every problem found.
@@ -56,23 +103,32 @@ pub struct Loaded {
     pub broken_files: BTreeSet<String>,
 }
 
-/// Loads every manifest of `dir`. A missing directory is an empty set.
-pub fn load(dir: &Path, node: &str) -> Loaded {
+/// The manifests directory could not be read as a whole: nothing may be concluded from it.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot list the manifests directory {dir}: {source}")]
+pub struct ListError {
+    pub dir: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Loads every manifest of `dir`. A directory that is missing or cannot be listed completely
+/// is an error, never an empty set: an error while reading the source of truth is no evidence
+/// that devices were deleted.
+pub fn load(dir: &Path, node: &str) -> Result<Loaded, ListError> {
     let mut loaded = Loaded::default();
-    let files = match manifest_files(dir) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return loaded,
-        Err(e) => {
-            loaded
-                .problems
-                .push(format!("{}: cannot list manifests: {e}", dir.display()));
-            return loaded;
-        }
-    };
+    let files = manifest_files(dir).map_err(|source| ListError {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let mut inputs = Vec::new();
     for f in files {
         match std::fs::read_to_string(&f) {
             Ok(text) => inputs.push((f.display().to_string(), text)),
+            // Removed since the listing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Unreadable (permissions, too many open files): its devices keep their last
+            // valid definitions.
             Err(e) => {
                 loaded
                     .problems
@@ -124,7 +180,7 @@ pub fn load(dir: &Path, node: &str) -> Loaded {
         .collect();
     loaded.catalog = Catalog::build(report.valid_models, devices);
     loaded.catalog.origins = origins;
-    loaded
+    Ok(loaded)
 }
 
 fn log_loaded(dir: &Path, loaded: &Loaded) {
@@ -136,9 +192,10 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
     }
 }
 
-/// Loads `dir` once into `catalog` and returns the changes from the previous content.
-pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Vec<Change> {
-    let loaded = load(dir, node);
+/// Loads `dir` once into `catalog` and returns the changes from the previous content. When the
+/// directory cannot be read, the catalog keeps its last good content and the error is returned.
+pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Result<Vec<Change>, ListError> {
+    let loaded = load(dir, node)?;
     log_loaded(dir, &loaded);
     let mut current = crate::catalog::write(catalog);
     // A device whose file turned invalid keeps its last valid definition (and its twin): a
@@ -165,13 +222,17 @@ pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Vec<Change> {
         changes = changes.len(),
         "loaded manifests"
     );
-    changes
+    Ok(changes)
 }
 
 /// Watches `dir`, applies the changes of every valid edit to the twin and then publishes them
 /// to `changes`: a subscriber (the DMI mapper manager) sees the twin as the edit left it, so one
 /// edit that changes a setting and a desired value together reaches a mapper as one
 /// UpdateDevice carrying both.
+///
+/// `loaded` says whether the directory was read at start; until it has been, twins that the
+/// manifests no longer declare are not removed (see [`prune_undeclared`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn watch(
     dir: PathBuf,
     node: String,
@@ -179,6 +240,8 @@ pub async fn watch(
     catalog: SharedCatalog,
     twin: twin::TwinService,
     changes: broadcast::Sender<Vec<Change>>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    mut loaded: bool,
     cancel: CancellationToken,
 ) {
     let mut last = signature(&dir);
@@ -198,10 +261,25 @@ pub async fn watch(
             continue;
         }
         last = now;
-        let diff = reload(&dir, &node, &catalog);
+        let diff = match reload(&dir, &node, &catalog) {
+            Ok(diff) => {
+                metrics.set_manifests_error(None);
+                diff
+            }
+            Err(e) => {
+                // Keep the last good set, and look again at the next poll.
+                failed(&metrics, &catalog, &e);
+                last = None;
+                continue;
+            }
+        };
         if !diff.is_empty() {
             crate::app::apply_changes(&twin, &catalog, &diff).await;
             let _ = changes.send(diff);
+        }
+        if !loaded {
+            loaded = true;
+            prune_undeclared(&twin, &catalog).await;
         }
     }
 }

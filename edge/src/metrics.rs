@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 /// Counters and gauges shared by the modules.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    /// Why the manifests directory cannot be read, while it cannot.
+    pub manifests_error: std::sync::Mutex<Option<String>>,
     pub mqtt_messages_in: AtomicU64,
     pub mqtt_messages_out: AtomicU64,
     pub mqtt_bad_payloads: AtomicU64,
@@ -31,6 +33,18 @@ fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::f
 }
 
 impl Metrics {
+    /// Records that the manifests directory cannot be read (`Some`), or can again.
+    pub fn set_manifests_error(&self, e: Option<String>) {
+        if let Ok(mut m) = self.manifests_error.lock() {
+            *m = e;
+        }
+    }
+
+    /// Why the manifests directory cannot be read, while it cannot.
+    pub fn manifests_error(&self) -> Option<String> {
+        self.manifests_error.lock().ok().and_then(|m| m.clone())
+    }
+
     /// The Prometheus text of these counters, the twin's and the outbox depth.
     pub fn render(&self, twin: &twin::service::Stats, outbox_depth: Option<u64>) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -84,6 +98,13 @@ impl Metrics {
             "gauge",
             "1 while the twin store refuses writes.",
             u64::from(twin.degraded().is_some()).to_string(),
+        );
+        line(
+            &mut o,
+            "edgecore_manifests_unreadable",
+            "gauge",
+            "1 while the manifests directory cannot be read (the last good set of devices is kept).",
+            u64::from(self.manifests_error().is_some()).to_string(),
         );
         line(
             &mut o,

@@ -37,13 +37,44 @@ pub fn uds_channel(path: &str, timeout: std::time::Duration) -> tonic::transport
 }
 
 /// The connections accepted on a DMI Unix socket, for `serve_with_incoming`: each one accepts
-/// the `:authority` forms gRPC clients send over Unix sockets (see [`authority`]).
+/// the `:authority` forms gRPC clients send over Unix sockets (see [`authority`]). At most
+/// `max_connections` are open at once (more wait in the listen backlog), and a failed accept
+/// (out of file descriptors) is retried after a pause that doubles up to 1 s, instead of at once
+/// in a loop.
 #[cfg(feature = "transport")]
 pub fn uds_incoming(
     listener: tokio::net::UnixListener,
+    max_connections: usize,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<authority::AuthorityFix<tokio::net::UnixStream>>>
 {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::UnixListenerStream::new(listener)
-        .map(|r| r.map(authority::AuthorityFix::new))
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
+    tokio::spawn(async move {
+        let mut pause = std::time::Duration::from_millis(10);
+        loop {
+            let permit = tokio::select! {
+                _ = tx.closed() => return,
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            };
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                a = listener.accept() => a,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    pause = std::time::Duration::from_millis(10);
+                    let conn = authority::AuthorityFix::with_permit(stream, permit);
+                    if tx.send(Ok(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?pause, "DMI accept failed (out of file descriptors?)");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

@@ -255,6 +255,7 @@ async fn dmi_latency(
     let serving = tokio::spawn(edge::dmi::serve(
         listener,
         path.clone(),
+        256,
         server,
         cancel.clone(),
     ));

@@ -254,11 +254,12 @@ pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, DmiError> {
 pub async fn serve(
     listener: tokio::net::UnixListener,
     path: PathBuf,
+    max_connections: usize,
     server: DmiServer,
     cancel: CancellationToken,
 ) {
-    tracing::info!(socket = %path.display(), "DMI server listening");
-    let incoming = api::dmi::uds_incoming(listener);
+    tracing::info!(socket = %path.display(), max_connections, "DMI server listening");
+    let incoming = api::dmi::uds_incoming(listener, max_connections);
     let result = tonic::transport::Server::builder()
         .add_service(DeviceManagerServiceServer::new(server))
         .serve_with_incoming_shutdown(incoming, cancel.cancelled())

@@ -149,7 +149,13 @@ fn min_qos(a: QoS, b: QoS) -> QoS {
 }
 
 /// Binds `addr` and serves MQTT until `cancel`.
-pub async fn start(addr: SocketAddr, cancel: CancellationToken) -> Result<SocketAddr, BrokerError> {
+/// Starts the broker on `addr`, serving at most `max_connections` clients at once (more wait in
+/// the listen backlog).
+pub async fn start(
+    addr: SocketAddr,
+    max_connections: usize,
+    cancel: CancellationToken,
+) -> Result<SocketAddr, BrokerError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| BrokerError::Bind { addr, source })?;
@@ -158,27 +164,35 @@ pub async fn start(addr: SocketAddr, cancel: CancellationToken) -> Result<Socket
         .map_err(|source| BrokerError::Bind { addr, source })?;
     tracing::info!(addr = %local, "embedded MQTT broker listening");
     let shared = Shared::default();
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::spawn(async move {
+        let mut backoff = crate::listeners::AcceptBackoff::default();
         loop {
+            let permit = tokio::select! {
+                _ = cancel.cancelled() => return,
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
             let accepted = tokio::select! {
                 _ = cancel.cancelled() => return,
                 a = listener.accept() => a,
             };
             match accepted {
                 Ok((stream, peer)) => {
+                    backoff.succeeded();
                     let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
                     let cancel = cancel.clone();
                     tokio::spawn(async move {
+                        let _permit = permit;
                         if let Err(e) = connection(stream, shared, cancel).await {
                             tracing::debug!(%peer, error = %e, "MQTT client disconnected");
                         }
                     });
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "MQTT accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
+                Err(e) => backoff.failed("mqtt", &e).await,
             }
         }
     });

@@ -164,7 +164,7 @@ impl TestMapper {
         let (tx, rx) = oneshot::channel::<()>();
         let svc = DeviceMapperServiceServer::new(self.seen.clone());
         self.rt.spawn(async move {
-            let incoming = api::dmi::uds_incoming(listener);
+            let incoming = api::dmi::uds_incoming(listener, 64);
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, async {

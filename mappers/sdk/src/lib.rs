@@ -117,7 +117,7 @@ pub async fn run<P: Protocol>(
     );
 
     tracing::info!(socket = %socket.display(), "DeviceMapperService listening");
-    let incoming = api::dmi::uds_incoming(listener);
+    let incoming = api::dmi::uds_incoming(listener, 64);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(DeviceMapperServiceServer::new(mapper.clone()))
