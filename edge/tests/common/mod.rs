@@ -131,6 +131,34 @@ impl Edgecore {
         self.wait_ready();
     }
 
+    /// Stops edgecore and starts it again with at most `nofile` open files (soft and hard).
+    pub fn restart_with_nofile(&mut self, nofile: u32) {
+        self.stop(false);
+        self.child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" --config \"$1\"",))
+            .arg(bin("edgecore"))
+            .arg(&self.config)
+            .current_dir(self.dir.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(self.dir.path().join("edgecore.log")).expect("log file"),
+            ))
+            .spawn()
+            .expect("spawn edgecore");
+        self.wait_ready();
+    }
+
+    /// Starts edgecore again after [`Edgecore::stop`], without waiting for it.
+    pub fn start_again(&mut self) {
+        self.child = spawn(&self.config, self.dir.path());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("edgecore.log")).unwrap_or_default()
+    }
+
     pub fn stop(&mut self, hard: bool) {
         let sig = if hard { "-KILL" } else { "-TERM" };
         let _ = Command::new("kill")
@@ -177,7 +205,6 @@ impl Edgecore {
         (status == 200).then_some(v)
     }
 
-    /// Polls `f` until it returns `Some`, for up to 10 s.
     /// Waits until edgecore's client is connected to its (external) broker: it subscribes
     /// after connecting.
     pub fn wait_mqtt_connected(&self) {
@@ -190,6 +217,7 @@ impl Edgecore {
         });
     }
 
+    /// Polls `f` until it returns `Some`, for up to 10 s.
     pub fn eventually<T>(&self, what: &str, mut f: impl FnMut(&Self) -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
