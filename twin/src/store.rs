@@ -450,7 +450,8 @@ impl Store {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "failed to fold the twin journal; it is kept and retried")
+                    tracing::warn!(error = %e, "failed to fold the twin journal; it is kept and retried");
+                    self.reclaim().await;
                 }
             }
         }
@@ -487,7 +488,22 @@ impl Store {
             Err(e @ StoreError::Corrupt { .. }) => Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot fold the twin journal; reading it over the tables");
+                self.reclaim().await;
                 Ok(Some(self.unfolded_journal().await?))
+            }
+        }
+    }
+
+    /// After a failed write (a full disk): copies both write-ahead logs into their databases and
+    /// truncates them, giving their space back. A WAL that cannot grow makes every commit fail,
+    /// and the automatic checkpoint that would shrink it only runs after a commit succeeds.
+    async fn reclaim(&self) {
+        for (name, pool) in [("tables", self.pool()), ("journal", &self.inner.journal)] {
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(pool)
+                .await
+            {
+                tracing::debug!(database = name, error = %e, "cannot truncate the write-ahead log");
             }
         }
     }
