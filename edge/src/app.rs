@@ -138,7 +138,15 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 .with_context(|| {
                     format!("mqtt.address {} does not resolve", config.mqtt.address)
                 })?;
-            eventbus::broker::start(addr, config.mqtt.max_connections, cancel.clone()).await?;
+            let limits = eventbus::broker::Limits {
+                max_connections: config.mqtt.max_connections,
+                max_queued_messages: config.mqtt.max_queued_messages,
+                max_queued_bytes: config.mqtt.max_queued_bytes,
+                max_inflight_messages: config.mqtt.max_inflight_messages,
+                internal_client_id: Some(config.mqtt.client_id.clone()),
+            };
+            let (_, stats) = eventbus::broker::start(addr, limits, cancel.clone()).await?;
+            let _ = metrics.broker.set(stats);
         }
         let settings = eventbus::MqttSettings {
             host,

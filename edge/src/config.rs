@@ -9,7 +9,8 @@
 //! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}  # or tcp://host:port
 //! dmi: {socket: /etc/kubeedge/dmi.sock, maxConnections: 256}   # default: {dataDir}/dmi.sock
 //! http: {address: "127.0.0.1:10360", maxConnections: 256}
-//! # mqtt.maxConnections (default 1024) bounds the embedded broker's clients
+//! # the embedded broker's bounds: mqtt.maxConnections (1024), and per client
+//! # mqtt.maxQueuedMessages (1000), mqtt.maxQueuedBytes (16777216), mqtt.maxInflightMessages (20)
 //! store: {synchronous: normal}                         # or full (fsync every commit)
 //! twin: {maxValueBytes: 65536, maxDocumentBytes: 1048576}
 //! ```
@@ -112,6 +113,11 @@ pub struct Mqtt {
     pub password: Option<String>,
     /// Most clients the embedded broker serves at once; more wait to be accepted.
     pub max_connections: usize,
+    /// The embedded broker's bounds per client (Mosquitto's names): messages and bytes queued
+    /// for it, and QoS 1 messages sent to it and not yet acknowledged.
+    pub max_queued_messages: usize,
+    pub max_queued_bytes: usize,
+    pub max_inflight_messages: usize,
 }
 
 impl Default for Mqtt {
@@ -123,6 +129,9 @@ impl Default for Mqtt {
             username: None,
             password: None,
             max_connections: 1024,
+            max_queued_messages: 1000,
+            max_queued_bytes: 16 << 20,
+            max_inflight_messages: 20,
         }
     }
 }
@@ -274,6 +283,9 @@ impl Config {
         for (key, n) in [
             ("http.maxConnections", self.http.max_connections),
             ("mqtt.maxConnections", self.mqtt.max_connections),
+            ("mqtt.maxQueuedMessages", self.mqtt.max_queued_messages),
+            ("mqtt.maxQueuedBytes", self.mqtt.max_queued_bytes),
+            ("mqtt.maxInflightMessages", self.mqtt.max_inflight_messages),
             ("dmi.maxConnections", self.dmi.max_connections),
         ] {
             if n == 0 {

@@ -13,6 +13,10 @@ pub struct Metrics {
     pub mqtt_bad_payloads: AtomicU64,
     pub mqtt_connected: AtomicI64,
     pub mqtt_connection_errors: AtomicU64,
+    /// QoS 0 requests dropped because the request queue was full.
+    pub mqtt_requests_dropped: AtomicU64,
+    /// The embedded broker's counters, when it runs.
+    pub broker: std::sync::OnceLock<std::sync::Arc<crate::eventbus::broker::BrokerStats>>,
     pub events_dropped: AtomicU64,
     pub dmi_requests: AtomicU64,
     pub dmi_errors: AtomicU64,
@@ -157,6 +161,44 @@ impl Metrics {
             "MQTT connection errors.",
             g(&self.mqtt_connection_errors),
         );
+        line(
+            &mut o,
+            "edgecore_mqtt_requests_dropped_total",
+            "counter",
+            "QoS 0 $hw requests dropped because the request queue was full.",
+            g(&self.mqtt_requests_dropped),
+        );
+        if let Some(b) = self.broker.get() {
+            for (name, help, v) in [
+                (
+                    "edgecore_broker_connections_total",
+                    "Clients the embedded broker accepted.",
+                    &b.connections,
+                ),
+                (
+                    "edgecore_broker_published_total",
+                    "Messages published to the embedded broker.",
+                    &b.published,
+                ),
+                (
+                    "edgecore_broker_dropped_total",
+                    "QoS 0 messages dropped for a client whose queue was full.",
+                    &b.dropped,
+                ),
+                (
+                    "edgecore_broker_overflowed_total",
+                    "Clients disconnected because their QoS 1 queue overflowed.",
+                    &b.overflowed,
+                ),
+                (
+                    "edgecore_broker_keepalive_expired_total",
+                    "Clients disconnected for sending nothing within 1.5 times their keep-alive.",
+                    &b.keepalive_expired,
+                ),
+            ] {
+                line(&mut o, name, "counter", help, g(v));
+            }
+        }
         line(
             &mut o,
             "edgecore_events_dropped_total",

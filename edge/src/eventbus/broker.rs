@@ -18,7 +18,7 @@ use rumqttc::{
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,8 +39,37 @@ pub enum BrokerError {
 /// Largest MQTT packet accepted and sent (a whole twin document fits).
 pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
 
-/// Messages queued for one slow subscriber before further ones are dropped for it.
-const CLIENT_QUEUE: usize = 4096;
+/// What one client may hold of the broker, with Mosquitto's names and defaults where they fit
+/// (`max_queued_messages` 1000, `max_inflight_messages` 20; Mosquitto's `max_queued_bytes` is
+/// unlimited by default, ours is 16 MiB so that a stalled client cannot pin unbounded memory).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Clients served at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Messages queued for one client. Beyond it (or beyond `max_queued_bytes`) a QoS 0
+    /// message is dropped for that client, and a client whose QoS 1 queue overflows is
+    /// disconnected: it is not keeping up, and dropping QoS 1 silently would break its promise.
+    pub max_queued_messages: usize,
+    pub max_queued_bytes: usize,
+    /// QoS 1 messages sent to one client and not yet acknowledged.
+    pub max_inflight_messages: usize,
+    /// edgecore's own client: a publisher waits for room in its queue (TCP backpressure on
+    /// the publishing app) instead of it being disconnected, so that a burst of requests is
+    /// slowed down, never lost or turned into a stall.
+    pub internal_client_id: Option<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_queued_messages: 1000,
+            max_queued_bytes: 16 << 20,
+            max_inflight_messages: 20,
+            internal_client_id: None,
+        }
+    }
+}
 
 /// Whether `filter` matches `topic` (MQTT 3.1.1 section 4.7).
 pub fn topic_matches(filter: &str, topic: &str) -> bool {
@@ -75,6 +104,12 @@ struct Client {
     client_id: String,
     tx: mpsc::Sender<Packet>,
     filters: Vec<(String, QoS)>,
+    /// Bytes of the publishes queued for it and not written yet.
+    queued_bytes: Arc<AtomicUsize>,
+    /// Cancelled when its QoS 1 queue overflowed: the connection is closed.
+    overflow: CancellationToken,
+    /// Publishers wait for room in its queue (edgecore's own client).
+    backpressure: bool,
 }
 
 #[derive(Default)]
@@ -88,7 +123,12 @@ struct State {
 pub struct BrokerStats {
     pub connections: AtomicU64,
     pub published: AtomicU64,
+    /// QoS 0 messages dropped for a client whose queue was full.
     pub dropped: AtomicU64,
+    /// Clients disconnected because their QoS 1 queue overflowed.
+    pub overflowed: AtomicU64,
+    /// Clients disconnected for sending nothing within 1.5 times their keep-alive.
+    pub keepalive_expired: AtomicU64,
 }
 
 #[derive(Clone, Default)]
@@ -96,6 +136,20 @@ struct Shared {
     state: Arc<Mutex<State>>,
     next_id: Arc<AtomicU64>,
     stats: Arc<BrokerStats>,
+    limits: Arc<LimitsCell>,
+}
+
+#[derive(Default)]
+struct LimitsCell(Mutex<Option<Limits>>);
+
+impl LimitsCell {
+    fn get(&self) -> Limits {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|l| l.clone())
+            .unwrap_or_default()
+    }
 }
 
 impl Shared {
@@ -106,8 +160,27 @@ impl Shared {
         }
     }
 
-    fn route(&self, publish: &Publish) {
+    /// Delivers `publish` to its subscribers. Waits only for room in the queue of a client that
+    /// takes backpressure (edgecore's own), which slows the publisher's connection down.
+    async fn route(&self, publish: &Publish) {
+        let waiting = self.route_now(publish);
+        for (tx, out, size, queued) in waiting {
+            queued.fetch_add(size, Ordering::Relaxed);
+            if tx.send(Packet::Publish(out)).await.is_err() {
+                queued.fetch_sub(size, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Delivers to every subscriber that has room; returns what must wait for room.
+    #[allow(clippy::type_complexity)]
+    fn route_now(
+        &self,
+        publish: &Publish,
+    ) -> Vec<(mpsc::Sender<Packet>, Publish, usize, Arc<AtomicUsize>)> {
         self.stats.published.fetch_add(1, Ordering::Relaxed);
+        let limits = self.limits.get();
+        let mut waiting = Vec::new();
         let mut state = self.lock();
         if publish.retain {
             if publish.payload.is_empty() {
@@ -130,12 +203,28 @@ impl Shared {
                 out.qos = min_qos(publish.qos, q);
                 out.retain = false;
                 out.dup = false;
-                if client.tx.try_send(Packet::Publish(out)).is_err() {
+                let size = out.payload.len() + out.topic.len();
+                let qos = out.qos;
+                let over_bytes =
+                    client.queued_bytes.load(Ordering::Relaxed) + size > limits.max_queued_bytes;
+                if client.backpressure {
+                    waiting.push((client.tx.clone(), out, size, client.queued_bytes.clone()));
+                    continue;
+                }
+                let sent = !over_bytes && client.tx.try_send(Packet::Publish(out)).is_ok();
+                if sent {
+                    client.queued_bytes.fetch_add(size, Ordering::Relaxed);
+                } else if qos == QoS::AtMostOnce {
                     self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow; message dropped");
+                    tracing::debug!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow; QoS 0 message dropped");
+                } else if !client.overflow.is_cancelled() {
+                    self.stats.overflowed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow: its QoS 1 queue is full; disconnecting it");
+                    client.overflow.cancel();
                 }
             }
         }
+        waiting
     }
 }
 
@@ -153,9 +242,10 @@ fn min_qos(a: QoS, b: QoS) -> QoS {
 /// the listen backlog).
 pub async fn start(
     addr: SocketAddr,
-    max_connections: usize,
+    limits: Limits,
     cancel: CancellationToken,
-) -> Result<SocketAddr, BrokerError> {
+) -> Result<(SocketAddr, Arc<BrokerStats>), BrokerError> {
+    let max_connections = limits.max_connections;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| BrokerError::Bind { addr, source })?;
@@ -164,6 +254,10 @@ pub async fn start(
         .map_err(|source| BrokerError::Bind { addr, source })?;
     tracing::info!(addr = %local, "embedded MQTT broker listening");
     let shared = Shared::default();
+    if let Ok(mut l) = shared.limits.0.lock() {
+        *l = Some(limits);
+    }
+    let stats = shared.stats.clone();
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::spawn(async move {
         let mut backoff = crate::listeners::AcceptBackoff::default();
@@ -196,7 +290,7 @@ pub async fn start(
             }
         }
     });
-    Ok(local)
+    Ok((local, stats))
 }
 
 /// Reads the next packet, or `None` at end of stream.
@@ -245,7 +339,22 @@ async fn connection(
     } else {
         connect.client_id.clone()
     };
-    let (tx, mut rx) = mpsc::channel::<Packet>(CLIENT_QUEUE);
+    let limits = shared.limits.get();
+    // Room for the queued publishes and the control packets (acks, pings) besides them.
+    // Publishes for the client wait in `tx`; the answers to its own packets (acks, pings) go
+    // through `ctl`, which the writer serves first and never behind a publish: otherwise a
+    // queue full of publishes waiting for the client's acks would hold back the very acks this
+    // reader must send, and the client and the broker would wait for each other.
+    let (tx, mut rx) = mpsc::channel::<Packet>(limits.max_queued_messages.max(1));
+    let (ctl, mut ctl_rx) = mpsc::channel::<Packet>(64);
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
+    let queued = queued_bytes.clone();
+    let overflow = cancel.child_token();
+    // QoS 1 publishes sent and not acknowledged: the writer takes a permit for each, a PUBACK
+    // from the client gives it back.
+    let inflight = Arc::new(tokio::sync::Semaphore::new(
+        limits.max_inflight_messages.max(1),
+    ));
     {
         let mut state = shared.lock();
         // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4).
@@ -256,24 +365,53 @@ async fn connection(
                 client_id: client_id.clone(),
                 tx: tx.clone(),
                 filters: Vec::new(),
+                queued_bytes: queued_bytes.clone(),
+                overflow: overflow.clone(),
+                backpressure: limits.internal_client_id.as_deref() == Some(client_id.as_str()),
             },
         );
     }
     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-    let _ = tx.try_send(Packet::ConnAck(ConnAck::new(
+    let _ = ctl.try_send(Packet::ConnAck(ConnAck::new(
         ConnectReturnCode::Success,
         false,
     )));
+    let writer_inflight = inflight.clone();
     let writer_task = tokio::spawn(async move {
         let mut out = BytesMut::with_capacity(4096);
         let mut pkid: u16 = 0;
-        while let Some(mut packet) = rx.recv().await {
-            if let Packet::Publish(p) = &mut packet
-                && p.qos != QoS::AtMostOnce
-            {
-                pkid = pkid.checked_add(1).unwrap_or(1);
-                p.pkid = pkid;
-            }
+        // A QoS 1 publish waiting for an in-flight permit.
+        let mut pending: Option<Publish> = None;
+        loop {
+            // Each branch is cancel-safe: a message received is written in this iteration, and
+            // an unused permit is given back.
+            let packet = tokio::select! {
+                biased;
+                c = ctl_rx.recv() => match c {
+                    Some(p) => p,
+                    None => return,
+                },
+                permit = writer_inflight.acquire(), if pending.is_some() => {
+                    let Ok(permit) = permit else { return };
+                    permit.forget();
+                    let Some(mut p) = pending.take() else { continue };
+                    pkid = pkid.checked_add(1).unwrap_or(1);
+                    p.pkid = pkid;
+                    Packet::Publish(p)
+                }
+                d = rx.recv(), if pending.is_none() => match d {
+                    Some(Packet::Publish(p)) => {
+                        queued_bytes.fetch_sub(p.payload.len() + p.topic.len(), Ordering::Relaxed);
+                        if p.qos != QoS::AtMostOnce {
+                            pending = Some(p);
+                            continue;
+                        }
+                        Packet::Publish(p)
+                    }
+                    Some(other) => other,
+                    None => return,
+                },
+            };
             out.clear();
             if packet.write(&mut out, MAX_PAYLOAD).is_err() {
                 continue;
@@ -283,15 +421,30 @@ async fn connection(
             }
         }
     });
-    let keep_alive =
-        std::time::Duration::from_secs(u64::from(connect.keep_alive.max(1)) * 3 / 2 + 1);
+    // MQTT 3.1.1 section 3.1.2.10: a client that sends nothing for one and a half times its
+    // keep-alive is disconnected; a keep-alive of 0 turns this off.
+    let keep_alive = (connect.keep_alive > 0)
+        .then(|| std::time::Duration::from_millis(u64::from(connect.keep_alive) * 1500));
     let result = loop {
+        let read = async {
+            match keep_alive {
+                Some(k) => tokio::time::timeout(k, read_packet(&mut reader, &mut buf)).await,
+                None => Ok(read_packet(&mut reader, &mut buf).await),
+            }
+        };
         let next = tokio::select! {
             _ = cancel.cancelled() => break Ok(false),
-            r = tokio::time::timeout(keep_alive, read_packet(&mut reader, &mut buf)) => r,
+            _ = overflow.cancelled() => break Err("its queue overflowed".to_string()),
+            r = read => r,
         };
         let packet = match next {
-            Err(_) => break Err("keep-alive timeout".to_string()),
+            Err(_) => {
+                shared
+                    .stats
+                    .keepalive_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                break Err("keep-alive timeout".to_string());
+            }
             Ok(Err(e)) => break Err(e),
             Ok(Ok(None)) => break Ok(false),
             Ok(Ok(Some(p))) => p,
@@ -304,16 +457,16 @@ async fn connection(
                 match p.qos {
                     QoS::AtMostOnce => {}
                     QoS::AtLeastOnce => {
-                        let _ = tx.send(Packet::PubAck(PubAck::new(p.pkid))).await;
+                        let _ = ctl.send(Packet::PubAck(PubAck::new(p.pkid))).await;
                     }
                     QoS::ExactlyOnce => {
-                        let _ = tx.send(Packet::PubRec(PubRec::new(p.pkid))).await;
+                        let _ = ctl.send(Packet::PubRec(PubRec::new(p.pkid))).await;
                     }
                 }
-                shared.route(&p);
+                shared.route(&p).await;
             }
             Packet::PubRel(r) => {
-                let _ = tx.send(Packet::PubComp(PubComp::new(r.pkid))).await;
+                let _ = ctl.send(Packet::PubComp(PubComp::new(r.pkid))).await;
             }
             Packet::Subscribe(s) => {
                 let mut codes = Vec::with_capacity(s.filters.len());
@@ -340,20 +493,29 @@ async fn connection(
                         }
                     }
                 }
-                let _ = tx.send(Packet::SubAck(SubAck::new(s.pkid, codes))).await;
+                let _ = ctl.send(Packet::SubAck(SubAck::new(s.pkid, codes))).await;
                 for mut r in retained {
                     r.retain = true;
-                    let _ = tx.send(Packet::Publish(r)).await;
+                    let size = r.payload.len() + r.topic.len();
+                    queued.fetch_add(size, Ordering::Relaxed);
+                    if tx.send(Packet::Publish(r)).await.is_err() {
+                        queued.fetch_sub(size, Ordering::Relaxed);
+                    }
                 }
             }
             Packet::Unsubscribe(u) => {
                 if let Some(c) = shared.lock().clients.get_mut(&id) {
                     c.filters.retain(|(f, _)| !u.topics.contains(f));
                 }
-                let _ = tx.send(Packet::UnsubAck(UnsubAck::new(u.pkid))).await;
+                let _ = ctl.send(Packet::UnsubAck(UnsubAck::new(u.pkid))).await;
             }
             Packet::PingReq => {
-                let _ = tx.send(Packet::PingResp).await;
+                let _ = ctl.send(Packet::PingResp).await;
+            }
+            Packet::PubAck(_) => {
+                if inflight.available_permits() < limits.max_inflight_messages.max(1) {
+                    inflight.add_permits(1);
+                }
             }
             Packet::Disconnect => break Ok(true),
             Packet::Connect(_) => break Err("second CONNECT".into()),
@@ -367,10 +529,19 @@ async fn connection(
     {
         let mut p = Publish::new(will.topic.clone(), will.qos, will.message.to_vec());
         p.retain = will.retain;
-        shared.route(&p);
+        shared.route(&p).await;
     }
     drop(tx);
-    let _ = writer_task.await;
+    drop(ctl);
+    // What is queued is written if the client reads it; a client that does not read (the
+    // reason for most of these exits) must not keep its queue, and this task, alive.
+    let mut writer_task = writer_task;
+    if tokio::time::timeout(std::time::Duration::from_secs(1), &mut writer_task)
+        .await
+        .is_err()
+    {
+        writer_task.abort();
+    }
     result.map(|_| ())
 }
 

@@ -25,6 +25,14 @@ const MQTT_MAX_PACKET: usize = 268_435_455;
 /// A request larger than this is refused with 413 without being parsed.
 pub const MAX_REQUEST: usize = broker::MAX_PAYLOAD;
 
+/// Requests handed to the request handler and not yet taken by it.
+const REQUEST_QUEUE: usize = 1024;
+
+/// Requests received while the handler's queue is full. QoS 1 requests are held here (the
+/// broker's in-flight window bounds them, since they are acknowledged only once handled); QoS 0
+/// ones beyond this are dropped and counted.
+const HELD_REQUESTS: usize = 4096;
+
 /// How to reach the broker.
 #[derive(Clone, Debug)]
 pub struct MqttSettings {
@@ -62,12 +70,20 @@ pub async fn run(
         // request is refused on its result topic instead ([`MAX_REQUEST`]).
         .set_max_packet_size(MQTT_MAX_PACKET, broker::MAX_PAYLOAD)
         .set_request_channel_capacity(1024)
-        .set_inflight(100);
+        .set_inflight(100)
+        // A QoS 1 request is acknowledged once it has been handled: the broker sends no more
+        // than its in-flight window of unacknowledged ones, which bounds what waits here.
+        .set_manual_acks(true);
     if let (Some(u), Some(p)) = (&settings.username, &settings.password) {
         options.set_credentials(u, p);
     }
-    let (client, eventloop) = AsyncClient::new(options, 1024);
-    let (requests_tx, requests_rx) = mpsc::channel(4096);
+    let (client, mut eventloop) = AsyncClient::new(options, 1024);
+    // Without TCP_NODELAY, each small answer waits for the ACK of the previous segment, which
+    // the peer delays by up to 40 ms: every request/answer exchange took 44 ms.
+    let mut network = rumqttc::NetworkOptions::new();
+    network.set_tcp_nodelay(true);
+    eventloop.set_network_options(network);
+    let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
     let bus = Bus {
         client: client.clone(),
         node: node.clone(),
@@ -92,19 +108,37 @@ pub async fn run(
 
 /// Drives the connection: reconnects with backoff, subscribes on every connect, and forwards
 /// incoming publishes to the request handler.
+///
+/// It never waits for the handler: the handler publishes its answers through this event loop,
+/// so a loop that waited for room in the handler's queue would stop sending those answers, the
+/// handler would wait for them, and the `$hw` API would stall for good (as a burst of 10,000
+/// requests did). Requests that find the queue full wait in `held` instead.
 async fn poll(
     mut eventloop: EventLoop,
     client: AsyncClient,
     filters: Vec<String>,
-    requests: mpsc::Sender<(String, Vec<u8>)>,
+    requests: mpsc::Sender<rumqttc::Publish>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
+    let mut held: std::collections::VecDeque<rumqttc::Publish> = std::collections::VecDeque::new();
     loop {
-        // `poll` is cancel-safe: rumqttc keeps its state in the event loop between calls.
+        // Both branches are cancel-safe: rumqttc keeps its state in the event loop between
+        // calls, and a permit that is not used is given back.
         let event = tokio::select! {
             _ = cancel.cancelled() => return,
+            permit = requests.reserve(), if !held.is_empty() => {
+                match permit {
+                    Ok(permit) => {
+                        if let Some(p) = held.pop_front() {
+                            permit.send(p);
+                        }
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            }
             e = eventloop.poll() => e,
         };
         match event {
@@ -123,9 +157,19 @@ async fn poll(
             }
             Ok(Event::Incoming(Packet::Publish(p))) => {
                 metrics.mqtt_messages_in.fetch_add(1, Ordering::Relaxed);
-                let topic = p.topic.clone();
-                if requests.send((topic, p.payload.to_vec())).await.is_err() {
-                    return;
+                if held.is_empty() {
+                    match requests.try_send(p) {
+                        Ok(()) => continue,
+                        Err(mpsc::error::TrySendError::Full(p)) => held.push_back(p),
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
+                    }
+                } else if p.qos == QoS::AtMostOnce && held.len() >= HELD_REQUESTS {
+                    metrics
+                        .mqtt_requests_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(topic = %p.topic, "QoS 0 request dropped: the request queue is full");
+                } else {
+                    held.push_back(p);
                 }
             }
             Ok(_) => {}
@@ -135,6 +179,9 @@ async fn poll(
                     .mqtt_connection_errors
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, retry_in = ?backoff, "MQTT connection failed");
+                // Requests of the lost session will not be acknowledged; the broker resends
+                // what it must.
+                held.clear();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -171,15 +218,26 @@ impl Bus {
 
     async fn handle_requests(
         self,
-        mut rx: mpsc::Receiver<(String, Vec<u8>)>,
+        mut rx: mpsc::Receiver<rumqttc::Publish>,
         cancel: CancellationToken,
     ) {
         loop {
-            let (topic, payload) = tokio::select! {
+            let publish = tokio::select! {
                 _ = cancel.cancelled() => return,
                 m = rx.recv() => match m { Some(m) => m, None => return },
             };
-            self.handle(&topic, &payload).await;
+            // Not cancel-safe, and need not be: a request being handled is finished first, and
+            // `handle` publishes through the event loop, which keeps running until then.
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = self.handle(&publish.topic, &publish.payload) => {}
+            }
+            // Handled: now the broker may send the next one.
+            if publish.qos != QoS::AtMostOnce
+                && let Err(e) = self.client.ack(&publish).await
+            {
+                tracing::debug!(error = %e, "cannot acknowledge an MQTT request");
+            }
         }
     }
 
