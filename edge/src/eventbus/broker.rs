@@ -512,10 +512,10 @@ async fn connection(
             Packet::PingReq => {
                 let _ = ctl.send(Packet::PingResp).await;
             }
-            Packet::PubAck(_) => {
-                if inflight.available_permits() < limits.max_inflight_messages.max(1) {
-                    inflight.add_permits(1);
-                }
+            Packet::PubAck(_)
+                if inflight.available_permits() < limits.max_inflight_messages.max(1) =>
+            {
+                inflight.add_permits(1);
             }
             Packet::Disconnect => break Ok(true),
             Packet::Connect(_) => break Err("second CONNECT".into()),
