@@ -352,9 +352,14 @@ async fn connection(
     let overflow = cancel.child_token();
     // QoS 1 publishes sent and not acknowledged: the writer takes a permit for each, a PUBACK
     // from the client gives it back.
-    let inflight = Arc::new(tokio::sync::Semaphore::new(
-        limits.max_inflight_messages.max(1),
-    ));
+    // edgecore's own client handles requests on many lanes at once: its window is its queue.
+    let internal = limits.internal_client_id.as_deref() == Some(client_id.as_str());
+    let window = if internal {
+        limits.max_queued_messages.max(1)
+    } else {
+        limits.max_inflight_messages.max(1)
+    };
+    let inflight = Arc::new(tokio::sync::Semaphore::new(window));
     {
         let mut state = shared.lock();
         // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4).
@@ -367,7 +372,7 @@ async fn connection(
                 filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: overflow.clone(),
-                backpressure: limits.internal_client_id.as_deref() == Some(client_id.as_str()),
+                backpressure: internal,
             },
         );
     }
@@ -512,9 +517,7 @@ async fn connection(
             Packet::PingReq => {
                 let _ = ctl.send(Packet::PingResp).await;
             }
-            Packet::PubAck(_)
-                if inflight.available_permits() < limits.max_inflight_messages.max(1) =>
-            {
+            Packet::PubAck(_) if inflight.available_permits() < window => {
                 inflight.add_permits(1);
             }
             Packet::Disconnect => break Ok(true),

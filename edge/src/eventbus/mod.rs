@@ -33,6 +33,22 @@ const REQUEST_QUEUE: usize = 1024;
 /// ones beyond this are dropped and counted.
 const HELD_REQUESTS: usize = 4096;
 
+/// Requests are handled on this many lanes, one per hash of their device.
+const LANES: usize = 32;
+
+/// Requests waiting in one lane.
+const LANE_QUEUE: usize = 64;
+
+/// The lane of a request: by its topic's namespace and name (`$hw/events/device/{ns}/{name}/...`),
+/// or the node's topic.
+fn lane_of(topic: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let key: Vec<&str> = topic.split('/').take(5).collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % LANES as u64) as usize
+}
+
 /// How to reach the broker.
 #[derive(Clone, Debug)]
 pub struct MqttSettings {
@@ -216,11 +232,40 @@ impl Bus {
         }
     }
 
+    /// Hands each request to one of [`LANES`] lanes by its device (or node), so that requests
+    /// about different devices are handled concurrently (and their twin updates committed
+    /// together) while those about one device keep their order.
     async fn handle_requests(
         self,
         mut rx: mpsc::Receiver<rumqttc::Publish>,
         cancel: CancellationToken,
     ) {
+        let mut lanes = Vec::with_capacity(LANES);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..LANES {
+            let (tx, lane_rx) = mpsc::channel(LANE_QUEUE);
+            lanes.push(tx);
+            tasks.spawn(self.clone().lane(lane_rx, cancel.clone()));
+        }
+        loop {
+            let publish = tokio::select! {
+                _ = cancel.cancelled() => break,
+                m = rx.recv() => match m { Some(m) => m, None => break },
+            };
+            let lane = lane_of(&publish.topic);
+            // Waits while that lane is full: the event loop holds further requests, and the
+            // broker's in-flight window stops sending more.
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                r = lanes[lane].send(publish) => if r.is_err() { break },
+            }
+        }
+        drop(lanes);
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Handles the requests of one lane in order.
+    async fn lane(self, mut rx: mpsc::Receiver<rumqttc::Publish>, cancel: CancellationToken) {
         loop {
             let publish = tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -1,0 +1,308 @@
+//! Figures of the MQTT `$hw` path (printed; see docs/benchmarks.md): an app sends QoS 1
+//! `$hw/events/device/default/dev-N/twin/update` (`{"twin":{"pK":{"actual":{"value":"..."}}}}`)
+//! to 1000 devices x 10 INT properties and waits for each `twin/update/result`, with 1 and with
+//! 64 requests outstanding, through the release edgecore on its embedded broker and on Mosquitto.
+//! The generator's ceiling is measured the same way against an echo responder (a client that
+//! answers every update on its result topic at once), so that the generator is shown not to be
+//! the limit. Prints the p50 and p99 round trip and the acknowledged updates per second, and
+//! edgecore's resident memory after the runs.
+//!
+//! `cargo run --release -p hardware-tests --bin mqtt-bench [-- --seconds 5]`
+
+use clap::Parser;
+use hardware_tests::{Proc, free_port, percentile};
+use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, QoS};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "mqtt-bench", about = "Figures of the MQTT $hw path")]
+struct Args {
+    /// Seconds measured per run (after one second of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+}
+
+const DEVICES: usize = 1000;
+const PROPS: usize = 10;
+
+fn manifests() -> String {
+    let props: String = (0..PROPS)
+        .map(|p| format!("    - {{name: p{p}, type: INT, accessMode: ReadWrite}}\n"))
+        .collect();
+    let mut out = format!(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {{name: m, namespace: default}}\nspec:\n  protocol: bench\n  properties:\n{props}"
+    );
+    let visitors: String = (0..PROPS)
+        .map(|p| format!("    - {{name: p{p}, visitors: {{protocolName: bench, configData: {{offset: {p}}}}}}}\n"))
+        .collect();
+    for d in 0..DEVICES {
+        out.push_str(&format!(
+            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: bench}}\n  properties:\n{visitors}"
+        ));
+    }
+    out
+}
+
+fn options(id: &str, port: u16) -> (MqttOptions, NetworkOptions) {
+    let mut o = MqttOptions::new(id, "127.0.0.1", port);
+    o.set_keep_alive(Duration::from_secs(30))
+        .set_inflight(1000)
+        .set_max_packet_size(1 << 20, 1 << 20);
+    let mut n = NetworkOptions::new();
+    n.set_tcp_nodelay(true);
+    (o, n)
+}
+
+fn event_id(payload: &[u8]) -> Option<u64> {
+    let key = b"\"event_id\":\"";
+    let at = payload.windows(key.len()).position(|w| w == key)? + key.len();
+    let end = payload[at..].iter().position(|b| *b == b'"')? + at;
+    std::str::from_utf8(&payload[at..end]).ok()?.parse().ok()
+}
+
+/// Answers every twin/update on its result topic at once: the generator's ceiling.
+async fn echo(port: u16) -> Result<tokio::task::JoinHandle<()>, String> {
+    let (o, n) = options("echo-responder", port);
+    let (client, mut events) = AsyncClient::new(o, 4096);
+    events.set_network_options(n);
+    client
+        .subscribe("$hw/events/device/+/+/twin/update", QoS::AtLeastOnce)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(tokio::spawn(async move {
+        while let Ok(ev) = events.poll().await {
+            if let Event::Incoming(Packet::Publish(p)) = ev {
+                let topic = format!("{}/result", p.topic);
+                let _ = client
+                    .publish(topic, QoS::AtLeastOnce, false, p.payload.to_vec())
+                    .await;
+            }
+        }
+    }))
+}
+
+struct Figures {
+    p50_ms: f64,
+    p99_ms: f64,
+    per_second: f64,
+}
+
+/// Sends updates with `outstanding` in flight for `seconds` after one second of warm-up.
+async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, String> {
+    let (o, n) = options(&format!("bench-{outstanding}-{}", free_port()), port);
+    let (client, mut events) = AsyncClient::new(o, 4096);
+    events.set_network_options(n);
+    client
+        .subscribe("$hw/events/device/+/+/twin/update/result", QoS::AtLeastOnce)
+        .await
+        .map_err(|e| e.to_string())?;
+    let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let samples: Arc<Mutex<Vec<(Instant, f64)>>> = Arc::default();
+    let (s2, p2, m2) = (sent.clone(), permits.clone(), samples.clone());
+    let receiver = tokio::spawn(async move {
+        let mut subscribed = false;
+        while let Ok(ev) = events.poll().await {
+            match ev {
+                Event::Incoming(Packet::SubAck(_)) if !subscribed => {
+                    subscribed = true;
+                    p2.add_permits(outstanding);
+                }
+                Event::Incoming(Packet::Publish(p)) => {
+                    let Some(id) = event_id(&p.payload) else {
+                        continue;
+                    };
+                    let start = s2.lock().ok().and_then(|mut s| s.remove(&id));
+                    if let Some(start) = start {
+                        let now = Instant::now();
+                        if let Ok(mut m) = m2.lock() {
+                            m.push((now, (now - start).as_secs_f64() * 1000.0));
+                        }
+                        p2.add_permits(1);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    let begin = Instant::now();
+    let measure_from = begin + Duration::from_secs(1);
+    let end = measure_from + Duration::from_secs_f64(seconds);
+    let mut i: u64 = 0;
+    while Instant::now() < end {
+        let Ok(permit) = tokio::time::timeout(Duration::from_secs(10), permits.acquire()).await
+        else {
+            return Err(format!("no result within 10 s ({outstanding} outstanding)"));
+        };
+        permit.map_err(|e| e.to_string())?.forget();
+        i += 1;
+        let d = (i as usize) % DEVICES;
+        let p = (i as usize / DEVICES) % PROPS;
+        let topic = format!("$hw/events/device/default/dev-{d}/twin/update");
+        let body = format!(
+            "{{\"event_id\":\"{i}\",\"timestamp\":0,\"twin\":{{\"p{p}\":{{\"actual\":{{\"value\":\"{i}\"}}}}}}}}"
+        );
+        if let Ok(mut s) = sent.lock() {
+            s.insert(i, Instant::now());
+        }
+        client
+            .publish(topic, QoS::AtLeastOnce, false, body)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    receiver.abort();
+    let _ = client.disconnect().await;
+    let mut lat: Vec<f64> = samples
+        .lock()
+        .map(|m| {
+            m.iter()
+                .filter(|(t, _)| *t >= measure_from && *t <= end)
+                .map(|(_, l)| *l)
+                .collect()
+        })
+        .unwrap_or_default();
+    let count = lat.len();
+    lat.sort_by(f64::total_cmp);
+    Ok(Figures {
+        p50_ms: percentile(&lat, 50.0),
+        p99_ms: percentile(&lat, 99.0),
+        per_second: count as f64 / seconds,
+    })
+}
+
+fn mosquitto(dir: &Path, port: u16) -> Result<std::process::Child, String> {
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        // Mosquitto leaves Nagle's algorithm on unless told (set_tcp_nodelay, default false):
+        // every exchange would then wait for a delayed ACK, whatever the clients do.
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let child = Command::new("mosquitto")
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("mosquitto: {e} (apt-get install mosquitto)"))?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(child);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("mosquitto did not start".into())
+}
+
+fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> Result<(Proc, String), String> {
+    let http = free_port();
+    std::fs::create_dir_all(dir.join("manifests")).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("manifests/devices.yaml"), manifests()).map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("edgecore.yaml"),
+        format!("nodeName: bench\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{port}\", clientId: edgecore-bench}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let proc = Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir,
+        "edgecore.log",
+    );
+    let url = format!("http://127.0.0.1:{http}");
+    let agent = hardware_tests::agent();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = agent
+            .get(format!("{url}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        if metrics.contains(&format!("edgecore_devices {DEVICES}"))
+            && metrics.contains("edgecore_mqtt_connected 1")
+        {
+            return Ok((proc, url));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("edgecore not ready: {metrics}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("RssAnon:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn print_row(what: &str, outstanding: usize, f: &Figures) {
+    println!(
+        "| {what} | {outstanding} | {:.2} | {:.2} | {:.0} |",
+        f.p50_ms, f.p99_ms, f.per_second
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = async {
+        eprintln!("building the release edgecore ...");
+        let bins = hardware_tests::built_binaries(true)?;
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s |");
+        println!("|---|---|---|---|---|");
+
+        // The generator's ceiling: an echo responder on Mosquitto.
+        let port = free_port();
+        let mut broker = mosquitto(dir.path(), port)?;
+        let responder = echo(port).await?;
+        for n in [1, 64] {
+            print_row("echo responder on Mosquitto (generator ceiling)", n, &run(port, n, args.seconds).await?);
+        }
+        responder.abort();
+
+        // edgecore on Mosquitto.
+        let (core, _) = edgecore(&bins, &dir.path().join("external"), "external", port)?;
+        for n in [1, 64] {
+            print_row("edgecore + Mosquitto", n, &run(port, n, args.seconds).await?);
+        }
+        let rss_external = rss_mb(core.child.id());
+        drop(core);
+        let _ = broker.kill();
+        let _ = broker.wait();
+
+        // edgecore on its embedded broker.
+        let port = free_port();
+        let (core, _) = edgecore(&bins, &dir.path().join("embedded"), "embedded", port)?;
+        for n in [1, 64] {
+            print_row("edgecore, embedded broker", n, &run(port, n, args.seconds).await?);
+        }
+        let rss_embedded = rss_mb(core.child.id());
+        drop(core);
+        println!("\nedgecore RssAnon after the runs: {rss_embedded:.1} MB with its embedded broker, {rss_external:.1} MB on Mosquitto");
+        Ok::<(), String>(())
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mqtt-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
