@@ -71,6 +71,9 @@ impl Default for Limits {
     }
 }
 
+/// The queue and in-flight window of edgecore's own client.
+const INTERNAL_QUEUE: usize = 128;
+
 /// Whether `filter` matches `topic` (MQTT 3.1.1 section 4.7).
 pub fn topic_matches(filter: &str, topic: &str) -> bool {
     if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
@@ -345,20 +348,25 @@ async fn connection(
     // through `ctl`, which the writer serves first and never behind a publish: otherwise a
     // queue full of publishes waiting for the client's acks would hold back the very acks this
     // reader must send, and the client and the broker would wait for each other.
-    let (tx, mut rx) = mpsc::channel::<Packet>(limits.max_queued_messages.max(1));
+    // edgecore's own client handles requests on many lanes at once: its window is its whole
+    // queue, which is kept short ([`INTERNAL_QUEUE`]) so that a request never waits behind
+    // more than that many others of a burst; the publishers wait instead.
+    let internal = limits.internal_client_id.as_deref() == Some(client_id.as_str());
+    let (queue, window) = if internal {
+        (INTERNAL_QUEUE, INTERNAL_QUEUE)
+    } else {
+        (
+            limits.max_queued_messages.max(1),
+            limits.max_inflight_messages.max(1),
+        )
+    };
+    let (tx, mut rx) = mpsc::channel::<Packet>(queue);
     let (ctl, mut ctl_rx) = mpsc::channel::<Packet>(64);
     let queued_bytes = Arc::new(AtomicUsize::new(0));
     let queued = queued_bytes.clone();
     let overflow = cancel.child_token();
     // QoS 1 publishes sent and not acknowledged: the writer takes a permit for each, a PUBACK
     // from the client gives it back.
-    // edgecore's own client handles requests on many lanes at once: its window is its queue.
-    let internal = limits.internal_client_id.as_deref() == Some(client_id.as_str());
-    let window = if internal {
-        limits.max_queued_messages.max(1)
-    } else {
-        limits.max_inflight_messages.max(1)
-    };
     let inflight = Arc::new(tokio::sync::Semaphore::new(window));
     {
         let mut state = shared.lock();

@@ -175,6 +175,105 @@ async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, Str
     })
 }
 
+/// `twin/get` round trips, one every 20 ms, while another client publishes `burst` QoS 1
+/// updates back to back; returns (p50, p99, max) in ms of the gets during and 2 s after it.
+async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), String> {
+    let (o, n) = options("bench-getter", port);
+    let (getter, mut get_events) = AsyncClient::new(o, 1024);
+    get_events.set_network_options(n);
+    getter
+        .subscribe(
+            "$hw/events/device/default/dev-1/twin/get/result",
+            QoS::AtLeastOnce,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let (o, n) = options("bench-flood", port);
+    let (flood, mut flood_events) = AsyncClient::new(o, 16_384);
+    flood_events.set_network_options(n);
+    let flood_loop = tokio::spawn(async move { while flood_events.poll().await.is_ok() {} });
+    let (answers_tx, mut answers) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    let get_loop = tokio::spawn(async move {
+        while let Ok(ev) = get_events.poll().await {
+            if let Event::Incoming(Packet::Publish(p)) = ev
+                && let Some(id) = event_id(&p.payload)
+            {
+                let _ = answers_tx.send((id, Instant::now()));
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let flooding = tokio::spawn(async move {
+        for i in 0..burst {
+            let body = format!(
+                "{{\"event_id\":\"f{i}\",\"twin\":{{\"p1\":{{\"actual\":{{\"value\":\"{i}\"}}}}}}}}"
+            );
+            if flood
+                .publish(
+                    "$hw/events/device/default/dev-1/twin/update",
+                    QoS::AtLeastOnce,
+                    false,
+                    body,
+                )
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        flood
+    });
+    let mut sent: HashMap<u64, Instant> = HashMap::new();
+    let mut lat = Vec::new();
+    let mut i = 0u64;
+    let mut done_at: Option<Instant> = None;
+    loop {
+        i += 1;
+        sent.insert(i, Instant::now());
+        getter
+            .publish(
+                "$hw/events/device/default/dev-1/twin/get",
+                QoS::AtLeastOnce,
+                false,
+                format!("{{\"event_id\":\"{i}\"}}"),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while let Ok((id, at)) = answers.try_recv() {
+            if let Some(t) = sent.remove(&id) {
+                lat.push((at - t).as_secs_f64() * 1000.0);
+            }
+        }
+        if done_at.is_none() && flooding.is_finished() {
+            done_at = Some(Instant::now());
+        }
+        if done_at.is_some_and(|d| d.elapsed() > Duration::from_secs(2)) {
+            break;
+        }
+        if i > 3000 {
+            return Err("the burst was not sent within 60 s".into());
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok((id, at)) = answers.try_recv() {
+        if let Some(t) = sent.remove(&id) {
+            lat.push((at - t).as_secs_f64() * 1000.0);
+        }
+    }
+    let unanswered = sent.len();
+    get_loop.abort();
+    flood_loop.abort();
+    if unanswered > 0 {
+        return Err(format!(
+            "{unanswered} twin/get requests unanswered during the burst"
+        ));
+    }
+    lat.sort_by(f64::total_cmp);
+    let max = lat.last().copied().unwrap_or_default();
+    Ok((percentile(&lat, 50.0), percentile(&lat, 99.0), max))
+}
+
 fn mosquitto(dir: &Path, port: u16) -> Result<std::process::Child, String> {
     let conf = dir.join("mosquitto.conf");
     std::fs::write(
@@ -293,6 +392,10 @@ async fn main() -> ExitCode {
             print_row("edgecore, embedded broker", n, &run(port, n, args.seconds).await?);
         }
         let rss_embedded = rss_mb(core.child.id());
+        let (p50, p99, max) = get_during_burst(port, 10_000).await?;
+        println!(
+            "\ntwin/get every 20 ms during and after a burst of 10,000 QoS 1 updates (embedded broker): p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
+        );
         drop(core);
         println!("\nedgecore RssAnon after the runs: {rss_embedded:.1} MB with its embedded broker, {rss_external:.1} MB on Mosquitto");
         Ok::<(), String>(())
