@@ -274,6 +274,55 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
     Ok((percentile(&lat, 50.0), percentile(&lat, 99.0), max))
 }
 
+/// edgecore's RssAnon (MB) after `seconds` of a publisher sending 64 KiB QoS 0 messages as fast
+/// as it can to 100 subscribers that never read (keep-alive 0, so they stay connected with
+/// full queues), and the messages it published.
+async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> Result<(f64, u64), String> {
+    let mut stalled = Vec::new();
+    for i in 0..100 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        use std::io::{Read, Write};
+        let id = format!("stalled-{i:03}");
+        let mut connect = b"\x00\x04MQTT\x04\x02\x00\x00".to_vec();
+        connect.extend_from_slice(&(id.len() as u16).to_be_bytes());
+        connect.extend_from_slice(id.as_bytes());
+        let mut packet = vec![0x10, connect.len() as u8];
+        packet.extend_from_slice(&connect);
+        s.write_all(&packet).map_err(|e| e.to_string())?;
+        let mut ack = [0u8; 4];
+        s.read_exact(&mut ack).map_err(|e| e.to_string())?;
+        let topic = b"rel/#";
+        let mut sub = vec![0x00, 0x01, 0x00, topic.len() as u8];
+        sub.extend_from_slice(topic);
+        sub.push(0);
+        let mut packet = vec![0x82, sub.len() as u8];
+        packet.extend_from_slice(&sub);
+        s.write_all(&packet).map_err(|e| e.to_string())?;
+        let mut suback = [0u8; 5];
+        s.read_exact(&mut suback).map_err(|e| e.to_string())?;
+        stalled.push(s);
+    }
+    let (o, n) = options("bench-publisher", port);
+    let (publisher, mut events) = AsyncClient::new(o, 1024);
+    events.set_network_options(n);
+    let driver = tokio::spawn(async move { while events.poll().await.is_ok() {} });
+    let payload = vec![b'x'; 64 << 10];
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut sent = 0u64;
+    while Instant::now() < end {
+        publisher
+            .publish("rel/x", QoS::AtMostOnce, false, payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        sent += 1;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = rss_mb(pid);
+    driver.abort();
+    drop(stalled);
+    Ok((rss, sent))
+}
+
 fn mosquitto(dir: &Path, port: u16) -> Result<std::process::Child, String> {
     let conf = dir.join("mosquitto.conf");
     std::fs::write(
@@ -395,6 +444,11 @@ async fn main() -> ExitCode {
         let (p50, p99, max) = get_during_burst(port, 10_000).await?;
         println!(
             "\ntwin/get every 20 ms during and after a burst of 10,000 QoS 1 updates (embedded broker): p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
+        );
+        let (rss_stalled, sent) = stalled_subscribers(port, core.child.id(), args.seconds).await?;
+        println!(
+            "edgecore RssAnon with 100 subscribers that never read and a publisher sending {sent} x 64 KiB QoS 0 in {}s: {rss_stalled:.1} MB (each subscriber's queue is bounded by mqtt.maxQueuedBytes, 16 MiB, of payloads shared between subscribers)",
+            args.seconds
         );
         drop(core);
         println!("\nedgecore RssAnon after the runs: {rss_embedded:.1} MB with its embedded broker, {rss_external:.1} MB on Mosquitto");
