@@ -6,9 +6,6 @@
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-const INSTALL: &str = "pip install 'paho-mqtt==2.*'";
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,32 +13,17 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn run_python(args: &[&str]) -> (bool, String) {
-    let out = Command::new("python3")
-        .args(args)
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("No module named 'paho'"),
-        "paho-mqtt is missing ({INSTALL})"
-    );
-    (out.status.success(), text)
-}
-
 fn flows(e: &Edgecore) {
     let table = script("hw_payloads.json");
-    let (ok, text) = run_python(&[
-        &script("hw_app.py").display().to_string(),
-        &table.display().to_string(),
-        "127.0.0.1",
-        &e.mqtt_port.to_string(),
-        &e.manifests.display().to_string(),
-    ]);
+    let (ok, text) = kubeedge_script(
+        "hw_app.py",
+        &[
+            &table.display().to_string(),
+            "127.0.0.1",
+            &e.mqtt_port.to_string(),
+            &e.manifests.display().to_string(),
+        ],
+    );
     assert!(ok, "flows that differ from KubeEdge's:\n{text}");
     assert_eq!(text.matches("\"ok\": true").count(), 9, "{text}");
 }
@@ -80,11 +62,7 @@ fn an_oversized_publish_on_mosquitto_costs_the_other_apps_nothing() {
     let Some((_broker, e)) = external(port) else {
         return;
     };
-    let (ok, text) = run_python(&[
-        &script("oversize.py").display().to_string(),
-        "127.0.0.1",
-        &port.to_string(),
-    ]);
+    let (ok, text) = kubeedge_script("oversize.py", &["127.0.0.1", &port.to_string()]);
     assert!(ok, "{text}");
     let m = e.get("/metrics").1;
     assert!(
@@ -98,11 +76,7 @@ fn an_oversized_publish_on_mosquitto_costs_the_other_apps_nothing() {
 #[test]
 fn an_oversized_publish_on_the_embedded_broker_costs_the_other_apps_nothing() {
     let e = Edgecore::start(None);
-    let (ok, text) = run_python(&[
-        &script("oversize.py").display().to_string(),
-        "127.0.0.1",
-        &e.mqtt_port.to_string(),
-    ]);
+    let (ok, text) = kubeedge_script("oversize.py", &["127.0.0.1", &e.mqtt_port.to_string()]);
     // The embedded broker refuses the packet itself (it closes the sender's connection), so no
     // result comes for it; the other app's requests are all answered.
     assert!(text.contains("\"answered\": 20"), "{text}");

@@ -4,27 +4,10 @@
 
 mod common;
 use common::*;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn faults(mode: &str, port: u16) -> (bool, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kubeedge/mqtt_faults.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args([mode, "127.0.0.1", &port.to_string()])
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !text.contains("No module named 'paho'"),
-        "pip install 'paho-mqtt==2.*'"
-    );
-    (out.status.success(), text)
+    kubeedge_script("mqtt_faults.py", &[mode, "127.0.0.1", &port.to_string()])
 }
 
 fn rss_kib(pid: u32) -> u64 {

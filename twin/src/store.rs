@@ -369,14 +369,7 @@ impl Store {
                         .bind(i(folded))
                         .fetch(&self.inner.journal);
                 while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
-                    let r = r?;
-                    let seq = u(r.try_get(0)?);
-                    let body: Vec<u8> = r.try_get(1)?;
-                    let records: Vec<Record> =
-                        serde_json::from_slice(&body).map_err(|e| StoreError::Corrupt {
-                            what: "journal row",
-                            value: format!("{seq}: {e}"),
-                        })?;
+                    let (seq, records) = journal_row(&r?)?;
                     for record in records {
                         rows += pending.add(record);
                     }
@@ -465,15 +458,7 @@ impl Store {
             .bind(i(folded))
             .fetch(&self.inner.journal);
         while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
-            let r = r?;
-            let seq = u(r.try_get(0)?);
-            let body: Vec<u8> = r.try_get(1)?;
-            let records: Vec<Record> =
-                serde_json::from_slice(&body).map_err(|e| StoreError::Corrupt {
-                    what: "journal row",
-                    value: format!("{seq}: {e}"),
-                })?;
-            for record in records {
+            for record in journal_row(&r?)?.1 {
                 pending.add(record);
             }
         }
@@ -774,6 +759,17 @@ async fn migrate(pool: &SqlitePool, path: &Path, migrations: &[&str]) -> Result<
         tracing::info!(version, path = %path.display(), "migrated twin database");
     }
     Ok(())
+}
+
+/// A journal row's sequence number and records.
+fn journal_row(r: &SqliteRow) -> Result<(u64, Vec<Record>)> {
+    let seq = u(r.try_get(0)?);
+    let body: Vec<u8> = r.try_get(1)?;
+    let records = serde_json::from_slice(&body).map_err(|e| StoreError::Corrupt {
+        what: "journal row",
+        value: format!("{seq}: {e}"),
+    })?;
+    Ok((seq, records))
 }
 
 /// The last journal row the tables cover.

@@ -294,3 +294,26 @@ pub fn mosquitto(port: u16) -> Option<Mosquitto> {
     }
     None
 }
+
+/// Runs a Python script of `tests/kubeedge/` with `args`; returns whether it succeeded and what
+/// it printed. A missing paho-mqtt fails with the command that installs it.
+pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/kubeedge")
+        .join(script);
+    let out = Command::new("python3")
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("No module named 'paho'"),
+        "paho-mqtt is missing: pip install 'paho-mqtt==2.*'"
+    );
+    (out.status.success(), text)
+}
