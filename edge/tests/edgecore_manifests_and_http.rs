@@ -36,6 +36,22 @@ fn manifests_become_twins_and_kectl_shows_and_sets_them() {
     assert_eq!(desired(&t, "setpoint").as_deref(), Some("120"));
     assert_eq!(t["properties"]["setpoint"]["desiredVersion"]["edge"], 1);
 
+    // A negative value needs no `--`: it reaches edgecore (which takes it or says why).
+    let out = Command::new(&kectl)
+        .args([
+            "twin", "set", "oven-1", "setpoint", "-321", "--server", &e.http,
+        ])
+        .output()
+        .expect("kectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+    if out.status.success() {
+        let t = e.twin("default/oven-1").expect("twin");
+        assert_eq!(desired(&t, "setpoint").as_deref(), Some("-321"));
+    } else {
+        assert!(stderr.contains("-321"), "{stderr}");
+    }
+
     // Errors name what was wrong and fail the command.
     let out = Command::new(&kectl)
         .args([

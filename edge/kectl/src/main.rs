@@ -52,6 +52,8 @@ enum TwinCommand {
         /// NAMESPACE/NAME (NAME alone means namespace default).
         device: String,
         property: String,
+        /// The value; a negative number needs no `--` (`kectl twin set d1 offset -321`).
+        #[arg(allow_negative_numbers = true)]
         value: String,
         /// Apply only if the device's desired version is still this number.
         #[arg(long)]
