@@ -563,6 +563,28 @@ impl ModbusError {
     }
 }
 
+/// Reads and drops what arrives on a serial line until it has been silent for `quiet` (at
+/// most four times that in all). The line is (re)opened at start and after a timeout or a
+/// transport error: an answer still on its way then must not be taken for the answer to the
+/// next request. Nothing in an RTU frame says which request it answers, and two requests of the
+/// same shape (one register of the same table) get answers that look alike: a late answer to a
+/// read of `b` would become the value of `a`.
+async fn drain(port: &mut (impl tokio::io::AsyncRead + Unpin), quiet: Duration, address: &str) {
+    use tokio::io::AsyncReadExt;
+    let start = tokio::time::Instant::now();
+    let mut dropped = 0usize;
+    let mut buf = [0u8; 256];
+    while start.elapsed() < quiet * 4 {
+        match tokio::time::timeout(quiet, port.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => dropped += n,
+            _ => break,
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(line = %address, bytes = dropped, "dropped a late or stray answer before the next request");
+    }
+}
+
 /// A new connection to the device.
 async fn open(connection: &Connection) -> Result<Context, ModbusError> {
     let slave = Slave(connection.slave);
@@ -584,7 +606,8 @@ async fn open(connection: &Connection) -> Result<Context, ModbusError> {
             tokio_modbus::client::tcp::attach_slave(stream, slave)
         }
         Transport::Rtu(serial) => {
-            let port = serial.open().map_err(connect_err)?;
+            let mut port = serial.open().map_err(connect_err)?;
+            drain(&mut port, connection.timeout, &address).await;
             tokio_modbus::client::rtu::attach_slave(port, slave)
         }
     };
