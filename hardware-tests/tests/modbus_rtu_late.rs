@@ -65,7 +65,7 @@ fn late_device(tty: std::path::PathBuf, stop: Arc<AtomicBool>, late: Arc<AtomicU
             };
             if address == 50 {
                 reads_of_b += 1;
-                if reads_of_b % 3 == 0 {
+                if reads_of_b.is_multiple_of(3) {
                     std::thread::sleep(Duration::from_millis(1400));
                     late.fetch_add(1, Ordering::Relaxed);
                 }
