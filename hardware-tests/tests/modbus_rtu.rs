@@ -60,9 +60,10 @@ fn two_devices_share_one_serial_line() {
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
 
     for d in ["default/meter-1", "default/meter-2"] {
-        let t = eventually(20, "both meters report", || {
+        // The online state comes in its own report, after the first values.
+        let t = eventually(20, "both meters report and are online", || {
             let t = node.twin(d)?;
-            reported(&t, "scratch").map(|_| t)
+            (reported(&t, "scratch").is_some() && t["state"] == "online").then_some(t)
         });
         assert_eq!(reported(&t, "raw").as_deref(), Some("650"), "{d}");
         let p: f64 = reported(&t, "pressure")
