@@ -62,10 +62,6 @@ impl<IO> Permitted<IO> {
             _permit: permit,
         }
     }
-
-    pub fn get_ref(&self) -> &IO {
-        &self.io
-    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Permitted<IO> {

@@ -19,6 +19,11 @@ type Signature = Option<Vec<(PathBuf, Option<SystemTime>, u64)>>;
 /// The manifest files of `dir`, all of them or an error: an entry that cannot be read or
 /// looked at fails the listing, so that a partial listing is never taken for deletions.
 fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    Ok(manifest_entries(dir)?.into_iter().map(|(p, _)| p).collect())
+}
+
+/// [`manifest_files`] with each file's metadata.
+fn manifest_entries(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::fs::Metadata)>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -29,7 +34,7 @@ fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             continue;
         }
         match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => files.push(path),
+            Ok(m) if m.is_file() => files.push((path, m)),
             Ok(_) => {}
             // Removed between the listing and now: a deletion like any other.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -41,7 +46,7 @@ fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             }
         }
     }
-    files.sort();
+    files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(files)
 }
 
@@ -76,15 +81,13 @@ pub async fn prune_undeclared(twin: &twin::TwinService, catalog: &SharedCatalog)
 }
 
 fn signature(dir: &Path) -> Signature {
-    let files = manifest_files(dir).ok()?;
+    let files = manifest_entries(dir).ok()?;
     Some(
         files
             .into_iter()
-            .map(|p| {
-                let meta = std::fs::metadata(&p).ok();
-                let modified = meta.as_ref().and_then(|m| m.modified().ok());
-                let len = meta.map(|m| m.len()).unwrap_or(0);
-                (p, modified, len)
+            .map(|(p, m)| {
+                let modified = m.modified().ok();
+                (p, modified, m.len())
             })
             .collect(),
     )

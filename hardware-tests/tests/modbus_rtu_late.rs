@@ -13,19 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0xffff;
-    for b in data {
-        crc ^= u16::from(*b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xa001
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
+/// Modbus RTU's CRC, low byte first (mapper-serial's implementation).
+fn crc(data: &[u8]) -> Vec<u8> {
+    mapper_serial::checksum::Checksum::Crc16Modbus.compute(data)
 }
 
 /// Serves function 4 (read input registers) for slave 4 on `tty` until `stop`; counts the late
@@ -47,7 +37,7 @@ fn late_device(tty: std::path::PathBuf, stop: Arc<AtomicBool>, late: Arc<AtomicU
         buf.extend_from_slice(&chunk[..n]);
         while buf.len() >= 8 {
             let frame: Vec<u8> = buf.drain(..8).collect();
-            if crc16(&frame[..6]).to_le_bytes() != [frame[6], frame[7]] {
+            if crc(&frame[..6]) != frame[6..8] {
                 // Out of step: resynchronise on the next byte.
                 buf.clear();
                 continue;
@@ -72,7 +62,7 @@ fn late_device(tty: std::path::PathBuf, stop: Arc<AtomicBool>, late: Arc<AtomicU
             }
             let mut answer = vec![4, 4, 2];
             answer.extend_from_slice(&value.to_be_bytes());
-            let crc = crc16(&answer).to_le_bytes();
+            let crc = crc(&answer);
             answer.extend_from_slice(&crc);
             if port.write_all(&answer).is_err() {
                 return;

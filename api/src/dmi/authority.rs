@@ -335,11 +335,6 @@ impl<IO> AuthorityFix<IO> {
             ..Self::new(io)
         }
     }
-
-    /// The connection inside.
-    pub fn get_ref(&self) -> &IO {
-        &self.io
-    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for AuthorityFix<IO> {

@@ -139,20 +139,8 @@ struct Shared {
     state: Arc<Mutex<State>>,
     next_id: Arc<AtomicU64>,
     stats: Arc<BrokerStats>,
-    limits: Arc<LimitsCell>,
-}
-
-#[derive(Default)]
-struct LimitsCell(Mutex<Option<Limits>>);
-
-impl LimitsCell {
-    fn get(&self) -> Limits {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|l| l.clone())
-            .unwrap_or_default()
-    }
+    /// Fixed at start.
+    limits: Arc<Limits>,
 }
 
 impl Shared {
@@ -182,7 +170,7 @@ impl Shared {
         publish: &Publish,
     ) -> Vec<(mpsc::Sender<Packet>, Publish, usize, Arc<AtomicUsize>)> {
         self.stats.published.fetch_add(1, Ordering::Relaxed);
-        let limits = self.limits.get();
+        let limits = &self.limits;
         let mut waiting = Vec::new();
         let mut state = self.lock();
         if publish.retain {
@@ -256,10 +244,10 @@ pub async fn start(
         .local_addr()
         .map_err(|source| BrokerError::Bind { addr, source })?;
     tracing::info!(addr = %local, "embedded MQTT broker listening");
-    let shared = Shared::default();
-    if let Ok(mut l) = shared.limits.0.lock() {
-        *l = Some(limits);
-    }
+    let shared = Shared {
+        limits: Arc::new(limits),
+        ..Shared::default()
+    };
     let stats = shared.stats.clone();
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::spawn(async move {
@@ -342,7 +330,7 @@ async fn connection(
     } else {
         connect.client_id.clone()
     };
-    let limits = shared.limits.get();
+    let limits = shared.limits.clone();
     // Room for the queued publishes and the control packets (acks, pings) besides them.
     // Publishes for the client wait in `tx`; the answers to its own packets (acks, pings) go
     // through `ctl`, which the writer serves first and never behind a publish: otherwise a
