@@ -111,6 +111,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             catalog.clone(),
             changes_tx.subscribe(),
             metrics.clone(),
+            config.dmi.liveness(),
             cancel.clone(),
         )
         .await;

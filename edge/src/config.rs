@@ -144,6 +144,15 @@ pub struct Dmi {
     pub socket: Option<PathBuf>,
     /// Most mapper connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// How often each registered mapper is probed (a `GetDevice` call, which KubeEdge's mappers
+    /// answer too), in milliseconds.
+    pub probe_interval_ms: u64,
+    /// How long a probe may take before it counts as failed, in milliseconds.
+    pub probe_timeout_ms: u64,
+    /// Failed probes in a row after which a mapper is unreachable: its devices become `unknown`
+    /// and move to another live mapper of their protocol. A failed call to the mapper counts at
+    /// once.
+    pub probe_failures: u32,
 }
 
 impl Default for Dmi {
@@ -151,6 +160,20 @@ impl Default for Dmi {
         Self {
             socket: None,
             max_connections: 256,
+            probe_interval_ms: 1000,
+            probe_timeout_ms: 1000,
+            probe_failures: 2,
+        }
+    }
+}
+
+impl Dmi {
+    /// The mapper liveness settings.
+    pub fn liveness(&self) -> crate::dmi::mappers::Liveness {
+        crate::dmi::mappers::Liveness {
+            interval: std::time::Duration::from_millis(self.probe_interval_ms),
+            timeout: std::time::Duration::from_millis(self.probe_timeout_ms),
+            failures: self.probe_failures,
         }
     }
 }
@@ -287,6 +310,9 @@ impl Config {
             ("mqtt.maxQueuedBytes", self.mqtt.max_queued_bytes),
             ("mqtt.maxInflightMessages", self.mqtt.max_inflight_messages),
             ("dmi.maxConnections", self.dmi.max_connections),
+            ("dmi.probeIntervalMs", self.dmi.probe_interval_ms as usize),
+            ("dmi.probeTimeoutMs", self.dmi.probe_timeout_ms as usize),
+            ("dmi.probeFailures", self.dmi.probe_failures as usize),
         ] {
             if n == 0 {
                 return Err((key, "must be more than 0".into()));

@@ -115,10 +115,32 @@ async fn get_twin(State(s): State<ApiState>, Path((ns, name)): Path<(String, Str
 /// The twin document of a device, or 404.
 async fn twin_response(s: &ApiState, id: &DeviceId) -> Response {
     match s.twin.get(id).await {
-        Ok(Some(t)) => Json(t).into_response(),
+        Ok(Some(t)) => Json(twin_view(&t, twin::now_millis())).into_response(),
         Ok(None) => service_error(TwinError::UnknownDevice(id.clone()).into()),
         Err(e) => service_error(e),
     }
+}
+
+/// The twin document as the API shows it: while the device is `unknown` or `offline`, each
+/// reported value carries `"stale": true` and its age in milliseconds (`ageMs`), since it is the
+/// last value read before that.
+pub fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::Value {
+    let mut v = serde_json::to_value(t).unwrap_or_default();
+    if !t.values_stale() {
+        return v;
+    }
+    for (name, p) in &t.properties {
+        let Some(r) = &p.reported else { continue };
+        if let Some(serde_json::Value::Object(reported)) = v
+            .get_mut("properties")
+            .and_then(|ps| ps.get_mut(name))
+            .and_then(|p| p.get_mut("reported"))
+        {
+            reported.insert("stale".into(), true.into());
+            reported.insert("ageMs".into(), (now - r.timestamp).max(0).into());
+        }
+    }
+    v
 }
 
 #[derive(Deserialize)]

@@ -25,6 +25,10 @@ pub struct Metrics {
     pub mappers_registered: AtomicI64,
     pub mappers_connected: AtomicI64,
     pub mapper_call_errors: AtomicU64,
+    /// Mappers found unreachable (each time one goes down).
+    pub mapper_failures: AtomicU64,
+    /// Devices moved from one mapper to another (failover and rebalancing).
+    pub mapper_device_moves: AtomicU64,
     pub manifest_errors: AtomicU64,
     pub http_requests: AtomicU64,
 }
@@ -247,6 +251,20 @@ impl Metrics {
             "counter",
             "Failed calls to mappers.",
             g(&self.mapper_call_errors),
+        );
+        line(
+            &mut o,
+            "edgecore_mapper_failures_total",
+            "counter",
+            "Times a registered mapper was found unreachable (refused, timed out or failed its liveness probes).",
+            g(&self.mapper_failures),
+        );
+        line(
+            &mut o,
+            "edgecore_mapper_device_moves_total",
+            "counter",
+            "Devices moved from one mapper to another (failover from an unreachable mapper, or spreading over the live ones).",
+            g(&self.mapper_device_moves),
         );
         line(
             &mut o,

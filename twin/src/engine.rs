@@ -658,7 +658,13 @@ impl Engine {
 
     /// The state of a device as its mapper reports it. `last_online` moves with an online or ok
     /// report, at most once per [`LAST_ONLINE_REFRESH_MS`] while the state stays the same.
-    pub fn set_state(&mut self, id: &DeviceId, state: &str, now: Millis) -> Result<Applied> {
+    pub fn set_state(
+        &mut self,
+        id: &DeviceId,
+        state: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<Applied> {
         let state = state.to_ascii_lowercase();
         if !DEVICE_STATES.contains(&state.as_str()) {
             return Err(TwinError::InvalidState(state));
@@ -666,11 +672,12 @@ impl Engine {
         let twin = self.twin(id)?;
         let online = matches!(state.as_str(), "online" | "ok");
         let refresh = online && now - twin.row.last_online >= LAST_ONLINE_REFRESH_MS;
-        if twin.row.state == state && !refresh {
+        if twin.row.state == state && twin.row.state_reason == reason && !refresh {
             return Ok(Applied::default());
         }
         let mut next = twin.clone();
         next.row.state.clone_from(&state);
+        reason.clone_into(&mut next.row.state_reason);
         if online {
             next.row.last_online = now;
         }

@@ -100,6 +100,10 @@ pub struct DeviceRow {
     /// `online`, `offline`, `ok`, `unknown` or `unhealthy`; empty until a mapper reports one.
     #[serde(default)]
     pub state: String,
+    /// Why the device is in its state, when something other than its mapper's report set it
+    /// (`mapper modbus-a unreachable since ...`); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state_reason: String,
     /// When the device was last seen online (ms since the epoch), 0 if never.
     #[serde(default)]
     pub last_online: Millis,
@@ -149,6 +153,12 @@ impl DeviceTwin {
             .values()
             .map(PropertyTwin::value_bytes)
             .sum()
+    }
+
+    /// Whether the reported values are not live: the device is `unknown` or `offline`, so each
+    /// reported value is the last one read before that.
+    pub fn values_stale(&self) -> bool {
+        matches!(self.row.state.as_str(), "unknown" | "offline")
     }
 
     /// Every property whose desired value differs from its reported value.

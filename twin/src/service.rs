@@ -64,9 +64,12 @@ pub enum Op {
         id: DeviceId,
         reports: Vec<Reported>,
     },
+    /// The device's state, and why when it was not its mapper that said so (empty: the mapper
+    /// reported it).
     State {
         id: DeviceId,
         state: String,
+        reason: String,
     },
     DeleteProperty {
         id: DeviceId,
@@ -474,7 +477,7 @@ pub fn apply(engine: &mut Engine, op: Op, now: Millis) -> Result<Applied, TwinEr
             if_version,
         } => engine.edge_desired(&id, &values, if_version, now),
         Op::Report { id, reports } => engine.report(&id, &reports, now),
-        Op::State { id, state } => engine.set_state(&id, &state, now),
+        Op::State { id, state, reason } => engine.set_state(&id, &state, &reason, now),
         Op::DeleteProperty { id, property } => engine.delete_property(&id, &property),
         Op::TwinUpdate {
             id,

@@ -173,12 +173,14 @@ pub const MIGRATIONS: &[&str] = &[
         seq INTEGER NOT NULL
     );
     INSERT INTO folded (id, seq) VALUES (0, 0);",
+    // 4: why a device is in its state (a mapper found unreachable, ...).
+    "ALTER TABLE device ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';",
 ];
 
 const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts";
 const TWIN_PARAMS: usize = 16;
-const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version";
-const DEVICE_PARAMS: usize = 10;
+const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version, state_reason";
+const DEVICE_PARAMS: usize = 11;
 const OUTBOX_COLUMNS: &str =
     "device_id, property, section, value, version_cloud, version_edge, timestamp, seq";
 const OUTBOX_PARAMS: usize = 8;
@@ -514,6 +516,7 @@ impl Store {
                 last_online: r.try_get(7)?,
                 desired_version: u(r.try_get(8)?),
                 reported_version: u(r.try_get(9)?),
+                state_reason: r.try_get(10)?,
             };
             twins.insert(
                 id,
@@ -837,7 +840,8 @@ async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Result<()> {
                 .bind(r.state.as_str())
                 .bind(r.last_online)
                 .bind(i(r.desired_version))
-                .bind(i(r.reported_version));
+                .bind(i(r.reported_version))
+                .bind(r.state_reason.as_str());
         }
         q.execute(&mut *tx).await?;
         pace.breathe().await;

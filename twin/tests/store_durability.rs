@@ -65,7 +65,8 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     .await?;
     svc.apply(Op::State {
         id: id.clone(),
-        state: "online".into(),
+        state: "unknown".into(),
+        reason: "mapper m unreachable".into(),
     })
     .await?;
     let before = svc.get(&id).await?.expect("twin");
@@ -76,6 +77,7 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     let after = svc.get(&id).await?.expect("twin reloaded");
     assert_eq!(after, before);
     assert_eq!(after.row.reported_version, 1);
+    assert_eq!(after.row.state_reason, "mapper m unreachable");
     assert_eq!(
         after.properties["p1"]
             .desired

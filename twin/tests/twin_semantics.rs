@@ -334,28 +334,51 @@ fn a_property_dropped_from_the_spec_is_removed_but_reported_extras_stay() {
 #[test]
 fn state_changes_are_recorded_once_and_unknown_states_rejected() {
     let mut e = engine();
-    let a = e.set_state(&id(), "Online", 100_000).expect("valid");
+    let a = e.set_state(&id(), "Online", "", 100_000).expect("valid");
     assert_eq!(a.outbox.len(), 1);
     let t = e.get(&id()).expect("twin");
     assert_eq!(t.row.state, "online");
     assert_eq!(t.row.last_online, 100_000);
     assert!(
-        e.set_state(&id(), "online", 110_000)
+        e.set_state(&id(), "online", "", 110_000)
             .expect("valid")
             .is_noop()
     );
     // A minute later the last-online time moves.
     assert!(
-        !e.set_state(&id(), "online", 160_000)
+        !e.set_state(&id(), "online", "", 160_000)
             .expect("valid")
             .is_noop()
     );
     assert!(matches!(
-        e.set_state(&id(), "sleepy", 1),
+        e.set_state(&id(), "sleepy", "", 1),
         Err(TwinError::InvalidState(_))
     ));
-    e.set_state(&id(), "offline", 170_000).expect("valid");
+    e.set_state(&id(), "offline", "", 170_000).expect("valid");
     assert_eq!(e.get(&id()).map(|t| t.row.last_online), Some(160_000));
+}
+
+#[test]
+fn a_state_reason_is_kept_until_the_mapper_reports_a_state() {
+    let mut e = engine();
+    e.set_state(&id(), "online", "", 1).expect("valid");
+    let a = e
+        .set_state(&id(), "unknown", "mapper m unreachable", 2)
+        .expect("valid");
+    assert!(a.state_changed);
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(
+        (t.row.state.as_str(), t.row.state_reason.as_str()),
+        ("unknown", "mapper m unreachable")
+    );
+    assert!(t.values_stale());
+    // A new reason alone is a change too; the same state and reason is not.
+    assert!(!e.set_state(&id(), "unknown", "mapper n unreachable", 3).expect("valid").is_noop());
+    assert!(e.set_state(&id(), "unknown", "mapper n unreachable", 4).expect("valid").is_noop());
+    e.set_state(&id(), "online", "", 5).expect("valid");
+    let t = e.get(&id()).expect("twin");
+    assert_eq!(t.row.state_reason, "");
+    assert!(!t.values_stale());
 }
 
 #[test]

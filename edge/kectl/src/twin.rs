@@ -128,6 +128,10 @@ pub fn format_twin(t: &Value) -> String {
         "" => "-",
         x => x,
     };
+    let state = match s(t, &["stateReason"]) {
+        "" => state.to_string(),
+        why => format!("{state} ({why})"),
+    };
     let _ = writeln!(
         out,
         "{}/{}  model {}  protocol {}  state {}  desired v{}  reported v{}",
@@ -149,8 +153,13 @@ pub fn format_twin(t: &Value) -> String {
     if let Some(props) = t.get("properties").and_then(Value::as_object) {
         for (name, p) in props {
             let desired = s(p, &["desired", "value"]);
-            let reported = s(p, &["reported", "value"]);
-            let delta = if !desired.is_empty() && desired != reported {
+            let mut reported = s(p, &["reported", "value"]).to_string();
+            if p.pointer("/reported/stale").and_then(Value::as_bool) == Some(true) {
+                let age = p.pointer("/reported/ageMs").and_then(Value::as_i64).unwrap_or(0);
+                reported = format!("{reported} (stale, {})", age_text(age));
+            }
+            let reported = reported.as_str();
+            let delta = if !desired.is_empty() && desired != s(p, &["reported", "value"]) {
                 "*"
             } else {
                 ""
@@ -176,6 +185,17 @@ pub fn format_twin(t: &Value) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out
+}
+
+/// `ms` as `850ms`, `12s`, `5m03s` or `2h07m`.
+fn age_text(ms: i64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
 }
 
 /// The device list as a table.

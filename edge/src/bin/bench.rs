@@ -242,6 +242,7 @@ async fn dmi_latency(
         catalog,
         changes_rx,
         metrics.clone(),
+        edge::dmi::mappers::Liveness::default(),
         cancel.clone(),
     )
     .await;

@@ -2,13 +2,29 @@
 //! about its devices: RegisterDevice, UpdateDevice (only when the effective spec or a desired value
 //! really changed), RemoveDevice, and the model calls.
 //!
-//! Unlike KubeEdge (one mapper per protocol), several mappers of one protocol share the devices:
-//! a device goes to the mapper its annotation [`MAPPER_ANNOTATION`] names, or else to the
-//! reachable mapper of its protocol holding the fewest devices, and stays there. Registrations and
-//! assignments are stored, so they survive a restart. A mapper that cannot be reached is retried
-//! with backoff, and its devices' state becomes `unknown` until it answers again.
+//! Unlike KubeEdge (one mapper per protocol), several mappers of one protocol share its devices,
+//! and a dead mapper's devices do not look alive:
+//! - **Liveness.** Every mapper is probed every [`Liveness::interval`] with a `GetDevice` call
+//!   (KubeEdge's mappers answer it too, even with an error; only a refused connection or no answer
+//!   within [`Liveness::timeout`] fails). After [`Liveness::failures`] failed probes in a row, or
+//!   one failed call, the mapper is unreachable: each of its devices becomes `unknown` with the
+//!   reason (`mapper modbus-a unreachable since ...`), and its reported values read as stale.
+//! - **Failover.** The devices of an unreachable mapper go to the live mappers of their protocol,
+//!   with their desired values, unless the annotation [`MAPPER_ANNOTATION`] pins them to it: those
+//!   wait for it. Only its devices move.
+//! - **Balance.** A new device goes to the live mapper of its protocol that ranks best for it
+//!   (rendezvous hashing) among those holding less than an even share. A mapper that registers
+//!   or comes back takes back the devices that left it, then, while it holds less than its share,
+//!   the devices that rank it best from the most loaded mapper. Nothing else moves: a mapper
+//!   restart moves only its own devices, away and back.
+//! - **One master per device.** A device moves by a RemoveDevice to its old mapper first, then a
+//!   RegisterDevice to the new one. An unreachable old mapper cannot be told; the device is
+//!   remembered (`retired`) and removed from it as soon as it answers again, before anything else.
+//!
+//! Registrations and assignments are stored, so they survive a restart.
 
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
+use crate::eventbus::payload::rfc3339;
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
 use api::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
@@ -33,6 +49,24 @@ pub const MAPPER_ANNOTATION: &str = "edgecore.kubeedge.io/mapper";
 /// The `meta` kind of stored mapper registrations.
 const META_KIND: &str = "devicemapper";
 
+/// How mappers are watched (`dmi.probeIntervalMs`, `dmi.probeTimeoutMs`, `dmi.probeFailures`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub failures: u32,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            failures: 2,
+        }
+    }
+}
+
 /// A registered mapper, as stored.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MapperRecord {
@@ -44,6 +78,10 @@ pub struct MapperRecord {
     pub api_version: String,
     /// Devices assigned to it (`namespace/name`).
     pub devices: BTreeSet<String>,
+    /// Devices moved away from it while it could not be told: removed from it as soon as it
+    /// answers again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retired: BTreeSet<String>,
 }
 
 /// How a mapper is doing, for the HTTP API.
@@ -52,21 +90,47 @@ pub struct MapperStatus {
     pub name: String,
     pub protocol: String,
     pub address: String,
+    /// `alive` or `unreachable`.
+    pub state: &'static str,
     pub reachable: bool,
+    /// When it became unreachable (RFC 3339), while it is.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub since: String,
+    /// Why its last probe or call failed, while it is unreachable.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error: String,
     pub devices: Vec<String>,
+    /// Devices moved away while it was unreachable, to be removed from it when it answers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
 }
 
 struct Entry {
     record: MapperRecord,
     client: Option<DeviceMapperServiceClient<Channel>>,
-    reachable: bool,
-    backoff: Duration,
-    retry_at: Instant,
+    alive: bool,
+    /// Failed probes in a row.
+    failures: u32,
+    /// A probe is under way.
+    probing: bool,
+    next_probe: Instant,
+    /// When it became unreachable (ms since the epoch), while it is.
+    down_since: twin::model::Millis,
+    last_error: String,
+    /// Bumped at every registration, so that a probe of an older client is ignored.
+    generation: u64,
 }
 
 enum Command {
     Register(pb::MapperInfo, oneshot::Sender<pb::MapperRegisterResponse>),
     List(oneshot::Sender<Vec<MapperStatus>>),
+}
+
+/// What one probe found.
+struct ProbeResult {
+    name: String,
+    generation: u64,
+    result: Result<(), String>,
 }
 
 /// A handle to the mapper manager task.
@@ -93,9 +157,7 @@ impl Mappers {
     }
 }
 
-/// The first retry delay of an unreachable mapper; it doubles up to [`MAX_BACKOFF`].
-pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a call to a mapper (other than a probe) may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts the manager: loads stored registrations and follows catalog and twin changes.
@@ -104,6 +166,7 @@ pub async fn start(
     catalog: SharedCatalog,
     catalog_changes: broadcast::Receiver<Vec<Change>>,
     metrics: Arc<Metrics>,
+    liveness: Liveness,
     cancel: CancellationToken,
 ) -> Mappers {
     let mut mappers = BTreeMap::new();
@@ -113,7 +176,7 @@ pub async fn start(
                 match serde_json::from_str::<MapperRecord>(&value) {
                     Ok(record) => {
                         tracing::info!(mapper = %record.name, protocol = %record.protocol, devices = record.devices.len(), "restored mapper registration");
-                        mappers.insert(record.name.clone(), entry(record));
+                        mappers.insert(record.name.clone(), entry(record, 0, liveness));
                     }
                     Err(e) => {
                         tracing::warn!(key, error = %e, "ignoring unreadable stored mapper registration")
@@ -124,27 +187,52 @@ pub async fn start(
         Err(e) => tracing::warn!(error = %e, "cannot read stored mapper registrations"),
     }
     let (tx, rx) = mpsc::channel(64);
+    let (probe_tx, probe_rx) = mpsc::channel(64);
     let manager = Manager {
         mappers,
         twin: twin.clone(),
         catalog,
         metrics,
+        liveness,
         sent: HashMap::new(),
+        probe_tx,
+        down: Vec::new(),
+        generations: 0,
     };
     manager.update_gauges();
-    tokio::spawn(manager.run(rx, catalog_changes, twin.subscribe(), cancel));
+    tokio::spawn(manager.run(rx, probe_rx, catalog_changes, twin.subscribe(), cancel));
     Mappers { tx }
 }
 
-fn entry(record: MapperRecord) -> Entry {
+fn entry(record: MapperRecord, generation: u64, liveness: Liveness) -> Entry {
     let client = connect(&record.address);
     Entry {
         record,
         client,
-        reachable: true,
-        backoff: FIRST_BACKOFF,
-        retry_at: Instant::now(),
+        alive: true,
+        failures: 0,
+        probing: false,
+        next_probe: Instant::now() + liveness.interval,
+        down_since: 0,
+        last_error: String::new(),
+        generation,
     }
+}
+
+/// The rank of `mapper` for `device` in rendezvous hashing: FNV-1a of both names, finished with
+/// splitmix64 so that similar names spread. Stable across processes and releases (the standard
+/// library's hasher is not promised to be).
+pub fn score(mapper: &str, device: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in mapper.bytes().chain([0u8]).chain(device.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// A lazy gRPC channel to a mapper's Unix socket (`unix:///path` or a plain path).
@@ -167,9 +255,14 @@ struct Manager {
     twin: TwinService,
     catalog: SharedCatalog,
     metrics: Arc<Metrics>,
+    liveness: Liveness,
     /// Per device, a fingerprint of the spec and desired values its mapper last accepted, so that
     /// an UpdateDevice goes out only when something the mapper sees really changed.
     sent: HashMap<String, u64>,
+    probe_tx: mpsc::Sender<ProbeResult>,
+    /// Mappers found unreachable and not handled yet (their devices to mark and move).
+    down: Vec<String>,
+    generations: u64,
 }
 
 /// A call to a mapper.
@@ -182,17 +275,40 @@ enum Call {
     RemoveModel(DeviceId),
 }
 
+/// The mapper a device's annotation pins it to.
+fn pin(device: &Device) -> Option<&str> {
+    device
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MAPPER_ANNOTATION))
+        .map(String::as_str)
+        .filter(|m| !m.is_empty())
+}
+
+/// Whether a transport failure, not an answer: only these count against a mapper's liveness.
+fn unreachable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    )
+}
+
 impl Manager {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Command>,
+        mut probes: mpsc::Receiver<ProbeResult>,
         mut catalog_changes: broadcast::Receiver<Vec<Change>>,
         mut twin_events: broadcast::Receiver<TwinEvent>,
         cancel: CancellationToken,
     ) {
         // Restored mappers may have missed changes while edgecore was down.
         self.resync_all().await;
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        self.handle_down().await;
+        let mut tick =
+            tokio::time::interval(self.liveness.interval.min(Duration::from_millis(250)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -205,6 +321,7 @@ impl Manager {
                         let _ = reply.send(self.status());
                     }
                 },
+                Some(p) = probes.recv() => self.on_probe(p).await,
                 c = catalog_changes.recv() => match c {
                     Ok(changes) => self.on_catalog(changes).await,
                     Err(broadcast::error::RecvError::Lagged(_)) => self.resync_all().await,
@@ -218,8 +335,9 @@ impl Manager {
                     }
                     Err(broadcast::error::RecvError::Closed) => {}
                 },
-                _ = tick.tick() => self.retry().await,
+                _ = tick.tick() => self.start_probes(),
             }
+            self.handle_down().await;
         }
     }
 
@@ -230,8 +348,20 @@ impl Manager {
                 name: e.record.name.clone(),
                 protocol: e.record.protocol.clone(),
                 address: e.record.address.clone(),
-                reachable: e.reachable,
+                state: if e.alive { "alive" } else { "unreachable" },
+                reachable: e.alive,
+                since: if e.alive {
+                    String::new()
+                } else {
+                    rfc3339(e.down_since)
+                },
+                error: if e.alive {
+                    String::new()
+                } else {
+                    e.last_error.clone()
+                },
                 devices: e.record.devices.iter().cloned().collect(),
+                retired: e.record.retired.iter().cloned().collect(),
             })
             .collect()
     }
@@ -240,7 +370,7 @@ impl Manager {
         self.metrics
             .mappers_registered
             .store(self.mappers.len() as i64, Ordering::Relaxed);
-        let up = self.mappers.values().filter(|e| e.reachable).count();
+        let up = self.mappers.values().filter(|e| e.alive).count();
         self.metrics
             .mappers_connected
             .store(up as i64, Ordering::Relaxed);
@@ -270,32 +400,65 @@ impl Manager {
             .map(|e| e.record.name.as_str())
     }
 
-    /// Picks the mapper for a device that has none: the one its annotation names, or the
-    /// reachable mapper of its protocol with the fewest devices.
-    fn assign(&mut self, device: &Device) -> Option<String> {
+    fn alive(&self, name: &str) -> bool {
+        self.mappers.get(name).is_some_and(|e| e.alive)
+    }
+
+    fn devices(&self) -> Vec<Device> {
+        let catalog = crate::catalog::read(&self.catalog);
+        catalog
+            .devices
+            .values()
+            .filter_map(StoredDevice::device)
+            .collect()
+    }
+
+    fn device(&self, id: &DeviceId) -> Option<Device> {
+        let catalog = crate::catalog::read(&self.catalog);
+        catalog.devices.get(id).and_then(StoredDevice::device)
+    }
+
+    /// Live mappers of `protocol`, by name.
+    fn live(&self, protocol: &str) -> Vec<String> {
+        self.mappers
+            .values()
+            .filter(|e| e.alive && e.record.protocol == protocol)
+            .map(|e| e.record.name.clone())
+            .collect()
+    }
+
+    /// The mapper a device that has none (or must leave its own) should go to: the one its
+    /// annotation names (live or not: it waits for it), else the best-ranked live mapper of its
+    /// protocol that has room, else the least loaded one.
+    fn choose(&self, device: &Device, except: Option<&str>) -> Option<String> {
+        if let Some(m) = pin(device) {
+            return self.mappers.contains_key(m).then(|| m.to_string());
+        }
+        let protocol = device.protocol_name()?;
         let id = object_id(&device.metadata).to_string();
-        if let Some(owner) = self.owner(&id) {
-            return Some(owner.to_string());
+        let live: Vec<&Entry> = self
+            .mappers
+            .values()
+            .filter(|e| e.alive && e.record.protocol == protocol)
+            .filter(|e| Some(e.record.name.as_str()) != except)
+            .collect();
+        if live.is_empty() {
+            return None;
         }
-        let protocol = device.protocol_name().unwrap_or_default();
-        let pinned = device
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(MAPPER_ANNOTATION));
-        let chosen = match pinned {
-            Some(name) => self.mappers.get(name).map(|e| e.record.name.clone()),
-            None => self
-                .mappers
-                .values()
-                .filter(|e| e.record.protocol == protocol && e.reachable)
-                .min_by_key(|e| e.record.devices.len())
-                .map(|e| e.record.name.clone()),
-        }?;
-        if let Some(e) = self.mappers.get_mut(&chosen) {
-            e.record.devices.insert(id);
-        }
-        Some(chosen)
+        let total: usize = self
+            .mappers
+            .values()
+            .filter(|e| e.record.protocol == protocol)
+            .map(|e| e.record.devices.len())
+            .sum::<usize>()
+            + usize::from(self.owner(&id).is_none());
+        let cap = total.div_ceil(live.len());
+        let load = |e: &Entry| e.record.devices.iter().filter(|d| **d != id).count();
+        live.iter()
+            .filter(|e| load(e) < cap)
+            .max_by_key(|e| score(&e.record.name, &id))
+            .or_else(|| live.iter().min_by_key(|e| load(e)))
+            .map(|e| e.record.name.clone())
     }
 
     /// The device as DMI sends it (effective spec with the twin's desired values), and a
@@ -339,52 +502,155 @@ impl Manager {
         }
     }
 
+    /// Takes a device from `from` (told to remove it first, or remembered as retired when it
+    /// cannot be told) and gives it to `to`; `tell` sends it to `to` (RegisterDevice), which a
+    /// registering mapper does not need (it gets it in its response).
+    async fn move_device(&mut self, device: &Device, from: Option<&str>, to: &str, tell: bool) {
+        let id = object_id(&device.metadata);
+        let key = id.to_string();
+        if let Some(from) = from.filter(|f| *f != to) {
+            let told = self.alive(from) && self.call(from, Call::Remove(id.clone())).await;
+            if let Some(e) = self.mappers.get_mut(from) {
+                e.record.devices.remove(&key);
+                if !told {
+                    e.record.retired.insert(key.clone());
+                }
+            }
+            self.persist(from).await;
+            self.metrics
+                .mapper_device_moves
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(device = %key, from, to, "device moved to another mapper");
+        }
+        if let Some(e) = self.mappers.get_mut(to) {
+            e.record.retired.remove(&key);
+            e.record.devices.insert(key.clone());
+        }
+        self.persist(to).await;
+        self.sent.remove(&key);
+        if tell {
+            self.push_device(to, device, true).await;
+        }
+    }
+
+    /// A mapper joins (registers, or answers again): it takes back the devices that left it
+    /// while it was away (`reclaim`, still of its protocol and not pinned elsewhere), then, while
+    /// it holds fewer than its share, the devices that rank it best from the most loaded live
+    /// mapper of its protocol. Nothing else moves. `registering`: it is not serving yet, so the
+    /// devices it gets are not sent (its registration response carries them).
+    async fn join(&mut self, name: &str, reclaim: BTreeSet<String>, registering: bool) {
+        let Some(protocol) = self.mappers.get(name).map(|e| e.record.protocol.clone()) else {
+            return;
+        };
+        let tell = !registering;
+        for key in reclaim {
+            let Some(id) = DeviceId::parse(&key) else {
+                continue;
+            };
+            let Some(device) = self.device(&id) else {
+                continue;
+            };
+            let fits = match pin(&device) {
+                Some(m) => m == name,
+                None => device.protocol_name() == Some(protocol.as_str()),
+            };
+            let from = self.owner(&key).map(str::to_string);
+            if fits && from.as_deref() != Some(name) {
+                self.move_device(&device, from.as_deref(), name, tell).await;
+            }
+        }
+        // Its share of the protocol's devices on live mappers.
+        loop {
+            let live = self.live(&protocol);
+            let loads: Vec<(String, usize)> = live
+                .iter()
+                .map(|m| (m.clone(), self.mappers.get(m).map_or(0, |e| e.record.devices.len())))
+                .collect();
+            let total: usize = loads.iter().map(|(_, l)| l).sum();
+            let mine = loads.iter().find(|(m, _)| m == name).map_or(0, |(_, l)| *l);
+            if live.is_empty() || mine >= total / live.len() {
+                break;
+            }
+            let Some((donor, load)) = loads
+                .iter()
+                .filter(|(m, _)| m != name)
+                .max_by_key(|(m, l)| (*l, std::cmp::Reverse(m.clone())))
+                .cloned()
+            else {
+                break;
+            };
+            if load <= mine + 1 {
+                break;
+            }
+            let candidates: Vec<Device> = self
+                .mappers
+                .get(&donor)
+                .map(|e| e.record.devices.iter().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|k| DeviceId::parse(k))
+                .filter_map(|id| self.device(&id))
+                .filter(|d| pin(d).is_none())
+                .collect();
+            let Some(device) = candidates
+                .into_iter()
+                .max_by_key(|d| score(name, &object_id(&d.metadata).to_string()))
+            else {
+                break;
+            };
+            self.move_device(&device, Some(&donor), name, tell).await;
+            if !self.alive(name) {
+                break;
+            }
+        }
+    }
+
     async fn register(&mut self, info: pb::MapperInfo) -> pb::MapperRegisterResponse {
         let address = String::from_utf8_lossy(&info.address).to_string();
         let previous = self.mappers.remove(&info.name);
-        let mut record = MapperRecord {
+        let record = MapperRecord {
             name: info.name.clone(),
             protocol: info.protocol.clone(),
             address,
             version: info.version.clone(),
             api_version: info.api_version.clone(),
             devices: BTreeSet::new(),
+            retired: BTreeSet::new(),
         };
-        if let Some(p) = previous
-            && p.record.protocol == record.protocol
-        {
-            record.devices = p.record.devices;
-        }
+        // A registering mapper is a new process that serves nothing yet: what it had, and what
+        // left it while it was away, it takes back.
+        let reclaim: BTreeSet<String> = previous
+            .filter(|p| p.record.protocol == record.protocol)
+            .map(|p| p.record.devices.union(&p.record.retired).cloned().collect())
+            .unwrap_or_default();
         tracing::info!(mapper = %record.name, protocol = %record.protocol, address = %record.address, "mapper registered");
         let name = record.name.clone();
-        self.mappers.insert(name.clone(), entry(record));
-        let devices: Vec<Device> = {
-            let catalog = crate::catalog::read(&self.catalog);
-            catalog
-                .devices
-                .values()
-                .filter_map(StoredDevice::device)
-                .collect()
-        };
-        // Forget assignments of devices that no longer exist, then take unassigned ones.
-        let existing: BTreeSet<String> = devices
-            .iter()
-            .map(|d| object_id(&d.metadata).to_string())
-            .collect();
-        if let Some(e) = self.mappers.get_mut(&name) {
-            e.record.devices.retain(|d| existing.contains(d));
-        }
-        let mut mine = Vec::new();
+        let protocol = record.protocol.clone();
+        self.generations += 1;
+        self.mappers
+            .insert(name.clone(), entry(record, self.generations, self.liveness));
+        let devices = self.devices();
+        // Devices pinned to it, and devices of its protocol without a mapper, are its own.
+        let mut reclaim = reclaim;
         for d in &devices {
-            if self.assign(d).as_deref() == Some(name.as_str()) {
-                mine.push(d.clone());
+            let id = object_id(&d.metadata).to_string();
+            let unowned = pin(d).is_none()
+                && d.protocol_name() == Some(protocol.as_str())
+                && self.owner(&id).is_none();
+            if pin(d) == Some(name.as_str()) || unowned {
+                reclaim.insert(id);
             }
         }
+        self.join(&name, reclaim, true).await;
         self.persist(&name).await;
         self.update_gauges();
+        let mine: Vec<&Device> = devices
+            .iter()
+            .filter(|d| self.owner(&object_id(&d.metadata).to_string()) == Some(name.as_str()))
+            .collect();
         let mut response = pb::MapperRegisterResponse::default();
         let mut models = BTreeMap::new();
-        for d in &mine {
+        for d in mine {
             let (dev, fingerprint) = self.dmi_device(d).await;
             self.sent
                 .insert(object_id(&d.metadata).to_string(), fingerprint);
@@ -398,36 +664,59 @@ impl Manager {
         response
     }
 
+    /// Gives a device a mapper, or moves it when its pin or protocol no longer fits the one it
+    /// has; otherwise tells its mapper what changed.
+    async fn place(&mut self, device: &Device, added: bool) {
+        let id = object_id(&device.metadata).to_string();
+        let owner = self.owner(&id).map(str::to_string);
+        let fits = owner.as_deref().is_some_and(|o| match pin(device) {
+            Some(m) => m == o,
+            None => {
+                self.mappers.get(o).map(|e| e.record.protocol.as_str()) == device.protocol_name()
+            }
+        });
+        if fits && let Some(o) = owner {
+            self.push_device(&o, device, added).await;
+            return;
+        }
+        match self.choose(device, None) {
+            Some(to) => self.move_device(device, owner.as_deref(), &to, true).await,
+            None => {
+                // No mapper for it now: it leaves the one that no longer fits and waits.
+                if let Some(o) = owner {
+                    let told = self.alive(&o)
+                        && self
+                            .call(&o, Call::Remove(object_id(&device.metadata)))
+                            .await;
+                    if let Some(e) = self.mappers.get_mut(&o) {
+                        e.record.devices.remove(&id);
+                        if !told {
+                            e.record.retired.insert(id.clone());
+                        }
+                    }
+                    self.persist(&o).await;
+                }
+            }
+        }
+    }
+
     async fn on_catalog(&mut self, changes: Vec<Change>) {
         for change in changes {
             match change {
-                Change::DeviceAdded(d) => {
-                    if let Some(m) = self.assign(&d) {
-                        self.persist(&m).await;
-                        self.push_device(&m, &d, true).await;
-                    }
-                }
-                Change::DeviceUpdated(d) => {
-                    let id = object_id(&d.metadata).to_string();
-                    match self.owner(&id).map(str::to_string) {
-                        Some(m) => self.push_device(&m, &d, false).await,
-                        None => {
-                            if let Some(m) = self.assign(&d) {
-                                self.persist(&m).await;
-                                self.push_device(&m, &d, true).await;
-                            }
-                        }
-                    }
-                }
+                Change::DeviceAdded(d) => self.place(&d, true).await,
+                Change::DeviceUpdated(d) => self.place(&d, false).await,
                 Change::DeviceRemoved(id) => {
                     let key = id.to_string();
                     self.sent.remove(&key);
                     if let Some(m) = self.owner(&key).map(str::to_string) {
+                        let told = self.alive(&m) && self.call(&m, Call::Remove(id)).await;
                         if let Some(e) = self.mappers.get_mut(&m) {
                             e.record.devices.remove(&key);
+                            if !told {
+                                e.record.retired.insert(key);
+                            }
                         }
                         self.persist(&m).await;
-                        self.call(&m, Call::Remove(id)).await;
                     }
                 }
                 Change::ModelAdded(m) => {
@@ -477,11 +766,7 @@ impl Manager {
         let Some(owner) = self.owner(&key).map(str::to_string) else {
             return;
         };
-        let device = {
-            let catalog = crate::catalog::read(&self.catalog);
-            catalog.devices.get(id).and_then(StoredDevice::device)
-        };
-        if let Some(d) = device {
+        if let Some(d) = self.device(id) {
             self.push_device(&owner, &d, false).await;
         }
     }
@@ -504,46 +789,204 @@ impl Manager {
             let Some(id) = DeviceId::parse(&id) else {
                 continue;
             };
-            let device = {
-                let catalog = crate::catalog::read(&self.catalog);
-                catalog.devices.get(&id).and_then(StoredDevice::device)
-            };
-            if let Some(d) = device {
+            if let Some(d) = self.device(&id) {
                 self.push_device(name, &d, true).await;
             }
         }
     }
 
-    /// Retries unreachable mappers whose backoff has passed.
-    async fn retry(&mut self) {
+    /// Starts the probes that are due, each in its own task so that a hung mapper holds
+    /// nothing up.
+    fn start_probes(&mut self) {
         let now = Instant::now();
-        let due: Vec<String> = self
-            .mappers
-            .values()
-            .filter(|e| !e.reachable && e.retry_at <= now)
-            .map(|e| e.record.name.clone())
-            .collect();
-        for name in due {
-            let probe = self.send(&name, Call::Remove(DeviceId::new("edgecore-probe", "none")));
-            if probe.await.is_ok() {
-                tracing::info!(mapper = %name, "mapper reachable again");
-                if let Some(e) = self.mappers.get_mut(&name) {
-                    e.reachable = true;
-                    e.backoff = FIRST_BACKOFF;
+        let timeout = self.liveness.timeout;
+        for e in self.mappers.values_mut() {
+            if e.probing || e.next_probe > now {
+                continue;
+            }
+            e.next_probe = now + self.liveness.interval;
+            let tx = self.probe_tx.clone();
+            let name = e.record.name.clone();
+            let generation = e.generation;
+            let Some(mut client) = e.client.clone() else {
+                let _ = tx.try_send(ProbeResult {
+                    name,
+                    generation,
+                    result: Err("the mapper gave no socket address".into()),
+                });
+                continue;
+            };
+            e.probing = true;
+            tokio::spawn(async move {
+                let request = pb::GetDeviceRequest {
+                    device_name: "edgecore-liveness-probe".into(),
+                    device_namespace: String::new(),
+                };
+                let result = match tokio::time::timeout(timeout, client.get_device(request)).await
+                {
+                    Err(_) => Err(format!("no answer to a probe within {timeout:?}")),
+                    Ok(Err(s)) if unreachable(&s) => Err(s.message().to_string()),
+                    Ok(_) => Ok(()),
+                };
+                let _ = tx
+                    .send(ProbeResult {
+                        name,
+                        generation,
+                        result,
+                    })
+                    .await;
+            });
+        }
+    }
+
+    async fn on_probe(&mut self, p: ProbeResult) {
+        let threshold = self.liveness.failures;
+        let Some(e) = self.mappers.get_mut(&p.name) else {
+            return;
+        };
+        if e.generation != p.generation {
+            return;
+        }
+        e.probing = false;
+        match p.result {
+            Ok(()) => {
+                e.failures = 0;
+                if !e.alive {
+                    self.revive(&p.name).await;
                 }
-                self.update_gauges();
-                self.resync(&name).await;
-            } else if let Some(e) = self.mappers.get_mut(&name) {
-                e.backoff = (e.backoff * 2).min(MAX_BACKOFF);
-                e.retry_at = Instant::now() + e.backoff;
+            }
+            Err(error) => {
+                e.failures += 1;
+                if e.alive && e.failures >= threshold {
+                    let error = format!("{error} ({} probes in a row failed)", e.failures);
+                    self.mark_down(&p.name, error);
+                } else if !e.alive {
+                    e.last_error = error;
+                }
             }
         }
     }
 
-    /// Calls a mapper; a transport failure marks it unreachable and its devices `unknown`.
-    /// Returns whether the mapper received the call.
+    /// Records that a mapper is unreachable; [`Self::handle_down`] marks and moves its devices.
+    fn mark_down(&mut self, name: &str, error: String) {
+        let Some(e) = self.mappers.get_mut(name) else {
+            return;
+        };
+        if !e.alive {
+            return;
+        }
+        e.alive = false;
+        e.down_since = twin::now_millis();
+        e.last_error = error;
+        self.metrics.mapper_failures.fetch_add(1, Ordering::Relaxed);
+        self.down.push(name.to_string());
+        self.update_gauges();
+    }
+
+    /// For each mapper found unreachable: its devices become `unknown` with the reason, and those
+    /// not pinned to it go to the other live mappers of its protocol.
+    async fn handle_down(&mut self) {
+        while let Some(name) = self.down.pop() {
+            let Some(e) = self.mappers.get(&name) else {
+                continue;
+            };
+            if e.alive {
+                continue;
+            }
+            let since = rfc3339(e.down_since);
+            let error = e.last_error.clone();
+            let ids: Vec<String> = e.record.devices.iter().cloned().collect();
+            tracing::warn!(mapper = %name, %error, devices = ids.len(), "mapper unreachable; its devices are unknown and move to another live mapper of the protocol");
+            for key in ids {
+                let Some(id) = DeviceId::parse(&key) else {
+                    continue;
+                };
+                let Some(device) = self.device(&id) else {
+                    continue;
+                };
+                // Still its device? (A mapper found down meanwhile may have moved it.)
+                if self.owner(&key) != Some(name.as_str()) {
+                    continue;
+                }
+                let unreachable = format!("mapper {name} unreachable since {since}: {error}");
+                let (reason, to) = if pin(&device) == Some(name.as_str()) {
+                    (
+                        format!("{unreachable}; the device is pinned to it ({MAPPER_ANNOTATION}) and waits for it"),
+                        None,
+                    )
+                } else {
+                    match self.choose(&device, Some(&name)) {
+                        Some(to) => (format!("{unreachable}; moved to mapper {to}"), Some(to)),
+                        None => (
+                            format!(
+                                "{unreachable}; no other live mapper of protocol {}",
+                                device.protocol_name().unwrap_or_default()
+                            ),
+                            None,
+                        ),
+                    }
+                };
+                let _ = self
+                    .twin
+                    .apply(Op::State {
+                        id: id.clone(),
+                        state: "unknown".into(),
+                        reason,
+                    })
+                    .await;
+                if let Some(to) = to {
+                    self.move_device(&device, Some(&name), &to, true).await;
+                }
+            }
+        }
+    }
+
+    /// A mapper answers again: it first loses the devices that moved away meanwhile, is told its
+    /// own again (with their desired values), and the protocol's devices are spread again.
+    async fn revive(&mut self, name: &str) {
+        let (protocol, retired) = match self.mappers.get_mut(name) {
+            Some(e) => {
+                e.alive = true;
+                e.failures = 0;
+                e.down_since = 0;
+                e.last_error.clear();
+                (e.record.protocol.clone(), e.record.retired.clone())
+            }
+            None => return,
+        };
+        tracing::info!(mapper = %name, retired = retired.len(), "mapper reachable again");
+        self.update_gauges();
+        // What left it and cannot come back (removed, pinned elsewhere, another protocol now)
+        // is removed from it first.
+        for key in &retired {
+            let Some(id) = DeviceId::parse(key) else {
+                continue;
+            };
+            let back = self.device(&id).is_some_and(|d| match pin(&d) {
+                Some(m) => m == name,
+                None => d.protocol_name() == Some(protocol.as_str()),
+            });
+            if back {
+                continue;
+            }
+            if !self.call(name, Call::Remove(id)).await {
+                return;
+            }
+            if let Some(e) = self.mappers.get_mut(name) {
+                e.record.retired.remove(key);
+            }
+        }
+        self.persist(name).await;
+        self.resync(name).await;
+        if self.alive(name) {
+            self.join(name, retired, false).await;
+        }
+    }
+
+    /// Calls a mapper; a transport failure marks it unreachable. Returns whether the mapper
+    /// received the call.
     async fn call(&mut self, name: &str, call: Call) -> bool {
-        if !self.mappers.get(name).is_some_and(|e| e.reachable) {
+        if !self.alive(name) {
             return false;
         }
         let Err(status) = self.send(name, call).await else {
@@ -552,25 +995,7 @@ impl Manager {
         self.metrics
             .mapper_call_errors
             .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(mapper = name, error = %status.message(), "mapper unreachable; retrying with backoff");
-        let ids: Vec<String> = match self.mappers.get_mut(name) {
-            Some(e) => {
-                e.reachable = false;
-                e.retry_at = Instant::now() + e.backoff;
-                e.record.devices.iter().cloned().collect()
-            }
-            None => Vec::new(),
-        };
-        self.update_gauges();
-        for id in ids.iter().filter_map(|i| DeviceId::parse(i)) {
-            let _ = self
-                .twin
-                .apply(Op::State {
-                    id,
-                    state: "unknown".into(),
-                })
-                .await;
-        }
+        self.mark_down(name, format!("call failed: {}", status.message()));
         false
     }
 
@@ -619,20 +1044,25 @@ impl Manager {
         };
         match result {
             Ok(()) => Ok(()),
-            Err(s)
-                if matches!(
-                    s.code(),
-                    tonic::Code::Unavailable
-                        | tonic::Code::DeadlineExceeded
-                        | tonic::Code::Cancelled
-                ) =>
-            {
-                Err(s)
-            }
+            Err(s) if unreachable(&s) => Err(s),
             Err(s) => {
                 tracing::debug!(mapper = name, code = ?s.code(), error = %s.message(), "mapper refused a call");
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_stable() {
+        // A fixed value (FNV-1a + splitmix64, computed apart): an assignment must not change with
+        // the compiler or the process.
+        assert_eq!(score("a", "b"), score("a", "b"));
+        assert_ne!(score("a", "b"), score("b", "a"));
+        assert_eq!(score("modbus-mapper-a", "default/dev-0"), 0xd996_238f_5aa4_5f89);
     }
 }

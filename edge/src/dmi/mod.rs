@@ -206,6 +206,7 @@ impl DeviceManagerService for DmiServer {
                 .apply(Op::State {
                     id,
                     state: req.state,
+                    reason: String::new(),
                 })
                 .await
                 .map_err(status_of)?;

@@ -517,6 +517,7 @@ impl Bus {
                 op: Box::new(Op::State {
                     id: device.clone(),
                     state,
+                    reason: String::new(),
                 }),
             })
             .await;

@@ -223,12 +223,24 @@ pub fn update_result(event_id: &str, now: Millis, twin: &DeviceTwin, names: &[St
     bytes(m)
 }
 
-/// `twin/get/result`: the whole twin, versions stripped.
+/// `twin/get/result`: the whole twin, versions stripped. While the device is `unknown` or
+/// `offline`, each `actual` value's metadata also says `"stale": true` and its age in ms
+/// (`"age"`): it is the last value read, not a live one. KubeEdge's apps ignore both keys.
 pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
+    let stale = twin.values_stale();
     let t: Map<String, Value> = twin
         .properties
         .iter()
-        .map(|(k, p)| (k.clone(), msg_twin(p, false)))
+        .map(|(k, p)| {
+            let mut v = msg_twin(p, false);
+            if let (true, Some(r)) = (stale, &p.reported)
+                && let Some(Value::Object(meta)) = v.get_mut("actual").and_then(|a| a.get_mut("metadata"))
+            {
+                meta.insert("stale".into(), Value::Bool(true));
+                meta.insert("age".into(), Value::from((now - r.timestamp).max(0)));
+            }
+            (k.clone(), v)
+        })
         .collect();
     let mut m = envelope(event_id, now);
     m.insert("twin".into(), Value::Object(t));

@@ -75,6 +75,9 @@ pub enum Command {
     Read(String, oneshot::Sender<Result<String, String>>),
     /// Write one property now and read it back.
     Write(String, String, oneshot::Sender<Result<String, String>>),
+    /// Say the device's state again: edgecore told the device again (after it found this mapper
+    /// unreachable for a while, it set the state `unknown` itself).
+    ResendState,
 }
 
 pub fn now_ms() -> u64 {
@@ -236,6 +239,11 @@ impl<D: Driver> DeviceTask<D> {
                     None => Err(format!("no property {name}")),
                 };
                 let _ = reply.send(r);
+            }
+            Command::ResendState => {
+                if self.state != DeviceState::Unknown {
+                    self.send_state().await;
+                }
             }
         }
     }

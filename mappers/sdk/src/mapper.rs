@@ -230,6 +230,10 @@ impl<P: Protocol> Mapper<P> {
                 let tx = tx.clone();
                 tokio::spawn(async move { tx.send(Command::Desired(desired)).await });
             }
+            if let Some(tx) = &h.tx {
+                // Best effort: a full queue means the device is busy reporting anyway.
+                let _ = tx.try_send(Command::ResendState);
+            }
             return Ok(());
         }
         if let Some(old) = devices.remove(&k) {
