@@ -237,10 +237,34 @@ impl Node {
         http_port: u16,
         env: &[(&str, String)],
     ) -> Proc {
+        self.mapper_named(
+            bin_name,
+            &format!("{protocol}-mapper"),
+            protocol,
+            http_port,
+            env,
+        )
+    }
+
+    /// A mapper called `name` (its socket `{name}.sock`, its log `{name}.log`), so that several
+    /// mappers of one protocol can run side by side.
+    pub fn mapper_named(
+        &self,
+        bin_name: &str,
+        name: &str,
+        protocol: &str,
+        http_port: u16,
+        env: &[(&str, String)],
+    ) -> Proc {
+        let socket = if name == format!("{protocol}-mapper") {
+            protocol.to_string()
+        } else {
+            name.to_string()
+        };
         let config = format!(
-            "grpc_server:\n  socket_path: {protocol}.sock\ncommon:\n  name: {protocol}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n  data_dir: {protocol}-mapper-data\n"
+            "grpc_server:\n  socket_path: {socket}.sock\ncommon:\n  name: {name}\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {protocol}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {http_port}\n  data_dir: {name}-data\n"
         );
-        let file = format!("{protocol}-mapper.yaml");
+        let file = format!("{name}.yaml");
         std::fs::write(self.dir.path().join(&file), config).expect("mapper config");
         // `cargo test --workspace` builds a package's binaries only when the package has
         // integration tests of its own; `bin` builds the missing ones.
@@ -250,7 +274,11 @@ impl Node {
             &path,
             &["--config-file", &file],
             self.dir.path(),
-            &format!("{bin_name}.log"),
+            &if name == format!("{protocol}-mapper") {
+                format!("{bin_name}.log")
+            } else {
+                format!("{name}.log")
+            },
             env,
         )
     }

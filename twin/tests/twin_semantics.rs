@@ -373,8 +373,16 @@ fn a_state_reason_is_kept_until_the_mapper_reports_a_state() {
     );
     assert!(t.values_stale());
     // A new reason alone is a change too; the same state and reason is not.
-    assert!(!e.set_state(&id(), "unknown", "mapper n unreachable", 3).expect("valid").is_noop());
-    assert!(e.set_state(&id(), "unknown", "mapper n unreachable", 4).expect("valid").is_noop());
+    assert!(
+        !e.set_state(&id(), "unknown", "mapper n unreachable", 3)
+            .expect("valid")
+            .is_noop()
+    );
+    assert!(
+        e.set_state(&id(), "unknown", "mapper n unreachable", 4)
+            .expect("valid")
+            .is_noop()
+    );
     e.set_state(&id(), "online", "", 5).expect("valid");
     let t = e.get(&id()).expect("twin");
     assert_eq!(t.row.state_reason, "");

@@ -155,7 +155,10 @@ pub fn format_twin(t: &Value) -> String {
             let desired = s(p, &["desired", "value"]);
             let mut reported = s(p, &["reported", "value"]).to_string();
             if p.pointer("/reported/stale").and_then(Value::as_bool) == Some(true) {
-                let age = p.pointer("/reported/ageMs").and_then(Value::as_i64).unwrap_or(0);
+                let age = p
+                    .pointer("/reported/ageMs")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
                 reported = format!("{reported} (stale, {})", age_text(age));
             }
             let reported = reported.as_str();

@@ -564,7 +564,12 @@ impl Manager {
             let live = self.live(&protocol);
             let loads: Vec<(String, usize)> = live
                 .iter()
-                .map(|m| (m.clone(), self.mappers.get(m).map_or(0, |e| e.record.devices.len())))
+                .map(|m| {
+                    (
+                        m.clone(),
+                        self.mappers.get(m).map_or(0, |e| e.record.devices.len()),
+                    )
+                })
                 .collect();
             let total: usize = loads.iter().map(|(_, l)| l).sum();
             let mine = loads.iter().find(|(m, _)| m == name).map_or(0, |(_, l)| *l);
@@ -822,8 +827,7 @@ impl Manager {
                     device_name: "edgecore-liveness-probe".into(),
                     device_namespace: String::new(),
                 };
-                let result = match tokio::time::timeout(timeout, client.get_device(request)).await
-                {
+                let result = match tokio::time::timeout(timeout, client.get_device(request)).await {
                     Err(_) => Err(format!("no answer to a probe within {timeout:?}")),
                     Ok(Err(s)) if unreachable(&s) => Err(s.message().to_string()),
                     Ok(_) => Ok(()),
@@ -911,7 +915,9 @@ impl Manager {
                 let unreachable = format!("mapper {name} unreachable since {since}: {error}");
                 let (reason, to) = if pin(&device) == Some(name.as_str()) {
                     (
-                        format!("{unreachable}; the device is pinned to it ({MAPPER_ANNOTATION}) and waits for it"),
+                        format!(
+                            "{unreachable}; the device is pinned to it ({MAPPER_ANNOTATION}) and waits for it"
+                        ),
                         None,
                     )
                 } else {
@@ -1063,6 +1069,9 @@ mod tests {
         // the compiler or the process.
         assert_eq!(score("a", "b"), score("a", "b"));
         assert_ne!(score("a", "b"), score("b", "a"));
-        assert_eq!(score("modbus-mapper-a", "default/dev-0"), 0xd996_238f_5aa4_5f89);
+        assert_eq!(
+            score("modbus-mapper-a", "default/dev-0"),
+            0xd996_238f_5aa4_5f89
+        );
     }
 }

@@ -234,7 +234,8 @@ pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
         .map(|(k, p)| {
             let mut v = msg_twin(p, false);
             if let (true, Some(r)) = (stale, &p.reported)
-                && let Some(Value::Object(meta)) = v.get_mut("actual").and_then(|a| a.get_mut("metadata"))
+                && let Some(Value::Object(meta)) =
+                    v.get_mut("actual").and_then(|a| a.get_mut("metadata"))
             {
                 meta.insert("stale".into(), Value::Bool(true));
                 meta.insert("age".into(), Value::from((now - r.timestamp).max(0)));
@@ -315,10 +316,12 @@ pub fn rfc3339(ms: Millis) -> String {
 /// `state/update/result`.
 pub fn state_result(event_id: &str, now: Millis, row: &DeviceRow) -> Vec<u8> {
     let mut m = envelope(event_id, now);
-    m.insert(
-        "device".into(),
-        json!({"name": row.name, "state": row.state, "lastOnlineTime": rfc3339(row.last_online)}),
-    );
+    let mut device =
+        json!({"name": row.name, "state": row.state, "lastOnlineTime": rfc3339(row.last_online)});
+    if !row.state_reason.is_empty() {
+        device["reason"] = Value::String(row.state_reason.clone());
+    }
+    m.insert("device".into(), device);
     bytes(m)
 }
 
@@ -379,6 +382,30 @@ mod tests {
         }));
         assert!(u.contains(&TwinUpdate::Delete { name: "old".into() }));
         assert_eq!(event_id(p), "e1");
+    }
+
+    #[test]
+    fn twin_get_marks_values_stale_while_the_device_is_not_live() {
+        let id = api::paths::DeviceId::new("default", "d");
+        let mut t = DeviceTwin::new(&id);
+        let mut p = PropertyTwin::new(PropertyType::Int, false, false);
+        p.reported = Some(TwinValue {
+            value: "7".into(),
+            timestamp: 1_000,
+        });
+        t.properties.insert("v".into(), p);
+        t.row.state = "online".into();
+        let live: Value = serde_json::from_slice(&get_result("e", 5_000, &t)).expect("json");
+        assert_eq!(
+            live["twin"]["v"]["actual"]["metadata"],
+            json!({"timestamp": 1_000})
+        );
+        t.row.state = "unknown".into();
+        let stale: Value = serde_json::from_slice(&get_result("e", 5_000, &t)).expect("json");
+        assert_eq!(
+            stale["twin"]["v"]["actual"],
+            json!({"value": "7", "metadata": {"timestamp": 1_000, "stale": true, "age": 4_000}})
+        );
     }
 
     #[test]
