@@ -121,20 +121,27 @@ async fn twin_response(s: &ApiState, id: &DeviceId) -> Response {
     }
 }
 
-/// The twin document as the API shows it: while the device is `unknown` or `offline`, each
-/// reported value carries `"stale": true` and its age in milliseconds (`ageMs`), since it is the
-/// last value read before that.
+/// The twin document as the API shows it. A property whose last read failed carries
+/// `"error": {"message", "timestamp"}`; its reported value, and every reported value while the
+/// device is `unknown` or `offline`, carries `"stale": true` and its age in milliseconds
+/// (`ageMs`): it is the last value read, not a live one.
 pub fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::Value {
     let mut v = serde_json::to_value(t).unwrap_or_default();
-    if !t.values_stale() {
-        return v;
-    }
+    let device_stale = t.values_stale();
     for (name, p) in &t.properties {
-        let Some(r) = &p.reported else { continue };
-        if let Some(serde_json::Value::Object(reported)) = v
-            .get_mut("properties")
-            .and_then(|ps| ps.get_mut(name))
-            .and_then(|p| p.get_mut("reported"))
+        let Some(serde_json::Value::Object(view)) =
+            v.get_mut("properties").and_then(|ps| ps.get_mut(name))
+        else {
+            continue;
+        };
+        if let Some(e) = &p.error {
+            view.insert(
+                "error".into(),
+                json!({"message": e.value, "timestamp": e.timestamp}),
+            );
+        }
+        if let (true, Some(r)) = (device_stale || p.error.is_some(), &p.reported)
+            && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")
         {
             reported.insert("stale".into(), true.into());
             reported.insert("ageMs".into(), (now - r.timestamp).max(0).into());

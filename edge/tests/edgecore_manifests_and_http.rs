@@ -36,21 +36,35 @@ fn manifests_become_twins_and_kectl_shows_and_sets_them() {
     assert_eq!(desired(&t, "setpoint").as_deref(), Some("120"));
     assert_eq!(t["properties"]["setpoint"]["desiredVersion"]["edge"], 1);
 
-    // A negative value needs no `--`: it reaches edgecore (which takes it or says why).
-    let out = Command::new(&kectl)
-        .args([
-            "twin", "set", "oven-1", "setpoint", "-321", "--server", &e.http,
-        ])
-        .output()
-        .expect("kectl runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("unexpected argument"), "{stderr}");
-    if out.status.success() {
-        let t = e.twin("default/oven-1").expect("twin");
-        assert_eq!(desired(&t, "setpoint").as_deref(), Some("-321"));
-    } else {
-        assert!(stderr.contains("-321"), "{stderr}");
+    // A negative value needs no `--`: it reaches edgecore, which refuses it below the model's
+    // minimum (0), as it refuses one above its maximum (300), saying why; nothing is stored.
+    for (value, why) in [
+        ("-321", "-321 is below the model minimum 0"),
+        ("301", "301 is above the model maximum 300"),
+    ] {
+        let out = Command::new(&kectl)
+            .args([
+                "twin", "set", "oven-1", "setpoint", value, "--server", &e.http,
+            ])
+            .output()
+            .expect("kectl runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{value} accepted");
+        assert!(stderr.contains(why), "{stderr}");
     }
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("120"));
+    let (s, v) = e.put(
+        "/api/v1/devices/default/oven-1/desired",
+        r#"{"setpoint": 301}"#,
+    );
+    assert_eq!(s, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("above the model maximum 300")),
+        "{v}"
+    );
 
     // Errors name what was wrong and fail the command.
     let out = Command::new(&kectl)

@@ -137,6 +137,25 @@ async fn exercise(port: u16, round: u32) {
     let delta = app.expect(&format!("{DEV}/twin/update/delta")).await;
     assert_eq!(delta["delta"]["setpoint"], set.as_str());
 
+    // An expected value beyond the model's range (maximum 300) is refused with the reason.
+    app.send(
+        &format!("{DEV}/twin/update"),
+        br#"{"event_id":"r1","timestamp":2,"twin":{"setpoint":{"expected":{"value":"301"}}}}"#,
+    )
+    .await;
+    let r = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(
+        (r["event_id"].as_str(), r["code"].as_u64()),
+        (Some("r1"), Some(400)),
+        "{r}"
+    );
+    assert!(
+        r["reason"]
+            .as_str()
+            .is_some_and(|m| m.contains("above the model maximum 300")),
+        "{r}"
+    );
+
     // expected and actual in one request: one document, and no delta left behind.
     let body = format!(
         r#"{{"event_id":"b1","timestamp":2,"twin":{{"setpoint":{{"expected":{{"value":"{set}"}},"actual":{{"value":"{set}"}}}}}}}}"#

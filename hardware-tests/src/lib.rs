@@ -389,8 +389,13 @@ pub fn mqtt_messages(
     port: u16,
     filter: &str,
 ) -> Result<std::sync::mpsc::Receiver<MqttMessage>, String> {
-    let mut opts =
-        rumqttc::MqttOptions::new(format!("bench-{}", std::process::id()), "127.0.0.1", port);
+    static CLIENTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut opts = rumqttc::MqttOptions::new(
+        format!("bench-{}-{n}", std::process::id()),
+        "127.0.0.1",
+        port,
+    );
     opts.set_keep_alive(Duration::from_secs(30));
     let (client, mut connection) = rumqttc::Client::new(opts, 256);
     client

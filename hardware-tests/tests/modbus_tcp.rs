@@ -2,7 +2,9 @@
 //! pymodbus (`sims/modbus_server.py`, a server the project did not write). Needs `python3` with
 //! `pymodbus` 3.16 (`.ci/run` installs it).
 
-use hardware_tests::{Node, PyModbus, agent, eventually, free_port, get, post, reported};
+use hardware_tests::{
+    Node, PyModbus, agent, eventually, free_port, get, mqtt_messages, post, reported,
+};
 use tokio_modbus::client::Reader;
 
 fn manifests(port: u16) -> String {
@@ -130,6 +132,43 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
         "{live}"
     );
 
+    // The failing property's error is on its twin with its time (kectl shows it), and the
+    // device stays online: live reads of that property do not flip it to unhealthy either.
+    let t = eventually(10, "the error of `missing` in the twin", || {
+        let t = node.twin("default/plc-1")?;
+        t["properties"]["missing"]["error"]["message"]
+            .as_str()
+            .filter(|m| m.contains("exception"))?;
+        Some(t)
+    });
+    assert!(
+        t["properties"]["missing"]["error"]["timestamp"].as_i64() > Some(0),
+        "{t}"
+    );
+    assert_eq!(t["state"], "online", "{t}");
+    let shown = node.kectl(&["twin", "get", "default/plc-1"]);
+    assert!(shown.contains("(error: "), "{shown}");
+    let states = mqtt_messages(
+        node.mqtt,
+        "$hw/events/device/default/plc-1/state/update/result",
+    )
+    .expect("subscribe");
+    for _ in 0..5 {
+        let _ = get(
+            &http,
+            &format!("{rest}/api/v1/device/default/plc-1/missing"),
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let seen: Vec<String> = states
+        .try_iter()
+        .filter_map(|m| {
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).ok()?;
+            Some(v["device"]["state"].as_str()?.to_string())
+        })
+        .collect();
+    assert!(seen.iter().all(|s| s == "online"), "{seen:?}");
+
     // A device with a typo in its configData is refused with the key named; the others run.
     let (_, typo) = get(&http, &format!("{rest}/api/v1/device/default/plc-typo"));
     let why = typo["data"]["error"]
@@ -140,10 +179,17 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
         why.contains("register") && why.contains("HoldingRegistr"),
         "{typo}"
     );
-    eventually(10, "plc-typo unhealthy", || {
+    let t = eventually(10, "plc-typo unhealthy", || {
         let t = node.twin("default/plc-typo")?;
-        (t["state"] == "unhealthy").then_some(())
+        (t["state"] == "unhealthy").then_some(t)
     });
+    // The twin says why.
+    assert!(
+        t["stateReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("HoldingRegistr")),
+        "{t}"
+    );
 
     // kectl twin set: the value reaches the register, then comes back as reported.
     node.kectl(&["twin", "set", "default/plc-1", "setpoint", "55"]);

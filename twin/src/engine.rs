@@ -115,6 +115,9 @@ pub struct PropertyDecl {
     pub writable: bool,
     /// `spec.properties[].desired.value`.
     pub desired: Option<String>,
+    /// The model's `minimum` and `maximum` (numeric properties).
+    pub minimum: Option<String>,
+    pub maximum: Option<String>,
 }
 
 /// A device as its manifest declares it: what membership needs.
@@ -145,6 +148,12 @@ impl DeviceDecl {
                     value_type: mp.and_then(|m| m.type_).unwrap_or(PropertyType::String),
                     writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
                     desired: p.desired.as_ref().map(|d| d.value.clone()),
+                    minimum: mp
+                        .and_then(|m| m.minimum.clone())
+                        .filter(|v| !v.trim().is_empty()),
+                    maximum: mp
+                        .and_then(|m| m.maximum.clone())
+                        .filter(|v| !v.trim().is_empty()),
                 }
             })
             .collect();
@@ -170,6 +179,9 @@ pub struct Reported {
     /// KubeEdge's MQTT `twin/update` does; `None` (DMI, where the spec lists every property)
     /// refuses it as unknown.
     pub value_type: Option<PropertyType>,
+    /// Why the property could not be read: kept on the property with its time (the reported
+    /// value stays the last good one) until a value comes.
+    pub error: Option<String>,
 }
 
 /// One changed property: its state before and after (`None` where it did not exist).
@@ -330,6 +342,8 @@ impl Engine {
             prop.value_type = p.value_type;
             prop.writable = p.writable;
             prop.optional = false;
+            prop.minimum.clone_from(&p.minimum);
+            prop.maximum.clone_from(&p.maximum);
             if prop.spec_desired != p.desired {
                 prop.spec_desired.clone_from(&p.desired);
                 if let Some(value) = &p.desired
@@ -464,6 +478,12 @@ impl Engine {
                 });
             }
             self.check_value(name, prop.value_type, value)?;
+            if let Some(reason) = prop.out_of_range(value) {
+                return Err(TwinError::InvalidValue {
+                    property: name.clone(),
+                    reason,
+                });
+            }
         }
         let mut next = twin.clone();
         let mut changed = false;
@@ -542,6 +562,16 @@ impl Engine {
                     value: v.clone(),
                     timestamp: now,
                 });
+            }
+            match (&r.error, &r.value) {
+                (Some(e), _) if p.error.as_ref().map(|x| &x.value) != Some(e) => {
+                    p.error = Some(TwinValue {
+                        value: e.clone(),
+                        timestamp: now,
+                    });
+                }
+                (None, Some(_)) => p.error = None,
+                _ => {}
             }
         }
         touched.retain(|(_, before, after)| *before != Some(after));

@@ -47,6 +47,17 @@ pub struct PropertyTwin {
     /// The desired value the mapper last said the device has applied (DMI `observedDesired`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_desired: Option<TwinValue>,
+    /// The model's `minimum` of a numeric property: a desired value set at the edge below it is
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<String>,
+    /// The model's `maximum`, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<String>,
+    /// Why the last read (or write) of the property failed, and when; cleared by the next good
+    /// value. The reported value, if any, is the last good one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<TwinValue>,
 }
 
 impl PropertyTwin {
@@ -62,7 +73,30 @@ impl PropertyTwin {
             reported: None,
             reported_version: Version::default(),
             observed_desired: None,
+            minimum: None,
+            maximum: None,
+            error: None,
         }
+    }
+
+    /// Why `value` is outside the property's `minimum`/`maximum`, if it is (numbers only).
+    pub fn out_of_range(&self, value: &str) -> Option<String> {
+        if !self.value_type.is_numeric() {
+            return None;
+        }
+        let below = |bound: &str| compare(value, bound).map(|o| o == std::cmp::Ordering::Less);
+        let above = |bound: &str| compare(value, bound).map(|o| o == std::cmp::Ordering::Greater);
+        if let Some(min) = &self.minimum
+            && below(min) == Some(true)
+        {
+            return Some(format!("{} is below the model minimum {min}", value.trim()));
+        }
+        if let Some(max) = &self.maximum
+            && above(max) == Some(true)
+        {
+            return Some(format!("{} is above the model maximum {max}", value.trim()));
+        }
+        None
     }
 
     /// The desired value when it differs from the reported one.
@@ -81,6 +115,17 @@ impl PropertyTwin {
             .filter_map(|v| v.as_ref().map(|v| v.value.len()))
             .sum()
     }
+}
+
+/// `a` against `b` as numbers: exactly as integers when both are, else as floats; `None` when
+/// either is not a number.
+fn compare(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let (a, b) = (a.trim(), b.trim());
+    if let (Ok(x), Ok(y)) = (a.parse::<i128>(), b.parse::<i128>()) {
+        return Some(x.cmp(&y));
+    }
+    let (x, y) = (a.parse::<f64>().ok()?, b.parse::<f64>().ok()?);
+    x.partial_cmp(&y)
 }
 
 /// Identity, state and section versions of a device: one row of the `device` table.

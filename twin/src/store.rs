@@ -175,10 +175,15 @@ pub const MIGRATIONS: &[&str] = &[
     INSERT INTO folded (id, seq) VALUES (0, 0);",
     // 4: why a device is in its state (a mapper found unreachable, ...).
     "ALTER TABLE device ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';",
+    // 5: a property's range (from its model) and its last read error.
+    "ALTER TABLE twin ADD COLUMN minimum TEXT;
+    ALTER TABLE twin ADD COLUMN maximum TEXT;
+    ALTER TABLE twin ADD COLUMN error TEXT;
+    ALTER TABLE twin ADD COLUMN error_ts INTEGER;",
 ];
 
-const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts";
-const TWIN_PARAMS: usize = 16;
+const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts";
+const TWIN_PARAMS: usize = 20;
 const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version, state_reason";
 const DEVICE_PARAMS: usize = 11;
 const OUTBOX_COLUMNS: &str =
@@ -879,7 +884,11 @@ async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Result<()> {
                 .bind(i(p.reported_version.cloud))
                 .bind(i(p.reported_version.edge))
                 .bind(p.observed_desired.as_ref().map(|v| v.value.as_str()))
-                .bind(p.observed_desired.as_ref().map(|v| v.timestamp));
+                .bind(p.observed_desired.as_ref().map(|v| v.timestamp))
+                .bind(p.minimum.as_deref())
+                .bind(p.maximum.as_deref())
+                .bind(p.error.as_ref().map(|v| v.value.as_str()))
+                .bind(p.error.as_ref().map(|v| v.timestamp));
         }
         q.execute(&mut *tx).await?;
         pace.breathe().await;
@@ -969,6 +978,9 @@ fn property_from_row(r: &SqliteRow) -> Result<PropertyTwin> {
             edge: u(r.try_get(13)?),
         },
         observed_desired: value_at(r, 14, 15)?,
+        minimum: r.try_get(16)?,
+        maximum: r.try_get(17)?,
+        error: value_at(r, 18, 19)?,
     })
 }
 

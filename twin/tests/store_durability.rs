@@ -26,6 +26,8 @@ fn decl(n: usize) -> DeviceDecl {
                 value_type: PropertyType::Int,
                 writable: true,
                 desired: None,
+                minimum: Some("0".into()),
+                maximum: Some("1000".into()),
             })
             .collect(),
     }
@@ -63,6 +65,15 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
         if_version: None,
     })
     .await?;
+    svc.apply(Op::Report {
+        id: id.clone(),
+        reports: vec![Reported {
+            property: "p2".into(),
+            error: Some("timeout".into()),
+            ..Reported::default()
+        }],
+    })
+    .await?;
     svc.apply(Op::State {
         id: id.clone(),
         state: "unknown".into(),
@@ -78,6 +89,14 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     assert_eq!(after, before);
     assert_eq!(after.row.reported_version, 1);
     assert_eq!(after.row.state_reason, "mapper m unreachable");
+    assert_eq!(
+        after.properties["p2"]
+            .error
+            .as_ref()
+            .map(|e| e.value.as_str()),
+        Some("timeout")
+    );
+    assert_eq!(after.properties["p1"].maximum.as_deref(), Some("1000"));
     assert_eq!(
         after.properties["p1"]
             .desired

@@ -21,12 +21,16 @@ fn decl(desired: Option<&str>) -> DeviceDecl {
                 value_type: PropertyType::Int,
                 writable: false,
                 desired: None,
+                minimum: None,
+                maximum: None,
             },
             PropertyDecl {
                 name: "setpoint".into(),
                 value_type: PropertyType::Float,
                 writable: true,
                 desired: desired.map(Into::into),
+                minimum: None,
+                maximum: None,
             },
         ],
     }
@@ -455,4 +459,86 @@ fn a_refused_part_of_a_twin_update_applies_nothing() {
     );
     assert!(r.is_err());
     assert_eq!(e.get(&id()).cloned(), before, "the report was rolled back");
+}
+
+#[test]
+fn an_int_twin_holds_the_whole_unsigned_64_bit_range() {
+    let mut e = engine();
+    // temperature is INT: a uint64 register above i64::MAX is a valid value.
+    e.report(&id(), &[report("temperature", "18446744073709551557")], 2)
+        .expect("u64 accepted");
+    e.report(&id(), &[report("temperature", "-9223372036854775808")], 3)
+        .expect("i64::MIN accepted");
+    for bad in ["18446744073709551616", "-9223372036854775809", "1.5"] {
+        assert!(
+            matches!(
+                e.report(&id(), &[report("temperature", bad)], 4),
+                Err(TwinError::InvalidValue { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_desired_value_outside_the_model_range_is_refused_at_the_edge() {
+    let mut e = Engine::new(Vec::new(), Limits::default(), 0);
+    let mut d = decl(None);
+    d.properties[1].value_type = PropertyType::Int;
+    d.properties[1].minimum = Some("0".into());
+    d.properties[1].maximum = Some("3".into());
+    e.upsert_device(&d, 1).expect("valid");
+    let set =
+        |e: &mut Engine, v: &str| e.edge_desired(&id(), &[("setpoint".into(), v.into())], None, 2);
+    let err = set(&mut e, "4").expect_err("above the maximum");
+    assert_eq!(err.code(), 400);
+    assert!(
+        err.to_string().contains("4 is above the model maximum 3"),
+        "{err}"
+    );
+    let err = set(&mut e, "-1").expect_err("below the minimum");
+    assert!(
+        err.to_string().contains("-1 is below the model minimum 0"),
+        "{err}"
+    );
+    set(&mut e, "3").expect("the maximum itself is allowed");
+    assert_eq!(
+        e.get(&id())
+            .and_then(|t| t.properties["setpoint"].desired.clone())
+            .map(|d| d.value),
+        Some("3".into())
+    );
+    // A value a device reports is not refused for its range: the device says what it is.
+    e.report(&id(), &[report("setpoint", "9")], 3)
+        .expect("reported values are facts");
+}
+
+#[test]
+fn a_property_error_is_kept_with_its_time_until_a_value_comes() {
+    let mut e = engine();
+    e.report(&id(), &[report("temperature", "21")], 2)
+        .expect("valid");
+    let failed = Reported {
+        property: "temperature".into(),
+        error: Some("exception 2 (illegal data address)".into()),
+        ..Reported::default()
+    };
+    let a = e
+        .report(&id(), std::slice::from_ref(&failed), 3)
+        .expect("valid");
+    assert!(a.outbox.is_empty(), "an error is not a value for the cloud");
+    let p = &e.get(&id()).expect("twin").properties["temperature"];
+    assert_eq!(p.reported.as_ref().map(|r| r.value.as_str()), Some("21"));
+    assert_eq!(
+        p.error.as_ref().map(|x| (x.value.as_str(), x.timestamp)),
+        Some(("exception 2 (illegal data address)", 3))
+    );
+    // The same error again changes nothing (its time stays when it began).
+    assert!(e.report(&id(), &[failed], 4).expect("valid").is_noop());
+    e.report(&id(), &[report("temperature", "22")], 5)
+        .expect("valid");
+    assert_eq!(
+        e.get(&id()).expect("twin").properties["temperature"].error,
+        None
+    );
 }

@@ -15,6 +15,13 @@ pub mod v1beta1 {
 }
 
 /// The encoded `FileDescriptorSet` of the DMI protobuf.
+/// Request metadata of `ReportDeviceStatus` (binary, so any text): a JSON object of property
+/// names to why they could not be read. Not part of KubeEdge's DMI; its edgecore ignores it.
+pub const PROPERTY_ERRORS_HEADER: &str = "x-property-errors-bin";
+
+/// Request metadata of `ReportDeviceStates` (binary): why the device is in the reported state.
+pub const STATE_REASON_HEADER: &str = "x-state-reason-bin";
+
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dmi_v1beta1.fds"));
 
 /// A lazy gRPC channel over the Unix socket at `path` (`unix:///path` or a plain path), each

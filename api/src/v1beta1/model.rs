@@ -101,7 +101,8 @@ impl PropertyType {
     /// Checks that `value` is a valid text form of this type, as twins carry values as text.
     pub fn check_value(self, value: &str) -> Result<(), String> {
         let ok = match self {
-            Self::Int => value.trim().parse::<i64>().is_ok(),
+            // The signed and the unsigned 64-bit range: a `uint64` register is an INT too.
+            Self::Int => value.trim().parse::<i64>().is_ok() || value.trim().parse::<u64>().is_ok(),
             Self::Float | Self::Double => value
                 .trim()
                 .parse::<f64>()

@@ -161,6 +161,9 @@ pub fn format_twin(t: &Value) -> String {
                     .unwrap_or(0);
                 reported = format!("{reported} (stale, {})", age_text(age));
             }
+            if let Some(e) = p.pointer("/error/message").and_then(Value::as_str) {
+                reported = format!("{reported} (error: {e})").trim_start().to_string();
+            }
             let reported = reported.as_str();
             let delta = if !desired.is_empty() && desired != s(p, &["reported", "value"]) {
                 "*"

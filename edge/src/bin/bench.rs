@@ -35,6 +35,8 @@ fn decl(n: usize) -> DeviceDecl {
                 value_type: PropertyType::Int,
                 writable: true,
                 desired: None,
+                minimum: None,
+                maximum: None,
             })
             .collect(),
     }

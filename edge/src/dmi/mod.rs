@@ -78,11 +78,13 @@ impl DmiServer {
     /// `twin/update` does.
     async fn report_status(
         &self,
-        req: pb::ReportDeviceStatusRequest,
+        request: Request<pb::ReportDeviceStatusRequest>,
     ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
+        let errors = property_errors(request.metadata())?;
+        let req = request.into_inner();
         let id = device_id(&req.device_namespace, &req.device_name)?;
         let status = req.reported_device.unwrap_or_default();
-        let reports: Vec<Reported> = status
+        let mut reports: Vec<Reported> = status
             .twins
             .into_iter()
             .filter(|t| !t.property_name.is_empty())
@@ -101,9 +103,19 @@ impl DmiServer {
                         .map(|d| d.value)
                         .filter(|v| !v.is_empty()),
                     value_type: Some(value_type),
+                    error: None,
                 }
             })
             .collect();
+        for (property, error) in errors {
+            if !reports.iter().any(|r| r.property == property) {
+                reports.push(Reported {
+                    property,
+                    error: Some(error),
+                    ..Reported::default()
+                });
+            }
+        }
         if reports.is_empty() {
             return Ok(Response::new(pb::ReportDeviceStatusResponse {}));
         }
@@ -153,6 +165,27 @@ impl DmiServer {
     }
 }
 
+/// The property errors a mapper sent beside its values ([`api::dmi::PROPERTY_ERRORS_HEADER`]).
+fn property_errors(
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<std::collections::BTreeMap<String, String>, Status> {
+    let Some(v) = metadata.get_bin(api::dmi::PROPERTY_ERRORS_HEADER) else {
+        return Ok(Default::default());
+    };
+    let bytes = v.to_bytes().map_err(|e| {
+        Status::invalid_argument(format!(
+            "{} is not base64: {e}",
+            api::dmi::PROPERTY_ERRORS_HEADER
+        ))
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Status::invalid_argument(format!(
+            "{} must be a JSON object of property names to error texts: {e}",
+            api::dmi::PROPERTY_ERRORS_HEADER
+        ))
+    })
+}
+
 /// The response metadata of `ReportDeviceStatus` that names the twins it refused, each as
 /// `property: reason`, separated by `; `.
 pub const REFUSED_TWINS: &str = "x-refused-twins";
@@ -191,7 +224,7 @@ impl DeviceManagerService for DmiServer {
         &self,
         request: Request<pb::ReportDeviceStatusRequest>,
     ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
-        let r = self.report_status(request.into_inner()).await;
+        let r = self.report_status(request).await;
         self.counted(r)
     }
 
@@ -199,6 +232,12 @@ impl DeviceManagerService for DmiServer {
         &self,
         request: Request<pb::ReportDeviceStatesRequest>,
     ) -> Result<Response<pb::ReportDeviceStatesResponse>, Status> {
+        let reason = request
+            .metadata()
+            .get_bin(api::dmi::STATE_REASON_HEADER)
+            .and_then(|v| v.to_bytes().ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let req = request.into_inner();
         let r = async {
             let id = device_id(&req.device_namespace, &req.device_name)?;
@@ -206,7 +245,7 @@ impl DeviceManagerService for DmiServer {
                 .apply(Op::State {
                     id,
                     state: req.state,
-                    reason: String::new(),
+                    reason,
                 })
                 .await
                 .map_err(status_of)?;

@@ -223,9 +223,10 @@ pub fn update_result(event_id: &str, now: Millis, twin: &DeviceTwin, names: &[St
     bytes(m)
 }
 
-/// `twin/get/result`: the whole twin, versions stripped. While the device is `unknown` or
-/// `offline`, each `actual` value's metadata also says `"stale": true` and its age in ms
-/// (`"age"`): it is the last value read, not a live one. KubeEdge's apps ignore both keys.
+/// `twin/get/result`: the whole twin, versions stripped. A property whose last read failed has
+/// `"error": {"message", "timestamp"}`; its `actual` value, and every one while the device is
+/// `unknown` or `offline`, also says `"stale": true` and its age in ms (`"age"`) in its metadata:
+/// it is the last value read, not a live one. KubeEdge's apps ignore these keys.
 pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
     let stale = twin.values_stale();
     let t: Map<String, Value> = twin
@@ -233,7 +234,13 @@ pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
         .iter()
         .map(|(k, p)| {
             let mut v = msg_twin(p, false);
-            if let (true, Some(r)) = (stale, &p.reported)
+            if let (Some(e), Value::Object(m)) = (&p.error, &mut v) {
+                m.insert(
+                    "error".into(),
+                    json!({"message": e.value, "timestamp": e.timestamp}),
+                );
+            }
+            if let (true, Some(r)) = (stale || p.error.is_some(), &p.reported)
                 && let Some(Value::Object(meta)) =
                     v.get_mut("actual").and_then(|a| a.get_mut("metadata"))
             {

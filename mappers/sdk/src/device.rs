@@ -103,6 +103,10 @@ struct Prop {
     /// A desired value the device or the codec refused for good (out of range, not of the
     /// type): not tried again until the desired value changes.
     rejected: Option<String>,
+    /// Why its last read failed (the device itself answering), until a value comes.
+    error: Option<String>,
+    /// The error last reported to edgecore for it.
+    error_sent: Option<String>,
 }
 
 /// The device task's state.
@@ -112,6 +116,8 @@ pub struct DeviceTask<D: Driver> {
     driver: D,
     props: Vec<Prop>,
     state: DeviceState,
+    /// Why the device is in its state (offline: the link error; unhealthy: what failed).
+    state_reason: String,
     connected: bool,
     ever_connected: bool,
     backoff: Duration,
@@ -152,6 +158,8 @@ impl<D: Driver> DeviceTask<D> {
                 desired: None,
                 applied: None,
                 rejected: None,
+                error: None,
+                error_sent: None,
             })
             .collect();
         Self {
@@ -160,6 +168,7 @@ impl<D: Driver> DeviceTask<D> {
             driver,
             props,
             state: DeviceState::Unknown,
+            state_reason: String::new(),
             connected: false,
             ever_connected: false,
             backoff: FIRST_BACKOFF,
@@ -185,7 +194,7 @@ impl<D: Driver> DeviceTask<D> {
                 },
                 _ = tokio::time::sleep_until(wake) => self.cycle().await,
                 changes = self.driver.changes(), if self.connected => {
-                    self.absorb(&changes, Instant::now(), false).await;
+                    self.absorb(&changes, Instant::now()).await;
                 }
             }
         }
@@ -311,13 +320,15 @@ impl<D: Driver> DeviceTask<D> {
         }
         self.retry_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-        self.set_state(DeviceState::Offline).await;
+        self.set_state(DeviceState::Offline, e.message.clone())
+            .await;
     }
 
-    async fn set_state(&mut self, state: DeviceState) {
+    async fn set_state(&mut self, state: DeviceState, reason: String) {
         if state == self.state {
             return;
         }
+        self.state_reason = reason;
         if state == DeviceState::Online {
             self.metrics.devices_online.fetch_add(1, Ordering::Relaxed);
         } else if self.state == DeviceState::Online {
@@ -341,6 +352,7 @@ impl<D: Driver> DeviceTask<D> {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 state: self.state.as_str(),
+                reason: self.state_reason.clone(),
             })
             .await;
     }
@@ -383,7 +395,7 @@ impl<D: Driver> DeviceTask<D> {
             })
             .collect();
         if !stale.is_empty() {
-            self.absorb(&stale, now, false).await;
+            self.absorb(&stale, now).await;
         }
         if !due.is_empty() {
             self.read(&due, now).await;
@@ -410,14 +422,15 @@ impl<D: Driver> DeviceTask<D> {
             Ordering::Relaxed,
         );
         self.requests_seen = requests;
-        self.absorb(&results, now, true).await;
+        self.absorb(&results, now).await;
         results
     }
 
-    /// Takes in readings, `polled` or sent by the device: updates state and snapshot, and
-    /// reports and pushes what changed or is due. A poll that got no value makes the device
-    /// unhealthy; one bad notification among others does not.
-    async fn absorb(&mut self, results: &[Reading], now: Instant, polled: bool) {
+    /// Takes in readings, polled or sent by the device: updates state and snapshot, and
+    /// reports and pushes what changed or is due. A failed read is that property's: its error is
+    /// reported on it (once per new error); the device is unhealthy only when every property is
+    /// failing, and offline when the link is down.
+    async fn absorb(&mut self, results: &[Reading], now: Instant) {
         let ts = now_ms();
         let mut twins = Vec::new();
         let mut ok = 0usize;
@@ -432,7 +445,10 @@ impl<D: Driver> DeviceTask<D> {
                     ok += 1;
                     self.metrics.reads.fetch_add(1, Ordering::Relaxed);
                     p.value = Some(v.clone());
-                    let changed = p.sent.as_deref() != Some(v.as_str());
+                    p.error = None;
+                    // A value after a reported error is sent even if unchanged: it clears it.
+                    let changed =
+                        p.sent.as_deref() != Some(v.as_str()) || p.error_sent.take().is_some();
                     let stale = p.sent_at.is_none_or(|t| now.duration_since(t) >= p.report);
                     if changed || stale {
                         p.sent = Some(v.clone());
@@ -443,6 +459,7 @@ impl<D: Driver> DeviceTask<D> {
                             value_type: p.value_type.clone(),
                             timestamp: ts,
                             observed_desired: p.applied.clone(),
+                            error: None,
                         });
                         if let Some(push) = &p.push {
                             push.push(
@@ -462,6 +479,19 @@ impl<D: Driver> DeviceTask<D> {
                     tracing::debug!(device = %format!("{}/{}", self.namespace, self.name), property = %p.name, error = %e, "read failed");
                     if e.kind == ErrorKind::Link {
                         link = Some(e.clone());
+                    } else {
+                        p.error = Some(e.message.clone());
+                        if p.error_sent.as_deref() != Some(e.message.as_str()) {
+                            p.error_sent = Some(e.message.clone());
+                            twins.push(TwinReport {
+                                property: p.name.clone(),
+                                value: String::new(),
+                                value_type: p.value_type.clone(),
+                                timestamp: ts,
+                                observed_desired: None,
+                                error: Some(e.message.clone()),
+                            });
+                        }
                     }
                     views.push((p.name.clone(), None, Some(e.message.clone())));
                 }
@@ -487,12 +517,23 @@ impl<D: Driver> DeviceTask<D> {
                 })
                 .await;
         }
+        let failing = self.props.iter().filter(|p| p.error.is_some()).count();
         if let Some(e) = link {
             self.link_down(&e).await;
-        } else if polled && ok == 0 && !results.is_empty() {
-            self.set_state(DeviceState::Unhealthy).await;
+        } else if failing > 0 && failing == self.props.len() {
+            let last = self
+                .props
+                .iter()
+                .rev()
+                .find_map(|p| p.error.clone())
+                .unwrap_or_default();
+            self.set_state(
+                DeviceState::Unhealthy,
+                format!("no property can be read; the last error: {last}"),
+            )
+            .await;
         } else if ok > 0 {
-            self.set_state(DeviceState::Online).await;
+            self.set_state(DeviceState::Online, String::new()).await;
         }
     }
 

@@ -290,6 +290,10 @@ impl<P: Protocol> Mapper<P> {
                     namespace: config.namespace.clone(),
                     name: config.name.clone(),
                     state: DeviceState::Unhealthy.as_str(),
+                    reason: format!(
+                        "the mapper refused the device's configuration: {}",
+                        e.message
+                    ),
                 });
                 Err(Status::invalid_argument(format!("device {k}: {e}")))
             }

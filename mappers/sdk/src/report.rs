@@ -25,6 +25,9 @@ pub struct TwinReport {
     pub timestamp: u64,
     /// The desired value the device has (written by the mapper).
     pub observed_desired: Option<String>,
+    /// The property could not be read, and why (`value` is then empty and not sent): edgecore
+    /// keeps it on the property until a value comes.
+    pub error: Option<String>,
 }
 
 /// What a device task hands to the reporter.
@@ -39,6 +42,8 @@ pub enum Report {
         namespace: String,
         name: String,
         state: &'static str,
+        /// Why (the link error when offline, what failed when unhealthy); empty when online.
+        reason: String,
     },
 }
 
@@ -57,7 +62,7 @@ pub fn client(edgecore_sock: &str) -> DeviceManagerServiceClient<Channel> {
 #[derive(Default)]
 struct Pending {
     twins: BTreeMap<String, TwinReport>,
-    state: Option<&'static str>,
+    state: Option<(&'static str, String)>,
 }
 
 /// Sends reports until `cancel` (and then what is queued, once).
@@ -169,8 +174,9 @@ fn merge(pending: &mut HashMap<(String, String), Pending>, r: Report) {
             namespace,
             name,
             state,
+            reason,
         } => {
-            pending.entry((namespace, name)).or_default().state = Some(state);
+            pending.entry((namespace, name)).or_default().state = Some((state, reason));
         }
     }
 }
@@ -183,9 +189,17 @@ async fn send(
 ) -> Result<String, tonic::Status> {
     let mut refused = String::new();
     if !p.twins.is_empty() {
+        // Errors go beside the values, in a header KubeEdge's edgecore ignores: an empty value
+        // in the twin list would be taken as a value there.
+        let errors: BTreeMap<&str, &str> = p
+            .twins
+            .values()
+            .filter_map(|t| Some((t.property.as_str(), t.error.as_deref()?)))
+            .collect();
         let twins = p
             .twins
             .values()
+            .filter(|t| t.error.is_none())
             .map(|t| {
                 let mut metadata =
                     HashMap::from([("timestamp".to_string(), t.timestamp.to_string())]);
@@ -205,30 +219,42 @@ async fn send(
                 }
             })
             .collect();
-        let response = client
-            .report_device_status(pb::ReportDeviceStatusRequest {
-                device_name: name.to_string(),
-                device_namespace: namespace.to_string(),
-                reported_device: Some(pb::DeviceStatus {
-                    twins,
-                    report_to_cloud: true,
-                    report_cycle: 0,
-                }),
-            })
-            .await?;
+        let mut request = tonic::Request::new(pb::ReportDeviceStatusRequest {
+            device_name: name.to_string(),
+            device_namespace: namespace.to_string(),
+            reported_device: Some(pb::DeviceStatus {
+                twins,
+                report_to_cloud: true,
+                report_cycle: 0,
+            }),
+        });
+        if !errors.is_empty()
+            && let Ok(json) = serde_json::to_vec(&errors)
+        {
+            request.metadata_mut().insert_bin(
+                api::dmi::PROPERTY_ERRORS_HEADER,
+                tonic::metadata::MetadataValue::from_bytes(&json),
+            );
+        }
+        let response = client.report_device_status(request).await?;
         // edgecore names the twins it refused while storing the others.
         if let Some(v) = response.metadata().get("x-refused-twins") {
             refused = v.to_str().unwrap_or_default().to_string();
         }
     }
-    if let Some(state) = p.state {
-        client
-            .report_device_states(pb::ReportDeviceStatesRequest {
-                device_name: name.to_string(),
-                device_namespace: namespace.to_string(),
-                state: state.to_string(),
-            })
-            .await?;
+    if let Some((state, reason)) = &p.state {
+        let mut request = tonic::Request::new(pb::ReportDeviceStatesRequest {
+            device_name: name.to_string(),
+            device_namespace: namespace.to_string(),
+            state: state.to_string(),
+        });
+        if !reason.is_empty() {
+            request.metadata_mut().insert_bin(
+                api::dmi::STATE_REASON_HEADER,
+                tonic::metadata::MetadataValue::from_bytes(reason.as_bytes()),
+            );
+        }
+        client.report_device_states(request).await?;
     }
     Ok(refused)
 }
