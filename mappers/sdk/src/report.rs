@@ -75,7 +75,11 @@ pub async fn run(
     let mut pending: HashMap<(String, String), Pending> = HashMap::new();
     // What edgecore last said it refused, per device: logged when it changes.
     let mut refused: HashMap<(String, String), String> = HashMap::new();
+    // After a failed round: the delay before the next, and when that is. Reports arriving
+    // meanwhile are merged into what waits (newest value per property) and go with it then, so
+    // that a failing edgecore is called at the announced pace, not at every new reading.
     let mut retry = FIRST_RETRY;
+    let mut retry_at: Option<tokio::time::Instant> = None;
     let mut open = true;
     loop {
         // Wait for a report, or for the retry of what failed.
@@ -85,13 +89,14 @@ pub async fn run(
                 r = rx.recv() => match r { Some(r) => Some(r), None => return },
             }
         } else {
+            let at = retry_at.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 r = rx.recv(), if open => {
                     open = r.is_some();
                     r
                 }
-                _ = tokio::time::sleep(retry) => None,
+                _ = tokio::time::sleep_until(at) => None,
             }
         };
         for r in first
@@ -99,6 +104,9 @@ pub async fn run(
             .chain(std::iter::from_fn(|| rx.try_recv().ok()).take(ROUND))
         {
             merge(&mut pending, r);
+        }
+        if retry_at.is_some_and(|at| tokio::time::Instant::now() < at) {
+            continue;
         }
         let mut calls = JoinSet::new();
         for ((namespace, name), p) in pending.drain() {
@@ -109,6 +117,11 @@ pub async fn run(
             });
         }
         let mut failed = false;
+        let next_retry = if retry_at.is_some() {
+            (retry * 2).min(MAX_RETRY)
+        } else {
+            FIRST_RETRY
+        };
         while let Some(done) = calls.join_next().await {
             let Ok((key, p, result)) = done else {
                 continue;
@@ -136,7 +149,7 @@ pub async fn run(
                 Err(status) => {
                     metrics.report_errors.fetch_add(1, Ordering::Relaxed);
                     if !failed {
-                        tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %status.message(), retry_in = ?retry, "report to edgecore failed; keeping it");
+                        tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %status.message(), retry_in = ?next_retry, "report to edgecore failed; keeping it");
                     }
                     failed = true;
                     // Newer reports that arrived meanwhile win over the failed one.
@@ -150,11 +163,13 @@ pub async fn run(
                 }
             }
         }
-        retry = if failed {
-            (retry * 2).min(MAX_RETRY)
+        if failed {
+            retry = next_retry;
+            retry_at = Some(tokio::time::Instant::now() + retry);
         } else {
-            FIRST_RETRY
-        };
+            retry = FIRST_RETRY;
+            retry_at = None;
+        }
     }
 }
 
@@ -257,4 +272,50 @@ async fn send(
         client.report_device_states(request).await?;
     }
     Ok(refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(v: u32) -> Report {
+        Report::Twins {
+            namespace: "default".into(),
+            name: "d".into(),
+            twins: vec![TwinReport {
+                property: "p".into(),
+                value: v.to_string(),
+                value_type: None,
+                timestamp: 0,
+                observed_desired: None,
+                error: None,
+            }],
+        }
+    }
+
+    /// An edgecore that cannot be reached is called at the backoff's pace, not once per new
+    /// reading (it was about 8 calls a second with a 100 ms collect cycle, while the log said
+    /// `retry_in=10s`).
+    #[tokio::test]
+    async fn a_failing_edgecore_is_retried_at_the_backoff_pace_whatever_the_readings() {
+        let sock = std::env::temp_dir().join(format!("no-edgecore-{}.sock", std::process::id()));
+        let metrics = Arc::new(Metrics::default());
+        let cancel = CancellationToken::new();
+        let (tx, rx) = mpsc::channel(64);
+        let task = tokio::spawn(run(
+            client(&sock.to_string_lossy()),
+            rx,
+            metrics.clone(),
+            cancel.clone(),
+        ));
+        // 150 readings over about 1.5 s: backoff 200 ms, 400 ms, 800 ms allows 4 calls.
+        for v in 0..150 {
+            tx.send(reading(v)).await.expect("reporter runs");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+        let _ = task.await;
+        let calls = metrics.report_errors.load(Ordering::Relaxed);
+        assert!((1..=6).contains(&calls), "{calls} calls");
+    }
 }
