@@ -133,7 +133,8 @@ impl Point {
         let limit: Option<u16> = integer(v, "limit")?;
         // Without a dataType, the model's type gives the kind of value and `limit` its width,
         // as in KubeEdge's examples (`type: FLOAT`, `limit: 1`, `scale: 0.1` is a scaled 16-bit
-        // register). Raw registers are taken as signed; `dataType: uint16` says otherwise.
+        // register). Integer registers are unsigned, as KubeEdge's Modbus mapper decodes them
+        // (big-endian by length); `dataType: int16` (`int32`, `int64`) says signed.
         let data_type = match text(v, "dataType") {
             Some(t) => {
                 DataType::parse(&t).ok_or_else(|| bad("dataType", format!("{t:?} is unknown")))?
@@ -147,9 +148,9 @@ impl Point {
                     (Some("FLOAT"), None | Some(2)) => DataType::Float32,
                     (Some("DOUBLE"), None | Some(4)) => DataType::Float64,
                     (Some("DOUBLE"), Some(2)) => DataType::Float32,
-                    (_, Some(2)) => DataType::Int32,
-                    (_, Some(4)) => DataType::Int64,
-                    _ => DataType::Int16,
+                    (_, Some(2)) => DataType::Uint32,
+                    (_, Some(4)) => DataType::Uint64,
+                    _ => DataType::Uint16,
                 }
             }
         };
@@ -612,4 +613,62 @@ async fn open(connection: &Connection) -> Result<Context, ModbusError> {
         }
     };
     Ok(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(visitor: Value, ty: &str) -> Point {
+        let hints = ModelHints {
+            value_type: Some(ty.into()),
+            ..ModelHints::default()
+        };
+        let Value::Object(v) = visitor else {
+            panic!("an object")
+        };
+        Point::from_config("p", &v, &hints).expect("valid visitor")
+    }
+
+    /// KubeEdge's keys without a `dataType` read registers as unsigned, as KubeEdge's mapper
+    /// does: 51234 in an INT register with `limit: 1` was -14302.
+    #[test]
+    fn registers_without_a_data_type_are_unsigned_as_in_kubeedge() {
+        let int1 = point(
+            serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 1}),
+            "INT",
+        );
+        assert_eq!(
+            int1.codec.decode_registers(&[51234]).ok().as_deref(),
+            Some("51234")
+        );
+        let int2 = point(
+            serde_json::json!({"register": "InputRegister", "offset": 0, "limit": 2}),
+            "INT",
+        );
+        assert_eq!(
+            int2.codec
+                .decode_registers(&[0xFFFF, 0xFFFE])
+                .ok()
+                .as_deref(),
+            Some("4294967294")
+        );
+        let scaled = point(
+            serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 1, "scale": 0.1}),
+            "FLOAT",
+        );
+        assert_eq!(
+            scaled.codec.decode_registers(&[60000]).ok().as_deref(),
+            Some("6000")
+        );
+        // An explicit dataType still decides.
+        let signed = point(
+            serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 1, "dataType": "int16"}),
+            "INT",
+        );
+        assert_eq!(
+            signed.codec.decode_registers(&[51234]).ok().as_deref(),
+            Some("-14302")
+        );
+    }
 }
