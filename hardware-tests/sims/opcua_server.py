@@ -11,10 +11,12 @@ Variables (ns=2;s=...):
   Locked   Double, read-only (writes are refused by the server)
   Clock    Double: the server's time in ms since the epoch, set every 100 ms
   Tick     Int32: +1 every 100 ms
+  Stamp    DateTime, writable        Levels  Double[3], writable
   Tag0..TagN-1  Double, writable (TAGS of them, default 0)
 Prints "ready" once it listens.
 """
 import asyncio
+import datetime
 import logging
 import sys
 import time
@@ -48,6 +50,8 @@ async def main():
     await var("Locked", 1.5, ua.VariantType.Double)
     clock = await var("Clock", time.time() * 1000.0, ua.VariantType.Double)
     tick = await var("Tick", 0, ua.VariantType.Int32)
+    await var("Stamp", datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), ua.VariantType.DateTime, True)
+    await var("Levels", [0.5, 1.5, 2.5], ua.VariantType.Double, True)
     for k in range(tags):
         await var(f"Tag{k}", float(k), ua.VariantType.Double, True)
 

@@ -26,6 +26,8 @@ spec:
     - {{name: tick, type: INT, accessMode: ReadOnly}}
     - {{name: missing, type: DOUBLE, accessMode: ReadOnly}}
     - {{name: count-as-double, type: DOUBLE, accessMode: ReadWrite}}
+    - {{name: stamp, type: STRING, accessMode: ReadWrite}}
+    - {{name: levels, type: STRING, accessMode: ReadWrite}}
 ---
 apiVersion: devices.kubeedge.io/v1beta1
 kind: Device
@@ -60,6 +62,12 @@ spec:
     - name: count-as-double
       collectCycle: 200
       visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Count", dataType: double}}}}
+    - name: stamp
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Stamp"}}}}
+    - name: levels
+      collectCycle: 200
+      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Levels"}}}}
 ---
 apiVersion: devices.kubeedge.io/v1beta1
 kind: DeviceModel
@@ -145,6 +153,38 @@ fn asyncua_and_in_process_servers_through_edgecore() {
             && reported(&t, "batch")? == "B-0042")
             .then_some(())
     });
+    // A DateTime reads as RFC 3339 without quotes, and a written one (or an array) reads back
+    // as the very text written, so no delta is left.
+    let t = node.twin("default/line-1").expect("twin");
+    assert_eq!(
+        reported(&t, "stamp").as_deref(),
+        Some("2024-01-02T03:04:05Z"),
+        "{t}"
+    );
+    assert_eq!(
+        reported(&t, "levels").as_deref(),
+        Some("[0.5,1.5,2.5]"),
+        "{t}"
+    );
+    node.kectl(&[
+        "twin",
+        "set",
+        "default/line-1",
+        "stamp",
+        "2024-05-06T07:08:09.123Z",
+    ]);
+    node.kectl(&["twin", "set", "default/line-1", "levels", "[1.25,2,3.5]"]);
+    eventually(
+        10,
+        "the DateTime and the array read back as written",
+        || {
+            let t = node.twin("default/line-1")?;
+            (reported(&t, "stamp")? == "2024-05-06T07:08:09.123Z"
+                && reported(&t, "levels")? == "[1.25,2,3.5]")
+                .then_some(())
+        },
+    );
+
     // The server's refusals: a read-only node, and an Int32 node written as a Double.
     node.kectl(&["twin", "set", "default/line-1", "locked", "2.5"]);
     node.kectl(&["twin", "set", "default/line-1", "count-as-double", "3.5"]);

@@ -4,14 +4,24 @@ use opcua::types::{Array, DateTime, Variant, VariantScalarTypeId};
 use serde_json::Value;
 use std::str::FromStr;
 
-/// The twin's string for a value read: numbers and booleans as written in JSON, strings as
-/// they are, arrays as JSON arrays.
+/// The twin's string for a value read: numbers and booleans as written in JSON, strings and
+/// the types read as text (DateTime, Guid, ...) as they are, without quotes, arrays as compact
+/// JSON arrays. A value written as [`to_twin`] gives it reads back as the same string, so a
+/// desired value's delta clears.
 pub fn to_twin(v: &Variant) -> Result<String, String> {
     match v {
-        Variant::String(s) => Ok(s.as_ref().to_string()),
         Variant::Empty => Err("the node has no value (null)".into()),
-        other => to_json(other).map(|j| j.to_string()),
+        other => to_json(other).map(|j| match j {
+            Value::String(s) => s,
+            j => j.to_string(),
+        }),
     }
+}
+
+/// A DateTime as RFC 3339 in UTC with a `Z` and only the fraction digits it needs
+/// (`2024-05-06T07:08:09.123Z`), the form JavaScript's `toISOString` and most apps write.
+fn datetime(d: &DateTime) -> String {
+    d.as_chrono().format("%Y-%m-%dT%H:%M:%S%.fZ").to_string()
 }
 
 fn to_json(v: &Variant) -> Result<Value, String> {
@@ -28,7 +38,7 @@ fn to_json(v: &Variant) -> Result<Value, String> {
         Variant::Float(f) => float(f64::from(*f), &f.to_string())?,
         Variant::Double(f) => float(*f, &f.to_string())?,
         Variant::String(s) => Value::String(s.as_ref().to_string()),
-        Variant::DateTime(d) => Value::String(d.as_chrono().to_rfc3339()),
+        Variant::DateTime(d) => Value::String(datetime(d)),
         Variant::Guid(g) => Value::String(g.to_string()),
         Variant::StatusCode(s) => Value::String(s.to_string()),
         Variant::ByteString(b) => Value::String(b.as_base64()),
@@ -171,7 +181,45 @@ mod tests {
         assert!(from_twin("hot", T::Double, false).is_err());
         assert!(from_twin("yes", T::Boolean, false).is_err());
         let v = from_twin("[1, 2, 3]", T::Int32, true).expect("array");
+        assert_eq!(
+            from_twin("2024-05-06T07:08:09.123+02:00", T::DateTime, false)
+                .and_then(|v| to_twin(&v))
+                .as_deref(),
+            Ok("2024-05-06T05:08:09.123Z")
+        );
         assert_eq!(to_twin(&v).as_deref(), Ok("[1,2,3]"));
         assert!(from_twin("1", T::Int32, true).is_err());
+    }
+
+    /// Every writable type: the twin's text written to a node reads back as the same text (a
+    /// DateTime read back with quotes, `"2024-..."`, never cleared its delta).
+    #[test]
+    fn every_type_round_trips_its_twin_text() {
+        use VariantScalarTypeId as T;
+        let cases: &[(T, bool, &str)] = &[
+            (T::Boolean, false, "true"),
+            (T::SByte, false, "-128"),
+            (T::Byte, false, "255"),
+            (T::Int16, false, "-32768"),
+            (T::UInt16, false, "65535"),
+            (T::Int32, false, "-7"),
+            (T::UInt32, false, "4294967295"),
+            (T::Int64, false, "-9223372036854775808"),
+            (T::UInt64, false, "18446744073709551615"),
+            (T::Float, false, "0.1"),
+            (T::Double, false, "21.5"),
+            (T::String, false, "batch \"7\""),
+            (T::DateTime, false, "2024-05-06T07:08:09.123Z"),
+            (T::DateTime, false, "2024-05-06T07:08:09Z"),
+            (T::Boolean, true, "[true,false]"),
+            (T::Int32, true, "[1,-2,3]"),
+            (T::Double, true, "[0.5,2.25]"),
+            (T::String, true, "[\"a\",\"b c\"]"),
+            (T::DateTime, true, "[\"2024-05-06T07:08:09.123Z\"]"),
+        ];
+        for (t, array, text) in cases {
+            let v = from_twin(text, *t, *array).unwrap_or_else(|e| panic!("{t:?} {text}: {e}"));
+            assert_eq!(to_twin(&v).as_deref(), Ok(*text), "{t:?}");
+        }
     }
 }
