@@ -89,6 +89,15 @@ fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
     );
     let fast_twin = node.twin("default/fast").expect("fast twin");
     assert_eq!(fast_twin["state"], "online");
+    // While it does not answer, the slow device is reconnected at a growing backoff, and
+    // "reconnected" is logged once (the first time after it had answered), not at every try.
+    std::thread::sleep(Duration::from_secs(2));
+    let reconnected = mapper
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("reconnected") && l.contains("default/slow") && l.contains("INFO"))
+        .count();
+    assert!(reconnected <= 1, "{}", mapper.log_text());
 
     // Garbage answers: errors and reconnects, never a crash; good answers again: online.
     fast.garbage.store(true, Ordering::Relaxed);

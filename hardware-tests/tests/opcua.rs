@@ -220,6 +220,12 @@ fn asyncua_and_in_process_servers_through_edgecore() {
     eventually(10, "a change after the restart", || {
         (reported(&node.twin("default/oven-1")?, "temperature")? == "75.5").then_some(())
     });
+    // The client's config names its server: no "Endpoint config contains no endpoints" at start.
+    assert!(
+        !mapper.log_text().contains("contains no endpoints"),
+        "{}",
+        mapper.log_text()
+    );
     // line-1 on the other server never noticed.
     assert_eq!(
         node.twin("default/line-1").expect("twin")["state"],

@@ -291,8 +291,8 @@ pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Prob
 
 /// The device's and its properties' `configData` against the keys its protocol's mapper reads
 /// ([`configdata`]), when a mapper of this project serves the protocol. Kept apart from
-/// [`validate_device`]: `kectl validate` reports these, but they do not stop edgecore from
-/// loading the device, whose mapper refuses it with the same key named and marks it unhealthy.
+/// [`validate_device`] (they depend on the protocol): an error among them makes `kectl validate`
+/// fail and edgecore skip the device, as its mapper would refuse it.
 pub fn validate_config_data(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
     let mut out = Vec::new();
     let model_protocol = model

@@ -182,7 +182,9 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
                 Finding::new(file, document, &object_label, problem),
             ));
         }
-        // Reported, but left to the mapper: they do not make the document invalid.
+        // The mapper's own keys: an error (a misspelled register, a value out of range) makes
+        // the document invalid here too, so that edgecore skips the device that its mapper
+        // would refuse (one verdict for both); an unknown key is a warning.
         for problem in validate_config_data(&device, model) {
             config_findings.push((
                 file_index,
@@ -195,6 +197,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
     }
     let bad: HashSet<(usize, usize)> = findings
         .iter()
+        .chain(&config_findings)
         .filter(|(_, f)| f.problem.is_error())
         .map(|(file_index, f)| (*file_index, f.document))
         .collect();

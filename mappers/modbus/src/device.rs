@@ -229,7 +229,7 @@ pub enum ModbusError {
     },
     #[error("the device did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("transport: {0}")]
+    #[error("{}", transport_text(.0))]
     Transport(#[from] tokio_modbus::Error),
     #[error("the device answered with exception {0}")]
     Exception(ExceptionCode),
@@ -241,6 +241,33 @@ pub enum ModbusError {
     ReadOnly(String),
     #[error("the answer has fewer items than requested")]
     Short,
+}
+
+/// A transport error in words: what failed, not only the system's text (`Resource temporarily
+/// unavailable (os error 11)` is a serial port with nothing to read or already in use, `Operation
+/// now in progress (os error 115)` a TCP connection not made yet).
+fn transport_text(e: &tokio_modbus::Error) -> String {
+    use std::io::ErrorKind as K;
+    match e {
+        tokio_modbus::Error::Transport(io) => {
+            let what = match io.kind() {
+                K::WouldBlock => {
+                    "the port had nothing to read or write when it should have (is another program using it?)"
+                }
+                K::ConnectionReset | K::ConnectionAborted => {
+                    "the connection was reset by the device or a gateway"
+                }
+                K::BrokenPipe => "the connection was closed by the device or a gateway",
+                K::UnexpectedEof => "the device closed the connection",
+                K::TimedOut => "the connection timed out",
+                K::NotConnected => "the connection is not made yet",
+                _ if io.raw_os_error() == Some(115) => "the connection is not made yet",
+                _ => "the connection failed",
+            };
+            format!("{what}: {io}")
+        }
+        other => format!("the connection failed: {other}"),
+    }
 }
 
 impl ModbusError {
@@ -670,5 +697,27 @@ mod tests {
             signed.codec.decode_registers(&[51234]).ok().as_deref(),
             Some("-14302")
         );
+    }
+
+    /// Transport errors say what failed, in words, besides the system's text.
+    #[test]
+    fn transport_errors_say_what_failed() {
+        let eagain = ModbusError::Transport(tokio_modbus::Error::Transport(
+            std::io::Error::from_raw_os_error(11),
+        ));
+        let text = eagain.to_string();
+        assert!(
+            text.contains("nothing to read or write") && text.contains("os error 11"),
+            "{text}"
+        );
+        let inprogress = ModbusError::Transport(tokio_modbus::Error::Transport(
+            std::io::Error::from_raw_os_error(115),
+        ));
+        let text = inprogress.to_string();
+        assert!(
+            text.contains("not made yet") && text.contains("os error 115"),
+            "{text}"
+        );
+        assert!(!text.starts_with("transport:"), "{text}");
     }
 }

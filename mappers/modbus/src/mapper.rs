@@ -35,10 +35,16 @@ impl Protocol for Modbus {
     }
 }
 
-/// What a read error means: the link is down, or this property failed.
-fn read_error(e: ModbusError) -> DriverError {
+/// What a read error means: the link is down, or this property failed. A link error names the
+/// device's address (`10.0.0.5:502`, `/dev/ttyUSB0 slave 4`), unless it already does.
+fn read_error(e: ModbusError, address: &str) -> DriverError {
     if e.is_link() {
-        DriverError::link(e.to_string())
+        let text = e.to_string();
+        if text.contains(address) {
+            DriverError::link(text)
+        } else {
+            DriverError::link(format!("{address}: {text}"))
+        }
     } else {
         DriverError::device(e.to_string())
     }
@@ -46,31 +52,52 @@ fn read_error(e: ModbusError) -> DriverError {
 
 /// What a write error means: a value that cannot be encoded or a read-only register will never
 /// be written, so it is a configuration error, not retried.
-fn write_error(e: ModbusError) -> DriverError {
+fn write_error(e: ModbusError, address: &str) -> DriverError {
     match e {
         ModbusError::Codec(_) | ModbusError::ReadOnly(_) | ModbusError::Plan(_) => {
             DriverError::config(e.to_string())
         }
-        e => read_error(e),
+        e => read_error(e, address),
+    }
+}
+
+impl ModbusDriver {
+    /// The device as errors name it: `host:port`, or the serial port and the slave.
+    fn address(&self) -> String {
+        let c = &self.0.connection;
+        match &c.transport {
+            crate::device::Transport::Tcp { address } => address.clone(),
+            crate::device::Transport::Rtu(serial) => format!("{} slave {}", serial.path, c.slave),
+        }
     }
 }
 
 impl Driver for ModbusDriver {
     async fn connect(&mut self) -> Result<(), DriverError> {
-        self.0.connect().await.map(|_| ()).map_err(read_error)
+        let address = self.address();
+        self.0
+            .connect()
+            .await
+            .map(|_| ())
+            .map_err(|e| read_error(e, &address))
     }
 
     async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
+        let address = self.address();
         self.0
             .read(due)
             .await
             .into_iter()
-            .map(|(i, r)| (i, r.map_err(read_error)))
+            .map(|(i, r)| (i, r.map_err(|e| read_error(e, &address))))
             .collect()
     }
 
     async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {
-        self.0.write(index, value).await.map_err(write_error)
+        let address = self.address();
+        self.0
+            .write(index, value)
+            .await
+            .map_err(|e| write_error(e, &address))
     }
 
     async fn stop(&mut self) {

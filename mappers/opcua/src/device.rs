@@ -8,7 +8,9 @@
 use crate::config::{Connection, Identity, Point};
 use crate::value::{from_twin, to_twin};
 use mapper_sdk::{Driver, DriverError, driver::Changes, driver::Reading};
-use opcua::client::{Client, ClientBuilder, DataChangeCallback, IdentityToken, Password, Session};
+use opcua::client::{
+    Client, ClientBuilder, ClientEndpoint, DataChangeCallback, IdentityToken, Password, Session,
+};
 use opcua::crypto::CertificateStore;
 use opcua::types::{
     AttributeId, DataChangeFilter, DataChangeTrigger, DataValue, EndpointDescription,
@@ -134,7 +136,12 @@ impl Device {
                 .request_timeout(self.conn.timeout)
                 .keep_alive_interval(self.conn.keep_alive)
                 .max_failed_keep_alive_count(2)
-                .session_name(format!("mapper-opcua {}", self.id));
+                .session_name(format!("mapper-opcua {}", self.id))
+                // The session goes to the endpoint the server offers (found at connect); this
+                // entry only names the server, so that the client's config is not empty (it
+                // logged "Endpoint config contains no endpoints" at every start).
+                .endpoint("device", ClientEndpoint::new(self.conn.url.clone()))
+                .default_endpoint("device");
             if let Some((cert, key)) = &self.conn.certificate {
                 b = b
                     .create_sample_keypair(false)

@@ -120,6 +120,11 @@ pub struct DeviceTask<D: Driver> {
     state_reason: String,
     connected: bool,
     ever_connected: bool,
+    /// The device answered since the last connect: a reconnect after that is worth a log line
+    /// (a device that never answers is reconnected every backoff, silently).
+    answered: bool,
+    /// The link went down after the device had answered.
+    lost_after_answer: bool,
     backoff: Duration,
     retry_at: Instant,
     state_cycle: Option<Duration>,
@@ -171,6 +176,8 @@ impl<D: Driver> DeviceTask<D> {
             state_reason: String::new(),
             connected: false,
             ever_connected: false,
+            answered: false,
+            lost_after_answer: false,
             backoff: FIRST_BACKOFF,
             retry_at: now,
             state_cycle: schedule.state_cycle,
@@ -288,7 +295,11 @@ impl<D: Driver> DeviceTask<D> {
                 }
                 if self.ever_connected {
                     self.metrics.reconnects.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(device = %self.id(), "reconnected");
+                    if std::mem::take(&mut self.lost_after_answer) {
+                        tracing::info!(device = %self.id(), "reconnected");
+                    } else {
+                        tracing::debug!(device = %self.id(), "reconnected (the device has not answered since it went offline)");
+                    }
                     // The device may have restarted and lost what was written: desired values
                     // are written again.
                     for p in &mut self.props {
@@ -296,7 +307,7 @@ impl<D: Driver> DeviceTask<D> {
                     }
                 }
                 self.ever_connected = true;
-                self.backoff = FIRST_BACKOFF;
+                self.answered = false;
                 true
             }
             Err(e) => {
@@ -315,6 +326,7 @@ impl<D: Driver> DeviceTask<D> {
             tracing::warn!(device = %self.id(), error = %e, retry_in = ?self.backoff, "device offline");
         }
         self.connected = false;
+        self.lost_after_answer |= std::mem::take(&mut self.answered);
         if let Ok(mut s) = self.snapshot.lock() {
             s.error = Some(e.message.clone());
         }
@@ -533,6 +545,10 @@ impl<D: Driver> DeviceTask<D> {
             )
             .await;
         } else if ok > 0 {
+            self.answered = true;
+            // The backoff starts over only once the device answers: a link that connects but
+            // never answers is retried at the growing backoff.
+            self.backoff = FIRST_BACKOFF;
             self.set_state(DeviceState::Online, String::new()).await;
         }
     }
