@@ -29,7 +29,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub struct PropertySchedule {
     pub collect: Duration,
     pub report: Duration,
-    pub push: Option<Arc<Pusher>>,
+    pub push: Vec<Arc<Pusher>>,
 }
 
 /// How a device is scheduled (everything of its spec but the desired values).
@@ -93,7 +93,7 @@ struct Prop {
     writable: bool,
     collect: Duration,
     report: Duration,
-    push: Option<Arc<Pusher>>,
+    push: Vec<Arc<Pusher>>,
     next: Instant,
     value: Option<String>,
     sent: Option<String>,
@@ -473,7 +473,7 @@ impl<D: Driver> DeviceTask<D> {
                             observed_desired: p.applied.clone(),
                             error: None,
                         });
-                        if let Some(push) = &p.push {
+                        for push in &p.push {
                             push.push(
                                 &self.namespace,
                                 &self.name,
@@ -730,7 +730,7 @@ mod tests {
                 .map(|&(c, r)| PropertySchedule {
                     collect: Duration::from_millis(c),
                     report: Duration::from_millis(r),
-                    push: None,
+                    push: Vec::new(),
                 })
                 .collect(),
             state_cycle: None,

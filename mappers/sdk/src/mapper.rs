@@ -182,20 +182,19 @@ impl<P: Protocol> Mapper<P> {
                 unit: mp.and_then(|m| m.unit.clone()),
                 collect: cycle(p.collect_cycle),
             });
-            let push = match p.push_method.as_ref().map(Target::from_push_method) {
-                Some(Ok(Some(t))) => match self.shared.pushers.get(t) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        problems.push(format!("{}: {e}", p.name));
-                        None
+            let mut push = Vec::new();
+            match p.push_method.as_ref().map(Target::from_push_method) {
+                Some(Ok(targets)) => {
+                    for t in targets {
+                        match self.shared.pushers.get(t) {
+                            Ok(pusher) => push.push(pusher),
+                            Err(e) => problems.push(format!("{}: {e}", p.name)),
+                        }
                     }
-                },
-                Some(Err(e)) => {
-                    problems.push(format!("{}: {e}", p.name));
-                    None
                 }
-                _ => None,
-            };
+                Some(Err(e)) => problems.push(format!("{}: {e}", p.name)),
+                None => {}
+            }
             schedule.properties.push(PropertySchedule {
                 collect: cycle(p.collect_cycle),
                 report: cycle(p.report_cycle),

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub report_errors: AtomicU64,
     pub pushes: AtomicU64,
     pub push_errors: AtomicU64,
+    /// Values not pushed because their target's queue was full (it is down or too slow).
+    pub push_dropped: AtomicU64,
     pub devices: AtomicI64,
     pub devices_online: AtomicI64,
     latency: [AtomicU64; BUCKETS.len()],
@@ -52,7 +54,7 @@ impl Metrics {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut o = String::new();
         let l = format!("protocol=\"{protocol}\"");
-        let counters: [(&str, &str, u64); 11] = [
+        let counters: [(&str, &str, u64); 12] = [
             (
                 "mapper_reads_total",
                 "Property values read.",
@@ -101,8 +103,13 @@ impl Metrics {
             ),
             (
                 "mapper_push_errors_total",
-                "Pushes that failed.",
+                "Push attempts that failed (each is retried with backoff).",
                 g(&self.push_errors),
+            ),
+            (
+                "mapper_push_dropped_total",
+                "Values dropped because their push target's queue was full (the target is down or too slow).",
+                g(&self.push_dropped),
             ),
         ];
         for (name, help, v) in counters {

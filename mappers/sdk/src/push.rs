@@ -7,13 +7,28 @@
 //! milliseconds. An MQTT push method without a topic publishes KubeEdge's device data message
 //! on `$ke/events/device/{namespace}/{name}/data/update` instead.
 //!
-//! Database sinks (influxdb2, redis, mysql, TDengine) are further [`Target`] variants: each gets
-//! its own task and queue the same way.
+//! `pushMethod.dbMethod` and `pushMethod.otel` are further targets, each with its own task and
+//! queue the same way, writing what waits in batches (up to [`BATCH`] values per write):
+//! - `influxdb2` (feature `influxdb2`): InfluxDB 2's write API (`POST {url}/api/v2/write?org=&bucket=
+//!   &precision=ms`, line protocol; token from the `TOKEN` environment variable), one point per
+//!   value: `measurement` (default: the device name), the configured `tag`s plus `device`
+//!   (`namespace/name`), field `fieldKey` (default: the property name) typed by the property
+//!   (`42i`, `21.5`, `true`, `"text"`).
+//! - `redis` (feature `redis`): as KubeEdge's mapper, `ZADD {device name} {timestamp ms} {JSON}`
+//!   (the JSON above), pipelined; `addr`, `db`; password from `PASSWORD`.
+//! - `mysql` (feature `mysql`): as KubeEdge's mapper, one table per property,
+//!   `` `{namespace}/{device}/{property}` `` (`id`, `ts` DATETIME(3) UTC, `field` TEXT), created
+//!   when missing; `addr`, `database`, `userName`; password from `PASSWORD`.
+//! - `otel` (feature `otel`): OTLP/HTTP with the JSON encoding to `endpointURL` (a collector's
+//!   `http://host:4318/v1/metrics`): a gauge per property named after it, a data point per
+//!   value with the attributes `device.namespace`, `device.name`; non-numeric values are skipped
+//!   (and counted as dropped).
+//! - TDengine is refused with the reason: it is not built (see the README).
 
 use crate::metrics::Metrics;
 use api::v1beta1::PushMethod;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Values queued per target; more are dropped (and counted).
 const QUEUE: usize = 1024;
+/// Values written to a database sink at once, at most.
+pub const BATCH: usize = 500;
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
@@ -38,11 +55,108 @@ pub enum Target {
     },
     /// `http://host:port/path`, with a timeout.
     Http { url: String, timeout: Duration },
+    /// InfluxDB 2's write API.
+    Influxdb2 {
+        url: String,
+        org: String,
+        bucket: String,
+        measurement: Option<String>,
+        tags: Vec<(String, String)>,
+        field_key: Option<String>,
+    },
+    /// A Redis server, `host:port`, and its database number.
+    Redis { addr: String, db: i64 },
+    /// A MySQL (or MariaDB) server, `host:port`.
+    Mysql {
+        addr: String,
+        database: String,
+        user: String,
+    },
+    /// An OTLP/HTTP metrics endpoint.
+    Otel { url: String },
 }
 
 impl Target {
-    /// The target of a `pushMethod`, if it has one this build supports.
-    pub fn from_push_method(p: &PushMethod) -> Result<Option<Self>, String> {
+    /// The targets of a `pushMethod`: its MQTT or HTTP target, its OTel endpoint and each of its
+    /// databases.
+    pub fn from_push_method(p: &PushMethod) -> Result<Vec<Self>, String> {
+        let mut out = Vec::new();
+        out.extend(Self::mqtt_or_http(p)?);
+        if let Some(o) = &p.otel {
+            let url = o
+                .endpoint_url
+                .clone()
+                .filter(|u| !u.trim().is_empty())
+                .ok_or("pushMethod.otel.endpointURL is empty")?;
+            out.push(Self::Otel { url });
+        }
+        let Some(db) = &p.db_method else {
+            return Ok(out);
+        };
+        if let Some(i) = &db.influxdb2 {
+            let c = i.influxdb2_client_config.clone().unwrap_or_default();
+            let d = i.influxdb2_data_config.clone().unwrap_or_default();
+            let need = |v: Option<String>, key: &str| {
+                v.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                    format!("pushMethod.dbMethod.influxdb2.influxdb2ClientConfig.{key} is empty")
+                })
+            };
+            out.push(Self::Influxdb2 {
+                url: need(c.url, "url")?.trim_end_matches('/').to_string(),
+                org: need(c.org, "org")?,
+                bucket: need(c.bucket, "bucket")?,
+                measurement: d.measurement.filter(|m| !m.is_empty()),
+                tags: d.tag.unwrap_or_default().into_iter().collect(),
+                field_key: d.field_key.filter(|f| !f.is_empty()),
+            });
+        }
+        if let Some(r) = &db.redis {
+            let c = r.redis_client_config.clone().unwrap_or_default();
+            let addr = c
+                .addr
+                .filter(|a| !a.trim().is_empty())
+                .ok_or("pushMethod.dbMethod.redis.redisClientConfig.addr is empty")?;
+            out.push(Self::Redis {
+                addr,
+                db: i64::from(c.db.unwrap_or(0)),
+            });
+        }
+        if let Some(m) = &db.mysql {
+            let c = m.mysql_client_config.clone().unwrap_or_default();
+            let need = |v: Option<String>, key: &str| {
+                v.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                    format!("pushMethod.dbMethod.mysql.mysqlClientConfig.{key} is empty")
+                })
+            };
+            out.push(Self::Mysql {
+                addr: need(c.addr, "addr")?,
+                database: need(c.database, "database")?,
+                user: need(c.user_name, "userName")?,
+            });
+        }
+        if db.tdengine.is_some() {
+            return Err(
+                "pushMethod.dbMethod.TDEngine is not supported by this mapper (no TDengine \
+                 client is built; see the README)"
+                    .into(),
+            );
+        }
+        Ok(out)
+    }
+
+    /// A name for logs: the target's kind and address (no secrets).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Mqtt { address, .. } => format!("mqtt {address}"),
+            Self::Http { url, .. } => format!("http {url}"),
+            Self::Influxdb2 { url, bucket, .. } => format!("influxdb2 {url} bucket {bucket}"),
+            Self::Redis { addr, db } => format!("redis {addr} db {db}"),
+            Self::Mysql { addr, database, .. } => format!("mysql {addr}/{database}"),
+            Self::Otel { url } => format!("otel {url}"),
+        }
+    }
+
+    fn mqtt_or_http(p: &PushMethod) -> Result<Option<Self>, String> {
         if let Some(m) = &p.mqtt {
             let address = m
                 .address
@@ -170,7 +284,7 @@ impl Pusher {
             timestamp,
         };
         if self.tx.try_send(m).is_err() {
-            self.metrics.push_errors.fetch_add(1, Ordering::Relaxed);
+            self.metrics.push_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -200,6 +314,7 @@ impl Pushers {
         let (tx, rx) = mpsc::channel(QUEUE);
         let metrics = self.metrics.clone();
         let cancel = self.cancel.clone();
+        #[allow(unreachable_patterns)]
         match &target {
             Target::Mqtt {
                 address,
@@ -237,6 +352,61 @@ impl Pushers {
                     let _ = (url, timeout, rx, cancel);
                     return Err("this mapper is built without the http feature".into());
                 }
+            }
+            #[cfg(feature = "influxdb2")]
+            Target::Influxdb2 { .. } => {
+                let sink = influxdb2::Sink::new(&target)?;
+                tokio::spawn(run_sink(
+                    target.describe(),
+                    sink,
+                    rx,
+                    metrics.clone(),
+                    cancel,
+                ));
+            }
+            #[cfg(feature = "redis")]
+            Target::Redis { addr, db } => {
+                let sink = redis_sink::Sink::new(addr, *db)?;
+                tokio::spawn(run_sink(
+                    target.describe(),
+                    sink,
+                    rx,
+                    metrics.clone(),
+                    cancel,
+                ));
+            }
+            #[cfg(feature = "mysql")]
+            Target::Mysql {
+                addr,
+                database,
+                user,
+            } => {
+                let sink = mysql::Sink::new(addr, database, user);
+                tokio::spawn(run_sink(
+                    target.describe(),
+                    sink,
+                    rx,
+                    metrics.clone(),
+                    cancel,
+                ));
+            }
+            #[cfg(feature = "otel")]
+            Target::Otel { url } => {
+                let sink = otel::Sink::new(url, metrics.clone());
+                tokio::spawn(run_sink(
+                    target.describe(),
+                    sink,
+                    rx,
+                    metrics.clone(),
+                    cancel,
+                ));
+            }
+            other => {
+                let _ = (rx, cancel);
+                return Err(format!(
+                    "{}: this mapper is built without that push target's feature",
+                    other.describe()
+                ));
             }
         }
         let p = Arc::new(Pusher {
@@ -407,5 +577,583 @@ mod http {
                 }
             }
         }
+    }
+}
+
+/// A database or OTel sink: writes a batch of values, all or nothing.
+trait Sink: Send + 'static {
+    fn write<'a>(
+        &'a mut self,
+        batch: &'a [Message],
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send + 'a;
+}
+
+/// Feeds a sink from its queue: what waits is written in batches of up to [`BATCH`]; a failed
+/// batch is retried with backoff while newer values wait in the queue (and are dropped, counted,
+/// when it is full), so a sink that is down never holds up reads.
+#[allow(dead_code)]
+async fn run_sink<S: Sink>(
+    name: String,
+    mut sink: S,
+    mut rx: mpsc::Receiver<Message>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = FIRST_RETRY;
+    let mut failing = false;
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            m = rx.recv() => match m { Some(m) => m, None => return },
+        };
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        loop {
+            match sink.write(&batch).await {
+                Ok(()) => {
+                    metrics
+                        .pushes
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(target = %name, "push target writes again");
+                    }
+                    backoff = FIRST_RETRY;
+                    break;
+                }
+                Err(e) => {
+                    metrics.push_errors.fetch_add(1, Ordering::Relaxed);
+                    failing = true;
+                    tracing::warn!(target = %name, error = %e, values = batch.len(), retry_in = ?backoff, "push failed; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }
+}
+
+/// A value typed by its property: `Int`, `Float` or `Bool` when it reads as one, else text.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Typed<'a> {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Text(&'a str),
+}
+
+#[allow(dead_code)]
+fn typed<'a>(value: &'a str, value_type: Option<&str>) -> Typed<'a> {
+    let v = value.trim();
+    let ty = value_type.map(str::to_ascii_uppercase);
+    match ty.as_deref() {
+        Some("STRING") | Some("BYTES") => Typed::Text(value),
+        Some("BOOLEAN") => match v {
+            "true" | "1" => Typed::Bool(true),
+            "false" | "0" => Typed::Bool(false),
+            _ => Typed::Text(value),
+        },
+        Some("FLOAT") | Some("DOUBLE") => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map_or(Typed::Text(value), Typed::Float),
+        _ => {
+            if let Ok(i) = v.parse::<i64>() {
+                Typed::Int(i)
+            } else if let Some(f) = v.parse::<f64>().ok().filter(|f| f.is_finite()) {
+                Typed::Float(f)
+            } else {
+                Typed::Text(value)
+            }
+        }
+    }
+}
+
+#[cfg(feature = "influxdb2")]
+mod influxdb2 {
+    use super::*;
+
+    /// Escapes a measurement (commas, spaces) or a tag key, tag value or field key (also `=`).
+    fn escape(s: &str, equals: bool) -> String {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if c == ',' || c == ' ' || (equals && c == '=') || c == '\\' {
+                out.push('\\');
+            }
+            match c {
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// One point of line protocol, with a millisecond timestamp.
+    pub(super) fn line(
+        m: &Message,
+        measurement: Option<&str>,
+        tags: &[(String, String)],
+        field_key: Option<&str>,
+    ) -> String {
+        let mut out = escape(measurement.unwrap_or(&m.device), false);
+        let mut all: Vec<(&str, String)> =
+            tags.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        if !tags.iter().any(|(k, _)| k == "device") {
+            all.push(("device", format!("{}/{}", m.namespace, m.device)));
+        }
+        all.sort();
+        for (k, v) in all {
+            if v.is_empty() {
+                continue;
+            }
+            out.push(',');
+            out.push_str(&escape(k, true));
+            out.push('=');
+            out.push_str(&escape(&v, true));
+        }
+        out.push(' ');
+        out.push_str(&escape(field_key.unwrap_or(&m.property), true));
+        out.push('=');
+        match typed(&m.value, m.value_type.as_deref()) {
+            Typed::Int(i) => out.push_str(&format!("{i}i")),
+            Typed::Float(f) => out.push_str(&format!("{f:?}")),
+            Typed::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+            Typed::Text(t) => {
+                out.push('"');
+                out.push_str(&t.replace('\\', "\\\\").replace('"', "\\\""));
+                out.push('"');
+            }
+        }
+        out.push(' ');
+        out.push_str(&m.timestamp.to_string());
+        out
+    }
+
+    pub(super) struct Sink {
+        write_url: String,
+        token: Option<String>,
+        measurement: Option<String>,
+        tags: Vec<(String, String)>,
+        field_key: Option<String>,
+        agent: ureq::Agent,
+    }
+
+    impl Sink {
+        pub(super) fn new(target: &Target) -> Result<Self, String> {
+            let Target::Influxdb2 {
+                url,
+                org,
+                bucket,
+                measurement,
+                tags,
+                field_key,
+            } = target
+            else {
+                return Err("not an influxdb2 target".into());
+            };
+            let q = |s: &str| {
+                s.bytes()
+                    .map(|b| match b {
+                        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                            (b as char).to_string()
+                        }
+                        b => format!("%{b:02X}"),
+                    })
+                    .collect::<String>()
+            };
+            Ok(Self {
+                write_url: format!(
+                    "{url}/api/v2/write?org={}&bucket={}&precision=ms",
+                    q(org),
+                    q(bucket)
+                ),
+                token: std::env::var("TOKEN").ok().filter(|t| !t.is_empty()),
+                measurement: measurement.clone(),
+                tags: tags.clone(),
+                field_key: field_key.clone(),
+                agent: ureq::Agent::config_builder()
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .http_status_as_error(false)
+                    .build()
+                    .into(),
+            })
+        }
+    }
+
+    impl super::Sink for Sink {
+        async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+            let body: String = batch
+                .iter()
+                .map(|m| {
+                    line(
+                        m,
+                        self.measurement.as_deref(),
+                        &self.tags,
+                        self.field_key.as_deref(),
+                    ) + "\n"
+                })
+                .collect();
+            let (agent, url, token) = (
+                self.agent.clone(),
+                self.write_url.clone(),
+                self.token.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                let mut r = agent
+                    .post(&url)
+                    .header("content-type", "text/plain; charset=utf-8");
+                if let Some(t) = &token {
+                    r = r.header("authorization", &format!("Token {t}"));
+                }
+                match r.send(body.as_bytes()) {
+                    Ok(resp) if resp.status().is_success() => Ok(()),
+                    Ok(mut resp) => {
+                        let status = resp.status();
+                        let text = resp.body_mut().read_to_string().unwrap_or_default();
+                        Err(format!("{url}: HTTP {status}: {}", text.trim()))
+                    }
+                    Err(e) => Err(format!("{url}: {e}")),
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis_sink {
+    use super::*;
+
+    pub(super) struct Sink {
+        client: redis::Client,
+        connection: Option<redis::aio::MultiplexedConnection>,
+        addr: String,
+    }
+
+    impl Sink {
+        pub(super) fn new(addr: &str, db: i64) -> Result<Self, String> {
+            let password = std::env::var("PASSWORD").ok().filter(|p| !p.is_empty());
+            let hostport = addr
+                .strip_prefix("redis://")
+                .or_else(|| addr.strip_prefix("tcp://"))
+                .unwrap_or(addr);
+            let (host, port) = match hostport.rsplit_once(':') {
+                Some((h, p)) => (
+                    h.to_string(),
+                    p.parse::<u16>()
+                        .map_err(|_| format!("bad port in redis address {addr:?}"))?,
+                ),
+                None => (hostport.to_string(), 6379),
+            };
+            let mut info = redis::RedisConnectionInfo::default().set_db(db);
+            if let Some(p) = password {
+                info = info.set_password(p);
+            }
+            let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
+                host, port,
+            ))
+            .map_err(|e| format!("redis {addr}: {e}"))?
+            .set_redis_settings(info);
+            let client = redis::Client::open(info).map_err(|e| format!("redis {addr}: {e}"))?;
+            Ok(Self {
+                client,
+                connection: None,
+                addr: addr.to_string(),
+            })
+        }
+    }
+
+    impl super::Sink for Sink {
+        async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+            let addr = self.addr.clone();
+            if self.connection.is_none() {
+                let c = self
+                    .client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| format!("redis {addr}: {e}"))?;
+                self.connection = Some(c);
+            }
+            let Some(c) = self.connection.as_mut() else {
+                return Err(format!("redis {addr}: not connected"));
+            };
+            let mut pipe = redis::pipe();
+            for m in batch {
+                // As KubeEdge's mapper: the device name is the key, the time the score.
+                pipe.zadd(&m.device, m.json(), m.timestamp).ignore();
+            }
+            let r: redis::RedisResult<()> = pipe.query_async(c).await;
+            r.map_err(|e| {
+                self.connection = None;
+                format!("redis {addr}: {e}")
+            })
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use super::*;
+    use sqlx::Connection;
+    use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+    use std::collections::HashSet;
+
+    pub(super) struct Sink {
+        options: MySqlConnectOptions,
+        connection: Option<MySqlConnection>,
+        /// Tables known to exist.
+        tables: HashSet<String>,
+        addr: String,
+    }
+
+    /// A MySQL identifier in backticks.
+    fn quoted(name: &str) -> String {
+        format!("`{}`", name.replace('`', "``"))
+    }
+
+    impl Sink {
+        pub(super) fn new(addr: &str, database: &str, user: &str) -> Self {
+            let (host, port) = match addr.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), p.parse::<u16>().unwrap_or(3306)),
+                None => (addr.to_string(), 3306),
+            };
+            let mut options = MySqlConnectOptions::new()
+                .host(&host)
+                .port(port)
+                .username(user)
+                .database(database);
+            if let Ok(p) = std::env::var("PASSWORD") {
+                options = options.password(&p);
+            }
+            Self {
+                options,
+                connection: None,
+                tables: HashSet::new(),
+                addr: addr.to_string(),
+            }
+        }
+
+        async fn try_write(&mut self, batch: &[Message]) -> Result<(), sqlx::Error> {
+            if self.connection.is_none() {
+                let mut c = MySqlConnection::connect_with(&self.options).await?;
+                sqlx::query("SET time_zone = '+00:00'")
+                    .execute(&mut c)
+                    .await?;
+                self.connection = Some(c);
+            }
+            let Some(c) = self.connection.as_mut() else {
+                return Err(sqlx::Error::PoolClosed);
+            };
+            let mut by_table: BTreeMap<String, Vec<&Message>> = BTreeMap::new();
+            for m in batch {
+                by_table
+                    .entry(format!("{}/{}/{}", m.namespace, m.device, m.property))
+                    .or_default()
+                    .push(m);
+            }
+            for (table, rows) in by_table {
+                let name = quoted(&table);
+                if !self.tables.contains(&table) {
+                    let sql = format!(
+                        "CREATE TABLE IF NOT EXISTS {name} (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, ts DATETIME(3) NOT NULL, field TEXT)"
+                    );
+                    sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut *c)
+                        .await?;
+                    self.tables.insert(table.clone());
+                }
+                let values = vec!["(FROM_UNIXTIME(? / 1000), ?)"; rows.len()].join(", ");
+                let sql = format!("INSERT INTO {name} (ts, field) VALUES {values}");
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for m in rows {
+                    q = q.bind(m.timestamp as i64).bind(m.value.as_str());
+                }
+                q.execute(&mut *c).await?;
+            }
+            Ok(())
+        }
+    }
+
+    impl super::Sink for Sink {
+        async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+            self.try_write(batch).await.map_err(|e| {
+                // A broken connection is made again; a table that was dropped is created again.
+                self.connection = None;
+                self.tables.clear();
+                format!("mysql {}: {e}", self.addr)
+            })
+        }
+    }
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    use super::*;
+    use serde_json::Value;
+
+    pub(super) struct Sink {
+        url: String,
+        agent: ureq::Agent,
+        metrics: Arc<Metrics>,
+    }
+
+    impl Sink {
+        pub(super) fn new(url: &str, metrics: Arc<Metrics>) -> Self {
+            Self {
+                url: url.to_string(),
+                agent: ureq::Agent::config_builder()
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .http_status_as_error(false)
+                    .build()
+                    .into(),
+                metrics,
+            }
+        }
+    }
+
+    fn text(key: &str, value: &str) -> Value {
+        json!({"key": key, "value": {"stringValue": value}})
+    }
+
+    /// An OTLP `ExportMetricsServiceRequest` in the protobuf JSON encoding: a gauge per property,
+    /// a data point per numeric value. Returns it and how many values were not numbers.
+    pub(super) fn request(batch: &[Message]) -> (Value, usize) {
+        let mut by_property: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+        let mut skipped = 0;
+        for m in batch {
+            let point = |v: (&str, Value)| {
+                json!({
+                    "attributes": [text("device.namespace", &m.namespace), text("device.name", &m.device)],
+                    "timeUnixNano": (m.timestamp.saturating_mul(1_000_000)).to_string(),
+                    v.0: v.1,
+                })
+            };
+            let p = match typed(&m.value, m.value_type.as_deref()) {
+                Typed::Int(i) => point(("asInt", Value::String(i.to_string()))),
+                Typed::Float(f) => point(("asDouble", json!(f))),
+                Typed::Bool(b) => point(("asInt", Value::String(i64::from(b).to_string()))),
+                Typed::Text(_) => {
+                    skipped += 1;
+                    continue;
+                }
+            };
+            by_property.entry(&m.property).or_default().push(p);
+        }
+        let metrics: Vec<Value> = by_property
+            .into_iter()
+            .map(|(name, points)| json!({"name": name, "gauge": {"dataPoints": points}}))
+            .collect();
+        let body = json!({"resourceMetrics": [{
+            "resource": {"attributes": [text("service.name", "kubeedge-mapper")]},
+            "scopeMetrics": [{"scope": {"name": "kubeedge-rs.mapper-sdk"}, "metrics": metrics}],
+        }]});
+        (body, skipped)
+    }
+
+    impl super::Sink for Sink {
+        async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+            let (body, skipped) = request(batch);
+            self.metrics
+                .push_dropped
+                .fetch_add(skipped as u64, Ordering::Relaxed);
+            let (agent, url) = (self.agent.clone(), self.url.clone());
+            let body = body.to_string();
+            tokio::task::spawn_blocking(move || {
+                match agent
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .send(body.as_bytes())
+                {
+                    Ok(resp) if resp.status().is_success() => Ok(()),
+                    Ok(mut resp) => {
+                        let status = resp.status();
+                        let text = resp.body_mut().read_to_string().unwrap_or_default();
+                        Err(format!("{url}: HTTP {status}: {}", text.trim()))
+                    }
+                    Err(e) => Err(format!("{url}: {e}")),
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        }
+    }
+}
+
+#[cfg(all(test, feature = "influxdb2", feature = "otel"))]
+mod sink_tests {
+    use super::*;
+
+    fn m(property: &str, value: &str, ty: Option<&str>) -> Message {
+        Message {
+            namespace: "default".into(),
+            device: "plc 1".into(),
+            property: property.into(),
+            value: value.into(),
+            value_type: ty.map(str::to_string),
+            timestamp: 1_700_000_000_123,
+        }
+    }
+
+    #[test]
+    fn line_protocol_is_typed_and_escaped() {
+        let tags = vec![("site".to_string(), "hall 1,a=b".to_string())];
+        assert_eq!(
+            influxdb2::line(&m("temp", "42", Some("INT")), Some("plc"), &tags, None),
+            "plc,device=default/plc\\ 1,site=hall\\ 1\\,a\\=b temp=42i 1700000000123"
+        );
+        assert_eq!(
+            influxdb2::line(&m("p", "1.5", Some("FLOAT")), None, &[], Some("value")),
+            "plc\\ 1,device=default/plc\\ 1 value=1.5 1700000000123"
+        );
+        assert!(
+            influxdb2::line(&m("on", "true", Some("BOOLEAN")), Some("x"), &[], None)
+                .contains(" on=true ")
+        );
+        assert!(
+            influxdb2::line(&m("s", "say \"hi\"", Some("STRING")), Some("x"), &[], None)
+                .contains(" s=\"say \\\"hi\\\"\" ")
+        );
+        // An INT value above i64 is a float field rather than a refused line.
+        assert!(
+            influxdb2::line(
+                &m("big", "18446744073709551615", Some("INT")),
+                Some("x"),
+                &[],
+                None
+            )
+            .contains(" big=1.8446744073709552e19 ")
+        );
+    }
+
+    #[test]
+    fn otlp_request_has_a_gauge_per_property_and_skips_text() {
+        let (body, skipped) = otel::request(&[
+            m("temp", "42", Some("INT")),
+            m("temp", "43", Some("INT")),
+            m("p", "1.5", Some("DOUBLE")),
+            m("label", "x", Some("STRING")),
+        ]);
+        assert_eq!(skipped, 1);
+        let metrics = &body["resourceMetrics"][0]["scopeMetrics"][0]["metrics"];
+        assert_eq!(metrics.as_array().map(Vec::len), Some(2));
+        let temp = metrics
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == "temp"))
+            .expect("temp");
+        assert_eq!(temp["gauge"]["dataPoints"][1]["asInt"], "43");
+        assert_eq!(
+            temp["gauge"]["dataPoints"][0]["timeUnixNano"],
+            "1700000000123000000"
+        );
     }
 }
