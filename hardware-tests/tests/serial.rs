@@ -200,8 +200,17 @@ fn ascii_and_binary_devices_on_shared_lines() {
     eventually(10, "setpoint 75 reported", || {
         (reported(&node.twin("default/thermo-1")?, "setpoint")? == "75").then_some(())
     });
-    // Out of the model's range: refused, never sent.
-    node.kectl(&["twin", "set", "default/thermo-1", "setpoint", "150"]);
+    // Out of the model's range: refused at the edge with the reason, never sent.
+    let out = std::process::Command::new(hardware_tests::bin("kectl"))
+        .args(["twin", "set", "default/thermo-1", "setpoint", "150"])
+        .env("KECTL_SERVER", &node.http)
+        .output()
+        .expect("kectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("150 is above the model maximum 100"),
+        "{stderr}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(800));
     let twin = node.twin("default/thermo-1").expect("twin");
     assert_eq!(reported(&twin, "setpoint").as_deref(), Some("75"), "{twin}");

@@ -591,25 +591,81 @@ impl ModbusError {
     }
 }
 
-/// Reads and drops what arrives on a serial line until it has been silent for `quiet` (at
-/// most four times that in all). The line is (re)opened at start and after a timeout or a
-/// transport error: an answer still on its way then must not be taken for the answer to the
-/// next request. Nothing in an RTU frame says which request it answers, and two requests of the
-/// same shape (one register of the same table) get answers that look alike: a late answer to a
-/// read of `b` would become the value of `a`.
-async fn drain(port: &mut (impl tokio::io::AsyncRead + Unpin), quiet: Duration, address: &str) {
-    use tokio::io::AsyncReadExt;
-    let start = tokio::time::Instant::now();
-    let mut dropped = 0usize;
-    let mut buf = [0u8; 256];
-    while start.elapsed() < quiet * 4 {
-        match tokio::time::timeout(quiet, port.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => dropped += n,
-            _ => break,
+/// A serial port that drops whatever has arrived unasked when a request starts (the first
+/// write after reading): a duplicate answer, or one frame too many from a device, already in the
+/// port's buffer would otherwise be read as the answer to the next request, which on RTU nothing
+/// tells apart from the real one when the two requests have the same shape. What arrives after
+/// the request has gone out cannot be told apart: that is RTU's limit (TCP has transaction ids).
+pub struct DropStale<S> {
+    inner: S,
+    writing: bool,
+    line: String,
+}
+
+impl<S> DropStale<S> {
+    pub fn new(inner: S, line: String) -> Self {
+        Self {
+            inner,
+            writing: false,
+            line,
         }
     }
-    if dropped > 0 {
-        tracing::warn!(line = %address, bytes = dropped, "dropped a late or stray answer before the next request");
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for DropStale<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.writing = false;
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite
+    for DropStale<S>
+{
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if !self.writing {
+            self.writing = true;
+            // Read what is there now, without waiting (and without this task's waker: the
+            // client registers its own when it reads the answer).
+            let mut quiet = std::task::Context::from_waker(std::task::Waker::noop());
+            let mut dropped = 0usize;
+            let mut chunk = [0u8; 256];
+            loop {
+                let mut rb = tokio::io::ReadBuf::new(&mut chunk);
+                match std::pin::Pin::new(&mut self.inner).poll_read(&mut quiet, &mut rb) {
+                    std::task::Poll::Ready(Ok(())) if !rb.filled().is_empty() => {
+                        dropped += rb.filled().len();
+                    }
+                    _ => break,
+                }
+            }
+            if dropped > 0 {
+                tracing::warn!(line = %self.line, bytes = dropped, "dropped bytes that arrived unasked before a request (a duplicate or stray answer)");
+            }
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -635,8 +691,8 @@ async fn open(connection: &Connection) -> Result<Context, ModbusError> {
         }
         Transport::Rtu(serial) => {
             let mut port = serial.open().map_err(connect_err)?;
-            drain(&mut port, connection.timeout, &address).await;
-            tokio_modbus::client::rtu::attach_slave(port, slave)
+            mapper_sdk::line::drain(&mut port, connection.timeout, &address).await;
+            tokio_modbus::client::rtu::attach_slave(DropStale::new(port, address.clone()), slave)
         }
     };
     Ok(ctx)

@@ -68,6 +68,28 @@ pub async fn wait_silence(last_frame: Option<Instant>, silence: Duration) {
     }
 }
 
+/// Reads and drops what arrives on a serial line until it has been silent for `quiet` (at
+/// most four times that in all). Call it when a line is (re)opened, at start and after a timeout
+/// or a garbled answer: an answer still on its way then must not be taken for the answer to the
+/// next request. Nothing in a Modbus RTU frame (nor in most serial protocols' replies) says
+/// which request it answers, and two requests of the same shape get answers that look alike: a
+/// late answer to a read of `b` would become the value of `a`.
+pub async fn drain(port: &mut (impl tokio::io::AsyncRead + Unpin), quiet: Duration, address: &str) {
+    use tokio::io::AsyncReadExt;
+    let start = tokio::time::Instant::now();
+    let mut dropped = 0usize;
+    let mut buf = [0u8; 256];
+    while start.elapsed() < quiet * 4 {
+        match tokio::time::timeout(quiet, port.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => dropped += n,
+            _ => break,
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(line = %address, bytes = dropped, "dropped a late or stray answer before the next request");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

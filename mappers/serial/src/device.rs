@@ -421,10 +421,16 @@ impl Device {
         let mut line = self.line.line.lock().await;
         let mut stream = match line.port.take() {
             Some(s) => s,
-            None => self.open()?,
+            None => {
+                // Opened at start, or again after a timeout or a garbled reply: whatever is
+                // still on its way (a late reply) is read and dropped until the line is silent.
+                let mut s = self.open()?;
+                mapper_sdk::line::drain(&mut s, self.port.timeout, &self.port.serial.path).await;
+                s
+            }
         };
         wait_silence(line.last_frame, self.line.silence).await;
-        // A late answer to an earlier request must not be taken for this one's.
+        // What arrived unasked since (a duplicate reply) must not be taken for this one's.
         let _ = stream.clear(tokio_serial::ClearBuffer::Input);
         let result = self.talk(&mut stream, request, expect).await;
         line.last_frame = Some(tokio::time::Instant::now());
@@ -433,11 +439,10 @@ impl Device {
                 line.port = Some(stream);
                 Ok(reply)
             }
-            // A silent or garbling device leaves the line open for the others.
-            Err(Failure::Device(e)) => {
-                line.port = Some(stream);
-                Err(e)
-            }
+            // A silent or garbling device: its reply may still come, and would be taken for the
+            // answer to the next request on the line. The line is opened again (and drained)
+            // for the next request.
+            Err(Failure::Device(e)) => Err(e),
             // A broken port is closed, to be opened again.
             Err(Failure::Port(e)) => Err(SerialError::Link(format!(
                 "serial port {}: {e}",

@@ -1,0 +1,327 @@
+//! Property test of the Modbus client against a device that misbehaves as real ones do: for
+//! each request, drawn from a seeded generator, the device answers correctly, late (after the
+//! client's timeout), twice, with half a frame, with garbage, as another slave (RTU) or with
+//! another transaction id (TCP), with an exception, or not at all. Every property reads one
+//! holding register of the same shape (function 3, one register) at addresses far apart, each
+//! holding a value that names it: whatever the sequence, a value the client returns for a
+//! property must be that property's, never another's. An error is fine; a wrong value is not.
+//!
+//! RTU runs over a socat pty pair; TCP over loopback. `FRAMES_CASES` sets the reads per
+//! transport (default 100) and `FRAMES_SEED` the seed (default: time-based, printed).
+
+use hardware_tests::PtyPair;
+use mapper_modbus::device::{Connection, Device, ModelHints, Point};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const TIMEOUT_MS: u64 = 150;
+/// Properties `p0..`: holding register `100 * i`, value `1000 + i`.
+const POINTS: u16 = 6;
+
+fn value_of(address: u16) -> u16 {
+    1000 + address / 100
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Ok,
+    Late,
+    Duplicate,
+    Truncated,
+    Garbage,
+    OtherSlave,
+    OtherTransaction,
+    Exception,
+    Silent,
+}
+
+fn fault(rng: &mut Rng, tcp: bool) -> Fault {
+    match rng.below(16) {
+        0 => Fault::Late,
+        1 => Fault::Duplicate,
+        2 => Fault::Truncated,
+        3 => Fault::Garbage,
+        4 if tcp => Fault::OtherTransaction,
+        4 => Fault::OtherSlave,
+        5 => Fault::Exception,
+        6 => Fault::Silent,
+        _ => Fault::Ok,
+    }
+}
+
+fn crc(data: &[u8]) -> Vec<u8> {
+    mapper_serial::checksum::Checksum::Crc16Modbus.compute(data)
+}
+
+/// The PDU answering "read holding registers at `address`, `count`": or an exception.
+fn answer_pdu(address: u16, count: u16, exception: bool) -> Vec<u8> {
+    if exception {
+        return vec![0x83, 0x04];
+    }
+    let mut pdu = vec![0x03, (count * 2) as u8];
+    for a in address..address + count {
+        pdu.extend_from_slice(&value_of(a).to_be_bytes());
+    }
+    pdu
+}
+
+/// Serves the misbehaving device on `stream` until it closes or `stop`: `framing` cuts a
+/// request out of the bytes read and wraps an answer PDU.
+fn serve(
+    mut reader: impl Read,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
+    tcp: bool,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = Rng(seed | 1);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 512];
+    let send = |bytes: Vec<u8>| {
+        if let Ok(mut w) = writer.lock() {
+            let _ = w.write_all(&bytes);
+            let _ = w.flush();
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        loop {
+            // A request: RTU slave, 3, address, count, CRC (8 bytes); TCP MBAP (7) + 5.
+            let len = if tcp { 12 } else { 8 };
+            if buf.len() < len {
+                break;
+            }
+            let frame: Vec<u8> = buf.drain(..len).collect();
+            let (pdu, header) = if tcp {
+                (frame[7..].to_vec(), frame[..7].to_vec())
+            } else {
+                if crc(&frame[..6]) != frame[6..8] {
+                    // Not a request: the client is out of step; drop what we have.
+                    buf.clear();
+                    break;
+                }
+                (frame[1..6].to_vec(), vec![frame[0]])
+            };
+            if pdu[0] != 3 {
+                continue;
+            }
+            let address = u16::from_be_bytes([pdu[1], pdu[2]]);
+            let count = u16::from_be_bytes([pdu[3], pdu[4]]);
+            let f = fault(&mut rng, tcp);
+            let wrap = |pdu: Vec<u8>, other: bool| -> Vec<u8> {
+                if tcp {
+                    let mut h = header.clone();
+                    if other {
+                        h[1] = h[1].wrapping_add(7);
+                    }
+                    let l = (pdu.len() + 1) as u16;
+                    h[4..6].copy_from_slice(&l.to_be_bytes());
+                    let mut out = h;
+                    out.extend_from_slice(&pdu);
+                    out
+                } else {
+                    let slave = if other { header[0] ^ 0x01 } else { header[0] };
+                    let mut out = vec![slave];
+                    out.extend_from_slice(&pdu);
+                    let c = crc(&out);
+                    out.extend_from_slice(&c);
+                    out
+                }
+            };
+            let good = wrap(answer_pdu(address, count, false), false);
+            match f {
+                Fault::Ok => send(good),
+                Fault::Late => {
+                    let w = writer.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(TIMEOUT_MS + 120));
+                        if let Ok(mut w) = w.lock() {
+                            let _ = w.write_all(&good);
+                            let _ = w.flush();
+                        }
+                    });
+                }
+                Fault::Duplicate => {
+                    // The answer twice (a device that repeats itself, an echo), the second within
+                    // the line's inter-frame silence (1.75 ms): it is there before the next
+                    // request goes out.
+                    send(good.clone());
+                    std::thread::sleep(Duration::from_micros(500));
+                    send(good);
+                }
+                Fault::Truncated => send(good[..good.len() / 2].to_vec()),
+                Fault::Garbage => {
+                    let junk: Vec<u8> = (0..1 + rng.below(12)).map(|_| rng.next() as u8).collect();
+                    send(junk);
+                }
+                Fault::OtherSlave | Fault::OtherTransaction => {
+                    // Another device's (or an old request's) answer of the same shape, with
+                    // another value, then the right one.
+                    let mut pdu = answer_pdu(address, count, false);
+                    pdu[2] ^= 0x55;
+                    send(wrap(pdu, true));
+                    send(good);
+                }
+                Fault::Exception => send(wrap(answer_pdu(address, count, true), false)),
+                Fault::Silent => {}
+            }
+        }
+    }
+}
+
+fn points() -> Vec<Point> {
+    (0..POINTS)
+        .map(|i| {
+            let Value::Object(v) = json!({
+                "register": "HoldingRegister", "offset": i * 100, "limit": 1, "dataType": "uint16"
+            }) else {
+                unreachable!()
+            };
+            Point::from_config(&format!("p{i}"), &v, &ModelHints::default()).expect("point")
+        })
+        .collect()
+}
+
+/// Reads random subsets of the properties `cases` times; panics on any value attached to the
+/// wrong property. Returns (values read, errors).
+fn exercise(config: Value, cases: u64, seed: u64) -> (u64, u64) {
+    let Value::Object(c) = config else {
+        unreachable!()
+    };
+    let connection = Connection::from_config(&c).expect("connection");
+    let mut device = Device::new(connection, points());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let (mut ok, mut errors) = (0, 0);
+    rt.block_on(async {
+        for case in 0..cases {
+            let due: Vec<usize> = (0..POINTS as usize).filter(|_| rng.below(2) == 0).collect();
+            for (i, r) in device.read(&due).await {
+                match r {
+                    Ok(v) => {
+                        let want = value_of(i as u16 * 100).to_string();
+                        assert_eq!(
+                            v, want,
+                            "case {case} (seed {seed}): property p{i} got another property's value"
+                        );
+                        ok += 1;
+                    }
+                    Err(e) => {
+                        if e.is_link() {
+                            device.disconnect();
+                        }
+                        errors += 1;
+                    }
+                }
+            }
+        }
+    });
+    (ok, errors)
+}
+
+fn settings() -> (u64, u64) {
+    let cases = std::env::var("FRAMES_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let seed = std::env::var("FRAMES_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    (cases, seed)
+}
+
+#[test]
+fn rtu_no_sequence_of_bad_frames_attaches_a_value_to_the_wrong_property() {
+    let (cases, seed) = settings();
+    println!("RTU: {cases} reads, FRAMES_SEED={seed}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pair = PtyPair::start(dir.path(), "line");
+    let port = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pair.b)
+        .expect("the device's end");
+    let writer: Arc<Mutex<Box<dyn Write + Send>>> =
+        Arc::new(Mutex::new(Box::new(port.try_clone().expect("clone"))));
+    let stop = Arc::new(AtomicBool::new(false));
+    let device = {
+        let stop = stop.clone();
+        std::thread::spawn(move || serve(port, writer, false, seed, stop))
+    };
+    let (ok, errors) = exercise(
+        json!({"serialPort": pair.a.display().to_string(), "baudRate": 115200, "slaveID": 4, "timeout": TIMEOUT_MS}),
+        cases,
+        seed,
+    );
+    stop.store(true, Ordering::Relaxed);
+    drop(pair);
+    let _ = device.join();
+    println!("RTU: {ok} values, all right; {errors} errors");
+    assert!(ok > cases / 2, "too few values read: {ok}");
+}
+
+#[test]
+fn tcp_no_sequence_of_bad_frames_attaches_a_value_to_the_wrong_property() {
+    let (cases, seed) = settings();
+    println!("TCP: {cases} reads, FRAMES_SEED={seed}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                n += 1;
+                let writer: Arc<Mutex<Box<dyn Write + Send>>> =
+                    Arc::new(Mutex::new(Box::new(stream.try_clone().expect("clone"))));
+                let stop = stop.clone();
+                let seed = seed.wrapping_add(n);
+                std::thread::spawn(move || serve(stream, writer, true, seed, stop));
+            }
+        });
+    }
+    let (ok, errors) = exercise(
+        json!({"ip": "127.0.0.1", "port": port, "slaveID": 1, "timeout": TIMEOUT_MS}),
+        cases,
+        seed,
+    );
+    stop.store(true, Ordering::Relaxed);
+    println!("TCP: {ok} values, all right; {errors} errors");
+    assert!(ok > cases / 2, "too few values read: {ok}");
+}
