@@ -24,10 +24,16 @@ pub struct BlueZ {
     _dir: tempfile::TempDir,
 }
 
-/// A Python that has `dbusmock` (Debian's package is for the system Python; a `python3` earlier
-/// in `PATH` may lack it).
-fn python() -> Option<&'static str> {
-    ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+/// A Python that has `dbusmock` (Debian's package is for the system Python; the project's
+/// `.venv` sees it, another `python3` earlier in `PATH` may not).
+fn python() -> Option<std::path::PathBuf> {
+    [
+        crate::python(),
+        "python3".into(),
+        "/usr/bin/python3".into(),
+    ]
+    .into_iter()
+    .find(|p| {
         Command::new(p)
             .args(["-c", "import dbus, dbusmock"])
             .stderr(Stdio::null())

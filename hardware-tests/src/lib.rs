@@ -40,6 +40,20 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The Python to run the simulators with: the project's `.venv` (made by `scripts/test` from
+/// `hardware-tests/requirements.txt`) when there is one, else `python3` from `PATH`.
+pub fn python() -> PathBuf {
+    let venv = workspace_root().join(".venv/bin/python3");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// What to say when a Python simulator is missing.
+pub const SETUP_HINT: &str = "run scripts/test --setup-only, which installs the simulators into .venv from hardware-tests/requirements.txt";
+
 /// Builds the binaries ([`build_binaries`]) in the profile of the running program (a bench or
 /// the quickstart) and returns their directory, the running program's own.
 pub fn built_binaries(release: bool) -> Result<PathBuf, String> {
@@ -445,19 +459,22 @@ impl PySim {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("sims")
             .join(script);
-        let mut proc = Command::new("python3")
+        let mut proc = Command::new(python())
             .arg(&path)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("python3 runs");
+            .unwrap_or_else(|e| panic!("cannot run {}: {e} ({SETUP_HINT})", python().display()));
         let out = proc.stdout.take().expect("piped");
         let ready = BufReader::new(out)
             .lines()
             .map_while(Result::ok)
             .any(|l| l.trim() == "ready");
-        assert!(ready, "{script} {args:?} did not start ({install})");
+        assert!(
+            ready,
+            "{script} {args:?} did not start: {SETUP_HINT} (or {install})"
+        );
         Self { proc }
     }
 

@@ -66,7 +66,7 @@ struct KubeEdgeMapper {
 impl KubeEdgeMapper {
     fn start(node: &Node, authority: &str, name: &str) -> (Self, Value) {
         let own = node.dir.path().join(format!("{name}.sock"));
-        let mut child = Command::new("python3")
+        let mut child = Command::new(hardware_tests::python())
             .arg(script())
             .args(["--proto", &proto_root(), "--authority", authority, "mapper"])
             .arg("--socket")
@@ -280,7 +280,7 @@ fn kubeedge_edgecore_reaches_our_mapper_with_every_authority_form() {
         (mappers.to_string().contains("oven-1") && socket.exists()).then_some(())
     });
     for authority in ["default", "percent", "raw"] {
-        let out = Command::new("python3")
+        let out = Command::new(hardware_tests::python())
             .arg(script())
             .args([
                 "--proto",

@@ -248,7 +248,7 @@ impl Drop for UaServer {
 #[test]
 fn asyncua_uaserver_sample_nodes() {
     let port = free_port();
-    let server = std::process::Command::new("python3")
+    let server = std::process::Command::new(hardware_tests::python())
         .args([
             "-c",
             "from asyncua.tools import uaserver; uaserver()",

@@ -295,13 +295,23 @@ pub fn mosquitto(port: u16) -> Option<Mosquitto> {
     None
 }
 
+/// The project's `.venv` Python (made by `scripts/test`), or `python3` from `PATH`.
+pub fn python() -> std::path::PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python3");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
 /// Runs a Python script of `tests/kubeedge/` with `args`; returns whether it succeeded and what
 /// it printed. A missing paho-mqtt fails with the command that installs it.
 pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/kubeedge")
         .join(script);
-    let out = Command::new("python3")
+    let out = Command::new(python())
         .arg(path)
         .args(args)
         .output()
@@ -313,7 +323,7 @@ pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
     );
     assert!(
         !text.contains("No module named 'paho'"),
-        "paho-mqtt is missing: pip install 'paho-mqtt==2.*'"
+        "paho-mqtt is missing: run scripts/test --setup-only (it installs hardware-tests/requirements.txt into .venv)"
     );
     (out.status.success(), text)
 }

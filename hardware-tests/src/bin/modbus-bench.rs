@@ -308,14 +308,14 @@ fn libmodbus_client(work: &Path, port: u16, seconds: f64, count: u16) -> Option<
 
 /// pymodbus's synchronous client in `sims/pymodbus_client_loop.py`; `None` without pymodbus.
 fn pymodbus_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
-    let has = Command::new("python3")
+    let has = Command::new(hardware_tests::python())
         .args(["-c", "import pymodbus"])
         .output()
         .ok()?;
     if !has.status.success() {
         return None;
     }
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(hardware_tests::python());
     cmd.arg(sims_dir().join("pymodbus_client_loop.py"));
     Some(run_loop(cmd, port, seconds, count))
 }
