@@ -27,19 +27,15 @@ pub struct BlueZ {
 /// A Python that has `dbusmock` (Debian's package is for the system Python; the project's
 /// `.venv` sees it, another `python3` earlier in `PATH` may not).
 fn python() -> Option<std::path::PathBuf> {
-    [
-        crate::python(),
-        "python3".into(),
-        "/usr/bin/python3".into(),
-    ]
-    .into_iter()
-    .find(|p| {
-        Command::new(p)
-            .args(["-c", "import dbus, dbusmock"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
+    [crate::python(), "python3".into(), "/usr/bin/python3".into()]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .args(["-c", "import dbus, dbusmock"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
 }
 
 impl BlueZ {

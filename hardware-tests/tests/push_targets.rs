@@ -93,18 +93,26 @@ fn redis_members(port: u16, key: &str) -> String {
     )
 }
 
+/// Whether the tests run as root (mariadbd then needs `--user=root`; as anyone else it runs as
+/// them).
+fn root() -> bool {
+    output("id", &["-u"]).trim() == "0"
+}
+
 /// MariaDB on a fresh data directory, with database `kubeedge` and user `mapper`/`secret`.
 fn mariadb(dir: &Path, port: u16) -> Server {
     let data = dir.join("mariadb");
     let socket = dir.join("mariadb.sock");
+    // As root, mariadbd must be told to stay root; as anyone else it runs as them.
+    let as_root: &[&str] = if root() { &["--user=root"] } else { &[] };
     let install = Command::new("mariadb-install-db")
         .args([
             "--no-defaults",
             &format!("--datadir={}", data.display()),
-            "--user=root",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
         ])
+        .args(as_root)
         .output()
         .unwrap_or_else(|e| {
             panic!("cannot run mariadb-install-db: {e} (apt-get install mariadb-server)")
@@ -114,19 +122,17 @@ fn mariadb(dir: &Path, port: u16) -> Server {
         "{}",
         String::from_utf8_lossy(&install.stderr)
     );
-    let s = Server::start(
-        "mariadbd",
-        &[
-            "--no-defaults",
-            &format!("--datadir={}", data.display()),
-            "--user=root",
-            &format!("--port={port}"),
-            "--bind-address=127.0.0.1",
-            &format!("--socket={}", socket.display()),
-            "--skip-log-bin",
-        ],
-        "apt-get install mariadb-server",
-    );
+    let mut args = vec![
+        "--no-defaults".to_string(),
+        format!("--datadir={}", data.display()),
+        format!("--port={port}"),
+        "--bind-address=127.0.0.1".to_string(),
+        format!("--socket={}", socket.display()),
+        "--skip-log-bin".to_string(),
+    ];
+    args.extend(as_root.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start("mariadbd", &args, "apt-get install mariadb-server");
     wait_port(port, "mariadbd listening");
     let sock = format!("--socket={}", socket.display());
     let setup = Command::new("mariadb")
