@@ -176,7 +176,9 @@ fn a_full_disk_refuses_writes_with_507_keeps_what_was_acknowledged_and_recovers_
     // refused with 507 and a reason; nothing in between.
     let mut acked = 60;
     let mut refused = None;
-    for v in 61..=400 {
+    // Values cycle within the model's range (0..=300), each differing from the last.
+    for v in 61..=4000u32 {
+        let v = v % 300;
         let (status, body) = e.put(
             &format!("{OVEN}/desired"),
             &format!("{{\"setpoint\": {v}}}"),
@@ -206,7 +208,9 @@ fn a_full_disk_refuses_writes_with_507_keeps_what_was_acknowledged_and_recovers_
     // Space comes back: writes are accepted again without a restart.
     std::fs::remove_file(&filler).expect("free the disk");
     let start = Instant::now();
-    let mut v = 1000;
+    // 300: a value the writes above never stored (they cycle through 0..300); a refused try
+    // stores nothing, so each retry is a real write.
+    let v = 300;
     loop {
         let (status, _) = e.put(
             &format!("{OVEN}/desired"),
@@ -220,7 +224,6 @@ fn a_full_disk_refuses_writes_with_507_keeps_what_was_acknowledged_and_recovers_
             start.elapsed() < Duration::from_secs(15),
             "writes still refused"
         );
-        v += 1;
         std::thread::sleep(Duration::from_millis(50));
     }
     e.eventually("healthy again", |e| (healthz(e) == "ok").then_some(()));

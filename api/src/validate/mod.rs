@@ -303,7 +303,14 @@ pub fn validate_config_data(device: &Device, model: Option<&DeviceModel>) -> Vec
         .or(model_protocol)
         .and_then(configdata::schema)
     {
-        check_config_data(device, model, schema, &mut out);
+        // What the mapper gets: the model's visitors and protocol defaults under the device's.
+        let effective = model.map(|m| crate::merge::effective_device(device, m));
+        check_config_data(
+            effective.as_ref().unwrap_or(device),
+            model,
+            schema,
+            &mut out,
+        );
     }
     out
 }
