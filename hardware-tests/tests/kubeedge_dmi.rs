@@ -33,7 +33,7 @@ spec:
   nodeName: test-node
   protocol:
     protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: 5020, slaveID: 1, timeout: 16777217}}
+    configData: {{ip: 127.0.0.1, port: 5020, slaveID: 1, serialNumber: 16777217}}
   properties:
     - name: temperature
       collectCycle: {collect}
@@ -146,7 +146,7 @@ fn assert_mapper_framework_can_read(device: &Value) {
     assert_eq!(device["protocol_name"], "modbus");
     assert_eq!(
         device["protocol_config"],
-        json!({"ip": "127.0.0.1", "port": 5020, "slaveID": 1, "timeout": 16_777_217})
+        json!({"ip": "127.0.0.1", "port": 5020, "slaveID": 1, "serialNumber": 16_777_217})
     );
     assert_eq!(device["protocol_dropped"], json!([]));
     for p in device["properties"].as_array().expect("properties") {

@@ -217,3 +217,61 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
     report.findings = findings.into_iter().map(|(_, f)| f).collect();
     report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODEL: &str = r#"
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: m, namespace: default}
+spec:
+  protocol: modbus
+  properties:
+    - name: t
+      type: INT
+      accessMode: ReadOnly
+      visitors: {protocolName: modbus, configData: {register: InputRegister, limit: 1}}
+"#;
+
+    fn device(visitor: &str) -> String {
+        format!(
+            r#"---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {{name: d, namespace: default}}
+spec:
+  deviceModelRef: {{name: m}}
+  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1}}}}
+  properties:
+    - {{name: t, visitors: {{protocolName: modbus, configData: {visitor}}}}}
+"#
+        )
+    }
+
+    fn report(visitor: &str) -> Report {
+        validate_texts(&[("f.yaml".into(), format!("{MODEL}{}", device(visitor)))])
+    }
+
+    /// One verdict with the mapper: a configData error skips the device (the mapper would
+    /// refuse it), judged on what the mapper gets, the model's visitor under the device's.
+    #[test]
+    fn config_data_errors_make_the_device_invalid_on_the_merged_visitor() {
+        let r = report("{offset: 4}");
+        assert_eq!(r.errors(), 0, "the register comes from the model");
+        assert_eq!(r.valid_devices.len(), 1);
+        let r = report("{register: HoldingRegisters, offset: 4}");
+        assert_eq!(r.valid_devices.len(), 0);
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.to_string().contains("\"HoldingRegisters\" is not one of")),
+            "{:?}",
+            r.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>()
+        );
+        // An unknown key is a warning: the device is loaded.
+        let r = report("{offset: 4, serialNumber: 7}");
+        assert_eq!((r.errors(), r.valid_devices.len()), (0, 1));
+    }
+}
