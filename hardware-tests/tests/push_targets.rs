@@ -15,14 +15,32 @@ use std::time::Duration;
 /// A server process, killed on drop.
 struct Server(Child);
 
+/// `program` from `PATH`, or from the system directories a non-root `PATH` lacks (Debian puts
+/// `mariadbd` in /usr/sbin).
+fn program(name: &str) -> std::path::PathBuf {
+    let in_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    in_path
+        .into_iter()
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| name.into())
+}
+
 impl Server {
-    fn start(program: &str, args: &[&str], install: &str) -> Self {
-        let child = Command::new(program)
+    fn start(program_name: &str, args: &[&str], install: &str) -> Self {
+        let child = Command::new(program(program_name))
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program}: {e} (install it: {install})"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {program_name}: {e} (install it: {install}, or run scripts/test)"
+                )
+            });
         Self(child)
     }
 
@@ -46,11 +64,11 @@ fn wait_port(port: u16, what: &str) {
     });
 }
 
-fn output(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
+fn output(name: &str, args: &[&str]) -> String {
+    let out = Command::new(program(name))
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run {name}: {e} (run scripts/test to install it)"));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -105,7 +123,7 @@ fn mariadb(dir: &Path, port: u16) -> Server {
     let socket = dir.join("mariadb.sock");
     // As root, mariadbd must be told to stay root; as anyone else it runs as them.
     let as_root: &[&str] = if root() { &["--user=root"] } else { &[] };
-    let install = Command::new("mariadb-install-db")
+    let install = Command::new(program("mariadb-install-db"))
         .args([
             "--no-defaults",
             &format!("--datadir={}", data.display()),
@@ -135,7 +153,7 @@ fn mariadb(dir: &Path, port: u16) -> Server {
     let s = Server::start("mariadbd", &args, "apt-get install mariadb-server");
     wait_port(port, "mariadbd listening");
     let sock = format!("--socket={}", socket.display());
-    let setup = Command::new("mariadb")
+    let setup = Command::new(program("mariadb"))
         .args([
             "--no-defaults",
             &sock,
