@@ -157,12 +157,13 @@ pub struct Dmi {
 
 impl Default for Dmi {
     fn default() -> Self {
+        let liveness = crate::dmi::mappers::Liveness::default();
         Self {
             socket: None,
             max_connections: 256,
-            probe_interval_ms: 1000,
-            probe_timeout_ms: 1000,
-            probe_failures: 2,
+            probe_interval_ms: liveness.interval.as_millis() as u64,
+            probe_timeout_ms: liveness.timeout.as_millis() as u64,
+            probe_failures: liveness.failures,
         }
     }
 }

@@ -140,11 +140,11 @@ pub fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::
                 json!({"message": e.value, "timestamp": e.timestamp}),
             );
         }
-        if let (true, Some(r)) = (device_stale || p.error.is_some(), &p.reported)
+        if let Some(age) = p.stale_age(device_stale, now)
             && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")
         {
             reported.insert("stale".into(), true.into());
-            reported.insert("ageMs".into(), (now - r.timestamp).max(0).into());
+            reported.insert("ageMs".into(), age.into());
         }
     }
     v

@@ -490,6 +490,44 @@ impl Drop for PySim {
     }
 }
 
+/// Runs `f` with a tokio-modbus TCP client of the server on 127.0.0.1:`port` (a test's own look
+/// at a simulator's registers, beside what the mapper reads).
+fn modbus_client<T>(port: u16, f: impl AsyncFnOnce(&mut tokio_modbus::client::Context) -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut ctx = tokio_modbus::client::tcp::connect(([127, 0, 0, 1], port).into())
+            .await
+            .expect("connect to the Modbus server");
+        f(&mut ctx).await
+    })
+}
+
+/// Holding register `address` of the Modbus TCP server on 127.0.0.1:`port`.
+pub fn read_holding(port: u16, address: u16) -> u16 {
+    use tokio_modbus::client::Reader;
+    modbus_client(port, async |ctx| {
+        ctx.read_holding_registers(address, 1)
+            .await
+            .expect("transport")
+            .expect("no exception")[0]
+    })
+}
+
+/// Writes `values` to the holding registers from `address` of the Modbus TCP server on
+/// 127.0.0.1:`port`.
+pub fn write_holdings(port: u16, address: u16, values: &[u16]) {
+    use tokio_modbus::client::Writer;
+    modbus_client(port, async |ctx| {
+        ctx.write_multiple_registers(address, values)
+            .await
+            .expect("transport")
+            .expect("no exception")
+    })
+}
+
 /// pymodbus's Modbus TCP server (`sims/modbus_server.py`), a simulator the project did not write.
 pub struct PyModbus {
     pub sim: PySim,

@@ -5,7 +5,9 @@
 //!
 //! The detection and failover times are printed (`--nocapture`), not asserted.
 
-use hardware_tests::{Node, Proc, PyModbus, eventually, free_port, mqtt_messages, reported};
+use hardware_tests::{
+    Node, Proc, PyModbus, eventually, free_port, mqtt_messages, reported, write_holdings,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -56,24 +58,6 @@ spec:
         ));
     }
     out
-}
-
-/// Writes `values` (register 30+i gets values[i]) to the simulator.
-fn write_registers(port: u16, values: &[u16]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        use tokio_modbus::client::Writer;
-        let mut ctx = tokio_modbus::client::tcp::connect(([127, 0, 0, 1], port).into())
-            .await
-            .expect("connect to pymodbus");
-        ctx.write_multiple_registers(30, values)
-            .await
-            .expect("transport")
-            .expect("no exception");
-    });
 }
 
 /// `/api/v1/mappers` by name.
@@ -143,7 +127,7 @@ fn a_killed_mappers_devices_go_unknown_then_to_the_other_mapper_and_come_back_af
     let sim_port = free_port();
     let _sim = PyModbus::start(sim_port);
     let names: Vec<String> = (0..6).map(|i| format!("dev-{i}")).collect();
-    write_registers(sim_port, &[1000, 1001, 1002, 1003, 1004, 1005]);
+    write_holdings(sim_port, 30, &[1000, 1001, 1002, 1003, 1004, 1005]);
     let node = Node::start(&manifests(sim_port, 6, 0));
     let a = start_mapper(&node, A);
     let _b = start_mapper(&node, B);
@@ -166,7 +150,7 @@ fn a_killed_mappers_devices_go_unknown_then_to_the_other_mapper_and_come_back_af
         mqtt_messages(node.mqtt, "$hw/events/device/+/+/state/update/result").expect("subscribe");
     a.signal("-KILL");
     let killed = Instant::now();
-    write_registers(sim_port, &[2000, 2001, 2002, 2003, 2004, 2005]);
+    write_holdings(sim_port, 30, &[2000, 2001, 2002, 2003, 2004, 2005]);
     eventually(15, "mapper a found unreachable", || {
         (mappers(&node).get(A)?["state"] == "unreachable").then_some(())
     });
@@ -220,7 +204,7 @@ fn a_killed_mappers_devices_go_unknown_then_to_the_other_mapper_and_come_back_af
         (devices_of(&node, A) == a_own).then_some(())
     });
     assert_eq!(devices_of(&node, B), b_own);
-    write_registers(sim_port, &[3000, 3001, 3002, 3003, 3004, 3005]);
+    write_holdings(sim_port, 30, &[3000, 3001, 3002, 3003, 3004, 3005]);
     wait_values(
         &node,
         &names,
@@ -238,7 +222,7 @@ fn a_killed_mappers_devices_go_unknown_then_to_the_other_mapper_and_come_back_af
 fn a_hung_mapper_is_detected_and_its_pinned_device_waits_for_it_with_a_stale_value() {
     let sim_port = free_port();
     let _sim = PyModbus::start(sim_port);
-    write_registers(sim_port, &[10, 11, 12, 13, 14]);
+    write_holdings(sim_port, 30, &[10, 11, 12, 13, 14]);
     let names: Vec<String> = vec![
         "dev-0".into(),
         "dev-1".into(),
@@ -260,7 +244,7 @@ fn a_hung_mapper_is_detected_and_its_pinned_device_waits_for_it_with_a_stale_val
     // SIGSTOP: the socket still accepts, nothing answers.
     a.signal("-STOP");
     let stopped = Instant::now();
-    write_registers(sim_port, &[20, 21, 22, 23, 24]);
+    write_holdings(sim_port, 30, &[20, 21, 22, 23, 24]);
     eventually(15, "the hung mapper found unreachable", || {
         (mappers(&node).get(A)?["state"] == "unreachable").then_some(())
     });
@@ -302,7 +286,7 @@ fn a_hung_mapper_is_detected_and_its_pinned_device_waits_for_it_with_a_stale_val
         (mappers(&node).get(A)?["state"] == "alive" && devices_of(&node, A) == a_own).then_some(())
     });
     assert!(devices_of(&node, B).is_disjoint(&a_own));
-    write_registers(sim_port, &[30, 31, 32, 33, 34]);
+    write_holdings(sim_port, 30, &[30, 31, 32, 33, 34]);
     wait_values(
         &node,
         &names,

@@ -3,9 +3,8 @@
 //! `pymodbus` 3.16 (`.ci/run` installs it).
 
 use hardware_tests::{
-    Node, PyModbus, agent, eventually, free_port, get, mqtt_messages, post, reported,
+    Node, PyModbus, agent, eventually, free_port, get, mqtt_messages, post, read_holding, reported,
 };
-use tokio_modbus::client::Reader;
 
 fn manifests(port: u16) -> String {
     format!(
@@ -71,22 +70,6 @@ spec:
     )
 }
 
-fn holding(port: u16, address: u16) -> u16 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut ctx = tokio_modbus::client::tcp::connect(([127, 0, 0, 1], port).into())
-            .await
-            .expect("connect to pymodbus");
-        ctx.read_holding_registers(address, 1)
-            .await
-            .expect("transport")
-            .expect("no exception")[0]
-    })
-}
-
 #[test]
 fn values_flow_desired_values_land_and_faults_stay_contained() {
     let sim_port = free_port();
@@ -116,7 +99,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     assert_eq!(reported(&twin, "missing"), None);
     assert_eq!(twin["state"], "online", "{twin}");
     // The manifest's desired value was written to the register.
-    assert_eq!(holding(sim_port, 30), 42);
+    assert_eq!(read_holding(sim_port, 30), 42);
 
     // The mapper's REST API: the failing property names its exception; a live read.
     let (status, dev) = get(&http, &format!("{rest}/api/v1/device/default/plc-1"));
@@ -185,7 +168,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     // kectl twin set: the value reaches the register, then comes back as reported.
     node.kectl(&["twin", "set", "default/plc-1", "setpoint", "55"]);
     eventually(10, "setpoint written to the register", || {
-        (holding(sim_port, 30) == 55).then_some(())
+        (read_holding(sim_port, 30) == 55).then_some(())
     });
     eventually(10, "setpoint reported", || {
         let t = node.twin("default/plc-1")?;
@@ -199,7 +182,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
         v["error"].as_str().unwrap_or_default().contains("maximum"),
         "{v}"
     );
-    assert_eq!(holding(sim_port, 30), 55);
+    assert_eq!(read_holding(sim_port, 30), 55);
     // A method call writes and answers with the value read back.
     let (status, v) = post(&http, &format!("{method}/setpoint"), r#"{"value": "61"}"#);
     assert_eq!(
@@ -256,7 +239,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     // The new server started from its initial registers (HR30 = 30): after reconnecting, the
     // mapper writes the twin's desired value again.
     eventually(10, "desired value restored", || {
-        (holding(sim_port, 30) == 55).then_some(())
+        (read_holding(sim_port, 30) == 55).then_some(())
     });
     eventually(10, "restored value reported", || {
         let t = node.twin("default/plc-1")?;

@@ -7,7 +7,7 @@
 //! `apt-get install redis-server mariadb-server victoria-metrics` and
 //! `pip install opentelemetry-proto`.
 
-use hardware_tests::{Node, PyModbus, PySim, eventually, free_port, reported};
+use hardware_tests::{Node, PyModbus, PySim, eventually, free_port, reported, write_holdings};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -201,23 +201,6 @@ fn http_text(url: &str) -> String {
         .unwrap_or_default()
 }
 
-fn write_holding(port: u16, address: u16, value: u16) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        use tokio_modbus::client::Writer;
-        let mut ctx = tokio_modbus::client::tcp::connect(([127, 0, 0, 1], port).into())
-            .await
-            .expect("connect to pymodbus");
-        ctx.write_single_register(address, value)
-            .await
-            .expect("transport")
-            .expect("no exception");
-    });
-}
-
 fn manifests(modbus: u16, vm: u16, redis: u16, mysql: u16, otel: u16) -> String {
     let push = format!(
         r#"
@@ -331,7 +314,7 @@ fn values_reach_redis_mariadb_influx_and_otlp_and_a_dead_sink_drops_without_bloc
         "pip install 'opentelemetry-proto==1.*'",
     );
     let sim = PyModbus::start(free_port());
-    write_holding(sim.port, 30, 77);
+    write_holdings(sim.port, 30, &[77]);
     let node = Node::start(&manifests(
         sim.port, vm_port, redis_port, mysql_port, otel_port,
     ));
@@ -391,7 +374,7 @@ fn values_reach_redis_mariadb_influx_and_otlp_and_a_dead_sink_drops_without_bloc
     // Redis goes away: its queue fills and what does not fit is dropped and counted, while reads
     // and the other sinks carry on.
     redis_server.kill();
-    write_holding(sim.port, 30, 78);
+    write_holdings(sim.port, 30, &[78]);
     eventually(10, "reads go on", || {
         (reported(&node.twin("default/plc-1")?, "temperature")? == "78").then_some(())
     });
@@ -416,7 +399,7 @@ fn values_reach_redis_mariadb_influx_and_otlp_and_a_dead_sink_drops_without_bloc
 
     // Redis is back: pushes resume by themselves.
     let _redis_again = redis(redis_port);
-    write_holding(sim.port, 30, 79);
+    write_holdings(sim.port, 30, &[79]);
     eventually(30, "redis gets new values again", || {
         redis_members(redis_port, "plc-1")
             .contains("\"value\":\"79\"")

@@ -79,6 +79,13 @@ impl PropertyTwin {
         }
     }
 
+    /// The age at `now` of the reported value when it is not live: the device is not
+    /// (`device_stale`, see [`DeviceTwin::values_stale`]) or the property's last read failed.
+    pub fn stale_age(&self, device_stale: bool, now: Millis) -> Option<Millis> {
+        let r = self.reported.as_ref()?;
+        (device_stale || self.error.is_some()).then(|| (now - r.timestamp).max(0))
+    }
+
     /// Why `value` is outside the property's `minimum`/`maximum`, if it is (numbers only).
     pub fn out_of_range(&self, value: &str) -> Option<String> {
         if !self.value_type.is_numeric() {

@@ -240,12 +240,12 @@ pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
                     json!({"message": e.value, "timestamp": e.timestamp}),
                 );
             }
-            if let (true, Some(r)) = (stale || p.error.is_some(), &p.reported)
+            if let Some(age) = p.stale_age(stale, now)
                 && let Some(Value::Object(meta)) =
                     v.get_mut("actual").and_then(|a| a.get_mut("metadata"))
             {
                 meta.insert("stale".into(), Value::Bool(true));
-                meta.insert("age".into(), Value::from((now - r.timestamp).max(0)));
+                meta.insert("age".into(), Value::from(age));
             }
             (k.clone(), v)
         })

@@ -28,7 +28,7 @@
 use crate::metrics::Metrics;
 use api::v1beta1::PushMethod;
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -581,6 +581,12 @@ mod http {
 }
 
 /// A database or OTel sink: writes a batch of values, all or nothing.
+#[cfg(any(
+    feature = "influxdb2",
+    feature = "redis",
+    feature = "mysql",
+    feature = "otel"
+))]
 trait Sink: Send + 'static {
     fn write<'a>(
         &'a mut self,
@@ -591,7 +597,12 @@ trait Sink: Send + 'static {
 /// Feeds a sink from its queue: what waits is written in batches of up to [`BATCH`]; a failed
 /// batch is retried with backoff while newer values wait in the queue (and are dropped, counted,
 /// when it is full), so a sink that is down never holds up reads.
-#[allow(dead_code)]
+#[cfg(any(
+    feature = "influxdb2",
+    feature = "redis",
+    feature = "mysql",
+    feature = "otel"
+))]
 async fn run_sink<S: Sink>(
     name: String,
     mut sink: S,
@@ -641,7 +652,7 @@ async fn run_sink<S: Sink>(
 }
 
 /// A value typed by its property: `Int`, `Float` or `Bool` when it reads as one, else text.
-#[allow(dead_code)]
+#[cfg(any(feature = "influxdb2", feature = "otel"))]
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Typed<'a> {
     Int(i64),
@@ -650,7 +661,7 @@ enum Typed<'a> {
     Text(&'a str),
 }
 
-#[allow(dead_code)]
+#[cfg(any(feature = "influxdb2", feature = "otel"))]
 fn typed<'a>(value: &'a str, value_type: Option<&str>) -> Typed<'a> {
     let v = value.trim();
     let ty = value_type.map(str::to_ascii_uppercase);
@@ -676,6 +687,45 @@ fn typed<'a>(value: &'a str, value_type: Option<&str>) -> Typed<'a> {
             }
         }
     }
+}
+
+/// The HTTP client of the HTTP sinks (InfluxDB's write API, OTLP/HTTP).
+#[cfg(any(feature = "influxdb2", feature = "otel"))]
+fn sink_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// POSTs `body` to `url` (off the runtime's threads); a status other than 2xx is an error with
+/// the server's answer.
+#[cfg(any(feature = "influxdb2", feature = "otel"))]
+async fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+) -> Result<(), String> {
+    let (agent, url) = (agent.clone(), url.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut r = agent.post(&url);
+        for (k, v) in &headers {
+            r = r.header(*k, v);
+        }
+        match r.send(body.as_bytes()) {
+            Ok(resp) if resp.status().is_success() => Ok(()),
+            Ok(mut resp) => {
+                let status = resp.status();
+                let text = resp.body_mut().read_to_string().unwrap_or_default();
+                Err(format!("{url}: HTTP {status}: {}", text.trim()))
+            }
+            Err(e) => Err(format!("{url}: {e}")),
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
 }
 
 #[cfg(feature = "influxdb2")]
@@ -780,11 +830,7 @@ mod influxdb2 {
                 measurement: measurement.clone(),
                 tags: tags.clone(),
                 field_key: field_key.clone(),
-                agent: ureq::Agent::config_builder()
-                    .timeout_global(Some(Duration::from_secs(10)))
-                    .http_status_as_error(false)
-                    .build()
-                    .into(),
+                agent: sink_agent(),
             })
         }
     }
@@ -802,30 +848,11 @@ mod influxdb2 {
                     ) + "\n"
                 })
                 .collect();
-            let (agent, url, token) = (
-                self.agent.clone(),
-                self.write_url.clone(),
-                self.token.clone(),
-            );
-            tokio::task::spawn_blocking(move || {
-                let mut r = agent
-                    .post(&url)
-                    .header("content-type", "text/plain; charset=utf-8");
-                if let Some(t) = &token {
-                    r = r.header("authorization", &format!("Token {t}"));
-                }
-                match r.send(body.as_bytes()) {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(mut resp) => {
-                        let status = resp.status();
-                        let text = resp.body_mut().read_to_string().unwrap_or_default();
-                        Err(format!("{url}: HTTP {status}: {}", text.trim()))
-                    }
-                    Err(e) => Err(format!("{url}: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?
+            let mut headers = vec![("content-type", "text/plain; charset=utf-8".to_string())];
+            if let Some(t) = &self.token {
+                headers.push(("authorization", format!("Token {t}")));
+            }
+            post(&self.agent, &self.write_url, headers, body).await
         }
     }
 }
@@ -906,6 +933,7 @@ mod mysql {
     use super::*;
     use sqlx::Connection;
     use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+    use std::collections::BTreeMap;
     use std::collections::HashSet;
 
     pub(super) struct Sink {
@@ -1000,6 +1028,7 @@ mod mysql {
 mod otel {
     use super::*;
     use serde_json::Value;
+    use std::collections::BTreeMap;
 
     pub(super) struct Sink {
         url: String,
@@ -1011,11 +1040,7 @@ mod otel {
         pub(super) fn new(url: &str, metrics: Arc<Metrics>) -> Self {
             Self {
                 url: url.to_string(),
-                agent: ureq::Agent::config_builder()
-                    .timeout_global(Some(Duration::from_secs(10)))
-                    .http_status_as_error(false)
-                    .build()
-                    .into(),
+                agent: sink_agent(),
                 metrics,
             }
         }
@@ -1066,25 +1091,8 @@ mod otel {
             self.metrics
                 .push_dropped
                 .fetch_add(skipped as u64, Ordering::Relaxed);
-            let (agent, url) = (self.agent.clone(), self.url.clone());
-            let body = body.to_string();
-            tokio::task::spawn_blocking(move || {
-                match agent
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .send(body.as_bytes())
-                {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(mut resp) => {
-                        let status = resp.status();
-                        let text = resp.body_mut().read_to_string().unwrap_or_default();
-                        Err(format!("{url}: HTTP {status}: {}", text.trim()))
-                    }
-                    Err(e) => Err(format!("{url}: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())?
+            let headers = vec![("content-type", "application/json".to_string())];
+            post(&self.agent, &self.url, headers, body.to_string()).await
         }
     }
 }
