@@ -16,7 +16,11 @@ use std::collections::BTreeMap;
     singular = "device",
     namespaced,
     status = "DeviceStatusOld",
-    derive = "PartialEq"
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Model","type":"string","jsonPath":".spec.deviceModelRef.name"}"#,
+    printcolumn = r#"{"name":"Protocol","type":"string","jsonPath":".spec.protocol.protocolName"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceSpec {

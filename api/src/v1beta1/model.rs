@@ -15,7 +15,9 @@ use std::fmt;
     plural = "devicemodels",
     singular = "devicemodel",
     namespaced,
-    derive = "PartialEq"
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Protocol","type":"string","jsonPath":".spec.protocol"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceModelSpec {

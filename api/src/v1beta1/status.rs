@@ -16,7 +16,10 @@ use serde::{Deserialize, Serialize};
     singular = "devicestatus",
     namespaced,
     status = "DeviceTwinStatus",
-    derive = "PartialEq"
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Last-Online","type":"string","jsonPath":".status.lastOnlineTime","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct DeviceStatusSpec {}
 

@@ -1,0 +1,214 @@
+//! What a kube-apiserver's controller manager does for the kinds served here: a namespace being
+//! deleted has its objects deleted, then goes; a CRD being deleted has its objects deleted,
+//! then goes; objects whose owners are all gone are deleted (garbage collection, background
+//! propagation). Driven by the store's events, with a periodic sweep behind them.
+
+use crate::api::{Api, delete_outcome};
+use crate::store::{Key, Outcome};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+const CRD_KEY: &str = "customresourcedefinitions.apiextensions.k8s.io";
+const CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+pub async fn run(api: Arc<Api>) {
+    let mut rx = api.store.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        let wake = tokio::select! {
+            _ = api.stop.cancelled() => return,
+            _ = tick.tick() => true,
+            got = rx.recv() => match got {
+                Ok(batch) => {
+                    if batch.iter().any(|e| &*e.key.res == CRD_KEY) {
+                        api.refresh_registry();
+                    }
+                    batch.iter().any(|e| e.obj.deleting || e.kind == crate::store::EventType::Deleted)
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+        };
+        if wake {
+            sweep(&api).await;
+        }
+    }
+}
+
+async fn delete(api: &Api, key: Key) {
+    let reg = api.registry();
+    let Some(res) = reg
+        .resources
+        .iter()
+        .find(|r| r.store_key == key.res)
+        .cloned()
+    else {
+        // A resource no longer served (its CRD is gone): remove the object as it is.
+        let _ = api
+            .store
+            .mutate(
+                key,
+                false,
+                Box::new(|old, _| match old {
+                    Some(v) => Ok(Outcome::Delete(v)),
+                    None => Ok(Outcome::Unchanged(Value::Null)),
+                }),
+            )
+            .await;
+        return;
+    };
+    let name = key.name.clone();
+    let r = api
+        .store
+        .mutate(
+            key,
+            false,
+            Box::new(move |old, _| delete_outcome(&res, &name, old, &json!({}))),
+        )
+        .await;
+    if let Err(e) = r
+        && e.code != 404
+    {
+        tracing::warn!(error = %e, "garbage collection could not delete an object");
+    }
+}
+
+/// Removes `finalizer` (from `metadata.finalizers`, or a namespace's `spec.finalizers`) and so
+/// lets the object go.
+async fn finalize(api: &Api, key: Key, finalizer: &'static str, spec: bool) {
+    let r = api
+        .store
+        .mutate(
+            key,
+            false,
+            Box::new(move |old, _| {
+                let Some(mut v) = old else {
+                    return Ok(Outcome::Unchanged(Value::Null));
+                };
+                let list = if spec {
+                    &mut v["spec"]["finalizers"]
+                } else {
+                    &mut v["metadata"]["finalizers"]
+                };
+                if let Some(a) = list.as_array_mut() {
+                    a.retain(|f| f != finalizer);
+                }
+                let left = v["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+                    || v["spec"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty());
+                Ok(if left {
+                    Outcome::Put(v)
+                } else {
+                    Outcome::Delete(v)
+                })
+            }),
+        )
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "could not finalize an object");
+    }
+}
+
+async fn sweep(api: &Api) {
+    let reg = api.registry();
+    let mut to_delete: Vec<Key> = Vec::new();
+    let mut to_finalize: Vec<(Key, &'static str, bool)> = Vec::new();
+    {
+        let t = api.store.read();
+        // Namespaces being deleted.
+        if let Some(nss) = t.objects.get("namespaces") {
+            for ((_, ns), o) in nss.iter().filter(|(_, o)| o.deleting) {
+                let mut left = 0;
+                for r in reg.resources.iter().filter(|r| r.namespaced) {
+                    if let Some(m) = t.objects.get(&r.store_key) {
+                        for ((ons, name), obj) in m.range((ns.clone(), String::new())..) {
+                            if ons != ns {
+                                break;
+                            }
+                            left += 1;
+                            if !obj.deleting {
+                                to_delete.push(Key {
+                                    res: r.store_key.clone(),
+                                    ns: ns.clone(),
+                                    name: name.clone(),
+                                });
+                            }
+                        }
+                    }
+                }
+                if left == 0 {
+                    to_finalize.push((
+                        Key {
+                            res: Arc::from("namespaces"),
+                            ns: String::new(),
+                            name: ns.clone(),
+                        },
+                        "kubernetes",
+                        true,
+                    ));
+                }
+                let _ = o;
+            }
+        }
+        // CRDs being deleted.
+        if let Some(crds) = t.objects.get(CRD_KEY) {
+            for ((_, name), _) in crds.iter().filter(|(_, o)| o.deleting) {
+                let objs = t.objects.get(name.as_str());
+                match objs.filter(|m| !m.is_empty()) {
+                    Some(m) => {
+                        let res: Arc<str> = Arc::from(name.as_str());
+                        for ((ns, n), o) in m {
+                            if !o.deleting {
+                                to_delete.push(Key {
+                                    res: res.clone(),
+                                    ns: ns.clone(),
+                                    name: n.clone(),
+                                });
+                            }
+                        }
+                    }
+                    None => to_finalize.push((
+                        Key {
+                            res: Arc::from(CRD_KEY),
+                            ns: String::new(),
+                            name: name.clone(),
+                        },
+                        CLEANUP,
+                        false,
+                    )),
+                }
+            }
+        }
+        // Dependents whose owners are all gone.
+        let uids: HashSet<&str> = t
+            .objects
+            .values()
+            .flat_map(|m| m.values().map(|o| o.uid.as_str()))
+            .collect();
+        for (res, m) in &t.objects {
+            for ((ns, name), o) in m {
+                if !o.owners.is_empty()
+                    && !o.deleting
+                    && o.owners.iter().all(|u| !uids.contains(u.as_str()))
+                {
+                    to_delete.push(Key {
+                        res: res.clone(),
+                        ns: ns.clone(),
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for k in to_delete {
+        delete(api, k).await;
+    }
+    for (k, f, spec) in to_finalize {
+        finalize(api, k, f, spec).await;
+    }
+}

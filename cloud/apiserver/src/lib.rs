@@ -1,0 +1,451 @@
+//! The embedded Kubernetes-compatible API of `cloudcore`: what `kubectl` and kube-rs need to
+//! declare devices with no cluster, served over HTTPS from one SQLite file.
+//!
+//! - [`store`]: objects in memory and SQLite, one resourceVersion, batched durable writes, watch
+//!   history.
+//! - [`api`]: the REST verbs; [`discovery`]: discovery and OpenAPI; [`table`]: `kubectl get`'s
+//!   tables; [`schema`]: CRD schemas; [`patch`] and [`managed`]: patches and server-side apply.
+//! - [`pki`]: the CA, certificates, tokens and admin kubeconfig; [`controllers`]: namespace
+//!   deletion, CRD cleanup and garbage collection.
+
+pub mod api;
+pub mod controllers;
+pub mod discovery;
+pub mod managed;
+pub mod meta;
+pub mod patch;
+pub mod pki;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod status;
+pub mod store;
+pub mod table;
+
+use anyhow::{Context, Result};
+use api::{Api, Query, json_response};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query as AxQuery, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use status::Status;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_util::sync::CancellationToken;
+
+/// The Kubernetes version the API reports (`/version`) and follows.
+pub const KUBE_VERSION: &str = "v1.33.0";
+
+/// Settings of the embedded API.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    /// Extra names and addresses for the serving certificate.
+    pub sans: Vec<String>,
+    /// Events kept for watches to resume from.
+    pub history: usize,
+    /// Largest request body accepted (413 beyond).
+    pub max_body: usize,
+    pub bookmark_every: Duration,
+    /// fsync at every commit.
+    pub fsync: bool,
+    /// Objects created at start when absent, or updated when their spec differs (the project's
+    /// CRDs).
+    pub install: Vec<Value>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("cloudcore-data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
+            sans: Vec::new(),
+            history: 100_000,
+            max_body: 3 * 1024 * 1024,
+            bookmark_every: Duration::from_secs(60),
+            fsync: false,
+            install: Vec::new(),
+        }
+    }
+}
+
+/// A running API server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    pub url: String,
+    pub ca_pem: String,
+    pub api: Arc<Api>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, ends watches and waits for open requests (at most `grace`).
+    pub async fn shutdown(self, grace: Duration) {
+        self.stop.cancel();
+        if tokio::time::timeout(grace, self.task).await.is_err() {
+            tracing::warn!("API connections did not close within {grace:?}");
+        }
+    }
+
+    pub fn stopped(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}
+
+/// Who made a request.
+#[derive(Clone, Debug)]
+pub struct Identity(pub Option<String>);
+
+/// Starts the API: credentials, store, default namespaces, installed objects, then the
+/// listener.
+pub async fn start(config: Config) -> Result<Running> {
+    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            config.data_dir.display()
+        )
+    })?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    let url = format!("https://{host}:{}", addr.port());
+    let pki = pki::prepare(&config.data_dir, &config.sans, &url)?;
+    let store = store::Store::open(
+        &config.data_dir.join("api.db"),
+        store::StoreOptions {
+            history: config.history,
+            fsync: config.fsync,
+        },
+    )
+    .await?;
+    let stop = CancellationToken::new();
+    let api = Arc::new(Api::new(
+        store,
+        config.max_body,
+        format!("{host}:{}", addr.port()),
+        config.bookmark_every,
+        stop.clone(),
+    ));
+    bootstrap(&api, &config.install).await?;
+    let tls = tls_config(&pki)?;
+    tokio::spawn(controllers::run(api.clone()));
+    let app = router(api.clone(), pki.tokens.clone());
+    let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), app, stop.clone()));
+    tracing::info!(%url, kubeconfig = %pki.kubeconfig.display(), "embedded API serving");
+    Ok(Running {
+        addr,
+        kubeconfig: pki.kubeconfig,
+        url,
+        ca_pem: pki.ca_pem,
+        api,
+        stop,
+        task,
+    })
+}
+
+fn tls_config(pki: &pki::Pki) -> Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots.add(c?)?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// The default namespaces, and `install` created or brought up to date.
+async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
+    let mut objects: Vec<Value> = [
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        "kubeedge",
+    ]
+    .iter()
+    .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+    .collect();
+    objects.extend(install.iter().cloned());
+    for obj in objects {
+        let (group, version) = match obj["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .rsplit_once('/')
+        {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                obj["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
+        };
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let reg = api.registry();
+        let res = reg
+            .by_kind(&group, kind)
+            .with_context(|| format!("cannot install {kind} {name}: kind not served"))?;
+        let base = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let ns_part = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) if res.namespaced => format!("/namespaces/{ns}"),
+            _ => String::new(),
+        };
+        let path = format!("{base}{ns_part}/{}", res.plural);
+        let existing = api
+            .store
+            .read()
+            .get(&store::Key {
+                res: res.store_key.clone(),
+                ns: obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                name: name.clone(),
+            })
+            .map(|o| o.value());
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, "application/json".parse()?);
+        headers.insert(header::USER_AGENT, "cloudcore".parse()?);
+        let (method, path, body) = match existing {
+            None => (Method::POST, path, obj.clone()),
+            Some(old) if old["spec"] != obj["spec"] => {
+                let mut o = obj.clone();
+                o["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                (Method::PUT, format!("{path}/{name}"), o)
+            }
+            Some(_) => continue,
+        };
+        let r = api
+            .clone()
+            .dispatch(
+                method,
+                &path,
+                Query::new(),
+                headers,
+                Body::from(body.to_string()),
+            )
+            .await;
+        if !r.status().is_success() {
+            use http_body_util::BodyExt;
+            let code = r.status();
+            let text = r
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            anyhow::bail!(
+                "cannot install {kind} {name}: {code}: {}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+struct AppState {
+    api: Arc<Api>,
+    tokens: Arc<Vec<(String, String)>>,
+}
+
+fn router(api: Arc<Api>, tokens: Vec<(String, String)>) -> Router {
+    let state = AppState {
+        api,
+        tokens: Arc::new(tokens),
+    };
+    Router::new()
+        .route("/healthz", get(ok))
+        .route("/livez", get(ok))
+        .route("/readyz", get(ok))
+        .fallback(authenticated)
+        .with_state(state)
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+fn user(state: &AppState, req: &Request) -> Option<String> {
+    if let Some(Identity(Some(cn))) = req.extensions().get::<Identity>() {
+        return Some(cn.clone());
+    }
+    let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = auth.strip_prefix("Bearer ")?.trim();
+    state
+        .tokens
+        .iter()
+        .find(|(t, _)| t == token)
+        .map(|(_, u)| u.clone())
+}
+
+async fn authenticated(
+    State(state): State<AppState>,
+    AxQuery(query): AxQuery<Query>,
+    req: Request,
+) -> Response {
+    if user(&state, &req).is_none() {
+        return Status::unauthorized().into_response();
+    }
+    let uri: Uri = req.uri().clone();
+    let path = uri.path().to_string();
+    let method = req.method().clone();
+    let headers = req.headers().clone();
+    let api = state.api.clone();
+    if method == Method::GET {
+        match path.as_str() {
+            "/version" => {
+                return json_response(
+                    StatusCode::OK,
+                    &json!({"major": "1", "minor": "33",
+                    "gitVersion": format!("{KUBE_VERSION}+cloudcore-{}", env!("CARGO_PKG_VERSION")),
+                    "gitCommit": "", "gitTreeState": "clean", "buildDate": "",
+                    "goVersion": "", "compiler": "rustc", "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH)}),
+                );
+            }
+            "/openapi/v3" => {
+                return json_response(
+                    StatusCode::OK,
+                    &discovery::openapi_v3_index(&api.registry()),
+                );
+            }
+            _ => {}
+        }
+        if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+            let reg = api.registry();
+            let doc = match gv.split('/').collect::<Vec<_>>().as_slice() {
+                ["api", v] => discovery::openapi_v3(&reg, "", v),
+                ["apis", g, v] => discovery::openapi_v3(&reg, g, v),
+                _ => None,
+            };
+            return match doc {
+                Some(d) => json_response(StatusCode::OK, &d),
+                None => Status::no_route(&path).into_response(),
+            };
+        }
+    }
+    if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")
+    {
+        return api
+            .dispatch(method, &path, query, headers, req.into_body())
+            .await;
+    }
+    Status::no_route(&path).into_response()
+}
+
+async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            a = listener.accept() => match a {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then go on accepting.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let tls = tls.clone();
+        let app = app.clone();
+        let stop = stop.clone();
+        conns.spawn(async move {
+            let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let ident = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| pki::common_name(c));
+            let ident = Identity(ident);
+            let svc = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ident.clone());
+                    let app = app.clone();
+                    async move {
+                        use tower::ServiceExt;
+                        app.oneshot(req.map(Body::new)).await
+                    }
+                },
+            );
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+/// A response whose body is JSON, for the binary's own use.
+pub fn into_status(r: Result<Response, Status>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}

@@ -1,0 +1,532 @@
+//! The object store: every object in memory as its JSON bytes (what lists and watches send),
+//! and durable in SQLite. One writer task applies mutations in batches: it checks each against the
+//! committed state plus the batch so far, gives it the next resourceVersion, commits the whole
+//! batch in one transaction, and only then answers, updates the readers' view and tells watchers.
+//! Readers never see a write that is not durable; a failed commit answers every write of its batch
+//! with an error and changes nothing.
+//!
+//! Watch history: the events of the last `history` writes are kept in memory and in the database
+//! (so a watch resumes across a restart). A watch from a version older than the kept history is
+//! answered `410 Gone`, as etcd's compaction makes a kube-apiserver do.
+
+use crate::status::Status;
+use bytes::Bytes;
+use serde_json::Value;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// A stored object: its serialized JSON and what selectors and controllers look at.
+#[derive(Debug)]
+pub struct Obj {
+    pub rv: u64,
+    pub bytes: Bytes,
+    pub labels: Vec<(String, String)>,
+    pub uid: String,
+    /// `apiVersion` as stored: lists send the stored bytes as they are when it is the one asked for.
+    pub api_version: String,
+    /// `metadata.namespace`'s deletion or the object's: `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// Uids of its owners (`metadata.ownerReferences`), for garbage collection.
+    pub owners: Vec<String>,
+}
+
+impl Obj {
+    pub fn from_value(v: &Value, rv: u64) -> Self {
+        let meta = &v["metadata"];
+        let labels = meta["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let owners = meta["ownerReferences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o["uid"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            rv,
+            bytes: Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            labels,
+            uid: meta["uid"].as_str().unwrap_or_default().to_string(),
+            api_version: v["apiVersion"].as_str().unwrap_or_default().to_string(),
+            deleting: meta["deletionTimestamp"].is_string(),
+            owners,
+        }
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
+
+    pub fn label(&self, k: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Where an object lives: resource (`devices.devices.kubeedge.io`, `configmaps`), namespace
+/// (empty for cluster-scoped), name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub res: Arc<str>,
+    pub ns: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+
+    fn code(self) -> i64 {
+        match self {
+            Self::Added => 0,
+            Self::Modified => 1,
+            Self::Deleted => 2,
+        }
+    }
+
+    fn from_code(c: i64) -> Self {
+        match c {
+            0 => Self::Added,
+            1 => Self::Modified,
+            _ => Self::Deleted,
+        }
+    }
+}
+
+/// One committed change, as watchers see it.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    pub key: Key,
+    pub kind: EventType,
+    pub obj: Arc<Obj>,
+}
+
+/// What a mutation decided.
+pub enum Outcome {
+    /// Store this object (create or update).
+    Put(Value),
+    /// Remove the object; the value is its last state, sent to watchers.
+    Delete(Value),
+    /// Nothing changes; the value is what the request answers.
+    Unchanged(Value),
+}
+
+/// The function a mutation runs in the writer, given the current object.
+pub type MutateFn = Box<dyn FnOnce(Option<Value>, u64) -> Result<Outcome, Status> + Send>;
+
+/// What a committed mutation answers.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub value: Value,
+    pub deleted: bool,
+}
+
+struct Mutation {
+    key: Key,
+    f: MutateFn,
+    dry_run: bool,
+    reply: oneshot::Sender<Result<Done, Status>>,
+}
+
+/// The objects of one resource, by namespace and name.
+pub type Objects = BTreeMap<(String, String), Arc<Obj>>;
+
+/// The committed state that readers see.
+pub struct Tables {
+    pub rv: u64,
+    pub objects: HashMap<Arc<str>, Objects>,
+    history: VecDeque<Event>,
+    /// Events with a resourceVersion above this are all in `history`.
+    pub compacted: u64,
+}
+
+impl Tables {
+    pub fn get(&self, key: &Key) -> Option<&Arc<Obj>> {
+        self.objects
+            .get(&key.res)
+            .and_then(|m| m.get(&(key.ns.clone(), key.name.clone())))
+    }
+
+    /// Events after `rv`, or `None` when some of them are no longer kept.
+    pub fn events_since(&self, rv: u64) -> Option<Vec<Event>> {
+        if rv < self.compacted {
+            return None;
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        Some(self.history.range(start..).cloned().collect())
+    }
+}
+
+#[derive(Clone)]
+pub struct Store {
+    tables: Arc<RwLock<Tables>>,
+    tx: mpsc::Sender<Mutation>,
+    events: broadcast::Sender<Arc<Vec<Event>>>,
+}
+
+/// Store settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Events kept for watches to resume from.
+    pub history: usize,
+    /// `full`: fsync at every commit (survives power loss); otherwise WAL `normal` (survives a
+    /// killed process).
+    pub fsync: bool,
+}
+
+impl Store {
+    pub async fn open(path: &Path, opts: StoreOptions) -> anyhow::Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if opts.fsync {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(Duration::from_secs(5));
+        let mut conn = options
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        for stmt in [
+            "CREATE TABLE IF NOT EXISTS objects (res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL, rv INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (res, ns, name)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS events (rv INTEGER PRIMARY KEY, res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL, type INTEGER NOT NULL, body BLOB NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL)",
+        ] {
+            sqlx::query(stmt).execute(&mut conn).await?;
+        }
+        let meta = |k: &'static str| sqlx::query("SELECT v FROM meta WHERE k = ?").bind(k);
+        let rv: i64 = match meta("rv").fetch_optional(&mut conn).await? {
+            Some(r) => r.try_get(0)?,
+            None => 0,
+        };
+        let compacted: i64 = match meta("compacted").fetch_optional(&mut conn).await? {
+            Some(r) => r.try_get(0)?,
+            None => 0,
+        };
+        let mut objects: HashMap<Arc<str>, Objects> = HashMap::new();
+        let rows = sqlx::query("SELECT res, ns, name, rv, body FROM objects")
+            .fetch_all(&mut conn)
+            .await?;
+        let mut names: HashMap<String, Arc<str>> = HashMap::new();
+        for r in rows {
+            let res: String = r.try_get(0)?;
+            let res = names
+                .entry(res.clone())
+                .or_insert_with(|| Arc::from(res.as_str()))
+                .clone();
+            let body: Vec<u8> = r.try_get(4)?;
+            let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                anyhow::anyhow!("{}: stored object {res} is not JSON: {e}", path.display())
+            })?;
+            let orv: i64 = r.try_get(3)?;
+            objects.entry(res).or_default().insert(
+                (r.try_get(1)?, r.try_get(2)?),
+                Arc::new(Obj::from_value(&v, orv as u64)),
+            );
+        }
+        let mut history = VecDeque::new();
+        let rows = sqlx::query("SELECT rv, res, ns, name, type, body FROM events ORDER BY rv")
+            .fetch_all(&mut conn)
+            .await?;
+        for r in rows {
+            let res: String = r.try_get(1)?;
+            let res = names
+                .entry(res.clone())
+                .or_insert_with(|| Arc::from(res.as_str()))
+                .clone();
+            let body: Vec<u8> = r.try_get(5)?;
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let erv: i64 = r.try_get(0)?;
+            history.push_back(Event {
+                rv: erv as u64,
+                key: Key {
+                    res,
+                    ns: r.try_get(2)?,
+                    name: r.try_get(3)?,
+                },
+                kind: EventType::from_code(r.try_get(4)?),
+                obj: Arc::new(Obj::from_value(&v, erv as u64)),
+            });
+        }
+        let tables = Arc::new(RwLock::new(Tables {
+            rv: rv as u64,
+            objects,
+            history,
+            compacted: compacted as u64,
+        }));
+        let (tx, rx) = mpsc::channel(4096);
+        let (events, _) = broadcast::channel(1024);
+        let writer = Writer {
+            conn,
+            opts: options,
+            tables: tables.clone(),
+            events: events.clone(),
+            history: opts.history.max(100),
+        };
+        tokio::spawn(writer.run(rx));
+        Ok(Self { tables, tx, events })
+    }
+
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Tables> {
+        self.tables.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<Event>>> {
+        self.events.subscribe()
+    }
+
+    /// Runs `f` in the writer on the current object at `key`, and answers once it is durable.
+    pub async fn mutate(&self, key: Key, dry_run: bool, f: MutateFn) -> Result<Done, Status> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Mutation {
+                key,
+                f,
+                dry_run,
+                reply,
+            })
+            .await
+            .map_err(|_| Status::unavailable("the store is shutting down"))?;
+        rx.await
+            .map_err(|_| Status::internal("the store's writer stopped"))?
+    }
+}
+
+struct Writer {
+    conn: SqliteConnection,
+    opts: SqliteConnectOptions,
+    tables: Arc<RwLock<Tables>>,
+    events: broadcast::Sender<Arc<Vec<Event>>>,
+    history: usize,
+}
+
+/// Writes taken in one transaction at most.
+const BATCH: usize = 512;
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::Receiver<Mutation>) {
+        let mut batch = Vec::with_capacity(BATCH);
+        while rx.recv_many(&mut batch, BATCH).await > 0 {
+            self.apply(std::mem::take(&mut batch)).await;
+        }
+        let _ = self.conn.close().await;
+    }
+
+    async fn apply(&mut self, batch: Vec<Mutation>) {
+        let mut rv = self.read().rv;
+        let mut overlay: HashMap<Key, Option<Arc<Obj>>> = HashMap::new();
+        let mut events: Vec<Event> = Vec::new();
+        let mut waiting: Vec<(oneshot::Sender<Result<Done, Status>>, Done)> = Vec::new();
+        for m in batch {
+            let current = match overlay.get(&m.key) {
+                Some(o) => o.clone(),
+                None => self.read().get(&m.key).cloned(),
+            };
+            let next_rv = rv + 1;
+            let out = (m.f)(current.as_ref().map(|o| o.value()), next_rv);
+            let (kind, mut value) = match out {
+                Err(e) => {
+                    let _ = m.reply.send(Err(e));
+                    continue;
+                }
+                Ok(Outcome::Unchanged(v)) => {
+                    let _ = m.reply.send(Ok(Done {
+                        value: v,
+                        deleted: false,
+                    }));
+                    continue;
+                }
+                Ok(Outcome::Put(v)) => (
+                    if current.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    v,
+                ),
+                Ok(Outcome::Delete(v)) => (EventType::Deleted, v),
+            };
+            if m.dry_run {
+                let _ = m.reply.send(Ok(Done {
+                    value,
+                    deleted: kind == EventType::Deleted,
+                }));
+                continue;
+            }
+            rv = next_rv;
+            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+            }
+            let obj = Arc::new(Obj::from_value(&value, rv));
+            overlay.insert(
+                m.key.clone(),
+                (kind != EventType::Deleted).then(|| obj.clone()),
+            );
+            events.push(Event {
+                rv,
+                key: m.key,
+                kind,
+                obj,
+            });
+            waiting.push((
+                m.reply,
+                Done {
+                    value,
+                    deleted: kind == EventType::Deleted,
+                },
+            ));
+        }
+        if events.is_empty() {
+            return;
+        }
+        let compact_to = {
+            let t = self.read();
+            let kept = t.history.len() + events.len();
+            let drop = kept.saturating_sub(self.history);
+            if drop == 0 {
+                None
+            } else if drop <= t.history.len() {
+                Some(t.history[drop - 1].rv)
+            } else {
+                Some(events[drop - t.history.len() - 1].rv)
+            }
+        };
+        match self.commit(&events, rv, compact_to).await {
+            Ok(()) => {
+                {
+                    let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
+                    t.rv = rv;
+                    for (key, obj) in overlay {
+                        let map = t.objects.entry(key.res.clone()).or_default();
+                        match obj {
+                            Some(o) => {
+                                map.insert((key.ns, key.name), o);
+                            }
+                            None => {
+                                map.remove(&(key.ns, key.name));
+                            }
+                        }
+                    }
+                    t.history.extend(events.iter().cloned());
+                    if let Some(c) = compact_to {
+                        while t.history.front().is_some_and(|e| e.rv <= c) {
+                            t.history.pop_front();
+                        }
+                        t.compacted = c;
+                    }
+                }
+                let _ = self.events.send(Arc::new(events));
+                for (reply, done) in waiting {
+                    let _ = reply.send(Ok(done));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the store could not commit a batch; its writes are refused");
+                // A failed commit can leave the connection in a transaction of its own: start
+                // over on a fresh one (what the twin store learned on a full disk).
+                match self.opts.connect().await {
+                    Ok(c) => {
+                        let old = std::mem::replace(&mut self.conn, c);
+                        let _ = old.close().await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the store could not reopen its database")
+                    }
+                }
+                for (reply, _) in waiting {
+                    let _ = reply.send(Err(Status::internal(format!(
+                        "storage error, nothing was changed: {e}"
+                    ))));
+                }
+            }
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Tables> {
+        self.tables.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn commit(
+        &mut self,
+        events: &[Event],
+        rv: u64,
+        compact_to: Option<u64>,
+    ) -> Result<(), sqlx::Error> {
+        let mut tx = self.conn.begin().await?;
+        for e in events {
+            if e.kind == EventType::Deleted {
+                sqlx::query("DELETE FROM objects WHERE res = ? AND ns = ? AND name = ?")
+                    .bind(&*e.key.res)
+                    .bind(&e.key.ns)
+                    .bind(&e.key.name)
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query("INSERT OR REPLACE INTO objects (res, ns, name, rv, body) VALUES (?, ?, ?, ?, ?)")
+                    .bind(&*e.key.res)
+                    .bind(&e.key.ns)
+                    .bind(&e.key.name)
+                    .bind(e.rv as i64)
+                    .bind(&e.obj.bytes[..])
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query(
+                "INSERT INTO events (rv, res, ns, name, type, body) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(e.rv as i64)
+            .bind(&*e.key.res)
+            .bind(&e.key.ns)
+            .bind(&e.key.name)
+            .bind(e.kind.code())
+            .bind(&e.obj.bytes[..])
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("INSERT OR REPLACE INTO meta (k, v) VALUES ('rv', ?)")
+            .bind(rv as i64)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(c) = compact_to {
+            sqlx::query("DELETE FROM events WHERE rv <= ?")
+                .bind(c as i64)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT OR REPLACE INTO meta (k, v) VALUES ('compacted', ?)")
+                .bind(c as i64)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+}

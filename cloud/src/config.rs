@@ -1,0 +1,206 @@
+//! `cloudcore`'s configuration file (YAML). Every key has a default, so `cloudcore` with no
+//! file runs on a fresh machine; relative paths are taken from the directory of the file.
+//!
+//! ```yaml
+//! dataDir: /var/lib/cloudcore        # default: ./cloudcore-data
+//! kubeconfig: /root/.kube/config     # a real cluster instead of the embedded API (default: none)
+//! modules:
+//!   apiserver:                       # the embedded Kubernetes-compatible API
+//!     enable: true
+//!     listen: "127.0.0.1:6443"       # "0.0.0.0:6443" to reach it from other machines
+//!     sans: [cloud.example.com]      # more names/addresses for its certificate
+//!     watchHistory: 100000           # events kept for watches to resume from
+//!     maxBodyBytes: 3145728          # larger request bodies get 413
+//!     bookmarkIntervalSeconds: 60
+//!     fsync: false                   # true: fsync every commit (survives power loss)
+//! ```
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Errors of reading the configuration; each names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read config file {file}: {source}")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {file}: key `{key}`: {message}")]
+    Invalid {
+        file: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// The embedded API's database, certificates and admin kubeconfig.
+    pub data_dir: PathBuf,
+    /// A kubeconfig of a real cluster; when set, the embedded API does not start.
+    pub kubeconfig: Option<PathBuf>,
+    pub modules: Modules,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("cloudcore-data"),
+            kubeconfig: None,
+            modules: Modules::default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Modules {
+    pub apiserver: ApiServer,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApiServer {
+    pub enable: bool,
+    pub listen: SocketAddr,
+    pub sans: Vec<String>,
+    pub watch_history: usize,
+    pub max_body_bytes: usize,
+    pub bookmark_interval_seconds: u64,
+    pub fsync: bool,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        let d = apiserver::Config::default();
+        Self {
+            enable: true,
+            listen: d.listen,
+            sans: Vec::new(),
+            watch_history: d.history,
+            max_body_bytes: d.max_body,
+            bookmark_interval_seconds: d.bookmark_every.as_secs(),
+            fsync: false,
+        }
+    }
+}
+
+impl Config {
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        let base = file.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, file, base)
+    }
+
+    /// Parses config text; `file` only names it in errors.
+    pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            key,
+            message,
+        };
+        let mut config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de)
+                .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?
+        };
+        let abs = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        config.data_dir = abs(&config.data_dir);
+        config.kubeconfig = config.kubeconfig.as_deref().map(abs);
+        let a = &config.modules.apiserver;
+        if a.watch_history < 100 {
+            return Err(invalid(
+                "modules.apiserver.watchHistory".into(),
+                format!("{} is too small: at least 100 events", a.watch_history),
+            ));
+        }
+        if a.max_body_bytes < 4096 {
+            return Err(invalid(
+                "modules.apiserver.maxBodyBytes".into(),
+                format!("{} is too small: at least 4096 bytes", a.max_body_bytes),
+            ));
+        }
+        if a.bookmark_interval_seconds == 0 {
+            return Err(invalid(
+                "modules.apiserver.bookmarkIntervalSeconds".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if config.kubeconfig.is_none() && !a.enable {
+            return Err(invalid(
+                "modules.apiserver.enable".into(),
+                "the embedded API can only be turned off when `kubeconfig` names a cluster".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The embedded API's settings, with the CRDs cloudcore installs.
+    pub fn apiserver(&self, install: Vec<serde_json::Value>) -> apiserver::Config {
+        let a = &self.modules.apiserver;
+        apiserver::Config {
+            data_dir: self.data_dir.clone(),
+            listen: a.listen,
+            sans: a.sans.clone(),
+            history: a.watch_history,
+            max_body: a.max_body_bytes,
+            bookmark_every: std::time::Duration::from_secs(a.bookmark_interval_seconds),
+            fsync: a.fsync,
+            install,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/cloudcore.yaml"), Path::new("/etc"))
+    }
+
+    #[test]
+    fn empty_text_gives_the_defaults() {
+        let c = parse("").expect("defaults");
+        assert_eq!(c.data_dir, Path::new("/etc/cloudcore-data"));
+        assert_eq!(c.modules.apiserver.listen.port(), 6443);
+        assert!(c.kubeconfig.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_key() {
+        let e = parse("modules:\n  apiserver:\n    listen: nowhere\n").expect_err("bad address");
+        assert!(
+            e.to_string()
+                .starts_with("config file /etc/cloudcore.yaml: key `modules.apiserver.listen`"),
+            "{e}"
+        );
+        let e = parse("modules:\n  apiserver:\n    lisen: x\n").expect_err("typo");
+        assert!(
+            e.to_string().contains("key `modules.apiserver.lisen`"),
+            "{e}"
+        );
+        let e = parse("modules:\n  apiserver:\n    enable: false\n").expect_err("no API at all");
+        assert!(
+            e.to_string().contains("key `modules.apiserver.enable`"),
+            "{e}"
+        );
+        let e = parse("modules:\n  apiserver:\n    watchHistory: 5\n").expect_err("tiny");
+        assert!(e.to_string().contains("watchHistory"), "{e}");
+    }
+}
