@@ -37,6 +37,9 @@ pub type Query = HashMap<String, String>;
 
 type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
 
+/// An event a watch sends: its type, the object, the object before.
+type Replay = (EventType, Arc<Obj>, Option<Arc<Obj>>);
+
 /// How unknown fields are treated (`fieldValidation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Validation {
@@ -413,7 +416,7 @@ impl Api {
                     Some(evs) => (
                         evs.into_iter()
                             .filter(|e| e.key.res == t.res.store_key)
-                            .map(|e| (e.kind, e.obj))
+                            .map(|e| (e.kind, e.obj, None))
                             .collect::<Vec<_>>(),
                         tables.rv.max(rv),
                         None,
@@ -421,13 +424,13 @@ impl Api {
                     None => (Vec::new(), tables.rv, Some((rv, tables.compacted))),
                 },
                 _ => {
-                    let objs: Vec<(EventType, Arc<Obj>)> = tables
+                    let objs: Vec<Replay> = tables
                         .objects
                         .get(&t.res.store_key)
                         .map(|m| {
                             m.iter()
                                 .filter(|((ns, _), _)| t.ns.is_empty() || *ns == t.ns)
-                                .map(|(_, o)| (EventType::Added, o.clone()))
+                                .map(|(_, o)| (EventType::Added, o.clone(), None))
                                 .collect()
                         })
                         .unwrap_or_default();
@@ -456,8 +459,8 @@ impl Api {
                 let _ = tx.send(Ok(Bytes::from(line))).await;
                 return;
             }
-            for (kind, obj) in first {
-                if let Some(b) = w.line(kind, &obj)
+            for (kind, obj, prev) in first {
+                if let Some(b) = w.line(kind, &obj, prev.as_deref())
                     && tx.send(Ok(b)).await.is_err()
                 {
                     return;
@@ -492,7 +495,7 @@ impl Api {
                                 if e.key.res != w.res.store_key || (!w.ns.is_empty() && e.key.ns != w.ns) {
                                     continue;
                                 }
-                                if let Some(b) = w.line(e.kind, &e.obj)
+                                if let Some(b) = w.line(e.kind, &e.obj, e.prev.as_deref())
                                     && tx.send(Ok(b)).await.is_err()
                                 {
                                     return;
@@ -901,6 +904,7 @@ pub fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
                 "the body of the request could not be decoded as JSON: {e}"
             ))
         })?,
+        crate::proto::MEDIA => crate::proto::decode(raw).map_err(Status::bad_request)?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(raw)
             .map_err(|e| {
             Status::bad_request(format!(
@@ -1060,13 +1064,24 @@ struct Watcher {
 }
 
 impl Watcher {
-    fn line(&self, kind: EventType, o: &Obj) -> Option<Bytes> {
-        if !self.labels.is_empty() && !self.labels.matches(o) {
-            return None;
-        }
-        if !self.fields.is_empty() && !self.fields.matches(&o.value()) {
-            return None;
-        }
+    fn matches(&self, o: &Obj) -> bool {
+        (self.labels.is_empty() || self.labels.matches(o))
+            && (self.fields.is_empty() || self.fields.matches(&o.value()))
+    }
+
+    /// The line of an event, as a selector sees it: an object that starts matching is ADDED,
+    /// one that stops matching is DELETED.
+    fn line(&self, kind: EventType, o: &Obj, prev: Option<&Obj>) -> Option<Bytes> {
+        let now = self.matches(o);
+        let before = prev.map(|p| self.matches(p));
+        let kind = match (kind, before, now) {
+            (EventType::Deleted, _, _) if before.unwrap_or(now) => EventType::Deleted,
+            (EventType::Deleted, _, _) => return None,
+            (_, _, true) if before == Some(false) => EventType::Added,
+            (k, _, true) => k,
+            (_, Some(true), false) => EventType::Deleted,
+            (_, _, false) => return None,
+        };
         let mut out = BytesMut::with_capacity(o.bytes.len() + 40);
         out.put_slice(format!("{{\"type\":\"{}\",\"object\":", kind.as_str()).as_bytes());
         if self.as_table {

@@ -15,6 +15,7 @@ pub mod managed;
 pub mod meta;
 pub mod patch;
 pub mod pki;
+pub mod proto;
 pub mod resources;
 pub mod schema;
 pub mod selector;

@@ -126,6 +126,9 @@ pub struct Event {
     pub key: Key,
     pub kind: EventType,
     pub obj: Arc<Obj>,
+    /// The object before this change (live events only), for selectors to see an object
+    /// start or stop matching.
+    pub prev: Option<Arc<Obj>>,
 }
 
 /// What a mutation decided.
@@ -276,6 +279,7 @@ impl Store {
                 },
                 kind: EventType::from_code(r.try_get(4)?),
                 obj: Arc::new(Obj::from_value(&v, erv as u64)),
+                prev: None,
             });
         }
         let tables = Arc::new(RwLock::new(Tables {
@@ -397,6 +401,7 @@ impl Writer {
                 key: m.key,
                 kind,
                 obj,
+                prev: current,
             });
             waiting.push((
                 m.reply,
@@ -437,7 +442,10 @@ impl Writer {
                             }
                         }
                     }
-                    t.history.extend(events.iter().cloned());
+                    t.history.extend(events.iter().map(|e| Event {
+                        prev: None,
+                        ..e.clone()
+                    }));
                     if let Some(c) = compact_to {
                         while t.history.front().is_some_and(|e| e.rv <= c) {
                             t.history.pop_front();
