@@ -157,8 +157,13 @@ pub fn decode(raw: &[u8]) -> Result<Value, String> {
     let body = raw
         .strip_prefix(MAGIC)
         .ok_or("the protobuf body does not start with the k8s\\0 envelope")?;
-    let env = Unknown::decode(body).map_err(|e| format!("the protobuf envelope does not decode: {e}"))?;
-    if env.content_encoding.as_deref().is_some_and(|e| !e.is_empty()) {
+    let env =
+        Unknown::decode(body).map_err(|e| format!("the protobuf envelope does not decode: {e}"))?;
+    if env
+        .content_encoding
+        .as_deref()
+        .is_some_and(|e| !e.is_empty())
+    {
         return Err("compressed protobuf bodies are not supported".into());
     }
     let tm = env.type_meta.unwrap_or_default();
@@ -182,8 +187,11 @@ pub fn decode(raw: &[u8]) -> Result<Value, String> {
                 v["data"] = json!(c.data);
             }
             if !c.binary_data.is_empty() {
-                let m: Map<String, Value> =
-                    c.binary_data.iter().map(|(k, b)| (k.clone(), b64(b))).collect();
+                let m: Map<String, Value> = c
+                    .binary_data
+                    .iter()
+                    .map(|(k, b)| (k.clone(), b64(b)))
+                    .collect();
                 v["binaryData"] = Value::Object(m);
             }
             if let Some(i) = c.immutable {

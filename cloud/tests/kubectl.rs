@@ -1,0 +1,454 @@
+//! The real `kubectl` against `cloudcore`'s embedded API, as a user types it.
+
+mod common;
+
+use common::{Cloud, examples, path_str, text};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const DEVICES: &[&str] = &[
+    "flow-1",
+    "line-1",
+    "meter-a",
+    "meter-b",
+    "oven-1",
+    "probe-1",
+    "sensor-hall-a",
+];
+
+#[test]
+fn apply_examples_then_get_explain_and_reapply() {
+    let c = Cloud::start();
+    let ex = examples();
+    let out = c.ok(&["apply", "-f", path_str(&ex)]);
+    for d in DEVICES {
+        assert!(
+            out.contains(&format!("device.devices.kubeedge.io/{d} created")),
+            "{out}"
+        );
+    }
+    let got = c.ok(&["get", "devices,devicemodels", "-A"]);
+    let header = got.lines().next().unwrap_or_default();
+    for col in ["NAMESPACE", "NAME", "NODE", "MODEL", "PROTOCOL", "AGE"] {
+        assert!(header.contains(col), "columns as on a cluster: {got}");
+    }
+    for d in DEVICES {
+        assert!(
+            got.contains(&format!("device.devices.kubeedge.io/{d}")),
+            "{got}"
+        );
+    }
+    assert!(
+        got.contains("devicemodel.devices.kubeedge.io/temperature-controller"),
+        "{got}"
+    );
+    let row = got
+        .lines()
+        .find(|l| l.contains("/oven-1 "))
+        .expect("oven-1's row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..5],
+        [
+            "default",
+            "device.devices.kubeedge.io/oven-1",
+            "edge-node-1",
+            "temperature-controller",
+            "modbus"
+        ],
+        "{row}"
+    );
+    // -o yaml round-trips what was applied, with the server's metadata.
+    let yaml = c.ok(&["get", "device", "oven-1", "-o", "yaml"]);
+    let v: serde_json::Value = serde_yaml_ng::from_str(&yaml).expect("yaml");
+    assert_eq!(v["spec"]["nodeName"], "edge-node-1");
+    assert_eq!(v["metadata"]["generation"], 1);
+    assert!(v["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
+    assert!(v["metadata"]["creationTimestamp"].is_string());
+    let wide = c.ok(&["get", "devicestatuses", "-o", "wide"]);
+    assert!(wide.is_empty() || wide.contains("LAST-ONLINE"), "{wide}");
+    // Applying again changes nothing; server-side apply takes over the same objects.
+    let again = c.ok(&["apply", "-f", path_str(&ex)]);
+    assert!(
+        again.contains("device.devices.kubeedge.io/oven-1 unchanged"),
+        "{again}"
+    );
+    let ssa = c.ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        path_str(&ex.join("modbus-tcp.yaml")),
+    ]);
+    assert!(
+        ssa.contains("device.devices.kubeedge.io/oven-1 serverside-applied"),
+        "{ssa}"
+    );
+    let explain = c.ok(&["explain", "device.spec.properties"]);
+    assert!(explain.contains("KIND:       Device"), "{explain}");
+    assert!(explain.contains("collectCycle"), "{explain}");
+    let crds = c.ok(&["get", "crds"]);
+    for crd in [
+        "devices.devices.kubeedge.io",
+        "devicemodels.devices.kubeedge.io",
+        "devicestatuses.devices.kubeedge.io",
+        "objectsyncs.reliablesyncs.kubeedge.io",
+        "clusterobjectsyncs.reliablesyncs.kubeedge.io",
+    ] {
+        assert!(crds.contains(crd), "cloudcore installs {crd}: {crds}");
+    }
+}
+
+#[test]
+fn label_annotate_patch_edit_wait_and_delete() {
+    let c = Cloud::start();
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    c.ok(&["label", "device", "oven-1", "site=hall-2"]);
+    c.ok(&["annotate", "device", "oven-1", "owner=line-team"]);
+    let sel = c.ok(&["get", "devices", "-l", "site=hall-2", "-o", "name"]);
+    assert_eq!(sel.trim(), "device.devices.kubeedge.io/oven-1");
+    assert!(
+        c.ok(&["get", "devices", "-l", "site!=hall-2", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+    c.ok(&[
+        "patch",
+        "device",
+        "oven-1",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"nodeName":"edge-node-2"}}"#,
+    ]);
+    c.ok(&[
+        "patch",
+        "device",
+        "oven-1",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/nodeName","value":"edge-node-3"}]"#,
+    ]);
+    let got = c.ok(&[
+        "get",
+        "device",
+        "oven-1",
+        "-o",
+        "jsonpath={.spec.nodeName} {.metadata.generation} {.metadata.annotations.owner}",
+    ]);
+    assert_eq!(
+        got, "edge-node-3 3 line-team",
+        "label and annotate leave generation alone"
+    );
+    let edit = c
+        .kubectl_cmd(&["edit", "device", "oven-1"])
+        .env("KUBE_EDITOR", "sed -i s/edge-node-3/edge-node-4/")
+        .output()
+        .expect("kubectl edit");
+    assert!(edit.status.success(), "{}", text(&edit));
+    assert_eq!(
+        c.ok(&["get", "device", "oven-1", "-o", "jsonpath={.spec.nodeName}"]),
+        "edge-node-4"
+    );
+    let stale = c.kubectl_stdin(
+        &["replace", "-f", "-"],
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: oven-1, resourceVersion: \"1\"}\nspec: {nodeName: x}\n",
+    );
+    assert!(!stale.status.success());
+    assert!(
+        text(&stale).contains("Operation cannot be fulfilled on devices.devices.kubeedge.io \"oven-1\": the object has been modified; please apply your changes to the latest version and try again"),
+        "{}", text(&stale)
+    );
+    let established = c.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/devices.devices.kubeedge.io",
+        "--timeout=10s",
+    ]);
+    assert!(established.contains("condition met"), "{established}");
+    let mut waiter = c
+        .kubectl_cmd(&["wait", "--for=delete", "device/oven-1", "--timeout=20s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl wait");
+    std::thread::sleep(Duration::from_millis(500));
+    let del = c.ok(&["delete", "device", "oven-1"]);
+    assert!(
+        del.contains("device.devices.kubeedge.io \"oven-1\" deleted"),
+        "{del}"
+    );
+    let out = waiter.wait_with_output().expect("wait ends");
+    assert!(out.status.success(), "{}", text(&out));
+    let gone = c.fails(&["get", "device", "oven-1"]);
+    assert!(
+        gone.contains(
+            "Error from server (NotFound): devices.devices.kubeedge.io \"oven-1\" not found"
+        ),
+        "{gone}"
+    );
+    // deletecollection with a selector.
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-rtu.yaml"))]);
+    c.ok(&["label", "device", "meter-a", "meter-b", "batch=old"]);
+    c.ok(&["delete", "devices", "-l", "batch=old"]);
+    assert!(c.ok(&["get", "devices", "-o", "name"]).trim().is_empty());
+}
+
+#[test]
+fn get_watch_shows_each_change() {
+    let c = Cloud::start();
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut w = c
+        .kubectl_cmd(&["get", "devices", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl get -w");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = w.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(200))
+                && l.starts_with(want)
+            {
+                return l;
+            }
+        }
+        panic!("no {want} line from kubectl get -w");
+    };
+    assert!(next("ADDED").contains("oven-1"));
+    c.ok(&["label", "device", "oven-1", "a=b"]);
+    assert!(next("MODIFIED").contains("oven-1"));
+    c.ok(&["delete", "device", "oven-1"]);
+    assert!(next("DELETED").contains("oven-1"));
+    let _ = w.kill();
+    let _ = w.wait();
+}
+
+#[test]
+fn errors_read_as_a_clusters() {
+    let c = Cloud::start();
+    let bad = |yaml: &str| {
+        let o = c.kubectl_stdin(&["apply", "-f", "-"], yaml);
+        assert!(!o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    let e = bad(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: Bad_Name}\nspec: {nodeName: n1}\n",
+    );
+    assert!(e.contains("The Device \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of"), "{e}");
+    let e = bad(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: d2}\nspec: {nodeName: n1, bogus: 1}\n",
+    );
+    assert!(
+        e.contains("strict decoding error: unknown field \"spec.bogus\""),
+        "{e}"
+    );
+    let e = bad(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: d3}\nspec: {nodeName: 5, properties: [{name: 3}]}\n",
+    );
+    assert!(e.contains("The Device \"d3\" is invalid: \n* spec.nodeName: Invalid value: \"integer\": spec.nodeName in body must be of type string: \"integer\"\n* spec.properties[0].name: Invalid value: \"integer\""), "{e}");
+    let e = bad(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: d4, namespace: nowhere}\nspec: {nodeName: n1}\n",
+    );
+    assert!(e.contains("namespaces \"nowhere\" not found"), "{e}");
+    // Nothing of the above was stored.
+    assert!(
+        c.ok(&["get", "devices", "-A", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+    // --validate=false: the unknown field is pruned, with a warning.
+    let o = c.kubectl_stdin(
+        &["apply", "--validate=false", "-f", "-"],
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: d5}\nspec: {nodeName: n1, bogus: 1}\n",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let spec = c.ok(&["get", "device", "d5", "-o", "jsonpath={.spec}"]);
+    assert!(
+        spec.contains("\"nodeName\":\"n1\"") && !spec.contains("bogus"),
+        "{spec}"
+    );
+    // dry run stores nothing.
+    let o = c.kubectl_stdin(
+        &["apply", "--dry-run=server", "-f", "-"],
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: d6}\nspec: {nodeName: n1}\n",
+    );
+    assert!(
+        o.status.success() && text(&o).contains("(server dry run)"),
+        "{}",
+        text(&o)
+    );
+    c.fails(&["get", "device", "d6"]);
+    // No credentials: 401, printed as kubectl prints it for a cluster.
+    let anon = c.dir.join("anon.kubeconfig");
+    let kc = std::fs::read_to_string(&c.kubeconfig).expect("kubeconfig");
+    let cut = kc.find("users:").expect("users");
+    let ctx = kc.find("contexts:").expect("contexts");
+    let with_token = |t: &str| {
+        std::fs::write(
+            &anon,
+            format!(
+                "{}users:\n- name: admin\n  user: {{token: {t}}}\n{}",
+                &kc[..cut],
+                &kc[ctx..]
+            ),
+        )
+        .expect("written");
+        c.kubectl(&[
+            "--kubeconfig",
+            path_str(&anon),
+            "get",
+            "devices",
+            "-o",
+            "name",
+        ])
+    };
+    let o = with_token("not-a-token");
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("error: You must be logged in to the server (Unauthorized)"),
+        "{}",
+        text(&o)
+    );
+    // The admin bearer token of tokens.csv works as the client certificate does.
+    let tokens = std::fs::read_to_string(c.data().join("tokens.csv")).expect("tokens.csv");
+    let token = tokens.split(',').next().expect("a token");
+    let o = with_token(token);
+    assert!(
+        o.status.success() && text(&o).contains("device.devices.kubeedge.io/d5"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn namespaces_finalizers_and_built_in_kinds() {
+    let c = Cloud::start();
+    c.ok(&["create", "namespace", "plant"]);
+    c.ok(&[
+        "create",
+        "configmap",
+        "mapper-config",
+        "-n",
+        "plant",
+        "--from-literal=port=502",
+    ]);
+    c.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "-n",
+        "plant",
+        "--from-literal=pw=s3cret",
+    ]);
+    let pw = c.ok(&[
+        "get",
+        "secret",
+        "creds",
+        "-n",
+        "plant",
+        "-o",
+        "jsonpath={.data.pw}",
+    ]);
+    assert_eq!(pw, "czNjcmV0");
+    let o = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: held, namespace: plant, finalizers: [example.com/hold]}\nspec: {nodeName: n1}\n",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    c.ok(&["delete", "namespace", "plant", "--wait=false"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let cms = c.ok(&["get", "configmaps,secrets", "-n", "plant", "-o", "name"]);
+        if cms.trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "namespace contents not deleted: {cms}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ns = c.ok(&[
+        "get",
+        "namespace",
+        "plant",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(ns, "Terminating", "the finalizer holds the namespace");
+    let dt = c.ok(&[
+        "get",
+        "device",
+        "held",
+        "-n",
+        "plant",
+        "-o",
+        "jsonpath={.metadata.deletionTimestamp}",
+    ]);
+    assert!(!dt.is_empty(), "the held device is marked deleted");
+    let e = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late, namespace: plant}\n",
+    );
+    assert!(
+        text(&e).contains("because it is being terminated"),
+        "{}",
+        text(&e)
+    );
+    c.ok(&[
+        "patch",
+        "device",
+        "held",
+        "-n",
+        "plant",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.kubectl(&["get", "namespace", "plant"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "namespace not gone after its last object"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn kill_9_keeps_what_was_acknowledged_and_sigterm_is_quick() {
+    let mut c = Cloud::start();
+    c.ok(&["apply", "-f", path_str(&examples())]);
+    c.ok(&["label", "device", "oven-1", "kept=yes"]);
+    c.restart_after_kill9();
+    let got = c.ok(&["get", "devices", "-o", "name"]);
+    for d in DEVICES {
+        assert!(
+            got.contains(&format!("device.devices.kubeedge.io/{d}")),
+            "{d} lost: {got}"
+        );
+    }
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "device",
+            "oven-1",
+            "-o",
+            "jsonpath={.metadata.labels.kept}"
+        ]),
+        "yes"
+    );
+    let took = c.stop();
+    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
+    assert!(c.log().contains("stopping"), "{}", c.log());
+}
