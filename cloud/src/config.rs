@@ -121,7 +121,9 @@ impl Config {
             }
         };
         config.data_dir = abs(&config.data_dir);
-        config.kubeconfig = config.kubeconfig.as_deref().map(abs);
+        if let Some(k) = &config.kubeconfig {
+            config.kubeconfig = Some(abs(k));
+        }
         let a = &config.modules.apiserver;
         if a.watch_history < 100 {
             return Err(invalid(
