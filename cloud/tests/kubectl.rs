@@ -167,7 +167,7 @@ fn label_annotate_patch_edit_wait_and_delete() {
         "--timeout=10s",
     ]);
     assert!(established.contains("condition met"), "{established}");
-    let mut waiter = c
+    let waiter = c
         .kubectl_cmd(&["wait", "--for=delete", "device/oven-1", "--timeout=20s"])
         .stdout(Stdio::piped())
         .spawn()
