@@ -326,7 +326,8 @@ impl Api {
                             .take_while(move |((n, _), _)| *n == ns),
                     )
                 };
-                for ((ns, name), o) in range {
+                let mut last: Option<&(String, String)> = None;
+                for (k, o) in range {
                     if !labels.is_empty() && !labels.matches(o) {
                         continue;
                     }
@@ -334,12 +335,16 @@ impl Api {
                         continue;
                     }
                     if limit > 0 && items.len() == limit {
-                        if cont.is_none() {
+                        // The next page starts after the last item of this one.
+                        if cont.is_none()
+                            && let Some((ns, name)) = last
+                        {
                             cont = Some(encode_continue(rv, ns, name));
                         }
                         remaining += 1;
                         continue;
                     }
+                    last = Some(k);
                     items.push(o.clone());
                 }
             }
