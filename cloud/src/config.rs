@@ -9,7 +9,7 @@
 //!     enable: true
 //!     listen: "127.0.0.1:6443"       # "0.0.0.0:6443" to reach it from other machines
 //!     sans: [cloud.example.com]      # more names/addresses for its certificate
-//!     watchHistory: 100000           # events kept for watches to resume from
+//!     watchHistory: 10000            # events kept for watches to resume from (older: 410 Gone)
 //!     maxBodyBytes: 3145728          # larger request bodies get 413
 //!     bookmarkIntervalSeconds: 60
 //!     fsync: false                   # true: fsync every commit (survives power loss)

@@ -71,7 +71,7 @@ impl Default for Config {
             data_dir: PathBuf::from("cloudcore-data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
             sans: Vec::new(),
-            history: 100_000,
+            history: 10_000,
             max_body: 3 * 1024 * 1024,
             bookmark_every: Duration::from_secs(60),
             fsync: false,
