@@ -3,27 +3,22 @@
 
 mod common;
 
-use api::v1beta1::{Device, DeviceSpec};
+use api::v1beta1::Device;
 use common::Cloud;
+use common::cases::within;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn device(name: &str, node: &str) -> Device {
-    let mut d = Device::new(
-        name,
-        DeviceSpec {
-            node_name: Some(node.into()),
-            ..DeviceSpec::default()
-        },
-    );
+    let mut d = common::cases::device(name, node);
     d.metadata.labels = Some(BTreeMap::from([("site".to_string(), "hall".to_string())]));
     d
 }
@@ -52,10 +47,11 @@ async fn wait_for(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>, want: S
     .await
 }
 
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
+/// The cases kmock passes too (`kmock.rs`).
+#[tokio::test]
+async fn the_cases_every_api_passes() {
+    let c = Cloud::start();
+    common::cases::crud(c.client().await).await;
 }
 
 #[tokio::test]
@@ -202,40 +198,8 @@ async fn api_crud_conflicts_paging_selectors_and_status() {
 async fn reflector_follows_changes_and_owned_objects_go_with_their_owner() {
     let c = Cloud::start();
     let client = c.client().await;
+    common::cases::reflector_follows(client.clone()).await;
     let devices: Api<Device> = Api::namespaced(client.clone(), "default");
-    let (reader, writer) = reflector::store::<Device>();
-    let stream = reflector(writer, watcher(devices.clone(), watcher::Config::default()))
-        .applied_objects()
-        .boxed();
-    let task = tokio::spawn(async move {
-        let mut s = stream;
-        while s.next().await.is_some() {}
-    });
-    for i in 0..3 {
-        devices
-            .create(&PostParams::default(), &device(&format!("r{i}"), "n1"))
-            .await
-            .expect("create");
-    }
-    devices
-        .delete("r1", &DeleteParams::default())
-        .await
-        .expect("delete");
-    within("reflector sees r0 and r2", async {
-        loop {
-            let mut names: Vec<String> = reader
-                .state()
-                .iter()
-                .filter_map(|d| d.metadata.name.clone())
-                .collect();
-            names.sort();
-            if names == ["r0", "r2"] {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
     // A DeviceStatus owned by r0 goes with it.
     let r0 = devices.get("r0").await.expect("r0");
     let gvk = GroupVersionKind::gvk("devices.kubeedge.io", "v1beta1", "DeviceStatus");
@@ -266,7 +230,6 @@ async fn reflector_follows_changes_and_owned_objects_go_with_their_owner() {
         }
     })
     .await;
-    task.abort();
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! against it.
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
