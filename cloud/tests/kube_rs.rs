@@ -186,6 +186,26 @@ async fn api_crud_conflicts_paging_selectors_and_status() {
         "the main resource leaves status alone"
     );
     assert_eq!(main.data["spec"]["objectName"], "d2");
+    // generateName.
+    let mut g = device("", "n1");
+    g.metadata.name = None;
+    g.metadata.generate_name = Some("gen-".into());
+    let g = devices
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("generateName");
+    let gname = g.metadata.name.clone().unwrap_or_default();
+    assert!(gname.starts_with("gen-") && gname.len() == 9, "{gname}");
+    // Oversized bodies: 413, nothing stored.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut huge = configmap("huge");
+    huge.data = Some(BTreeMap::from([("k".to_string(), "x".repeat(4 << 20))]));
+    let e = cms
+        .create(&PostParams::default(), &huge)
+        .await
+        .expect_err("too large");
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 413), "{e:?}");
+    assert!(cms.get_opt("huge").await.expect("get").is_none());
     devices
         .delete("d1", &DeleteParams::default())
         .await

@@ -426,6 +426,81 @@ fn namespaces_finalizers_and_built_in_kinds() {
 }
 
 #[test]
+fn crds_kubeedges_own_and_invalid_ones() {
+    let c = Cloud::start();
+    // KubeEdge's own CRD YAMLs (v1alpha2 served beside v1beta1) take over ours in place.
+    let kubeedge = common::workspace().join("../shared/reference/kubeedge-crds");
+    assert!(
+        kubeedge.is_dir(),
+        "KubeEdge's CRDs are expected at {}",
+        kubeedge.display()
+    );
+    let out = c.ok(&["apply", "-f", path_str(&kubeedge)]);
+    assert!(
+        out.contains(
+            "customresourcedefinition.apiextensions.k8s.io/devices.devices.kubeedge.io configured"
+        ),
+        "{out}"
+    );
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let v1alpha2 = c.ok(&[
+        "get",
+        "devices.v1alpha2.devices.kubeedge.io",
+        "oven-1",
+        "-o",
+        "jsonpath={.apiVersion}",
+    ]);
+    assert_eq!(v1alpha2, "devices.kubeedge.io/v1alpha2");
+    assert!(c.ok(&["get", "devices"]).contains("oven-1"));
+    // A CRD whose schema is not structural is refused, with the path, and not stored.
+    let bad = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: things.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: things, kind: Thing}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec: {properties: {size: {type: integer}}}\n",
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("The CustomResourceDefinition \"things.example.com\" is invalid: spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value"),
+        "{}", text(&bad)
+    );
+    c.fails(&["get", "crd", "things.example.com"]);
+    // A valid one serves its kind at once, with its schema enforced.
+    let good = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: things.example.com}\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {plural: things, kind: Thing, shortNames: [th]}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec: {type: object, properties: {size: {type: integer, default: 3, maximum: 10}}}\n",
+    );
+    assert!(good.status.success(), "{}", text(&good));
+    c.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/things.example.com",
+    ]);
+    let t = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t1}\nspec: {}\n",
+    );
+    assert!(t.status.success(), "{}", text(&t));
+    assert_eq!(
+        c.ok(&["get", "th", "t1", "-o", "jsonpath={.spec.size}"]),
+        "3",
+        "default applied"
+    );
+    let big = c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t2}\nspec: {size: 11}\n",
+    );
+    assert!(
+        text(&big).contains(
+            "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+        ),
+        "{}",
+        text(&big)
+    );
+    // Deleting the CRD takes its objects with it.
+    c.ok(&["delete", "crd", "things.example.com"]);
+    c.fails(&["get", "crd", "things.example.com"]);
+}
+
+#[test]
 fn kill_9_keeps_what_was_acknowledged_and_sigterm_is_quick() {
     let mut c = Cloud::start();
     c.ok(&["apply", "-f", path_str(&examples())]);

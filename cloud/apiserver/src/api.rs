@@ -909,7 +909,14 @@ pub fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
                 "the body of the request could not be decoded as JSON: {e}"
             ))
         })?,
-        crate::proto::MEDIA => crate::proto::decode(raw).map_err(Status::bad_request)?,
+        crate::proto::MEDIA => crate::proto::decode(raw).map_err(|e| match e {
+            crate::proto::Refused::Garbage(m) => Status::bad_request(m),
+            crate::proto::Refused::Kind(m) => {
+                let mut s = Status::unsupported_media(crate::proto::MEDIA);
+                s.message = m;
+                s
+            }
+        })?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(raw)
             .map_err(|e| {
             Status::bad_request(format!(

@@ -151,26 +151,47 @@ fn meta_json(m: Option<ObjectMeta>) -> Value {
     Value::Object(out)
 }
 
+/// Why a protobuf body was not taken.
+#[derive(Debug)]
+pub enum Refused {
+    /// Not a valid encoding.
+    Garbage(String),
+    /// A kind this server takes as JSON only.
+    Kind(String),
+}
+
+impl Refused {
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Garbage(m) | Self::Kind(m) => m,
+        }
+    }
+}
+
 /// Decodes a protobuf request body of a Namespace, ConfigMap or Secret into its JSON object;
 /// the error says what was wrong.
-pub fn decode(raw: &[u8]) -> Result<Value, String> {
-    let body = raw
-        .strip_prefix(MAGIC)
-        .ok_or("the protobuf body does not start with the k8s\\0 envelope")?;
-    let env =
-        Unknown::decode(body).map_err(|e| format!("the protobuf envelope does not decode: {e}"))?;
+pub fn decode(raw: &[u8]) -> Result<Value, Refused> {
+    let body = raw.strip_prefix(MAGIC).ok_or_else(|| {
+        Refused::Garbage("the protobuf body does not start with the k8s\\0 envelope".into())
+    })?;
+    let env = Unknown::decode(body)
+        .map_err(|e| Refused::Garbage(format!("the protobuf envelope does not decode: {e}")))?;
     if env
         .content_encoding
         .as_deref()
         .is_some_and(|e| !e.is_empty())
     {
-        return Err("compressed protobuf bodies are not supported".into());
+        return Err(Refused::Garbage(
+            "compressed protobuf bodies are not supported".into(),
+        ));
     }
     let tm = env.type_meta.unwrap_or_default();
     let api_version = tm.api_version.unwrap_or_default();
     let kind = tm.kind.unwrap_or_default();
     let raw = env.raw.unwrap_or_default();
-    let bad = |e: prost::DecodeError| format!("the protobuf {kind} does not decode: {e}");
+    let bad = |e: prost::DecodeError| {
+        Refused::Garbage(format!("the protobuf {kind} does not decode: {e}"))
+    };
     let mut v = match (api_version.as_str(), kind.as_str()) {
         ("v1", "Namespace") => {
             let n = Namespace::decode(raw.as_slice()).map_err(bad)?;
@@ -219,9 +240,9 @@ pub fn decode(raw: &[u8]) -> Result<Value, String> {
             v
         }
         _ => {
-            return Err(format!(
+            return Err(Refused::Kind(format!(
                 "protobuf is accepted for v1 Namespace, ConfigMap and Secret only, not {api_version} {kind}; send JSON"
-            ));
+            )));
         }
     };
     v["apiVersion"] = json!(api_version);
@@ -279,9 +300,12 @@ mod tests {
 
     #[test]
     fn garbage_is_refused_with_a_reason() {
-        assert!(decode(b"nope").expect_err("no magic").contains("envelope"));
+        assert!(matches!(decode(b"nope"), Err(Refused::Garbage(m)) if m.contains("envelope")));
         let e = decode(&envelope("Pod", vec![])).expect_err("other kind");
-        assert!(e.contains("send JSON"), "{e}");
+        assert!(
+            matches!(&e, Refused::Kind(m) if m.contains("send JSON")),
+            "{e:?}"
+        );
         let mut truncated = envelope("ConfigMap", vec![0x0a, 0x05, 0x0a]);
         truncated.truncate(truncated.len() - 1);
         assert!(decode(&truncated).is_err());
