@@ -556,7 +556,7 @@ impl Api {
         }
     }
 
-    fn check_namespace(&self, t: &Target) -> Result<(), Status> {
+    fn check_namespace(&self, t: &Target, name: &str) -> Result<(), Status> {
         if !t.res.namespaced {
             return Ok(());
         }
@@ -572,9 +572,8 @@ impl Api {
                 403,
                 "Forbidden",
                 format!(
-                    "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
                     qualified(&t.res.group, &t.res.plural),
-                    "",
                     t.ns
                 ),
             )),
@@ -618,7 +617,7 @@ impl Api {
         if let Some(c) = meta::check_name(&name, label_name) {
             return Err(Status::invalid(&t.res.kind, &t.res.group, &name, vec![c]));
         }
-        self.check_namespace(t)?;
+        self.check_namespace(t, &name)?;
         let ctx = Arc::new(self.ctx(t, q, headers, name.clone()));
         let c2 = ctx.clone();
         let dry = dry_run(q)?;
@@ -709,7 +708,7 @@ impl Api {
             return Err(Status::no_route("namespace"));
         }
         if kind == PatchType::Apply {
-            self.check_namespace(t).or_else(|e| {
+            self.check_namespace(t, &name).or_else(|e| {
                 if self.store.read().get(&key(t, &name)).is_some() {
                     Ok(())
                 } else {

@@ -123,6 +123,41 @@ pub fn sign_leaf(
     Ok((cert.pem(), key_pair.serialize_pem()))
 }
 
+/// The serving certificate: the stored one while it names the same hosts and has more than 30
+/// days left, otherwise a new one (stored).
+fn serving(
+    dir: &Path,
+    ca_pem: &str,
+    ca_key_pem: &str,
+    sans: &[String],
+) -> Result<(String, String)> {
+    let (crt, key, names) = (
+        dir.join("serving.crt"),
+        dir.join("serving.key"),
+        dir.join("serving.names"),
+    );
+    let want = sans.join("\n");
+    if let (Some(c), Some(k), Some(n)) = (read(&crt)?, read(&key)?, read(&names)?)
+        && n == want
+        && days_left(&c).is_some_and(|d| d > 30)
+    {
+        return Ok((c, k));
+    }
+    let (c, k) = sign_leaf(ca_pem, ca_key_pem, "cloudcore", None, sans, true, 365)?;
+    write_private(&key, &k)?;
+    write_private(&crt, &c)?;
+    write_private(&names, &want)?;
+    Ok((c, k))
+}
+
+/// Days until a PEM certificate expires.
+fn days_left(pem: &str) -> Option<i64> {
+    let der = pem::parse(pem).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.contents()).ok()?;
+    let left = cert.validity().not_after.timestamp() - OffsetDateTime::now_utc().unix_timestamp();
+    Some(left / 86_400)
+}
+
 fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -146,16 +181,7 @@ pub fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Pki
             all_sans.push(s.clone());
         }
     }
-    // The serving certificate is made at each start, so a change of names takes effect.
-    let (serving_cert_pem, serving_key_pem) = sign_leaf(
-        &ca_pem,
-        &ca_key_pem,
-        "cloudcore",
-        None,
-        &all_sans,
-        true,
-        365,
-    )?;
+    let (serving_cert_pem, serving_key_pem) = serving(&dir, &ca_pem, &ca_key_pem, &all_sans)?;
     let (admin_crt, admin_key) =
         match (read(&dir.join("admin.crt"))?, read(&dir.join("admin.key"))?) {
             (Some(c), Some(k)) => (c, k),
