@@ -1,5 +1,10 @@
-//! The cloud device controller. For now it holds the generator of the CRD YAMLs committed under
-//! `devicecontroller/crds/`, which `kubectl apply -f devicecontroller/crds/` installs.
+//! The cloud device controller: sends each Device and DeviceModel to the node that runs it
+//! ([`downstream`], pure), keeps per-node ConfigMaps of device profiles ([`profile`]), keeps a
+//! DeviceStatus for every Device and writes what the nodes report into it ([`upstream`]). The
+//! runtime ([`controller`]) reaches the API through kube-rs only. It also holds the generator of
+//! the CRD YAMLs committed under `devicecontroller/crds/`.
+
+pub mod downstream;
 
 use anyhow::Context;
 

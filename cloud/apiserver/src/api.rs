@@ -1331,9 +1331,20 @@ fn finish(
 fn builtin_rules(c: &WriteCtx, old: Option<&Value>, new: &mut Value) -> Result<(), Status> {
     let invalid = |causes: Vec<Cause>| Status::invalid(&c.res.kind, &c.res.group, &c.name, causes);
     match (c.res.group.as_str(), c.res.kind.as_str()) {
-        ("", "Namespace") if old.is_none() => {
-            new["spec"]["finalizers"] = json!(["kubernetes"]);
-            new["status"] = json!({"phase": "Active"});
+        ("", "Namespace") => {
+            for field in ["spec", "status"] {
+                if let Some(v) = new.get(field).filter(|v| !v.is_object() && !v.is_null()) {
+                    return Err(invalid(vec![Cause::type_invalid(
+                        field,
+                        v,
+                        "must be an object",
+                    )]));
+                }
+            }
+            if old.is_none() {
+                new["spec"]["finalizers"] = json!(["kubernetes"]);
+                new["status"] = json!({"phase": "Active"});
+            }
         }
         ("", "ConfigMap") => {
             let mut causes = Vec::new();
@@ -1381,6 +1392,15 @@ fn builtin_rules(c: &WriteCtx, old: Option<&Value>, new: &mut Value) -> Result<(
             }
         }
         ("", "Secret") => {
+            for field in ["data", "stringData"] {
+                if let Some(v) = new.get(field).filter(|v| !v.is_object() && !v.is_null()) {
+                    return Err(invalid(vec![Cause::type_invalid(
+                        field,
+                        v,
+                        "must be a map of strings",
+                    )]));
+                }
+            }
             if let Some(sd) = new.as_object_mut().and_then(|m| m.remove("stringData"))
                 && let Some(m) = sd.as_object()
             {
@@ -1528,6 +1548,9 @@ pub(crate) fn delete_outcome(
     old["metadata"]["deletionTimestamp"] = json!(meta::now_rfc3339());
     old["metadata"]["deletionGracePeriodSeconds"] = json!(0);
     if res.plural == "namespaces" {
+        if !old["status"].is_object() {
+            old["status"] = json!({});
+        }
         old["status"]["phase"] = json!("Terminating");
     }
     Ok(Outcome::Put(old))

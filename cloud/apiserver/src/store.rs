@@ -357,7 +357,18 @@ impl Writer {
                 None => self.read().get(&m.key).cloned(),
             };
             let next_rv = rv + 1;
-            let out = (m.f)(current.as_ref().map(|o| o.value()), next_rv);
+            let old = current.as_ref().map(|o| o.value());
+            // A bug in a mutation must not take the writer (and every later write) down.
+            let f = m.f;
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                f(old, next_rv)
+            }))
+            .unwrap_or_else(|_| {
+                tracing::error!(key = ?m.key, "a write failed with a panic; it was refused");
+                Err(Status::internal(
+                    "the write failed inside the server; nothing was changed",
+                ))
+            });
             let (kind, mut value) = match out {
                 Err(e) => {
                     let _ = m.reply.send(Err(e));

@@ -1,0 +1,676 @@
+//! The downstream logic, pure: from the Devices and DeviceModels it has seen, what every node
+//! must hold, diffed against what the node was last sent, as KubeEdge's messages
+//! (`../shared/reference/kubeedge-compat.md` section 2):
+//!
+//! - membership: `node/{node}/membership`, group `twin`, op `update`, content
+//!   `{event_id, timestamp, added_devices: [{id: "{ns}/{name}", name, description}], removed_devices}`;
+//! - a model: `node/{node}/{ns}/devicemodel/{name}`, group `resource`, op `insert`/`update`/`delete`,
+//!   `resourceversion` = the model's, content the DeviceModel object;
+//! - a device: `node/{node}/{ns}/device/{name}`, the same, content the Device object (model
+//!   defaults not merged, as KubeEdge sends it).
+//!
+//! Better than KubeEdge's: a spec that did not change sends nothing; a model edit goes to every node
+//! whose devices use it; a device moved to another node leaves the old one and joins the new one;
+//! a device whose model does not exist yet waits for it and goes out when it appears; a model is
+//! removed from a node when its last device there goes.
+
+use api::message::{Message, group, operation, source};
+use api::paths::Resource;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// `{namespace, name}` of an object.
+pub type Key = (String, String);
+
+/// What the hub needs to resend a message until the node acknowledges it, and to drop it when a
+/// newer version of the same object supersedes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckKey {
+    /// `device` or `devicemodel`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+}
+
+/// A message for one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outbound {
+    pub node: String,
+    pub message: Message,
+    /// `None` for messages that need no acknowledgement (membership).
+    pub ack: Option<AckKey>,
+}
+
+#[derive(Clone, Debug)]
+struct DeviceEntry {
+    node: String,
+    model: String,
+    description: String,
+    spec: Value,
+    object: Value,
+}
+
+#[derive(Clone, Debug)]
+struct ModelEntry {
+    spec: Value,
+    object: Value,
+}
+
+/// What a node was last sent.
+#[derive(Clone, Debug, Default)]
+struct Sent {
+    devices: BTreeMap<Key, Value>,
+    models: BTreeMap<Key, Value>,
+}
+
+/// The downstream state.
+#[derive(Debug, Default)]
+pub struct Downstream {
+    devices: BTreeMap<Key, DeviceEntry>,
+    models: BTreeMap<Key, ModelEntry>,
+    by_node: HashMap<String, BTreeSet<Key>>,
+    by_model: HashMap<Key, BTreeSet<Key>>,
+    sent: BTreeMap<String, Sent>,
+    /// Until the first full list is in, changes are only recorded.
+    synced: bool,
+    /// Objects just deleted, for the delete messages of the reconcile that follows.
+    tombstones: BTreeMap<(&'static str, Key), Value>,
+}
+
+fn key_of(obj: &Value) -> Option<Key> {
+    let m = &obj["metadata"];
+    Some((
+        m["namespace"].as_str().unwrap_or("default").to_string(),
+        m["name"].as_str()?.to_string(),
+    ))
+}
+
+fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The object as sent: with its kind, without the server's bookkeeping.
+fn outward(obj: &Value, kind: &str) -> Value {
+    let mut o = obj.clone();
+    o["apiVersion"] = json!("devices.kubeedge.io/v1beta1");
+    o["kind"] = json!(kind);
+    if let Some(m) = o["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    o
+}
+
+impl Downstream {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Nodes that hold devices now.
+    pub fn nodes(&self) -> Vec<String> {
+        self.by_node
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Devices known.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The node a device is bound to, if any.
+    pub fn node_of(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.devices
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|d| d.node.as_str())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// The stored Device object.
+    pub fn device(&self, namespace: &str, name: &str) -> Option<&Value> {
+        self.devices
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|d| &d.object)
+    }
+
+    /// The stored DeviceModel object.
+    pub fn model(&self, namespace: &str, name: &str) -> Option<&Value> {
+        self.models
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|m| &m.object)
+    }
+
+    /// Devices bound to `node`, with their models when those exist.
+    pub fn node_devices(&self, node: &str) -> Vec<(&Value, Option<&Value>)> {
+        self.by_node
+            .get(node)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| self.devices.get(k))
+                    .map(|d| {
+                        let ns = d.object["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("default");
+                        (&d.object, self.model(ns, &d.model))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The full list is in: from now on every change is reconciled. Returns the messages of
+    /// every node.
+    pub fn synced(&mut self) -> Vec<Outbound> {
+        self.synced = true;
+        let mut nodes: BTreeSet<String> = self.by_node.keys().cloned().collect();
+        nodes.extend(self.sent.keys().cloned());
+        self.reconcile_nodes(nodes)
+    }
+
+    /// A Device was added or changed.
+    pub fn device_applied(&mut self, obj: &Value) -> Vec<Outbound> {
+        let Some(key) = key_of(obj) else {
+            return Vec::new();
+        };
+        let entry = DeviceEntry {
+            node: obj["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            model: obj["spec"]["deviceModelRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            description: obj["metadata"]["labels"]["description"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            spec: obj["spec"].clone(),
+            object: outward(obj, "Device"),
+        };
+        let mut nodes = BTreeSet::new();
+        if let Some(old) = self.devices.remove(&key) {
+            self.unindex(&key, &old);
+            nodes.insert(old.node);
+        }
+        nodes.insert(entry.node.clone());
+        self.index(&key, &entry);
+        self.devices.insert(key, entry);
+        self.reconcile_nodes(nodes)
+    }
+
+    /// A Device was deleted (its last state).
+    pub fn device_deleted(&mut self, obj: &Value) -> Vec<Outbound> {
+        let Some(key) = key_of(obj) else {
+            return Vec::new();
+        };
+        match self.devices.remove(&key) {
+            Some(old) => {
+                self.unindex(&key, &old);
+                self.tombstones
+                    .insert(("device", key), outward(obj, "Device"));
+                self.reconcile_nodes([old.node].into())
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// A DeviceModel was added or changed.
+    pub fn model_applied(&mut self, obj: &Value) -> Vec<Outbound> {
+        let Some(key) = key_of(obj) else {
+            return Vec::new();
+        };
+        self.models.insert(
+            key.clone(),
+            ModelEntry {
+                spec: obj["spec"].clone(),
+                object: outward(obj, "DeviceModel"),
+            },
+        );
+        let nodes = self.nodes_using(&key);
+        self.reconcile_nodes(nodes)
+    }
+
+    /// A DeviceModel was deleted (its last state): its devices leave their nodes until it is
+    /// back.
+    pub fn model_deleted(&mut self, obj: &Value) -> Vec<Outbound> {
+        let Some(key) = key_of(obj) else {
+            return Vec::new();
+        };
+        if self.models.remove(&key).is_none() {
+            return Vec::new();
+        }
+        self.tombstones
+            .insert(("devicemodel", key.clone()), outward(obj, "DeviceModel"));
+        let nodes = self.nodes_using(&key);
+        self.reconcile_nodes(nodes)
+    }
+
+    fn nodes_using(&self, model: &Key) -> BTreeSet<String> {
+        self.by_model
+            .get(model)
+            .map(|ds| {
+                ds.iter()
+                    .filter_map(|k| self.devices.get(k))
+                    .map(|d| d.node.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn index(&mut self, key: &Key, d: &DeviceEntry) {
+        if !d.node.is_empty() {
+            self.by_node
+                .entry(d.node.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.by_model
+            .entry((key.0.clone(), d.model.clone()))
+            .or_default()
+            .insert(key.clone());
+    }
+
+    fn unindex(&mut self, key: &Key, d: &DeviceEntry) {
+        if let Some(s) = self.by_node.get_mut(&d.node) {
+            s.remove(key);
+            if s.is_empty() {
+                self.by_node.remove(&d.node);
+            }
+        }
+        let mk = (key.0.clone(), d.model.clone());
+        if let Some(s) = self.by_model.get_mut(&mk) {
+            s.remove(key);
+            if s.is_empty() {
+                self.by_model.remove(&mk);
+            }
+        }
+    }
+
+    fn reconcile_nodes(&mut self, nodes: BTreeSet<String>) -> Vec<Outbound> {
+        let out = if self.synced {
+            nodes
+                .into_iter()
+                .filter(|n| !n.is_empty())
+                .flat_map(|n| self.reconcile(&n))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.tombstones.clear();
+        out
+    }
+
+    /// What `node` must hold, against what it was sent; the messages that close the gap.
+    fn reconcile(&mut self, node: &str) -> Vec<Outbound> {
+        let mut want = Sent::default();
+        if let Some(keys) = self.by_node.get(node) {
+            for k in keys {
+                let Some(d) = self.devices.get(k) else {
+                    continue;
+                };
+                let mk = (k.0.clone(), d.model.clone());
+                // A device whose model does not exist yet waits for it.
+                let Some(m) = self.models.get(&mk) else {
+                    continue;
+                };
+                want.devices.insert(k.clone(), d.spec.clone());
+                want.models.insert(mk, m.spec.clone());
+            }
+        }
+        let had = self.sent.remove(node).unwrap_or_default();
+        let mut out = Vec::new();
+        let added: Vec<&Key> = want
+            .devices
+            .keys()
+            .filter(|k| !had.devices.contains_key(*k))
+            .collect();
+        let removed: Vec<&Key> = had
+            .devices
+            .keys()
+            .filter(|k| !want.devices.contains_key(*k))
+            .collect();
+        if !added.is_empty() || !removed.is_empty() {
+            let entry = |k: &Key, desc: &str| json!({"id": format!("{}/{}", k.0, k.1), "name": k.1, "description": desc});
+            let added: Vec<Value> = added
+                .iter()
+                .map(|k| {
+                    entry(
+                        k,
+                        self.devices
+                            .get(*k)
+                            .map(|d| d.description.as_str())
+                            .unwrap_or(""),
+                    )
+                })
+                .collect();
+            let removed: Vec<Value> = removed.iter().map(|k| entry(k, "")).collect();
+            let msg = Message::new(
+                source::DEVICE_CONTROLLER,
+                group::TWIN,
+                operation::UPDATE,
+                format!("node/{node}/membership"),
+                json!({"event_id": uuid::Uuid::new_v4().to_string(), "timestamp": api::message::now_millis(),
+                    "added_devices": added, "removed_devices": removed}),
+            );
+            out.push(Outbound {
+                node: node.to_string(),
+                message: msg,
+                ack: None,
+            });
+        }
+        for (k, spec) in &want.models {
+            let op = match had.models.get(k) {
+                None => operation::INSERT,
+                Some(old) if old != spec => operation::UPDATE,
+                Some(_) => continue,
+            };
+            if let Some(m) = self.models.get(k) {
+                out.push(object_message(node, "devicemodel", k, op, &m.object));
+            }
+        }
+        for (k, spec) in &want.devices {
+            let op = match had.devices.get(k) {
+                None => operation::INSERT,
+                Some(old) if old != spec => operation::UPDATE,
+                Some(_) => continue,
+            };
+            if let Some(d) = self.devices.get(k) {
+                out.push(object_message(node, "device", k, op, &d.object));
+            }
+        }
+        for k in had
+            .devices
+            .keys()
+            .filter(|k| !want.devices.contains_key(*k))
+        {
+            let last = self
+                .devices
+                .get(k)
+                .map(|d| &d.object)
+                .or_else(|| self.tombstones.get(&("device", k.clone())));
+            out.push(delete_message(node, "device", k, last));
+        }
+        for k in had.models.keys().filter(|k| !want.models.contains_key(*k)) {
+            let last = self
+                .models
+                .get(k)
+                .map(|m| &m.object)
+                .or_else(|| self.tombstones.get(&("devicemodel", k.clone())));
+            out.push(delete_message(node, "devicemodel", k, last));
+        }
+        if !want.devices.is_empty() || !want.models.is_empty() {
+            self.sent.insert(node.to_string(), want);
+        }
+        out
+    }
+}
+
+fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: &Value) -> Outbound {
+    let resource = Resource::Object {
+        node: node.into(),
+        namespace: k.0.clone(),
+        kind: kind.into(),
+        name: k.1.clone(),
+    };
+    let version = rv(obj);
+    let msg = Message::new(
+        source::DEVICE_CONTROLLER,
+        group::RESOURCE,
+        op,
+        resource.to_string(),
+        obj.clone(),
+    )
+    .with_resource_version(version.clone());
+    Outbound {
+        node: node.to_string(),
+        message: msg,
+        ack: Some(AckKey {
+            kind,
+            namespace: k.0.clone(),
+            name: k.1.clone(),
+            uid: obj["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            resource_version: version,
+        }),
+    }
+}
+
+/// A delete carries the object as last seen (or its name alone when it is gone).
+fn delete_message(node: &str, kind: &'static str, k: &Key, obj: Option<&Value>) -> Outbound {
+    let api_kind = if kind == "device" {
+        "Device"
+    } else {
+        "DeviceModel"
+    };
+    let obj = obj.cloned().unwrap_or_else(|| {
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": api_kind,
+            "metadata": {"namespace": k.0, "name": k.1}})
+    });
+    object_message(node, kind, k, operation::DELETE, &obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(name: &str, node: &str, model: &str, rv: &str) -> Value {
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"), "resourceVersion": rv,
+                "labels": {"description": format!("the {name}")}, "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"nodeName": node, "deviceModelRef": {"name": model},
+                "properties": [{"name": "temperature", "collectCycle": 1000}]}})
+    }
+
+    fn model(name: &str, rv: &str, unit: &str) -> Value {
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+            "metadata": {"namespace": "default", "name": name, "uid": format!("uid-{name}"), "resourceVersion": rv},
+            "spec": {"protocol": "modbus", "properties": [{"name": "temperature", "type": "INT", "unit": unit}]}})
+    }
+
+    /// `(node, operation, resource, resourceversion)` of each message.
+    fn summary(out: &[Outbound]) -> Vec<(String, String, String, String)> {
+        out.iter()
+            .map(|o| {
+                (
+                    o.node.clone(),
+                    o.message.route.operation.clone(),
+                    o.message.route.resource.clone(),
+                    o.message.header.resource_version.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn row(node: &str, op: &str, res: &str, rv: &str) -> (String, String, String, String) {
+        (node.into(), op.into(), res.into(), rv.into())
+    }
+
+    fn synced_with(objs: &[Value]) -> (Downstream, Vec<Outbound>) {
+        let mut d = Downstream::new();
+        for o in objs {
+            let out = if o["kind"] == "Device" {
+                d.device_applied(o)
+            } else {
+                d.model_applied(o)
+            };
+            assert!(
+                out.is_empty(),
+                "nothing goes out before the first full list"
+            );
+        }
+        let out = d.synced();
+        (d, out)
+    }
+
+    #[test]
+    fn a_new_device_sends_membership_then_model_then_device() {
+        let (_, out) = synced_with(&[model("m", "5", "C"), device("d1", "n1", "m", "7")]);
+        assert_eq!(
+            summary(&out),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "insert", "node/n1/default/devicemodel/m", "5"),
+                row("n1", "insert", "node/n1/default/device/d1", "7"),
+            ]
+        );
+        let m = &out[0].message;
+        assert_eq!(
+            (m.route.source.as_str(), m.route.group.as_str()),
+            ("devicecontroller", "twin")
+        );
+        assert!(out[0].ack.is_none(), "membership needs no acknowledgement");
+        let c = &m.content;
+        assert!(c["event_id"].as_str().is_some_and(|e| e.len() == 36));
+        assert!(c["timestamp"].as_i64().is_some_and(|t| t > 0));
+        assert_eq!(
+            c["added_devices"],
+            json!([{"id": "default/d1", "name": "d1", "description": "the d1"}])
+        );
+        assert_eq!(c["removed_devices"], json!([]));
+        let dev = &out[2];
+        assert_eq!(dev.message.route.group, "resource");
+        assert_eq!(dev.message.content["kind"], "Device");
+        assert_eq!(dev.message.content["spec"]["deviceModelRef"]["name"], "m");
+        assert!(
+            dev.message.content["metadata"]
+                .get("managedFields")
+                .is_none()
+        );
+        assert_eq!(
+            dev.ack,
+            Some(AckKey {
+                kind: "device",
+                namespace: "default".into(),
+                name: "d1".into(),
+                uid: "uid-d1".into(),
+                resource_version: "7".into()
+            })
+        );
+    }
+
+    #[test]
+    fn unchanged_specs_send_nothing_and_changed_ones_an_update() {
+        let (mut d, _) = synced_with(&[model("m", "5", "C"), device("d1", "n1", "m", "7")]);
+        let mut relabeled = device("d1", "n1", "m", "8");
+        relabeled["metadata"]["labels"]["site"] = json!("hall");
+        assert!(
+            d.device_applied(&relabeled).is_empty(),
+            "a label is not the spec"
+        );
+        let mut changed = device("d1", "n1", "m", "9");
+        changed["spec"]["properties"][0]["collectCycle"] = json!(500);
+        assert_eq!(
+            summary(&d.device_applied(&changed)),
+            [row("n1", "update", "node/n1/default/device/d1", "9")]
+        );
+        assert!(
+            d.model_applied(&model("m", "6", "C")).is_empty(),
+            "a model with the same spec"
+        );
+    }
+
+    #[test]
+    fn a_model_edit_reaches_every_node_that_uses_it() {
+        let (mut d, _) = synced_with(&[
+            model("m", "5", "C"),
+            device("d1", "n1", "m", "7"),
+            device("d2", "n2", "m", "8"),
+            device("d3", "n2", "m", "9"),
+        ]);
+        assert_eq!(
+            summary(&d.model_applied(&model("m", "10", "F"))),
+            [
+                row("n1", "update", "node/n1/default/devicemodel/m", "10"),
+                row("n2", "update", "node/n2/default/devicemodel/m", "10"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_device_moved_leaves_the_old_node_and_joins_the_new_one() {
+        let (mut d, _) = synced_with(&[model("m", "5", "C"), device("d1", "n1", "m", "7")]);
+        let out = d.device_applied(&device("d1", "n2", "m", "8"));
+        assert_eq!(
+            summary(&out),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "delete", "node/n1/default/device/d1", "8"),
+                row("n1", "delete", "node/n1/default/devicemodel/m", "5"),
+                row("n2", "update", "node/n2/membership", ""),
+                row("n2", "insert", "node/n2/default/devicemodel/m", "5"),
+                row("n2", "insert", "node/n2/default/device/d1", "8"),
+            ]
+        );
+        assert_eq!(
+            out[0].message.content["removed_devices"],
+            json!([{"id": "default/d1", "name": "d1", "description": ""}])
+        );
+        assert_eq!(d.node_of("default", "d1"), Some("n2"));
+    }
+
+    #[test]
+    fn a_device_waits_for_its_model() {
+        let (mut d, out) = synced_with(&[device("d1", "n1", "later", "7")]);
+        assert!(out.is_empty(), "no model, nothing sent");
+        assert_eq!(
+            summary(&d.model_applied(&model("later", "8", "C"))),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "insert", "node/n1/default/devicemodel/later", "8"),
+                row("n1", "insert", "node/n1/default/device/d1", "7"),
+            ]
+        );
+        // The model goes: its devices leave the node.
+        assert_eq!(
+            summary(&d.model_deleted(&model("later", "9", "C"))),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "delete", "node/n1/default/device/d1", "7"),
+                row("n1", "delete", "node/n1/default/devicemodel/later", "9"),
+            ]
+        );
+    }
+
+    #[test]
+    fn deletes_and_unbound_devices() {
+        let (mut d, _) = synced_with(&[
+            model("m", "5", "C"),
+            device("d1", "n1", "m", "7"),
+            device("d2", "n1", "m", "8"),
+            device("free", "", "m", "9"),
+        ]);
+        assert!(
+            d.nodes() == ["n1"],
+            "a device without nodeName goes nowhere"
+        );
+        assert_eq!(
+            summary(&d.device_deleted(&device("d1", "n1", "m", "11"))),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "delete", "node/n1/default/device/d1", "11"),
+            ],
+            "the model stays while d2 uses it"
+        );
+        assert_eq!(
+            summary(&d.device_deleted(&device("d2", "n1", "m", "12"))),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "delete", "node/n1/default/device/d2", "12"),
+                row("n1", "delete", "node/n1/default/devicemodel/m", "5"),
+            ]
+        );
+        assert!(
+            d.device_deleted(&device("never", "n1", "m", "1"))
+                .is_empty()
+        );
+    }
+}
