@@ -5,6 +5,8 @@
 //! the CRD YAMLs committed under `devicecontroller/crds/`.
 
 pub mod downstream;
+pub mod profile;
+pub mod upstream;
 
 use anyhow::Context;
 

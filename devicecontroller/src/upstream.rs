@@ -1,0 +1,569 @@
+//! The upstream logic, pure: `twin/edge_updated` and `state/update` messages from nodes become
+//! JSON merge patches of DeviceStatus objects. Reports are coalesced per device (the newest
+//! value of each property wins, never an older one over a newer one: the edge's version of the
+//! property, then its timestamp, decide; KubeEdge #5018), at most one patch per device per
+//! interval, and each message is acknowledged only once what it carried is stored (or when it
+//! carried nothing to store).
+
+use api::message::Message;
+use api::paths::Resource;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+pub type Key = (String, String);
+
+/// Why a message was not taken.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Not a device report this controller handles.
+    NotForUs(String),
+    /// A node reporting about a device that is not bound to it.
+    OtherNode { device: String, node: String },
+    /// The content does not parse.
+    BadContent(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotForUs(r) => write!(f, "resource {r} is not a device report"),
+            Self::OtherNode { device, node } => {
+                write!(f, "device {device} is not bound to node {node}")
+            }
+            Self::BadContent(e) => write!(f, "content does not parse: {e}"),
+        }
+    }
+}
+
+/// A property value and when the edge took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamped {
+    pub value: String,
+    pub timestamp: i64,
+    pub kind: String,
+    /// The edge's version of the property (`actual_version.edge`), 0 when absent.
+    pub version: i64,
+}
+
+impl Stamped {
+    fn newer_than(&self, other: &Stamped) -> bool {
+        (self.version, self.timestamp) > (other.version, other.timestamp)
+    }
+}
+
+/// What one device's next patch carries.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub reported: BTreeMap<String, Stamped>,
+    pub observed: BTreeMap<String, Stamped>,
+    pub state: Option<(String, String)>,
+    /// The messages this patch answers: `(node, message)`.
+    pub acks: Vec<(String, Message)>,
+    /// Reports folded into this plan beyond the first.
+    pub coalesced: u64,
+}
+
+impl Plan {
+    fn is_empty(&self) -> bool {
+        self.reported.is_empty() && self.observed.is_empty() && self.state.is_none()
+    }
+
+    /// Folds `newer` in: each property keeps its newest value.
+    fn merge(&mut self, newer: Plan) {
+        for (k, v) in newer.reported {
+            match self.reported.get(&k) {
+                Some(cur) if !v.newer_than(cur) => {}
+                _ => {
+                    self.reported.insert(k, v);
+                }
+            }
+        }
+        for (k, v) in newer.observed {
+            match self.observed.get(&k) {
+                Some(cur) if !v.newer_than(cur) => {}
+                _ => {
+                    self.observed.insert(k, v);
+                }
+            }
+        }
+        if newer.state.is_some() {
+            self.state = newer.state;
+        }
+        self.acks.extend(newer.acks);
+        self.coalesced += 1 + newer.coalesced;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    plan: Plan,
+    not_before: Option<Instant>,
+}
+
+/// The upstream state.
+#[derive(Debug, Default)]
+pub struct Upstream {
+    pending: BTreeMap<Key, Slot>,
+    /// The newest version stored of each property: reports older than it are dropped.
+    stored: HashMap<Key, HashMap<String, Stamped>>,
+    /// When each device was last patched.
+    last_patch: HashMap<Key, Instant>,
+}
+
+fn stamped(twin: &Value, side: &str, version_key: &str) -> Option<Stamped> {
+    let v = &twin[side];
+    let value = v["value"].as_str()?;
+    Some(Stamped {
+        value: value.to_string(),
+        timestamp: v["metadata"]["timestamp"].as_i64().unwrap_or(0),
+        kind: twin["metadata"]["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        version: twin[version_key]["edge"].as_i64().unwrap_or(0),
+    })
+}
+
+/// What the controller knows of a device when a report for it arrives.
+pub struct DeviceFacts<'a> {
+    /// `spec.nodeName`.
+    pub node: Option<&'a str>,
+    /// The names of `spec.properties`.
+    pub properties: Vec<&'a str>,
+}
+
+/// What became of an accepted message.
+#[derive(Debug, PartialEq)]
+pub enum Taken {
+    /// Queued for the next patch of its device; acknowledged once stored.
+    Queued,
+    /// Nothing in it to store (unknown device, properties not in the spec, older values):
+    /// acknowledge it now.
+    Nothing,
+}
+
+impl Upstream {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Devices with something waiting.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes a message from `node`. `facts` looks the device up.
+    pub fn accept<'a>(
+        &mut self,
+        node: &str,
+        msg: &Message,
+        facts: impl FnOnce(&str, &str) -> Option<DeviceFacts<'a>>,
+    ) -> Result<Taken, Refusal> {
+        let (device, is_twin) = match Resource::parse(&msg.route.resource) {
+            Ok(Resource::TwinEdgeUpdated { node: n, device }) if n == node => (device, true),
+            Ok(Resource::StateUpdate { node: n, device }) if n == node => (device, false),
+            Ok(Resource::TwinEdgeUpdated { device, .. } | Resource::StateUpdate { device, .. }) => {
+                return Err(Refusal::OtherNode {
+                    device: device.to_string(),
+                    node: node.to_string(),
+                });
+            }
+            _ => return Err(Refusal::NotForUs(msg.route.resource.clone())),
+        };
+        let content = match &msg.content {
+            Value::String(s) => {
+                serde_json::from_str(s).map_err(|e| Refusal::BadContent(e.to_string()))?
+            }
+            v => v.clone(),
+        };
+        if !content.is_object() {
+            return Err(Refusal::BadContent("not a JSON object".into()));
+        }
+        let Some(f) = facts(&device.namespace, &device.name) else {
+            return Ok(Taken::Nothing);
+        };
+        if f.node != Some(node) {
+            return Err(Refusal::OtherNode {
+                device: device.to_string(),
+                node: node.to_string(),
+            });
+        }
+        let key = (device.namespace.clone(), device.name.clone());
+        let mut plan = Plan::default();
+        if is_twin {
+            let Some(twins) = content["twin"].as_object() else {
+                return Err(Refusal::BadContent("no \"twin\" object".into()));
+            };
+            let stored = self.stored.get(&key);
+            for (name, t) in twins {
+                // Properties not in the spec are ignored, as KubeEdge does.
+                if !f.properties.contains(&name.as_str()) {
+                    continue;
+                }
+                let older = |s: &Stamped, which: &str| {
+                    stored
+                        .and_then(|m| m.get(&format!("{which}/{name}")))
+                        .is_some_and(|cur| !s.newer_than(cur))
+                };
+                if let Some(s) = stamped(t, "actual", "actual_version")
+                    && !older(&s, "reported")
+                {
+                    plan.reported.insert(name.clone(), s);
+                }
+                if let Some(s) = stamped(t, "expected", "expected_version")
+                    && !older(&s, "observed")
+                {
+                    plan.observed.insert(name.clone(), s);
+                }
+            }
+        } else {
+            let d = content
+                .get("Device")
+                .or_else(|| content.get("device"))
+                .unwrap_or(&content);
+            let state = d["state"].as_str().unwrap_or_default().to_string();
+            let online = d["lastOnlineTime"].as_str().unwrap_or_default().to_string();
+            if !state.is_empty() || !online.is_empty() {
+                plan.state = Some((state, online));
+            }
+        }
+        if plan.is_empty() {
+            return Ok(Taken::Nothing);
+        }
+        plan.acks.push((node.to_string(), msg.clone()));
+        match self.pending.get_mut(&key) {
+            Some(slot) => slot.plan.merge(plan),
+            None => {
+                self.pending.insert(
+                    key,
+                    Slot {
+                        plan,
+                        not_before: None,
+                    },
+                );
+            }
+        }
+        Ok(Taken::Queued)
+    }
+
+    /// The plans due now: at most one per device per `interval`, and none waiting out a retry.
+    pub fn due(&mut self, now: Instant, interval: Duration) -> Vec<(Key, Plan)> {
+        let ready: Vec<Key> = self
+            .pending
+            .iter()
+            .filter(|(k, s)| {
+                s.not_before.is_none_or(|t| t <= now)
+                    && self
+                        .last_patch
+                        .get(*k)
+                        .is_none_or(|t| now.duration_since(*t) >= interval)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        ready
+            .into_iter()
+            .filter_map(|k| {
+                let slot = self.pending.remove(&k)?;
+                self.last_patch.insert(k.clone(), now);
+                Some((k, slot.plan))
+            })
+            .collect()
+    }
+
+    /// The patch of `plan` was stored: its versions become the floor for later reports.
+    pub fn stored(&mut self, key: &Key, plan: &Plan) {
+        let m = self.stored.entry(key.clone()).or_default();
+        for (k, v) in &plan.reported {
+            m.insert(format!("reported/{k}"), v.clone());
+        }
+        for (k, v) in &plan.observed {
+            m.insert(format!("observed/{k}"), v.clone());
+        }
+    }
+
+    /// The patch of `plan` failed: it waits until `retry_at`, folded under anything newer that
+    /// arrived meanwhile.
+    pub fn failed(&mut self, key: Key, plan: Plan, retry_at: Instant) {
+        match self.pending.remove(&key) {
+            Some(newer) => {
+                let mut p = plan;
+                p.merge(newer.plan);
+                self.pending.insert(
+                    key,
+                    Slot {
+                        plan: p,
+                        not_before: Some(retry_at),
+                    },
+                );
+            }
+            None => {
+                self.pending.insert(
+                    key,
+                    Slot {
+                        plan,
+                        not_before: Some(retry_at),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Forgets a deleted device.
+    pub fn forget(&mut self, key: &Key) {
+        self.pending.remove(key);
+        self.stored.remove(key);
+        self.last_patch.remove(key);
+    }
+}
+
+/// The merge patch of a DeviceStatus: the whole `twins` array (as KubeEdge patches it) from the
+/// current one with `plan` applied, keeping only properties in `properties`; state and
+/// lastOnlineTime when reported.
+pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
+    let mut twins: Vec<Value> = current["status"]["twins"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| {
+            t["propertyName"]
+                .as_str()
+                .is_some_and(|n| properties.contains(&n))
+        })
+        .collect();
+    let mut set = |name: &str, field: &str, s: &Stamped| {
+        let v = json!({"value": s.value, "metadata": {"timestamp": s.timestamp.to_string(), "type": s.kind}});
+        match twins.iter_mut().find(|t| t["propertyName"] == json!(name)) {
+            Some(t) => t[field] = v,
+            None => twins.push(json!({"propertyName": name, field: v})),
+        }
+    };
+    for (k, s) in &plan.reported {
+        set(k, "reported", s);
+    }
+    for (k, s) in &plan.observed {
+        set(k, "observedDesired", s);
+    }
+    let mut status = json!({"twins": twins});
+    if let Some((state, online)) = &plan.state {
+        if !state.is_empty() {
+            status["state"] = json!(state);
+        }
+        if !online.is_empty() {
+            status["lastOnlineTime"] = json!(online);
+        }
+    }
+    json!({"status": status})
+}
+
+/// The answer KubeEdge's cloud sends once a report is stored: resource `node/{node}/twin`,
+/// group `twin`, operation `response`, `parent_msg_id` = the report's id, content `"OK"`.
+pub fn ack(node: &str, report: &Message) -> Message {
+    let mut m = report.ack();
+    m.route.resource = format!("node/{node}/twin");
+    m.route.group = api::message::group::TWIN.into();
+    m.route.source = api::message::source::DEVICE_CONTROLLER.into();
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn twin_msg(
+        node: &str,
+        device: &str,
+        prop: &str,
+        value: &str,
+        version: i64,
+        ts: i64,
+    ) -> Message {
+        Message::new(
+            "twin",
+            "twin",
+            "update",
+            format!("node/{node}/device/default/{device}/twin/edge_updated"),
+            json!({"event_id": "e", "timestamp": ts, "twin": {prop: {
+                "actual": {"value": value, "metadata": {"timestamp": ts}},
+                "metadata": {"type": "int"},
+                "actual_version": {"cloud": 0, "edge": version}}}}),
+        )
+    }
+
+    fn facts<'a>(node: &'a str) -> impl FnOnce(&str, &str) -> Option<DeviceFacts<'a>> {
+        move |_, name| {
+            (name != "unknown").then(|| DeviceFacts {
+                node: Some(node),
+                properties: vec!["temperature", "setpoint"],
+            })
+        }
+    }
+
+    #[test]
+    fn out_of_order_and_duplicate_reports_keep_the_newest() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        for (v, ver, ts) in [
+            ("30", 3, 300),
+            ("10", 1, 100),
+            ("30", 3, 300),
+            ("20", 2, 200),
+        ] {
+            let taken = u.accept(
+                "n1",
+                &twin_msg("n1", "d1", "temperature", v, ver, ts),
+                facts("n1"),
+            );
+            assert_eq!(taken, Ok(Taken::Queued));
+        }
+        let due = u.due(t0, Duration::from_millis(100));
+        assert_eq!(due.len(), 1, "one patch for four reports");
+        let (key, plan) = &due[0];
+        assert_eq!(plan.reported["temperature"].value, "30");
+        assert_eq!(plan.acks.len(), 4, "every report is answered once stored");
+        assert_eq!(plan.coalesced, 3);
+        u.stored(key, plan);
+        // An older report after the store changes nothing, and is answered at once.
+        let late = u.accept(
+            "n1",
+            &twin_msg("n1", "d1", "temperature", "25", 2, 250),
+            facts("n1"),
+        );
+        assert_eq!(late, Ok(Taken::Nothing));
+        let body = patch_body(&json!({}), plan, &["temperature"]);
+        assert_eq!(
+            body,
+            json!({"status": {"twins": [{"propertyName": "temperature",
+                "reported": {"value": "30", "metadata": {"timestamp": "300", "type": "int"}}}]}})
+        );
+    }
+
+    #[test]
+    fn a_burst_for_one_device_is_a_handful_of_patches() {
+        let mut u = Upstream::new();
+        let start = Instant::now();
+        let mut patches = 0;
+        for i in 0..10_000i64 {
+            let now = start + Duration::from_micros(i as u64 * 50);
+            u.accept(
+                "n1",
+                &twin_msg("n1", "d1", "temperature", &i.to_string(), i + 1, i),
+                facts("n1"),
+            )
+            .expect("taken");
+            for (k, p) in u.due(now, Duration::from_millis(100)) {
+                patches += 1;
+                u.stored(&k, &p);
+            }
+        }
+        // 10,000 reports over 0.5 s: one patch per 100 ms.
+        assert!(patches <= 6, "{patches} patches");
+    }
+
+    #[test]
+    fn reports_about_other_nodes_devices_and_foreign_properties() {
+        let mut u = Upstream::new();
+        let e = u
+            .accept(
+                "n2",
+                &twin_msg("n2", "d1", "temperature", "1", 1, 1),
+                facts("n1"),
+            )
+            .expect_err("not n2's device");
+        assert_eq!(
+            e,
+            Refusal::OtherNode {
+                device: "default/d1".into(),
+                node: "n2".into()
+            }
+        );
+        let e = u
+            .accept(
+                "n2",
+                &twin_msg("n1", "d1", "temperature", "1", 1, 1),
+                facts("n1"),
+            )
+            .expect_err("a resource of another node");
+        assert!(matches!(e, Refusal::OtherNode { .. }), "{e:?}");
+        let foreign = u.accept(
+            "n1",
+            &twin_msg("n1", "d1", "humidity", "1", 1, 1),
+            facts("n1"),
+        );
+        assert_eq!(
+            foreign,
+            Ok(Taken::Nothing),
+            "a property not in the spec is ignored"
+        );
+        let unknown = u.accept(
+            "n1",
+            &twin_msg("n1", "unknown", "temperature", "1", 1, 1),
+            facts("n1"),
+        );
+        assert_eq!(unknown, Ok(Taken::Nothing));
+        assert_eq!(u.pending(), 0);
+    }
+
+    #[test]
+    fn a_failed_patch_waits_and_keeps_newer_values() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        u.accept(
+            "n1",
+            &twin_msg("n1", "d1", "temperature", "1", 1, 1),
+            facts("n1"),
+        )
+        .expect("taken");
+        let (k, p) = u.due(t0, Duration::ZERO).remove(0);
+        u.accept(
+            "n1",
+            &twin_msg("n1", "d1", "temperature", "2", 2, 2),
+            facts("n1"),
+        )
+        .expect("taken");
+        u.failed(k, p, t0 + Duration::from_secs(1));
+        assert!(u.due(t0, Duration::ZERO).is_empty(), "waits out its retry");
+        let (_, p) = u.due(t0 + Duration::from_secs(1), Duration::ZERO).remove(0);
+        assert_eq!(p.reported["temperature"].value, "2");
+        assert_eq!(
+            p.acks.len(),
+            2,
+            "both reports still answered only when stored"
+        );
+    }
+
+    #[test]
+    fn state_reports_and_the_answer() {
+        let mut u = Upstream::new();
+        let m = Message::new(
+            "twin",
+            "twin",
+            "update",
+            "node/n1/device/default/d1/state/update",
+            json!({"event_id": "e", "timestamp": 1, "Device": {"state": "online", "lastOnlineTime": "2026-11-24T10:00:00Z"}}),
+        );
+        assert_eq!(u.accept("n1", &m, facts("n1")), Ok(Taken::Queued));
+        let (_, p) = u.due(Instant::now(), Duration::ZERO).remove(0);
+        let body = patch_body(
+            &json!({"status": {"twins": [{"propertyName": "gone"}]}}),
+            &p,
+            &["temperature"],
+        );
+        assert_eq!(
+            body,
+            json!({"status": {"twins": [], "state": "online", "lastOnlineTime": "2026-11-24T10:00:00Z"}})
+        );
+        let a = ack("n1", &m);
+        assert_eq!(
+            (
+                a.route.resource.as_str(),
+                a.route.operation.as_str(),
+                a.route.group.as_str()
+            ),
+            ("node/n1/twin", "response", "twin")
+        );
+        assert_eq!(a.header.parent_id, m.header.id);
+        assert_eq!(a.content, json!("OK"));
+    }
+}
