@@ -119,6 +119,21 @@ impl Downstream {
             .collect()
     }
 
+    /// Whether the first full list is in.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Every device's key.
+    pub fn device_keys(&self) -> Vec<Key> {
+        self.devices.keys().cloned().collect()
+    }
+
+    /// Every model's key.
+    pub fn model_keys(&self) -> Vec<Key> {
+        self.models.keys().cloned().collect()
+    }
+
     /// Devices known.
     pub fn device_count(&self) -> usize {
         self.devices.len()

@@ -4,6 +4,7 @@
 //! runtime ([`controller`]) reaches the API through kube-rs only. It also holds the generator of
 //! the CRD YAMLs committed under `devicecontroller/crds/`.
 
+pub mod controller;
 pub mod downstream;
 pub mod profile;
 pub mod upstream;

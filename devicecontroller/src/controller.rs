@@ -1,0 +1,780 @@
+//! The device controller's runtime on kube-rs: watchers on Device, DeviceModel and DeviceStatus
+//! feed the pure [`Downstream`] and [`Upstream`]; messages go to a [`Hub`] (cloudhub implements
+//! it; [`MemoryHub`] keeps them in memory); DeviceStatus objects, their patches and the
+//! per-node profile ConfigMaps are written through kube-rs, at most `max_in_flight` at once.
+
+use crate::downstream::{Downstream, Outbound};
+use crate::profile;
+use crate::upstream::{self, DeviceFacts, Plan, Taken, Upstream};
+use api::message::Message;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+type Key = (String, String);
+
+/// Where messages for nodes go: cloudhub, or memory.
+pub trait Hub: Send + Sync + 'static {
+    fn send(&self, out: Outbound);
+}
+
+/// A hub that keeps each node's messages in memory, bounded: a message about an object
+/// replaces an older one about the same object still queued (it supersedes it); beyond `limit`
+/// messages per node the oldest are dropped and counted.
+pub struct MemoryHub {
+    queues: Mutex<BTreeMap<String, VecDeque<Outbound>>>,
+    limit: usize,
+    pub dropped: AtomicU64,
+}
+
+impl MemoryHub {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            queues: Mutex::new(BTreeMap::new()),
+            limit: limit.max(1),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes every queued message, node by node.
+    pub fn take(&self) -> BTreeMap<String, Vec<Outbound>> {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *q)
+            .into_iter()
+            .map(|(n, v)| (n, v.into_iter().collect()))
+            .collect()
+    }
+
+    /// Messages queued for all nodes.
+    pub fn len(&self) -> usize {
+        self.queues
+            .lock()
+            .map(|q| q.values().map(VecDeque::len).sum())
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Hub for MemoryHub {
+    fn send(&self, out: Outbound) {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = q.entry(out.node.clone()).or_default();
+        if let Some(k) = &out.ack {
+            queue.retain(|o| {
+                o.ack.as_ref().is_none_or(|a| {
+                    (a.kind, &a.namespace, &a.name) != (k.kind, &k.namespace, &k.name)
+                })
+            });
+        }
+        queue.push_back(out);
+        while queue.len() > self.limit {
+            queue.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub devices: AtomicU64,
+    pub nodes: AtomicU64,
+    pub messages_sent: AtomicU64,
+    pub status_patches: AtomicU64,
+    pub status_reports_coalesced: AtomicU64,
+    pub status_patch_failures: AtomicU64,
+    pub upstream_refused: AtomicU64,
+    pub profiles_written: AtomicU64,
+    /// The last full reconcile (first list to messages), in microseconds.
+    pub reconcile_micros: AtomicU64,
+    /// Reports waiting to be written.
+    pub upstream_pending: AtomicU64,
+}
+
+impl Metrics {
+    /// Prometheus text.
+    pub fn render(&self) -> String {
+        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        format!(
+            "# TYPE devicecontroller_devices gauge\ndevicecontroller_devices {}\n\
+             # TYPE devicecontroller_nodes gauge\ndevicecontroller_nodes {}\n\
+             # TYPE devicecontroller_messages_sent_total counter\ndevicecontroller_messages_sent_total {}\n\
+             # TYPE devicecontroller_status_patches_total counter\ndevicecontroller_status_patches_total {}\n\
+             # TYPE devicecontroller_status_reports_coalesced_total counter\ndevicecontroller_status_reports_coalesced_total {}\n\
+             # TYPE devicecontroller_status_patch_failures_total counter\ndevicecontroller_status_patch_failures_total {}\n\
+             # TYPE devicecontroller_upstream_refused_total counter\ndevicecontroller_upstream_refused_total {}\n\
+             # TYPE devicecontroller_upstream_pending gauge\ndevicecontroller_upstream_pending {}\n\
+             # TYPE devicecontroller_profiles_written_total counter\ndevicecontroller_profiles_written_total {}\n\
+             # TYPE devicecontroller_reconcile_seconds gauge\ndevicecontroller_reconcile_seconds {:.6}\n",
+            g(&self.devices),
+            g(&self.nodes),
+            g(&self.messages_sent),
+            g(&self.status_patches),
+            g(&self.status_reports_coalesced),
+            g(&self.status_patch_failures),
+            g(&self.upstream_refused),
+            g(&self.upstream_pending),
+            g(&self.profiles_written),
+            g(&self.reconcile_micros) as f64 / 1e6,
+        )
+    }
+}
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// At most one DeviceStatus patch per device per this interval.
+    pub patch_interval: Duration,
+    /// API writes in flight at once.
+    pub max_in_flight: usize,
+    /// Per-node profile ConfigMaps are rewritten at most this often.
+    pub profile_interval: Duration,
+    /// Write the per-node profile ConfigMaps at all.
+    pub profiles: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            patch_interval: Duration::from_millis(100),
+            max_in_flight: 64,
+            profile_interval: Duration::from_millis(200),
+            profiles: true,
+        }
+    }
+}
+
+/// A running controller.
+pub struct Controller {
+    /// Messages from nodes: `(node, message)`.
+    pub upstream: mpsc::Sender<(String, Message)>,
+    pub metrics: Arc<Metrics>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+fn gvk(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "devices.kubeedge.io",
+        "v1beta1",
+        kind,
+    ))
+}
+
+/// Starts the controller.
+pub fn start(
+    client: kube::Client,
+    hub: Arc<dyn Hub>,
+    config: Config,
+    cancel: CancellationToken,
+) -> Controller {
+    let (tx, rx) = mpsc::channel(4096);
+    let metrics = Arc::new(Metrics::default());
+    let m = metrics.clone();
+    let task = tokio::spawn(async move {
+        let state = State::new(client, hub, config, m);
+        state.run(rx, cancel).await;
+    });
+    Controller {
+        upstream: tx,
+        metrics,
+        task,
+    }
+}
+
+/// What an API write spawned by the controller came back with.
+enum Done {
+    StatusCreated(Key, Option<Value>),
+    Patched(Key, Plan, Result<Value, kube::Error>),
+    Profile((String, String), Option<String>),
+}
+
+struct State {
+    client: kube::Client,
+    hub: Arc<dyn Hub>,
+    config: Config,
+    metrics: Arc<Metrics>,
+    down: Downstream,
+    up: Upstream,
+    statuses: HashMap<Key, Value>,
+    status_inflight: HashSet<Key>,
+    devices_synced: bool,
+    models_synced: bool,
+    statuses_synced: bool,
+    relist_devices: Option<HashSet<Key>>,
+    relist_models: Option<HashSet<Key>>,
+    dirty_nodes: BTreeSet<String>,
+    /// `(namespace, node)` -> the profile JSON last written.
+    profiles: HashMap<(String, String), String>,
+    profile_inflight: HashSet<(String, String)>,
+    last_profiles: Instant,
+    attempts: HashMap<Key, u32>,
+    slots: Arc<Semaphore>,
+    done_tx: mpsc::Sender<Done>,
+    done_rx: Option<mpsc::Receiver<Done>>,
+    started: Instant,
+}
+
+fn key_of(v: &Value) -> Option<Key> {
+    Some((
+        v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string(),
+        v["metadata"]["name"].as_str()?.to_string(),
+    ))
+}
+
+fn property_names(device: &Value) -> Vec<String> {
+    device["spec"]["properties"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl State {
+    fn new(client: kube::Client, hub: Arc<dyn Hub>, config: Config, metrics: Arc<Metrics>) -> Self {
+        let (done_tx, done_rx) = mpsc::channel(4096);
+        let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
+        Self {
+            client,
+            hub,
+            config,
+            metrics,
+            down: Downstream::new(),
+            up: Upstream::new(),
+            statuses: HashMap::new(),
+            status_inflight: HashSet::new(),
+            devices_synced: false,
+            models_synced: false,
+            statuses_synced: false,
+            relist_devices: None,
+            relist_models: None,
+            dirty_nodes: BTreeSet::new(),
+            profiles: HashMap::new(),
+            profile_inflight: HashSet::new(),
+            last_profiles: Instant::now(),
+            attempts: HashMap::new(),
+            slots,
+            done_tx,
+            done_rx: Some(done_rx),
+            started: Instant::now(),
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut up_rx: mpsc::Receiver<(String, Message)>,
+        cancel: CancellationToken,
+    ) {
+        let all = |kind: &str| Api::<DynamicObject>::all_with(self.client.clone(), &gvk(kind));
+        let mut devices = watcher(all("Device"), watcher::Config::default()).boxed();
+        let mut models = watcher(all("DeviceModel"), watcher::Config::default()).boxed();
+        let mut statuses = watcher(all("DeviceStatus"), watcher::Config::default()).boxed();
+        let mut done_rx = self.done_rx.take().unwrap_or_else(|| mpsc::channel(1).1);
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                Some(ev) = devices.next() => self.device_event(ev),
+                Some(ev) = models.next() => self.model_event(ev),
+                Some(ev) = statuses.next() => self.status_event(ev),
+                Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
+                Some(done) = done_rx.recv() => self.done(done),
+                _ = tick.tick() => self.flush(),
+            }
+        }
+    }
+
+    fn send(&mut self, out: Vec<Outbound>) {
+        for o in out {
+            self.dirty_nodes.insert(o.node.clone());
+            self.metrics.messages_sent.fetch_add(1, Ordering::Relaxed);
+            self.hub.send(o);
+        }
+        self.metrics
+            .devices
+            .store(self.down.device_count() as u64, Ordering::Relaxed);
+        self.metrics
+            .nodes
+            .store(self.down.nodes().len() as u64, Ordering::Relaxed);
+    }
+
+    fn device_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
+        let ev = match ev {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "Device watch failed; it retries");
+                return;
+            }
+        };
+        match ev {
+            watcher::Event::Init => self.relist_devices = Some(HashSet::new()),
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                if let (Some(seen), Some(k)) = (self.relist_devices.as_mut(), key_of(&v)) {
+                    seen.insert(k);
+                }
+                let out = self.down.device_applied(&v);
+                self.send(out);
+                if let Some(k) = key_of(&v) {
+                    self.ensure_status(&k);
+                }
+            }
+            watcher::Event::Delete(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                if let Some(k) = key_of(&v) {
+                    self.up.forget(&k);
+                }
+                let out = self.down.device_deleted(&v);
+                self.send(out);
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.relist_devices.take() {
+                    let gone: Vec<Value> = self
+                        .down
+                        .device_keys()
+                        .into_iter()
+                        .filter(|k| !seen.contains(k))
+                        .filter_map(|(ns, n)| self.down.device(&ns, &n).cloned())
+                        .collect();
+                    for v in gone {
+                        let out = self.down.device_deleted(&v);
+                        self.send(out);
+                    }
+                }
+                self.devices_synced = true;
+                self.maybe_synced();
+            }
+        }
+    }
+
+    fn model_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
+        let ev = match ev {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "DeviceModel watch failed; it retries");
+                return;
+            }
+        };
+        match ev {
+            watcher::Event::Init => self.relist_models = Some(HashSet::new()),
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                if let (Some(seen), Some(k)) = (self.relist_models.as_mut(), key_of(&v)) {
+                    seen.insert(k);
+                }
+                let out = self.down.model_applied(&v);
+                self.send(out);
+            }
+            watcher::Event::Delete(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                let out = self.down.model_deleted(&v);
+                self.send(out);
+            }
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.relist_models.take() {
+                    let gone: Vec<Value> = self
+                        .down
+                        .model_keys()
+                        .into_iter()
+                        .filter(|k| !seen.contains(k))
+                        .filter_map(|(ns, n)| self.down.model(&ns, &n).cloned())
+                        .collect();
+                    for v in gone {
+                        let out = self.down.model_deleted(&v);
+                        self.send(out);
+                    }
+                }
+                self.models_synced = true;
+                self.maybe_synced();
+            }
+        }
+    }
+
+    fn maybe_synced(&mut self) {
+        if self.devices_synced && self.models_synced && !self.down.is_synced() {
+            let out = self.down.synced();
+            self.send(out);
+            self.metrics
+                .reconcile_micros
+                .store(self.started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            tracing::info!(
+                devices = self.down.device_count(),
+                nodes = self.down.nodes().len(),
+                took = ?self.started.elapsed(),
+                "device controller synced"
+            );
+            self.ensure_all_statuses();
+        }
+    }
+
+    fn status_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
+        let ev = match ev {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "DeviceStatus watch failed; it retries");
+                return;
+            }
+        };
+        match ev {
+            watcher::Event::Init => self.statuses.clear(),
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                if let Some(k) = key_of(&v) {
+                    let newer = self
+                        .statuses
+                        .get(&k)
+                        .is_none_or(|cur| rv_num(&v) >= rv_num(cur));
+                    if newer {
+                        self.statuses.insert(k.clone(), v);
+                    }
+                    if self.statuses_synced {
+                        self.ensure_status(&k);
+                    }
+                }
+            }
+            watcher::Event::Delete(o) => {
+                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
+                if let Some(k) = key_of(&v) {
+                    self.statuses.remove(&k);
+                    self.ensure_status(&k);
+                }
+            }
+            watcher::Event::InitDone => {
+                self.statuses_synced = true;
+                self.ensure_all_statuses();
+            }
+        }
+    }
+
+    fn ensure_all_statuses(&mut self) {
+        for k in self.down.device_keys() {
+            self.ensure_status(&k);
+        }
+    }
+
+    /// A DeviceStatus for the device, owned by it, whose twins are the spec's properties.
+    fn ensure_status(&mut self, k: &Key) {
+        if !self.statuses_synced || !self.down.is_synced() || self.status_inflight.contains(k) {
+            return;
+        }
+        let Some(device) = self.down.device(&k.0, &k.1).cloned() else {
+            return;
+        };
+        let props = property_names(&device);
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
+        match self.statuses.get(k) {
+            None => {
+                let body = json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
+                    "metadata": {"name": k.1, "namespace": k.0, "ownerReferences": [{
+                        "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device", "name": k.1,
+                        "uid": device["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+                    "spec": {}});
+                self.status_inflight.insert(k.clone());
+                let (key, done, slots) = (k.clone(), self.done_tx.clone(), self.slots.clone());
+                tokio::spawn(async move {
+                    let _slot = slots.acquire().await;
+                    let obj: DynamicObject = match serde_json::from_value(body) {
+                        Ok(o) => o,
+                        Err(_) => return,
+                    };
+                    let r = match api.create(&PostParams::default(), &obj).await {
+                        Ok(o) => serde_json::to_value(&o).ok(),
+                        Err(kube::Error::Api(e)) if e.code == 409 => None,
+                        Err(e) => {
+                            tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %e, "cannot create DeviceStatus; retried on the next change");
+                            None
+                        }
+                    };
+                    let _ = done.send(Done::StatusCreated(key, r)).await;
+                });
+            }
+            Some(st) => {
+                let twins = st["status"]["twins"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let kept: Vec<Value> = twins
+                    .iter()
+                    .filter(|t| {
+                        t["propertyName"]
+                            .as_str()
+                            .is_some_and(|n| props.iter().any(|p| p == n))
+                    })
+                    .cloned()
+                    .collect();
+                if kept.len() == twins.len() {
+                    return;
+                }
+                // A property removed from the spec leaves the status.
+                let plan = Plan::default();
+                let body = json!({"status": {"twins": kept}});
+                self.spawn_patch(k.clone(), plan, body, api);
+            }
+        }
+    }
+
+    fn spawn_patch(&mut self, key: Key, plan: Plan, body: Value, api: Api<DynamicObject>) {
+        self.status_inflight.insert(key.clone());
+        let (done, slots) = (self.done_tx.clone(), self.slots.clone());
+        tokio::spawn(async move {
+            let _slot = slots.acquire().await;
+            let r = api
+                .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
+            let _ = done.send(Done::Patched(key, plan, r)).await;
+        });
+    }
+
+    fn report(&mut self, node: &str, msg: Message) {
+        let down = &self.down;
+        let props_of = |ns: &str, name: &str| down.device(ns, name).map(property_names);
+        let owner = |ns: &str, name: &str| down.node_of(ns, name).map(str::to_string);
+        let (props, owner_node) = match api::paths::Resource::parse(&msg.route.resource) {
+            Ok(
+                api::paths::Resource::TwinEdgeUpdated { device, .. }
+                | api::paths::Resource::StateUpdate { device, .. },
+            ) => (
+                props_of(&device.namespace, &device.name),
+                owner(&device.namespace, &device.name),
+            ),
+            _ => (None, None),
+        };
+        let r = self.up.accept(node, &msg, |_, _| {
+            props.as_ref().map(|p| DeviceFacts {
+                node: owner_node.as_deref(),
+                properties: p.iter().map(String::as_str).collect(),
+            })
+        });
+        match r {
+            Ok(Taken::Queued) => {}
+            Ok(Taken::Nothing) => self.hub.send(Outbound {
+                node: node.to_string(),
+                message: upstream::ack(node, &msg),
+                ack: None,
+            }),
+            Err(e) => {
+                self.metrics
+                    .upstream_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%node, resource = %msg.route.resource, error = %e, "report refused");
+                let mut answer = upstream::ack(node, &msg);
+                answer.route.operation = api::message::operation::ERROR.into();
+                answer.content = Value::String(e.to_string());
+                self.hub.send(Outbound {
+                    node: node.to_string(),
+                    message: answer,
+                    ack: None,
+                });
+            }
+        }
+        self.metrics
+            .upstream_pending
+            .store(self.up.pending() as u64, Ordering::Relaxed);
+    }
+
+    fn done(&mut self, d: Done) {
+        match d {
+            Done::StatusCreated(k, v) => {
+                self.status_inflight.remove(&k);
+                if let Some(v) = v {
+                    self.statuses.insert(k, v);
+                }
+            }
+            Done::Patched(k, plan, r) => {
+                self.status_inflight.remove(&k);
+                match r {
+                    Ok(v) => {
+                        self.attempts.remove(&k);
+                        self.up.stored(&k, &plan);
+                        if !plan.acks.is_empty() {
+                            self.metrics.status_patches.fetch_add(1, Ordering::Relaxed);
+                            self.metrics
+                                .status_reports_coalesced
+                                .fetch_add(plan.coalesced, Ordering::Relaxed);
+                        }
+                        for (node, msg) in &plan.acks {
+                            self.hub.send(Outbound {
+                                node: node.clone(),
+                                message: upstream::ack(node, msg),
+                                ack: None,
+                            });
+                        }
+                        if v.is_object() {
+                            self.statuses.insert(k, v);
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics
+                            .status_patch_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        let n = self.attempts.entry(k.clone()).or_insert(0);
+                        *n += 1;
+                        let backoff = Duration::from_millis(100 * 2u64.pow((*n).min(7)));
+                        tracing::warn!(device = %format!("{}/{}", k.0, k.1), error = %e, retry_in = ?backoff, "DeviceStatus patch failed; retried");
+                        if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                            self.statuses.remove(&k);
+                            self.ensure_status(&k);
+                        }
+                        if !plan.acks.is_empty() {
+                            self.up.failed(k, plan, Instant::now() + backoff);
+                        }
+                    }
+                }
+            }
+            Done::Profile(k, text) => {
+                self.profile_inflight.remove(&k);
+                match text {
+                    Some(t) => {
+                        self.profiles.insert(k, t);
+                    }
+                    None => {
+                        self.profiles.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let now = Instant::now();
+        for (k, plan) in self.up.due(now, self.config.patch_interval) {
+            if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
+                // Its DeviceStatus is being written or made: try again on a later tick.
+                self.up
+                    .failed(k.clone(), plan, now + Duration::from_millis(20));
+                self.ensure_status(&k);
+                continue;
+            }
+            let Some(device) = self.down.device(&k.0, &k.1) else {
+                continue;
+            };
+            let props = property_names(device);
+            let refs: Vec<&str> = props.iter().map(String::as_str).collect();
+            let current = self.statuses.get(&k).cloned().unwrap_or(Value::Null);
+            let body = upstream::patch_body(&current, &plan, &refs);
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.client.clone(),
+                &k.0,
+                &gvk("DeviceStatus"),
+            );
+            self.spawn_patch(k, plan, body, api);
+        }
+        self.metrics
+            .upstream_pending
+            .store(self.up.pending() as u64, Ordering::Relaxed);
+        if self.config.profiles
+            && self.down.is_synced()
+            && now.duration_since(self.last_profiles) >= self.config.profile_interval
+        {
+            self.last_profiles = now;
+            self.write_profiles();
+        }
+    }
+
+    fn write_profiles(&mut self) {
+        let nodes = std::mem::take(&mut self.dirty_nodes);
+        for node in nodes {
+            let mut by_ns: BTreeMap<String, Vec<(&Value, Option<&Value>)>> = BTreeMap::new();
+            for (d, m) in self.down.node_devices(&node) {
+                let ns = d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string();
+                by_ns.entry(ns).or_default().push((d, m));
+            }
+            let mut namespaces: BTreeSet<String> = by_ns.keys().cloned().collect();
+            namespaces.extend(
+                self.profiles
+                    .keys()
+                    .filter(|(_, n)| *n == node)
+                    .map(|(ns, _)| ns.clone()),
+            );
+            let mut jobs = Vec::new();
+            for ns in namespaces {
+                let k = (ns.clone(), node.clone());
+                if self.profile_inflight.contains(&k) {
+                    // Written on a later round.
+                    self.dirty_nodes.insert(node.clone());
+                    continue;
+                }
+                let text = by_ns.get(&ns).map(|ds| profile::profile(ds).to_string());
+                if text.as_ref() == self.profiles.get(&k) {
+                    continue;
+                }
+                jobs.push((k, text));
+            }
+            for (k, text) in jobs {
+                self.profile_inflight.insert(k.clone());
+                let (done, slots, client) = (
+                    self.done_tx.clone(),
+                    self.slots.clone(),
+                    self.client.clone(),
+                );
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    let _slot = slots.acquire().await;
+                    let api: Api<ConfigMap> = Api::namespaced(client, &k.0);
+                    let name = profile::name(&k.1);
+                    let result = match &text {
+                        Some(t) => {
+                            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": k.0,
+                                    "labels": {"devices.kubeedge.io/profile-node": k.1}},
+                                "data": {profile::KEY: t}});
+                            api.patch(
+                                &name,
+                                &PatchParams::apply("devicecontroller").force(),
+                                &Patch::Apply(&cm),
+                            )
+                            .await
+                            .map(|_| ())
+                        }
+                        None => match api.delete(&name, &DeleteParams::default()).await {
+                            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                            r => r.map(|_| ()),
+                        },
+                    };
+                    let outcome = match result {
+                        Ok(()) => {
+                            metrics.profiles_written.fetch_add(1, Ordering::Relaxed);
+                            text
+                        }
+                        Err(e) => {
+                            tracing::warn!(configmap = %name, namespace = %k.0, error = %e, "cannot write the device profile; retried on the next change");
+                            None
+                        }
+                    };
+                    let _ = done.send(Done::Profile(k, outcome)).await;
+                });
+            }
+        }
+    }
+}
+
+fn rv_num(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
