@@ -13,6 +13,13 @@
 //!     maxBodyBytes: 3145728          # larger request bodies get 413
 //!     bookmarkIntervalSeconds: 60
 //!     fsync: false                   # true: fsync every commit (survives power loss)
+//!   deviceController:                # devices to their nodes, reports into DeviceStatus
+//!     enable: true
+//!     patchIntervalMs: 100           # at most one DeviceStatus patch per device per interval
+//!     maxInFlight: 64                # API writes at once
+//!     profiles: true                 # per-node device-profile-config-{node} ConfigMaps
+//!   metrics:
+//!     listen: "127.0.0.1:9091"       # Prometheus /metrics (plain HTTP); "" turns it off
 //! ```
 
 use serde::Deserialize;
@@ -60,6 +67,55 @@ impl Default for Config {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Modules {
     pub apiserver: ApiServer,
+    pub device_controller: DeviceController,
+    pub metrics: MetricsModule,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DeviceController {
+    pub enable: bool,
+    pub patch_interval_ms: u64,
+    pub max_in_flight: usize,
+    pub profiles: bool,
+}
+
+impl Default for DeviceController {
+    fn default() -> Self {
+        let d = devicecontroller::controller::Config::default();
+        Self {
+            enable: true,
+            patch_interval_ms: d.patch_interval.as_millis() as u64,
+            max_in_flight: d.max_in_flight,
+            profiles: d.profiles,
+        }
+    }
+}
+
+impl DeviceController {
+    pub fn config(&self) -> devicecontroller::controller::Config {
+        devicecontroller::controller::Config {
+            patch_interval: std::time::Duration::from_millis(self.patch_interval_ms),
+            max_in_flight: self.max_in_flight,
+            profiles: self.profiles,
+            ..devicecontroller::controller::Config::default()
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MetricsModule {
+    /// `host:port` of the Prometheus endpoint; empty: none.
+    pub listen: String,
+}
+
+impl Default for MetricsModule {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9091".into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -141,6 +197,19 @@ impl Config {
             return Err(invalid(
                 "modules.apiserver.bookmarkIntervalSeconds".into(),
                 "must be at least 1".into(),
+            ));
+        }
+        if config.modules.device_controller.max_in_flight == 0 {
+            return Err(invalid(
+                "modules.deviceController.maxInFlight".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        let m = &config.modules.metrics.listen;
+        if !m.is_empty() && m.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "modules.metrics.listen".into(),
+                format!("{m:?} is not host:port"),
             ));
         }
         if config.kubeconfig.is_none() && !a.enable {

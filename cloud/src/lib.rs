@@ -5,6 +5,7 @@ pub mod config;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -38,27 +39,89 @@ pub fn crds() -> Result<Vec<Value>> {
 /// Runs until `cancel`.
 pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()> {
     let crds = crds()?;
-    match &config.kubeconfig {
+    let (client, running) = match &config.kubeconfig {
         Some(path) => {
             let client = cluster_client(path).await?;
             install_on_cluster(&client, &crds).await?;
             tracing::info!(kubeconfig = %path.display(), "using the cluster of the kubeconfig; the embedded API is off");
-            cancel.cancelled().await;
-            Ok(())
+            (client, None)
         }
         None => {
             let running = apiserver::start(config.apiserver(crds)).await?;
+            let client = cluster_client(&running.kubeconfig).await?;
             eprintln!(
                 "cloudcore: API at {}; use it with: kubectl --kubeconfig {} get devices -A",
                 running.url,
                 running.kubeconfig.display()
             );
-            cancel.cancelled().await;
-            tracing::info!("stopping");
-            running.shutdown(Duration::from_secs(5)).await;
-            Ok(())
+            (client, Some(running))
         }
+    };
+    let stop = CancellationToken::new();
+    // Until cloudhub carries them, messages for nodes wait in memory (newest per object).
+    let hub = Arc::new(devicecontroller::controller::MemoryHub::new(10_000));
+    let controller = config.modules.device_controller.enable.then(|| {
+        devicecontroller::controller::start(
+            client.clone(),
+            hub.clone(),
+            config.modules.device_controller.config(),
+            stop.clone(),
+        )
+    });
+    let metrics = controller.as_ref().map(|c| c.metrics.clone());
+    if !config.modules.metrics.listen.is_empty() {
+        serve_metrics(
+            &config.modules.metrics.listen,
+            metrics,
+            hub.clone(),
+            stop.clone(),
+        )
+        .await?;
     }
+    cancel.cancelled().await;
+    tracing::info!("stopping");
+    stop.cancel();
+    if let Some(c) = controller {
+        let _ = tokio::time::timeout(Duration::from_secs(2), c.task).await;
+    }
+    if let Some(r) = running {
+        r.shutdown(Duration::from_secs(5)).await;
+    }
+    Ok(())
+}
+
+/// Prometheus text on `GET /metrics`.
+async fn serve_metrics(
+    listen: &str,
+    controller: Option<Arc<devicecontroller::controller::Metrics>>,
+    hub: Arc<devicecontroller::controller::MemoryHub>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (modules.metrics.listen)"))?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let controller = controller.clone();
+            let hub = hub.clone();
+            async move {
+                let mut text = controller.map(|m| m.render()).unwrap_or_default();
+                text.push_str(&format!(
+                    "# TYPE cloudcore_node_messages_pending gauge\ncloudcore_node_messages_pending {}\n# TYPE cloudcore_node_messages_dropped_total counter\ncloudcore_node_messages_dropped_total {}\n",
+                    hub.len(),
+                    hub.dropped.load(std::sync::atomic::Ordering::Relaxed)
+                ));
+                text
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+    });
+    Ok(())
 }
 
 /// A kube-rs client of the cluster a kubeconfig names.

@@ -274,6 +274,11 @@ impl IntoResponse for Status {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if self.code == 413 {
+            // The rest of the body was not read: the connection cannot carry another request.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(s) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&s.to_string())
         {

@@ -88,7 +88,9 @@ fn start_server() -> Result<Server> {
     let config = dir.path().join("cloudcore.yaml");
     std::fs::write(
         &config,
-        format!("dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n"),
+        format!(
+            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  deviceController:\n    enable: false\n  metrics:\n    listen: \"\"\n"
+        ),
     )?;
     let log = std::fs::File::create(dir.path().join("log"))?;
     let child = Command::new(&exe)

@@ -42,6 +42,7 @@ pub struct Cloud {
     pub port: u16,
     pub kubeconfig: PathBuf,
     extra: String,
+    modules: String,
     starts: usize,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
@@ -53,13 +54,22 @@ impl Cloud {
     }
 
     /// Starts with `extra` YAML under `modules.apiserver` (indented by the caller by 4).
+    /// The API alone: the device controller is off, so the API tests see only their own
+    /// writes.
     pub fn start_with(extra: &str) -> Self {
+        Self::start_full(extra, "  deviceController:\n    enable: false\n")
+    }
+
+    /// Starts with `extra` under `modules.apiserver` and `modules` YAML under `modules`
+    /// (indented by 2), e.g. `"  deviceController:\n    enable: false\n"`.
+    pub fn start_full(extra: &str, modules: &str) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let mut c = Self {
             dir: tmp.path().to_path_buf(),
             port: free_port(),
             kubeconfig: tmp.path().join("data/admin.kubeconfig"),
             extra: extra.to_string(),
+            modules: modules.to_string(),
             starts: 0,
             child: None,
             _tmp: Some(tmp),
@@ -73,8 +83,8 @@ impl Cloud {
         std::fs::write(
             &config,
             format!(
-                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{}\"\n{}",
-                self.port, self.extra
+                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{}\"\n{}  metrics:\n    listen: \"\"\n{}",
+                self.port, self.extra, self.modules
             ),
         )
         .expect("config written");
