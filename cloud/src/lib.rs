@@ -1,6 +1,7 @@
 //! `cloudcore`: the embedded Kubernetes-compatible API (or a real cluster through kube-rs) and,
 //! as they are built, the cloud controllers that reach it through kube-rs only.
 
+pub mod bench;
 pub mod config;
 
 use anyhow::{Context, Result};

@@ -32,9 +32,15 @@ pub trait Hub: Send + Sync + 'static {
 /// replaces an older one about the same object still queued (it supersedes it); beyond `limit`
 /// messages per node the oldest are dropped and counted.
 pub struct MemoryHub {
-    queues: Mutex<BTreeMap<String, VecDeque<Outbound>>>,
+    /// Per node: each message as its JSON text (a fraction of a parsed message's memory).
+    queues: Mutex<BTreeMap<String, VecDeque<Queued>>>,
     limit: usize,
     pub dropped: AtomicU64,
+}
+
+struct Queued {
+    ack: Option<crate::downstream::AckKey>,
+    text: String,
 }
 
 impl MemoryHub {
@@ -51,7 +57,19 @@ impl MemoryHub {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut *q)
             .into_iter()
-            .map(|(n, v)| (n, v.into_iter().collect()))
+            .map(|(node, v)| {
+                let msgs = v
+                    .into_iter()
+                    .filter_map(|m| {
+                        Some(Outbound {
+                            node: node.clone(),
+                            message: serde_json::from_str(&m.text).ok()?,
+                            ack: m.ack,
+                        })
+                    })
+                    .collect();
+                (node, msgs)
+            })
             .collect()
     }
 
@@ -79,7 +97,10 @@ impl Hub for MemoryHub {
                 })
             });
         }
-        queue.push_back(out);
+        queue.push_back(Queued {
+            text: serde_json::to_string(&out.message).unwrap_or_default(),
+            ack: out.ack,
+        });
         while queue.len() > self.limit {
             queue.pop_front();
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -353,7 +374,7 @@ impl State {
                         .device_keys()
                         .into_iter()
                         .filter(|k| !seen.contains(k))
-                        .filter_map(|(ns, n)| self.down.device(&ns, &n).cloned())
+                        .filter_map(|(ns, n)| self.down.device(&ns, &n))
                         .collect();
                     for v in gone {
                         let out = self.down.device_deleted(&v);
@@ -396,7 +417,7 @@ impl State {
                         .model_keys()
                         .into_iter()
                         .filter(|k| !seen.contains(k))
-                        .filter_map(|(ns, n)| self.down.model(&ns, &n).cloned())
+                        .filter_map(|(ns, n)| self.down.model(&ns, &n))
                         .collect();
                     for v in gone {
                         let out = self.down.model_deleted(&v);
@@ -476,7 +497,7 @@ impl State {
         if !self.statuses_synced || !self.down.is_synced() || self.status_inflight.contains(k) {
             return;
         }
-        let Some(device) = self.down.device(&k.0, &k.1).cloned() else {
+        let Some(device) = self.down.device(&k.0, &k.1) else {
             return;
         };
         let props = property_names(&device);
@@ -548,7 +569,7 @@ impl State {
 
     fn report(&mut self, node: &str, msg: Message) {
         let down = &self.down;
-        let props_of = |ns: &str, name: &str| down.device(ns, name).map(property_names);
+        let props_of = |ns: &str, name: &str| down.device(ns, name).map(|d| property_names(&d));
         let owner = |ns: &str, name: &str| down.node_of(ns, name).map(str::to_string);
         let (props, owner_node) = match api::paths::Resource::parse(&msg.route.resource) {
             Ok(
@@ -669,7 +690,7 @@ impl State {
             let Some(device) = self.down.device(&k.0, &k.1) else {
                 continue;
             };
-            let props = property_names(device);
+            let props = property_names(&device);
             let refs: Vec<&str> = props.iter().map(String::as_str).collect();
             let current = self.statuses.get(&k).cloned().unwrap_or(Value::Null);
             let body = upstream::patch_body(&current, &plan, &refs);
@@ -695,7 +716,7 @@ impl State {
     fn write_profiles(&mut self) {
         let nodes = std::mem::take(&mut self.dirty_nodes);
         for node in nodes {
-            let mut by_ns: BTreeMap<String, Vec<(&Value, Option<&Value>)>> = BTreeMap::new();
+            let mut by_ns: BTreeMap<String, Vec<(Value, Option<Value>)>> = BTreeMap::new();
             for (d, m) in self.down.node_devices(&node) {
                 let ns = d["metadata"]["namespace"]
                     .as_str()
@@ -718,7 +739,11 @@ impl State {
                     self.dirty_nodes.insert(node.clone());
                     continue;
                 }
-                let text = by_ns.get(&ns).map(|ds| profile::profile(ds).to_string());
+                let text = by_ns.get(&ns).map(|ds| {
+                    let refs: Vec<(&Value, Option<&Value>)> =
+                        ds.iter().map(|(d, m)| (d, m.as_ref())).collect();
+                    profile::profile(&refs).to_string()
+                });
                 if text.as_ref() == self.profiles.get(&k) {
                     continue;
                 }

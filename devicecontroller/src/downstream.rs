@@ -18,6 +18,7 @@ use api::message::{Message, group, operation, source};
 use api::paths::Resource;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// `{namespace, name}` of an object.
 pub type Key = (String, String);
@@ -43,26 +44,41 @@ pub struct Outbound {
     pub ack: Option<AckKey>,
 }
 
+/// A device as kept: its JSON text (parsed again only to send it), and the hash of its spec.
+/// A parsed `serde_json::Value` costs about ten times its text, and a controller holds every
+/// device of a site.
 #[derive(Clone, Debug)]
 struct DeviceEntry {
     node: String,
     model: String,
     description: String,
-    spec: Value,
-    object: Value,
+    spec: u64,
+    object: Arc<str>,
 }
 
 #[derive(Clone, Debug)]
 struct ModelEntry {
-    spec: Value,
-    object: Value,
+    spec: u64,
+    object: Arc<str>,
 }
 
-/// What a node was last sent.
+/// What a node was last sent: the hash of each object's spec.
 #[derive(Clone, Debug, Default)]
 struct Sent {
-    devices: BTreeMap<Key, Value>,
-    models: BTreeMap<Key, Value>,
+    devices: BTreeMap<Key, u64>,
+    models: BTreeMap<Key, u64>,
+}
+
+/// A hash of a spec (serde_json's maps are sorted, so equal specs give equal text).
+fn spec_hash(spec: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    spec.to_string().hash(&mut h);
+    h.finish()
+}
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 /// The downstream state.
@@ -97,12 +113,19 @@ fn rv(obj: &Value) -> String {
 /// The object as sent: with its kind, without the server's bookkeeping.
 fn outward(obj: &Value, kind: &str) -> Value {
     let mut o = obj.clone();
+    if !o.is_object() {
+        return json!({});
+    }
     o["apiVersion"] = json!("devices.kubeedge.io/v1beta1");
     o["kind"] = json!(kind);
     if let Some(m) = o["metadata"].as_object_mut() {
         m.remove("managedFields");
     }
     o
+}
+
+fn outward_text(obj: &Value, kind: &str) -> Arc<str> {
+    Arc::from(outward(obj, kind).to_string().as_str())
 }
 
 impl Downstream {
@@ -148,32 +171,27 @@ impl Downstream {
     }
 
     /// The stored Device object.
-    pub fn device(&self, namespace: &str, name: &str) -> Option<&Value> {
+    pub fn device(&self, namespace: &str, name: &str) -> Option<Value> {
         self.devices
             .get(&(namespace.to_string(), name.to_string()))
-            .map(|d| &d.object)
+            .map(|d| parse(&d.object))
     }
 
     /// The stored DeviceModel object.
-    pub fn model(&self, namespace: &str, name: &str) -> Option<&Value> {
+    pub fn model(&self, namespace: &str, name: &str) -> Option<Value> {
         self.models
             .get(&(namespace.to_string(), name.to_string()))
-            .map(|m| &m.object)
+            .map(|m| parse(&m.object))
     }
 
     /// Devices bound to `node`, with their models when those exist.
-    pub fn node_devices(&self, node: &str) -> Vec<(&Value, Option<&Value>)> {
+    pub fn node_devices(&self, node: &str) -> Vec<(Value, Option<Value>)> {
         self.by_node
             .get(node)
             .map(|keys| {
                 keys.iter()
-                    .filter_map(|k| self.devices.get(k))
-                    .map(|d| {
-                        let ns = d.object["metadata"]["namespace"]
-                            .as_str()
-                            .unwrap_or("default");
-                        (&d.object, self.model(ns, &d.model))
-                    })
+                    .filter_map(|k| self.devices.get(k).map(|d| (k, d)))
+                    .map(|(k, d)| (parse(&d.object), self.model(&k.0, &d.model)))
                     .collect()
             })
             .unwrap_or_default()
@@ -206,8 +224,8 @@ impl Downstream {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
-            spec: obj["spec"].clone(),
-            object: outward(obj, "Device"),
+            spec: spec_hash(&obj["spec"]),
+            object: outward_text(obj, "Device"),
         };
         let mut nodes = BTreeSet::new();
         if let Some(old) = self.devices.remove(&key) {
@@ -244,8 +262,8 @@ impl Downstream {
         self.models.insert(
             key.clone(),
             ModelEntry {
-                spec: obj["spec"].clone(),
-                object: outward(obj, "DeviceModel"),
+                spec: spec_hash(&obj["spec"]),
+                object: outward_text(obj, "DeviceModel"),
             },
         );
         let nodes = self.nodes_using(&key);
@@ -335,8 +353,8 @@ impl Downstream {
                 let Some(m) = self.models.get(&mk) else {
                     continue;
                 };
-                want.devices.insert(k.clone(), d.spec.clone());
-                want.models.insert(mk, m.spec.clone());
+                want.devices.insert(k.clone(), d.spec);
+                want.models.insert(mk, m.spec);
             }
         }
         let had = self.sent.remove(node).unwrap_or_default();
@@ -387,7 +405,13 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(m) = self.models.get(k) {
-                out.push(object_message(node, "devicemodel", k, op, &m.object));
+                out.push(object_message(
+                    node,
+                    "devicemodel",
+                    k,
+                    op,
+                    &parse(&m.object),
+                ));
             }
         }
         for (k, spec) in &want.devices {
@@ -397,7 +421,7 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(d) = self.devices.get(k) {
-                out.push(object_message(node, "device", k, op, &d.object));
+                out.push(object_message(node, "device", k, op, &parse(&d.object)));
             }
         }
         for k in had
@@ -408,17 +432,17 @@ impl Downstream {
             let last = self
                 .devices
                 .get(k)
-                .map(|d| &d.object)
-                .or_else(|| self.tombstones.get(&("device", k.clone())));
-            out.push(delete_message(node, "device", k, last));
+                .map(|d| parse(&d.object))
+                .or_else(|| self.tombstones.get(&("device", k.clone())).cloned());
+            out.push(delete_message(node, "device", k, last.as_ref()));
         }
         for k in had.models.keys().filter(|k| !want.models.contains_key(*k)) {
             let last = self
                 .models
                 .get(k)
-                .map(|m| &m.object)
-                .or_else(|| self.tombstones.get(&("devicemodel", k.clone())));
-            out.push(delete_message(node, "devicemodel", k, last));
+                .map(|m| parse(&m.object))
+                .or_else(|| self.tombstones.get(&("devicemodel", k.clone())).cloned());
+            out.push(delete_message(node, "devicemodel", k, last.as_ref()));
         }
         if !want.devices.is_empty() || !want.models.is_empty() {
             self.sent.insert(node.to_string(), want);

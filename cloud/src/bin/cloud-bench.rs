@@ -12,10 +12,10 @@
 
 use anyhow::{Context, Result};
 use api::v1beta1::{Device, DeviceModel, DeviceModelSpec, DeviceSpec};
+use cloud::bench::{rss_kib, run, start_server};
 use futures_util::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -51,77 +51,6 @@ fn args() -> Result<Args> {
     Ok(a)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-struct Server {
-    child: Child,
-    _dir: tempfile::TempDir,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server() -> Result<Server> {
-    let exe = std::env::current_exe()?
-        .parent()
-        .context("no directory")?
-        .join("cloudcore");
-    let dir = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let config = dir.path().join("cloudcore.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  deviceController:\n    enable: false\n  metrics:\n    listen: \"\"\n"
-        ),
-    )?;
-    let log = std::fs::File::create(dir.path().join("log"))?;
-    let child = Command::new(&exe)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stderr(log)
-        .stdout(Stdio::null())
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot start {} (build it with cargo build --release -p cloud)",
-                exe.display()
-            )
-        })?;
-    let kubeconfig = dir.path().join("data/admin.kubeconfig");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.path().join("log"))
-        .unwrap_or_default()
-        .contains("cloudcore: API at")
-    {
-        anyhow::ensure!(Instant::now() < deadline, "cloudcore did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Server {
-        child,
-        _dir: dir,
-        kubeconfig,
-    })
-}
-
 fn device(i: usize) -> Device {
     let mut d = Device::new(
         &format!("dev-{i:05}"),
@@ -136,39 +65,10 @@ fn device(i: usize) -> Device {
     d
 }
 
-/// Runs `n` operations over `concurrency` tasks; returns operations per second.
-async fn run<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<f64>
-where
-    F: Fn(usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let op = op.clone();
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    return Ok::<(), anyhow::Error>(());
-                }
-                op(i).await?;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok(n as f64 / started.elapsed().as_secs_f64())
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let a = args()?;
-    let server = start_server()?;
+    let server = start_server("  deviceController:\n    enable: false\n")?;
     let pid = server.child.id();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);

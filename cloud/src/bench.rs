@@ -1,0 +1,190 @@
+//! Pieces the bench programs share (`cloud-bench`, `devicecontroller-bench`).
+#![doc(hidden)]
+
+use anyhow::{Context, Result};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub struct Server {
+    config: std::path::PathBuf,
+    starts: usize,
+    pub child: Child,
+    _dir: tempfile::TempDir,
+    pub kubeconfig: std::path::PathBuf,
+    pub metrics: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the release `cloudcore` beside this program on a fresh data directory, with `modules`
+/// YAML (indented by 2) under `modules`.
+pub fn start_server(modules: &str) -> Result<Server> {
+    let exe = std::env::current_exe()?
+        .parent()
+        .context("no directory")?
+        .join("cloudcore");
+    let dir = tempfile::tempdir()?;
+    let free = || -> Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (port, mport) = (free()?, free()?);
+    let config = dir.path().join("cloudcore.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
+        ),
+    )?;
+    let log = std::fs::File::create(dir.path().join("log"))?;
+    let child = Command::new(&exe)
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stderr(log)
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot start {} (build it with cargo build --release -p cloud)",
+                exe.display()
+            )
+        })?;
+    let kubeconfig = dir.path().join("data/admin.kubeconfig");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.path().join("log"))
+        .unwrap_or_default()
+        .contains("cloudcore: API at")
+    {
+        anyhow::ensure!(Instant::now() < deadline, "cloudcore did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Server {
+        config,
+        starts: 1,
+        child,
+        _dir: dir,
+        kubeconfig,
+        metrics: format!("127.0.0.1:{mport}"),
+    })
+}
+
+impl Server {
+    /// SIGTERM, then a new start on the same data directory with `modules` instead.
+    pub fn restart(&mut self, modules: &str) -> Result<()> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let text = std::fs::read_to_string(&self.config)?;
+        let head = text
+            .split("  metrics:")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        std::fs::write(
+            &self.config,
+            format!(
+                "{head}  metrics:\n    listen: \"{}\"\n{modules}",
+                self.metrics
+            ),
+        )?;
+        let dir = self.config.parent().context("no directory")?.to_path_buf();
+        let exe = std::env::current_exe()?
+            .parent()
+            .context("no directory")?
+            .join("cloudcore");
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("log"))?;
+        self.child = Command::new(&exe)
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "warn")
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()?;
+        self.starts += 1;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_to_string(dir.join("log"))
+            .unwrap_or_default()
+            .matches("cloudcore: API at")
+            .count()
+            < self.starts
+        {
+            anyhow::ensure!(Instant::now() < deadline, "cloudcore did not restart");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+/// A metric's value from the text of `/metrics`.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// `GET http://{addr}/metrics`.
+pub async fn scrape(addr: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+/// Runs `n` operations over `concurrency` tasks; returns operations per second.
+pub async fn run<F, Fut>(n: usize, concurrency: usize, op: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let op = op.clone();
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                op(i).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
