@@ -59,8 +59,9 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         }
     };
     let stop = CancellationToken::new();
-    // Until cloudhub carries them, messages for nodes wait in memory (newest per object).
-    let hub = Arc::new(devicecontroller::controller::MemoryHub::new(10_000));
+    // Until cloudhub carries them, the newest 100 messages per node wait in memory (a newer one
+    // about an object replaces the older); older ones are dropped and counted.
+    let hub = Arc::new(devicecontroller::controller::MemoryHub::new(100));
     let controller = config.modules.device_controller.enable.then(|| {
         devicecontroller::controller::start(
             client.clone(),

@@ -456,9 +456,13 @@ async fn cloudcores_own_controller_makes_the_devicestatuses() {
         assert!(Instant::now() < deadline, "no DeviceStatus: {}", c.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let cm = c.ok(&["get", "configmap", "-o", "name"]);
-    assert!(
-        cm.contains("configmap/device-profile-config-edge-node-1"),
-        "{cm}"
-    );
+    // The node's profile ConfigMap follows (profiles are written at most every 200 ms).
+    loop {
+        let cm = c.ok(&["get", "configmap", "-o", "name"]);
+        if cm.contains("configmap/device-profile-config-edge-node-1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no profile ConfigMap: {cm}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

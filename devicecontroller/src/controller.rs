@@ -229,7 +229,7 @@ struct State {
     metrics: Arc<Metrics>,
     down: Downstream,
     up: Upstream,
-    statuses: HashMap<Key, Value>,
+    statuses: HashMap<Key, StatusEntry>,
     status_inflight: HashSet<Key>,
     devices_synced: bool,
     models_synced: bool,
@@ -237,8 +237,8 @@ struct State {
     relist_devices: Option<HashSet<Key>>,
     relist_models: Option<HashSet<Key>>,
     dirty_nodes: BTreeSet<String>,
-    /// `(namespace, node)` -> the profile JSON last written.
-    profiles: HashMap<(String, String), String>,
+    /// `(namespace, node)` -> the hash of the profile JSON last written.
+    profiles: HashMap<(String, String), u64>,
     profile_inflight: HashSet<(String, String)>,
     last_profiles: Instant,
     attempts: HashMap<Key, u32>,
@@ -432,8 +432,10 @@ impl State {
 
     fn maybe_synced(&mut self) {
         if self.devices_synced && self.models_synced && !self.down.is_synced() {
-            let out = self.down.synced();
-            self.send(out);
+            for node in self.down.mark_synced() {
+                let out = self.down.reconcile_node(&node);
+                self.send(out);
+            }
             self.metrics
                 .reconcile_micros
                 .store(self.started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -460,12 +462,9 @@ impl State {
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
                 let v = serde_json::to_value(&o).unwrap_or(Value::Null);
                 if let Some(k) = key_of(&v) {
-                    let newer = self
-                        .statuses
-                        .get(&k)
-                        .is_none_or(|cur| rv_num(&v) >= rv_num(cur));
+                    let newer = self.statuses.get(&k).is_none_or(|cur| rv_num(&v) >= cur.rv);
                     if newer {
-                        self.statuses.insert(k.clone(), v);
+                        self.statuses.insert(k.clone(), StatusEntry::of(&v));
                     }
                     if self.statuses_synced {
                         self.ensure_status(&k);
@@ -529,7 +528,8 @@ impl State {
                     let _ = done.send(Done::StatusCreated(key, r)).await;
                 });
             }
-            Some(st) => {
+            Some(entry) => {
+                let st = entry.value();
                 let twins = st["status"]["twins"]
                     .as_array()
                     .cloned()
@@ -591,7 +591,7 @@ impl State {
             Ok(Taken::Queued) => {}
             Ok(Taken::Nothing) => self.hub.send(Outbound {
                 node: node.to_string(),
-                message: upstream::ack(node, &msg),
+                message: upstream::ack(node, &msg.header.id),
                 ack: None,
             }),
             Err(e) => {
@@ -599,7 +599,7 @@ impl State {
                     .upstream_refused
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%node, resource = %msg.route.resource, error = %e, "report refused");
-                let mut answer = upstream::ack(node, &msg);
+                let mut answer = upstream::ack(node, &msg.header.id);
                 answer.route.operation = api::message::operation::ERROR.into();
                 answer.content = Value::String(e.to_string());
                 self.hub.send(Outbound {
@@ -619,7 +619,7 @@ impl State {
             Done::StatusCreated(k, v) => {
                 self.status_inflight.remove(&k);
                 if let Some(v) = v {
-                    self.statuses.insert(k, v);
+                    self.statuses.insert(k, StatusEntry::of(&v));
                 }
             }
             Done::Patched(k, plan, r) => {
@@ -642,7 +642,7 @@ impl State {
                             });
                         }
                         if v.is_object() {
-                            self.statuses.insert(k, v);
+                            self.statuses.insert(k, StatusEntry::of(&v));
                         }
                     }
                     Err(e) => {
@@ -667,7 +667,7 @@ impl State {
                 self.profile_inflight.remove(&k);
                 match text {
                     Some(t) => {
-                        self.profiles.insert(k, t);
+                        self.profiles.insert(k, text_hash(&t));
                     }
                     None => {
                         self.profiles.remove(&k);
@@ -692,7 +692,11 @@ impl State {
             };
             let props = property_names(&device);
             let refs: Vec<&str> = props.iter().map(String::as_str).collect();
-            let current = self.statuses.get(&k).cloned().unwrap_or(Value::Null);
+            let current = self
+                .statuses
+                .get(&k)
+                .map(StatusEntry::value)
+                .unwrap_or(Value::Null);
             let body = upstream::patch_body(&current, &plan, &refs);
             let api = Api::<DynamicObject>::namespaced_with(
                 self.client.clone(),
@@ -744,7 +748,7 @@ impl State {
                         ds.iter().map(|(d, m)| (d, m.as_ref())).collect();
                     profile::profile(&refs).to_string()
                 });
-                if text.as_ref() == self.profiles.get(&k) {
+                if text.as_deref().map(text_hash) == self.profiles.get(&k).copied() {
                     continue;
                 }
                 jobs.push((k, text));
@@ -795,6 +799,40 @@ impl State {
             }
         }
     }
+}
+
+/// What the controller keeps of a DeviceStatus: its version and its twins, as JSON text (a
+/// whole parsed object costs ten times as much, for every device of a site).
+#[derive(Debug)]
+struct StatusEntry {
+    rv: u64,
+    /// `{"status": {"twins": [...]}}`.
+    doc: Arc<str>,
+}
+
+impl StatusEntry {
+    fn of(v: &Value) -> Self {
+        Self {
+            rv: rv_num(v),
+            doc: Arc::from(
+                json!({"status": {"twins": v["status"]["twins"]}})
+                    .to_string()
+                    .as_str(),
+            ),
+        }
+    }
+
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.doc).unwrap_or(Value::Null)
+    }
+}
+
+/// What the controller keeps of a profile it wrote: a hash of its text.
+fn text_hash(t: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    t.hash(&mut h);
+    h.finish()
 }
 
 fn rv_num(v: &Value) -> u64 {

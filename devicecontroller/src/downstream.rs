@@ -200,10 +200,23 @@ impl Downstream {
     /// The full list is in: from now on every change is reconciled. Returns the messages of
     /// every node.
     pub fn synced(&mut self) -> Vec<Outbound> {
+        let nodes = self.mark_synced();
+        nodes.iter().flat_map(|n| self.reconcile_node(n)).collect()
+    }
+
+    /// The full list is in; returns the nodes to reconcile one by one with
+    /// [`Downstream::reconcile_node`] (so that only one node's messages exist at a time: a
+    /// message holds a whole parsed object).
+    pub fn mark_synced(&mut self) -> Vec<String> {
         self.synced = true;
         let mut nodes: BTreeSet<String> = self.by_node.keys().cloned().collect();
         nodes.extend(self.sent.keys().cloned());
-        self.reconcile_nodes(nodes)
+        nodes.into_iter().collect()
+    }
+
+    /// The messages that bring `node` up to date.
+    pub fn reconcile_node(&mut self, node: &str) -> Vec<Outbound> {
+        self.reconcile_nodes([node.to_string()].into())
     }
 
     /// A Device was added or changed.
@@ -405,13 +418,7 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(m) = self.models.get(k) {
-                out.push(object_message(
-                    node,
-                    "devicemodel",
-                    k,
-                    op,
-                    &parse(&m.object),
-                ));
+                out.push(object_message(node, "devicemodel", k, op, parse(&m.object)));
             }
         }
         for (k, spec) in &want.devices {
@@ -421,7 +428,7 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(d) = self.devices.get(k) {
-                out.push(object_message(node, "device", k, op, &parse(&d.object)));
+                out.push(object_message(node, "device", k, op, parse(&d.object)));
             }
         }
         for k in had
@@ -451,20 +458,24 @@ impl Downstream {
     }
 }
 
-fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: &Value) -> Outbound {
+fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: Value) -> Outbound {
     let resource = Resource::Object {
         node: node.into(),
         namespace: k.0.clone(),
         kind: kind.into(),
         name: k.1.clone(),
     };
-    let version = rv(obj);
+    let version = rv(&obj);
+    let uid = obj["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let msg = Message::new(
         source::DEVICE_CONTROLLER,
         group::RESOURCE,
         op,
         resource.to_string(),
-        obj.clone(),
+        obj,
     )
     .with_resource_version(version.clone());
     Outbound {
@@ -474,10 +485,7 @@ fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: &Value
             kind,
             namespace: k.0.clone(),
             name: k.1.clone(),
-            uid: obj["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            uid,
             resource_version: version,
         }),
     }
@@ -494,7 +502,7 @@ fn delete_message(node: &str, kind: &'static str, k: &Key, obj: Option<&Value>) 
         json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": api_kind,
             "metadata": {"namespace": k.0, "name": k.1}})
     });
-    object_message(node, kind, k, operation::DELETE, &obj)
+    object_message(node, kind, k, operation::DELETE, obj)
 }
 
 #[cfg(test)]

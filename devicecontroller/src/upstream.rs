@@ -58,8 +58,8 @@ pub struct Plan {
     pub reported: BTreeMap<String, Stamped>,
     pub observed: BTreeMap<String, Stamped>,
     pub state: Option<(String, String)>,
-    /// The messages this patch answers: `(node, message)`.
-    pub acks: Vec<(String, Message)>,
+    /// The messages this patch answers: `(node, message id)`.
+    pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
     pub coalesced: u64,
 }
@@ -231,7 +231,7 @@ impl Upstream {
         if plan.is_empty() {
             return Ok(Taken::Nothing);
         }
-        plan.acks.push((node.to_string(), msg.clone()));
+        plan.acks.push((node.to_string(), msg.header.id.clone()));
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
@@ -359,11 +359,15 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
 
 /// The answer KubeEdge's cloud sends once a report is stored: resource `node/{node}/twin`,
 /// group `twin`, operation `response`, `parent_msg_id` = the report's id, content `"OK"`.
-pub fn ack(node: &str, report: &Message) -> Message {
-    let mut m = report.ack();
-    m.route.resource = format!("node/{node}/twin");
-    m.route.group = api::message::group::TWIN.into();
-    m.route.source = api::message::source::DEVICE_CONTROLLER.into();
+pub fn ack(node: &str, report_id: &str) -> Message {
+    let mut m = Message::new(
+        api::message::source::DEVICE_CONTROLLER,
+        api::message::group::TWIN,
+        api::message::operation::RESPONSE,
+        format!("node/{node}/twin"),
+        Value::String(api::message::ACK_CONTENT.into()),
+    );
+    m.header.parent_id = report_id.to_string();
     m
 }
 
@@ -554,7 +558,7 @@ mod tests {
             body,
             json!({"status": {"twins": [], "state": "online", "lastOnlineTime": "2026-11-24T10:00:00Z"}})
         );
-        let a = ack("n1", &m);
+        let a = ack("n1", &m.header.id);
         assert_eq!(
             (
                 a.route.resource.as_str(),

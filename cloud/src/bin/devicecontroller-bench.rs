@@ -87,6 +87,11 @@ async fn main() -> Result<()> {
     })
     .await?;
     println!("device controller, {devices} devices of {PROPS} properties on {nodes} nodes");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    println!(
+        "resident memory of cloudcore with the objects stored, controller off: {:.1} MB",
+        rss_kib(server.child.id()) as f64 / 1024.0
+    );
 
     // 1. Start-up with the controller on.
     let started = Instant::now();
@@ -137,6 +142,24 @@ async fn main() -> Result<()> {
     let peak = rss_kib(server.child.id());
     // cloudcore hands freed memory back every 5 s.
     tokio::time::sleep(Duration::from_secs(6)).await;
+    if std::env::var("BENCH_SMAPS").is_ok() {
+        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", server.child.id()))
+            .unwrap_or_default();
+        let mut cur = String::new();
+        let mut maps: Vec<(u64, String)> = Vec::new();
+        for l in smaps.lines() {
+            if l.contains('-') && !l.starts_with(|c: char| c.is_ascii_uppercase()) {
+                cur = l.to_string();
+            } else if let Some(r) = l.strip_prefix("Rss:") {
+                let kb: u64 = r.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0);
+                maps.push((kb, cur.clone()));
+            }
+        }
+        maps.sort();
+        for (kb, m) in maps.iter().rev().take(8) {
+            eprintln!("{kb:>8} kB {m}");
+        }
+    }
     println!(
         "resident memory of cloudcore: {:.1} MB right after, {:.1} MB 6 s later",
         peak as f64 / 1024.0,
