@@ -243,6 +243,9 @@ struct State {
     last_profiles: Instant,
     attempts: HashMap<Key, u32>,
     slots: Arc<Semaphore>,
+    /// Profile ConfigMaps are large (a node's devices, all their visitors): two writes at once,
+    /// so that their parsed copies on both sides of the API do not pile up.
+    profile_slots: Arc<Semaphore>,
     done_tx: mpsc::Sender<Done>,
     done_rx: Option<mpsc::Receiver<Done>>,
     started: Instant,
@@ -293,6 +296,7 @@ impl State {
             last_profiles: Instant::now(),
             attempts: HashMap::new(),
             slots,
+            profile_slots: Arc::new(Semaphore::new(2)),
             done_tx,
             done_rx: Some(done_rx),
             started: Instant::now(),
@@ -757,7 +761,7 @@ impl State {
                 self.profile_inflight.insert(k.clone());
                 let (done, slots, client) = (
                     self.done_tx.clone(),
-                    self.slots.clone(),
+                    self.profile_slots.clone(),
                     self.client.clone(),
                 );
                 let metrics = self.metrics.clone();
