@@ -466,3 +466,41 @@ async fn cloudcores_own_controller_makes_the_devicestatuses() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn profile_configmaps_of_nodes_gone_while_stopped_are_deleted() {
+    let c = Cloud::start();
+    c.ok(&[
+        "create",
+        "configmap",
+        "device-profile-config-gone",
+        "--from-literal=deviceProfile.json={}",
+    ]);
+    c.ok(&[
+        "label",
+        "configmap",
+        "device-profile-config-gone",
+        "devices.kubeedge.io/profile-node=gone",
+    ]);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let hub = Arc::new(MemoryHub::new(1000));
+    let stop = CancellationToken::new();
+    let _guard = stop.clone().drop_guard();
+    let _ctl = controller::start(c.client().await, hub, controller::Config::default(), stop);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let cms = c.ok(&[
+            "get",
+            "configmaps",
+            "-l",
+            "devices.kubeedge.io/profile-node",
+            "-o",
+            "name",
+        ]);
+        if cms.trim() == "configmap/device-profile-config-edge-node-1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "profile ConfigMaps: {cms}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

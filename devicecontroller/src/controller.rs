@@ -23,6 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 type Key = (String, String);
 
+/// The label of a profile ConfigMap: the node it is for.
+pub const PROFILE_LABEL: &str = "devices.kubeedge.io/profile-node";
+
 /// Where messages for nodes go: cloudhub, or memory.
 pub trait Hub: Send + Sync + 'static {
     fn send(&self, out: Outbound);
@@ -220,6 +223,8 @@ enum Done {
     StatusCreated(Key, Option<Value>),
     Patched(Key, Plan, Result<Value, kube::Error>),
     Profile((String, String), Option<String>),
+    /// Profile ConfigMaps found at start-up: `(namespace, node)`.
+    ExistingProfiles(Vec<(String, String)>),
 }
 
 struct State {
@@ -450,7 +455,37 @@ impl State {
                 "device controller synced"
             );
             self.ensure_all_statuses();
+            if self.config.profiles {
+                self.find_existing_profiles();
+            }
         }
+    }
+
+    /// Profile ConfigMaps written before this start (labelled with their node): those of nodes
+    /// that no longer have devices there are deleted by the next profile round.
+    fn find_existing_profiles(&self) {
+        let (client, done) = (self.client.clone(), self.done_tx.clone());
+        tokio::spawn(async move {
+            let api: Api<ConfigMap> = Api::all(client);
+            let lp = kube::api::ListParams::default().labels(PROFILE_LABEL);
+            match api.list_metadata(&lp).await {
+                Ok(list) => {
+                    let found = list
+                        .items
+                        .into_iter()
+                        .filter_map(|m| {
+                            let ns = m.metadata.namespace?;
+                            let node = m.metadata.labels?.get(PROFILE_LABEL)?.clone();
+                            Some((ns, node))
+                        })
+                        .collect();
+                    let _ = done.send(Done::ExistingProfiles(found)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list the profile ConfigMaps of an earlier run")
+                }
+            }
+        });
     }
 
     fn status_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
@@ -667,6 +702,14 @@ impl State {
                     }
                 }
             }
+            Done::ExistingProfiles(found) => {
+                for (ns, node) in found {
+                    // An unknown hash: the next round rewrites it, or deletes it if its node has
+                    // no devices in that namespace any more.
+                    self.profiles.entry((ns, node.clone())).or_insert(0);
+                    self.dirty_nodes.insert(node);
+                }
+            }
             Done::Profile(k, text) => {
                 self.profile_inflight.remove(&k);
                 match text {
@@ -773,7 +816,7 @@ impl State {
                         Some(t) => {
                             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                                 "metadata": {"name": name, "namespace": k.0,
-                                    "labels": {"devices.kubeedge.io/profile-node": k.1}},
+                                    "labels": {PROFILE_LABEL: k.1}},
                                 "data": {profile::KEY: t}});
                             api.patch(
                                 &name,
