@@ -67,3 +67,69 @@ async fn reflector_against_kmock() {
     let k = kmock();
     common::cases::reflector_follows(client(&k).await).await;
 }
+
+/// The device controller's downstream against kmock: a model and a device stored there reach
+/// their node as on cloudcore (`devicecontroller.rs` runs the full scenario there).
+#[tokio::test]
+async fn device_controller_against_kmock() {
+    use devicecontroller::controller::{self, MemoryHub};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let k = kmock();
+    let client = client(&k).await;
+    let ar = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "devices.kubeedge.io",
+            "v1beta1",
+            kind,
+        ))
+    };
+    let obj =
+        |v: serde_json::Value| -> DynamicObject { serde_json::from_value(v).expect("object") };
+    Api::<DynamicObject>::namespaced_with(client.clone(), "default", &ar("DeviceModel"))
+        .create(&PostParams::default(), &obj(serde_json::json!({"apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "DeviceModel", "metadata": {"name": "m", "namespace": "default"}, "spec": {"protocol": "modbus"}})))
+        .await
+        .expect("model");
+    Api::<DynamicObject>::namespaced_with(client.clone(), "default", &ar("Device"))
+        .create(
+            &PostParams::default(),
+            &obj(
+                serde_json::json!({"apiVersion": "devices.kubeedge.io/v1beta1",
+            "kind": "Device", "metadata": {"name": "d1", "namespace": "default"},
+            "spec": {"nodeName": "n1", "deviceModelRef": {"name": "m"}}}),
+            ),
+        )
+        .await
+        .expect("device");
+    let hub = std::sync::Arc::new(MemoryHub::new(1000));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _guard = stop.clone().drop_guard();
+    let config = controller::Config {
+        profiles: false,
+        ..controller::Config::default()
+    };
+    let _ctl = controller::start(client, hub.clone(), config, stop);
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !seen.iter().any(|l| l == "insert node/n1/default/device/d1") {
+        for (_, msgs) in hub.take() {
+            seen.extend(
+                msgs.iter()
+                    .map(|o| format!("{} {}", o.message.route.operation, o.message.route.resource)),
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "messages so far: {seen:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        &seen[..3],
+        [
+            "update node/n1/membership",
+            "insert node/n1/default/devicemodel/m",
+            "insert node/n1/default/device/d1"
+        ]
+    );
+}

@@ -72,6 +72,13 @@ async def main():
         "namespaced": True,
         "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
     }
+    for plural, kind in [("devicemodels", "DeviceModel"), ("devicestatuses", "DeviceStatus")]:
+        emulator.resources[f"devices.kubeedge.io/v1beta1/{plural}"] = {
+            "kind": kind,
+            "singular": kind.lower(),
+            "namespaced": True,
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        }
     emulator.resources["v1/configmaps"] = {
         "kind": "ConfigMap",
         "singular": "configmap",
