@@ -218,6 +218,22 @@ pub fn start(
     }
 }
 
+/// The kinds whose watches feed the downstream logic.
+#[derive(Clone, Copy, Debug)]
+enum Watched {
+    Device = 0,
+    Model = 1,
+}
+
+impl Watched {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Device => "Device",
+            Self::Model => "DeviceModel",
+        }
+    }
+}
+
 /// What an API write spawned by the controller came back with.
 enum Done {
     StatusCreated(Key, Option<Value>),
@@ -236,11 +252,11 @@ struct State {
     up: Upstream,
     statuses: HashMap<Key, StatusEntry>,
     status_inflight: HashSet<Key>,
-    devices_synced: bool,
-    models_synced: bool,
+    /// Per [`Watched`] kind: its first full list is in.
+    listed: [bool; 2],
     statuses_synced: bool,
-    relist_devices: Option<HashSet<Key>>,
-    relist_models: Option<HashSet<Key>>,
+    /// Per [`Watched`] kind, during a (re)list: the keys it has brought so far.
+    relist: [Option<HashSet<Key>>; 2],
     dirty_nodes: BTreeSet<String>,
     /// `(namespace, node)` -> the hash of the profile JSON last written.
     profiles: HashMap<(String, String), u64>,
@@ -266,17 +282,6 @@ fn key_of(v: &Value) -> Option<Key> {
     ))
 }
 
-fn property_names(device: &Value) -> Vec<String> {
-    device["spec"]["properties"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl State {
     fn new(client: kube::Client, hub: Arc<dyn Hub>, config: Config, metrics: Arc<Metrics>) -> Self {
         let (done_tx, done_rx) = mpsc::channel(4096);
@@ -290,11 +295,9 @@ impl State {
             up: Upstream::new(),
             statuses: HashMap::new(),
             status_inflight: HashSet::new(),
-            devices_synced: false,
-            models_synced: false,
+            listed: [false; 2],
             statuses_synced: false,
-            relist_devices: None,
-            relist_models: None,
+            relist: [None, None],
             dirty_nodes: BTreeSet::new(),
             profiles: HashMap::new(),
             profile_inflight: HashSet::new(),
@@ -323,8 +326,8 @@ impl State {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                Some(ev) = devices.next() => self.device_event(ev),
-                Some(ev) = models.next() => self.model_event(ev),
+                Some(ev) = devices.next() => self.object_event(Watched::Device, ev),
+                Some(ev) = models.next() => self.object_event(Watched::Model, ev),
                 Some(ev) = statuses.next() => self.status_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
                 Some(done) = done_rx.recv() => self.done(done),
@@ -347,100 +350,79 @@ impl State {
             .store(self.down.nodes().len() as u64, Ordering::Relaxed);
     }
 
-    fn device_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
+    /// A Device or DeviceModel watch event. After a (re)list, what the list no longer holds
+    /// is deleted.
+    fn object_event(
+        &mut self,
+        kind: Watched,
+        ev: Result<watcher::Event<DynamicObject>, watcher::Error>,
+    ) {
         let ev = match ev {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(error = %e, "Device watch failed; it retries");
+                tracing::warn!(kind = kind.name(), error = %e, "watch failed; it retries");
                 return;
             }
         };
+        let i = kind as usize;
         match ev {
-            watcher::Event::Init => self.relist_devices = Some(HashSet::new()),
+            watcher::Event::Init => self.relist[i] = Some(HashSet::new()),
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
                 let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                if let (Some(seen), Some(k)) = (self.relist_devices.as_mut(), key_of(&v)) {
-                    seen.insert(k);
+                let key = key_of(&v);
+                if let (Some(seen), Some(k)) = (self.relist[i].as_mut(), &key) {
+                    seen.insert(k.clone());
                 }
-                let out = self.down.device_applied(&v);
+                let out = match kind {
+                    Watched::Device => self.down.device_applied(&v),
+                    Watched::Model => self.down.model_applied(&v),
+                };
                 self.send(out);
-                if let Some(k) = key_of(&v) {
+                if let (Watched::Device, Some(k)) = (kind, key) {
                     self.ensure_status(&k);
                 }
             }
             watcher::Event::Delete(o) => {
                 let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                if let Some(k) = key_of(&v) {
-                    self.up.forget(&k);
-                }
-                let out = self.down.device_deleted(&v);
-                self.send(out);
+                self.deleted(kind, &v);
             }
             watcher::Event::InitDone => {
-                if let Some(seen) = self.relist_devices.take() {
-                    let gone: Vec<Value> = self
-                        .down
-                        .device_keys()
-                        .into_iter()
-                        .filter(|k| !seen.contains(k))
-                        .filter_map(|(ns, n)| self.down.device(&ns, &n))
-                        .collect();
-                    for v in gone {
-                        let out = self.down.device_deleted(&v);
-                        self.send(out);
+                if let Some(seen) = self.relist[i].take() {
+                    let keys = match kind {
+                        Watched::Device => self.down.device_keys(),
+                        Watched::Model => self.down.model_keys(),
+                    };
+                    for (ns, n) in keys.into_iter().filter(|k| !seen.contains(k)) {
+                        let last = match kind {
+                            Watched::Device => self.down.device(&ns, &n),
+                            Watched::Model => self.down.model(&ns, &n),
+                        };
+                        if let Some(v) = last {
+                            self.deleted(kind, &v);
+                        }
                     }
                 }
-                self.devices_synced = true;
+                self.listed[i] = true;
                 self.maybe_synced();
             }
         }
     }
 
-    fn model_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
-        let ev = match ev {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "DeviceModel watch failed; it retries");
-                return;
+    fn deleted(&mut self, kind: Watched, v: &Value) {
+        let out = match kind {
+            Watched::Device => {
+                if let Some(k) = key_of(v) {
+                    self.up.forget(&k);
+                }
+                self.down.device_deleted(v)
             }
+            Watched::Model => self.down.model_deleted(v),
         };
-        match ev {
-            watcher::Event::Init => self.relist_models = Some(HashSet::new()),
-            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                if let (Some(seen), Some(k)) = (self.relist_models.as_mut(), key_of(&v)) {
-                    seen.insert(k);
-                }
-                let out = self.down.model_applied(&v);
-                self.send(out);
-            }
-            watcher::Event::Delete(o) => {
-                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                let out = self.down.model_deleted(&v);
-                self.send(out);
-            }
-            watcher::Event::InitDone => {
-                if let Some(seen) = self.relist_models.take() {
-                    let gone: Vec<Value> = self
-                        .down
-                        .model_keys()
-                        .into_iter()
-                        .filter(|k| !seen.contains(k))
-                        .filter_map(|(ns, n)| self.down.model(&ns, &n))
-                        .collect();
-                    for v in gone {
-                        let out = self.down.model_deleted(&v);
-                        self.send(out);
-                    }
-                }
-                self.models_synced = true;
-                self.maybe_synced();
-            }
-        }
+        self.send(out);
     }
 
     fn maybe_synced(&mut self) {
-        if self.devices_synced && self.models_synced && !self.down.is_synced() {
+        if self.listed.iter().all(|l| *l) && !self.down.is_synced() {
             for node in self.down.mark_synced() {
                 let out = self.down.reconcile_node(&node);
                 self.send(out);
@@ -535,14 +517,16 @@ impl State {
         if !self.statuses_synced || !self.down.is_synced() || self.status_inflight.contains(k) {
             return;
         }
-        let Some(device) = self.down.device(&k.0, &k.1) else {
+        let Some(props) = self.down.properties(&k.0, &k.1).map(<[String]>::to_vec) else {
             return;
         };
-        let props = property_names(&device);
         let api =
             Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
         match self.statuses.get(k) {
             None => {
+                let Some(device) = self.down.device(&k.0, &k.1) else {
+                    return;
+                };
                 let body = json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
                     "metadata": {"name": k.1, "namespace": k.0, "ownerReferences": [{
                         "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device", "name": k.1,
@@ -608,21 +592,9 @@ impl State {
 
     fn report(&mut self, node: &str, msg: Message) {
         let down = &self.down;
-        let props_of = |ns: &str, name: &str| down.device(ns, name).map(|d| property_names(&d));
-        let owner = |ns: &str, name: &str| down.node_of(ns, name).map(str::to_string);
-        let (props, owner_node) = match api::paths::Resource::parse(&msg.route.resource) {
-            Ok(
-                api::paths::Resource::TwinEdgeUpdated { device, .. }
-                | api::paths::Resource::StateUpdate { device, .. },
-            ) => (
-                props_of(&device.namespace, &device.name),
-                owner(&device.namespace, &device.name),
-            ),
-            _ => (None, None),
-        };
-        let r = self.up.accept(node, &msg, |_, _| {
-            props.as_ref().map(|p| DeviceFacts {
-                node: owner_node.as_deref(),
+        let r = self.up.accept(node, &msg, |ns, name| {
+            down.properties(ns, name).map(|p| DeviceFacts {
+                node: down.node_of(ns, name),
                 properties: p.iter().map(String::as_str).collect(),
             })
         });
@@ -734,10 +706,9 @@ impl State {
                 self.ensure_status(&k);
                 continue;
             }
-            let Some(device) = self.down.device(&k.0, &k.1) else {
+            let Some(props) = self.down.properties(&k.0, &k.1) else {
                 continue;
             };
-            let props = property_names(&device);
             let refs: Vec<&str> = props.iter().map(String::as_str).collect();
             let current = self
                 .statuses

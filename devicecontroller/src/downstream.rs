@@ -54,6 +54,8 @@ struct DeviceEntry {
     description: String,
     spec: u64,
     object: Arc<str>,
+    /// The names of `spec.properties`, which every report is checked against.
+    properties: Arc<[String]>,
 }
 
 #[derive(Clone, Debug)]
@@ -170,6 +172,13 @@ impl Downstream {
             .filter(|n| !n.is_empty())
     }
 
+    /// The names of a device's `spec.properties`.
+    pub fn properties(&self, namespace: &str, name: &str) -> Option<&[String]> {
+        self.devices
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|d| &d.properties[..])
+    }
+
     /// The stored Device object.
     pub fn device(&self, namespace: &str, name: &str) -> Option<Value> {
         self.devices
@@ -239,6 +248,14 @@ impl Downstream {
                 .to_string(),
             spec: spec_hash(&obj["spec"]),
             object: outward_text(obj, "Device"),
+            properties: obj["spec"]["properties"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p["name"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         let mut nodes = BTreeSet::new();
         if let Some(old) = self.devices.remove(&key) {

@@ -283,13 +283,7 @@ impl Api {
     }
 
     fn list(&self, t: &Target, q: &Query, accept: &str) -> Result<Response, Status> {
-        let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
-            .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = Fields::parse(
-            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            &allowed_fields(&t.res, &t.version),
-        )
-        .map_err(Status::bad_request)?;
+        let (labels, fields) = selectors(t, q)?;
         let limit: usize = match q.get("limit") {
             Some(l) => l
                 .parse::<i64>()
@@ -391,13 +385,7 @@ impl Api {
     }
 
     fn watch(&self, t: &Target, q: &Query, accept: &str) -> Result<Response, Status> {
-        let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
-            .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
-        let fields = Fields::parse(
-            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            &allowed_fields(&t.res, &t.version),
-        )
-        .map_err(Status::bad_request)?;
+        let (labels, fields) = selectors(t, q)?;
         let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
         let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
         let timeout = q
@@ -771,13 +759,7 @@ impl Api {
             )
             .await?;
         self.after_write(t);
-        let code = if done.value["metadata"]["resourceVersion"].is_string()
-            && kind == PatchType::Apply
-            && done.value["metadata"]["generation"] == json!(1)
-            && done.value["metadata"]["managedFields"]
-                .as_array()
-                .is_some_and(|a| a.len() == 1)
-        {
+        let code = if done.created {
             StatusCode::CREATED
         } else {
             StatusCode::OK
@@ -828,13 +810,7 @@ impl Api {
         q: &Query,
         raw: Bytes,
     ) -> Result<Response, Status> {
-        let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
-            .map_err(Status::bad_request)?;
-        let fields = Fields::parse(
-            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            &allowed_fields(&t.res, &t.version),
-        )
-        .map_err(Status::bad_request)?;
+        let (labels, fields) = selectors(t, q)?;
         let names: Vec<(String, String)> = {
             let tables = self.store.read();
             tables
@@ -957,6 +933,18 @@ fn check_type(body: &Value, res: &Resource, version: &str) -> Result<(), Status>
         ))),
         None => Ok(()),
     }
+}
+
+/// The label and field selectors of a request.
+fn selectors(t: &Target, q: &Query) -> Result<(Labels, Fields), Status> {
+    let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = Fields::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        &allowed_fields(&t.res, &t.version),
+    )
+    .map_err(Status::bad_request)?;
+    Ok((labels, fields))
 }
 
 /// Field selector paths a resource supports.

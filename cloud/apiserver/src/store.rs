@@ -149,6 +149,8 @@ pub type MutateFn = Box<dyn FnOnce(Option<Value>, u64) -> Result<Outcome, Status
 pub struct Done {
     pub value: Value,
     pub deleted: bool,
+    /// The write made the object (there was none before).
+    pub created: bool,
 }
 
 struct Mutation {
@@ -378,6 +380,7 @@ impl Writer {
                     let _ = m.reply.send(Ok(Done {
                         value: v,
                         deleted: false,
+                        created: false,
                     }));
                     continue;
                 }
@@ -395,6 +398,7 @@ impl Writer {
                 let _ = m.reply.send(Ok(Done {
                     value,
                     deleted: kind == EventType::Deleted,
+                    created: kind == EventType::Added,
                 }));
                 continue;
             }
@@ -419,6 +423,7 @@ impl Writer {
                 Done {
                     value,
                     deleted: kind == EventType::Deleted,
+                    created: kind == EventType::Added,
                 },
             ));
         }
