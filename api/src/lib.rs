@@ -6,6 +6,7 @@ pub mod dmi;
 pub mod manifest;
 pub mod merge;
 pub mod message;
+pub mod packed;
 pub mod paths;
 pub mod v1beta1;
 pub mod validate;

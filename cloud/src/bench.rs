@@ -22,6 +22,8 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub struct Server {
     config: std::path::PathBuf,
     starts: usize,
+    /// Run under heaptrack (`BENCH_HEAPTRACK`).
+    profiled: bool,
     pub child: Child,
     _dir: tempfile::TempDir,
     pub kubeconfig: std::path::PathBuf,
@@ -30,6 +32,11 @@ pub struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.profiled {
+            let _ = Command::new("pkill")
+                .args(["-TERM", "-x", "cloudcore"])
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -82,6 +89,7 @@ pub fn start_server(modules: &str) -> Result<Server> {
     Ok(Server {
         config,
         starts: 1,
+        profiled: false,
         child,
         _dir: dir,
         kubeconfig,
@@ -95,6 +103,12 @@ impl Server {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+        if self.profiled {
+            // heaptrack's script does not pass SIGTERM on to the program it runs.
+            let _ = Command::new("pkill")
+                .args(["-TERM", "-x", "cloudcore"])
+                .status();
+        }
         let _ = self.child.wait();
         let text = std::fs::read_to_string(&self.config)?;
         let head = text
@@ -117,7 +131,20 @@ impl Server {
         let log = std::fs::OpenOptions::new()
             .append(true)
             .open(dir.join("log"))?;
-        self.child = Command::new(&exe)
+        // BENCH_HEAPTRACK=FILE runs the restarted cloudcore under heaptrack (its memory figures
+        // then include heaptrack's own).
+        let profile = std::env::var("BENCH_HEAPTRACK").ok();
+        let mut cmd = match &profile {
+            Some(out) => {
+                let mut c = Command::new("heaptrack");
+                c.args(["-o", &format!("{out}.{}", self.starts + 1)])
+                    .arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        self.profiled = profile.is_some();
+        self.child = cmd
             .arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", "warn")

@@ -4,11 +4,10 @@
 
 mod common;
 
-use api::message::Message;
-use common::{Cloud, examples, path_str};
+use common::{Cloud, examples, path_str, twin_report};
 use devicecontroller::controller::{self, MemoryHub};
 use devicecontroller::downstream::Outbound;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,18 +82,6 @@ fn has(seen: &BTreeMap<String, Vec<Outbound>>, node: &str, line: &str) -> bool {
     summary(seen)
         .get(node)
         .is_some_and(|v| v.iter().any(|l| l == line))
-}
-
-fn twin_report(node: &str, device: &str, prop: &str, value: &str, version: i64) -> Message {
-    Message::new(
-        "edgehub",
-        "twin",
-        "update",
-        format!("node/{node}/device/default/{device}/twin/edge_updated"),
-        json!({"event_id": format!("e{version}"), "timestamp": 1_700_000_000_000i64 + version,
-            "twin": {prop: {"actual": {"value": value, "metadata": {"timestamp": 1_700_000_000_000i64 + version}},
-                "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}}}),
-    )
 }
 
 #[tokio::test]
@@ -502,5 +489,88 @@ async fn profile_configmaps_of_nodes_gone_while_stopped_are_deleted() {
         }
         assert!(Instant::now() < deadline, "profile ConfigMaps: {cms}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Node objects: devices on nodes without one are counted; a node whose Node object is deleted
+/// and made again (a reinstalled gateway) is sent everything again, and only that node.
+#[tokio::test]
+async fn a_node_deleted_and_registered_again_gets_everything_again() {
+    let mut r = Rig::start().await;
+    r.kubectl(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let oven = "insert node/edge-node-1/default/device/oven-1";
+    r.until("oven-1 on edge-node-1", |s| has(s, "edge-node-1", oven))
+        .await;
+    let devices = metric(&r, "devicecontroller_devices");
+    assert_eq!(devices, "1");
+    wait(
+        &r,
+        "devicecontroller_devices_on_unregistered_nodes",
+        &devices,
+    )
+    .await;
+    let node = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(
+        node.path(),
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: edge-node-1\n",
+    )
+    .expect("write");
+    r.kubectl(&["create", "-f", path_str(node.path())]);
+    wait(&r, "devicecontroller_nodes_registered", "1").await;
+    r.seen.clear();
+    r.kubectl(&["delete", "node", "edge-node-1"]);
+    wait(&r, "devicecontroller_nodes_registered", "0").await;
+    r.kubectl(&["create", "-f", path_str(node.path())]);
+    r.until("oven-1 sent again", |s| has(s, "edge-node-1", oven))
+        .await;
+    let lines = summary(&r.seen);
+    assert_eq!(
+        lines["edge-node-1"].first().map(String::as_str),
+        Some("update node/edge-node-1/membership"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|(n, v)| n == "edge-node-1" || v.iter().all(|l| !l.starts_with("insert"))),
+        "only the node that came back is sent its objects again: {lines:#?}"
+    );
+    // Each change after the first list is timed from its watch event to its messages.
+    let before = r.ctl.metrics.reconcile.count();
+    r.kubectl(&["label", "device", "oven-1", "hall=b"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while r.ctl.metrics.reconcile.count() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the label's watch event was not timed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        r.ctl
+            .metrics
+            .render()
+            .contains("devicecontroller_reconcile_duration_seconds_bucket{le=\"+Inf\"}")
+    );
+}
+
+fn metric(r: &Rig, name: &str) -> String {
+    r.ctl
+        .metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
+        .unwrap_or_default()
+}
+
+async fn wait(r: &Rig, name: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(r, name) != want {
+        assert!(
+            Instant::now() < deadline,
+            "{name} is {} not {want}",
+            metric(r, name)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -68,8 +68,9 @@ async fn reflector_against_kmock() {
     common::cases::reflector_follows(client(&k).await).await;
 }
 
-/// The device controller's downstream against kmock: a model and a device stored there reach
-/// their node as on cloudcore (`devicecontroller.rs` runs the full scenario there).
+/// The device controller against kmock: a model and a device stored there reach their node as
+/// on cloudcore, the device gets its DeviceStatus, and a node's report lands in it and is
+/// answered (`devicecontroller.rs` runs the full scenario on cloudcore).
 #[tokio::test]
 async fn device_controller_against_kmock() {
     use devicecontroller::controller::{self, MemoryHub};
@@ -108,7 +109,7 @@ async fn device_controller_against_kmock() {
         profiles: false,
         ..controller::Config::default()
     };
-    let _ctl = controller::start(client, hub.clone(), config, stop);
+    let ctl = controller::start(client.clone(), hub.clone(), config, stop);
     let mut seen: Vec<String> = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !seen.iter().any(|l| l == "insert node/n1/default/device/d1") {
@@ -132,4 +133,65 @@ async fn device_controller_against_kmock() {
             "insert node/n1/default/device/d1"
         ]
     );
+
+    // Upstream: the DeviceStatus is made, a report lands in it, and the node gets its answer.
+    let statuses: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ar("DeviceStatus"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while statuses.get_opt("d1").await.ok().flatten().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no DeviceStatus d1 on kmock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The device has no properties in its spec: give it one first, or the report is ignored.
+    Api::<DynamicObject>::namespaced_with(client.clone(), "default", &ar("Device"))
+        .patch(
+            "d1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"spec": {"properties": [{"name": "temperature"}]}}),
+            ),
+        )
+        .await
+        .expect("patch device");
+    // Sent again (a newer edge version each time) until stored: the first may arrive before
+    // the new spec has, and is then answered as ignored, as KubeEdge ignores unknown properties.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut sent = Vec::new();
+    let mut answered = std::collections::HashSet::new();
+    for version in 1.. {
+        let report = common::twin_report("n1", "d1", "temperature", "42", version);
+        sent.push(report.header.id.clone());
+        ctl.upstream
+            .send(("n1".into(), report))
+            .await
+            .expect("report");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        for o in hub.take().into_values().flatten() {
+            answered.insert(o.message.header.parent_id);
+        }
+        let st = statuses.get("d1").await.expect("status");
+        let twins = serde_json::to_value(&st).expect("json")["status"]["twins"].clone();
+        if twins[0]["reported"]["value"] == "42" {
+            assert_eq!(twins[0]["propertyName"], "temperature", "{twins}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "report not stored on kmock: {twins}"
+        );
+    }
+    // Every report is answered, the stored one once its patch is in.
+    while !sent.iter().all(|id| answered.contains(id)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unanswered: {sent:?} {answered:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        for o in hub.take().into_values().flatten() {
+            answered.insert(o.message.header.parent_id);
+        }
+    }
 }

@@ -7,21 +7,25 @@ use crate::downstream::{Downstream, Outbound};
 use crate::profile;
 use crate::upstream::{self, DeviceFacts, Plan, Taken, Upstream};
 use api::message::Message;
+use api::packed::Packed;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 type Key = (String, String);
+
+/// What the controller reads of a Node: its metadata.
+type NodeMeta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
 
 /// The label of a profile ConfigMap: the node it is for.
 pub const PROFILE_LABEL: &str = "devices.kubeedge.io/profile-node";
@@ -35,7 +39,8 @@ pub trait Hub: Send + Sync + 'static {
 /// replaces an older one about the same object still queued (it supersedes it); beyond `limit`
 /// messages per node the oldest are dropped and counted.
 pub struct MemoryHub {
-    /// Per node: each message as its JSON text (a fraction of a parsed message's memory).
+    /// Per node: each message as its JSON text, compressed (a fraction of a parsed message's
+    /// memory).
     queues: Mutex<BTreeMap<String, VecDeque<Queued>>>,
     limit: usize,
     pub dropped: AtomicU64,
@@ -43,7 +48,7 @@ pub struct MemoryHub {
 
 struct Queued {
     ack: Option<crate::downstream::AckKey>,
-    text: String,
+    text: Packed,
 }
 
 impl MemoryHub {
@@ -66,7 +71,7 @@ impl MemoryHub {
                     .filter_map(|m| {
                         Some(Outbound {
                             node: node.clone(),
-                            message: serde_json::from_str(&m.text).ok()?,
+                            message: serde_json::from_slice(&m.text.bytes()).ok()?,
                             ack: m.ack,
                         })
                     })
@@ -101,7 +106,7 @@ impl Hub for MemoryHub {
             });
         }
         queue.push_back(Queued {
-            text: serde_json::to_string(&out.message).unwrap_or_default(),
+            text: Packed::new(&serde_json::to_vec(&out.message).unwrap_or_default()),
             ack: out.ack,
         });
         while queue.len() > self.limit {
@@ -126,6 +131,69 @@ pub struct Metrics {
     pub reconcile_micros: AtomicU64,
     /// Reports waiting to be written.
     pub upstream_pending: AtomicU64,
+    /// Node objects in the API.
+    pub nodes_registered: AtomicU64,
+    /// Devices bound to a node that has no Node object (once Nodes are listed).
+    pub devices_on_unregistered_nodes: AtomicU64,
+    /// How long each Device or DeviceModel change took from its watch event to its messages.
+    pub reconcile: Histogram,
+}
+
+/// A Prometheus histogram of durations.
+#[derive(Debug)]
+pub struct Histogram {
+    /// Upper bounds in seconds.
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        const BOUNDS: &[f64] = &[0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
+        Self {
+            bounds: BOUNDS,
+            counts: BOUNDS.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if secs <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, name: &str) -> String {
+        let mut out = format!("# TYPE {name} histogram\n");
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            out.push_str(&format!(
+                "{name}_bucket{{le=\"{b}\"}} {}\n",
+                c.load(Ordering::Relaxed)
+            ));
+        }
+        let n = self.count();
+        out.push_str(&format!(
+            "{name}_bucket{{le=\"+Inf\"}} {n}\n{name}_sum {:.6}\n{name}_count {n}\n",
+            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        ));
+        out
+    }
 }
 
 impl Metrics {
@@ -142,7 +210,9 @@ impl Metrics {
              # TYPE devicecontroller_upstream_refused_total counter\ndevicecontroller_upstream_refused_total {}\n\
              # TYPE devicecontroller_upstream_pending gauge\ndevicecontroller_upstream_pending {}\n\
              # TYPE devicecontroller_profiles_written_total counter\ndevicecontroller_profiles_written_total {}\n\
-             # TYPE devicecontroller_reconcile_seconds gauge\ndevicecontroller_reconcile_seconds {:.6}\n",
+             # TYPE devicecontroller_reconcile_seconds gauge\ndevicecontroller_reconcile_seconds {:.6}\n\
+             # TYPE devicecontroller_nodes_registered gauge\ndevicecontroller_nodes_registered {}\n\
+             # TYPE devicecontroller_devices_on_unregistered_nodes gauge\ndevicecontroller_devices_on_unregistered_nodes {}\n{}",
             g(&self.devices),
             g(&self.nodes),
             g(&self.messages_sent),
@@ -153,6 +223,10 @@ impl Metrics {
             g(&self.upstream_pending),
             g(&self.profiles_written),
             g(&self.reconcile_micros) as f64 / 1e6,
+            g(&self.nodes_registered),
+            g(&self.devices_on_unregistered_nodes),
+            self.reconcile
+                .render("devicecontroller_reconcile_duration_seconds"),
         )
     }
 }
@@ -257,16 +331,26 @@ struct State {
     statuses_synced: bool,
     /// Per [`Watched`] kind, during a (re)list: the keys it has brought so far.
     relist: [Option<HashSet<Key>>; 2],
+    /// Node objects in the API, once listed (`None` before).
+    registered: Option<HashSet<String>>,
+    /// During a (re)list of Nodes: the names it has brought so far.
+    nodes_relist: Option<HashSet<String>>,
     dirty_nodes: BTreeSet<String>,
     /// `(namespace, node)` -> the hash of the profile JSON last written.
     profiles: HashMap<(String, String), u64>,
     profile_inflight: HashSet<(String, String)>,
     last_profiles: Instant,
     attempts: HashMap<Key, u32>,
-    slots: Arc<Semaphore>,
-    /// Profile ConfigMaps are large (a node's devices, all their visitors): two writes at once,
-    /// so that their parsed copies on both sides of the API do not pile up.
-    profile_slots: Arc<Semaphore>,
+    /// DeviceStatus creates and patches spawned and not done: at most `max_in_flight`. What
+    /// waits beyond that is a key in `create_queue` or a plan in `up`, not a task with its body.
+    writes_active: usize,
+    /// Devices whose DeviceStatus is to be created, in order; `create_queued` holds the same keys.
+    create_queue: VecDeque<Key>,
+    create_queued: HashSet<Key>,
+    /// Profile ConfigMap writes spawned and not done. Profiles are large (a node's devices, all
+    /// their visitors): at most [`PROFILE_WRITES`] at once, and a profile's text is made only
+    /// when its write starts, so that texts of every node do not pile up.
+    profile_active: usize,
     done_tx: mpsc::Sender<Done>,
     done_rx: Option<mpsc::Receiver<Done>>,
     started: Instant,
@@ -285,7 +369,6 @@ fn key_of(v: &Value) -> Option<Key> {
 impl State {
     fn new(client: kube::Client, hub: Arc<dyn Hub>, config: Config, metrics: Arc<Metrics>) -> Self {
         let (done_tx, done_rx) = mpsc::channel(4096);
-        let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
         Self {
             client,
             hub,
@@ -298,13 +381,17 @@ impl State {
             listed: [false; 2],
             statuses_synced: false,
             relist: [None, None],
+            registered: None,
+            nodes_relist: None,
             dirty_nodes: BTreeSet::new(),
             profiles: HashMap::new(),
             profile_inflight: HashSet::new(),
             last_profiles: Instant::now(),
             attempts: HashMap::new(),
-            slots,
-            profile_slots: Arc::new(Semaphore::new(2)),
+            writes_active: 0,
+            create_queue: VecDeque::new(),
+            create_queued: HashSet::new(),
+            profile_active: 0,
             done_tx,
             done_rx: Some(done_rx),
             started: Instant::now(),
@@ -317,9 +404,21 @@ impl State {
         cancel: CancellationToken,
     ) {
         let all = |kind: &str| Api::<DynamicObject>::all_with(self.client.clone(), &gvk(kind));
-        let mut devices = watcher(all("Device"), watcher::Config::default()).boxed();
-        let mut models = watcher(all("DeviceModel"), watcher::Config::default()).boxed();
-        let mut statuses = watcher(all("DeviceStatus"), watcher::Config::default()).boxed();
+        let mut devices = watcher(all("Device"), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut models = watcher(all("DeviceModel"), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut statuses = watcher(all("DeviceStatus"), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut nodes = watcher(
+            Api::<NodeMeta>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed();
         let mut done_rx = self.done_rx.take().unwrap_or_else(|| mpsc::channel(1).1);
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -329,6 +428,7 @@ impl State {
                 Some(ev) = devices.next() => self.object_event(Watched::Device, ev),
                 Some(ev) = models.next() => self.object_event(Watched::Model, ev),
                 Some(ev) = statuses.next() => self.status_event(ev),
+                Some(ev) = nodes.next() => self.node_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
                 Some(done) = done_rx.recv() => self.done(done),
                 _ = tick.tick() => self.flush(),
@@ -345,9 +445,79 @@ impl State {
         self.metrics
             .devices
             .store(self.down.device_count() as u64, Ordering::Relaxed);
+        let nodes = self.down.nodes();
         self.metrics
             .nodes
-            .store(self.down.nodes().len() as u64, Ordering::Relaxed);
+            .store(nodes.len() as u64, Ordering::Relaxed);
+        if let Some(reg) = &self.registered {
+            let unregistered: usize = nodes
+                .iter()
+                .filter(|n| !reg.contains(*n))
+                .map(|n| self.down.devices_on(n))
+                .sum();
+            self.metrics
+                .devices_on_unregistered_nodes
+                .store(unregistered as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// A Node watch event. A node whose Node object is deleted starts over: when it is back,
+    /// it is sent everything it must hold (a reinstalled gateway has nothing).
+    fn node_event(&mut self, ev: Result<watcher::Event<NodeMeta>, watcher::Error>) {
+        let ev = match ev {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "Node watch failed; it retries");
+                return;
+            }
+        };
+        let name = |o: &NodeMeta| o.metadata.name.clone().unwrap_or_default();
+        match ev {
+            watcher::Event::Init => self.nodes_relist = Some(HashSet::new()),
+            watcher::Event::InitApply(o) => {
+                if let Some(seen) = self.nodes_relist.as_mut() {
+                    seen.insert(name(&o));
+                }
+            }
+            watcher::Event::Apply(o) => {
+                let n = name(&o);
+                let back = self
+                    .registered
+                    .as_mut()
+                    .is_some_and(|r| r.insert(n.clone()));
+                if back && self.down.is_synced() {
+                    let out = self.down.reconcile_node(&n);
+                    self.send(out);
+                }
+            }
+            watcher::Event::Delete(o) => self.node_gone(&name(&o)),
+            watcher::Event::InitDone => {
+                let seen = self.nodes_relist.take().unwrap_or_default();
+                let before = self.registered.replace(seen.clone()).unwrap_or_default();
+                for n in before.difference(&seen) {
+                    self.node_gone(n);
+                }
+                for n in seen.difference(&before) {
+                    if self.down.is_synced() {
+                        let out = self.down.reconcile_node(n);
+                        self.send(out);
+                    }
+                }
+            }
+        }
+        self.metrics.nodes_registered.store(
+            self.registered.as_ref().map_or(0, HashSet::len) as u64,
+            Ordering::Relaxed,
+        );
+        self.send(Vec::new());
+    }
+
+    fn node_gone(&mut self, node: &str) {
+        if let Some(r) = self.registered.as_mut() {
+            r.remove(node);
+        }
+        tracing::info!(%node, "Node deleted: it is sent everything again when it is back");
+        self.down.forget_node(node);
     }
 
     /// A Device or DeviceModel watch event. After a (re)list, what the list no longer holds
@@ -365,6 +535,15 @@ impl State {
             }
         };
         let i = kind as usize;
+        let t0 = Instant::now();
+        let live = matches!(ev, watcher::Event::Apply(_) | watcher::Event::Delete(_));
+        self.object_event_inner(kind, i, ev);
+        if live {
+            self.metrics.reconcile.observe(t0.elapsed());
+        }
+    }
+
+    fn object_event_inner(&mut self, kind: Watched, i: usize, ev: watcher::Event<DynamicObject>) {
         match ev {
             watcher::Event::Init => self.relist[i] = Some(HashSet::new()),
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
@@ -524,32 +703,10 @@ impl State {
             Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
         match self.statuses.get(k) {
             None => {
-                let Some(device) = self.down.device(&k.0, &k.1) else {
-                    return;
-                };
-                let body = json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
-                    "metadata": {"name": k.1, "namespace": k.0, "ownerReferences": [{
-                        "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device", "name": k.1,
-                        "uid": device["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
-                    "spec": {}});
-                self.status_inflight.insert(k.clone());
-                let (key, done, slots) = (k.clone(), self.done_tx.clone(), self.slots.clone());
-                tokio::spawn(async move {
-                    let _slot = slots.acquire().await;
-                    let obj: DynamicObject = match serde_json::from_value(body) {
-                        Ok(o) => o,
-                        Err(_) => return,
-                    };
-                    let r = match api.create(&PostParams::default(), &obj).await {
-                        Ok(o) => serde_json::to_value(&o).ok(),
-                        Err(kube::Error::Api(e)) if e.code == 409 => None,
-                        Err(e) => {
-                            tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %e, "cannot create DeviceStatus; retried on the next change");
-                            None
-                        }
-                    };
-                    let _ = done.send(Done::StatusCreated(key, r)).await;
-                });
+                if self.create_queued.insert(k.clone()) {
+                    self.create_queue.push_back(k.clone());
+                }
+                self.pump_creates();
             }
             Some(entry) => {
                 let st = entry.value();
@@ -577,11 +734,58 @@ impl State {
         }
     }
 
+    /// Spawns DeviceStatus creates from the queue while fewer than `max_in_flight` writes run.
+    fn pump_creates(&mut self) {
+        while self.writes_active < self.config.max_in_flight.max(1) {
+            let Some(k) = self.create_queue.pop_front() else {
+                return;
+            };
+            self.create_queued.remove(&k);
+            if self.statuses.contains_key(&k) || self.status_inflight.contains(&k) {
+                continue;
+            }
+            let Some(device) = self.down.device(&k.0, &k.1) else {
+                continue;
+            };
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.client.clone(),
+                &k.0,
+                &gvk("DeviceStatus"),
+            );
+            let mut body = json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
+                "metadata": {"name": k.1, "namespace": k.0}, "spec": {}});
+            // Owned by its device, so that it goes with it (an API without uids, as emulators
+            // are, gets no owner).
+            if let Some(uid) = device["metadata"]["uid"].as_str() {
+                body["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device", "name": k.1,
+                    "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+            }
+            let Ok(obj) = serde_json::from_value::<DynamicObject>(body) else {
+                continue;
+            };
+            self.status_inflight.insert(k.clone());
+            self.writes_active += 1;
+            let (key, done) = (k, self.done_tx.clone());
+            tokio::spawn(async move {
+                let r = match api.create(&PostParams::default(), &obj).await {
+                    Ok(o) => serde_json::to_value(&o).ok(),
+                    Err(kube::Error::Api(e)) if e.code == 409 => None,
+                    Err(e) => {
+                        tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %e, "cannot create DeviceStatus; retried on the next change");
+                        None
+                    }
+                };
+                let _ = done.send(Done::StatusCreated(key, r)).await;
+            });
+        }
+    }
+
     fn spawn_patch(&mut self, key: Key, plan: Plan, body: Value, api: Api<DynamicObject>) {
         self.status_inflight.insert(key.clone());
-        let (done, slots) = (self.done_tx.clone(), self.slots.clone());
+        self.writes_active += 1;
+        let done = self.done_tx.clone();
         tokio::spawn(async move {
-            let _slot = slots.acquire().await;
             let r = api
                 .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await
@@ -628,12 +832,15 @@ impl State {
     fn done(&mut self, d: Done) {
         match d {
             Done::StatusCreated(k, v) => {
+                self.writes_active -= 1;
                 self.status_inflight.remove(&k);
                 if let Some(v) = v {
                     self.statuses.insert(k, StatusEntry::of(&v));
                 }
+                self.pump_creates();
             }
             Done::Patched(k, plan, r) => {
+                self.writes_active -= 1;
                 self.status_inflight.remove(&k);
                 match r {
                     Ok(v) => {
@@ -683,6 +890,7 @@ impl State {
                 }
             }
             Done::Profile(k, text) => {
+                self.profile_active -= 1;
                 self.profile_inflight.remove(&k);
                 match text {
                     Some(t) => {
@@ -692,13 +900,20 @@ impl State {
                         self.profiles.remove(&k);
                     }
                 }
+                // The round goes on with the next dirty node as soon as a write is done.
+                self.write_profiles();
             }
         }
     }
 
     fn flush(&mut self) {
         let now = Instant::now();
-        for (k, plan) in self.up.due(now, self.config.patch_interval) {
+        let room = self
+            .config
+            .max_in_flight
+            .max(1)
+            .saturating_sub(self.writes_active);
+        for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
             if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
                 // Its DeviceStatus is being written or made: try again on a later tick.
                 self.up
@@ -723,6 +938,7 @@ impl State {
             );
             self.spawn_patch(k, plan, body, api);
         }
+        self.pump_creates();
         self.metrics
             .upstream_pending
             .store(self.up.pending() as u64, Ordering::Relaxed);
@@ -736,8 +952,12 @@ impl State {
     }
 
     fn write_profiles(&mut self) {
-        let nodes = std::mem::take(&mut self.dirty_nodes);
-        for node in nodes {
+        // Nodes whose profile is being written now: dirty again after this round.
+        let mut later = Vec::new();
+        while self.profile_active < PROFILE_WRITES {
+            let Some(node) = self.dirty_nodes.pop_first() else {
+                break;
+            };
             let mut by_ns: BTreeMap<String, Vec<(Value, Option<Value>)>> = BTreeMap::new();
             for (d, m) in self.down.node_devices(&node) {
                 let ns = d["metadata"]["namespace"]
@@ -758,7 +978,7 @@ impl State {
                 let k = (ns.clone(), node.clone());
                 if self.profile_inflight.contains(&k) {
                     // Written on a later round.
-                    self.dirty_nodes.insert(node.clone());
+                    later.push(node.clone());
                     continue;
                 }
                 let text = by_ns.get(&ns).map(|ds| {
@@ -773,14 +993,10 @@ impl State {
             }
             for (k, text) in jobs {
                 self.profile_inflight.insert(k.clone());
-                let (done, slots, client) = (
-                    self.done_tx.clone(),
-                    self.profile_slots.clone(),
-                    self.client.clone(),
-                );
+                self.profile_active += 1;
+                let (done, client) = (self.done_tx.clone(), self.client.clone());
                 let metrics = self.metrics.clone();
                 tokio::spawn(async move {
-                    let _slot = slots.acquire().await;
                     let api: Api<ConfigMap> = Api::namespaced(client, &k.0);
                     let name = profile::name(&k.1);
                     let result = match &text {
@@ -816,32 +1032,36 @@ impl State {
                 });
             }
         }
+        self.dirty_nodes.extend(later);
     }
 }
+
+/// Profile ConfigMap writes at once.
+const PROFILE_WRITES: usize = 2;
 
 /// What the controller keeps of a DeviceStatus: its version and its twins, as JSON text (a
 /// whole parsed object costs ten times as much, for every device of a site).
 #[derive(Debug)]
 struct StatusEntry {
     rv: u64,
-    /// `{"status": {"twins": [...]}}`.
-    doc: Arc<str>,
+    /// `{"status": {"twins": [...]}}`, compressed when large.
+    doc: Packed,
 }
 
 impl StatusEntry {
     fn of(v: &Value) -> Self {
         Self {
             rv: rv_num(v),
-            doc: Arc::from(
+            doc: Packed::new(
                 json!({"status": {"twins": v["status"]["twins"]}})
                     .to_string()
-                    .as_str(),
+                    .as_bytes(),
             ),
         }
     }
 
     fn value(&self) -> Value {
-        serde_json::from_str(&self.doc).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.doc.bytes()).unwrap_or(Value::Null)
     }
 }
 

@@ -15,6 +15,7 @@
 //! removed from a node when its last device there goes.
 
 use api::message::{Message, group, operation, source};
+use api::packed::Packed;
 use api::paths::Resource;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -44,7 +45,8 @@ pub struct Outbound {
     pub ack: Option<AckKey>,
 }
 
-/// A device as kept: its JSON text (parsed again only to send it), and the hash of its spec.
+/// A device as kept: its JSON text, compressed (parsed again only to send it), and the hash of
+/// its spec.
 /// A parsed `serde_json::Value` costs about ten times its text, and a controller holds every
 /// device of a site.
 #[derive(Clone, Debug)]
@@ -53,7 +55,7 @@ struct DeviceEntry {
     model: String,
     description: String,
     spec: u64,
-    object: Arc<str>,
+    object: Packed,
     /// The names of `spec.properties`, which every report is checked against.
     properties: Arc<[String]>,
 }
@@ -61,7 +63,7 @@ struct DeviceEntry {
 #[derive(Clone, Debug)]
 struct ModelEntry {
     spec: u64,
-    object: Arc<str>,
+    object: Packed,
 }
 
 /// What a node was last sent: the hash of each object's spec.
@@ -79,8 +81,8 @@ fn spec_hash(spec: &Value) -> u64 {
     h.finish()
 }
 
-fn parse(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+fn parse(text: &Packed) -> Value {
+    serde_json::from_slice(&text.bytes()).unwrap_or(Value::Null)
 }
 
 /// The downstream state.
@@ -126,8 +128,8 @@ fn outward(obj: &Value, kind: &str) -> Value {
     o
 }
 
-fn outward_text(obj: &Value, kind: &str) -> Arc<str> {
-    Arc::from(outward(obj, kind).to_string().as_str())
+fn outward_text(obj: &Value, kind: &str) -> Packed {
+    Packed::new(outward(obj, kind).to_string().as_bytes())
 }
 
 impl Downstream {
@@ -221,6 +223,18 @@ impl Downstream {
         let mut nodes: BTreeSet<String> = self.by_node.keys().cloned().collect();
         nodes.extend(self.sent.keys().cloned());
         nodes.into_iter().collect()
+    }
+
+    /// `node` starts over (its Node object was deleted: a gateway reinstalled, or gone): what
+    /// it was sent is forgotten, so that the next [`Downstream::reconcile_node`] sends it
+    /// everything it must hold.
+    pub fn forget_node(&mut self, node: &str) {
+        self.sent.remove(node);
+    }
+
+    /// Devices bound to `node`.
+    pub fn devices_on(&self, node: &str) -> usize {
+        self.by_node.get(node).map_or(0, BTreeSet::len)
     }
 
     /// The messages that bring `node` up to date.
@@ -619,6 +633,27 @@ mod tests {
                 resource_version: "7".into()
             })
         );
+    }
+
+    #[test]
+    fn a_forgotten_node_is_sent_everything_again_and_others_nothing() {
+        let (mut d, _) = synced_with(&[
+            model("m", "5", "C"),
+            device("d1", "n1", "m", "7"),
+            device("d2", "n2", "m", "8"),
+        ]);
+        assert!(d.reconcile_node("n1").is_empty(), "n1 is up to date");
+        assert_eq!((d.devices_on("n1"), d.devices_on("n3")), (1, 0));
+        d.forget_node("n1");
+        assert_eq!(
+            summary(&d.reconcile_node("n1")),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "insert", "node/n1/default/devicemodel/m", "5"),
+                row("n1", "insert", "node/n1/default/device/d1", "7"),
+            ]
+        );
+        assert!(d.reconcile_node("n2").is_empty(), "n2 was not forgotten");
     }
 
     #[test]

@@ -247,8 +247,9 @@ impl Upstream {
         Ok(Taken::Queued)
     }
 
-    /// The plans due now: at most one per device per `interval`, and none waiting out a retry.
-    pub fn due(&mut self, now: Instant, interval: Duration) -> Vec<(Key, Plan)> {
+    /// The plans due now, at most `limit`: at most one per device per `interval`, and none
+    /// waiting out a retry. Those beyond `limit` stay pending for a later call.
+    pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
         let ready: Vec<Key> = self
             .pending
             .iter()
@@ -260,6 +261,7 @@ impl Upstream {
                         .is_none_or(|t| now.duration_since(*t) >= interval)
             })
             .map(|(k, _)| k.clone())
+            .take(limit)
             .collect();
         ready
             .into_iter()
@@ -405,6 +407,26 @@ mod tests {
     }
 
     #[test]
+    fn due_plans_beyond_the_limit_wait_for_a_later_call() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        for d in ["d1", "d2", "d3"] {
+            let taken = u.accept(
+                "n1",
+                &twin_msg("n1", d, "temperature", "1", 1, 100),
+                facts("n1"),
+            );
+            assert_eq!(taken, Ok(Taken::Queued));
+        }
+        assert_eq!(u.due(t0, Duration::ZERO, 2).len(), 2);
+        assert_eq!(u.pending(), 1, "the third stays pending");
+        let rest = u.due(t0, Duration::ZERO, 2);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].1.reported["temperature"].value, "1");
+        assert!(u.due(t0, Duration::ZERO, 2).is_empty());
+    }
+
+    #[test]
     fn out_of_order_and_duplicate_reports_keep_the_newest() {
         let mut u = Upstream::new();
         let t0 = Instant::now();
@@ -421,7 +443,7 @@ mod tests {
             );
             assert_eq!(taken, Ok(Taken::Queued));
         }
-        let due = u.due(t0, Duration::from_millis(100));
+        let due = u.due(t0, Duration::from_millis(100), usize::MAX);
         assert_eq!(due.len(), 1, "one patch for four reports");
         let (key, plan) = &due[0];
         assert_eq!(plan.reported["temperature"].value, "30");
@@ -456,7 +478,7 @@ mod tests {
                 facts("n1"),
             )
             .expect("taken");
-            for (k, p) in u.due(now, Duration::from_millis(100)) {
+            for (k, p) in u.due(now, Duration::from_millis(100), usize::MAX) {
                 patches += 1;
                 u.stored(&k, &p);
             }
@@ -519,7 +541,7 @@ mod tests {
             facts("n1"),
         )
         .expect("taken");
-        let (k, p) = u.due(t0, Duration::ZERO).remove(0);
+        let (k, p) = u.due(t0, Duration::ZERO, usize::MAX).remove(0);
         u.accept(
             "n1",
             &twin_msg("n1", "d1", "temperature", "2", 2, 2),
@@ -527,8 +549,13 @@ mod tests {
         )
         .expect("taken");
         u.failed(k, p, t0 + Duration::from_secs(1));
-        assert!(u.due(t0, Duration::ZERO).is_empty(), "waits out its retry");
-        let (_, p) = u.due(t0 + Duration::from_secs(1), Duration::ZERO).remove(0);
+        assert!(
+            u.due(t0, Duration::ZERO, usize::MAX).is_empty(),
+            "waits out its retry"
+        );
+        let (_, p) = u
+            .due(t0 + Duration::from_secs(1), Duration::ZERO, usize::MAX)
+            .remove(0);
         assert_eq!(p.reported["temperature"].value, "2");
         assert_eq!(
             p.acks.len(),
@@ -548,7 +575,7 @@ mod tests {
             json!({"event_id": "e", "timestamp": 1, "Device": {"state": "online", "lastOnlineTime": "2026-11-24T10:00:00Z"}}),
         );
         assert_eq!(u.accept("n1", &m, facts("n1")), Ok(Taken::Queued));
-        let (_, p) = u.due(Instant::now(), Duration::ZERO).remove(0);
+        let (_, p) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
         let body = patch_body(
             &json!({"status": {"twins": [{"propertyName": "gone"}]}}),
             &p,

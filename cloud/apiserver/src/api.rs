@@ -366,7 +366,7 @@ impl Api {
             meta["remainingItemCount"] = json!(remaining);
         }
         let mut out =
-            BytesMut::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
+            BytesMut::with_capacity(64 + items.iter().map(|o| o.json_len() + 1).sum::<usize>());
         out.put_slice(
             format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{meta},\"items\":[",
@@ -991,7 +991,7 @@ fn outward(mut v: Value, res: &Resource, version: &str) -> Value {
 
 fn put_object(out: &mut BytesMut, o: &Obj, res: &Resource, version: &str, api_version: &str) {
     if o.api_version == api_version {
-        out.put_slice(&o.bytes);
+        out.put_slice(&o.json());
     } else {
         let v = outward(o.value(), res, version);
         out.put_slice(&serde_json::to_vec(&v).unwrap_or_default());
@@ -1081,7 +1081,7 @@ impl Watcher {
             (_, Some(true), false) => EventType::Deleted,
             (_, _, false) => return None,
         };
-        let mut out = BytesMut::with_capacity(o.bytes.len() + 40);
+        let mut out = BytesMut::with_capacity(o.json_len() + 40);
         out.put_slice(format!("{{\"type\":\"{}\",\"object\":", kind.as_str()).as_bytes());
         if self.as_table {
             let v = outward(o.value(), &self.res, &self.version);

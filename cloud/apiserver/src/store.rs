@@ -10,10 +10,12 @@
 //! answered `410 Gone`, as etcd's compaction makes a kube-apiserver do.
 
 use crate::status::Status;
-use bytes::Bytes;
+use api::packed::Packed;
+use futures_util::TryStreamExt;
 use serde_json::Value;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -24,7 +26,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 #[derive(Debug)]
 pub struct Obj {
     pub rv: u64,
-    pub bytes: Bytes,
+    /// Its JSON, compressed when large: read it with [`Obj::json`].
+    body: Packed,
     pub labels: Vec<(String, String)>,
     pub uid: String,
     /// `apiVersion` as stored: lists send the stored bytes as they are when it is the one asked for.
@@ -56,7 +59,7 @@ impl Obj {
             .unwrap_or_default();
         Self {
             rv,
-            bytes: Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            body: Packed::new(&serde_json::to_vec(v).unwrap_or_default()),
             labels,
             uid: meta["uid"].as_str().unwrap_or_default().to_string(),
             api_version: v["apiVersion"].as_str().unwrap_or_default().to_string(),
@@ -66,7 +69,17 @@ impl Obj {
     }
 
     pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.json()).unwrap_or(Value::Null)
+    }
+
+    /// The object's JSON text.
+    pub fn json(&self) -> Cow<'_, [u8]> {
+        self.body.bytes()
+    }
+
+    /// The length of its JSON text.
+    pub fn json_len(&self) -> usize {
+        self.body.len()
     }
 
     pub fn label(&self, k: &str) -> Option<&str> {
@@ -239,50 +252,64 @@ impl Store {
             None => 0,
         };
         let mut objects: HashMap<Arc<str>, Objects> = HashMap::new();
-        let rows = sqlx::query("SELECT res, ns, name, rv, body FROM objects")
-            .fetch_all(&mut conn)
-            .await?;
         let mut names: HashMap<String, Arc<str>> = HashMap::new();
-        for r in rows {
-            let res: String = r.try_get(0)?;
-            let res = names
-                .entry(res.clone())
-                .or_insert_with(|| Arc::from(res.as_str()))
-                .clone();
-            let body: Vec<u8> = r.try_get(4)?;
-            let v: Value = serde_json::from_slice(&body).map_err(|e| {
-                anyhow::anyhow!("{}: stored object {res} is not JSON: {e}", path.display())
-            })?;
-            let orv: i64 = r.try_get(3)?;
-            objects.entry(res).or_default().insert(
-                (r.try_get(1)?, r.try_get(2)?),
-                Arc::new(Obj::from_value(&v, orv as u64)),
-            );
+        // Row by row: a site's objects are not held twice (rows and parsed) while loading.
+        {
+            let mut rows =
+                sqlx::query("SELECT res, ns, name, rv, body FROM objects").fetch(&mut conn);
+            while let Some(r) = rows.try_next().await? {
+                let res: String = r.try_get(0)?;
+                let res = names
+                    .entry(res.clone())
+                    .or_insert_with(|| Arc::from(res.as_str()))
+                    .clone();
+                let body: Vec<u8> = r.try_get(4)?;
+                let v: Value = serde_json::from_slice(&body).map_err(|e| {
+                    anyhow::anyhow!("{}: stored object {res} is not JSON: {e}", path.display())
+                })?;
+                let orv: i64 = r.try_get(3)?;
+                objects.entry(res).or_default().insert(
+                    (r.try_get(1)?, r.try_get(2)?),
+                    Arc::new(Obj::from_value(&v, orv as u64)),
+                );
+            }
         }
         let mut history = VecDeque::new();
-        let rows = sqlx::query("SELECT rv, res, ns, name, type, body FROM events ORDER BY rv")
-            .fetch_all(&mut conn)
-            .await?;
-        for r in rows {
-            let res: String = r.try_get(1)?;
-            let res = names
-                .entry(res.clone())
-                .or_insert_with(|| Arc::from(res.as_str()))
-                .clone();
-            let body: Vec<u8> = r.try_get(5)?;
-            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let erv: i64 = r.try_get(0)?;
-            history.push_back(Event {
-                rv: erv as u64,
-                key: Key {
-                    res,
-                    ns: r.try_get(2)?,
-                    name: r.try_get(3)?,
-                },
-                kind: EventType::from_code(r.try_get(4)?),
-                obj: Arc::new(Obj::from_value(&v, erv as u64)),
-                prev: None,
-            });
+        {
+            let mut rows =
+                sqlx::query("SELECT rv, res, ns, name, type, body FROM events ORDER BY rv")
+                    .fetch(&mut conn);
+            while let Some(r) = rows.try_next().await? {
+                let res: String = r.try_get(1)?;
+                let res = names
+                    .entry(res.clone())
+                    .or_insert_with(|| Arc::from(res.as_str()))
+                    .clone();
+                let erv = r.try_get::<i64, _>(0)? as u64;
+                let (ns, name): (String, String) = (r.try_get(2)?, r.try_get(3)?);
+                let kind = EventType::from_code(r.try_get(4)?);
+                // The latest event of a live object shares the stored object (not a second copy).
+                let current = objects
+                    .get(&res)
+                    .and_then(|m| m.get(&(ns.clone(), name.clone())))
+                    .filter(|o| o.rv == erv && kind != EventType::Deleted)
+                    .cloned();
+                let obj = match current {
+                    Some(o) => o,
+                    None => {
+                        let body: Vec<u8> = r.try_get(5)?;
+                        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        Arc::new(Obj::from_value(&v, erv))
+                    }
+                };
+                history.push_back(Event {
+                    rv: erv,
+                    key: Key { res, ns, name },
+                    kind,
+                    obj,
+                    prev: None,
+                });
+            }
         }
         let tables = Arc::new(RwLock::new(Tables {
             rv: rv as u64,
@@ -508,6 +535,7 @@ impl Writer {
     ) -> Result<(), sqlx::Error> {
         let mut tx = self.conn.begin().await?;
         for e in events {
+            let json = e.obj.json();
             if e.kind == EventType::Deleted {
                 sqlx::query("DELETE FROM objects WHERE res = ? AND ns = ? AND name = ?")
                     .bind(&*e.key.res)
@@ -521,7 +549,7 @@ impl Writer {
                     .bind(&e.key.ns)
                     .bind(&e.key.name)
                     .bind(e.rv as i64)
-                    .bind(&e.obj.bytes[..])
+                    .bind(&json[..])
                     .execute(&mut *tx)
                     .await?;
             }
@@ -533,7 +561,7 @@ impl Writer {
             .bind(&e.key.ns)
             .bind(&e.key.name)
             .bind(e.kind.code())
-            .bind(&e.obj.bytes[..])
+            .bind(&json[..])
             .execute(&mut *tx)
             .await?;
         }

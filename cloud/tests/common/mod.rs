@@ -246,3 +246,23 @@ pub fn text(o: &Output) -> String {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// A node's report of one property, as KubeEdge's edgecore sends it (`twin/edge_updated`), at
+/// edge version `version`.
+pub fn twin_report(
+    node: &str,
+    device: &str,
+    prop: &str,
+    value: &str,
+    version: i64,
+) -> api::message::Message {
+    api::message::Message::new(
+        "edgehub",
+        "twin",
+        "update",
+        format!("node/{node}/device/default/{device}/twin/edge_updated"),
+        serde_json::json!({"event_id": format!("e{version}"), "timestamp": 1_700_000_000_000i64 + version,
+            "twin": {prop: {"actual": {"value": value, "metadata": {"timestamp": 1_700_000_000_000i64 + version}},
+                "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}}}),
+    )
+}

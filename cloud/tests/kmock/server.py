@@ -85,6 +85,12 @@ async def main():
         "namespaced": True,
         "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
     }
+    emulator.resources["v1/nodes"] = {
+        "kind": "Node",
+        "singular": "node",
+        "namespaced": False,
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    }
     async with emulator, kmock.Server(emulator) as server:
         print(f"PORT {server.port}", flush=True)
         loop = asyncio.get_running_loop()
