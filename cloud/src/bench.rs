@@ -55,12 +55,12 @@ pub fn start_server(modules: &str) -> Result<Server> {
             .local_addr()?
             .port())
     };
-    let (port, mport) = (free()?, free()?);
+    let (port, mport, hport, cport) = (free()?, free()?, free()?, free()?);
     let config = dir.path().join("cloudcore.yaml");
     std::fs::write(
         &config,
         format!(
-            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
+            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hport}\"\n    certListen: \"127.0.0.1:{cport}\"\n  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
         ),
     )?;
     let log = std::fs::File::create(dir.path().join("log"))?;

@@ -18,6 +18,18 @@
 //!     patchIntervalMs: 100           # at most one DeviceStatus patch per device per interval
 //!     maxInFlight: 64                # API writes at once
 //!     profiles: true                 # per-node device-profile-config-{node} ConfigMaps
+//!   cloudHub:                        # edge nodes: websocket sessions and joining by token
+//!     enable: true
+//!     listen: "0.0.0.0:10000"        # wss://HOST:10000/{projectID}/{node}/events
+//!     certListen: "0.0.0.0:10002"    # https://HOST:10002/ca.crt and /edge.crt
+//!     advertiseAddress: [192.0.2.10] # names/addresses edges use (added to the certificate)
+//!     nodeLimit: 1000                # sessions at once
+//!     maxFrameBytes: 33554432        # larger frames close the session (KubeEdge: 32 MiB)
+//!     keepaliveSeconds: 30           # a silent session is closed after this
+//!     nodeQps: 30                    # messages/s a node may send (burst nodeBurst: 60)
+//!     resendSeconds: 5               # unacknowledged messages are sent again after this
+//!     tokenTtlHours: 24              # validity of `cloudcore gettoken` tokens
+//!     edgeCertDays: 365
 //!   metrics:
 //!     listen: "127.0.0.1:9091"       # Prometheus /metrics (plain HTTP); "" turns it off
 //! ```
@@ -68,7 +80,55 @@ impl Default for Config {
 pub struct Modules {
     pub apiserver: ApiServer,
     pub device_controller: DeviceController,
+    pub cloud_hub: CloudHub,
     pub metrics: MetricsModule,
+}
+
+/// cloudhub: the edge nodes' websocket sessions and the certificate server they join through.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudHub {
+    pub enable: bool,
+    /// The websocket server (TLS, client certificates required).
+    pub listen: SocketAddr,
+    /// The certificate server: `/ca.crt`, `/edge.crt`.
+    pub cert_listen: SocketAddr,
+    /// Names and addresses the edge nodes reach the cloud by (in the serving certificate).
+    pub advertise_address: Vec<String>,
+    /// Sessions at once; more are refused.
+    pub node_limit: usize,
+    /// Frames larger than this close the session.
+    pub max_frame_bytes: usize,
+    /// A session silent this long is closed.
+    pub keepalive_seconds: u64,
+    /// Messages per second a node may send, and the burst above it.
+    pub node_qps: u32,
+    pub node_burst: u32,
+    /// A message not acknowledged within this is sent again.
+    pub resend_seconds: u64,
+    /// How long a token of `cloudcore gettoken` is valid.
+    pub token_ttl_hours: u64,
+    /// How long an edge certificate is valid.
+    pub edge_cert_days: i64,
+}
+
+impl Default for CloudHub {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            listen: SocketAddr::from(([0, 0, 0, 0], 10000)),
+            cert_listen: SocketAddr::from(([0, 0, 0, 0], 10002)),
+            advertise_address: Vec::new(),
+            node_limit: 1000,
+            max_frame_bytes: 32 << 20,
+            keepalive_seconds: 30,
+            node_qps: 30,
+            node_burst: 60,
+            resend_seconds: 5,
+            token_ttl_hours: 24,
+            edge_cert_days: 365,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

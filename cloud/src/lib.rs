@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod hub;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -59,23 +60,37 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         }
     };
     let stop = CancellationToken::new();
-    // Until cloudhub carries them, the newest 100 messages per node wait in memory (a newer one
-    // about an object replaces the older); older ones are dropped and counted.
-    let hub = Arc::new(devicecontroller::controller::MemoryHub::new(100));
+    let hub_cfg = &config.modules.cloud_hub;
+    let cloudhub = if hub_cfg.enable {
+        Some(start_cloudhub(&config, client.clone(), stop.clone()).await?)
+    } else {
+        None
+    };
+    // Without cloudhub, the newest 100 messages per node wait in memory (a newer one about an
+    // object replaces the older); older ones are dropped and counted.
+    let memory = Arc::new(devicecontroller::controller::MemoryHub::new(100));
+    let hub: Arc<dyn devicecontroller::controller::Hub> = match &cloudhub {
+        Some(h) => h.clone(),
+        None => memory.clone(),
+    };
     let controller = config.modules.device_controller.enable.then(|| {
         devicecontroller::controller::start(
             client.clone(),
-            hub.clone(),
+            hub,
             config.modules.device_controller.config(),
             stop.clone(),
         )
     });
+    if let (Some(h), Some(c)) = (&cloudhub, &controller) {
+        h.set_upstream(c.upstream.clone());
+    }
     let metrics = controller.as_ref().map(|c| c.metrics.clone());
     if !config.modules.metrics.listen.is_empty() {
         serve_metrics(
             &config.modules.metrics.listen,
             metrics,
-            hub.clone(),
+            memory.clone(),
+            cloudhub.clone(),
             stop.clone(),
         )
         .await?;
@@ -97,6 +112,7 @@ async fn serve_metrics(
     listen: &str,
     controller: Option<Arc<devicecontroller::controller::Metrics>>,
     hub: Arc<devicecontroller::controller::MemoryHub>,
+    cloudhub: Option<Arc<hub::CloudHub>>,
     stop: CancellationToken,
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -107,8 +123,12 @@ async fn serve_metrics(
         axum::routing::get(move || {
             let controller = controller.clone();
             let hub = hub.clone();
+            let cloudhub = cloudhub.clone();
             async move {
                 let mut text = controller.map(|m| m.render()).unwrap_or_default();
+                if let Some(h) = &cloudhub {
+                    text.push_str(&h.metrics.render(h.pending()));
+                }
                 text.push_str(&format!(
                     "# TYPE cloudcore_node_messages_pending gauge\ncloudcore_node_messages_pending {}\n# TYPE cloudcore_node_messages_dropped_total counter\ncloudcore_node_messages_dropped_total {}\n",
                     hub.len(),
@@ -124,6 +144,80 @@ async fn serve_metrics(
             .await;
     });
     Ok(())
+}
+
+/// Starts cloudhub: the certificate server and the websocket server, with their serving
+/// certificate signed by the cloud CA for `advertiseAddress`, this host and loopback.
+async fn start_cloudhub(
+    config: &config::Config,
+    client: kube::Client,
+    stop: CancellationToken,
+) -> Result<Arc<hub::CloudHub>> {
+    let c = &config.modules.cloud_hub;
+    let ca = hub::certs::Ca::load(&config.data_dir)?;
+    let mut sans = c.advertise_address.clone();
+    sans.extend(["127.0.0.1".to_string(), "localhost".to_string()]);
+    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let h = h.trim().to_lowercase();
+        if !h.is_empty() && !sans.contains(&h) {
+            sans.push(h);
+        }
+    }
+    let (cert, key) =
+        apiserver::pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
+    let ws_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, true, &[b"http/1.1"])?;
+    let cert_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, false, &[b"http/1.1"])?;
+    let hub = hub::CloudHub::new(hub::Settings {
+        node_limit: c.node_limit,
+        max_frame_bytes: c.max_frame_bytes,
+        keepalive: Duration::from_secs(c.keepalive_seconds),
+        node_qps: c.node_qps,
+        node_burst: c.node_burst,
+        resend: Duration::from_secs(c.resend_seconds),
+        noack_limit: 100,
+    });
+    hub.spawn_resender(stop.clone());
+    let listener = tokio::net::TcpListener::bind(c.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (modules.cloudHub.listen)", c.listen))?;
+    let cert_listener = tokio::net::TcpListener::bind(c.cert_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (modules.cloudHub.certListen)",
+                c.cert_listen
+            )
+        })?;
+    let certs = Arc::new(hub::certs::CertServer {
+        ca,
+        cert_days: c.edge_cert_days,
+    });
+    tokio::spawn(apiserver::serve(
+        cert_listener,
+        tokio_rustls::TlsAcceptor::from(cert_tls),
+        certs.router(),
+        stop.clone(),
+    ));
+    tokio::spawn(hub::serve(
+        hub.clone(),
+        listener,
+        tokio_rustls::TlsAcceptor::from(ws_tls),
+        client,
+        stop,
+    ));
+    eprintln!(
+        "cloudcore: cloudhub at wss://{} (certificates at https://{}); a join token: cloudcore gettoken",
+        c.listen, c.cert_listen
+    );
+    Ok(hub)
+}
+
+/// `cloudcore gettoken`: a join token for edge nodes.
+pub fn get_token(config: &config::Config) -> Result<String> {
+    let ca = hub::certs::Ca::load(&config.data_dir)?;
+    ca.token(Duration::from_secs(
+        config.modules.cloud_hub.token_ttl_hours * 3600,
+    ))
 }
 
 /// A kube-rs client of the cluster a kubeconfig names.

@@ -11,8 +11,17 @@ use tokio_util::sync::CancellationToken;
 )]
 struct Args {
     /// The YAML config file; with none, every default applies.
-    #[arg(long, short)]
+    #[arg(long, short, global = true)]
     config: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Prints a token an edge node joins with: `{sha256 of the CA}.{JWT}`, valid for
+    /// `modules.cloudHub.tokenTtlHours`.
+    Gettoken,
 }
 
 /// One malloc arena for every thread, as edgecore does (`edge::memory`): glibc's per-thread
@@ -69,6 +78,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Command::Gettoken) = args.command {
+        return match cloud::get_token(&config) {
+            Ok(t) => {
+                println!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cloudcore gettoken: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -165,28 +165,48 @@ pub async fn start(config: Config) -> Result<Running> {
 }
 
 fn tls_config(pki: &pki::Pki) -> Result<Arc<rustls::ServerConfig>> {
+    tls_server_config(
+        &pki.ca_pem,
+        &pki.serving_cert_pem,
+        &pki.serving_key_pem,
+        false,
+        &[b"http/1.1"],
+    )
+}
+
+/// A TLS server configuration (rustls, ring) serving `cert_pem`/`key_pem`, verifying client
+/// certificates against `ca_pem`: required when `require_client_cert`, optional otherwise.
+pub fn tls_server_config(
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+    require_client_cert: bool,
+    alpn: &[&[u8]],
+) -> Result<Arc<rustls::ServerConfig>> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c?)?;
     }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+    let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots),
         provider.clone(),
-    )
-    .allow_unauthenticated()
-    .build()?;
+    );
+    let verifier = if require_client_cert {
+        builder.build()?
+    } else {
+        builder.allow_unauthenticated().build()?
+    };
     let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
-            .collect::<Result<_, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())?;
+        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     Ok(Arc::new(cfg))
 }
 
@@ -376,7 +396,9 @@ async fn authenticated(
     Status::no_route(&path).into_response()
 }
 
-async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
+/// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
+/// of its client certificate's common name.
+pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         let (tcp, peer) = tokio::select! {

@@ -263,3 +263,59 @@ pub fn common_name(der: &[u8]) -> Option<String> {
         .and_then(|cn| cn.as_str().ok())
         .map(str::to_string)
 }
+
+/// Signs an edge node's certificate request (DER), as KubeEdge's cloudhub does: the subject is
+/// `CN=system:node:{node}, O=system:nodes` whatever the request asked, client auth only, valid
+/// `days`. The request must name that node and carry a valid signature. Returns the DER.
+pub fn sign_node_csr(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    csr_der: &[u8],
+    node: &str,
+    days: i64,
+) -> Result<Vec<u8>> {
+    let want = format!("system:node:{node}");
+    use x509_parser::prelude::FromDer;
+    let (_, req) = x509_parser::certification_request::X509CertificationRequest::from_der(csr_der)
+        .map_err(|e| anyhow::anyhow!("the body is not a DER certificate request: {e}"))?;
+    req.verify_signature()
+        .map_err(|e| anyhow::anyhow!("the certificate request's signature is wrong: {e}"))?;
+    let cn = req
+        .certification_request_info
+        .subject
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    anyhow::ensure!(
+        cn == want,
+        "the certificate request is for {cn:?}, not {want:?} (the NodeName header)"
+    );
+    let csr = rcgen::CertificateSigningRequestParams::from_der(&csr_der.to_vec().into())
+        .context("the certificate request does not parse")?;
+    let ca_key = KeyPair::from_pem(ca_key_pem).context("the CA key does not parse")?;
+    let issuer =
+        Issuer::from_ca_cert_pem(ca_pem, ca_key).context("the CA certificate does not parse")?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, want);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:nodes");
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    validity(&mut params, days);
+    let cert = params.signed_by(&csr.public_key, &issuer)?;
+    Ok(cert.der().to_vec())
+}
+
+/// The DER of the first certificate of a PEM text.
+pub fn pem_to_der(pem_text: &str) -> Result<Vec<u8>> {
+    Ok(pem::parse(pem_text)
+        .context("not a PEM certificate")?
+        .contents()
+        .to_vec())
+}

@@ -40,6 +40,9 @@ fn free_port() -> u16 {
 pub struct Cloud {
     pub dir: PathBuf,
     pub port: u16,
+    /// cloudhub's websocket and certificate ports.
+    pub hub_port: u16,
+    pub cert_port: u16,
     pub kubeconfig: PathBuf,
     extra: String,
     modules: String,
@@ -67,6 +70,8 @@ impl Cloud {
         let mut c = Self {
             dir: tmp.path().to_path_buf(),
             port: free_port(),
+            hub_port: free_port(),
+            cert_port: free_port(),
             kubeconfig: tmp.path().join("data/admin.kubeconfig"),
             extra: extra.to_string(),
             modules: modules.to_string(),
@@ -83,8 +88,18 @@ impl Cloud {
         std::fs::write(
             &config,
             format!(
-                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{}\"\n{}  metrics:\n    listen: \"\"\n{}",
-                self.port, self.extra, self.modules
+                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{}\"\n{}  metrics:\n    listen: \"\"\n{}{}",
+                self.port,
+                self.extra,
+                self.modules,
+                if self.modules.contains("cloudHub:") {
+                    String::new()
+                } else {
+                    format!(
+                        "  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{}\"\n",
+                        self.hub_port, self.cert_port
+                    )
+                }
             ),
         )
         .expect("config written");

@@ -1,0 +1,218 @@
+//! Joining by token, as KubeEdge's cloudhub does it: `cloudcore gettoken` prints
+//! `{sha256hex(CA DER)}.{JWT}` (HS256, signed with the CA key, an `exp` claim only); an edge
+//! fetches `GET /ca.crt` (DER), checks its hash against the token, and sends its certificate
+//! request to `GET /edge.crt` (DER body, headers `Authorization: Bearer {jwt}` and `NodeName`),
+//! getting back its certificate (DER). A node that has a certificate renews it with that
+//! certificate instead of a token.
+
+use anyhow::{Context, Result};
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The CA the edge certificates are signed with.
+#[derive(Clone)]
+pub struct Ca {
+    pub pem: String,
+    pub key_pem: String,
+    pub der: Vec<u8>,
+    /// The HMAC key of tokens: the CA key's DER, as KubeEdge signs them.
+    secret: Vec<u8>,
+}
+
+impl Ca {
+    /// The CA of a data directory (the embedded API's, in `{dataDir}/pki`), made on first use.
+    pub fn load(data_dir: &Path) -> Result<Self> {
+        let dir = data_dir.join("pki");
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let (pem, key_pem) = apiserver::pki::load_or_make_ca(&dir)?;
+        let der = apiserver::pki::pem_to_der(&pem)?;
+        let secret = apiserver::pki::pem_to_der(&key_pem)?;
+        Ok(Self {
+            pem,
+            key_pem,
+            der,
+            secret,
+        })
+    }
+
+    /// `sha256hex(CA DER)`, the first part of a token.
+    pub fn hash(&self) -> String {
+        hex(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref())
+    }
+
+    /// A join token valid for `ttl`.
+    pub fn token(&self, ttl: Duration) -> Result<String> {
+        #[derive(serde::Serialize)]
+        struct Claims {
+            exp: u64,
+        }
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+            + ttl.as_secs();
+        let jwt = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &Claims { exp },
+            &jsonwebtoken::EncodingKey::from_secret(&self.secret),
+        )?;
+        Ok(format!("{}.{jwt}", self.hash()))
+    }
+
+    /// Checks the JWT part of a token (what an edge sends as its bearer token).
+    pub fn verify(&self, jwt: &str) -> Result<(), String> {
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
+        v.required_spec_claims = ["exp".to_string()].into();
+        v.leeway = 0;
+        jsonwebtoken::decode::<serde_json::Value>(
+            jwt,
+            &jsonwebtoken::DecodingKey::from_secret(&self.secret),
+            &v,
+        )
+        .map(|_| ())
+        .map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
+                "the token has expired: get a new one with `cloudcore gettoken`".to_string()
+            }
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+                "the token was not made by this cloudcore (wrong signature)".to_string()
+            }
+            _ => format!("the token is not valid: {e}"),
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// What the certificate server needs.
+pub struct CertServer {
+    pub ca: Ca,
+    pub cert_days: i64,
+}
+
+fn refuse(code: StatusCode, why: String) -> Response {
+    tracing::warn!(%code, reason = %why, "edge certificate refused");
+    (code, why).into_response()
+}
+
+impl CertServer {
+    /// `GET /ca.crt` and `GET /edge.crt`.
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        let me = self.clone();
+        axum::Router::new()
+            .route(
+                "/ca.crt",
+                axum::routing::get(move || {
+                    let der = self.ca.der.clone();
+                    async move { der }
+                }),
+            )
+            .route(
+                "/edge.crt",
+                axum::routing::get(move |req: Request| {
+                    let me = me.clone();
+                    async move { me.edge_cert(req).await }
+                }),
+            )
+    }
+
+    async fn edge_cert(&self, req: Request) -> Response {
+        let ident = req
+            .extensions()
+            .get::<apiserver::Identity>()
+            .and_then(|i| i.0.clone());
+        let headers: HeaderMap = req.headers().clone();
+        let Some(node) = headers
+            .get("NodeName")
+            .and_then(|v| v.to_str().ok())
+            .filter(|n| !n.is_empty())
+        else {
+            return refuse(StatusCode::BAD_REQUEST, "no NodeName header".into());
+        };
+        let node = node.to_string();
+        match &ident {
+            // Renewal: the node's current certificate stands for the token.
+            Some(cn) if *cn == format!("system:node:{node}") => {}
+            Some(cn) => {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    format!("the client certificate is {cn:?}: it cannot ask for node {node:?}"),
+                );
+            }
+            None => {
+                let Some(jwt) = headers
+                    .get("Authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                else {
+                    return refuse(
+                        StatusCode::UNAUTHORIZED,
+                        "no token (Authorization: Bearer) and no client certificate".into(),
+                    );
+                };
+                if let Err(why) = self.ca.verify(jwt.trim()) {
+                    return refuse(StatusCode::UNAUTHORIZED, why);
+                }
+            }
+        }
+        let body = match axum::body::to_bytes(req.into_body(), 64 << 10).await {
+            Ok(b) => b,
+            Err(e) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("cannot read the certificate request: {e}"),
+                );
+            }
+        };
+        match apiserver::pki::sign_node_csr(
+            &self.ca.pem,
+            &self.ca.key_pem,
+            &body,
+            &node,
+            self.cert_days,
+        ) {
+            Ok(der) => {
+                tracing::info!(%node, "edge certificate issued");
+                der.into_response()
+            }
+            Err(e) => refuse(StatusCode::BAD_REQUEST, format!("{e:#}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_verify_until_they_expire_and_only_with_their_ca() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = Ca::load(dir.path()).expect("ca");
+        let token = ca.token(Duration::from_secs(3600)).expect("token");
+        let (hash, jwt) = token.split_once('.').expect("hash.jwt");
+        assert_eq!(hash.len(), 64);
+        assert_eq!(hash, ca.hash());
+        assert_eq!(jwt.split('.').count(), 3, "a JWT: header.claims.signature");
+        assert_eq!(ca.verify(jwt), Ok(()));
+
+        let expired = ca.token(Duration::ZERO).expect("token");
+        std::thread::sleep(Duration::from_millis(1100));
+        let err = ca
+            .verify(expired.split_once('.').expect("jwt").1)
+            .expect_err("refused");
+        assert!(err.contains("expired"), "{err}");
+
+        let other = tempfile::tempdir().expect("dir");
+        let other = Ca::load(other.path()).expect("ca");
+        let err = other.verify(jwt).expect_err("refused");
+        assert!(err.contains("not made by this cloudcore"), "{err}");
+        assert_ne!(other.hash(), ca.hash());
+    }
+}

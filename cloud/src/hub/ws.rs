@@ -1,0 +1,331 @@
+//! The websocket server of cloudhub and the `Node` objects of connected nodes.
+
+use super::CloudHub;
+use api::message::Message;
+use futures_util::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Message as Frame, http};
+use tokio_util::sync::CancellationToken;
+
+/// Accepts sessions until `stop`.
+pub async fn serve(
+    hub: Arc<CloudHub>,
+    listener: TcpListener,
+    tls: TlsAcceptor,
+    client: kube::Client,
+    stop: CancellationToken,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => return,
+            a = listener.accept() => match a {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then go on accepting.
+                    tracing::warn!(error = %e, "cloudhub: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let (hub, tls, client, stop) = (hub.clone(), tls.clone(), client.clone(), stop.clone());
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::info!(%peer, error = %e, "cloudhub: TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(%peer, "cloudhub: TLS handshake timed out");
+                    return;
+                }
+            };
+            let cn = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| apiserver::pki::common_name(c))
+                .unwrap_or_default();
+            session(hub, stream, cn, peer, client, stop).await;
+        });
+    }
+}
+
+/// The node a handshake names: path `/{projectID}/{node}/events`, header `node_id` equal to it,
+/// and the client certificate's `CN=system:node:{node}`.
+fn check_handshake(req: &Request, cn: &str) -> Result<String, String> {
+    let parts: Vec<&str> = req.uri().path().trim_matches('/').split('/').collect();
+    let node = match parts.as_slice() {
+        [_project, node, "events"] if !node.is_empty() => node.to_string(),
+        _ => {
+            return Err(format!(
+                "path {} is not /{{projectID}}/{{nodeName}}/events",
+                req.uri().path()
+            ));
+        }
+    };
+    let header = req
+        .headers()
+        .get("node_id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if header != node {
+        return Err(format!(
+            "header node_id {header:?} does not match the path's node {node:?}"
+        ));
+    }
+    if cn != format!("system:node:{node}") {
+        return Err(format!(
+            "the client certificate is {cn:?}, not system:node:{node}"
+        ));
+    }
+    Ok(node)
+}
+
+async fn session(
+    hub: Arc<CloudHub>,
+    stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    cn: String,
+    peer: std::net::SocketAddr,
+    client: kube::Client,
+    stop: CancellationToken,
+) {
+    let named: Arc<Mutex<Option<String>>> = Arc::default();
+    let slot = named.clone();
+    // tungstenite's callback type: its error is a whole HTTP response.
+    #[allow(clippy::result_large_err)]
+    let callback = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        match check_handshake(req, &cn) {
+            Ok(node) => {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(node);
+                Ok(resp)
+            }
+            Err(why) => {
+                tracing::warn!(%peer, reason = %why, "cloudhub: connection refused");
+                let mut r = ErrorResponse::new(Some(why));
+                *r.status_mut() = http::StatusCode::FORBIDDEN;
+                Err(r)
+            }
+        }
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(hub.settings.max_frame_bytes))
+        .max_frame_size(Some(hub.settings.max_frame_bytes));
+    let ws = match tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)),
+    )
+    .await
+    {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "cloudhub: websocket handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let Some(node) = named.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let (mut sink, mut frames) = ws.split();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(256);
+    let end = CancellationToken::new();
+    let Some(id) = hub.attach(&node, tx, end.clone()) else {
+        tracing::warn!(%node, limit = hub.settings.node_limit, "cloudhub: node limit reached; session refused");
+        let _ = sink
+            .send(Frame::Close(Some(
+                tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                    code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Again,
+                    reason: "node limit reached".into(),
+                },
+            )))
+            .await;
+        return;
+    };
+    tracing::info!(%node, %peer, "cloudhub: node connected");
+    node_ready(&client, &node, true).await;
+    let writer_end = end.clone();
+    let writer = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = writer_end.cancelled() => break,
+                t = rx.recv() => match t {
+                    Some(t) => {
+                        if sink.send(Frame::text(t)).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let mut bucket = Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+    let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
+    heartbeat.tick().await;
+    let why = loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => break "cloudcore stops".to_string(),
+            _ = end.cancelled() => break "replaced by a newer connection".to_string(),
+            _ = heartbeat.tick() => {
+                node_ready(&client, &node, true).await;
+                continue;
+            }
+            f = tokio::time::timeout(hub.settings.keepalive, frames.next()) => f,
+        };
+        let frame = match next {
+            Err(_) => break format!("silent for {:?}", hub.settings.keepalive),
+            Ok(None) => break "closed by the node".to_string(),
+            Ok(Some(Err(e))) => break format!("read failed: {e}"),
+            Ok(Some(Ok(f))) => f,
+        };
+        let data = match frame {
+            Frame::Text(t) => t.as_bytes().to_vec(),
+            Frame::Binary(b) => b.to_vec(),
+            Frame::Close(_) => break "closed by the node".to_string(),
+            _ => continue,
+        };
+        hub.metrics
+            .frames_in
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let msg: Message = match serde_json::from_slice(&data) {
+            Ok(m) => m,
+            Err(e) => {
+                hub.metrics
+                    .bad_frames
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%node, error = %e, bytes = data.len(), "cloudhub: a frame is not a message; skipped");
+                continue;
+            }
+        };
+        bucket.take().await;
+        hub.received(&node, msg).await;
+    };
+    end.cancel();
+    let _ = writer.await;
+    if hub.detach(&node, id) {
+        tracing::info!(%node, reason = %why, "cloudhub: node disconnected");
+        node_ready(&client, &node, false).await;
+    } else {
+        tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
+    }
+}
+
+/// A token bucket: `qps` per second, `burst` at once.
+struct Bucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(qps: u32, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: f64::from(qps.max(1)),
+            burst,
+            tokens: burst,
+            at: Instant::now(),
+        }
+    }
+
+    async fn take(&mut self) {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
+        self.at = now;
+        if self.tokens < 1.0 {
+            let wait = (1.0 - self.tokens) / self.qps;
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            self.tokens = 1.0;
+            self.at = Instant::now();
+        }
+        self.tokens -= 1.0;
+    }
+}
+
+/// Makes the node's `Node` object if it has none, and sets its Ready condition.
+async fn node_ready(client: &kube::Client, node: &str, ready: bool) {
+    let api: Api<Node> = Api::all(client.clone());
+    let obj: Result<Node, _> = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": {"node-role.kubernetes.io/edge": "", "kubernetes.io/hostname": node}}}));
+    if let Ok(obj) = obj {
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cloudhub: cannot create the Node object");
+                return;
+            }
+        }
+    }
+    let now = chrono_now();
+    let (status, reason, message) = if ready {
+        ("True", "EdgeReady", "edge is connected to cloudhub")
+    } else {
+        (
+            "Unknown",
+            "NodeStatusUnknown",
+            "edge is not connected to cloudhub",
+        )
+    };
+    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status,
+        "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    if let Err(e) = api
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(%node, error = %e, "cloudhub: cannot set the Node's Ready condition");
+    }
+}
+
+/// Now as RFC 3339 with seconds, as Kubernetes writes times.
+fn chrono_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    now.format(&f).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(path: &str, node_id: &str) -> Request {
+        http::Request::builder()
+            .uri(path)
+            .header("node_id", node_id)
+            .body(())
+            .expect("request")
+    }
+
+    #[test]
+    fn handshakes_name_their_node_three_ways_or_are_refused() {
+        let ok = req("/e632aba927ea4ac2b575ec1603d56f10/edge-1/events", "edge-1");
+        assert_eq!(
+            check_handshake(&ok, "system:node:edge-1"),
+            Ok("edge-1".into())
+        );
+        let err = check_handshake(&ok, "system:node:edge-2").expect_err("refused");
+        assert!(err.contains("system:node:edge-1"), "{err}");
+        let err = check_handshake(&req("/p/edge-1/events", "edge-2"), "system:node:edge-1")
+            .expect_err("refused");
+        assert!(err.contains("node_id"), "{err}");
+        let err = check_handshake(&req("/edge-1/events", "edge-1"), "system:node:edge-1")
+            .expect_err("refused");
+        assert!(err.contains("/{projectID}/{nodeName}/events"), "{err}");
+    }
+}

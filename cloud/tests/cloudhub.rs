@@ -1,0 +1,283 @@
+//! cloudhub against an edge node that is not ours: `tests/edge/edge.py` joins and holds its
+//! session as KubeEdge's edgehub does, on the `cryptography` and `websockets` libraries. The
+//! real `cloudcore` binary runs with its device controller and cloudhub; the real `kubectl`
+//! makes the changes.
+
+mod common;
+
+use common::{Cloud, examples, path_str, twin_report};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Edge {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python() -> std::path::PathBuf {
+    let venv = common::workspace().join(".venv/bin/python3");
+    if venv.is_file() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+fn edge_cmd(c: &Cloud, node: &str, token: &str) -> Command {
+    let mut cmd = Command::new(python());
+    cmd.arg(common::workspace().join("cloud/tests/edge/edge.py"))
+        .args(["--cert-url", &format!("https://127.0.0.1:{}", c.cert_port)])
+        .args(["--hub-url", &format!("wss://127.0.0.1:{}", c.hub_port)])
+        .args(["--node", node, "--token", token, "--heartbeat", "2"]);
+    cmd
+}
+
+impl Edge {
+    fn start(c: &Cloud, node: &str, token: &str) -> Self {
+        let mut child = edge_cmd(c, node, token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python runs");
+        let stdin = child.stdin.take().expect("stdin");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until a frame (or event line) matching `want` arrives; returns it.
+    fn until(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+        if let Some(v) = self.seen.iter().find(|v| want(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if want(&v) {
+                        return v;
+                    }
+                }
+                Err(_) => panic!("edge: no {what}; it got: {:#?}", self.seen),
+            }
+        }
+    }
+
+    fn send(&mut self, frame: &str) {
+        writeln!(self.stdin, "{frame}").expect("to the edge");
+        self.stdin.flush().expect("flush");
+    }
+}
+
+fn token(c: &Cloud) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .arg("gettoken")
+        .arg("--config")
+        .arg(c.dir.join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore gettoken runs");
+    assert!(out.status.success(), "{}", common::text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn resource(v: &Value) -> &str {
+    v["route"]["resource"].as_str().unwrap_or_default()
+}
+
+fn node_status(c: &Cloud, node: &str) -> String {
+    let out = c.kubectl(&["get", "node", node, "--no-headers"]);
+    common::text(&out)
+}
+
+#[tokio::test]
+async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicestatus() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    assert_eq!(token.split('.').count(), 4, "{token}");
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    let joined = edge.until("join", |v| v["joined"].is_string());
+    assert!(
+        joined["joined"].as_str().is_some_and(
+            |s| s.contains("CN=system:node:edge-node-1") && s.contains("O=system:nodes")
+        ),
+        "{joined}"
+    );
+    edge.until("session", |v| v["connected"] == "edge-node-1");
+    let dev = edge.until("oven-1", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+            && v["route"]["operation"] == "insert"
+    });
+    assert_eq!(dev["content"]["kind"], "Device");
+    assert!(
+        dev["header"]["resourceversion"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{dev}"
+    );
+    edge.until("membership", |v| {
+        resource(v) == "node/edge-node-1/membership"
+    });
+
+    // The node shows Ready.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node_status(&c, "edge-node-1").contains(" Ready") {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            node_status(&c, "edge-node-1")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A garbage frame is skipped; the session goes on.
+    edge.send("this is not a message");
+    // A report lands in DeviceStatus and is answered once stored.
+    let report = twin_report("edge-node-1", "oven-1", "temperature", "77", 1);
+    let id = report.header.id.clone();
+    edge.send(&serde_json::to_string(&report).expect("json"));
+    let answer = edge.until("the report's answer", |v| {
+        v["header"]["parent_msg_id"] == id
+    });
+    assert_eq!(answer["route"]["operation"], "response", "{answer}");
+    let yaml = c.ok(&["get", "devicestatus", "oven-1", "-o", "yaml"]);
+    assert!(yaml.contains("value: \"77\""), "{yaml}");
+
+    // A report about another node's device is refused with an error naming why.
+    let other = twin_report("edge-node-2", "oven-1", "temperature", "1", 2);
+    let oid = other.header.id.clone();
+    edge.send(&serde_json::to_string(&other).expect("json"));
+    let err = edge.until("a refusal", |v| v["header"]["parent_msg_id"] == oid);
+    assert_eq!(err["route"]["operation"], "error", "{err}");
+    assert!(
+        err["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("only send about itself")),
+        "{err}"
+    );
+
+    // A desired value set with kubectl reaches the node as a device update.
+    c.ok(&[
+        "patch",
+        "device",
+        "oven-1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"88"}]"#,
+    ]);
+    edge.until("the desired value", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+            && v["route"]["operation"] == "update"
+            && v.to_string().contains("\"88\"")
+    });
+
+    // The edge goes away: its Node turns NotReady.
+    drop(edge);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node_status(&c, "edge-node-1").contains("NotReady") {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            node_status(&c, "edge-node-1")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn wrong_tokens_and_certificates_are_refused_with_the_reason() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    let (hash, jwt) = token.split_once('.').expect("hash.jwt");
+
+    // A token of another CA: the edge refuses the cloud's CA.
+    let wrong_hash = format!("{}.{jwt}", "0".repeat(hash.len()));
+    let out = edge_cmd(&c, "edge-node-1", &wrong_hash)
+        .output()
+        .expect("python");
+    assert!(!out.status.success());
+    assert!(
+        common::text(&out).contains("failed to validate CA certificate"),
+        "{}",
+        common::text(&out)
+    );
+
+    // A JWT this cloud did not sign: 401 with the reason.
+    let mut parts: Vec<&str> = jwt.split('.').collect();
+    parts[2] = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let forged = format!("{hash}.{}", parts.join("."));
+    let out = edge_cmd(&c, "edge-node-1", &forged)
+        .output()
+        .expect("python");
+    assert!(!out.status.success());
+    let text = common::text(&out);
+    assert!(
+        text.contains("code: 401") && text.contains("not made by this cloudcore"),
+        "{text}"
+    );
+}
+
+#[test]
+fn cloudhub_refuses_a_session_without_a_client_certificate() {
+    let c = Cloud::start_full("", "");
+    // TLS without a client certificate: the handshake is refused before any websocket.
+    let out = Command::new(python())
+        .args([
+            "-c",
+            &format!(
+                "import asyncio, ssl, websockets\n\
+                 ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n\
+                 async def main():\n\
+                 \x20   async with websockets.connect('wss://127.0.0.1:{}/p/edge-node-1/events', ssl=ctx, additional_headers={{'node_id': 'edge-node-1'}}) as ws:\n\
+                 \x20       await ws.recv()\n\
+                 asyncio.run(main())\n",
+                c.hub_port
+            ),
+        ])
+        .output()
+        .expect("python");
+    let text = common::text(&out);
+    assert!(!out.status.success(), "{text}");
+    // TLS 1.3: the client's side of the handshake is done before the server checks its
+    // certificate; the server then ends the connection before any HTTP.
+    assert!(
+        text.contains("SSL") || text.contains("connection closed while reading HTTP status line"),
+        "refused at TLS, not for another reason: {text}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.log().contains("TLS handshake failed") {
+        assert!(Instant::now() < deadline, "{}", c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(c.log().contains("certificate"), "{}", c.log());
+}

@@ -1,0 +1,157 @@
+"""An edge node shaped as KubeEdge's edgehub, on third-party libraries (cryptography,
+websockets): it joins with a token exactly as edgehub's certmanager does, then holds the
+websocket session.
+
+  edge.py --cert-url https://127.0.0.1:10002 --hub-url wss://127.0.0.1:10000 \
+          --node edge-node-1 --token TOKEN [--no-ack]
+
+Join: GET /ca.crt (DER), its SHA-256 checked against the token's first part; a P-256 key and a
+DER certificate request (CN=system:node:{node}, O=system:nodes) sent with GET /edge.crt and
+headers `Authorization: Bearer {jwt}`, `NodeName`; the DER certificate comes back.
+
+Session: wss://.../{projectID}/{node}/events with headers node_id and project_id. Every frame
+received is printed as one JSON line on stdout; a message with a resourceversion is answered
+as metamanager does (`response`, parent_msg_id, content "OK") unless --no-ack. Each stdin line
+is sent as one frame as it is (so a test can send reports, garbage, or oversized frames). A
+keepalive is sent every --heartbeat seconds (KubeEdge: 15). Errors go to stderr and exit 1.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import json
+import ssl
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import websockets
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+PROJECT = "e632aba927ea4ac2b575ec1603d56f10"
+
+
+def fail(why):
+    print(f"edge: {why}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def join(cert_url, node, token):
+    parts = token.split(".")
+    if len(parts) != 4:
+        fail(f"token {token!r} credentials are in the wrong format")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ca = urllib.request.urlopen(cert_url + "/ca.crt", context=ctx).read()
+    digest = hashlib.sha256(ca).hexdigest()
+    if digest != parts[0]:
+        fail(f"failed to validate CA certificate. tokenCAhash: {parts[0]}, CAhash: {digest}")
+    ca_pem = x509.load_der_x509_certificate(ca).public_bytes(serialization.Encoding.PEM)
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.COUNTRY_NAME, "CN"),
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}"),
+                ]
+            )
+        )
+        .sign(key, hashes.SHA256())
+    )
+    verified = ssl.create_default_context(cadata=ca_pem.decode())
+    verified.check_hostname = False
+    req = urllib.request.Request(
+        cert_url + "/edge.crt",
+        data=csr.public_bytes(serialization.Encoding.DER),
+        method="GET",
+        headers={"Authorization": "Bearer " + ".".join(parts[1:]), "NodeName": node},
+    )
+    try:
+        der = urllib.request.urlopen(req, context=verified).read()
+    except urllib.error.HTTPError as e:
+        fail(f"failed to call http, code: {e.code}, message: {e.read().decode(errors='replace')}")
+    cert = x509.load_der_x509_certificate(der)
+    return ca_pem, cert, key
+
+
+def message(group, op, resource, content, parent=""):
+    return {
+        "header": {"msg_id": str(uuid.uuid4()), "parent_msg_id": parent,
+                   "timestamp": int(time.time() * 1000), "sync": False},
+        "route": {"source": "edgehub", "group": group, "operation": op, "resource": resource},
+        "content": content,
+    }
+
+
+async def session(args, ca_pem, cert, key):
+    d = tempfile.mkdtemp()
+    with open(f"{d}/ca.crt", "wb") as f:
+        f.write(ca_pem)
+    with open(f"{d}/edge.crt", "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(f"{d}/edge.key", "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    ctx = ssl.create_default_context(cafile=f"{d}/ca.crt")
+    ctx.check_hostname = False
+    ctx.load_cert_chain(f"{d}/edge.crt", f"{d}/edge.key")
+    url = f"{args.hub_url}/{PROJECT}/{args.node}/events"
+    async with websockets.connect(
+        url, ssl=ctx, max_size=None,
+        additional_headers={"node_id": args.node, "project_id": PROJECT},
+    ) as ws:
+        print(json.dumps({"connected": args.node}), flush=True)
+        loop = asyncio.get_running_loop()
+
+        async def heartbeat():
+            while True:
+                await asyncio.sleep(args.heartbeat)
+                await ws.send(json.dumps(message("resource", "keepalive", "node", "ping")))
+
+        async def upstream():
+            reader = asyncio.StreamReader(limit=64 << 20)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+            while line := await reader.readline():
+                await ws.send(line.decode().rstrip("\n"))
+
+        tasks = [asyncio.create_task(heartbeat()), asyncio.create_task(upstream())]
+        try:
+            async for frame in ws:
+                msg = json.loads(frame)
+                print(json.dumps(msg), flush=True)
+                if msg["header"].get("resourceversion") and not args.no_ack:
+                    answer = message("resource", "response", msg["route"]["resource"], "OK",
+                                     parent=msg["header"]["msg_id"])
+                    await ws.send(json.dumps(answer))
+        except websockets.ConnectionClosed as e:
+            print(json.dumps({"closed": str(e)}), flush=True)
+        for t in tasks:
+            t.cancel()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cert-url", required=True)
+    p.add_argument("--hub-url", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--no-ack", action="store_true")
+    p.add_argument("--heartbeat", type=float, default=15.0)
+    args = p.parse_args()
+    ca_pem, cert, key = join(args.cert_url, args.node, args.token)
+    print(json.dumps({"joined": cert.subject.rfc4514_string()}), flush=True)
+    asyncio.run(session(args, ca_pem, cert, key))
+
+
+if __name__ == "__main__":
+    main()
