@@ -1,6 +1,6 @@
 //! Wiring: starts the modules the config enables and stops them on cancellation.
 
-use crate::catalog::{Catalog, Change, SharedCatalog};
+use crate::catalog::{Catalog, Change, SharedCatalog, SharedSources};
 use crate::config::{Config, MqttMode, split_host_port};
 use crate::metrics::Metrics;
 use crate::{dmi, eventbus, http, manifests};
@@ -53,13 +53,23 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let twin = TwinService::start(store, config.limits()).await?;
     let metrics = Arc::new(Metrics::default());
     let catalog: SharedCatalog = Arc::new(RwLock::new(Catalog::default()));
+    let sources: SharedSources = Arc::default();
+    // What the cloud sent before this start (persisted before it was acknowledged): the
+    // devices run at once, link or not.
+    {
+        let mut src = sources.lock().await;
+        src.cloud = crate::edgehub::load_cloud_objects(twin.store()).await?;
+        let initial = src.rebuild(&catalog);
+        apply_changes(&twin, &catalog, &initial).await;
+    }
     let (changes_tx, _) = broadcast::channel::<Vec<Change>>(256);
     let mut tasks = JoinSet::new();
     tracing::info!(node = %config.node_name, data_dir = %config.data_dir.display(), devices = twin.stats().devices.load(std::sync::atomic::Ordering::Relaxed), "edgecore starting");
 
     if config.modules.manifests {
         let dir = config.manifests_dir();
-        let loaded = match manifests::reload(&dir, &config.node_name, &catalog) {
+        let mut src = sources.lock().await;
+        let loaded = match manifests::reload(&dir, &config.node_name, &mut src, &catalog) {
             Ok(initial) => {
                 apply_changes(&twin, &catalog, &initial).await;
                 drop(initial);
@@ -74,11 +84,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 false
             }
         };
+        drop(src);
         crate::memory::release_freed();
         tasks.spawn(manifests::watch(
             dir,
             config.node_name.clone(),
             Duration::from_millis(config.manifests.poll_interval_ms),
+            sources.clone(),
             catalog.clone(),
             twin.clone(),
             changes_tx.clone(),
@@ -180,6 +192,19 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             state,
             cancel.clone(),
         ));
+    }
+
+    if let Some(cloud) = &config.cloud {
+        let hub = crate::edgehub::EdgeHub {
+            cloud: cloud.clone(),
+            node: config.node_name.clone(),
+            data_dir: config.data_dir.clone(),
+            twin: twin.clone(),
+            sources: sources.clone(),
+            catalog: catalog.clone(),
+            changes: changes_tx.clone(),
+        };
+        tasks.spawn(hub.run(cancel.clone()));
     }
 
     tracing::info!("edgecore running");

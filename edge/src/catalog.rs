@@ -155,3 +155,64 @@ impl Catalog {
         out
     }
 }
+
+/// Devices and models received from the cloud (persisted by edgehub before they are
+/// acknowledged), by `namespace/name`.
+#[derive(Clone, Debug, Default)]
+pub struct CloudObjects {
+    pub devices: BTreeMap<DeviceId, Device>,
+    pub models: BTreeMap<DeviceId, DeviceModel>,
+}
+
+/// Where the catalog comes from: the local manifests as last loaded (`None` when that module is
+/// off or the directory has not been read), and what the cloud sent.
+#[derive(Debug, Default)]
+pub struct Sources {
+    pub local: Option<Catalog>,
+    pub cloud: CloudObjects,
+}
+
+/// The sources shared by the manifests watcher and edgehub. Whoever changes them holds the lock
+/// until the changes are applied to the twin and published, so two changes never cross.
+pub type SharedSources = Arc<tokio::sync::Mutex<Sources>>;
+
+impl Sources {
+    /// The catalog both sources make. A device or model declared in a local manifest wins over
+    /// the cloud's of the same `namespace/name` (a file on the gateway is a deliberate local
+    /// override); the cloud's is then ignored, and logged.
+    pub fn merged(&self) -> Catalog {
+        let mut out = self.local.clone().unwrap_or_default();
+        for (id, m) in &self.cloud.models {
+            if out.models.contains_key(id) {
+                tracing::debug!(model = %id, "a local manifest declares this model; the cloud's is ignored");
+                continue;
+            }
+            out.models.insert(id.clone(), m.clone());
+        }
+        for (id, d) in &self.cloud.devices {
+            if out.devices.contains_key(id) {
+                tracing::warn!(device = %id, "a local manifest declares this device; the cloud's is ignored");
+                continue;
+            }
+            let model = d
+                .model_name()
+                .and_then(|m| out.models.get(&DeviceId::new(&id.namespace, m)));
+            let effective = match model {
+                Some(m) => StoredDevice::new(&effective_device(d, m)),
+                None => StoredDevice::new(d),
+            };
+            out.devices.insert(id.clone(), effective);
+            out.origins.insert(id.clone(), "cloud".into());
+        }
+        out
+    }
+
+    /// Replaces the catalog with what the sources make now; returns the changes.
+    pub fn rebuild(&self, catalog: &SharedCatalog) -> Vec<Change> {
+        let next = self.merged();
+        let mut current = write(catalog);
+        let changes = current.diff(&next);
+        *current = next;
+        changes
+    }
+}

@@ -13,6 +13,9 @@
 //! # mqtt.maxQueuedMessages (1000), mqtt.maxQueuedBytes (16777216), mqtt.maxInflightMessages (20)
 //! store: {synchronous: normal}                         # or full (fsync every commit)
 //! twin: {maxValueBytes: 65536, maxDocumentBytes: 1048576}
+//! # join a cloudcore (edgehub; none: local manifests only); the token (cloudcore gettoken) is
+//! # needed only until the node has its certificate ({dataDir}/certs)
+//! cloud: {server: "wss://cloud.example.com:10000", certServer: "https://cloud.example.com:10002", token: "TOKEN", heartbeatSeconds: 15}
 //! ```
 
 use serde::Deserialize;
@@ -52,6 +55,39 @@ pub struct Config {
     pub http: Http,
     pub store: StoreConfig,
     pub twin: TwinLimits,
+    /// The cloud this node joins (edgehub); none: local manifests only.
+    pub cloud: Option<Cloud>,
+}
+
+/// edgehub: how this node reaches its cloudcore.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Cloud {
+    /// cloudhub's websocket server: `wss://host:10000`.
+    pub server: String,
+    /// The certificate server: `https://host:10002`.
+    pub cert_server: String,
+    /// From `cloudcore gettoken`; needed only until the node has its certificate.
+    pub token: String,
+    pub project_id: String,
+    pub heartbeat_seconds: u64,
+    /// Messages per second this node sends upstream, and the burst above it.
+    pub qps: u32,
+    pub burst: u32,
+}
+
+impl Default for Cloud {
+    fn default() -> Self {
+        Self {
+            server: String::new(),
+            cert_server: String::new(),
+            token: String::new(),
+            project_id: "e632aba927ea4ac2b575ec1603d56f10".into(),
+            heartbeat_seconds: 15,
+            qps: 30,
+            burst: 60,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -234,6 +270,7 @@ impl Default for Config {
             http: Http::default(),
             store: StoreConfig::default(),
             twin: TwinLimits::default(),
+            cloud: None,
         }
     }
 }
@@ -317,6 +354,26 @@ impl Config {
         ] {
             if n == 0 {
                 return Err((key, "must be more than 0".into()));
+            }
+        }
+        if let Some(c) = &self.cloud {
+            if !c.server.starts_with("wss://") {
+                return Err((
+                    "cloud.server",
+                    format!("{:?} is not wss://host:port", c.server),
+                ));
+            }
+            if !c.cert_server.starts_with("https://") {
+                return Err((
+                    "cloud.certServer",
+                    format!("{:?} is not https://host:port", c.cert_server),
+                ));
+            }
+            if c.heartbeat_seconds == 0 || c.qps == 0 || c.burst == 0 {
+                return Err((
+                    "cloud.heartbeatSeconds",
+                    "heartbeatSeconds, qps and burst must be more than 0".into(),
+                ));
             }
         }
         if self.twin.max_value_bytes == 0
@@ -425,6 +482,21 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("/etc/edgecore.yaml"), Path::new("/etc"))
+    }
+
+    #[test]
+    fn a_cloud_section_needs_wss_and_https_addresses() {
+        let c = parse("cloud: {server: \"wss://c:10000\", certServer: \"https://c:10002\"}\n")
+            .expect("cloud");
+        let cloud = c.cloud.expect("section");
+        assert_eq!(cloud.heartbeat_seconds, 15);
+        assert_eq!(cloud.project_id, "e632aba927ea4ac2b575ec1603d56f10");
+        let e = parse("cloud: {server: \"ws://c:10000\", certServer: \"https://c:10002\"}\n")
+            .expect_err("plain ws");
+        assert!(e.to_string().contains("key `cloud.server`"), "{e}");
+        let e = parse("cloud: {server: \"wss://c:10000\"}\n").expect_err("no cert server");
+        assert!(e.to_string().contains("key `cloud.certServer`"), "{e}");
+        assert!(parse("").expect("defaults").cloud.is_none());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! objects are reported and skipped; a valid change applies without a restart.
 
 use crate::catalog::object_id;
-use crate::catalog::{Catalog, Change, SharedCatalog};
+use crate::catalog::{Catalog, Change, SharedCatalog, SharedSources, Sources};
 use api::paths::DeviceId;
 use api::validate::set::validate_texts;
 use std::collections::{BTreeMap, BTreeSet};
@@ -195,17 +195,23 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
     }
 }
 
-/// Loads `dir` once into `catalog` and returns the changes from the previous content. When the
-/// directory cannot be read, the catalog keeps its last good content and the error is returned.
-pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Result<Vec<Change>, ListError> {
+/// Loads `dir` once as the local source of `catalog` and returns the changes from the previous
+/// content. When the directory cannot be read, the sources keep their last good content and the
+/// error is returned.
+pub fn reload(
+    dir: &Path,
+    node: &str,
+    sources: &mut Sources,
+    catalog: &SharedCatalog,
+) -> Result<Vec<Change>, ListError> {
     let loaded = load(dir, node)?;
     log_loaded(dir, &loaded);
-    let mut current = crate::catalog::write(catalog);
+    let previous = sources.local.take().unwrap_or_default();
     // A device whose file turned invalid keeps its last valid definition (and its twin): a
     // typo in a manifest must not delete a device.
     let mut next = loaded.catalog;
-    for (id, device) in &current.devices {
-        let origin = current.origins.get(id);
+    for (id, device) in &previous.devices {
+        let origin = previous.origins.get(id);
         let kept =
             loaded.invalid.contains(id) || origin.is_some_and(|f| loaded.broken_files.contains(f));
         if kept && !next.devices.contains_key(id) {
@@ -216,12 +222,13 @@ pub fn reload(dir: &Path, node: &str, catalog: &SharedCatalog) -> Result<Vec<Cha
             }
         }
     }
-    let changes = current.diff(&next);
-    *current = next;
+    let (devices, models) = (next.devices.len(), next.models.len());
+    sources.local = Some(next);
+    let changes = sources.rebuild(catalog);
     tracing::info!(
         dir = %dir.display(),
-        devices = current.devices.len(),
-        models = current.models.len(),
+        devices,
+        models,
         changes = changes.len(),
         "loaded manifests"
     );
@@ -240,6 +247,7 @@ pub async fn watch(
     dir: PathBuf,
     node: String,
     interval: Duration,
+    sources: SharedSources,
     catalog: SharedCatalog,
     twin: twin::TwinService,
     changes: broadcast::Sender<Vec<Change>>,
@@ -264,7 +272,8 @@ pub async fn watch(
             continue;
         }
         last = now;
-        let diff = match reload(&dir, &node, &catalog) {
+        let mut src = sources.lock().await;
+        let diff = match reload(&dir, &node, &mut src, &catalog) {
             Ok(diff) => {
                 metrics.set_manifests_error(None);
                 diff
@@ -280,6 +289,7 @@ pub async fn watch(
             crate::app::apply_changes(&twin, &catalog, &diff).await;
             let _ = changes.send(diff);
         }
+        drop(src);
         if !loaded {
             loaded = true;
             prune_undeclared(&twin, &catalog).await;

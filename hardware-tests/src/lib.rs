@@ -95,6 +95,8 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         "mapper-opcua",
         "-p",
         "kectl",
+        "-p",
+        "cloud",
     ];
     if release {
         args.push("--release");
@@ -207,6 +209,12 @@ impl Node {
 
     /// edgecore from the directory `bins` on `manifests`.
     pub fn start_with(bins: &Path, manifests: &str) -> Self {
+        Self::start_named(bins, "test-node", manifests, "")
+    }
+
+    /// edgecore named `node` from the directory `bins` on `manifests`, with `extra` YAML at the
+    /// end of its config file (a `cloud:` section, say).
+    pub fn start_named(bins: &Path, node: &str, manifests: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
         std::fs::write(dir.path().join("manifests/devices.yaml"), manifests).expect("manifest");
@@ -214,7 +222,7 @@ impl Node {
         let mqtt_port = free_port();
         std::fs::write(
             dir.path().join("edgecore.yaml"),
-            format!("nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 200}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt_port}\"}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"),
+            format!("nodeName: {node}\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 200}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt_port}\"}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n{extra}"),
         )
         .expect("config");
         let edgecore = Proc::spawn(

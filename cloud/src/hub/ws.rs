@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -173,7 +173,7 @@ async fn session(
         }
         let _ = sink.close().await;
     });
-    let mut bucket = Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+    let mut bucket = api::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
     heartbeat.tick().await;
     let why = loop {
@@ -221,40 +221,6 @@ async fn session(
         node_ready(&client, &node, false).await;
     } else {
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
-    }
-}
-
-/// A token bucket: `qps` per second, `burst` at once.
-struct Bucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(qps: u32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: f64::from(qps.max(1)),
-            burst,
-            tokens: burst,
-            at: Instant::now(),
-        }
-    }
-
-    async fn take(&mut self) {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
-        self.at = now;
-        if self.tokens < 1.0 {
-            let wait = (1.0 - self.tokens) / self.qps;
-            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
-            self.tokens = 1.0;
-            self.at = Instant::now();
-        }
-        self.tokens -= 1.0;
     }
 }
 

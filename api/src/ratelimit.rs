@@ -1,0 +1,66 @@
+//! A token bucket for rates of messages: `qps` per second, up to `burst` at once. Waiting for a
+//! token (rather than dropping) pushes back on whoever sends: the socket is read, or the queue
+//! drained, no faster.
+
+use std::time::{Duration, Instant};
+
+pub struct Bucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    pub fn new(qps: u32, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: f64::from(qps.max(1)),
+            burst,
+            tokens: burst,
+            at: Instant::now(),
+        }
+    }
+
+    /// How long to wait before the next message may go (zero: now), taking its token.
+    pub fn reserve(&mut self) -> Duration {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
+        self.at = now;
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.qps)
+        }
+    }
+
+    /// Waits for a token.
+    pub async fn take(&mut self) {
+        let wait = self.reserve();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_goes_at_once_then_one_per_interval() {
+        let mut b = Bucket::new(10, 3);
+        for _ in 0..3 {
+            assert_eq!(b.reserve(), Duration::ZERO);
+        }
+        let w = b.reserve();
+        assert!(
+            w > Duration::from_millis(80) && w <= Duration::from_millis(100),
+            "{w:?}"
+        );
+        let w2 = b.reserve();
+        assert!(w2 > w, "the next waits longer: {w2:?} after {w:?}");
+    }
+}

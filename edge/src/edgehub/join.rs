@@ -1,0 +1,284 @@
+//! Joining a cloudcore by token, as KubeEdge's edgehub certmanager does: `GET /ca.crt` (DER),
+//! its SHA-256 checked against the token's first part; a P-256 key and a DER certificate request
+//! (`CN=system:node:{node}`, `O=system:nodes`) sent to `GET /edge.crt` with the headers
+//! `Authorization: Bearer {jwt}` and `NodeName`; the DER certificate back. Kept as PEM in
+//! `{dataDir}/certs/`, so that later starts need no token.
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use std::path::Path;
+use std::sync::Arc;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// The node's credentials: the cloud CA and its own certificate and key (PEM).
+#[derive(Clone)]
+pub struct Credentials {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Credentials {
+    /// A TLS client configuration trusting the cloud CA and presenting the node's certificate.
+    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
+            roots.add(c?)?;
+        }
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes()).collect::<Result<_, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)?;
+        Ok(Arc::new(cfg))
+    }
+}
+
+/// The credentials kept in `dir`, or new ones got with the token and kept there.
+pub async fn credentials(
+    dir: &Path,
+    cert_server: &str,
+    node: &str,
+    token: &str,
+) -> Result<Credentials> {
+    let (ca, crt, key) = (
+        dir.join("ca.crt"),
+        dir.join("edge.crt"),
+        dir.join("edge.key"),
+    );
+    if let (Ok(ca_pem), Ok(cert_pem), Ok(key_pem)) = (
+        std::fs::read_to_string(&ca),
+        std::fs::read_to_string(&crt),
+        std::fs::read_to_string(&key),
+    ) {
+        return Ok(Credentials {
+            ca_pem,
+            cert_pem,
+            key_pem,
+        });
+    }
+    if token.is_empty() {
+        bail!(
+            "no certificate in {} and no cloud.token to get one with (cloudcore gettoken)",
+            dir.display()
+        );
+    }
+    let parts: Vec<&str> = token.trim().split('.').collect();
+    if parts.len() != 4 {
+        bail!("cloud.token is not {{CA hash}}.{{JWT}} (4 parts separated by dots)");
+    }
+    // The CA is not known yet: it is fetched without verification and then checked against
+    // the token, which is what makes it trusted.
+    let (status, ca_der) = get(cert_server, "/ca.crt", insecure()?, &[], Vec::new()).await?;
+    if status != 200 {
+        bail!("{cert_server}/ca.crt answered {status}");
+    }
+    let hash = hex(ring::digest::digest(&ring::digest::SHA256, &ca_der).as_ref());
+    if hash != parts[0] {
+        bail!(
+            "failed to validate the CA certificate of {cert_server}: the token names CA {}, the server's is {hash}",
+            parts[0]
+        );
+    }
+    let ca_pem = pem_of("CERTIFICATE", &ca_der);
+    let key_pair = rcgen::KeyPair::generate().context("cannot generate a key")?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let csr = params
+        .serialize_request(&key_pair)
+        .context("cannot make a certificate request")?;
+    let verified = {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(c?)?;
+        }
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+        )
+    };
+    let bearer = format!("Bearer {}", parts[1..].join("."));
+    let (status, body) = get(
+        cert_server,
+        "/edge.crt",
+        verified,
+        &[("Authorization", &bearer), ("NodeName", node)],
+        csr.der().to_vec(),
+    )
+    .await?;
+    if status != 200 {
+        bail!(
+            "{cert_server}/edge.crt refused the certificate request ({status}): {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    let creds = Credentials {
+        ca_pem,
+        cert_pem: pem_of("CERTIFICATE", &body),
+        key_pem: key_pair.serialize_pem(),
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_private(&key, &creds.key_pem)?;
+    write_private(&crt, &creds.cert_pem)?;
+    write_private(&ca, &creds.ca_pem)?;
+    tracing::info!(%node, dir = %dir.display(), "joined the cloud: certificate received");
+    Ok(creds)
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn pem_of(tag: &str, der: &[u8]) -> String {
+    pem::encode(&pem::Pem::new(tag, der.to_vec()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `host:port` and the host of a `scheme://host:port[/...]` address.
+pub fn host_port(url: &str) -> Result<(String, String)> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, r)| r)
+        .with_context(|| format!("{url:?} has no scheme"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => h,
+        _ => bail!("{url:?} has no port"),
+    };
+    Ok((
+        authority.to_string(),
+        host.trim_matches(['[', ']']).to_string(),
+    ))
+}
+
+/// The server name TLS checks: an IP address or a DNS name.
+pub fn server_name(host: &str) -> Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string()).with_context(|| format!("{host:?} is not a host name"))
+}
+
+/// `GET {base}{path}` over TLS with a body (as KubeEdge's edgehub sends its CSR); the status and
+/// body of the answer.
+async fn get(
+    base: &str,
+    path: &str,
+    tls: Arc<rustls::ClientConfig>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>)> {
+    let (authority, host) = host_port(base)?;
+    let tcp = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::net::TcpStream::connect(&authority),
+    )
+    .await
+    .with_context(|| format!("{base}: connect timed out"))?
+    .with_context(|| format!("cannot connect to {base}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(server_name(&host)?, tcp)
+        .await
+        .with_context(|| format!("TLS with {base} failed"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut req = hyper::Request::get(path).header("Host", authority.as_str());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        sender.send_request(req.body(Full::new(Bytes::from(body)))?),
+    )
+    .await
+    .with_context(|| format!("{base}{path}: no answer within 30 s"))??;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes().to_vec();
+    Ok((status, body))
+}
+
+/// A TLS client that accepts any server certificate: only for fetching the CA, which the
+/// token's hash then checks.
+fn insecure() -> Result<Arc<rustls::ClientConfig>> {
+    #[derive(Debug)]
+    struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for AnyServer {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}

@@ -1,0 +1,376 @@
+//! edgehub: this node's session with cloudhub, in KubeEdge's wire format.
+//!
+//! - Joins by token once ([`join`]), then connects to `{server}/{projectID}/{node}/events` with
+//!   its certificate, sends a keepalive every `heartbeatSeconds`, and reconnects with backoff
+//!   and jitter when the link drops.
+//! - Downstream (metamanager): a Device or DeviceModel sent by the cloud is persisted in the
+//!   twin store before it is acknowledged (`response`, `parent_msg_id`, `"OK"`), then joins the
+//!   catalog beside the local manifests (a local manifest wins for the same `namespace/name`).
+//!   After a restart without a link, the devices the cloud sent run as before.
+//! - Upstream: the twin's outbox (durable) is sent as `twin/edge_updated` messages, one per
+//!   device, at most `qps` per second; an entry leaves the outbox only when the cloud answered
+//!   (after it stored the DeviceStatus), so a link that drops loses nothing; unanswered
+//!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
+
+pub mod join;
+
+use crate::catalog::{Change, CloudObjects, SharedCatalog, SharedSources};
+use crate::config::Cloud;
+use anyhow::{Context, Result};
+use api::message::Message;
+use api::paths::{DeviceId, Resource};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_util::sync::CancellationToken;
+use twin::TwinService;
+use twin::model::{OutboxEntry, Section};
+
+const META_DEVICE: &str = "cloud-device";
+const META_MODEL: &str = "cloud-model";
+
+/// What the cloud sent before, from the twin store.
+pub async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
+    let mut out = CloudObjects::default();
+    for (key, text) in store.list_meta(META_DEVICE).await? {
+        match serde_json::from_str::<api::v1beta1::Device>(&text) {
+            Ok(d) => {
+                out.devices
+                    .insert(crate::catalog::object_id(&d.metadata), d);
+            }
+            Err(e) => {
+                tracing::error!(%key, error = %e, "a stored cloud device does not parse; skipped")
+            }
+        }
+    }
+    for (key, text) in store.list_meta(META_MODEL).await? {
+        match serde_json::from_str::<api::v1beta1::DeviceModel>(&text) {
+            Ok(m) => {
+                out.models.insert(crate::catalog::object_id(&m.metadata), m);
+            }
+            Err(e) => {
+                tracing::error!(%key, error = %e, "a stored cloud model does not parse; skipped")
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What edgehub works with.
+pub struct EdgeHub {
+    pub cloud: Cloud,
+    pub node: String,
+    pub data_dir: PathBuf,
+    pub twin: TwinService,
+    pub sources: SharedSources,
+    pub catalog: SharedCatalog,
+    pub changes: broadcast::Sender<Vec<Change>>,
+}
+
+impl EdgeHub {
+    /// Runs until `cancel`: joins, connects, and reconnects.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let started = Instant::now();
+            let r = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = self.connect_once(&cancel) => r,
+            };
+            match r {
+                Ok(why) => tracing::warn!(reason = %why, "edgehub: session ended; reconnecting"),
+                Err(e) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    "edgehub: cannot reach the cloud; retrying"
+                ),
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                backoff = Duration::from_secs(1);
+            }
+            // Jitter, so that the nodes of a site do not all come back in the same second.
+            let jitter =
+                Duration::from_millis(u64::from(rand_u16()) % (backoff.as_millis() as u64 / 2 + 1));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff + jitter) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    }
+
+    async fn connect_once(&self, cancel: &CancellationToken) -> Result<String> {
+        let creds = join::credentials(
+            &self.data_dir.join("certs"),
+            &self.cloud.cert_server,
+            &self.node,
+            &self.cloud.token,
+        )
+        .await?;
+        let (authority, host) = join::host_port(&self.cloud.server)?;
+        let tcp = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(&authority),
+        )
+        .await
+        .context("connect timed out")?
+        .with_context(|| format!("cannot connect to {}", self.cloud.server))?;
+        let _ = tcp.set_nodelay(true);
+        let tls = tokio_rustls::TlsConnector::from(creds.client_config()?)
+            .connect(join::server_name(&host)?, tcp)
+            .await
+            .context("TLS with cloudhub failed")?;
+        let url = format!(
+            "{}/{}/{}/events",
+            self.cloud.server.trim_end_matches('/'),
+            self.cloud.project_id,
+            self.node
+        );
+        let mut req = url.as_str().into_client_request()?;
+        req.headers_mut()
+            .insert("node_id", self.node.parse().context("node name")?);
+        req.headers_mut().insert(
+            "project_id",
+            self.cloud.project_id.parse().context("project id")?,
+        );
+        let (ws, _) = tokio_tungstenite::client_async(req, tls)
+            .await
+            .context("websocket handshake with cloudhub failed")?;
+        tracing::info!(server = %self.cloud.server, "edgehub: connected");
+        let (mut sink, mut frames) = ws.split();
+        let mut heartbeat =
+            tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));
+        let mut poll = tokio::time::interval(Duration::from_millis(200));
+        let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
+        let mut bucket = api::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    let _ = sink.close().await;
+                    return Ok("edgecore stops".into());
+                }
+                _ = heartbeat.tick() => {
+                    let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
+                    sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;
+                }
+                _ = poll.tick() => {
+                    for msg in self.outbox_messages(&mut inflight).await {
+                        bucket.take().await;
+                        sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+                    }
+                }
+                f = frames.next() => {
+                    let frame = match f {
+                        None => return Ok("closed by the cloud".into()),
+                        Some(Err(e)) => return Ok(format!("read failed: {e}")),
+                        Some(Ok(f)) => f,
+                    };
+                    let data = match frame {
+                        Frame::Text(t) => t.as_bytes().to_vec(),
+                        Frame::Binary(b) => b.to_vec(),
+                        Frame::Close(c) => return Ok(format!("closed by the cloud: {c:?}")),
+                        _ => continue,
+                    };
+                    let msg: Message = match serde_json::from_slice(&data) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "edgehub: a frame from the cloud is not a message; skipped");
+                            continue;
+                        }
+                    };
+                    if let Some(answer) = self.received(msg, &mut inflight).await {
+                        sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message from the cloud; what to answer, if anything.
+    async fn received(
+        &self,
+        msg: Message,
+        inflight: &mut HashMap<String, (Instant, Vec<OutboxEntry>)>,
+    ) -> Option<Message> {
+        if !msg.header.parent_id.is_empty()
+            && matches!(msg.route.operation.as_str(), "response" | "error")
+        {
+            // The cloud's answer to a report: stored (or refused for good) either way.
+            if let Some((_, entries)) = inflight.remove(&msg.header.parent_id) {
+                if msg.route.operation == "error" {
+                    tracing::warn!(content = %msg.content, "edgehub: the cloud refused a report; dropped");
+                }
+                if let Err(e) = self.twin.store().ack(&entries).await {
+                    tracing::warn!(error = %e, "edgehub: cannot clear acknowledged reports; sent again later");
+                }
+            }
+            return None;
+        }
+        let resource = match Resource::parse(&msg.route.resource) {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::debug!(resource = %msg.route.resource, "edgehub: a message for no module here; ignored");
+                return None;
+            }
+        };
+        let Resource::Object {
+            namespace,
+            kind,
+            name,
+            ..
+        } = resource
+        else {
+            // Membership: the devices themselves come as objects.
+            return None;
+        };
+        let id = DeviceId::new(&namespace, &name);
+        let stored = match (kind.as_str(), msg.route.operation.as_str()) {
+            ("device" | "devicemodel", "insert" | "update") => {
+                self.store_object(&kind, &id, &msg.content).await
+            }
+            ("device" | "devicemodel", "delete") => self.delete_object(&kind, &id).await,
+            _ => {
+                tracing::debug!(%kind, op = %msg.route.operation, "edgehub: not a device message; ignored");
+                return None;
+            }
+        };
+        let mut answer = Message::new(
+            "edgehub",
+            &msg.route.group,
+            "response",
+            msg.route.resource.clone(),
+            json!("OK"),
+        );
+        answer.header.parent_id = msg.header.id.clone();
+        match stored {
+            Ok(()) => Some(answer),
+            Err(e) => {
+                // Not acknowledged: the cloud sends it again.
+                tracing::warn!(object = %id, %kind, error = format!("{e:#}"), "edgehub: cannot store an object from the cloud");
+                None
+            }
+        }
+    }
+
+    async fn store_object(&self, kind: &str, id: &DeviceId, content: &Value) -> Result<()> {
+        let content = match content {
+            Value::String(s) => serde_json::from_str(s).context("content is not JSON")?,
+            v => v.clone(),
+        };
+        let mut src = self.sources.lock().await;
+        let key = format!("{kind}/{id}");
+        if kind == "device" {
+            let d: api::v1beta1::Device =
+                serde_json::from_value(content).context("content is not a Device")?;
+            self.twin
+                .store()
+                .put_meta(&key, META_DEVICE, &serde_json::to_string(&d)?)
+                .await?;
+            src.cloud.devices.insert(id.clone(), d);
+        } else {
+            let m: api::v1beta1::DeviceModel =
+                serde_json::from_value(content).context("content is not a DeviceModel")?;
+            self.twin
+                .store()
+                .put_meta(&key, META_MODEL, &serde_json::to_string(&m)?)
+                .await?;
+            src.cloud.models.insert(id.clone(), m);
+        }
+        self.apply(&src).await;
+        Ok(())
+    }
+
+    async fn delete_object(&self, kind: &str, id: &DeviceId) -> Result<()> {
+        let mut src = self.sources.lock().await;
+        self.twin
+            .store()
+            .delete_meta(&format!("{kind}/{id}"))
+            .await?;
+        if kind == "device" {
+            src.cloud.devices.remove(id);
+        } else {
+            src.cloud.models.remove(id);
+        }
+        self.apply(&src).await;
+        Ok(())
+    }
+
+    async fn apply(&self, src: &crate::catalog::Sources) {
+        let changes = src.rebuild(&self.catalog);
+        if !changes.is_empty() {
+            crate::app::apply_changes(&self.twin, &self.catalog, &changes).await;
+            let _ = self.changes.send(changes);
+        }
+    }
+
+    /// The outbox entries not in flight, as one `twin/edge_updated` message per device.
+    async fn outbox_messages(
+        &self,
+        inflight: &mut HashMap<String, (Instant, Vec<OutboxEntry>)>,
+    ) -> Vec<Message> {
+        // Unanswered for 10 s: sent again.
+        inflight.retain(|_, (at, _)| at.elapsed() < Duration::from_secs(10));
+        let entries = match self.twin.store().outbox(1000).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "edgehub: cannot read the outbox");
+                return Vec::new();
+            }
+        };
+        let busy: std::collections::HashSet<(String, String, String)> = inflight
+            .values()
+            .flat_map(|(_, es)| es.iter())
+            .map(|e| (e.namespace.clone(), e.name.clone(), e.property.clone()))
+            .collect();
+        let mut by_device: BTreeMap<(String, String), Vec<OutboxEntry>> = BTreeMap::new();
+        for e in entries {
+            if e.section == Section::State
+                || busy.contains(&(e.namespace.clone(), e.name.clone(), e.property.clone()))
+            {
+                continue;
+            }
+            by_device
+                .entry((e.namespace.clone(), e.name.clone()))
+                .or_default()
+                .push(e);
+        }
+        let mut out = Vec::new();
+        for ((ns, name), entries) in by_device {
+            let mut twin = serde_json::Map::new();
+            for e in &entries {
+                let slot = twin
+                    .entry(e.property.clone())
+                    .or_insert_with(|| json!({"metadata": {"type": "string"}}));
+                let (value_key, version_key) = match e.section {
+                    Section::Reported => ("actual", "actual_version"),
+                    _ => ("expected", "expected_version"),
+                };
+                slot[value_key] = json!({"value": e.value, "metadata": {"timestamp": e.timestamp}});
+                slot[version_key] = json!({"cloud": e.version.cloud, "edge": e.version.edge});
+            }
+            let msg = Message::new(
+                "edgehub",
+                "twin",
+                "update",
+                format!("node/{}/device/{ns}/{name}/twin/edge_updated", self.node),
+                json!({"event_id": uuid::Uuid::new_v4().to_string(),
+                    "timestamp": api::message::now_millis(), "twin": twin}),
+            );
+            inflight.insert(msg.header.id.clone(), (Instant::now(), entries));
+            out.push(msg);
+        }
+        out
+    }
+}
+
+/// A few random bits for jitter (the clock's nanoseconds: no generator needed for this).
+fn rand_u16() -> u16 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u16)
+        .unwrap_or(0)
+}

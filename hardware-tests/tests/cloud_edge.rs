@@ -1,0 +1,208 @@
+//! The whole stack with the real binaries: `cloudcore` (embedded API, device controller,
+//! cloudhub), an `edgecore` joined to it by token (edgehub), `mapper-modbus` and a pymodbus
+//! device; the real `kubectl` makes the changes.
+//!
+//! `kubectl apply` of a Device in the cloud reaches the node and its register is read; the
+//! value shows in `kubectl get devicestatus`; a desired value patched with `kubectl` is written
+//! to the register; with the cloud gone, a restarted edgecore runs the device it was sent.
+
+use hardware_tests::{
+    Node, Proc, PyModbus, bin, eventually, free_port, read_holding, write_holdings,
+};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn kubectl_bin() -> PathBuf {
+    if let Some(k) = hardware_tests::env_var("KUBECTL") {
+        return k.into();
+    }
+    let venv = hardware_tests::workspace_root().join(".venv/bin/kubectl");
+    if venv.exists() {
+        venv
+    } else {
+        "kubectl".into()
+    }
+}
+
+struct Cloud {
+    dir: tempfile::TempDir,
+    proc: Option<Proc>,
+    hub: u16,
+    certs: u16,
+}
+
+impl Cloud {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (api, hub, certs) = (free_port(), free_port(), free_port());
+        std::fs::write(
+            dir.path().join("cloudcore.yaml"),
+            format!("dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"),
+        )
+        .expect("config");
+        let mut c = Self {
+            dir,
+            proc: None,
+            hub,
+            certs,
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let p = Proc::spawn(
+            &bin("cloudcore"),
+            &["--config", "cloudcore.yaml"],
+            self.dir.path(),
+            "cloudcore.log",
+        );
+        eventually(30, "cloudcore ready", || {
+            (self.kubeconfig().exists() && p.log_text().contains("cloudhub at")).then_some(())
+        });
+        self.proc = Some(p);
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("data/admin.kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, text) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?}: {text}");
+        text
+    }
+
+    fn token(&self) -> String {
+        let out = Command::new(bin("cloudcore"))
+            .args(["gettoken", "--config"])
+            .arg(self.dir.path().join("cloudcore.yaml"))
+            .output()
+            .expect("cloudcore gettoken");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn edge_config(&self) -> String {
+        format!(
+            "cloud:\n  server: wss://127.0.0.1:{}\n  certServer: https://127.0.0.1:{}\n  token: \"{}\"\n  heartbeatSeconds: 2\n",
+            self.hub,
+            self.certs,
+            self.token()
+        )
+    }
+}
+
+fn reported(status: &Value, prop: &str) -> Option<String> {
+    status["status"]["twins"]
+        .as_array()?
+        .iter()
+        .find(|t| t["propertyName"] == prop)?["reported"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn oven_manifest(port: u16) -> PathBuf {
+    let text =
+        std::fs::read_to_string(hardware_tests::workspace_root().join("examples/modbus-tcp.yaml"))
+            .expect("example")
+            .replace("port: 5020", &format!("port: {port}"));
+    let file = std::env::temp_dir().join(format!("oven-{port}.yaml"));
+    std::fs::write(&file, text).expect("write");
+    file
+}
+
+#[test]
+fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
+    let cloud = Cloud::start();
+    let sim_port = free_port();
+    let _sim = PyModbus::start(sim_port);
+    write_holdings(sim_port, 0, &[215, 40]);
+    let manifest = oven_manifest(sim_port);
+    cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
+
+    let edgecore = bin("edgecore");
+    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config());
+    // The cloud's device reaches the node's twin.
+    eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    // The register's value reaches DeviceStatus.
+    let status = |c: &Cloud| -> Value {
+        serde_json::from_str(&c.ok(&["get", "devicestatus", "oven-1", "-o", "json"]))
+            .unwrap_or(Value::Null)
+    };
+    eventually(60, "temperature 21.5 in DeviceStatus", || {
+        reported(&status(&cloud), "temperature").filter(|v| v.starts_with("21.5"))
+    });
+    write_holdings(sim_port, 0, &[333]);
+    eventually(60, "temperature 33.3 in DeviceStatus", || {
+        reported(&status(&cloud), "temperature").filter(|v| v.starts_with("33.3"))
+    });
+    // The node shows Ready.
+    let nodes = cloud.ok(&["get", "nodes"]);
+    assert!(
+        nodes.contains("edge-node-1") && nodes.contains("Ready"),
+        "{nodes}"
+    );
+
+    // A desired value set with kubectl lands on the register.
+    cloud.ok(&[
+        "patch",
+        "device",
+        "oven-1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"95"}]"#,
+    ]);
+    eventually(60, "setpoint 95 on the register", || {
+        (read_holding(sim_port, 1) == 95).then_some(())
+    });
+
+    // The cloud goes away; edgecore restarted without it runs the device it was sent.
+    drop(cloud);
+    let mut node = node;
+    node.edgecore.signal("-TERM");
+    let _ = node.edgecore.child.wait();
+    node.edgecore = Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        node.dir.path(),
+        "edgecore-offline.log",
+    );
+    eventually(30, "edgecore back", || {
+        (node.get("/healthz").0 == 200).then_some(())
+    });
+    assert!(
+        node.twin("default/oven-1").is_some(),
+        "the cloud's device is gone offline"
+    );
+    write_holdings(sim_port, 0, &[444]);
+    eventually(60, "temperature 44.4 read offline", || {
+        node.twin("default/oven-1")
+            .and_then(|t| hardware_tests::reported(&t, "temperature"))
+            .filter(|v| v.starts_with("44.4"))
+    });
+}
