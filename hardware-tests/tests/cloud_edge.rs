@@ -157,6 +157,14 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     eventually(60, "temperature 21.5 in DeviceStatus", || {
         reported(&status(&cloud), "temperature").filter(|v| v.starts_with("21.5"))
     });
+    // The twin's type is the model's, as KubeEdge reports it.
+    let st = status(&cloud);
+    let temp = st["status"]["twins"]
+        .as_array()
+        .and_then(|a| a.iter().find(|t| t["propertyName"] == "temperature"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(temp["reported"]["metadata"]["type"], "float", "{temp}");
     write_holdings(sim_port, 0, &[333]);
     eventually(60, "temperature 33.3 in DeviceStatus", || {
         reported(&status(&cloud), "temperature").filter(|v| v.starts_with("33.3"))

@@ -340,11 +340,13 @@ impl EdgeHub {
         }
         let mut out = Vec::new();
         for ((ns, name), entries) in by_device {
+            let types = self.property_types(&DeviceId::new(&ns, &name));
             let mut twin = serde_json::Map::new();
             for e in &entries {
+                let kind = types.get(&e.property).map_or("string", String::as_str);
                 let slot = twin
                     .entry(e.property.clone())
-                    .or_insert_with(|| json!({"metadata": {"type": "string"}}));
+                    .or_insert_with(|| json!({"metadata": {"type": kind}}));
                 let (value_key, version_key) = match e.section {
                     Section::Reported => ("actual", "actual_version"),
                     _ => ("expected", "expected_version"),
@@ -364,6 +366,26 @@ impl EdgeHub {
             out.push(msg);
         }
         out
+    }
+}
+
+impl EdgeHub {
+    /// The model's type of each property of a device, as KubeEdge's twin metadata names them
+    /// (`int`, `float`, `boolean`...).
+    fn property_types(&self, id: &DeviceId) -> HashMap<String, String> {
+        let c = crate::catalog::read(&self.catalog);
+        let Some(device) = c.devices.get(id).and_then(|d| d.device()) else {
+            return HashMap::new();
+        };
+        c.model_of(&device)
+            .map(|m| {
+                m.spec
+                    .properties
+                    .iter()
+                    .filter_map(|p| Some((p.name.clone(), p.type_?.as_str().to_lowercase())))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -5,6 +5,12 @@
 //! `mapper-modbus` on `examples/config/mapper-modbus.yaml`, then prints the oven's twin as it
 //! changes. In a second terminal: `cargo run -p kectl -- twin set default/oven-1 setpoint 95`.
 //! Ctrl-C stops everything.
+//!
+//! `--cloud` runs the whole stack instead: `cloudcore` on `examples/config/cloudcore.yaml`
+//! (embedded API on 127.0.0.1:6443, cloudhub on 127.0.0.1:10000 and :10002, data in
+//! `target/quickstart/`), the examples applied through its API, and `edgecore` joined to it by
+//! token (no local manifests: its devices come from the cloud). `kubectl` shows the values in
+//! DeviceStatus and sets desired values there.
 
 use hardware_tests::modbus_sim::Sim;
 use std::process::{Child, Command, ExitCode};
@@ -52,6 +58,17 @@ fn main() -> ExitCode {
 
     let config = root.join("examples/config");
     let mut children = Kill(Vec::new());
+    let cloud_mode = std::env::args().any(|a| a == "--cloud");
+    let mut edgecore_config = config.join("edgecore.yaml");
+    if cloud_mode {
+        match start_cloud(&root, &bin_dir, &mut children) {
+            Ok(c) => edgecore_config = c,
+            Err(e) => {
+                eprintln!("quickstart: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let spawn = |bin: &str, args: &[&str]| {
         Command::new(bin_dir.join(bin))
             .args(args)
@@ -59,7 +76,6 @@ fn main() -> ExitCode {
             .spawn()
             .map_err(|e| format!("cannot start {bin}: {e}"))
     };
-    let edgecore_config = config.join("edgecore.yaml");
     match spawn(
         "edgecore",
         &["--config", &edgecore_config.to_string_lossy()],
@@ -97,9 +113,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    eprintln!(
-        "quickstart: running. In another terminal:\n  cargo run -p kectl -- twin get default/oven-1\n  cargo run -p kectl -- twin set default/oven-1 setpoint 95\n  curl http://127.0.0.1:7777/api/v1/device/default/oven-1/temperature\nCtrl-C stops."
-    );
+    if cloud_mode {
+        let kc = root.join("target/quickstart/cloudcore-data/admin.kubeconfig");
+        eprintln!(
+            "quickstart: running, devices from the cloud. In another terminal:\n  kubectl --kubeconfig {kc} get devicestatus oven-1 -o yaml\n  kubectl --kubeconfig {kc} patch device oven-1 --type=json -p '[{{\"op\":\"replace\",\"path\":\"/spec/properties/1/desired/value\",\"value\":\"95\"}}]'\n  kubectl --kubeconfig {kc} get nodes\nCtrl-C stops.",
+            kc = kc.display()
+        );
+    } else {
+        eprintln!(
+            "quickstart: running. In another terminal:\n  cargo run -p kectl -- twin get default/oven-1\n  cargo run -p kectl -- twin set default/oven-1 setpoint 95\n  curl http://127.0.0.1:7777/api/v1/device/default/oven-1/temperature\nCtrl-C stops."
+        );
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -155,4 +179,116 @@ fn ctrlc_like(f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
         f();
     });
     Ok(())
+}
+
+/// Starts cloudcore on `examples/config/cloudcore.yaml` (fresh data in `target/quickstart/`),
+/// applies the examples through its API, and writes an edgecore config that joins it by token;
+/// returns that config's path.
+fn start_cloud(
+    root: &std::path::Path,
+    bin_dir: &std::path::Path,
+    children: &mut Kill,
+) -> Result<std::path::PathBuf, String> {
+    let work = root.join("target/quickstart");
+    // Fresh each run: an edge keeps the certificate of the CA it joined.
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    let cloud_config = root.join("examples/config/cloudcore.yaml");
+    let child = Command::new(bin_dir.join("cloudcore"))
+        .arg("--config")
+        .arg(&cloud_config)
+        .current_dir(root)
+        .spawn()
+        .map_err(|e| format!("cannot start cloudcore: {e}"))?;
+    children.0.push(child);
+    let kubeconfig = work.join("cloudcore-data/admin.kubeconfig");
+    let up = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        kubeconfig.exists() && std::net::TcpStream::connect("127.0.0.1:10002").is_ok()
+    });
+    if !up {
+        return Err(
+            "cloudcore did not start (is another one using 127.0.0.1:6443 or :10000?)".into(),
+        );
+    }
+    let out = Command::new(bin_dir.join("cloudcore"))
+        .arg("gettoken")
+        .arg("--config")
+        .arg(&cloud_config)
+        .output()
+        .map_err(|e| format!("cloudcore gettoken: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cloudcore gettoken: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let applied = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?
+        .block_on(apply_examples(&kubeconfig, &root.join("examples")))?;
+    eprintln!(
+        "quickstart: cloudcore on https://127.0.0.1:6443; applied {applied} objects from examples/"
+    );
+    let edge = work.join("edgecore.yaml");
+    std::fs::write(
+        &edge,
+        format!(
+            "nodeName: edge-node-1\ndataDir: edgecore-data\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:1883\"}}\nhttp: {{address: \"127.0.0.1:10360\"}}\ndmi: {{socket: ../edgecore-data/dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:10000\", certServer: \"https://127.0.0.1:10002\", token: \"{token}\"}}\n"
+        ),
+    )
+    .map_err(|e| format!("cannot write {}: {e}", edge.display()))?;
+    Ok(edge)
+}
+
+/// Server-side applies every Device and DeviceModel of `dir`'s YAML files.
+async fn apply_examples(
+    kubeconfig: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<usize, String> {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use serde::Deserialize;
+    let client = cloud::cluster_client(kubeconfig)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut applied = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v =
+                serde_json::Value::deserialize(doc).map_err(|e| format!("{}: {e}", f.display()))?;
+            let (Some(kind), Some(name)) = (v["kind"].as_str(), v["metadata"]["name"].as_str())
+            else {
+                continue;
+            };
+            let plural = match kind {
+                "Device" => "devices",
+                "DeviceModel" => "devicemodels",
+                _ => continue,
+            };
+            let ns = v["metadata"]["namespace"].as_str().unwrap_or("default");
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("devices.kubeedge.io", "v1beta1", kind),
+                plural,
+            );
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+            api.patch(
+                name,
+                &PatchParams::apply("quickstart").force(),
+                &Patch::Apply(&v),
+            )
+            .await
+            .map_err(|e| format!("cannot apply {kind} {ns}/{name}: {e}"))?;
+            applied += 1;
+        }
+    }
+    Ok(applied)
 }
