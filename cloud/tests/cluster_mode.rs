@@ -33,7 +33,7 @@ fn installs_its_crds_on_the_cluster_of_its_kubeconfig() {
     let mut child = run_with(
         dir.path(),
         &format!(
-            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  deviceController:\n    enable: false\n  metrics:\n    listen: \"\"\n",
+            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  deviceController:\n    enable: false\n  cloudHub:\n    enable: false\n  metrics:\n    listen: \"\"\n",
             path_str(&cluster.kubeconfig)
         ),
     );
