@@ -127,7 +127,7 @@ async fn serve_metrics(
             async move {
                 let mut text = controller.map(|m| m.render()).unwrap_or_default();
                 if let Some(h) = &cloudhub {
-                    text.push_str(&h.metrics.render(h.pending()));
+                    text.push_str(&h.metrics.render(h.pending(), h.records()));
                 }
                 text.push_str(&format!(
                     "# TYPE cloudcore_node_messages_pending gauge\ncloudcore_node_messages_pending {}\n# TYPE cloudcore_node_messages_dropped_total counter\ncloudcore_node_messages_dropped_total {}\n",
@@ -177,6 +177,7 @@ async fn start_cloudhub(
         noack_limit: 100,
     });
     hub.spawn_resender(stop.clone());
+    hub.set_records(hub::objectsync::Writer::start(client.clone()));
     let listener = tokio::net::TcpListener::bind(c.listen)
         .await
         .with_context(|| format!("cannot listen on {} (modules.cloudHub.listen)", c.listen))?;

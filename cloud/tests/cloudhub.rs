@@ -281,3 +281,86 @@ fn cloudhub_refuses_a_session_without_a_client_certificate() {
     }
     assert!(c.log().contains("certificate"), "{}", c.log());
 }
+
+/// What a node acknowledged is recorded in ObjectSync (`{node}.{uid}`), as KubeEdge does: after
+/// cloudcore restarts, the node is not sent again what it has, and gets the deletes it missed
+/// while it was away, even though the cloudcore that queued them is gone.
+#[tokio::test]
+async fn after_a_restart_a_node_gets_only_what_it_missed_including_deletes() {
+    let mut c = Cloud::start_full("", "");
+    let token = token(&c);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    edge.until("oven-1", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+    });
+    // Both acknowledgements recorded: the device and its model.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let syncs = c.ok(&["get", "objectsyncs", "-o", "name"]);
+        if syncs
+            .matches("objectsync.reliablesyncs.kubeedge.io/edge-node-1.")
+            .count()
+            == 2
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ObjectSync records: {syncs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let uid = c.ok(&["get", "device", "oven-1", "-o", "jsonpath={.metadata.uid}"]);
+    let rv = c.ok(&[
+        "get",
+        "objectsync",
+        &format!("edge-node-1.{}", uid.trim()),
+        "-o",
+        "jsonpath={.status.objectResourceVersion}",
+    ]);
+    let device_rv = c.ok(&[
+        "get",
+        "device",
+        "oven-1",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ]);
+    assert_eq!(rv.trim(), device_rv.trim());
+
+    // The node goes away; the device is deleted; cloudcore restarts.
+    drop(edge);
+    c.ok(&["delete", "device", "oven-1"]);
+    c.restart();
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    edge.until("session", |v| v["connected"] == "edge-node-1");
+    let del = edge.until("the delete it missed", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+            && v["route"]["operation"] == "delete"
+    });
+    assert_eq!(del["content"]["metadata"]["uid"], uid.trim(), "{del}");
+    // Nothing it has is sent again (its model goes too: no device of the node uses it now).
+    edge.until("the model's delete", |v| {
+        resource(v) == "node/edge-node-1/default/devicemodel/temperature-controller"
+            && v["route"]["operation"] == "delete"
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while let Ok(v) = edge.lines.try_recv() {
+        edge.seen.push(v);
+    }
+    assert!(
+        !edge.seen.iter().any(|v| matches!(
+            v["route"]["operation"].as_str(),
+            Some("insert" | "update")
+        ) && resource(v).contains("/device")),
+        "{:#?}",
+        edge.seen
+    );
+    // The delete's acknowledgement removes the device's record.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let syncs = c.ok(&["get", "objectsyncs", "-o", "name"]);
+        if !syncs.contains(uid.trim()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ObjectSync records: {syncs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

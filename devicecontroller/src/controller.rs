@@ -331,6 +331,9 @@ struct State {
     statuses_synced: bool,
     /// Per [`Watched`] kind, during a (re)list: the keys it has brought so far.
     relist: [Option<HashSet<Key>>; 2],
+    /// What nodes acknowledged before this start (their ObjectSync records), used once by the
+    /// first reconcile.
+    delivered: Vec<Delivered>,
     /// Node objects in the API, once listed (`None` before).
     registered: Option<HashSet<String>>,
     /// During a (re)list of Nodes: the names it has brought so far.
@@ -381,6 +384,7 @@ impl State {
             listed: [false; 2],
             statuses_synced: false,
             relist: [None, None],
+            delivered: Vec::new(),
             registered: None,
             nodes_relist: None,
             dirty_nodes: BTreeSet::new(),
@@ -403,6 +407,7 @@ impl State {
         mut up_rx: mpsc::Receiver<(String, Message)>,
         cancel: CancellationToken,
     ) {
+        self.delivered = list_delivered(&self.client).await;
         let all = |kind: &str| Api::<DynamicObject>::all_with(self.client.clone(), &gvk(kind));
         let mut devices = watcher(all("Device"), watcher::Config::default())
             .default_backoff()
@@ -602,6 +607,10 @@ impl State {
 
     fn maybe_synced(&mut self) {
         if self.listed.iter().all(|l| *l) && !self.down.is_synced() {
+            for d in std::mem::take(&mut self.delivered) {
+                self.down
+                    .seed_delivered(&d.node, d.kind, d.key, &d.uid, &d.resource_version);
+            }
             for node in self.down.mark_synced() {
                 let out = self.down.reconcile_node(&node);
                 self.send(out);
@@ -1034,6 +1043,81 @@ impl State {
         }
         self.dirty_nodes.extend(later);
     }
+}
+
+/// An object a node acknowledged, from its ObjectSync record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivered {
+    pub node: String,
+    pub kind: &'static str,
+    pub key: Key,
+    pub uid: String,
+    pub resource_version: String,
+}
+
+/// The ObjectSync name of what `node` acknowledged: `{node}.{uid}`, as KubeEdge names it.
+pub fn object_sync_name(node: &str, uid: &str) -> String {
+    format!("{node}.{uid}")
+}
+
+/// Reads an ObjectSync record (`{node}.{uid}`; a node name may hold dots, a uid does not).
+pub fn delivered_of(v: &Value) -> Option<Delivered> {
+    let name = v["metadata"]["name"].as_str()?;
+    let (node, uid) = name.rsplit_once('.')?;
+    let kind = match v["spec"]["objectKind"].as_str()? {
+        "Device" => "device",
+        "DeviceModel" => "devicemodel",
+        _ => return None,
+    };
+    Some(Delivered {
+        node: node.to_string(),
+        kind,
+        key: (
+            v["metadata"]["namespace"].as_str()?.to_string(),
+            v["spec"]["objectName"].as_str()?.to_string(),
+        ),
+        uid: uid.to_string(),
+        resource_version: v["status"]["objectResourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    })
+}
+
+/// Every ObjectSync record of devices and models. On an error, none: every node is then sent
+/// everything it must hold (harmless), but deletions made while the controller was down do not
+/// reach nodes that were away; logged.
+async fn list_delivered(client: &kube::Client) -> Vec<Delivered> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "reliablesyncs.kubeedge.io",
+        "v1alpha1",
+        "ObjectSync",
+    ));
+    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let mut out = Vec::new();
+    let mut lp = kube::api::ListParams::default().limit(500);
+    loop {
+        match api.list(&lp).await {
+            Ok(list) => {
+                out.extend(
+                    list.items
+                        .iter()
+                        .filter_map(|o| serde_json::to_value(o).ok())
+                        .filter_map(|v| delivered_of(&v)),
+                );
+                match list.metadata.continue_ {
+                    Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                    _ => break,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list ObjectSync records: every node is sent everything again, and deletions made while cloudcore was down may not reach nodes that were away");
+                return Vec::new();
+            }
+        }
+    }
+    tracing::info!(records = out.len(), "ObjectSync records read");
+    out
 }
 
 /// Profile ConfigMap writes at once.

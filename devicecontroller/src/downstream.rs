@@ -97,6 +97,9 @@ pub struct Downstream {
     synced: bool,
     /// Objects just deleted, for the delete messages of the reconcile that follows.
     tombstones: BTreeMap<(&'static str, Key), Value>,
+    /// Per node: objects it acknowledged before this start that no longer exist (from
+    /// [`Downstream::seed_delivered`]), for its delete messages; kept until sent.
+    gone: BTreeMap<(String, &'static str, Key), Value>,
 }
 
 fn key_of(obj: &Value) -> Option<Key> {
@@ -223,6 +226,54 @@ impl Downstream {
         let mut nodes: BTreeSet<String> = self.by_node.keys().cloned().collect();
         nodes.extend(self.sent.keys().cloned());
         nodes.into_iter().collect()
+    }
+
+    /// What a node acknowledged before this start (its ObjectSync records: the object's kind,
+    /// key, uid and the resourceVersion the node has). Called before [`Downstream::mark_synced`],
+    /// after the first full list: the reconcile that follows sends the node only what it misses,
+    /// an update where its version is older, and a delete for what no longer exists (or exists
+    /// again under another uid), including deletions made while this controller was down.
+    pub fn seed_delivered(
+        &mut self,
+        node: &str,
+        kind: &'static str,
+        key: Key,
+        uid: &str,
+        rv: &str,
+    ) {
+        let current = match kind {
+            "device" => self.devices.get(&key).map(|d| (d.spec, parse(&d.object))),
+            _ => self.models.get(&key).map(|m| (m.spec, parse(&m.object))),
+        };
+        let sent = self.sent.entry(node.to_string()).or_default();
+        let map = if kind == "device" {
+            &mut sent.devices
+        } else {
+            &mut sent.models
+        };
+        match current {
+            Some((spec, obj)) if obj["metadata"]["uid"].as_str() == Some(uid) => {
+                // Up to date, or an older version: then an update goes (hash 0 never matches).
+                let same = obj["metadata"]["resourceVersion"].as_str() == Some(rv);
+                map.insert(key, if same { spec } else { 0 });
+            }
+            _ => {
+                map.insert(key.clone(), 0);
+                // The delete carries the version the node has: a message to be acknowledged
+                // has a resourceVersion (KubeEdge's edge answers only those).
+                let api_kind = if kind == "device" {
+                    "Device"
+                } else {
+                    "DeviceModel"
+                };
+                self.gone.insert(
+                    (node.to_string(), kind, key.clone()),
+                    json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": api_kind,
+                        "metadata": {"namespace": key.0, "name": key.1, "uid": uid,
+                            "resourceVersion": rv}}),
+                );
+            }
+        }
     }
 
     /// `node` starts over (its Node object was deleted: a gateway reinstalled, or gone): what
@@ -471,7 +522,8 @@ impl Downstream {
                 .devices
                 .get(k)
                 .map(|d| parse(&d.object))
-                .or_else(|| self.tombstones.get(&("device", k.clone())).cloned());
+                .or_else(|| self.tombstones.get(&("device", k.clone())).cloned())
+                .or_else(|| self.gone.remove(&(node.to_string(), "device", k.clone())));
             out.push(delete_message(node, "device", k, last.as_ref()));
         }
         for k in had.models.keys().filter(|k| !want.models.contains_key(*k)) {
@@ -479,7 +531,11 @@ impl Downstream {
                 .models
                 .get(k)
                 .map(|m| parse(&m.object))
-                .or_else(|| self.tombstones.get(&("devicemodel", k.clone())).cloned());
+                .or_else(|| self.tombstones.get(&("devicemodel", k.clone())).cloned())
+                .or_else(|| {
+                    self.gone
+                        .remove(&(node.to_string(), "devicemodel", k.clone()))
+                });
             out.push(delete_message(node, "devicemodel", k, last.as_ref()));
         }
         if !want.devices.is_empty() || !want.models.is_empty() {
@@ -633,6 +689,70 @@ mod tests {
                 resource_version: "7".into()
             })
         );
+    }
+
+    #[test]
+    fn what_nodes_acknowledged_before_a_restart_is_not_sent_again_and_what_went_is_deleted() {
+        let mut d = Downstream::new();
+        assert!(d.model_applied(&model("m", "5", "C")).is_empty());
+        assert!(d.device_applied(&device("d1", "n1", "m", "7")).is_empty());
+        assert!(d.device_applied(&device("d3", "n1", "m", "9")).is_empty());
+        // n1 has d1 and m as they are, d3 at an older version, and "gone", deleted since.
+        d.seed_delivered(
+            "n1",
+            "device",
+            ("default".into(), "d1".into()),
+            "uid-d1",
+            "7",
+        );
+        d.seed_delivered(
+            "n1",
+            "devicemodel",
+            ("default".into(), "m".into()),
+            "uid-m",
+            "5",
+        );
+        d.seed_delivered(
+            "n1",
+            "device",
+            ("default".into(), "d3".into()),
+            "uid-d3",
+            "8",
+        );
+        d.seed_delivered(
+            "n1",
+            "device",
+            ("default".into(), "gone".into()),
+            "uid-gone",
+            "3",
+        );
+        // n2 had d1 before it moved to n1.
+        d.seed_delivered(
+            "n2",
+            "device",
+            ("default".into(), "d1".into()),
+            "uid-d1",
+            "6",
+        );
+        let out = d.synced();
+        assert_eq!(
+            summary(&out),
+            [
+                row("n1", "update", "node/n1/membership", ""),
+                row("n1", "update", "node/n1/default/device/d3", "9"),
+                row("n1", "delete", "node/n1/default/device/gone", "3"),
+                row("n2", "update", "node/n2/membership", ""),
+                row("n2", "delete", "node/n2/default/device/d1", "7"),
+            ]
+        );
+        assert_eq!(out[0].message.content["removed_devices"][0]["name"], "gone");
+        assert_eq!(out[0].message.content["added_devices"], json!([]));
+        let gone = out[2].ack.as_ref().expect("a delete is acknowledged");
+        assert_eq!(
+            gone.uid, "uid-gone",
+            "its ObjectSync can be found and removed"
+        );
+        assert!(d.reconcile_node("n1").is_empty() && d.reconcile_node("n2").is_empty());
     }
 
     #[test]

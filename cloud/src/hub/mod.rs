@@ -12,6 +12,7 @@
 //! (the rest wait: the node's socket is read no faster).
 
 pub mod certs;
+pub mod objectsync;
 mod ws;
 
 use api::message::Message;
@@ -56,7 +57,7 @@ pub struct HubMetrics {
 }
 
 impl HubMetrics {
-    pub fn render(&self, pending: usize) -> String {
+    pub fn render(&self, pending: usize, records: (u64, u64)) -> String {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
         let mut out = String::new();
         for (name, kind, v) in [
@@ -83,6 +84,8 @@ impl HubMetrics {
             ),
             ("cloudhub_bad_frames_total", "counter", g(&self.bad_frames)),
             ("cloudhub_pending_acks", "gauge", pending as u64),
+            ("cloudhub_objectsync_written_total", "counter", records.0),
+            ("cloudhub_objectsync_failed_total", "counter", records.1),
         ] {
             out.push_str(&format!("# TYPE {name} {kind}\n{name} {v}\n"));
         }
@@ -100,6 +103,9 @@ struct Session {
 /// A message waiting for its acknowledgement.
 struct Pending {
     id: String,
+    /// What the acknowledgement records (an ObjectSync), and whether the message is a delete.
+    ack: devicecontroller::downstream::AckKey,
+    delete: bool,
     /// The message's JSON, compressed while it waits (a node away for long holds every object
     /// it is to get).
     text: Packed,
@@ -123,6 +129,7 @@ fn text(p: &Packed) -> String {
 pub struct CloudHub {
     nodes: Mutex<HashMap<String, NodeState>>,
     upstream: OnceLock<mpsc::Sender<(String, Message)>>,
+    records: OnceLock<objectsync::Writer>,
     pub settings: Settings,
     pub metrics: HubMetrics,
     next_session: AtomicU64,
@@ -133,9 +140,25 @@ impl CloudHub {
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
+            records: OnceLock::new(),
             settings,
             metrics: HubMetrics::default(),
             next_session: AtomicU64::new(1),
+        })
+    }
+
+    /// Where acknowledgements are recorded (ObjectSync).
+    pub fn set_records(&self, w: objectsync::Writer) {
+        let _ = self.records.set(w);
+    }
+
+    /// ObjectSync records written and failed.
+    pub fn records(&self) -> (u64, u64) {
+        self.records.get().map_or((0, 0), |w| {
+            (
+                w.written.load(Ordering::Relaxed),
+                w.failed.load(Ordering::Relaxed),
+            )
         })
     }
 
@@ -220,10 +243,20 @@ impl CloudHub {
         if msg.route.operation == "response" && !msg.header.parent_id.is_empty() {
             let mut nodes = self.lock();
             if let Some(st) = nodes.get_mut(node) {
-                let before = st.unacked.len();
-                st.unacked.retain(|_, p| p.id != msg.header.parent_id);
-                if st.unacked.len() < before {
+                let key = st
+                    .unacked
+                    .iter()
+                    .find(|(_, p)| p.id == msg.header.parent_id)
+                    .map(|(k, _)| k.clone());
+                if let Some(p) = key.and_then(|k| st.unacked.remove(&k)) {
                     self.metrics.acked.fetch_add(1, Ordering::Relaxed);
+                    if let Some(w) = self.records.get() {
+                        w.record(objectsync::Record {
+                            node: node.to_string(),
+                            ack: p.ack,
+                            deleted: p.delete,
+                        });
+                    }
                 }
             }
             return;
@@ -274,6 +307,8 @@ impl CloudHub {
             Some(k) => {
                 let p = Pending {
                     id: message.header.id.clone(),
+                    ack: k.clone(),
+                    delete: message.route.operation == "delete",
                     text: Packed::new(json.as_bytes()),
                     sent: sent.then(Instant::now),
                 };
