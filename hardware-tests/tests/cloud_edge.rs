@@ -157,6 +157,17 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     eventually(60, "temperature 21.5 in DeviceStatus", || {
         reported(&status(&cloud), "temperature").filter(|v| v.starts_with("21.5"))
     });
+    // The device's state reaches DeviceStatus too.
+    let online = eventually(60, "state online in DeviceStatus", || {
+        let st = status(&cloud);
+        (st["status"]["state"] == "online").then_some(st)
+    });
+    assert!(
+        online["status"]["lastOnlineTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{online}"
+    );
     // The twin's type is the model's, as KubeEdge reports it.
     let st = status(&cloud);
     let temp = st["status"]["twins"]

@@ -8,7 +8,7 @@
 //!   catalog beside the local manifests (a local manifest wins for the same `namespace/name`).
 //!   After a restart without a link, the devices the cloud sent run as before.
 //! - Upstream: the twin's outbox (durable) is sent as `twin/edge_updated` messages, one per
-//!   device, at most `qps` per second; an entry leaves the outbox only when the cloud answered
+//!   device, and `state/update` messages, at most `qps` per second; an entry leaves the outbox only when the cloud answered
 //!   (after it stored the DeviceStatus), so a link that drops loses nothing; unanswered
 //!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
 
@@ -327,10 +327,29 @@ impl EdgeHub {
             .map(|e| (e.namespace.clone(), e.name.clone(), e.property.clone()))
             .collect();
         let mut by_device: BTreeMap<(String, String), Vec<OutboxEntry>> = BTreeMap::new();
+        let mut out = Vec::new();
         for e in entries {
-            if e.section == Section::State
-                || busy.contains(&(e.namespace.clone(), e.name.clone(), e.property.clone()))
-            {
+            if busy.contains(&(e.namespace.clone(), e.name.clone(), e.property.clone())) {
+                continue;
+            }
+            if e.section == Section::State {
+                // KubeEdge's state/update: the state, and the last time it was online.
+                let online = matches!(e.value.as_str(), "online" | "ok");
+                let msg = Message::new(
+                    "edgehub",
+                    "twin",
+                    "update",
+                    format!(
+                        "node/{}/device/{}/{}/state/update",
+                        self.node, e.namespace, e.name
+                    ),
+                    json!({"event_id": uuid::Uuid::new_v4().to_string(),
+                        "timestamp": api::message::now_millis(),
+                        "device": {"name": e.name, "state": e.value,
+                            "lastOnlineTime": if online { crate::eventbus::payload::rfc3339(e.timestamp) } else { String::new() }}}),
+                );
+                inflight.insert(msg.header.id.clone(), (Instant::now(), vec![e]));
+                out.push(msg);
                 continue;
             }
             by_device
@@ -338,7 +357,6 @@ impl EdgeHub {
                 .or_default()
                 .push(e);
         }
-        let mut out = Vec::new();
         for ((ns, name), entries) in by_device {
             let types = self.property_types(&DeviceId::new(&ns, &name));
             let mut twin = serde_json::Map::new();
