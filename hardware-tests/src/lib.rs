@@ -597,3 +597,61 @@ impl Drop for PtyPair {
         let _ = self.proc.wait();
     }
 }
+
+/// A TCP proxy to `127.0.0.1:{upstream}` that can cut the link: [`Proxy::cut`] drops every
+/// connection and refuses new ones (as a site's uplink that goes down), [`Proxy::restore`]
+/// lets them through again. Runs on its own thread.
+pub struct Proxy {
+    pub port: u16,
+    cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Proxy {
+    pub fn start(upstream: u16) -> Self {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = std_listener.local_addr().expect("addr").port();
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let cut = std::sync::Arc::new(tx);
+        std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
+                    return;
+                };
+                while let Ok((mut down, _)) = listener.accept().await {
+                    if *rx.borrow() {
+                        continue;
+                    }
+                    let mut rx = rx.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut up) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                        else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                            _ = rx.wait_for(|cut| *cut) => {}
+                        }
+                    });
+                }
+            });
+        });
+        Self { port, cut }
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        let _ = self.cut.send(true);
+    }
+
+    pub fn restore(&self) {
+        let _ = self.cut.send(false);
+    }
+}

@@ -7,7 +7,7 @@
 //! to the register; with the cloud gone, a restarted edgecore runs the device it was sent.
 
 use hardware_tests::{
-    Node, Proc, PyModbus, bin, eventually, free_port, read_holding, write_holdings,
+    Node, Proc, Proxy, PyModbus, bin, eventually, free_port, read_holding, write_holdings,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -106,9 +106,14 @@ impl Cloud {
     }
 
     fn edge_config(&self) -> String {
+        self.edge_config_via(self.hub)
+    }
+
+    /// The edge's config with cloudhub reached on `hub_port` (a [`Proxy`] in front of it).
+    fn edge_config_via(&self, hub_port: u16) -> String {
         format!(
             "cloud:\n  server: wss://127.0.0.1:{}\n  certServer: https://127.0.0.1:{}\n  token: \"{}\"\n  heartbeatSeconds: 2\n",
-            self.hub,
+            hub_port,
             self.certs,
             self.token()
         )
@@ -223,5 +228,85 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
         node.twin("default/oven-1")
             .and_then(|t| hardware_tests::reported(&t, "temperature"))
             .filter(|v| v.starts_with("44.4"))
+    });
+}
+
+/// The link cut for a while, then flapping: what changed on both sides meanwhile converges
+/// once it is back. Values read while it was down reach DeviceStatus (the newest), a device
+/// added in the cloud reaches the node, a desired value set in the cloud lands on the register.
+#[test]
+fn after_a_cut_and_flapping_link_both_sides_converge() {
+    let cloud = Cloud::start();
+    let sim_port = free_port();
+    let _sim = PyModbus::start(sim_port);
+    write_holdings(sim_port, 0, &[215, 40]);
+    let manifest = oven_manifest(sim_port);
+    cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
+    let proxy = Proxy::start(cloud.hub);
+    let edgecore = bin("edgecore");
+    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config_via(proxy.port));
+    eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let status = |name: &str| -> Value {
+        serde_json::from_str(&cloud.ok(&["get", "devicestatus", name, "-o", "json"]))
+            .unwrap_or(Value::Null)
+    };
+    eventually(60, "temperature 21.5 in DeviceStatus", || {
+        reported(&status("oven-1"), "temperature").filter(|v| v.starts_with("21.5"))
+    });
+
+    proxy.cut();
+    eventually(30, "the node NotReady", || {
+        cloud
+            .ok(&["get", "nodes"])
+            .contains("NotReady")
+            .then_some(())
+    });
+    // Meanwhile: the device reads new values, the cloud gets a new device and a desired value.
+    write_holdings(sim_port, 0, &[333]);
+    eventually(30, "33.3 read at the edge", || {
+        node.twin("default/oven-1")
+            .and_then(|t| hardware_tests::reported(&t, "temperature"))
+            .filter(|v| v.starts_with("33.3"))
+    });
+    // oven-2 is a PLC that does not answer (no simulator on its port): it must not write the
+    // registers oven-1's checks read.
+    let second = std::fs::read_to_string(&manifest)
+        .expect("manifest")
+        .replace("name: oven-1", "name: oven-2")
+        .replace(&format!("port: {sim_port}"), &format!("port: {}", free_port()));
+    let second_file = std::env::temp_dir().join(format!("oven-2-{sim_port}.yaml"));
+    std::fs::write(&second_file, second).expect("write");
+    cloud.ok(&["apply", "-f", second_file.to_str().expect("path")]);
+    cloud.ok(&[
+        "patch",
+        "device",
+        "oven-1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"70"}]"#,
+    ]);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(node.twin("default/oven-2").is_none(), "the link is cut");
+
+    // Flapping: a few seconds up and down, then up for good.
+    for _ in 0..4 {
+        proxy.restore();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        proxy.cut();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    proxy.restore();
+    eventually(60, "33.3 in DeviceStatus", || {
+        reported(&status("oven-1"), "temperature").filter(|v| v.starts_with("33.3"))
+    });
+    eventually(60, "oven-2 on the edge", || node.twin("default/oven-2"));
+    eventually(60, "setpoint 70 on the register", || {
+        (read_holding(sim_port, 1) == 70).then_some(())
+    });
+    eventually(30, "the node Ready", || {
+        let nodes = cloud.ok(&["get", "nodes", "--no-headers"]);
+        (nodes.contains(" Ready") && !nodes.contains("NotReady")).then_some(())
     });
 }
