@@ -923,6 +923,17 @@ impl State {
             .max(1)
             .saturating_sub(self.writes_active);
         for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
+            if plan.is_empty() {
+                // Only reports older than what is stored: answered, nothing to write.
+                for (node, msg) in &plan.acks {
+                    self.hub.send(Outbound {
+                        node: node.clone(),
+                        message: upstream::ack(node, msg),
+                        ack: None,
+                    });
+                }
+                continue;
+            }
             if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
                 // Its DeviceStatus is being written or made: try again on a later tick.
                 self.up

@@ -65,7 +65,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn is_empty(&self) -> bool {
+    /// Nothing to write (its reports were all older than what is stored).
+    pub fn is_empty(&self) -> bool {
         self.reported.is_empty() && self.observed.is_empty() && self.state.is_none()
     }
 
@@ -266,9 +267,20 @@ impl Upstream {
         ready
             .into_iter()
             .filter_map(|k| {
-                let slot = self.pending.remove(&k)?;
+                let mut plan = self.pending.remove(&k)?.plan;
+                // What was stored since these reports were queued (a patch that was in flight
+                // then) may be newer: an older value never goes over a newer one.
+                if let Some(floor) = self.stored.get(&k) {
+                    let newer = |which: &str, name: &String, s: &Stamped| {
+                        floor
+                            .get(&format!("{which}/{name}"))
+                            .is_none_or(|cur| s.newer_than(cur))
+                    };
+                    plan.reported.retain(|n, s| newer("reported", n, s));
+                    plan.observed.retain(|n, s| newer("observed", n, s));
+                }
                 self.last_patch.insert(k.clone(), now);
-                Some((k, slot.plan))
+                Some((k, plan))
             })
             .collect()
     }
@@ -404,6 +416,35 @@ mod tests {
                 properties: vec!["temperature", "setpoint"],
             })
         }
+    }
+
+    #[test]
+    fn older_reports_that_arrive_while_a_newer_patch_is_in_flight_are_dropped() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        let msg = |v: &str, ver| twin_msg("n1", "d1", "temperature", v, ver, 100 * ver);
+        assert_eq!(
+            u.accept("n1", &msg("80", 3), facts("n1")),
+            Ok(Taken::Queued)
+        );
+        let (k, first) = u.due(t0, Duration::ZERO, usize::MAX).remove(0);
+        // While the first patch is being written, older reports arrive.
+        assert_eq!(
+            u.accept("n1", &msg("60", 1), facts("n1")),
+            Ok(Taken::Queued)
+        );
+        assert_eq!(
+            u.accept("n1", &msg("70", 2), facts("n1")),
+            Ok(Taken::Queued)
+        );
+        u.stored(&k, &first);
+        let (_, next) = u.due(t0, Duration::ZERO, usize::MAX).remove(0);
+        assert!(
+            next.reported.is_empty(),
+            "70 (edge version 2) must not overwrite 80 (version 3): {:?}",
+            next.reported
+        );
+        assert_eq!(next.acks.len(), 2, "both are still answered");
     }
 
     #[test]

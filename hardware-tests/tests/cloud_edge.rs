@@ -275,7 +275,10 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     let second = std::fs::read_to_string(&manifest)
         .expect("manifest")
         .replace("name: oven-1", "name: oven-2")
-        .replace(&format!("port: {sim_port}"), &format!("port: {}", free_port()));
+        .replace(
+            &format!("port: {sim_port}"),
+            &format!("port: {}", free_port()),
+        );
     let second_file = std::env::temp_dir().join(format!("oven-2-{sim_port}.yaml"));
     std::fs::write(&second_file, second).expect("write");
     cloud.ok(&["apply", "-f", second_file.to_str().expect("path")]);
