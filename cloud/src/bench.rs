@@ -19,6 +19,28 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The lines of a `  cloudHub:` block of `modules` (without its header), and the rest.
+fn split_hub(modules: &str) -> (String, String) {
+    let mut hub = String::new();
+    let mut rest = String::new();
+    let mut inside = false;
+    for line in modules.lines() {
+        if line == "  cloudHub:" {
+            inside = true;
+            continue;
+        }
+        if inside && line.starts_with("    ") {
+            hub.push_str(line);
+            hub.push('\n');
+            continue;
+        }
+        inside = false;
+        rest.push_str(line);
+        rest.push('\n');
+    }
+    (hub, rest)
+}
+
 pub struct Server {
     config: std::path::PathBuf,
     starts: usize,
@@ -28,6 +50,8 @@ pub struct Server {
     _dir: tempfile::TempDir,
     pub kubeconfig: std::path::PathBuf,
     pub metrics: String,
+    /// cloudhub's websocket address.
+    pub hub: String,
 }
 
 impl Drop for Server {
@@ -57,10 +81,12 @@ pub fn start_server(modules: &str) -> Result<Server> {
     };
     let (port, mport, hport, cport) = (free()?, free()?, free()?, free()?);
     let config = dir.path().join("cloudcore.yaml");
+    // A `cloudHub:` block in `modules` joins the one with the ports (kept across restarts).
+    let (hub_extra, modules) = split_hub(modules);
     std::fs::write(
         &config,
         format!(
-            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hport}\"\n    certListen: \"127.0.0.1:{cport}\"\n  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
+            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hport}\"\n    certListen: \"127.0.0.1:{cport}\"\n{hub_extra}  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
         ),
     )?;
     let log = std::fs::File::create(dir.path().join("log"))?;
@@ -94,12 +120,24 @@ pub fn start_server(modules: &str) -> Result<Server> {
         _dir: dir,
         kubeconfig,
         metrics: format!("127.0.0.1:{mport}"),
+        hub: format!("127.0.0.1:{hport}"),
     })
 }
 
 impl Server {
+    /// The data directory (its `pki/` holds the CA).
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.config
+            .parent()
+            .map(|d| d.join("data"))
+            .unwrap_or_default()
+    }
+
     /// SIGTERM, then a new start on the same data directory with `modules` instead.
     pub fn restart(&mut self, modules: &str) -> Result<()> {
+        // The cloudHub block stays as the first start wrote it.
+        let (_, modules) = split_hub(modules);
+        let modules = modules.as_str();
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

@@ -90,6 +90,12 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Every edge session holds a socket: the soft limit of open files (often 1024) up to the
+    // hard one.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -364,3 +364,42 @@ async fn after_a_restart_a_node_gets_only_what_it_missed_including_deletes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A frame over `maxFrameBytes` ends that session (and only it), with the reason in the log;
+/// the node connects again and goes on.
+#[tokio::test]
+async fn an_oversized_frame_ends_the_session_and_the_node_comes_back() {
+    let c = Cloud::start_full("", "  cloudHub:\n    maxFrameBytes: 65536\n");
+    let token = token(&c);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    edge.until("oven-1", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+    });
+    let huge = twin_report(
+        "edge-node-1",
+        "oven-1",
+        "temperature",
+        &"9".repeat(100_000),
+        1,
+    );
+    edge.send(&serde_json::to_string(&huge).expect("json"));
+    edge.until("the session closed", |v| v["closed"].is_string());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.log().contains("node disconnected") {
+        assert!(Instant::now() < deadline, "{}", c.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        c.log().contains("Space limit exceeded") || c.log().contains("too long"),
+        "the log names the reason: {}",
+        c.log()
+    );
+    // The node comes back (a new session) and is served.
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    edge.until("session", |v| v["connected"] == "edge-node-1");
+    let report = twin_report("edge-node-1", "oven-1", "temperature", "5", 2);
+    let id = report.header.id.clone();
+    edge.send(&serde_json::to_string(&report).expect("json"));
+    edge.until("the answer", |v| v["header"]["parent_msg_id"] == id);
+}

@@ -91,15 +91,20 @@ impl Cloud {
                 "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{}\"\n{}  metrics:\n    listen: \"\"\n{}{}",
                 self.port,
                 self.extra,
-                self.modules,
-                if self.modules.contains("cloudHub:") {
-                    String::new()
-                } else {
-                    format!(
-                        "  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{}\"\n",
+                // cloudhub on this instance's own ports, inside any cloudHub block given.
+                {
+                    let ports = format!(
+                        "    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{}\"\n",
                         self.hub_port, self.cert_port
-                    )
-                }
+                    );
+                    if self.modules.contains("  cloudHub:\n") {
+                        self.modules
+                            .replacen("  cloudHub:\n", &format!("  cloudHub:\n{ports}"), 1)
+                    } else {
+                        format!("{}  cloudHub:\n{ports}", self.modules)
+                    }
+                },
+                ""
             ),
         )
         .expect("config written");

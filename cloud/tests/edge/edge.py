@@ -133,6 +133,7 @@ async def session(args, ca_pem, cert, key):
                     answer = message("resource", "response", msg["route"]["resource"], "OK",
                                      parent=msg["header"]["msg_id"])
                     await ws.send(json.dumps(answer))
+            print(json.dumps({"closed": f"{ws.close_code} {ws.close_reason}"}), flush=True)
         except websockets.ConnectionClosed as e:
             print(json.dumps({"closed": str(e)}), flush=True)
         for t in tasks:
