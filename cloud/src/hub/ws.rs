@@ -23,6 +23,7 @@ pub async fn serve(
     client: kube::Client,
     stop: CancellationToken,
 ) {
+    let nodes = NodeStatus::start(client, stop.clone());
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -37,7 +38,7 @@ pub async fn serve(
             },
         };
         let _ = tcp.set_nodelay(true);
-        let (hub, tls, client, stop) = (hub.clone(), tls.clone(), client.clone(), stop.clone());
+        let (hub, tls, nodes, stop) = (hub.clone(), tls.clone(), nodes.clone(), stop.clone());
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
             {
@@ -58,7 +59,7 @@ pub async fn serve(
                 .and_then(|c| c.first())
                 .and_then(|c| apiserver::pki::common_name(c))
                 .unwrap_or_default();
-            session(hub, stream, cn, peer, client, stop).await;
+            session(hub, stream, cn, peer, nodes, stop).await;
         });
     }
 }
@@ -99,7 +100,7 @@ async fn session(
     stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
     cn: String,
     peer: std::net::SocketAddr,
-    client: kube::Client,
+    nodes: Arc<NodeStatus>,
     stop: CancellationToken,
 ) {
     let named: Arc<Mutex<Option<String>>> = Arc::default();
@@ -120,7 +121,12 @@ async fn session(
             }
         }
     };
+    // tungstenite reads into a 128 KiB buffer per connection by default and buffers as much
+    // for writes: most of an idle session's memory. Messages are small; the buffers grow for a
+    // large one and shrink back.
     let config = WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
         .max_message_size(Some(hub.settings.max_frame_bytes))
         .max_frame_size(Some(hub.settings.max_frame_bytes));
     let ws = match tokio::time::timeout(
@@ -155,7 +161,7 @@ async fn session(
         return;
     };
     tracing::info!(%node, %peer, "cloudhub: node connected");
-    node_ready(&client, &node, true).await;
+    nodes.set(&node, true);
     let writer_end = end.clone();
     let writer = tokio::spawn(async move {
         loop {
@@ -181,7 +187,7 @@ async fn session(
             _ = stop.cancelled() => break "cloudcore stops".to_string(),
             _ = end.cancelled() => break "replaced by a newer connection".to_string(),
             _ = heartbeat.tick() => {
-                node_ready(&client, &node, true).await;
+                nodes.set(&node, true);
                 continue;
             }
             f = tokio::time::timeout(hub.settings.keepalive, frames.next()) => f,
@@ -218,9 +224,56 @@ async fn session(
     let _ = writer.await;
     if hub.detach(&node, id) {
         tracing::info!(%node, reason = %why, "cloudhub: node disconnected");
-        node_ready(&client, &node, false).await;
+        nodes.set(&node, false);
     } else {
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
+    }
+}
+
+/// The `Node` objects' Ready condition, written by a few workers from a map of the newest
+/// state per node: a reconnect storm of thousands of nodes is as many entries, not as many
+/// concurrent API requests (each with its connection and buffers).
+struct NodeStatus {
+    pending: Mutex<std::collections::BTreeMap<String, bool>>,
+    wake: tokio::sync::Notify,
+}
+
+impl NodeStatus {
+    const WORKERS: usize = 4;
+
+    fn start(client: kube::Client, stop: CancellationToken) -> Arc<Self> {
+        let me = Arc::new(Self {
+            pending: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        });
+        for _ in 0..Self::WORKERS {
+            let (me, client, stop) = (me.clone(), client.clone(), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    let next = me
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pop_first();
+                    match next {
+                        Some((node, ready)) => node_ready(&client, &node, ready).await,
+                        None => tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = me.wake.notified() => {}
+                        },
+                    }
+                }
+            });
+        }
+        me
+    }
+
+    fn set(&self, node: &str, ready: bool) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.to_string(), ready);
+        self.wake.notify_one();
     }
 }
 
