@@ -253,3 +253,57 @@ where
     }
     Ok(n as f64 / started.elapsed().as_secs_f64())
 }
+
+/// A TLS client configuration of a simulated edge node: trusts `ca_pem`, presents `cert`/`key`.
+pub fn node_tls(
+    ca_pem: &str,
+    cert: &str,
+    key: &str,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c?)?;
+    }
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())?;
+    Ok(Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)?,
+    ))
+}
+
+/// A simulated edge node's websocket session.
+pub type NodeSession =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+/// Connects as edge node `name` to cloudhub at `hub` (`host:port`), as KubeEdge's edgehub does.
+pub async fn connect_node(
+    name: &str,
+    hub: &str,
+    tls: Arc<tokio_rustls::rustls::ClientConfig>,
+) -> Result<NodeSession> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let tcp = tokio::net::TcpStream::connect(hub).await?;
+    let host = hub.rsplit_once(':').map_or(hub, |(h, _)| h).to_string();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(
+            tokio_rustls::rustls::pki_types::ServerName::try_from(host)?,
+            tcp,
+        )
+        .await?;
+    let mut req = format!("wss://{hub}/e632aba927ea4ac2b575ec1603d56f10/{name}/events")
+        .into_client_request()?;
+    req.headers_mut().insert("node_id", name.parse()?);
+    req.headers_mut()
+        .insert("project_id", "e632aba927ea4ac2b575ec1603d56f10".parse()?);
+    let (ws, _) = tokio_tungstenite::client_async(req, stream).await?;
+    Ok(ws)
+}

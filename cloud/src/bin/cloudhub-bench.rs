@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio_rustls::rustls;
 use tokio_tungstenite::tungstenite::Message as Frame;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 fn arg(name: &str, default: usize) -> Result<usize> {
     let argv: Vec<String> = std::env::args().collect();
@@ -37,31 +36,11 @@ fn arg(name: &str, default: usize) -> Result<usize> {
     }
 }
 
-fn client_config(ca_pem: &str, cert: &str, key: &str) -> Result<Arc<rustls::ClientConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c?)?;
-    }
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())?;
-    Ok(Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)?,
-    ))
-}
-
 /// One edge node: connects, sends a keepalive every 15 s, and reconnects (1 s plus jitter)
 /// whenever its session ends.
 async fn node(name: String, hub: String, tls: Arc<rustls::ClientConfig>, up: Arc<AtomicUsize>) {
     loop {
-        if let Ok(mut ws) = session(&name, &hub, tls.clone()).await {
+        if let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls.clone()).await {
             up.fetch_add(1, Ordering::Relaxed);
             let mut beat = tokio::time::interval(Duration::from_secs(15));
             loop {
@@ -90,23 +69,6 @@ async fn node(name: String, hub: String, tls: Arc<rustls::ClientConfig>, up: Arc
         );
         tokio::time::sleep(Duration::from_millis(1000 + jitter)).await;
     }
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
-
-async fn session(name: &str, hub: &str, tls: Arc<rustls::ClientConfig>) -> Result<Ws> {
-    let tcp = tokio::net::TcpStream::connect(hub).await?;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(rustls::pki_types::ServerName::try_from("127.0.0.1")?, tcp)
-        .await?;
-    let mut req = format!("wss://{hub}/e632aba927ea4ac2b575ec1603d56f10/{name}/events")
-        .into_client_request()?;
-    req.headers_mut().insert("node_id", name.parse()?);
-    req.headers_mut()
-        .insert("project_id", "e632aba927ea4ac2b575ec1603d56f10".parse()?);
-    let (ws, _) = tokio_tungstenite::client_async(req, stream).await?;
-    Ok(ws)
 }
 
 async fn until_up(up: &AtomicUsize, n: usize, limit: Duration) -> Result<Duration> {
@@ -151,7 +113,7 @@ async fn main() -> Result<()> {
             false,
             1,
         )?;
-        configs.push((name, client_config(&ca_pem, &cert, &key)?));
+        configs.push((name, cloud::bench::node_tls(&ca_pem, &cert, &key)?));
     }
     println!(
         "certificates: {n} signed in {:.1} s",

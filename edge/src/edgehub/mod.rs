@@ -144,7 +144,12 @@ impl EdgeHub {
         let (mut sink, mut frames) = ws.split();
         let mut heartbeat =
             tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));
-        let mut poll = tokio::time::interval(Duration::from_millis(200));
+        // The outbox is read when the twin committed something (checked every 20 ms), and
+        // every second anyway (for resends).
+        let mut poll = tokio::time::interval(Duration::from_millis(20));
+        let mut events = self.twin.subscribe();
+        let mut dirty = true;
+        let mut last_read = Instant::now();
         let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
         let mut bucket = api::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
         loop {
@@ -157,7 +162,17 @@ impl EdgeHub {
                     let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
                     sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;
                 }
+                ev = events.recv() => match ev {
+                    Ok(a) => dirty |= !a.outbox.is_empty(),
+                    Err(broadcast::error::RecvError::Lagged(_)) => dirty = true,
+                    Err(broadcast::error::RecvError::Closed) => return Ok("the twin stopped".into()),
+                },
                 _ = poll.tick() => {
+                    if !dirty && last_read.elapsed() < Duration::from_secs(1) {
+                        continue;
+                    }
+                    dirty = false;
+                    last_read = Instant::now();
                     for msg in self.outbox_messages(&mut inflight).await {
                         bucket.take().await;
                         sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;

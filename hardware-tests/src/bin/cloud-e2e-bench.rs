@@ -1,0 +1,346 @@
+//! End-to-end latency through the whole stack, with the real binaries:
+//!
+//! ```sh
+//! cargo run --release -p hardware-tests --bin cloud-e2e-bench   # [--rounds 50] [--load-nodes 99]
+//! ```
+//!
+//! `cloudcore` (embedded API, device controller, cloudhub), one real node (`edgecore` joined by
+//! token, `mapper-modbus` polling an in-process Modbus simulator every 50 ms) and `--load-nodes`
+//! simulated nodes (websocket sessions from this process, each reporting its 10 devices of 10
+//! properties once a second: 100 nodes report in all). It measures:
+//! - a value changed on the simulator's register until `DeviceStatus` shows it (read through the
+//!   API every 10 ms), and
+//! - a desired value patched on the Device through the API until the simulator's register holds
+//!   it (read every 2 ms),
+//!
+//! each `--rounds` times, and prints p50, p99 and max.
+
+use anyhow::{Context, Result};
+use futures_util::SinkExt;
+use hardware_tests::modbus_sim::Sim;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn arg(name: &str, default: usize) -> Result<usize> {
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.iter().position(|a| a == name) {
+        Some(i) => argv
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+struct Kill(Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Child> {
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log))?)
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))
+}
+
+fn ar(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "devices.kubeedge.io",
+        "v1beta1",
+        kind,
+    ))
+}
+
+fn obj(v: serde_json::Value) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(v)?)
+}
+
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
+        hardware_tests::percentile(&v, 50.0),
+        hardware_tests::percentile(&v, 99.0),
+        v.last().copied().unwrap_or(0.0),
+        v.len()
+    )
+}
+
+fn main() -> Result<()> {
+    // The simulator runs on a runtime of its own, started outside the bench's.
+    let sim = Sim::with(|s| {
+        s.holding.insert(0, 1);
+        s.holding.insert(1, 1);
+    });
+    let (sim_port, _sim_rt) = sim.start("127.0.0.1:0")?;
+    tokio::runtime::Runtime::new()?.block_on(run(sim, sim_port))
+}
+
+async fn run(sim: Sim, sim_port: u16) -> Result<()> {
+    let rounds = arg("--rounds", 50)?;
+    let load_nodes = arg("--load-nodes", 99)?;
+    let bins =
+        hardware_tests::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let dir = tempfile::tempdir()?;
+    let free = hardware_tests::free_port;
+    let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
+    std::fs::write(
+        dir.path().join("cloudcore.yaml"),
+        format!(
+            "dataDir: cloud\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"
+        ),
+    )?;
+    let mut kill = Kill(Vec::new());
+    kill.0.push(spawn(
+        &bins.join("cloudcore"),
+        &["--config", "cloudcore.yaml"],
+        dir.path(),
+        "cloudcore.log",
+    )?);
+    let kubeconfig = dir.path().join("cloud/admin.kubeconfig");
+    let t0 = Instant::now();
+    while !(kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", certs)).is_ok()) {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "cloudcore did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = cloud::cluster_client(&kubeconfig).await?;
+    let token = String::from_utf8(
+        Command::new(bins.join("cloudcore"))
+            .args(["gettoken", "--config"])
+            .arg(dir.path().join("cloudcore.yaml"))
+            .output()?
+            .stdout,
+    )?;
+
+    // The load: 10 devices of 10 properties on each simulated node.
+    let props: Vec<_> = (0..10)
+        .map(|p| json!({"name": format!("p{p}"), "type": "INT", "accessMode": "ReadWrite"}))
+        .collect();
+    let models: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ar("DeviceModel"));
+    let devices: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ar("Device"));
+    let pp = PostParams::default();
+    models
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+        "metadata": {"name": "load"}, "spec": {"protocol": "modbus", "properties": props}}),
+            )?,
+        )
+        .await?;
+    for n in 0..load_nodes {
+        for d in 0..10 {
+            let visit: Vec<_> = (0..10).map(|p| json!({"name": format!("p{p}"), "collectCycle": 1000,
+                "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": p}}})).collect();
+            devices.create(&pp, &obj(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+                "metadata": {"name": format!("load-{n:02}-{d}")},
+                "spec": {"nodeName": format!("load-{n:02}"), "deviceModelRef": {"name": "load"},
+                    "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": 1}},
+                    "properties": visit}}))?).await?;
+        }
+    }
+    // The measured device, on the real node.
+    models
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+        "metadata": {"name": "probe"}, "spec": {"protocol": "modbus", "properties": [
+            {"name": "value", "type": "INT", "accessMode": "ReadOnly"},
+            {"name": "setpoint", "type": "INT", "accessMode": "ReadWrite"}]}}),
+            )?,
+        )
+        .await?;
+    devices.create(&pp, &obj(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+        "metadata": {"name": "probe"},
+        "spec": {"nodeName": "edge-node-1", "deviceModelRef": {"name": "probe"},
+            "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": sim_port}},
+            "properties": [
+                {"name": "value", "collectCycle": 50, "reportCycle": 50, "reportToCloud": true,
+                 "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 0}}},
+                {"name": "setpoint", "collectCycle": 50, "reportCycle": 50, "reportToCloud": true,
+                 "desired": {"value": "1"},
+                 "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 1}}}]}}))?).await?;
+
+    std::fs::write(
+        dir.path().join("edgecore.yaml"),
+        format!(
+            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{hub}\", certServer: \"https://127.0.0.1:{certs}\", token: \"{}\"}}\n",
+            token.trim()
+        ),
+    )?;
+    kill.0.push(spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir.path(),
+        "edgecore.log",
+    )?);
+    let t0 = Instant::now();
+    while !dir.path().join("dmi.sock").exists() {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "edgecore did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(
+        dir.path().join("mapper.yaml"),
+        format!(
+            "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n  data_dir: mapper-data\n",
+            free()
+        ),
+    )?;
+    kill.0.push(spawn(
+        &bins.join("mapper-modbus"),
+        &["--config-file", "mapper.yaml"],
+        dir.path(),
+        "mapper.log",
+    )?);
+
+    // The simulated nodes, reporting.
+    let pki = dir.path().join("cloud/pki");
+    let (ca_pem, ca_key) = (
+        std::fs::read_to_string(pki.join("ca.crt"))?,
+        std::fs::read_to_string(pki.join("ca.key"))?,
+    );
+    for n in 0..load_nodes {
+        let name = format!("load-{n:02}");
+        let (cert, key) = apiserver::pki::sign_leaf(
+            &ca_pem,
+            &ca_key,
+            &format!("system:node:{name}"),
+            Some("system:nodes"),
+            &[],
+            false,
+            1,
+        )?;
+        let tls = cloud::bench::node_tls(&ca_pem, &cert, &key)?;
+        let hub = format!("127.0.0.1:{hub}");
+        tokio::spawn(async move {
+            let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls).await else {
+                return;
+            };
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for version in 1i64.. {
+                tick.tick().await;
+                for d in 0..10 {
+                    let twin: serde_json::Map<String, serde_json::Value> = (0..10).map(|p| (format!("p{p}"), json!({
+                        "actual": {"value": version.to_string(), "metadata": {"timestamp": version}},
+                        "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}))).collect();
+                    let msg = api::message::Message::new(
+                        "edgehub",
+                        "twin",
+                        "update",
+                        format!(
+                            "node/{name}/device/default/load-{}-{d}/twin/edge_updated",
+                            &name[5..]
+                        ),
+                        json!({"event_id": format!("e{version}"), "timestamp": version, "twin": twin}),
+                    );
+                    let text = serde_json::to_string(&msg).unwrap_or_default();
+                    if ws
+                        .send(tokio_tungstenite::tungstenite::Message::text(text))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    let statuses: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ar("DeviceStatus"));
+    let reported = |st: &DynamicObject, prop: &str| -> Option<String> {
+        st.data["status"]["twins"]
+            .as_array()?
+            .iter()
+            .find(|t| t["propertyName"] == prop)?["reported"]["value"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(st)) = statuses.get_opt("probe").await
+            && reported(&st, "value").is_some()
+        {
+            break;
+        }
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the probe's value never reached DeviceStatus; logs in {}",
+            dir.path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "cloud end to end: 1 real node (edgecore, mapper-modbus polling every 50 ms) and {load_nodes} simulated nodes reporting 10 devices x 10 values each per second"
+    );
+
+    let mut up = Vec::new();
+    for i in 0..rounds {
+        let v = 1000 + i as u16;
+        sim.edit(|s| s.holding.insert(0, v));
+        let t = Instant::now();
+        loop {
+            if let Ok(st) = statuses.get("probe").await
+                && reported(&st, "value").as_deref() == Some(v.to_string().as_str())
+            {
+                break;
+            }
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "value {v} never reached DeviceStatus"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        up.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!("register -> DeviceStatus:      {}", percentiles(up));
+
+    let mut down = Vec::new();
+    for i in 0..rounds {
+        let v = 500 + i as u16;
+        let patch = json!([{"op": "replace", "path": "/spec/properties/1/desired/value", "value": v.to_string()}]);
+        let t = Instant::now();
+        devices
+            .patch(
+                "probe",
+                &PatchParams::default(),
+                &Patch::<()>::Json(serde_json::from_value(patch)?),
+            )
+            .await?;
+        while sim.holding(1) != Some(v) {
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "desired {v} never reached the register"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        down.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!("desired (API) -> register:     {}", percentiles(down));
+    Ok(())
+}
