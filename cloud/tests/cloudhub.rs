@@ -403,3 +403,59 @@ async fn an_oversized_frame_ends_the_session_and_the_node_comes_back() {
     edge.send(&serde_json::to_string(&report).expect("json"));
     edge.until("the answer", |v| v["header"]["parent_msg_id"] == id);
 }
+
+/// Two nodes on one cloudcore: each is sent its own devices and none of the other's.
+#[tokio::test]
+async fn two_nodes_each_get_only_their_own_devices() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let other = "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata:\n  name: press-2\n  namespace: default\nspec:\n  nodeName: edge-node-2\n  deviceModelRef:\n    name: temperature-controller\n  protocol:\n    protocolName: modbus\n    configData: {ip: 127.0.0.1, port: 5021}\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], other);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let mut one = Edge::start(&c, "edge-node-1", &token);
+    let mut two = Edge::start(&c, "edge-node-2", &token);
+    one.until("oven-1", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+    });
+    two.until("press-2", |v| {
+        resource(v) == "node/edge-node-2/default/device/press-2"
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for e in [&mut one, &mut two] {
+        while let Ok(v) = e.lines.try_recv() {
+            e.seen.push(v);
+        }
+    }
+    let names = |e: &Edge| -> Vec<String> {
+        e.seen
+            .iter()
+            .filter(|v| v["route"]["operation"] == "insert")
+            .map(|v| resource(v).to_string())
+            .collect()
+    };
+    assert!(
+        names(&one)
+            .iter()
+            .all(|r| r.starts_with("node/edge-node-1/") && !r.ends_with("/press-2")),
+        "{:?}",
+        names(&one)
+    );
+    assert!(
+        names(&two)
+            .iter()
+            .all(|r| r.starts_with("node/edge-node-2/") && !r.ends_with("/oven-1")),
+        "{:?}",
+        names(&two)
+    );
+    // Both share the model, and each got it.
+    for (e, n) in [(&one, "edge-node-1"), (&two, "edge-node-2")] {
+        assert!(
+            names(e).contains(&format!(
+                "node/{n}/default/devicemodel/temperature-controller"
+            )),
+            "{:?}",
+            names(e)
+        );
+    }
+}
