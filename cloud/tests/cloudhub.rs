@@ -459,3 +459,28 @@ async fn two_nodes_each_get_only_their_own_devices() {
         );
     }
 }
+
+/// A second connection for the same node replaces the first (logged); the newer is served.
+#[tokio::test]
+async fn a_second_edge_with_the_same_name_replaces_the_first() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut first = Edge::start(&c, "edge-node-1", &token);
+    first.until("oven-1", |v| {
+        resource(v) == "node/edge-node-1/default/device/oven-1"
+    });
+    let mut second = Edge::start(&c, "edge-node-1", &token);
+    second.until("session", |v| v["connected"] == "edge-node-1");
+    first.until("the first session closed", |v| v["closed"].is_string());
+    let report = twin_report("edge-node-1", "oven-1", "temperature", "31", 1);
+    let id = report.header.id.clone();
+    second.send(&serde_json::to_string(&report).expect("json"));
+    second.until("the answer", |v| v["header"]["parent_msg_id"] == id);
+    assert!(
+        c.log()
+            .contains("a second connection for this node replaces the first"),
+        "{}",
+        c.log()
+    );
+}
