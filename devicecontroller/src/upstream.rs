@@ -62,6 +62,9 @@ pub struct Plan {
     pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
     pub coalesced: u64,
+    /// When its oldest report arrived: plans are taken oldest first, so that under a sustained
+    /// load beyond the writes in flight no device waits behind the others for ever.
+    pub queued: Option<Instant>,
 }
 
 impl Plan {
@@ -72,6 +75,10 @@ impl Plan {
 
     /// Folds `newer` in: each property keeps its newest value.
     fn merge(&mut self, newer: Plan) {
+        self.queued = match (self.queued, newer.queued) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for (k, v) in newer.reported {
             match self.reported.get(&k) {
                 Some(cur) if !v.newer_than(cur) => {}
@@ -233,6 +240,7 @@ impl Upstream {
             return Ok(Taken::Nothing);
         }
         plan.acks.push((node.to_string(), msg.header.id.clone()));
+        plan.queued = Some(Instant::now());
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
@@ -251,7 +259,7 @@ impl Upstream {
     /// The plans due now, at most `limit`: at most one per device per `interval`, and none
     /// waiting out a retry. Those beyond `limit` stay pending for a later call.
     pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
-        let ready: Vec<Key> = self
+        let mut ready: Vec<(Option<Instant>, Key)> = self
             .pending
             .iter()
             .filter(|(k, s)| {
@@ -261,11 +269,14 @@ impl Upstream {
                         .get(*k)
                         .is_none_or(|t| now.duration_since(*t) >= interval)
             })
-            .map(|(k, _)| k.clone())
-            .take(limit)
+            .map(|(k, s)| (s.plan.queued, k.clone()))
             .collect();
+        if ready.len() > limit {
+            ready.sort_unstable();
+            ready.truncate(limit);
+        }
+        let ready = ready.into_iter().map(|(_, k)| k);
         ready
-            .into_iter()
             .filter_map(|k| {
                 let mut plan = self.pending.remove(&k)?.plan;
                 // What was stored since these reports were queued (a patch that was in flight
@@ -445,6 +456,37 @@ mod tests {
             next.reported
         );
         assert_eq!(next.acks.len(), 2, "both are still answered");
+    }
+
+    #[test]
+    fn under_a_load_beyond_the_limit_the_oldest_plans_go_first() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        // "zz" sorts last by name but reports first.
+        assert_eq!(
+            u.accept(
+                "n1",
+                &twin_msg("n1", "zz", "temperature", "1", 1, 1),
+                facts("n1")
+            ),
+            Ok(Taken::Queued)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        for d in ["a1", "a2", "a3"] {
+            assert_eq!(
+                u.accept(
+                    "n1",
+                    &twin_msg("n1", d, "temperature", "1", 1, 1),
+                    facts("n1")
+                ),
+                Ok(Taken::Queued)
+            );
+        }
+        let first = u.due(t0, Duration::ZERO, 1);
+        assert_eq!(
+            first[0].0.1, "zz",
+            "the oldest report goes first, whatever its name"
+        );
     }
 
     #[test]

@@ -197,6 +197,9 @@ impl EdgeHub {
                             continue;
                         }
                     };
+                    // An answer frees its properties: values that changed while it was in
+                    // flight go now, not at the next commit.
+                    dirty |= !msg.header.parent_id.is_empty();
                     if let Some(answer) = self.received(msg, &mut inflight).await {
                         sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
                     }

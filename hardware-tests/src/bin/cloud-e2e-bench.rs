@@ -316,7 +316,15 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        up.push(t.elapsed().as_secs_f64() * 1000.0);
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if ms > 1000.0 && std::env::var("BENCH_VERBOSE").is_ok() {
+            for log in ["edgecore.log", "cloudcore.log", "mapper.log"] {
+                let text = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(10).collect();
+                eprintln!("round {i}: {ms:.0} ms; {log}:\n{}", tail.join("\n"));
+            }
+        }
+        up.push(ms);
     }
     println!("register -> DeviceStatus:      {}", percentiles(up));
 
