@@ -114,7 +114,10 @@ async fn main() -> Result<()> {
             out_at = Some((
                 started.elapsed(),
                 metric(&m, "devicecontroller_reconcile_seconds "),
-                metric(&m, "cloudcore_node_messages_pending "),
+                // Waiting for their nodes: in cloudhub until acknowledged (none of these
+                // nodes connects), or without cloudhub in memory.
+                metric(&m, "cloudhub_pending_acks ")
+                    + metric(&m, "cloudcore_node_messages_pending "),
             ));
         }
         if out_at.is_some() {
