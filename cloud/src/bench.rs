@@ -307,3 +307,34 @@ pub async fn connect_node(
     let (ws, _) = tokio_tungstenite::client_async(req, stream).await?;
     Ok(ws)
 }
+
+/// `--name N` from the command line, or `default`.
+pub fn arg(name: &str, default: usize) -> Result<usize> {
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.iter().position(|a| a == name) {
+        Some(i) => argv
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+/// A simulated edge node's TLS client configuration, its certificate (`CN=system:node:{name}`)
+/// signed here with the CA of a data directory.
+pub fn signed_node_tls(
+    ca_pem: &str,
+    ca_key: &str,
+    name: &str,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>> {
+    let (cert, key) = apiserver::pki::sign_leaf(
+        ca_pem,
+        ca_key,
+        &format!("system:node:{name}"),
+        Some("system:nodes"),
+        &[],
+        false,
+        1,
+    )?;
+    node_tls(ca_pem, &cert, &key)
+}

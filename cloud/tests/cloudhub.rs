@@ -26,17 +26,8 @@ impl Drop for Edge {
     }
 }
 
-fn python() -> std::path::PathBuf {
-    let venv = common::workspace().join(".venv/bin/python3");
-    if venv.is_file() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 fn edge_cmd(c: &Cloud, node: &str, token: &str) -> Command {
-    let mut cmd = Command::new(python());
+    let mut cmd = Command::new(common::python());
     cmd.arg(common::workspace().join("cloud/tests/edge/edge.py"))
         .args(["--cert-url", &format!("https://127.0.0.1:{}", c.cert_port)])
         .args(["--hub-url", &format!("wss://127.0.0.1:{}", c.hub_port)])
@@ -251,7 +242,7 @@ async fn wrong_tokens_and_certificates_are_refused_with_the_reason() {
 fn cloudhub_refuses_a_session_without_a_client_certificate() {
     let c = Cloud::start_full("", "");
     // TLS without a client certificate: the handshake is refused before any websocket.
-    let out = Command::new(python())
+    let out = Command::new(common::python())
         .args([
             "-c",
             &format!(

@@ -19,18 +19,9 @@ impl Drop for Kmock {
     }
 }
 
-fn python() -> std::path::PathBuf {
-    let venv = common::workspace().join(".venv/bin/python3");
-    if venv.is_file() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 fn kmock() -> Kmock {
     let script = common::workspace().join("cloud/tests/kmock/server.py");
-    let mut child = Command::new(python())
+    let mut child = Command::new(common::python())
         .arg(&script)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

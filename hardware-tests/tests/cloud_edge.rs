@@ -91,6 +91,12 @@ impl Cloud {
         text
     }
 
+    /// `kubectl get devicestatus NAME -o json`.
+    fn status(&self, name: &str) -> Value {
+        serde_json::from_str(&self.ok(&["get", "devicestatus", name, "-o", "json"]))
+            .unwrap_or(Value::Null)
+    }
+
     fn token(&self) -> String {
         let out = Command::new(bin("cloudcore"))
             .args(["gettoken", "--config"])
@@ -155,16 +161,12 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     // The register's value reaches DeviceStatus.
-    let status = |c: &Cloud| -> Value {
-        serde_json::from_str(&c.ok(&["get", "devicestatus", "oven-1", "-o", "json"]))
-            .unwrap_or(Value::Null)
-    };
     eventually(60, "temperature 21.5 in DeviceStatus", || {
-        reported(&status(&cloud), "temperature").filter(|v| v.starts_with("21.5"))
+        reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("21.5"))
     });
     // The device's state reaches DeviceStatus too.
     let online = eventually(60, "state online in DeviceStatus", || {
-        let st = status(&cloud);
+        let st = cloud.status("oven-1");
         (st["status"]["state"] == "online").then_some(st)
     });
     assert!(
@@ -174,7 +176,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
         "{online}"
     );
     // The twin's type is the model's, as KubeEdge reports it.
-    let st = status(&cloud);
+    let st = cloud.status("oven-1");
     let temp = st["status"]["twins"]
         .as_array()
         .and_then(|a| a.iter().find(|t| t["propertyName"] == "temperature"))
@@ -183,7 +185,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     assert_eq!(temp["reported"]["metadata"]["type"], "float", "{temp}");
     write_holdings(sim_port, 0, &[333]);
     eventually(60, "temperature 33.3 in DeviceStatus", || {
-        reported(&status(&cloud), "temperature").filter(|v| v.starts_with("33.3"))
+        reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("33.3"))
     });
     // The node shows Ready.
     let nodes = cloud.ok(&["get", "nodes"]);
@@ -248,12 +250,8 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     let node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config_via(proxy.port));
     eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
-    let status = |name: &str| -> Value {
-        serde_json::from_str(&cloud.ok(&["get", "devicestatus", name, "-o", "json"]))
-            .unwrap_or(Value::Null)
-    };
     eventually(60, "temperature 21.5 in DeviceStatus", || {
-        reported(&status("oven-1"), "temperature").filter(|v| v.starts_with("21.5"))
+        reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("21.5"))
     });
 
     proxy.cut();
@@ -302,7 +300,7 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     }
     proxy.restore();
     eventually(60, "33.3 in DeviceStatus", || {
-        reported(&status("oven-1"), "temperature").filter(|v| v.starts_with("33.3"))
+        reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("33.3"))
     });
     eventually(60, "oven-2 on the edge", || node.twin("default/oven-2"));
     eventually(60, "setpoint 70 on the register", || {
@@ -330,10 +328,6 @@ fn kill_9_of_either_side_loses_nothing_acknowledged() {
     let mut node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config());
     eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
-    let status = |c: &Cloud| -> Value {
-        serde_json::from_str(&c.ok(&["get", "devicestatus", "oven-1", "-o", "json"]))
-            .unwrap_or(Value::Null)
-    };
     for (round, raw) in [(0, 111u16), (1, 122), (2, 133), (3, 144)] {
         write_holdings(sim_port, 0, &[raw]);
         if round % 2 == 0 {
@@ -354,7 +348,7 @@ fn kill_9_of_either_side_loses_nothing_acknowledged() {
         eventually(
             60,
             &format!("{want} in DeviceStatus after round {round}"),
-            || reported(&status(&cloud), "temperature").filter(|v| v.starts_with(&want)),
+            || reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with(&want)),
         );
     }
     let syncs = cloud.ok(&["get", "objectsyncs", "-o", "name"]);

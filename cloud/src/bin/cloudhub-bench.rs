@@ -16,7 +16,7 @@
 //! session is one socket on each side. Loopback has about 28,000 ephemeral ports
 //! (`net.ipv4.ip_local_port_range`), all to one server port, so 10,000 sessions fit.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cloud::bench::{metric, rss_kib, scrape, start_server};
 use futures_util::{SinkExt, StreamExt};
 use std::sync::Arc;
@@ -24,17 +24,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio_rustls::rustls;
 use tokio_tungstenite::tungstenite::Message as Frame;
-
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let argv: Vec<String> = std::env::args().collect();
-    match argv.iter().position(|a| a == name) {
-        Some(i) => argv
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
 
 /// One edge node: connects, sends a keepalive every 15 s, and reconnects (1 s plus jitter)
 /// whenever its session ends.
@@ -84,6 +73,8 @@ async fn until_up(up: &AtomicUsize, n: usize, limit: Duration) -> Result<Duratio
     Ok(t0.elapsed())
 }
 
+use cloud::bench::arg;
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let n = arg("--sessions", 10_000)?;
@@ -104,16 +95,8 @@ async fn main() -> Result<()> {
     let mut configs = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("bench-{i:05}");
-        let (cert, key) = apiserver::pki::sign_leaf(
-            &ca_pem,
-            &ca_key,
-            &format!("system:node:{name}"),
-            Some("system:nodes"),
-            &[],
-            false,
-            1,
-        )?;
-        configs.push((name, cloud::bench::node_tls(&ca_pem, &cert, &key)?));
+        let tls = cloud::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
+        configs.push((name, tls));
     }
     println!(
         "certificates: {n} signed in {:.1} s",

@@ -25,17 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let argv: Vec<String> = std::env::args().collect();
-    match argv.iter().position(|a| a == name) {
-        Some(i) => argv
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
 fn ar(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         "devices.kubeedge.io",
@@ -45,6 +34,8 @@ fn ar(kind: &str) -> ApiResource {
 }
 
 const PROPS: usize = 10;
+
+use cloud::bench::arg;
 
 #[tokio::main]
 async fn main() -> Result<()> {

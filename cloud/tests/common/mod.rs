@@ -286,3 +286,13 @@ pub fn twin_report(
                 "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}}}),
     )
 }
+
+/// The project's `.venv` Python (made by `scripts/test`), or `python3` from `PATH`.
+pub fn python() -> PathBuf {
+    let venv = workspace().join(".venv/bin/python3");
+    if venv.is_file() {
+        venv
+    } else {
+        "python3".into()
+    }
+}

@@ -26,17 +26,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn arg(name: &str, default: usize) -> Result<usize> {
-    let argv: Vec<String> = std::env::args().collect();
-    match argv.iter().position(|a| a == name) {
-        Some(i) => argv
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
 struct Kill(Vec<Child>);
 
 impl Drop for Kill {
@@ -81,6 +70,8 @@ fn percentiles(mut v: Vec<f64>) -> String {
         v.len()
     )
 }
+
+use cloud::bench::arg;
 
 fn main() -> Result<()> {
     // The simulator runs on a runtime of its own, started outside the bench's.
@@ -226,16 +217,7 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     );
     for n in 0..load_nodes {
         let name = format!("load-{n:02}");
-        let (cert, key) = apiserver::pki::sign_leaf(
-            &ca_pem,
-            &ca_key,
-            &format!("system:node:{name}"),
-            Some("system:nodes"),
-            &[],
-            false,
-            1,
-        )?;
-        let tls = cloud::bench::node_tls(&ca_pem, &cert, &key)?;
+        let tls = cloud::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
         let hub = format!("127.0.0.1:{hub}");
         tokio::spawn(async move {
             let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls).await else {
