@@ -16,6 +16,14 @@ pub struct Packed {
     data: Arc<[u8]>,
 }
 
+/// Equal when their texts are.
+impl PartialEq for Packed {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && (Arc::ptr_eq(&self.data, &other.data) || self.bytes() == other.bytes())
+    }
+}
+
 impl Packed {
     /// Texts shorter than this are kept as they are.
     pub const FROM: usize = 512;

@@ -73,6 +73,7 @@ impl MemoryHub {
                             node: node.clone(),
                             message: serde_json::from_slice(&m.text.bytes()).ok()?,
                             ack: m.ack,
+                            body: None,
                         })
                     })
                     .collect();
@@ -817,6 +818,7 @@ impl State {
                 node: node.to_string(),
                 message: upstream::ack(node, &msg.header.id),
                 ack: None,
+                body: None,
             }),
             Err(e) => {
                 self.metrics
@@ -830,6 +832,7 @@ impl State {
                     node: node.to_string(),
                     message: answer,
                     ack: None,
+                    body: None,
                 });
             }
         }
@@ -866,6 +869,7 @@ impl State {
                                 node: node.clone(),
                                 message: upstream::ack(node, msg),
                                 ack: None,
+                                body: None,
                             });
                         }
                         if v.is_object() {
@@ -930,6 +934,7 @@ impl State {
                         node: node.clone(),
                         message: upstream::ack(node, msg),
                         ack: None,
+                        body: None,
                     });
                 }
                 continue;

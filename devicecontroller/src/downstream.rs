@@ -43,6 +43,10 @@ pub struct Outbound {
     pub message: Message,
     /// `None` for messages that need no acknowledgement (membership).
     pub ack: Option<AckKey>,
+    /// The content's JSON text as the controller keeps it (shared, not copied), when there is
+    /// one: a hub that holds the message until it is acknowledged keeps this instead of its own
+    /// copy of the object.
+    pub body: Option<Packed>,
 }
 
 /// A device as kept: its JSON text, compressed (parsed again only to send it), and the hash of
@@ -491,6 +495,7 @@ impl Downstream {
                 node: node.to_string(),
                 message: msg,
                 ack: None,
+                body: None,
             });
         }
         for (k, spec) in &want.models {
@@ -500,7 +505,7 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(m) = self.models.get(k) {
-                out.push(object_message(node, "devicemodel", k, op, parse(&m.object)));
+                out.push(object_message(node, "devicemodel", k, op, &m.object));
             }
         }
         for (k, spec) in &want.devices {
@@ -510,7 +515,7 @@ impl Downstream {
                 Some(_) => continue,
             };
             if let Some(d) = self.devices.get(k) {
-                out.push(object_message(node, "device", k, op, parse(&d.object)));
+                out.push(object_message(node, "device", k, op, &d.object));
             }
         }
         for k in had
@@ -545,7 +550,13 @@ impl Downstream {
     }
 }
 
-fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: Value) -> Outbound {
+fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, text: &Packed) -> Outbound {
+    let mut out = message_of(node, kind, k, op, parse(text));
+    out.body = Some(text.clone());
+    out
+}
+
+fn message_of(node: &str, kind: &'static str, k: &Key, op: &str, obj: Value) -> Outbound {
     let resource = Resource::Object {
         node: node.into(),
         namespace: k.0.clone(),
@@ -575,6 +586,7 @@ fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, obj: Value)
             uid,
             resource_version: version,
         }),
+        body: None,
     }
 }
 
@@ -589,7 +601,7 @@ fn delete_message(node: &str, kind: &'static str, k: &Key, obj: Option<&Value>) 
         json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": api_kind,
             "metadata": {"namespace": k.0, "name": k.1}})
     });
-    object_message(node, kind, k, operation::DELETE, obj)
+    message_of(node, kind, k, operation::DELETE, obj)
 }
 
 #[cfg(test)]

@@ -15,10 +15,10 @@ pub mod certs;
 pub mod objectsync;
 mod ws;
 
-use api::message::Message;
+use api::message::{Message, MessageHeader, MessageRoute};
 use api::packed::Packed;
 use devicecontroller::controller::Hub;
-use devicecontroller::downstream::Outbound;
+use devicecontroller::downstream::{AckKey, Outbound};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -100,29 +100,104 @@ struct Session {
     end: CancellationToken,
 }
 
-/// A message waiting for its acknowledgement.
+/// A message waiting for its acknowledgement, kept small: a node away for long holds one for
+/// every object it is to get, and a site has tens of thousands. Its frame is rebuilt from these
+/// parts when it is (re)sent.
 struct Pending {
-    id: String,
-    /// What the acknowledgement records (an ObjectSync), and whether the message is a delete.
-    ack: devicecontroller::downstream::AckKey,
-    delete: bool,
-    /// The message's JSON, compressed while it waits (a node away for long holds every object
-    /// it is to get).
-    text: Packed,
+    /// `msg_id`, a UUID as [`Message::new`] makes them.
+    id: u128,
+    timestamp: i64,
     /// When it was last written to a session.
     sent: Option<Instant>,
+    /// The content's JSON: the controller's own copy of the object where it gave one (a second
+    /// copy per message would double what the cloud keeps of its devices), else compressed here.
+    body: Packed,
+    /// The object's uid and resourceVersion (the header's, and the ObjectSync's).
+    uid: Box<str>,
+    rv: Box<str>,
+    /// The route's source, group, operation and resource, joined by newlines (none has one).
+    route: Box<str>,
 }
+
+/// A queued object: kind, namespace, name.
+type ObjectKey = (&'static str, Box<str>, Box<str>);
 
 #[derive(Default)]
 struct NodeState {
     session: Option<Session>,
     /// By object `(kind, namespace, name)`: a newer message about it replaces the older.
-    unacked: BTreeMap<(&'static str, String, String), Pending>,
+    unacked: BTreeMap<ObjectKey, Pending>,
     noack: VecDeque<Packed>,
 }
 
 fn text(p: &Packed) -> String {
     String::from_utf8_lossy(&p.bytes()).into_owned()
+}
+
+/// A message's frame from its parts, exactly as serde writes a [`Message`] (header, route,
+/// content), the content spliced in as the JSON text it already is.
+fn frame(header: &MessageHeader, route: &MessageRoute, content: &[u8]) -> String {
+    let h = serde_json::to_string(header).unwrap_or_else(|_| "{}".into());
+    let r = serde_json::to_string(route).unwrap_or_else(|_| "{}".into());
+    let c = String::from_utf8_lossy(content);
+    format!("{{\"header\":{h},\"route\":{r},\"content\":{c}}}")
+}
+
+impl Pending {
+    fn new(message: &Message, ack: &AckKey, body: Packed, sent: Option<Instant>) -> Option<Self> {
+        let r = &message.route;
+        let parts = [&r.source, &r.group, &r.operation, &r.resource];
+        if parts.iter().any(|p| p.contains('\n')) {
+            return None;
+        }
+        Some(Self {
+            id: uuid::Uuid::parse_str(&message.header.id).ok()?.as_u128(),
+            timestamp: message.header.timestamp,
+            sent,
+            body,
+            uid: ack.uid.as_str().into(),
+            rv: message.header.resource_version.as_str().into(),
+            route: parts
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+                .into(),
+        })
+    }
+
+    fn is_delete(&self) -> bool {
+        self.route.split('\n').nth(2) == Some("delete")
+    }
+
+    fn ack(&self, key: &ObjectKey) -> AckKey {
+        AckKey {
+            kind: key.0,
+            namespace: key.1.to_string(),
+            name: key.2.to_string(),
+            uid: self.uid.to_string(),
+            resource_version: self.rv.to_string(),
+        }
+    }
+
+    fn frame(&self) -> String {
+        let header = MessageHeader {
+            id: uuid::Uuid::from_u128(self.id).to_string(),
+            timestamp: self.timestamp,
+            resource_version: self.rv.to_string(),
+            ..MessageHeader::default()
+        };
+        let mut parts = self.route.split('\n').map(str::to_string);
+        let mut next = || parts.next().unwrap_or_default();
+        let route = MessageRoute {
+            source: next(),
+            group: next(),
+            operation: next(),
+            resource: next(),
+            ..MessageRoute::default()
+        };
+        frame(&header, &route, &self.body.bytes())
+    }
 }
 
 /// The hub: sessions and queues of every node.
@@ -243,18 +318,19 @@ impl CloudHub {
         if msg.route.operation == "response" && !msg.header.parent_id.is_empty() {
             let mut nodes = self.lock();
             if let Some(st) = nodes.get_mut(node) {
+                let parent = uuid::Uuid::parse_str(&msg.header.parent_id).map(|u| u.as_u128());
                 let key = st
                     .unacked
                     .iter()
-                    .find(|(_, p)| p.id == msg.header.parent_id)
+                    .find(|(_, p)| parent.as_ref().is_ok_and(|id| p.id == *id))
                     .map(|(k, _)| k.clone());
-                if let Some(p) = key.and_then(|k| st.unacked.remove(&k)) {
+                if let Some((k, p)) = key.and_then(|k| st.unacked.remove_entry(&k)) {
                     self.metrics.acked.fetch_add(1, Ordering::Relaxed);
                     if let Some(w) = self.records.get() {
                         w.record(objectsync::Record {
                             node: node.to_string(),
-                            ack: p.ack,
-                            deleted: p.delete,
+                            ack: p.ack(&k),
+                            deleted: p.is_delete(),
                         });
                     }
                 }
@@ -277,7 +353,7 @@ impl CloudHub {
                 )),
             );
             answer.header.parent_id = msg.header.id.clone();
-            self.deliver(node, None, answer);
+            self.deliver(node, None, answer, None);
             return;
         }
         if let Some(up) = self.upstream.get() {
@@ -285,15 +361,11 @@ impl CloudHub {
         }
     }
 
-    fn deliver(
-        &self,
-        node: &str,
-        ack: Option<devicecontroller::downstream::AckKey>,
-        message: Message,
-    ) {
-        let Ok(json) = serde_json::to_string(&message) else {
+    fn deliver(&self, node: &str, ack: Option<AckKey>, message: Message, body: Option<Packed>) {
+        let Ok(content) = serde_json::to_vec(&message.content) else {
             return;
         };
+        let json = frame(&message.header, &message.route, &content);
         let mut nodes = self.lock();
         let st = nodes.entry(node.to_string()).or_default();
         let sent = match &st.session {
@@ -305,14 +377,17 @@ impl CloudHub {
         }
         match ack {
             Some(k) => {
-                let p = Pending {
-                    id: message.header.id.clone(),
-                    ack: k.clone(),
-                    delete: message.route.operation == "delete",
-                    text: Packed::new(json.as_bytes()),
-                    sent: sent.then(Instant::now),
-                };
-                st.unacked.insert((k.kind, k.namespace, k.name), p);
+                let body = body.unwrap_or_else(|| Packed::new(&content));
+                match Pending::new(&message, &k, body, sent.then(Instant::now)) {
+                    Some(p) => {
+                        st.unacked
+                            .insert((k.kind, k.namespace.into(), k.name.into()), p);
+                    }
+                    None => {
+                        self.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%node, id = %message.header.id, "a message to acknowledge has no UUID or a newline in its route; dropped");
+                    }
+                }
             }
             None if sent => {}
             None => {
@@ -336,7 +411,7 @@ impl CloudHub {
                 {
                     continue;
                 }
-                if s.tx.try_send(text(&p.text)).is_err() {
+                if s.tx.try_send(p.frame()).is_err() {
                     break;
                 }
                 if p.sent.is_some() {
@@ -365,6 +440,52 @@ impl CloudHub {
 
 impl Hub for CloudHub {
     fn send(&self, out: Outbound) {
-        self.deliver(&out.node, out.ack, out.message);
+        self.deliver(&out.node, out.ack, out.message, out.body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_from_parts_is_the_message_as_serde_writes_it() {
+        let mut m = Message::new(
+            "devicecontroller",
+            "resource",
+            "insert",
+            "node/n1/default/device/d1",
+            serde_json::json!({"kind": "Device", "metadata": {"name": "d1", "labels": {"a": "é\"x"}}}),
+        )
+        .with_resource_version(String::from("42"));
+        m.header.parent_id = "p".into();
+        let content = serde_json::to_vec(&m.content).expect("json");
+        let f = frame(&m.header, &m.route, &content);
+        assert_eq!(f, serde_json::to_string(&m).expect("json"));
+        let back: Message = serde_json::from_str(&f).expect("a frame");
+        assert_eq!(back, m);
+
+        // Kept while it waits, and sent again: the same frame, and the same ObjectSync key.
+        m.header.parent_id.clear();
+        let ack = AckKey {
+            kind: "device",
+            namespace: "default".into(),
+            name: "d1".into(),
+            uid: "u-1".into(),
+            resource_version: "42".into(),
+        };
+        let p = Pending::new(&m, &ack, Packed::new(&content), None).expect("kept");
+        assert_eq!(p.frame(), serde_json::to_string(&m).expect("json"));
+        let key: ObjectKey = ("device", "default".into(), "d1".into());
+        assert_eq!(p.ack(&key), ack);
+        assert!(!p.is_delete());
+        m.route.operation = "delete".into();
+        assert!(
+            Pending::new(&m, &ack, Packed::new(&content), None)
+                .expect("kept")
+                .is_delete()
+        );
+        m.header.id = "not-a-uuid".into();
+        assert!(Pending::new(&m, &ack, Packed::new(&content), None).is_none());
     }
 }
