@@ -151,7 +151,16 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     let sim_port = free_port();
     let _sim = PyModbus::start(sim_port);
     write_holdings(sim_port, 0, &[215, 40]);
+    // heater-on stays on the gateway: `reportToCloud: false`.
     let manifest = oven_manifest(sim_port);
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    let local = text.replacen(
+        "reportToCloud: true\n      pushMethod:",
+        "reportToCloud: false\n      pushMethod:",
+        1,
+    );
+    assert_ne!(local, text, "the example's heater-on changed shape");
+    std::fs::write(&manifest, local).expect("write");
     cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
 
     let edgecore = bin("edgecore");
@@ -187,6 +196,14 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     eventually(60, "temperature 33.3 in DeviceStatus", || {
         reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("33.3"))
     });
+    // heater-on was read on the gateway all along, and never reached the cloud.
+    let edge_twin = node.twin("default/oven-1").expect("twin");
+    assert!(
+        hardware_tests::reported(&edge_twin, "heater-on").is_some(),
+        "heater-on not read at the edge: {edge_twin}"
+    );
+    let st = cloud.status("oven-1");
+    assert_eq!(reported(&st, "heater-on"), None, "{st}");
     // The node shows Ready.
     let nodes = cloud.ok(&["get", "nodes"]);
     assert!(
@@ -242,7 +259,16 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     let sim_port = free_port();
     let _sim = PyModbus::start(sim_port);
     write_holdings(sim_port, 0, &[215, 40]);
+    // heater-on stays on the gateway: `reportToCloud: false`.
     let manifest = oven_manifest(sim_port);
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    let local = text.replacen(
+        "reportToCloud: true\n      pushMethod:",
+        "reportToCloud: false\n      pushMethod:",
+        1,
+    );
+    assert_ne!(local, text, "the example's heater-on changed shape");
+    std::fs::write(&manifest, local).expect("write");
     cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
     let proxy = Proxy::start(cloud.hub);
     let edgecore = bin("edgecore");

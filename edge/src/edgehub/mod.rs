@@ -346,8 +346,24 @@ impl EdgeHub {
             .collect();
         let mut by_device: BTreeMap<(String, String), Vec<OutboxEntry>> = BTreeMap::new();
         let mut out = Vec::new();
+        let mut local = Vec::new();
+        let mut kept: HashMap<DeviceId, Local> = HashMap::new();
         for e in entries {
             if busy.contains(&(e.namespace.clone(), e.name.clone(), e.property.clone())) {
+                continue;
+            }
+            let id = DeviceId::new(&e.namespace, &e.name);
+            let only_here = kept
+                .entry(id.clone())
+                .or_insert_with(|| self.local_only(&id));
+            // Reported values and states the device keeps local; desired values set here go up.
+            let stays = match e.section {
+                Section::State => only_here.state,
+                Section::Reported => only_here.properties.contains(&e.property),
+                _ => false,
+            };
+            if stays {
+                local.push(e);
                 continue;
             }
             if e.section == Section::State {
@@ -401,11 +417,50 @@ impl EdgeHub {
             inflight.insert(msg.header.id.clone(), (Instant::now(), entries));
             out.push(msg);
         }
+        if !local.is_empty() {
+            // Never sent: they leave the outbox here (the twin and its MQTT and HTTP APIs have them).
+            if let Err(e) = self.twin.store().ack(&local).await {
+                tracing::warn!(error = %e, "edgehub: cannot clear values kept local; tried again later");
+            }
+        }
         out
     }
 }
 
+/// What a device keeps off the cloud: properties and state with `reportToCloud: false`.
+#[derive(Default)]
+struct Local {
+    properties: std::collections::HashSet<String>,
+    state: bool,
+}
+
 impl EdgeHub {
+    /// The properties (and state) of a device that say `reportToCloud: false`. Only an explicit
+    /// `false` keeps a value local: KubeEdge's mappers report nothing when the field is absent,
+    /// but here the twin has every value anyway, so the cloud gets it unless told otherwise.
+    fn local_only(&self, id: &DeviceId) -> Local {
+        let c = crate::catalog::read(&self.catalog);
+        let Some(device) = c.devices.get(id).and_then(|d| d.device()) else {
+            return Local::default();
+        };
+        Local {
+            properties: device
+                .spec
+                .properties
+                .iter()
+                .filter(|p| p.report_to_cloud == Some(false))
+                .map(|p| p.name.clone())
+                .collect(),
+            state: device
+                .spec
+                .state_report
+                .as_ref()
+                .and_then(|s| s.report_to_cloud)
+                .or_else(|| device.status.as_ref().and_then(|s| s.report_to_cloud))
+                == Some(false),
+        }
+    }
+
     /// The model's type of each property of a device, as KubeEdge's twin metadata names them
     /// (`int`, `float`, `boolean`...).
     fn property_types(&self, id: &DeviceId) -> HashMap<String, String> {
