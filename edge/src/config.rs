@@ -74,6 +74,9 @@ pub struct Cloud {
     /// Messages per second this node sends upstream, and the burst above it.
     pub qps: u32,
     pub burst: u32,
+    /// The node certificate is renewed (with itself, no token) when less than a fifth of its
+    /// lifetime or fewer than this many days are left, whichever comes first.
+    pub renew_before_days: u64,
 }
 
 impl Default for Cloud {
@@ -86,6 +89,7 @@ impl Default for Cloud {
             heartbeat_seconds: 15,
             qps: 30,
             burst: 60,
+            renew_before_days: 0,
         }
     }
 }

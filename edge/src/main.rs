@@ -26,6 +26,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,rumqttd=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: not in log files and journals.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match &args.config {
         Some(f) => edge::config::Config::load(f),

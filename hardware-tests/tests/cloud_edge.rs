@@ -386,3 +386,86 @@ fn kill_9_of_either_side_loses_nothing_acknowledged() {
         "the device and its model: {syncs}"
     );
 }
+
+/// The node renews its certificate with itself, without the token (here at once: it is due
+/// when fewer than `renewBeforeDays` days are left); a node whose kept certificate is from
+/// another CA than its token names joins again (the cloud was rebuilt).
+#[test]
+fn the_node_certificate_is_renewed_with_itself_and_a_new_cloud_is_joined_by_token() {
+    let cloud = Cloud::start();
+    let edgecore = bin("edgecore");
+    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let config = format!("{}  renewBeforeDays: 400\n", cloud.edge_config());
+    let mut node = Node::start_named(&bins, "edge-node-1", "", &config);
+    let cloud_log =
+        || std::fs::read_to_string(cloud.dir.path().join("cloudcore.log")).unwrap_or_default();
+    eventually(
+        30,
+        "a certificate by token, then one by certificate",
+        || {
+            let log = cloud_log();
+            (log.contains("authorized_by=\"token\"")
+                && log.contains("authorized_by=\"certificate\""))
+            .then_some(())
+        },
+    );
+    let cert = node.dir.path().join("data/certs/edge.crt");
+    let renewed = std::fs::read_to_string(&cert).expect("edge.crt");
+    eventually(30, "renewed, then connected", || {
+        let log = node.edgecore.log_text();
+        let at = log.find("node certificate renewed")?;
+        log[at..].contains("edgehub: connected").then_some(())
+    });
+
+    // No token at all now: the next renewal (due again at once) needs only the certificate.
+    let yaml = node.dir.path().join("edgecore.yaml");
+    let text = std::fs::read_to_string(&yaml).expect("config");
+    let token = cloud.token();
+    std::fs::write(&yaml, text.replace(&token, "")).expect("config");
+    node.edgecore.signal("-TERM");
+    let _ = node.edgecore.child.wait();
+    node.edgecore = Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        node.dir.path(),
+        "edgecore-2.log",
+    );
+    eventually(30, "renewed without a token", || {
+        let log = node.edgecore.log_text();
+        (log.contains("node certificate renewed") && log.contains("edgehub: connected"))
+            .then_some(())
+    });
+    assert_ne!(
+        std::fs::read_to_string(&cert).expect("edge.crt"),
+        renewed,
+        "the certificate was not replaced"
+    );
+
+    // A rebuilt cloud (another CA) and its token: the node joins it.
+    let other = Cloud::start();
+    node.edgecore.signal("-TERM");
+    let _ = node.edgecore.child.wait();
+    std::fs::write(
+        &yaml,
+        format!(
+            "{}{}",
+            text.split("cloud:").next().unwrap_or_default(),
+            other.edge_config()
+        ),
+    )
+    .expect("config");
+    node.edgecore = Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        node.dir.path(),
+        "edgecore-3.log",
+    );
+    eventually(30, "joined the rebuilt cloud", || {
+        let log = node.edgecore.log_text();
+        (log.contains("another CA") && log.contains("edgehub: connected")).then_some(())
+    });
+    eventually(30, "Ready in the rebuilt cloud", || {
+        let nodes = other.ok(&["get", "nodes"]);
+        (nodes.contains("edge-node-1") && nodes.contains("Ready")).then_some(())
+    });
+}

@@ -137,6 +137,11 @@ impl CertServer {
             return refuse(StatusCode::BAD_REQUEST, "no NodeName header".into());
         };
         let node = node.to_string();
+        let by = if ident.is_some() {
+            "certificate"
+        } else {
+            "token"
+        };
         match &ident {
             // Renewal: the node's current certificate stands for the token.
             Some(cn) if *cn == format!("system:node:{node}") => {}
@@ -179,7 +184,7 @@ impl CertServer {
             self.cert_days,
         ) {
             Ok(der) => {
-                tracing::info!(%node, "edge certificate issued");
+                tracing::info!(%node, authorized_by = by, "edge certificate issued");
                 der.into_response()
             }
             Err(e) => refuse(StatusCode::BAD_REQUEST, format!("{e:#}")),

@@ -3,6 +3,12 @@
 //! (`CN=system:node:{node}`, `O=system:nodes`) sent to `GET /edge.crt` with the headers
 //! `Authorization: Bearer {jwt}` and `NodeName`; the DER certificate back. Kept as PEM in
 //! `{dataDir}/certs/`, so that later starts need no token.
+//!
+//! Renewal (KubeEdge's `rotateCertificates`): when less than a fifth of the certificate's
+//! lifetime is left, a new key and request go to `/edge.crt` with the current certificate as the
+//! TLS client certificate instead of a token. A certificate that expired anyway, or one from
+//! another CA than the token names (the cloud was rebuilt and the node given a new token), is
+//! replaced by joining again with the token.
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -41,6 +47,48 @@ impl Credentials {
     }
 }
 
+impl Credentials {
+    /// The certificate's validity: not before, not after (Unix seconds).
+    pub fn validity(&self) -> Result<(i64, i64)> {
+        use rustls::pki_types::pem::PemObject;
+        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
+            .context("the node certificate is not PEM")?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| anyhow::anyhow!("the node certificate cannot be parsed: {e}"))?;
+        let v = cert.validity();
+        Ok((v.not_before.timestamp(), v.not_after.timestamp()))
+    }
+
+    /// Whether the certificate is due for renewal at `now` (Unix seconds): less than a fifth of
+    /// its lifetime, or fewer than `before_days` days, left.
+    pub fn renewal_due(&self, now: i64, before_days: u64) -> bool {
+        match self.validity() {
+            Ok((from, to)) => {
+                let left = to - now;
+                let days = i64::try_from(before_days.saturating_mul(86_400)).unwrap_or(i64::MAX);
+                left < (to - from) / 5 || left < days
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// `sha256hex` of the CA's DER.
+    fn ca_hash(&self) -> Option<String> {
+        use rustls::pki_types::pem::PemObject;
+        let der = CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).ok()?;
+        Some(hex(
+            ring::digest::digest(&ring::digest::SHA256, &der).as_ref()
+        ))
+    }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 /// The credentials kept in `dir`, or new ones got with the token and kept there.
 pub async fn credentials(
     dir: &Path,
@@ -58,11 +106,29 @@ pub async fn credentials(
         std::fs::read_to_string(&crt),
         std::fs::read_to_string(&key),
     ) {
-        return Ok(Credentials {
+        let kept = Credentials {
             ca_pem,
             cert_pem,
             key_pem,
-        });
+        };
+        let token_ca = token.trim().split('.').next().unwrap_or_default();
+        let expired = kept.validity().map_or(true, |(_, to)| to <= now_secs())
+            || kept.client_config().is_err();
+        let other_ca = !token_ca.is_empty() && kept.ca_hash().as_deref() != Some(token_ca);
+        if !(expired || other_ca) {
+            return Ok(kept);
+        }
+        if token.is_empty() {
+            bail!(
+                "the node certificate in {} has expired or does not match its key, and there is no cloud.token to join again with (cloudcore gettoken)",
+                dir.display()
+            );
+        }
+        if other_ca {
+            tracing::warn!(dir = %dir.display(), "edgehub: the kept certificate is from another CA than cloud.token names; joining again");
+        } else {
+            tracing::warn!(dir = %dir.display(), "edgehub: the kept certificate has expired or does not match its key; joining again with cloud.token");
+        }
     }
     if token.is_empty() {
         bail!(
@@ -88,17 +154,6 @@ pub async fn credentials(
         );
     }
     let ca_pem = pem_of("CERTIFICATE", &ca_der);
-    let key_pair = rcgen::KeyPair::generate().context("cannot generate a key")?;
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let csr = params
-        .serialize_request(&key_pair)
-        .context("cannot make a certificate request")?;
     let verified = {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
@@ -115,30 +170,87 @@ pub async fn credentials(
         )
     };
     let bearer = format!("Bearer {}", parts[1..].join("."));
-    let (status, body) = get(
+    let creds = request_certificate(
         cert_server,
-        "/edge.crt",
+        node,
         verified,
         &[("Authorization", &bearer), ("NodeName", node)],
-        csr.der().to_vec(),
+        ca_pem,
     )
     .await?;
+    keep(dir, &creds)?;
+    tracing::info!(%node, dir = %dir.display(), "joined the cloud: certificate received");
+    Ok(creds)
+}
+
+/// A new key, and a certificate for it from `/edge.crt` (authorized by `headers` or by the TLS
+/// client certificate in `tls`).
+async fn request_certificate(
+    cert_server: &str,
+    node: &str,
+    tls: Arc<rustls::ClientConfig>,
+    headers: &[(&str, &str)],
+    ca_pem: String,
+) -> Result<Credentials> {
+    let key_pair = rcgen::KeyPair::generate().context("cannot generate a key")?;
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let csr = params
+        .serialize_request(&key_pair)
+        .context("cannot make a certificate request")?;
+    let (status, body) = get(cert_server, "/edge.crt", tls, headers, csr.der().to_vec()).await?;
     if status != 200 {
         bail!(
             "{cert_server}/edge.crt refused the certificate request ({status}): {}",
             String::from_utf8_lossy(&body)
         );
     }
-    let creds = Credentials {
+    Ok(Credentials {
         ca_pem,
         cert_pem: pem_of("CERTIFICATE", &body),
         key_pem: key_pair.serialize_pem(),
-    };
+    })
+}
+
+/// Writes the credentials to `dir`, each file replaced whole (a crash leaves the old or the new
+/// one). A crash between the key and the certificate leaves a pair that does not match: the
+/// next start finds that and joins again with the token.
+fn keep(dir: &Path, creds: &Credentials) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    write_private(&key, &creds.key_pem)?;
-    write_private(&crt, &creds.cert_pem)?;
-    write_private(&ca, &creds.ca_pem)?;
-    tracing::info!(%node, dir = %dir.display(), "joined the cloud: certificate received");
+    write_private(&dir.join("ca.crt"), &creds.ca_pem)?;
+    write_private(&dir.join("edge.key"), &creds.key_pem)?;
+    write_private(&dir.join("edge.crt"), &creds.cert_pem)?;
+    Ok(())
+}
+
+/// Renews `current` with itself (no token) and keeps the new credentials in `dir`.
+pub async fn renew(
+    dir: &Path,
+    cert_server: &str,
+    node: &str,
+    current: &Credentials,
+) -> Result<Credentials> {
+    let tls = current.client_config()?;
+    let creds = request_certificate(
+        cert_server,
+        node,
+        tls,
+        &[("NodeName", node)],
+        current.ca_pem.clone(),
+    )
+    .await?;
+    keep(dir, &creds)?;
+    match creds.validity() {
+        Ok((_, to)) => tracing::info!(%node, not_after = to, "edgehub: node certificate renewed"),
+        Err(e) => {
+            tracing::warn!(%node, error = format!("{e:#}"), "edgehub: the renewed certificate cannot be read")
+        }
+    }
     Ok(creds)
 }
 
@@ -281,4 +393,44 @@ fn insecure() -> Result<Arc<rustls::ClientConfig>> {
         .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
         .with_no_client_auth();
     Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creds(from: (i32, u8, u8), to: (i32, u8, u8)) -> Credentials {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut p = rcgen::CertificateParams::new(vec!["n".into()]).expect("params");
+        p.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        p.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        let cert = p.self_signed(&key).expect("cert");
+        Credentials {
+            ca_pem: cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    #[test]
+    fn a_certificate_is_due_in_the_last_fifth_of_its_life_or_its_last_days() {
+        // 2030-01-01 .. 2031-01-01: a fifth is 73 days, so due from about 2030-10-20.
+        let c = creds((2030, 1, 1), (2031, 1, 1));
+        let (from, to) = c.validity().expect("validity");
+        assert_eq!(to - from, 365 * 86_400);
+        let day = |n: i64| from + n * 86_400;
+        assert!(!c.renewal_due(day(0), 0));
+        assert!(!c.renewal_due(day(290), 0));
+        assert!(c.renewal_due(day(293), 0));
+        assert!(c.renewal_due(day(400), 0), "expired is due");
+        // renewBeforeDays moves it earlier, never later.
+        assert!(c.renewal_due(day(200), 200));
+        assert!(!c.renewal_due(day(100), 200));
+        assert!(c.renewal_due(day(0), 400));
+        // Garbage is due (and then replaced).
+        let mut bad = c.clone();
+        bad.cert_pem = "not a certificate".into();
+        assert!(bad.renewal_due(day(0), 0));
+        assert_eq!(c.ca_hash().map(|h| h.len()), Some(64));
+    }
 }

@@ -76,11 +76,12 @@ impl EdgeHub {
     /// Runs until `cancel`: joins, connects, and reconnects.
     pub async fn run(self, cancel: CancellationToken) {
         let mut backoff = Duration::from_secs(1);
+        let mut renewal_tried = None;
         loop {
             let started = Instant::now();
             let r = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = self.connect_once(&cancel) => r,
+                r = self.connect_once(&cancel, &mut renewal_tried) => r,
             };
             match r {
                 Ok(why) => tracing::warn!(reason = %why, "edgehub: session ended; reconnecting"),
@@ -103,14 +104,50 @@ impl EdgeHub {
         }
     }
 
-    async fn connect_once(&self, cancel: &CancellationToken) -> Result<String> {
-        let creds = join::credentials(
+    /// Renews the node certificate when it is due, at most once an hour (a failure is logged
+    /// and the current certificate kept).
+    async fn renew_if_due(&self, creds: &mut join::Credentials, tried: &mut Option<Instant>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        if !creds.renewal_due(now, self.cloud.renew_before_days)
+            || tried.is_some_and(|t| t.elapsed() < Duration::from_secs(3600))
+        {
+            return;
+        }
+        *tried = Some(Instant::now());
+        let dir = self.data_dir.join("certs");
+        match tokio::time::timeout(
+            Duration::from_secs(20),
+            join::renew(&dir, &self.cloud.cert_server, &self.node, creds),
+        )
+        .await
+        {
+            Ok(Ok(new)) => *creds = new,
+            Ok(Err(e)) => tracing::warn!(
+                error = format!("{e:#}"),
+                "edgehub: cannot renew the node certificate; kept, tried again in an hour"
+            ),
+            Err(_) => tracing::warn!(
+                "edgehub: renewing the node certificate timed out; tried again in an hour"
+            ),
+        }
+    }
+
+    async fn connect_once(
+        &self,
+        cancel: &CancellationToken,
+        renewal_tried: &mut Option<Instant>,
+    ) -> Result<String> {
+        let mut creds = join::credentials(
             &self.data_dir.join("certs"),
             &self.cloud.cert_server,
             &self.node,
             &self.cloud.token,
         )
         .await?;
+        self.renew_if_due(&mut creds, renewal_tried).await;
         let (authority, host) = join::host_port(&self.cloud.server)?;
         let tcp = tokio::time::timeout(
             Duration::from_secs(10),
@@ -152,12 +189,18 @@ impl EdgeHub {
         let mut last_read = Instant::now();
         let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
         let mut bucket = api::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
+        // A session can outlive its certificate: checked every hour.
+        let mut renewal = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(3600),
+            Duration::from_secs(3600),
+        );
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => {
                     let _ = sink.close().await;
                     return Ok("edgecore stops".into());
                 }
+                _ = renewal.tick() => self.renew_if_due(&mut creds, renewal_tried).await,
                 _ = heartbeat.tick() => {
                     let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
                     sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;

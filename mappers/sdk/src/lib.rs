@@ -181,6 +181,8 @@ pub fn main<P: Protocol>(protocol: P) -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: not in log files and journals.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match Config::load(&args.config_file) {
         Ok(c) => c,
