@@ -37,7 +37,12 @@ fn edge_cmd(c: &Cloud, node: &str, token: &str) -> Command {
 
 impl Edge {
     fn start(c: &Cloud, node: &str, token: &str) -> Self {
+        Self::start_args(c, node, token, &[])
+    }
+
+    fn start_args(c: &Cloud, node: &str, token: &str, args: &[&str]) -> Self {
         let mut child = edge_cmd(c, node, token)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -474,4 +479,83 @@ async fn a_second_edge_with_the_same_name_replaces_the_first() {
         "{}",
         c.log()
     );
+}
+
+/// A node that stops reading: once a frame has waited `keepaliveSeconds` to be written,
+/// cloudhub ends its session (instead of holding it and what is queued for it for good); other
+/// nodes are served meanwhile; the node's messages stay queued, one per object, and all reach
+/// it when it reads again.
+#[tokio::test]
+async fn a_node_that_stops_reading_is_dropped_and_others_are_served() {
+    let c = Cloud::start_full("", "  cloudHub:\n    keepaliveSeconds: 3\n");
+    let token = token(&c);
+    // 400 devices of about 50 KB (an annotation): 20 MB, more than the sockets buffer.
+    let big = "x".repeat(50_000);
+    let mut yaml = String::new();
+    for i in 0..400 {
+        yaml.push_str(&format!(
+            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata:\n  name: dev-{i:03}\n  namespace: default\n  annotations: {{filler: \"{big}\"}}\nspec:\n  nodeName: edge-node-1\n  deviceModelRef:\n    name: temperature-controller\n  protocol:\n    protocolName: modbus\n    configData: {{ip: 127.0.0.1, port: 5020}}\n"
+        ));
+    }
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut stuck = Edge::start_args(&c, "edge-node-1", &token, &["--no-read"]);
+    stuck.until("connected", |v| v.get("connected").is_some());
+    let out = c.kubectl_stdin(&["create", "-f", "-"], &yaml);
+    assert!(out.status.success(), "{}", common::text(&out));
+
+    // Another node is served while edge-node-1 is stuck.
+    let other = "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata:\n  name: press-2\n  namespace: default\nspec:\n  nodeName: edge-node-2\n  deviceModelRef:\n    name: temperature-controller\n  protocol:\n    protocolName: modbus\n    configData: {ip: 127.0.0.1, port: 5021}\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], other);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let mut two = Edge::start(&c, "edge-node-2", &token);
+    two.until("press-2", |v| {
+        resource(v) == "node/edge-node-2/default/device/press-2"
+    });
+
+    // The stuck session is ended by the cloud, for that reason.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !c.log().contains("stopped reading") {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck session was not ended: {}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        c.log().lines().any(|l| l.contains("node disconnected")
+            && l.contains("edge-node-1")
+            && l.contains("stopped reading")),
+        "{}",
+        c.log()
+    );
+    drop(stuck);
+
+    // Reading again, the node gets every device.
+    let mut back = Edge::start(&c, "edge-node-1", &token);
+    for i in [0, 199, 399] {
+        let name = format!("node/edge-node-1/default/device/dev-{i:03}");
+        back.until(&name, |v| resource(v) == name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        while let Ok(v) = back.lines.try_recv() {
+            back.seen.push(v);
+        }
+        let got: std::collections::BTreeSet<String> = back
+            .seen
+            .iter()
+            .filter(|v| resource(v).contains("/device/dev-"))
+            .map(|v| resource(v).to_string())
+            .collect();
+        if got.len() == 400 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 400 devices came",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -54,6 +54,8 @@ pub struct HubMetrics {
     pub dropped: AtomicU64,
     pub refused_messages: AtomicU64,
     pub bad_frames: AtomicU64,
+    /// Sessions ended because the node stopped reading.
+    pub stalled: AtomicU64,
 }
 
 impl HubMetrics {
@@ -83,6 +85,11 @@ impl HubMetrics {
                 g(&self.refused_messages),
             ),
             ("cloudhub_bad_frames_total", "counter", g(&self.bad_frames)),
+            (
+                "cloudhub_sessions_stalled_total",
+                "counter",
+                g(&self.stalled),
+            ),
             ("cloudhub_pending_acks", "gauge", pending as u64),
             ("cloudhub_objectsync_written_total", "counter", records.0),
             ("cloudhub_objectsync_failed_total", "counter", records.1),

@@ -163,21 +163,30 @@ async fn session(
     tracing::info!(%node, %peer, "cloudhub: node connected");
     nodes.set(&node, true);
     let writer_end = end.clone();
+    // A node that stops reading: its socket fills, a write waits; after `keepalive` the session
+    // ends (its unacknowledged messages stay queued for its next session), instead of holding
+    // the connection and the frames queued for it for good.
+    let stalled = CancellationToken::new();
+    let writer_stalled = stalled.clone();
+    let write_limit = hub.settings.keepalive;
     let writer = tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = writer_end.cancelled() => break,
                 t = rx.recv() => match t {
-                    Some(t) => {
-                        if sink.send(Frame::text(t)).await.is_err() {
-                            break;
+                    Some(t) => match tokio::time::timeout(write_limit, sink.send(Frame::text(t))).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => break,
+                        Err(_) => {
+                            writer_stalled.cancel();
+                            return;
                         }
-                    }
+                    },
                     None => break,
                 },
             }
         }
-        let _ = sink.close().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
     });
     let mut bucket = api::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
@@ -186,6 +195,10 @@ async fn session(
         let next = tokio::select! {
             _ = stop.cancelled() => break "cloudcore stops".to_string(),
             _ = end.cancelled() => break "replaced by a newer connection".to_string(),
+            _ = stalled.cancelled() => {
+                hub.metrics.stalled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                break format!("stopped reading: a frame waited {:?} to be written", hub.settings.keepalive);
+            }
             _ = heartbeat.tick() => {
                 nodes.set(&node, true);
                 continue;

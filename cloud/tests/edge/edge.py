@@ -107,7 +107,7 @@ async def session(args, ca_pem, cert, key):
     ctx.load_cert_chain(f"{d}/edge.crt", f"{d}/edge.key")
     url = f"{args.hub_url}/{PROJECT}/{args.node}/events"
     async with websockets.connect(
-        url, ssl=ctx, max_size=None,
+        url, ssl=ctx, max_size=None, max_queue=(1 if args.no_read else 16),
         additional_headers={"node_id": args.node, "project_id": PROJECT},
     ) as ws:
         print(json.dumps({"connected": args.node}), flush=True)
@@ -125,6 +125,11 @@ async def session(args, ca_pem, cert, key):
                 await ws.send(line.decode().rstrip("\n"))
 
         tasks = [asyncio.create_task(heartbeat()), asyncio.create_task(upstream())]
+        if args.no_read:
+            # A node that stops reading: keeps pinging, never takes a frame (websockets stops
+            # reading the socket once a few frames wait).
+            await asyncio.sleep(3600)
+            return
         try:
             async for frame in ws:
                 msg = json.loads(frame)
@@ -147,6 +152,7 @@ def main():
     p.add_argument("--node", required=True)
     p.add_argument("--token", required=True)
     p.add_argument("--no-ack", action="store_true")
+    p.add_argument("--no-read", action="store_true")
     p.add_argument("--heartbeat", type=float, default=15.0)
     args = p.parse_args()
     ca_pem, cert, key = join(args.cert_url, args.node, args.token)
