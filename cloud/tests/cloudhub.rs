@@ -156,10 +156,12 @@ async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicest
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // A garbage frame is skipped; the session goes on.
+    // A garbage frame and a truncated message are skipped; the session goes on.
     edge.send("this is not a message");
-    // A report lands in DeviceStatus and is answered once stored.
     let report = twin_report("edge-node-1", "oven-1", "temperature", "77", 1);
+    let whole = serde_json::to_string(&report).expect("json");
+    edge.send(&whole[..whole.len() / 2]);
+    // A report lands in DeviceStatus and is answered once stored.
     let id = report.header.id.clone();
     edge.send(&serde_json::to_string(&report).expect("json"));
     let answer = edge.until("the report's answer", |v| {
@@ -168,6 +170,12 @@ async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicest
     assert_eq!(answer["route"]["operation"], "response", "{answer}");
     let yaml = c.ok(&["get", "devicestatus", "oven-1", "-o", "yaml"]);
     assert!(yaml.contains("value: \"77\""), "{yaml}");
+    assert_eq!(
+        c.log().matches("a frame is not a message; skipped").count(),
+        2,
+        "{}",
+        c.log()
+    );
 
     // A report about another node's device is refused with an error naming why.
     let other = twin_report("edge-node-2", "oven-1", "temperature", "1", 2);
