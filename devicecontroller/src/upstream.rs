@@ -109,6 +109,11 @@ struct Slot {
     not_before: Option<Instant>,
 }
 
+/// The node whose reports make up a plan.
+fn node_of(s: &Slot) -> &str {
+    s.plan.acks.first().map_or("", |a| a.0.as_str())
+}
+
 /// The upstream state.
 #[derive(Debug, Default)]
 pub struct Upstream {
@@ -117,6 +122,10 @@ pub struct Upstream {
     stored: HashMap<Key, HashMap<String, Stamped>>,
     /// When each device was last patched.
     last_patch: HashMap<Key, Instant>,
+    /// When each node's plan was last taken (a sequence number): beyond the limit, the nodes
+    /// served longest ago go first.
+    node_served: HashMap<String, u64>,
+    serve_seq: u64,
 }
 
 fn stamped(twin: &Value, side: &str, version_key: &str) -> Option<Stamped> {
@@ -258,8 +267,14 @@ impl Upstream {
 
     /// The plans due now, at most `limit`: at most one per device per `interval`, and none
     /// waiting out a retry. Those beyond `limit` stay pending for a later call.
+    ///
+    /// Beyond `limit`, plans are taken fairly between nodes: one of each node before two of
+    /// any, the nodes served longest ago first, and of each node the oldest first. A burst from many nodes does not hold back
+    /// a node that reports now and then, and under a sustained load no device waits behind the
+    /// others for ever. (Plain tuples sorted once: this runs whenever a write slot frees.)
     pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
-        let mut ready: Vec<(Option<Instant>, Key)> = self
+        let served = &self.node_served;
+        let mut ready: Vec<(u64, Option<Instant>, &Key, &str)> = self
             .pending
             .iter()
             .filter(|(k, s)| {
@@ -269,13 +284,58 @@ impl Upstream {
                         .get(*k)
                         .is_none_or(|t| now.duration_since(*t) >= interval)
             })
-            .map(|(k, s)| (s.plan.queued, k.clone()))
+            .map(|(k, s)| {
+                let node = node_of(s);
+                (
+                    served.get(node).copied().unwrap_or(0),
+                    s.plan.queued,
+                    k,
+                    node,
+                )
+            })
             .collect();
         if ready.len() > limit {
-            ready.sort_unstable();
-            ready.truncate(limit);
+            // Each plan's rank among its node's (oldest 0); then by rank, so that every node
+            // gets one before any gets two, the nodes served longest ago first.
+            ready.sort_unstable_by(|a, b| (a.3, a.1).cmp(&(b.3, b.1)));
+            let mut ranked: Vec<(usize, u64, Option<Instant>, &Key, &str)> =
+                Vec::with_capacity(ready.len());
+            let mut rank = 0;
+            for (i, (served, queued, k, node)) in ready.iter().enumerate() {
+                rank = if i > 0 && ready[i - 1].3 == *node {
+                    rank + 1
+                } else {
+                    0
+                };
+                ranked.push((rank, *served, *queued, *k, *node));
+            }
+            ranked.select_nth_unstable(limit);
+            ranked.truncate(limit);
+            ranked.sort_unstable();
+            ready = ranked
+                .into_iter()
+                .map(|(_, served, queued, k, node)| (served, queued, k, node))
+                .collect();
         }
-        let ready = ready.into_iter().map(|(_, k)| k);
+        let mut taken = Vec::with_capacity(ready.len());
+        let mut last = "";
+        for (_, _, k, node) in ready {
+            if node != last {
+                self.serve_seq += 1;
+                last = node;
+            }
+            taken.push((k.clone(), node.to_string()));
+        }
+        let seq = self.serve_seq;
+        for (_, node) in &taken {
+            match self.node_served.get_mut(node.as_str()) {
+                Some(v) => *v = seq,
+                None => {
+                    self.node_served.insert(node.clone(), seq);
+                }
+            }
+        }
+        let ready = taken.into_iter().map(|(k, _)| k);
         ready
             .filter_map(|k| {
                 let mut plan = self.pending.remove(&k)?.plan;
@@ -487,6 +547,61 @@ mod tests {
             first[0].0.1, "zz",
             "the oldest report goes first, whatever its name"
         );
+    }
+
+    #[test]
+    fn beyond_the_limit_a_quiet_node_is_not_held_back_by_a_busy_one() {
+        let mut u = Upstream::new();
+        let t0 = Instant::now();
+        let busy = |d: &str| twin_msg("busy", d, "temperature", "1", 1, 1);
+        for i in 0..50 {
+            let d = format!("b{i:02}");
+            assert_eq!(
+                u.accept("busy", &busy(&d), facts("busy")),
+                Ok(Taken::Queued)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        // The quiet node reports after the busy node's burst.
+        assert_eq!(
+            u.accept(
+                "quiet",
+                &twin_msg("quiet", "q1", "temperature", "7", 1, 1),
+                facts("quiet")
+            ),
+            Ok(Taken::Queued)
+        );
+        let first: Vec<String> = u
+            .due(t0, Duration::ZERO, 4)
+            .into_iter()
+            .map(|(k, _)| k.1)
+            .collect();
+        assert!(first.contains(&"q1".to_string()), "{first:?}");
+        // The busy node's oldest go first among its own.
+        assert!(first.contains(&"b00".to_string()), "{first:?}");
+        // More of the busy node keep coming, older than the quiet node's next report; the
+        // quiet node, served less recently, still goes in the next call.
+        assert_eq!(
+            u.accept(
+                "quiet",
+                &twin_msg("quiet", "q2", "temperature", "8", 2, 2),
+                facts("quiet")
+            ),
+            Ok(Taken::Queued)
+        );
+        let next: Vec<String> = u
+            .due(t0, Duration::ZERO, 2)
+            .into_iter()
+            .map(|(k, _)| k.1)
+            .collect();
+        assert!(next.contains(&"q2".to_string()), "{next:?}");
+        // Nothing is lost: everything left comes in later calls.
+        let mut rest = 0;
+        while !u.due(t0, Duration::ZERO, 7).is_empty() {
+            rest += 1;
+            assert!(rest < 100);
+        }
+        assert_eq!(u.pending(), 0);
     }
 
     #[test]
