@@ -144,7 +144,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 
     if config.modules.eventbus {
         let (host, port) = split_host_port(&config.mqtt.address).map_err(anyhow::Error::msg)?;
-        if config.mqtt.mode == MqttMode::Embedded {
+        let connection = if config.mqtt.mode == MqttMode::Embedded {
             let addr = tokio::net::lookup_host((host.as_str(), port))
                 .await?
                 .next()
@@ -156,20 +156,23 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 max_queued_messages: config.mqtt.max_queued_messages,
                 max_queued_bytes: config.mqtt.max_queued_bytes,
                 max_inflight_messages: config.mqtt.max_inflight_messages,
-                internal_client_id: Some(config.mqtt.client_id.clone()),
             };
-            let (_, stats) = eventbus::broker::start(addr, limits, cancel.clone()).await?;
-            let _ = metrics.broker.set(stats);
-        }
-        let settings = eventbus::MqttSettings {
-            host,
-            port,
-            client_id: config.mqtt.client_id.clone(),
-            username: config.mqtt.username.clone(),
-            password: config.mqtt.password.clone(),
+            let broker = eventbus::broker::start(addr, limits, cancel.clone()).await?;
+            let _ = metrics.broker.set(broker.stats.clone());
+            // edgecore's own client is in-process: no socket, no MQTT encoding, no acks.
+            let link = broker.link(&eventbus::subscriptions(&config.node_name));
+            eventbus::Connection::Link(link)
+        } else {
+            eventbus::Connection::Tcp(eventbus::MqttSettings {
+                host,
+                port,
+                client_id: config.mqtt.client_id.clone(),
+                username: config.mqtt.username.clone(),
+                password: config.mqtt.password.clone(),
+            })
         };
         tasks.spawn(eventbus::run(
-            settings,
+            connection,
             config.node_name.clone(),
             twin.clone(),
             metrics.clone(),

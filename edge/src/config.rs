@@ -148,6 +148,8 @@ pub struct Mqtt {
     pub mode: MqttMode,
     /// `host:port`: where the embedded broker listens, or the external broker to connect to.
     pub address: String,
+    /// edgecore's client id on an external broker. On the embedded broker edgecore is linked
+    /// in-process and has no client id: an app may use any, this one included.
     pub client_id: String,
     pub username: Option<String>,
     pub password: Option<String>,

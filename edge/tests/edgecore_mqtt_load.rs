@@ -1,6 +1,7 @@
 //! The MQTT `$hw` path under what apps do (paho-mqtt, `tests/kubeedge/mqtt_faults.py`): a burst
 //! of 10,000 QoS 1 requests must not stall it, keep-alive 0 means no keep-alive, and a
-//! subscriber that stops reading is disconnected without pinning edgecore's memory.
+//! subscriber that stops reading is disconnected without pinning edgecore's memory; an app
+//! using edgecore's own client id takes nothing from it.
 
 mod common;
 use common::*;
@@ -43,6 +44,26 @@ fn keep_alive_0_turns_keep_alive_off() {
     let e = Edgecore::start(None);
     let (ok, text) = faults("keepalive0", e.mqtt_port);
     assert!(ok, "a keep-alive 0 client idle for 4 s: {text}");
+}
+
+#[test]
+fn an_app_with_edgecores_client_id_does_not_take_the_hw_api_away() {
+    let e = Edgecore::start(None);
+    // The harness's edgecore runs with `clientId: edgecore-{http port}`.
+    let http_port = e.http.rsplit(':').next().unwrap_or_default();
+    let (ok, text) = kubeedge_script(
+        "mqtt_faults.py",
+        &[
+            "sameid",
+            "127.0.0.1",
+            &e.mqtt_port.to_string(),
+            &format!("edgecore-{http_port}"),
+        ],
+    );
+    assert!(
+        ok,
+        "twin/get while an app is connected as \"edgecore\": {text}"
+    );
 }
 
 #[test]

@@ -94,10 +94,13 @@ pub enum Op {
 /// A committed change, published to subscribers (eventbus, mapper notifier, cloud sync).
 pub type TwinEvent = Arc<Applied>;
 
-type Reply = oneshot::Sender<Result<Arc<Applied>>>;
+/// The change an operation made and, when asked for, its device's twin right after it.
+type Done = (Arc<Applied>, Option<DeviceTwin>);
+type Reply = oneshot::Sender<Result<Done>>;
 
 enum Command {
-    Op(Op, Reply),
+    /// With the device whose twin is answered along with the change.
+    Op(Op, Option<DeviceId>, Reply),
     Get(DeviceId, oneshot::Sender<Option<DeviceTwin>>),
     List(oneshot::Sender<Vec<DeviceRow>>),
 }
@@ -191,9 +194,20 @@ impl TwinService {
 
     /// Applies an operation; answers once its change is committed.
     pub async fn apply(&self, op: Op) -> Result<Arc<Applied>> {
+        self.send_op(op, None).await.map(|(applied, _)| applied)
+    }
+
+    /// Applies an operation and answers, once its change is committed, with the twin of device
+    /// `id` as it was right after it: one round trip instead of an `apply` and a `get`, which
+    /// waits for the next commit too.
+    pub async fn apply_and_get(&self, op: Op, id: &DeviceId) -> Result<Done> {
+        self.send_op(op, Some(id.clone())).await
+    }
+
+    async fn send_op(&self, op: Op, get: Option<DeviceId>) -> Result<Done> {
         let (tx, rx) = oneshot::channel();
         self.tx
-            .send(Command::Op(op, tx))
+            .send(Command::Op(op, get, tx))
             .await
             .map_err(|_| ServiceError::Stopped)?;
         rx.await.map_err(|_| ServiceError::Stopped)?
@@ -244,7 +258,7 @@ enum Answer {
 struct Batch {
     /// The engine generation they were applied to (see [`run`]).
     epoch: u64,
-    done: Vec<(Result<Arc<Applied>>, Reply)>,
+    done: Vec<(Result<Done>, Reply)>,
     reads: Vec<Answer>,
 }
 
@@ -316,12 +330,13 @@ async fn run(
         while let Some(cmd) = next.take() {
             n += 1;
             match cmd {
-                Command::Op(op, reply) => {
+                Command::Op(op, get, reply) => {
                     if let Some(e) = &refuse {
                         stats.writes_refused.fetch_add(1, Ordering::Relaxed);
                         let _ = reply.send(Err(e.clone()));
                     } else {
-                        let r = apply(&mut engine, op, crate::now_millis()).map(Arc::new);
+                        let r = apply(&mut engine, op, crate::now_millis())
+                            .map(|a| (Arc::new(a), get.and_then(|id| engine.get(&id).cloned())));
                         batch.done.push((r.map_err(ServiceError::from), reply));
                     }
                 }
@@ -366,8 +381,8 @@ async fn write(
         let changed: Vec<&Applied> = done
             .iter()
             .filter_map(|(r, _)| r.as_ref().ok())
+            .map(|(a, _)| a.as_ref())
             .filter(|a| !a.is_noop())
-            .map(|a| a.as_ref())
             .collect();
         let stored = if poisoned {
             Err(None)
@@ -389,10 +404,10 @@ async fn write(
                 }
                 for (r, reply) in done {
                     match &r {
-                        Ok(a) if a.is_noop() => {
+                        Ok((a, _)) if a.is_noop() => {
                             stats.unchanged.fetch_add(1, Ordering::Relaxed);
                         }
-                        Ok(a) => {
+                        Ok((a, _)) => {
                             stats.applied.fetch_add(1, Ordering::Relaxed);
                             let _ = events.send(a.clone());
                         }

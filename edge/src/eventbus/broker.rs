@@ -53,10 +53,6 @@ pub struct Limits {
     pub max_queued_bytes: usize,
     /// QoS 1 messages sent to one client and not yet acknowledged.
     pub max_inflight_messages: usize,
-    /// edgecore's own client: a publisher waits for room in its queue (TCP backpressure on
-    /// the publishing app) instead of it being disconnected, so that a burst of requests is
-    /// slowed down, never lost or turned into a stall.
-    pub internal_client_id: Option<String>,
 }
 
 impl Default for Limits {
@@ -66,13 +62,13 @@ impl Default for Limits {
             max_queued_messages: 1000,
             max_queued_bytes: 16 << 20,
             max_inflight_messages: 20,
-            internal_client_id: None,
         }
     }
 }
 
-/// The queue and in-flight window of edgecore's own client.
-const INTERNAL_QUEUE: usize = 128;
+/// The queue of edgecore's own in-process client ([`Broker::link`]); its reader keeps a window
+/// of its own of what it has taken and not yet handled.
+const LINK_QUEUE: usize = 8;
 
 /// Whether `filter` matches `topic` (MQTT 3.1.1 section 4.7).
 pub fn topic_matches(filter: &str, topic: &str) -> bool {
@@ -111,8 +107,10 @@ struct Client {
     queued_bytes: Arc<AtomicUsize>,
     /// Cancelled when its QoS 1 queue overflowed: the connection is closed.
     overflow: CancellationToken,
-    /// Publishers wait for room in its queue (edgecore's own client).
-    backpressure: bool,
+    /// edgecore's own in-process client: publishers wait for room in its queue (TCP
+    /// backpressure on the publishing app) instead of it being disconnected, so that a burst of
+    /// requests is slowed down, never lost or turned into a stall. No connection takes it over.
+    link: bool,
 }
 
 #[derive(Default)]
@@ -198,7 +196,7 @@ impl Shared {
                 let qos = out.qos;
                 let over_bytes =
                     client.queued_bytes.load(Ordering::Relaxed) + size > limits.max_queued_bytes;
-                if client.backpressure {
+                if client.link {
                     waiting.push((client.tx.clone(), out, size, client.queued_bytes.clone()));
                     continue;
                 }
@@ -228,14 +226,105 @@ fn min_qos(a: QoS, b: QoS) -> QoS {
     }
 }
 
-/// Binds `addr` and serves MQTT until `cancel`.
-/// Starts the broker on `addr`, serving at most `max_connections` clients at once (more wait in
-/// the listen backlog).
+/// A running embedded broker.
+pub struct Broker {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    pub stats: Arc<BrokerStats>,
+    shared: Shared,
+}
+
+impl Broker {
+    /// Connects edgecore's own client in-process, subscribed to `filters`: it receives the
+    /// publishes that match them without a socket or an MQTT encoding in between, and publishes
+    /// straight into the broker's routing. A publisher whose messages match waits for room in
+    /// this client's queue instead of anything being dropped.
+    pub fn link(&self, filters: &[String]) -> Link {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(LINK_QUEUE);
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        self.shared.lock().clients.insert(
+            id,
+            Client {
+                client_id: format!("edgecore in-process link {id}"),
+                tx,
+                filters: filters
+                    .iter()
+                    .map(|f| (f.clone(), QoS::AtLeastOnce))
+                    .collect(),
+                queued_bytes: queued_bytes.clone(),
+                overflow: CancellationToken::new(),
+                link: true,
+            },
+        );
+        Link {
+            id,
+            rx,
+            queued_bytes,
+            publisher: LinkPublisher {
+                shared: self.shared.clone(),
+            },
+        }
+    }
+}
+
+/// edgecore's own client of the embedded broker, in the same process ([`Broker::link`]).
+pub struct Link {
+    id: u64,
+    rx: mpsc::Receiver<Packet>,
+    queued_bytes: Arc<AtomicUsize>,
+    publisher: LinkPublisher,
+}
+
+impl Link {
+    /// The next publish that matched the link's filters; `None` once the broker is gone.
+    pub async fn recv(&mut self) -> Option<Publish> {
+        loop {
+            match self.rx.recv().await? {
+                Packet::Publish(p) => {
+                    self.queued_bytes
+                        .fetch_sub(p.payload.len() + p.topic.len(), Ordering::Relaxed);
+                    return Some(p);
+                }
+                _ => continue,
+            }
+        }
+    }
+
+    /// Publishes through the broker, as the link's client.
+    pub fn publisher(&self) -> LinkPublisher {
+        self.publisher.clone()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.publisher.shared.lock().clients.remove(&self.id);
+    }
+}
+
+/// Publishes into the embedded broker from the same process.
+#[derive(Clone)]
+pub struct LinkPublisher {
+    shared: Shared,
+}
+
+impl LinkPublisher {
+    /// Routes a QoS 1 publish to its subscribers (never retained). Must not be called for a
+    /// topic that the link itself subscribes to while the link is not being read.
+    pub async fn publish(&self, topic: String, payload: Vec<u8>) {
+        let p = Publish::new(topic, QoS::AtLeastOnce, payload);
+        self.shared.route(&p).await;
+    }
+}
+
+/// Binds `addr` and serves MQTT until `cancel`, serving at most `max_connections` clients at
+/// once (more wait in the listen backlog).
 pub async fn start(
     addr: SocketAddr,
     limits: Limits,
     cancel: CancellationToken,
-) -> Result<(SocketAddr, Arc<BrokerStats>), BrokerError> {
+) -> Result<Broker, BrokerError> {
     let max_connections = limits.max_connections;
     let listener = TcpListener::bind(addr)
         .await
@@ -248,7 +337,11 @@ pub async fn start(
         limits: Arc::new(limits),
         ..Shared::default()
     };
-    let stats = shared.stats.clone();
+    let broker = Broker {
+        addr: local,
+        stats: shared.stats.clone(),
+        shared: shared.clone(),
+    };
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::spawn(async move {
         let mut backoff = crate::listeners::AcceptBackoff::default();
@@ -281,7 +374,7 @@ pub async fn start(
             }
         }
     });
-    Ok((local, stats))
+    Ok(broker)
 }
 
 /// Reads the next packet, or `None` at end of stream.
@@ -336,18 +429,10 @@ async fn connection(
     // through `ctl`, which the writer serves first and never behind a publish: otherwise a
     // queue full of publishes waiting for the client's acks would hold back the very acks this
     // reader must send, and the client and the broker would wait for each other.
-    // edgecore's own client handles requests on many lanes at once: its window is its whole
-    // queue, which is kept short ([`INTERNAL_QUEUE`]) so that a request never waits behind
-    // more than that many others of a burst; the publishers wait instead.
-    let internal = limits.internal_client_id.as_deref() == Some(client_id.as_str());
-    let (queue, window) = if internal {
-        (INTERNAL_QUEUE, INTERNAL_QUEUE)
-    } else {
-        (
-            limits.max_queued_messages.max(1),
-            limits.max_inflight_messages.max(1),
-        )
-    };
+    let (queue, window) = (
+        limits.max_queued_messages.max(1),
+        limits.max_inflight_messages.max(1),
+    );
     let (tx, mut rx) = mpsc::channel::<Packet>(queue);
     let (ctl, mut ctl_rx) = mpsc::channel::<Packet>(64);
     let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -359,7 +444,9 @@ async fn connection(
     {
         let mut state = shared.lock();
         // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4).
-        state.clients.retain(|_, c| c.client_id != client_id);
+        state
+            .clients
+            .retain(|_, c| c.link || c.client_id != client_id);
         state.clients.insert(
             id,
             Client {
@@ -368,7 +455,7 @@ async fn connection(
                 filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: overflow.clone(),
-                backpressure: internal,
+                link: false,
             },
         );
     }

@@ -69,14 +69,76 @@ pub fn subscriptions(node: &str) -> Vec<String> {
     ]
 }
 
-/// Runs the MQTT client of the eventbus until `cancel`.
+/// Where the eventbus meets the apps.
+pub enum Connection {
+    /// An MQTT client of a broker over TCP (an external broker).
+    Tcp(MqttSettings),
+    /// edgecore's own embedded broker, in the same process: no socket, no MQTT encoding and
+    /// no acknowledgements between them ([`broker::Broker::link`], subscribed to
+    /// [`subscriptions`]).
+    Link(broker::Link),
+}
+
+/// Requests taken from the in-process link and not yet handled: as the window of a TCP
+/// client, it bounds what a request waits behind during a burst (the publishers wait instead).
+/// Requests about one device are handled one after the other, each after the commit of the one
+/// before: a `twin/get` behind a burst to its device waits for up to this many commits.
+const LINK_WINDOW: usize = 96;
+
+/// Runs the eventbus until `cancel`.
 pub async fn run(
-    settings: MqttSettings,
+    connection: Connection,
     node: String,
     twin: TwinService,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
+    let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut client = None;
+    let outlet = match connection {
+        Connection::Tcp(settings) => {
+            let (c, eventloop) = tcp_client(&settings);
+            tasks.spawn(poll(
+                eventloop,
+                c.clone(),
+                subscriptions(&node),
+                requests_tx,
+                metrics.clone(),
+                cancel.clone(),
+            ));
+            client = Some(c.clone());
+            Outlet::Client(c)
+        }
+        Connection::Link(link) => {
+            let window = Arc::new(tokio::sync::Semaphore::new(LINK_WINDOW));
+            let publisher = link.publisher();
+            tasks.spawn(pump(
+                link,
+                requests_tx,
+                window.clone(),
+                metrics.clone(),
+                cancel.clone(),
+            ));
+            Outlet::Link { publisher, window }
+        }
+    };
+    let bus = Bus {
+        outlet,
+        node: node.clone(),
+        twin: twin.clone(),
+        metrics: metrics.clone(),
+    };
+    tasks.spawn(bus.clone().handle_requests(requests_rx, cancel.clone()));
+    tasks.spawn(bus.publish_events(twin.subscribe(), cancel.clone()));
+    cancel.cancelled().await;
+    if let Some(client) = client {
+        let _ = client.try_disconnect();
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+fn tcp_client(settings: &MqttSettings) -> (AsyncClient, EventLoop) {
     let mut options = MqttOptions::new(&settings.client_id, &settings.host, settings.port);
     options
         .set_keep_alive(Duration::from_secs(30))
@@ -99,27 +161,38 @@ pub async fn run(
     let mut network = rumqttc::NetworkOptions::new();
     network.set_tcp_nodelay(true);
     eventloop.set_network_options(network);
-    let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
-    let bus = Bus {
-        client: client.clone(),
-        node: node.clone(),
-        twin: twin.clone(),
-        metrics: metrics.clone(),
-    };
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(poll(
-        eventloop,
-        client.clone(),
-        subscriptions(&node),
-        requests_tx,
-        metrics.clone(),
-        cancel.clone(),
-    ));
-    tasks.spawn(bus.clone().handle_requests(requests_rx, cancel.clone()));
-    tasks.spawn(bus.publish_events(twin.subscribe(), cancel.clone()));
-    cancel.cancelled().await;
-    let _ = client.try_disconnect();
-    while tasks.join_next().await.is_some() {}
+    (client, eventloop)
+}
+
+/// Hands the requests of the in-process link to the request handler, at most [`LINK_WINDOW`]
+/// of them unhandled. It may wait for the handler: the handler's answers go straight into the
+/// broker's routing, not through this task, and edgecore subscribes to none of its own answers.
+async fn pump(
+    mut link: broker::Link,
+    requests: mpsc::Sender<rumqttc::Publish>,
+    window: Arc<tokio::sync::Semaphore>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    metrics.mqtt_connected.store(1, Ordering::Relaxed);
+    loop {
+        // Given back by the lane once the request is handled ([`Outlet::done`]).
+        let permit = tokio::select! {
+            _ = cancel.cancelled() => return,
+            p = window.acquire() => p,
+        };
+        let Ok(permit) = permit else { return };
+        permit.forget();
+        let publish = tokio::select! {
+            _ = cancel.cancelled() => return,
+            p = link.recv() => match p { Some(p) => p, None => return },
+        };
+        metrics.mqtt_messages_in.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = requests.send(publish) => if r.is_err() { return },
+        }
+    }
 }
 
 /// Drives the connection: reconnects with backoff, subscribes on every connect, and forwards
@@ -208,9 +281,19 @@ async fn poll(
     }
 }
 
+/// How the eventbus answers and acknowledges.
+#[derive(Clone)]
+enum Outlet {
+    Client(AsyncClient),
+    Link {
+        publisher: broker::LinkPublisher,
+        window: Arc<tokio::sync::Semaphore>,
+    },
+}
+
 #[derive(Clone)]
 struct Bus {
-    client: AsyncClient,
+    outlet: Outlet,
     node: String,
     twin: TwinService,
     metrics: Arc<Metrics>,
@@ -218,17 +301,33 @@ struct Bus {
 
 impl Bus {
     async fn publish(&self, topic: String, payload: Vec<u8>) {
-        match self
-            .client
-            .publish(topic, QoS::AtLeastOnce, false, payload)
-            .await
-        {
-            Ok(()) => {
-                self.metrics
-                    .mqtt_messages_out
-                    .fetch_add(1, Ordering::Relaxed);
+        match &self.outlet {
+            Outlet::Client(client) => {
+                if let Err(e) = client
+                    .publish(topic, QoS::AtLeastOnce, false, payload)
+                    .await
+                {
+                    return tracing::warn!(error = %e, "failed to queue MQTT publish");
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "failed to queue MQTT publish"),
+            Outlet::Link { publisher, .. } => publisher.publish(topic, payload).await,
+        }
+        self.metrics
+            .mqtt_messages_out
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request has been handled: now the broker may send the next one.
+    async fn done(&self, publish: &rumqttc::Publish) {
+        match &self.outlet {
+            Outlet::Client(client) => {
+                if publish.qos != QoS::AtMostOnce
+                    && let Err(e) = client.ack(publish).await
+                {
+                    tracing::debug!(error = %e, "cannot acknowledge an MQTT request");
+                }
+            }
+            Outlet::Link { window, .. } => window.add_permits(1),
         }
     }
 
@@ -277,12 +376,7 @@ impl Bus {
                 _ = cancel.cancelled() => return,
                 _ = self.handle(&publish.topic, &publish.payload) => {}
             }
-            // Handled: now the broker may send the next one.
-            if publish.qos != QoS::AtMostOnce
-                && let Err(e) = self.client.ack(&publish).await
-            {
-                tracing::debug!(error = %e, "cannot acknowledge an MQTT request");
-            }
+            self.done(&publish).await;
         }
     }
 
@@ -421,24 +515,19 @@ impl Bus {
                 deletes,
             }),
         };
-        let applied = match self.twin.apply(op).await {
-            Ok(applied) => applied,
+        // The twin comes with the change, as it was right after it: no second round trip,
+        // which would wait for the next commit as well.
+        let (applied, twin) = match self.twin.apply_and_get(op, &device).await {
+            Ok(done) => done,
             Err(e) => {
                 self.bad(&result, &e.to_string());
                 let body = payload::error_result(event_id, now_millis(), e.code(), &e.to_string());
                 return self.publish(result, body).await;
             }
         };
-        let twin = match self.twin.get(&device).await {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                let body = payload::unknown_device(event_id, now_millis(), &device);
-                return self.publish(result, body).await;
-            }
-            Err(e) => {
-                let body = payload::error_result(event_id, now_millis(), 500, &e.to_string());
-                return self.publish(result, body).await;
-            }
+        let Some(twin) = twin else {
+            let body = payload::unknown_device(event_id, now_millis(), &device);
+            return self.publish(result, body).await;
         };
         let now = now_millis();
         self.publish(result, payload::update_result(event_id, now, &twin, &names))
@@ -511,27 +600,22 @@ impl Bus {
                     .await;
             }
         };
-        let applied = self
-            .twin
-            .apply(Op::Tagged {
-                event_id: event_id.to_string(),
-                op: Box::new(Op::State {
-                    id: device.clone(),
-                    state,
-                    reason: String::new(),
-                }),
-            })
-            .await;
-        let body = match applied {
+        let op = Op::Tagged {
+            event_id: event_id.to_string(),
+            op: Box::new(Op::State {
+                id: device.clone(),
+                state,
+                reason: String::new(),
+            }),
+        };
+        let body = match self.twin.apply_and_get(op, &device).await {
             Err(ServiceError::Twin(e)) => {
                 self.bad(&result, &e.to_string());
                 payload::twin_error_result(event_id, now, &e)
             }
             Err(e) => payload::error_result(event_id, now, 500, &e.to_string()),
-            Ok(_) => match self.twin.get(&device).await {
-                Ok(Some(t)) => payload::state_result(event_id, now, &t.row),
-                _ => payload::unknown_device(event_id, now, &device),
-            },
+            Ok((_, Some(t))) => payload::state_result(event_id, now, &t.row),
+            Ok((_, None)) => payload::unknown_device(event_id, now, &device),
         };
         self.publish(result, body).await;
     }

@@ -2,7 +2,7 @@
 """What apps do to a broker, with paho-mqtt: a burst, keep-alive 0, a subscriber that stops
 reading. Prints one JSON object.
 
-usage: mqtt_faults.py burst|keepalive0|stalled HOST PORT
+usage: mqtt_faults.py burst|keepalive0|stalled|sameid HOST PORT [EDGECORE_CLIENT_ID]
 """
 import json
 import queue
@@ -107,6 +107,18 @@ def stalled(host, port):
     sys.exit(0 if closed_after is not None else 1)
 
 
+def sameid(host, port, edgecore_id="edgecore"):
+    # An app that happens to use edgecore's own client id (its mqtt.clientId, "edgecore" by
+    # default) must not take the $hw API away from every other app.
+    intruder = client(edgecore_id, host, port)
+    inbox = queue.Queue()
+    asker = client("asker", host, port, inbox=inbox, subs=[DEV + "/twin/get/result"])
+    answered = get_answer(asker, inbox, "after-same-id", 10)
+    intruder.disconnect()
+    print(json.dumps({"answered": answered}), flush=True)
+    sys.exit(0 if answered else 1)
+
+
 if __name__ == "__main__":
     mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    {"burst": burst, "keepalive0": keepalive0, "stalled": stalled}[mode](host, port)
+    {"burst": burst, "keepalive0": keepalive0, "stalled": stalled, "sameid": sameid}[mode](host, port, *sys.argv[4:])
