@@ -180,6 +180,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         ));
     }
 
+    let pods = config.edged.as_ref().map(|e| {
+        let pods = crate::edged::Pods::default();
+        let edged = crate::edged::Edged::new(e.clone(), pods.clone());
+        tasks.spawn(edged.run(cancel.clone()));
+        pods
+    });
+
     if config.modules.http {
         let listener = tokio::net::TcpListener::bind(config.http.address)
             .await
@@ -188,6 +195,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             twin: twin.clone(),
             metrics: metrics.clone(),
             mappers,
+            pods,
         };
         tasks.spawn(http::serve(
             listener,

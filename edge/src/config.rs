@@ -16,6 +16,8 @@
 //! # join a cloudcore (edgehub; none: local manifests only); the token (cloudcore gettoken) is
 //! # needed only until the node has its certificate ({dataDir}/certs)
 //! cloud: {server: "wss://cloud.example.com:10000", certServer: "https://cloud.example.com:10002", token: "TOKEN", heartbeatSeconds: 15}
+//! # run the static pods of a directory (default {dataDir}/pods) on containerd through CRI
+//! edged: {runtimeEndpoint: "unix:///run/containerd/containerd.sock", staticPodPath: pods}
 //! ```
 
 use serde::Deserialize;
@@ -57,6 +59,43 @@ pub struct Config {
     pub twin: TwinLimits,
     /// The cloud this node joins (edgehub); none: local manifests only.
     pub cloud: Option<Cloud>,
+    /// edged: pods run on a container runtime through CRI; none: no pods.
+    pub edged: Option<Edged>,
+}
+
+/// edged: static pods from a directory, run on a CRI runtime (containerd).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Edged {
+    /// The runtime's CRI socket: `unix:///run/containerd/containerd.sock`.
+    pub runtime_endpoint: String,
+    /// A directory of `v1` Pod YAML files (static pods); default `{dataDir}/pods`.
+    pub static_pod_path: Option<PathBuf>,
+    /// Where container logs are kept (CRI's log directory); default `{dataDir}/pod-logs`.
+    pub pod_log_dir: Option<PathBuf>,
+    /// How often pods are compared with what runs, in milliseconds.
+    pub sync_period_ms: u64,
+    /// A container that exited is restarted after this delay, doubled at each exit up to
+    /// `maxBackoffMs` (CrashLoopBackOff), as the kubelet does (10 s, 5 min); reset once it has
+    /// run for 10 minutes.
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    /// Each CRI call's deadline (image pulls: ten times this).
+    pub runtime_timeout_ms: u64,
+}
+
+impl Default for Edged {
+    fn default() -> Self {
+        Self {
+            runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            static_pod_path: None,
+            pod_log_dir: None,
+            sync_period_ms: 1000,
+            initial_backoff_ms: 10_000,
+            max_backoff_ms: 300_000,
+            runtime_timeout_ms: 30_000,
+        }
+    }
 }
 
 /// edgehub: how this node reaches its cloudcore.
@@ -277,6 +316,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             twin: TwinLimits::default(),
             cloud: None,
+            edged: None,
         }
     }
 }
@@ -338,6 +378,16 @@ impl Config {
             Some(s) => abs(s),
             None => self.data_dir.join("dmi.sock"),
         });
+        if let Some(e) = &mut self.edged {
+            e.static_pod_path = Some(match &e.static_pod_path {
+                Some(d) => abs(d),
+                None => self.data_dir.join("pods"),
+            });
+            e.pod_log_dir = Some(match &e.pod_log_dir {
+                Some(d) => abs(d),
+                None => self.data_dir.join("pod-logs"),
+            });
+        }
     }
 
     fn check(&self) -> Result<(), (&'static str, String)> {

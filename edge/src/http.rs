@@ -34,6 +34,19 @@ pub struct ApiState {
     pub twin: TwinService,
     pub metrics: Arc<Metrics>,
     pub mappers: Option<Mappers>,
+    /// edged's pods, when edged runs.
+    pub pods: Option<crate::edged::Pods>,
+}
+
+/// edged's pods: phase, containers (state, reason, restarts) and refused manifests.
+async fn pods(State(s): State<ApiState>) -> Response {
+    match &s.pods {
+        Some(p) => Json(p.list()).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "edged is not enabled (no edged section in the config)",
+        ),
+    }
 }
 
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -80,6 +93,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/v1/devices", get(list))
+        .route("/api/v1/pods", get(pods))
         .route("/api/v1/devices/{ns}/{name}", get(get_twin))
         .route(
             "/api/v1/devices/{ns}/{name}/desired",

@@ -6,6 +6,7 @@ pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod dmi;
+pub mod edged;
 pub mod edgehub;
 pub mod eventbus;
 pub mod http;

@@ -1,0 +1,261 @@
+//! The CRI calls edged makes, each with a deadline and an error that names the call.
+
+use api::cri::v1 as cri;
+use cri::image_service_client::ImageServiceClient;
+use cri::runtime_service_client::RuntimeServiceClient;
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+pub struct Runtime {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    /// The deadline of each call; image pulls get ten times it.
+    timeout: Duration,
+}
+
+fn failed(call: &str, s: tonic::Status) -> String {
+    format!("CRI {call}: {} ({:?})", s.message(), s.code())
+}
+
+fn managed() -> HashMap<String, String> {
+    [(super::MANAGED.to_string(), "true".to_string())].into()
+}
+
+impl Runtime {
+    /// A lazy connection to `endpoint` (`unix:///path`): it is dialled at the first call and
+    /// again after the runtime restarts.
+    pub fn new(endpoint: &str, timeout: Duration) -> Self {
+        // The channel's own deadline is the longest a call may take (a pull, or a stop with a
+        // long grace period); each call is bounded by `timeout` besides.
+        let channel = api::dmi::uds_channel(endpoint, Duration::from_secs(3600));
+        Self {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            timeout,
+        }
+    }
+
+    fn request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.set_timeout(timeout);
+        r
+    }
+
+    pub async fn version(&self) -> Result<cri::VersionResponse, String> {
+        let r = self
+            .runtime
+            .clone()
+            .version(self.request(
+                cri::VersionRequest {
+                    version: "v1".into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("Version", s))?;
+        Ok(r.into_inner())
+    }
+
+    pub async fn list_sandboxes(&self) -> Result<Vec<cri::PodSandbox>, String> {
+        let r = self
+            .runtime
+            .clone()
+            .list_pod_sandbox(self.request(
+                cri::ListPodSandboxRequest {
+                    filter: Some(cri::PodSandboxFilter {
+                        label_selector: managed(),
+                        ..Default::default()
+                    }),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ListPodSandbox", s))?;
+        Ok(r.into_inner().items)
+    }
+
+    pub async fn list_containers(&self) -> Result<Vec<cri::Container>, String> {
+        let r = self
+            .runtime
+            .clone()
+            .list_containers(self.request(
+                cri::ListContainersRequest {
+                    filter: Some(cri::ContainerFilter {
+                        label_selector: managed(),
+                        ..Default::default()
+                    }),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ListContainers", s))?;
+        Ok(r.into_inner().containers)
+    }
+
+    pub async fn run_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, String> {
+        let r = self
+            .runtime
+            .clone()
+            .run_pod_sandbox(self.request(
+                cri::RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("RunPodSandbox", s))?;
+        Ok(r.into_inner().pod_sandbox_id)
+    }
+
+    pub async fn stop_sandbox(&self, id: &str) -> Result<(), String> {
+        self.runtime
+            .clone()
+            .stop_pod_sandbox(self.request(
+                cri::StopPodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("StopPodSandbox", s))?;
+        Ok(())
+    }
+
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), String> {
+        self.runtime
+            .clone()
+            .remove_pod_sandbox(self.request(
+                cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: id.into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("RemovePodSandbox", s))?;
+        Ok(())
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String, String> {
+        let r = self
+            .runtime
+            .clone()
+            .create_container(self.request(
+                cri::CreateContainerRequest {
+                    pod_sandbox_id: sandbox.into(),
+                    config: Some(config),
+                    sandbox_config: Some(sandbox_config),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("CreateContainer", s))?;
+        Ok(r.into_inner().container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), String> {
+        self.runtime
+            .clone()
+            .start_container(self.request(
+                cri::StartContainerRequest {
+                    container_id: id.into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("StartContainer", s))?;
+        Ok(())
+    }
+
+    /// Stops a container: SIGTERM, then SIGKILL after `grace` seconds.
+    pub async fn stop_container(&self, id: &str, grace: i64) -> Result<(), String> {
+        let req = self.request(
+            cri::StopContainerRequest {
+                container_id: id.into(),
+                timeout: grace,
+            },
+            Duration::from_secs(grace.max(0) as u64) + self.timeout,
+        );
+        self.runtime
+            .clone()
+            .stop_container(req)
+            .await
+            .map_err(|s| failed("StopContainer", s))?;
+        Ok(())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+        self.runtime
+            .clone()
+            .remove_container(self.request(
+                cri::RemoveContainerRequest {
+                    container_id: id.into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("RemoveContainer", s))?;
+        Ok(())
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, String> {
+        let r = self
+            .runtime
+            .clone()
+            .container_status(self.request(
+                cri::ContainerStatusRequest {
+                    container_id: id.into(),
+                    verbose: false,
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ContainerStatus", s))?;
+        r.into_inner()
+            .status
+            .ok_or_else(|| format!("CRI ContainerStatus: no status for {id}"))
+    }
+
+    pub async fn image_present(&self, image: &str) -> Result<bool, String> {
+        let r = self
+            .images
+            .clone()
+            .image_status(self.request(
+                cri::ImageStatusRequest {
+                    image: Some(cri::ImageSpec {
+                        image: image.into(),
+                    }),
+                    verbose: false,
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ImageStatus", s))?;
+        Ok(r.into_inner().image.is_some_and(|i| !i.id.is_empty()))
+    }
+
+    pub async fn pull_image(&self, image: &str) -> Result<String, String> {
+        let req = self.request(
+            cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.into(),
+                }),
+                sandbox_config: None,
+            },
+            self.timeout * 10,
+        );
+        let r = self
+            .images
+            .clone()
+            .pull_image(req)
+            .await
+            .map_err(|s| failed("PullImage", s))?;
+        Ok(r.into_inner().image_ref)
+    }
+}

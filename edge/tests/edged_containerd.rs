@@ -1,0 +1,406 @@
+//! edged on a real containerd (Debian's 1.6, its CRI plugin, runc) started by the test as root
+//! with its own state directory and socket, and an image built here with umoci from Debian's
+//! static busybox (no registry, no network). Needs `apt-get install containerd runc umoci
+//! busybox-static` (`.ci/run` installs them).
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// As containerd names it (CRI normalizes `edged-test/busybox:1` to this).
+const IMAGE: &str = "docker.io/edged-test/busybox:1";
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn need(tool: &str, package: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{tool} is not installed: apt-get install {package} (.ci/run does)"
+    );
+}
+
+/// containerd with its own root, state and socket under `dir`, stopped (with every container it
+/// runs) on drop.
+struct Containerd {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let root = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0");
+        assert!(root, "this test runs containerd, which needs root");
+        for (tool, package) in [
+            ("containerd", "containerd"),
+            ("runc", "runc"),
+            ("umoci", "umoci"),
+            ("busybox", "busybox-static"),
+        ] {
+            need(tool, package);
+        }
+        let socket = dir.join("containerd.sock");
+        let config = dir.join("containerd.toml");
+        // restrict_oom_score_adj: the sandbox's -998 cannot be set inside a container (CI, this
+        // machine): runc then fails with "can't get final child's PID from pipe".
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n[grpc]\n  address = \"{sock}\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  restrict_oom_score_adj = true\n",
+                root = dir.join("root").display(),
+                state = dir.join("state").display(),
+                sock = socket.display(),
+            ),
+        )
+        .expect("write containerd config");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("containerd.log")).expect("log"),
+            ))
+            .spawn()
+            .expect("start containerd");
+        let c = Self {
+            child,
+            dir: dir.to_path_buf(),
+            socket,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Command::new("ctr")
+            .args(["--address", &c.socket.display().to_string(), "version"])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            assert!(Instant::now() < deadline, "containerd did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn ctr(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("ctr");
+        cmd.args([
+            "--address",
+            &self.socket.display().to_string(),
+            "-n",
+            "k8s.io",
+        ]);
+        cmd.args(args);
+        run(&mut cmd)
+    }
+
+    /// A busybox image made with umoci, imported as [`IMAGE`] (also the sandbox image).
+    fn import_busybox(&self) {
+        let d = self.dir.join("image");
+        let layout = d.join("layout");
+        let bundle = d.join("bundle");
+        let img = format!("{}:t", layout.display());
+        run(Command::new("umoci")
+            .args(["init", "--layout"])
+            .arg(&layout));
+        run(Command::new("umoci").args(["new", "--image", &img]));
+        run(Command::new("umoci")
+            .args(["unpack", "--image", &img])
+            .arg(&bundle));
+        let bin = bundle.join("rootfs/bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::copy("/bin/busybox", bin.join("busybox"))
+            .or_else(|_| std::fs::copy("/usr/bin/busybox", bin.join("busybox")))
+            .expect("copy busybox");
+        for tool in ["sh", "sleep", "echo", "cat"] {
+            std::os::unix::fs::symlink("busybox", bin.join(tool)).expect("symlink");
+        }
+        run(Command::new("umoci")
+            .args(["repack", "--image", &img])
+            .arg(&bundle));
+        run(Command::new("umoci").args([
+            "config",
+            "--image",
+            &img,
+            "--config.entrypoint",
+            "/bin/sleep",
+            "--config.cmd",
+            "infinity",
+        ]));
+        let tar = d.join("image.tar");
+        run(Command::new("tar")
+            .arg("-C")
+            .arg(&layout)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("."));
+        self.ctr(&[
+            "images",
+            "import",
+            "--index-name",
+            IMAGE,
+            &tar.display().to_string(),
+        ]);
+    }
+
+    fn containers(&self) -> Vec<String> {
+        self.ctr(&["containers", "ls", "-q"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Whatever still runs (a failed test) is killed, then containerd; its mounts go.
+        if let Ok(tasks) = Command::new("ctr")
+            .args([
+                "--address",
+                &self.socket.display().to_string(),
+                "-n",
+                "k8s.io",
+            ])
+            .args(["tasks", "ls", "-q"])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&tasks.stdout).lines() {
+                let _ = Command::new("ctr")
+                    .args([
+                        "--address",
+                        &self.socket.display().to_string(),
+                        "-n",
+                        "k8s.io",
+                    ])
+                    .args(["tasks", "kill", "-s", "SIGKILL", id])
+                    .output();
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let root = self.dir.display().to_string();
+        if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
+            let mut points: Vec<&str> = mounts
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .filter(|p| p.starts_with(&root))
+                .collect();
+            points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+            for p in points {
+                let _ = Command::new("umount").args(["-l", p]).output();
+            }
+        }
+    }
+}
+
+const PODS: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: sleeper}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  containers:
+  - name: main
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "echo started $GREETING; echo x > /scratch/x; exec sleep 3600"]
+    env: [{name: GREETING, value: hello}]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  - name: crash
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "echo dying; exit 3"]
+"#;
+
+const ABSENT: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: absent}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: c, image: "edged-test/none:1", imagePullPolicy: Never}
+  - {name: d, image: "127.0.0.1:1/none:1"}
+"#;
+
+fn pod<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list["pods"].as_array()?.iter().find(|p| p["name"] == name)
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+/// Polls `f` for up to 60 s (containers take seconds to start on a loaded machine).
+fn wait<T>(e: &Edgecore, what: &str, mut f: impl FnMut(&Value) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, list) = e.get("/api/v1/pods");
+        if let Some(v) = f(&list) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {list}\n{}",
+            e.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() {
+    let rt_dir = tempfile::tempdir().expect("tempdir");
+    let rt = Containerd::start(rt_dir.path());
+    rt.import_busybox();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
+    let mut e = Edgecore::with_dir(dir, None);
+    e.wait_ready();
+    assert_eq!(
+        e.get("/api/v1/pods").0,
+        404,
+        "no edged section: no pods API"
+    );
+    e.stop(false);
+    let pods_dir = e.dir.path().join("pods");
+    std::fs::create_dir_all(&pods_dir).expect("mkdir");
+    std::fs::write(pods_dir.join("sleeper.yaml"), PODS).expect("write pod");
+    std::fs::write(pods_dir.join("absent.yaml"), ABSENT).expect("write pod");
+    std::fs::write(
+        pods_dir.join("broken.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: 7}\n",
+    )
+    .expect("write pod");
+    let mut config = std::fs::read_to_string(&e.config).expect("config");
+    config.push_str(&format!(
+        "edged: {{runtimeEndpoint: \"unix://{}\", staticPodPath: pods, syncPeriodMs: 200, initialBackoffMs: 500, maxBackoffMs: 2000}}\n",
+        rt.socket.display()
+    ));
+    std::fs::write(&e.config, config).expect("config");
+    e.start_again();
+    e.wait_ready();
+
+    // The pod runs; its crashing container is restarted with a growing backoff.
+    let main_id = wait(&e, "main running", |l| {
+        let c = container(pod(l, "sleeper")?, "main")?;
+        (c["state"] == "running").then(|| c["containerId"].as_str().map(str::to_string))?
+    });
+    let crash = wait(&e, "crash restarted twice and backing off", |l| {
+        let c = container(pod(l, "sleeper")?, "crash")?;
+        (c["restartCount"].as_u64()? >= 2 && c["reason"] == "CrashLoopBackOff").then(|| c.clone())
+    });
+    assert_eq!(crash["lastExitCode"], 3, "{crash}");
+    let (_, list) = e.get("/api/v1/pods");
+    assert_eq!(pod(&list, "sleeper").expect("pod")["phase"], "Running");
+
+    // Images: absent with Never, and one that cannot be pulled: each says why.
+    wait(&e, "ErrImageNeverPull", |l| {
+        let c = container(pod(l, "absent")?, "c")?;
+        (c["reason"] == "ErrImageNeverPull").then_some(())
+    });
+    let d = wait(&e, "a pull that fails", |l| {
+        let c = container(pod(l, "absent")?, "d")?;
+        let r = c["reason"].as_str()?;
+        (r == "ErrImagePull" || r == "ImagePullBackOff").then(|| c.clone())
+    });
+    assert!(
+        d["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("127.0.0.1:1/none:1"),
+        "{d}"
+    );
+    // The broken manifest is named, and disturbed nothing else.
+    let (_, list) = e.get("/api/v1/pods");
+    let errors = list["manifestErrors"].to_string();
+    assert!(
+        errors.contains("broken.yaml") && errors.contains("spec.containers"),
+        "{errors}"
+    );
+
+    // The container's log, written by containerd where edged asked.
+    let logs = e.dir.path().join("data/pod-logs");
+    let log = wait(&e, "main's log", |_| {
+        let d = std::fs::read_dir(&logs).ok()?.flatten().find(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("default_sleeper_")
+        })?;
+        std::fs::read_to_string(d.path().join("main/0.log"))
+            .ok()
+            .filter(|t| t.contains("started hello"))
+    });
+    assert!(log.contains("stdout"), "CRI log format: {log}");
+
+    // kill -9 of edgecore: the pod keeps running and is adopted, not restarted.
+    e.stop(true);
+    assert!(
+        rt.containers().contains(&main_id),
+        "main runs without edgecore"
+    );
+    e.start_again();
+    e.wait_ready();
+    let (id, restarts) = wait(&e, "main adopted", |l| {
+        let c = container(pod(l, "sleeper")?, "main")?;
+        (c["state"] == "running").then(|| {
+            (
+                c["containerId"].as_str().map(str::to_string),
+                c["restartCount"].as_u64(),
+            )
+        })
+    });
+    assert_eq!(id.as_deref(), Some(main_id.as_str()), "the same container");
+    assert_eq!(restarts, Some(0));
+
+    // The pods directory vanishing for a moment stops nothing.
+    let moved = e.dir.path().join("pods-away");
+    std::fs::rename(&pods_dir, &moved).expect("move");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        rt.containers().contains(&main_id),
+        "kept while the directory is away"
+    );
+    std::fs::rename(&moved, &pods_dir).expect("move back");
+
+    // Removing the manifests stops and removes the pods (grace period 2 s).
+    for f in ["sleeper.yaml", "absent.yaml", "broken.yaml"] {
+        std::fs::remove_file(pods_dir.join(f)).expect("rm");
+    }
+    wait(&e, "no pods", |l| {
+        l["pods"]
+            .as_array()
+            .is_some_and(|p| p.is_empty())
+            .then_some(())
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !rt.containers().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "containers left: {:?}",
+            rt.containers()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
