@@ -62,11 +62,12 @@ impl Containerd {
         let socket = dir.join("containerd.sock");
         let config = dir.join("containerd.toml");
         // restrict_oom_score_adj: the sandbox's -998 cannot be set inside a container (CI, this
-        // machine): runc then fails with "can't get final child's PID from pipe".
+        // machine): runc then fails with "can't get final child's PID from pipe". The native
+        // snapshotter works on any filesystem (overlayfs cannot stack on an overlay root).
         std::fs::write(
             &config,
             format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n[grpc]\n  address = \"{sock}\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  restrict_oom_score_adj = true\n",
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n[grpc]\n  address = \"{sock}\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  restrict_oom_score_adj = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"native\"\n",
                 root = dir.join("root").display(),
                 state = dir.join("state").display(),
                 sock = socket.display(),
@@ -155,6 +156,8 @@ impl Containerd {
         self.ctr(&[
             "images",
             "import",
+            "--snapshotter",
+            "native",
             "--index-name",
             IMAGE,
             &tar.display().to_string(),
