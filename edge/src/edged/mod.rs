@@ -139,7 +139,17 @@ pub struct Edged {
 }
 
 impl Edged {
-    pub fn new(config: Config, pods: Pods) -> Self {
+    pub fn new(mut config: Config, pods: Pods) -> Self {
+        // The runtime is another process with another working directory: every path it is
+        // given must be absolute (a relative log directory was written under containerd's).
+        for p in [&mut config.static_pod_path, &mut config.pod_log_dir]
+            .into_iter()
+            .flatten()
+        {
+            if let Ok(abs) = std::path::absolute(&p) {
+                *p = abs;
+            }
+        }
         let timeout = Duration::from_millis(config.runtime_timeout_ms.max(100));
         let runtime = Runtime::new(&config.runtime_endpoint, timeout);
         Self {
@@ -683,6 +693,12 @@ fn container_config(
             .find(|v| v.name == m.name)
             .ok_or_else(|| format!("volumeMount {}: no volume of that name", m.name))?;
         let host = if let Some(h) = &v.host_path {
+            if !h.path.starts_with('/') {
+                return Err(format!(
+                    "volume {}: hostPath.path {:?} is not an absolute path",
+                    v.name, h.path
+                ));
+            }
             PathBuf::from(&h.path)
         } else if v.empty_dir.is_some() {
             let dir = volumes_dir.join(&v.name);
@@ -774,5 +790,14 @@ mod tests {
         let e = container_config(&d, &spec.containers[1], 0, Path::new("/tmp/v"))
             .expect_err("secret volume");
         assert!(e.contains("volume s: only hostPath and emptyDir"), "{e}");
+        let rel = parse_pod(
+            Path::new("/p/a.yaml"),
+            &text.replace("path: /etc", "path: etc"),
+        )
+        .expect("valid");
+        let spec = rel.pod.spec.clone().expect("spec");
+        let e = container_config(&rel, &spec.containers[0], 0, Path::new("/tmp/v"))
+            .expect_err("relative hostPath");
+        assert!(e.contains("is not an absolute path"), "{e}");
     }
 }
