@@ -293,6 +293,21 @@ fn wait<T>(e: &Edgecore, what: &str, mut f: impl FnMut(&Value) -> Option<T>) -> 
     }
 }
 
+/// The pod's main container runs and is `main_id`, never restarted.
+fn assert_main_kept(e: &Edgecore, main_id: &str, what: &str) {
+    let (id, restarts) = wait(e, what, |l| {
+        let c = container(pod(l, "sleeper")?, "main")?;
+        (c["state"] == "running").then(|| {
+            (
+                c["containerId"].as_str().map(str::to_string),
+                c["restartCount"].as_u64(),
+            )
+        })
+    });
+    assert_eq!(id.as_deref(), Some(main_id), "{what}: the same container");
+    assert_eq!(restarts, Some(0), "{what}: not restarted");
+}
+
 #[test]
 fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() {
     // Also: a containerd restart is survived without restarting the pods.
@@ -388,17 +403,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
     );
     e.start_again();
     e.wait_ready();
-    let (id, restarts) = wait(&e, "main adopted", |l| {
-        let c = container(pod(l, "sleeper")?, "main")?;
-        (c["state"] == "running").then(|| {
-            (
-                c["containerId"].as_str().map(str::to_string),
-                c["restartCount"].as_u64(),
-            )
-        })
-    });
-    assert_eq!(id.as_deref(), Some(main_id.as_str()), "the same container");
-    assert_eq!(restarts, Some(0));
+    assert_main_kept(&e, &main_id, "main adopted");
 
     // containerd restarted: while it is down the pods API says why nothing is synced; once it
     // is back, the same container runs, not restarted.
@@ -410,17 +415,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
     wait(&e, "the runtime back", |l| {
         l["runtimeError"].is_null().then_some(())
     });
-    let (id, restarts) = wait(&e, "main after containerd's restart", |l| {
-        let c = container(pod(l, "sleeper")?, "main")?;
-        (c["state"] == "running").then(|| {
-            (
-                c["containerId"].as_str().map(str::to_string),
-                c["restartCount"].as_u64(),
-            )
-        })
-    });
-    assert_eq!(id.as_deref(), Some(main_id.as_str()), "the same container");
-    assert_eq!(restarts, Some(0));
+    assert_main_kept(&e, &main_id, "main after containerd's restart");
 
     // The pods directory vanishing for a moment stops nothing.
     let moved = e.dir.path().join("pods-away");

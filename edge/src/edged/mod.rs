@@ -136,6 +136,8 @@ pub struct Edged {
     pulls: HashMap<String, Backoff>,
     /// Why a pod's sandbox last failed to start, by pod uid.
     sandbox_errors: HashMap<String, (String, String)>,
+    /// When each running container started (by container id), from its first status.
+    started: HashMap<String, i64>,
 }
 
 impl Edged {
@@ -161,6 +163,7 @@ impl Edged {
             backoff: HashMap::new(),
             pulls: HashMap::new(),
             sandbox_errors: HashMap::new(),
+            started: HashMap::new(),
         }
     }
 
@@ -265,6 +268,11 @@ impl Edged {
         }
         let sandboxes = self.runtime.list_sandboxes().await?;
         let containers = self.runtime.list_containers().await?;
+        self.started.retain(|id, _| {
+            containers
+                .iter()
+                .any(|c| &c.id == id && c.state == cri::ContainerState::ContainerRunning as i32)
+        });
 
         // Sandboxes of pods no longer declared, of an older version, or not ready: torn down.
         let wanted: HashMap<&str, &Desired> =
@@ -443,22 +451,35 @@ impl Edged {
                 let attempt = l.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
                 cv.restart_count = attempt;
                 cv.container_id = l.id.clone();
-                let status = self.runtime.container_status(&l.id).await;
-                let status = match status {
-                    Ok(s) => s,
-                    Err(e) => {
-                        cv.waiting("Unknown", &e);
-                        return cv;
-                    }
+                let running = l.state == cri::ContainerState::ContainerRunning as i32;
+                // A running container's start time does not change: asked for once, not at
+                // every sync.
+                let known = running.then(|| self.started.get(&l.id).copied()).flatten();
+                let status = match known {
+                    Some(_) => None,
+                    None => match self.runtime.container_status(&l.id).await {
+                        Ok(s) => Some(s),
+                        Err(e) => {
+                            cv.waiting("Unknown", &e);
+                            return cv;
+                        }
+                    },
                 };
-                if l.state == cri::ContainerState::ContainerRunning as i32 {
-                    cv.running(status.started_at);
-                    let ran = now_nanos().saturating_sub(status.started_at);
+                if running {
+                    let started = known
+                        .or(status.as_ref().map(|s| s.started_at))
+                        .unwrap_or_default();
+                    self.started.insert(l.id.clone(), started);
+                    cv.running(started);
+                    let ran = now_nanos().saturating_sub(started);
                     if ran > BACKOFF_RESET.as_nanos() as i64 {
                         self.backoff.remove(&key);
                     }
                     return cv;
                 }
+                let Some(status) = status else {
+                    return cv;
+                };
                 let exited = l.state == cri::ContainerState::ContainerExited as i32;
                 cv.terminated(status.exit_code, &status.reason, status.finished_at);
                 let restart = match policy {
