@@ -80,8 +80,23 @@ impl Default for Config {
 pub struct Modules {
     pub apiserver: ApiServer,
     pub device_controller: DeviceController,
+    pub edge_controller: Switch,
+    pub daemon_set_controller: Switch,
     pub cloud_hub: CloudHub,
     pub metrics: MetricsModule,
+}
+
+/// A module that is on unless `enable: false`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Switch {
+    pub enable: bool,
+}
+
+impl Default for Switch {
+    fn default() -> Self {
+        Self { enable: true }
+    }
 }
 
 /// cloudhub: the edge nodes' websocket sessions and the certificate server they join through.

@@ -3,6 +3,8 @@
 
 pub mod bench;
 pub mod config;
+pub mod daemonset;
+pub mod edgecontroller;
 pub mod hub;
 
 use anyhow::{Context, Result};
@@ -83,6 +85,17 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     });
     if let (Some(h), Some(c)) = (&cloudhub, &controller) {
         h.set_upstream(c.upstream.clone());
+    }
+    // Pods go to edge nodes through cloudhub; without it there is no node to send them to.
+    if let Some(h) = &cloudhub
+        && config.modules.edge_controller.enable
+    {
+        let tx = edgecontroller::start(client.clone(), h.clone(), stop.clone());
+        h.set_pod_upstream(tx);
+    }
+    // On a real cluster its own DaemonSet controller does this.
+    if running.is_some() && config.modules.daemon_set_controller.enable {
+        tokio::spawn(daemonset::run(client.clone(), stop.clone()));
     }
     let metrics = controller.as_ref().map(|c| c.metrics.clone());
     if !config.modules.metrics.listen.is_empty() {

@@ -42,7 +42,14 @@ fn merge_key(field: &str) -> Option<&'static str> {
         "ownerReferences" => Some("uid"),
         "conditions" | "addresses" => Some("type"),
         "taints" => Some("key"),
-        "containers" | "initContainers" | "volumes" | "env" | "imagePullSecrets" => Some("name"),
+        "containers"
+        | "initContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "containerStatuses"
+        | "initContainerStatuses" => Some("name"),
+        "podIPs" | "hostIPs" => Some("ip"),
         "volumeMounts" => Some("mountPath"),
         "ports" => Some("containerPort"),
         _ => None,

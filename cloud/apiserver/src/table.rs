@@ -123,6 +123,35 @@ fn special(obj: &Value, what: &str) -> Value {
                 .and_then(|x| x["address"].as_str())
                 .unwrap_or("<none>")
         ),
+        "#pod-ready" => {
+            let statuses = obj["status"]["containerStatuses"].as_array();
+            let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+            let ready = statuses.map_or(0, |a| {
+                a.iter().filter(|c| c["ready"] == json!(true)).count()
+            });
+            json!(format!("{ready}/{total}"))
+        }
+        "#pod-status" => json!(pod_status(obj)),
+        "#pod-restarts" => {
+            let statuses = obj["status"]["containerStatuses"].as_array();
+            let n: u64 = statuses.map_or(0, |a| {
+                a.iter().filter_map(|c| c["restartCount"].as_u64()).sum()
+            });
+            json!(n.to_string())
+        }
+        "#pod-ip" => json!(obj["status"]["podIP"].as_str().unwrap_or("<none>")),
+        "#pod-node" => json!(obj["spec"]["nodeName"].as_str().unwrap_or("<none>")),
+        "#node-selector" => json!(
+            obj["spec"]["template"]["spec"]["nodeSelector"]
+                .as_object()
+                .filter(|m| !m.is_empty())
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(","))
+                .unwrap_or_else(|| "<none>".into())
+        ),
         "#involved" => json!(format!(
             "{}/{}",
             obj["involvedObject"]["kind"]
@@ -133,6 +162,35 @@ fn special(obj: &Value, what: &str) -> Value {
         )),
         _ => Value::Null,
     }
+}
+
+/// A pod's STATUS as kubectl prints it: Terminating, a container's waiting or terminated
+/// reason, else the phase.
+fn pod_status(obj: &Value) -> String {
+    if obj["metadata"]["deletionTimestamp"].is_string() {
+        return "Terminating".into();
+    }
+    let status = &obj["status"];
+    let mut out = status["reason"]
+        .as_str()
+        .or(status["phase"].as_str())
+        .unwrap_or("Pending")
+        .to_string();
+    for c in status["containerStatuses"].as_array().into_iter().flatten() {
+        let st = &c["state"];
+        if let Some(r) = st["waiting"]["reason"].as_str().filter(|r| !r.is_empty()) {
+            out = r.to_string();
+        } else if let Some(r) = st["terminated"]["reason"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+        {
+            out = r.to_string();
+        } else if st["terminated"].is_object() {
+            let code = st["terminated"]["exitCode"].as_i64().unwrap_or(0);
+            out = format!("ExitCode:{code}");
+        }
+    }
+    out
 }
 
 fn cell(obj: &Value, c: &Column) -> Value {

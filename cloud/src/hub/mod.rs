@@ -211,6 +211,8 @@ impl Pending {
 pub struct CloudHub {
     nodes: Mutex<HashMap<String, NodeState>>,
     upstream: OnceLock<mpsc::Sender<(String, Message)>>,
+    /// Where pod status goes (the edge controller).
+    pods: OnceLock<mpsc::Sender<(String, Message)>>,
     records: OnceLock<objectsync::Writer>,
     pub settings: Settings,
     pub metrics: HubMetrics,
@@ -222,6 +224,7 @@ impl CloudHub {
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
+            pods: OnceLock::new(),
             records: OnceLock::new(),
             settings,
             metrics: HubMetrics::default(),
@@ -247,6 +250,11 @@ impl CloudHub {
     /// Where upstream messages go (the device controller's input).
     pub fn set_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
         let _ = self.upstream.set(tx);
+    }
+
+    /// Where pod status messages (`podpatch`, `podstatus`) go: the edge controller's input.
+    pub fn set_pod_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
+        let _ = self.pods.set(tx);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, NodeState>> {
@@ -345,6 +353,12 @@ impl CloudHub {
             return;
         }
         let own = format!("node/{node}/");
+        let mut msg = msg;
+        // KubeEdge's edge sends most resources without the node (`{ns}/podpatch/{name}`);
+        // cloudhub puts it in front, as KubeEdge's does.
+        if !msg.route.resource.starts_with("node/") {
+            msg.route.resource = format!("{own}{}", msg.route.resource);
+        }
         if !msg.route.resource.starts_with(&own) {
             self.metrics
                 .refused_messages
@@ -363,7 +377,13 @@ impl CloudHub {
             self.deliver(node, None, answer, None);
             return;
         }
-        if let Some(up) = self.upstream.get() {
+        let kind = msg.route.resource[own.len()..].split('/').nth(1);
+        let to = if matches!(kind, Some("podpatch" | "podstatus")) {
+            self.pods.get()
+        } else {
+            self.upstream.get()
+        };
+        if let Some(up) = to {
             let _ = up.send((node.to_string(), msg)).await;
         }
     }

@@ -82,15 +82,17 @@ async fn write(api: &Api<DynamicObject>, r: &Record) -> Result<(), kube::Error> 
             other => other.map(|_| ()),
         };
     }
-    let kind = if r.ack.kind == "device" {
-        "Device"
-    } else {
-        "DeviceModel"
+    let (api_version, kind) = match r.ack.kind {
+        "device" => ("devices.kubeedge.io/v1beta1", "Device"),
+        "pod" => ("v1", "Pod"),
+        "configmap" => ("v1", "ConfigMap"),
+        "secret" => ("v1", "Secret"),
+        _ => ("devices.kubeedge.io/v1beta1", "DeviceModel"),
     };
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "reliablesyncs.kubeedge.io/v1alpha1", "kind": "ObjectSync",
         "metadata": {"name": name, "namespace": r.ack.namespace},
-        "spec": {"objectAPIVersion": "devices.kubeedge.io/v1beta1", "objectKind": kind,
+        "spec": {"objectAPIVersion": api_version, "objectKind": kind,
             "objectName": r.ack.name}}))
     .map_err(kube::Error::SerdeError)?;
     match api.create(&PostParams::default(), &obj).await {
