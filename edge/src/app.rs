@@ -180,9 +180,17 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         ));
     }
 
+    // Pods the cloud sent before this start run at once, link or not.
+    let cloud_pods = crate::edged::CloudPods::default();
+    crate::edgehub::load_cloud_pods(twin.store(), &cloud_pods).await?;
     let pods = config.edged.as_ref().map(|e| {
         let pods = crate::edged::Pods::default();
-        let edged = crate::edged::Edged::new(e.clone(), pods.clone());
+        let edged = crate::edged::Edged::new(
+            e.clone(),
+            pods.clone(),
+            Some(cloud_pods.clone()),
+            &config.node_name,
+        );
         tasks.spawn(edged.run(cancel.clone()));
         pods
     });
@@ -214,6 +222,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             sources: sources.clone(),
             catalog: catalog.clone(),
             changes: changes_tx.clone(),
+            pods: config.edged.is_some().then(|| cloud_pods.clone()),
         };
         tasks.spawn(hub.run(cancel.clone()));
     }

@@ -82,6 +82,9 @@ pub struct Edged {
     pub max_backoff_ms: u64,
     /// Each CRI call's deadline (image pulls: ten times this).
     pub runtime_timeout_ms: u64,
+    /// The node's address, reported as pods' `hostIP` (and `podIP` with `hostNetwork`);
+    /// default: the address of the interface with the default route.
+    pub node_ip: Option<String>,
 }
 
 impl Default for Edged {
@@ -94,6 +97,7 @@ impl Default for Edged {
             initial_backoff_ms: 10_000,
             max_backoff_ms: 300_000,
             runtime_timeout_ms: 30_000,
+            node_ip: None,
         }
     }
 }

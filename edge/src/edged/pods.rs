@@ -84,8 +84,8 @@ pub struct PodView {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// The manifest it comes from.
-    pub file: PathBuf,
+    /// Where it comes from: its manifest's path, or `cloud`.
+    pub source: String,
     /// `Pending`, `Running`, `Succeeded` or `Failed`, as a Pod's `status.phase`.
     pub phase: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -98,12 +98,12 @@ pub struct PodView {
 }
 
 impl PodView {
-    pub fn new(namespace: &str, name: &str, uid: &str, file: &Path) -> Self {
+    pub fn new(namespace: &str, name: &str, uid: &str, source: &str) -> Self {
         Self {
             namespace: namespace.into(),
             name: name.into(),
             uid: uid.into(),
-            file: file.to_path_buf(),
+            source: source.into(),
             phase: "Pending".into(),
             ..Self::default()
         }

@@ -16,6 +16,7 @@ pub mod join;
 
 use crate::catalog::{Change, CloudObjects, SharedCatalog, SharedSources};
 use crate::config::Cloud;
+use crate::edged::{self, CloudPods};
 use anyhow::{Context, Result};
 use api::message::Message;
 use api::paths::{DeviceId, Resource};
@@ -61,6 +62,37 @@ pub async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
     Ok(out)
 }
 
+/// What the cloud sent for edged (pods, ConfigMaps, Secrets), from the twin store.
+pub async fn load_cloud_pods(store: &twin::Store, into: &CloudPods) -> Result<()> {
+    for (meta, kind) in [
+        (edged::cloud::META_CONFIGMAP, "configmap"),
+        (edged::cloud::META_SECRET, "secret"),
+        (edged::cloud::META_POD, "pod"),
+    ] {
+        for (key, text) in store.list_meta(meta).await? {
+            let parsed = serde_json::from_str::<Value>(&text)
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    let k = (
+                        v["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("default")
+                            .to_string(),
+                        v["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
+                    into.put(kind, k, v)
+                });
+            if let Err(e) = parsed {
+                tracing::error!(%key, error = %e, "a stored object from the cloud does not parse; skipped");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What edgehub works with.
 pub struct EdgeHub {
     pub cloud: Cloud,
@@ -70,6 +102,8 @@ pub struct EdgeHub {
     pub sources: SharedSources,
     pub catalog: SharedCatalog,
     pub changes: broadcast::Sender<Vec<Change>>,
+    /// edged's pods from the cloud, when edged runs.
+    pub pods: Option<CloudPods>,
 }
 
 impl EdgeHub {
@@ -189,6 +223,12 @@ impl EdgeHub {
         let mut last_read = Instant::now();
         let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
         let mut bucket = api::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
+        // Pod status: the version of each pod's report sent in this session, and the messages
+        // not answered yet. A new session sends every pod's status again.
+        let mut pod_sent: BTreeMap<edged::cloud::Key, u64> = BTreeMap::new();
+        let mut pod_inflight: HashMap<String, edged::cloud::Key> = HashMap::new();
+        let mut pod_retry: HashMap<edged::cloud::Key, Instant> = HashMap::new();
+        let reported = self.pods.as_ref().map(|p| p.reported.clone());
         // A session can outlive its certificate: checked every hour.
         let mut renewal = tokio::time::interval_at(
             tokio::time::Instant::now() + Duration::from_secs(3600),
@@ -210,7 +250,18 @@ impl EdgeHub {
                     Err(broadcast::error::RecvError::Lagged(_)) => dirty = true,
                     Err(broadcast::error::RecvError::Closed) => return Ok("the twin stopped".into()),
                 },
+                _ = async {
+                    match &reported {
+                        Some(n) => n.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    self.send_pod_status(&mut sink, &mut bucket, &mut pod_sent, &mut pod_inflight, &mut pod_retry).await?;
+                }
                 _ = poll.tick() => {
+                    if last_read.elapsed() >= Duration::from_secs(1) {
+                        self.send_pod_status(&mut sink, &mut bucket, &mut pod_sent, &mut pod_inflight, &mut pod_retry).await?;
+                    }
                     if !dirty && last_read.elapsed() < Duration::from_secs(1) {
                         continue;
                     }
@@ -240,6 +291,15 @@ impl EdgeHub {
                             continue;
                         }
                     };
+                    if let Some(key) = pod_inflight.remove(&msg.header.parent_id) {
+                        // The cloud's answer to a pod status: an error is tried again later.
+                        if msg.route.operation == "error" {
+                            tracing::warn!(pod = %format!("{}/{}", key.0, key.1), content = %msg.content, "edgehub: the cloud could not store a pod status; sent again in 10 s");
+                            pod_sent.remove(&key);
+                            pod_retry.insert(key, Instant::now() + Duration::from_secs(10));
+                        }
+                        continue;
+                    }
                     // An answer frees its properties: values that changed while it was in
                     // flight go now, not at the next commit.
                     dirty |= !msg.header.parent_id.is_empty();
@@ -249,6 +309,40 @@ impl EdgeHub {
                 }
             }
         }
+    }
+
+    /// Sends the pod status reports not sent in this session yet (newer than the sent ones).
+    async fn send_pod_status<S>(
+        &self,
+        sink: &mut S,
+        bucket: &mut api::ratelimit::Bucket,
+        sent: &mut BTreeMap<edged::cloud::Key, u64>,
+        inflight: &mut HashMap<String, edged::cloud::Key>,
+        retry: &mut HashMap<edged::cloud::Key, Instant>,
+    ) -> Result<()>
+    where
+        S: futures_util::Sink<Frame, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+    {
+        let Some(pods) = &self.pods else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        retry.retain(|_, t| *t > now);
+        for (key, uid, status, version) in pods.reports_since(sent) {
+            if retry.contains_key(&key) {
+                continue;
+            }
+            let msg = edged::cloud::podpatch(&key, &uid, &status);
+            bucket.take().await;
+            sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+            inflight.insert(msg.header.id.clone(), key.clone());
+            sent.insert(key, version);
+        }
+        // Answers lost with nothing else to clear them stay bounded by the pods there are.
+        if inflight.len() > 4 * sent.len().max(64) {
+            inflight.clear();
+        }
+        Ok(())
     }
 
     /// A message from the cloud; what to answer, if anything.
@@ -290,6 +384,13 @@ impl EdgeHub {
         };
         let id = DeviceId::new(&namespace, &name);
         let stored = match (kind.as_str(), msg.route.operation.as_str()) {
+            ("pod" | "configmap" | "secret", "insert" | "update") => {
+                self.store_pod_object(&kind, &namespace, &name, &msg.content)
+                    .await
+            }
+            ("pod" | "configmap" | "secret", "delete") => {
+                self.delete_pod_object(&kind, &namespace, &name).await
+            }
             ("device" | "devicemodel", "insert" | "update") => {
                 self.store_object(&kind, &id, &msg.content).await
             }
@@ -315,6 +416,53 @@ impl EdgeHub {
                 None
             }
         }
+    }
+
+    /// A pod, ConfigMap or Secret for edged: stored, then handed to edged.
+    async fn store_pod_object(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        content: &Value,
+    ) -> Result<()> {
+        let content: Value = match content {
+            Value::String(s) => serde_json::from_str(s).context("content is not JSON")?,
+            v => v.clone(),
+        };
+        if kind == "pod" {
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(content.clone())
+                .context("content is not a Pod")?;
+        }
+        let meta = match kind {
+            "pod" => edged::cloud::META_POD,
+            "configmap" => edged::cloud::META_CONFIGMAP,
+            _ => edged::cloud::META_SECRET,
+        };
+        self.twin
+            .store()
+            .put_meta(
+                &format!("{kind}/{namespace}/{name}"),
+                meta,
+                &content.to_string(),
+            )
+            .await?;
+        if let Some(p) = &self.pods {
+            p.put(kind, (namespace.to_string(), name.to_string()), content)
+                .map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+
+    async fn delete_pod_object(&self, kind: &str, namespace: &str, name: &str) -> Result<()> {
+        self.twin
+            .store()
+            .delete_meta(&format!("{kind}/{namespace}/{name}"))
+            .await?;
+        if let Some(p) = &self.pods {
+            p.remove(kind, &(namespace.to_string(), name.to_string()));
+        }
+        Ok(())
     }
 
     async fn store_object(&self, kind: &str, id: &DeviceId, content: &Value) -> Result<()> {
