@@ -3,8 +3,10 @@
 //! first) in a temporary directory, and the simulators in `sims/`.
 
 pub mod bluez;
+pub mod containerd;
 pub mod modbus_sim;
 pub mod opcua_sim;
+pub mod stack;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

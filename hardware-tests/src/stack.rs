@@ -1,0 +1,141 @@
+//! The cloud side of the whole-stack tests: the real `cloudcore` and the real `kubectl`.
+
+use crate::{Proc, bin, eventually, free_port};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The real `kubectl`: `$KUBECTL`, the one `.ci/run` puts in `.venv`, or the PATH's.
+pub fn kubectl_bin() -> PathBuf {
+    if let Some(k) = crate::env_var("KUBECTL") {
+        return k.into();
+    }
+    let venv = crate::workspace_root().join(".venv/bin/kubectl");
+    if venv.exists() {
+        venv
+    } else {
+        "kubectl".into()
+    }
+}
+
+/// cloudcore (embedded API, controllers, cloudhub) in a temporary directory, on free ports.
+pub struct Cloud {
+    pub dir: tempfile::TempDir,
+    pub proc: Option<Proc>,
+    pub hub: u16,
+    pub certs: u16,
+}
+
+impl Cloud {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (api, hub, certs) = (free_port(), free_port(), free_port());
+        std::fs::write(
+            dir.path().join("cloudcore.yaml"),
+            format!("dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"),
+        )
+        .expect("config");
+        let mut c = Self {
+            dir,
+            proc: None,
+            hub,
+            certs,
+        };
+        c.spawn();
+        c
+    }
+
+    pub fn spawn(&mut self) {
+        let p = Proc::spawn(
+            &bin("cloudcore"),
+            &["--config", "cloudcore.yaml"],
+            self.dir.path(),
+            "cloudcore.log",
+        );
+        eventually(30, "cloudcore ready", || {
+            (self.kubeconfig().exists() && p.log_text().contains("cloudhub at")).then_some(())
+        });
+        self.proc = Some(p);
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("data/admin.kubeconfig")
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (ok, text) = self.kubectl(args);
+        assert!(ok, "kubectl {args:?}: {text}");
+        text
+    }
+
+    /// `kubectl get devicestatus NAME -o json`.
+    pub fn status(&self, name: &str) -> Value {
+        serde_json::from_str(&self.ok(&["get", "devicestatus", name, "-o", "json"]))
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn token(&self) -> String {
+        let out = Command::new(bin("cloudcore"))
+            .args(["gettoken", "--config"])
+            .arg(self.dir.path().join("cloudcore.yaml"))
+            .output()
+            .expect("cloudcore gettoken");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn edge_config(&self) -> String {
+        self.edge_config_via(self.hub)
+    }
+
+    /// The edge's config with cloudhub reached on `hub_port` (a [`Proxy`] in front of it).
+    pub fn edge_config_via(&self, hub_port: u16) -> String {
+        format!(
+            "cloud:\n  server: wss://127.0.0.1:{}\n  certServer: https://127.0.0.1:{}\n  token: \"{}\"\n  heartbeatSeconds: 2\n",
+            hub_port,
+            self.certs,
+            self.token()
+        )
+    }
+}
+
+/// A DeviceStatus twin's reported value.
+pub fn reported(status: &Value, prop: &str) -> Option<String> {
+    status["status"]["twins"]
+        .as_array()?
+        .iter()
+        .find(|t| t["propertyName"] == prop)?["reported"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// `examples/modbus-tcp.yaml` with the device at `port`, in a temporary file.
+pub fn oven_manifest(port: u16) -> PathBuf {
+    let text = std::fs::read_to_string(crate::workspace_root().join("examples/modbus-tcp.yaml"))
+        .expect("example")
+        .replace("port: 5020", &format!("port: {port}"));
+    let file = std::env::temp_dir().join(format!("oven-{port}.yaml"));
+    std::fs::write(&file, text).expect("write");
+    file
+}
