@@ -14,7 +14,7 @@
 
 use hardware_tests::containerd::{Containerd, Registry, binary_image};
 use hardware_tests::stack::{Cloud, oven_manifest, reported};
-use hardware_tests::{Node, Proc, PyModbus, bin, eventually, free_port, write_holdings};
+use hardware_tests::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, write_holdings};
 use serde_json::Value;
 use std::path::Path;
 
@@ -88,11 +88,13 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
         "edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500, initialBackoffMs: 1000, maxBackoffMs: 4000}}\n",
         rt.socket.display()
     );
+    // The link goes through a proxy that can cut it.
+    let link = Proxy::start(cloud.hub);
     let node = Node::start_named(
         &bins,
         "edge-node-1",
         "",
-        &format!("{}{edged}", cloud.edge_config()),
+        &format!("{}{edged}", cloud.edge_config_via(link.port)),
     );
     // The example, with this test's paths: the node's directory holds edgecore's DMI socket.
     let dir = node.dir.path().display().to_string();
@@ -161,6 +163,41 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     let restarts =
         pods(&cloud, "mapper-modbus-")[0]["status"]["containerStatuses"][0]["restartCount"].clone();
     assert_eq!(restarts, 0);
+
+    // The link cut; meanwhile the mapper crashes (killed) and is restarted by edged on its own.
+    // Once the link is back, kubectl shows the restart and the exit.
+    link.cut();
+    let id = container.trim_start_matches("containerd://").to_string();
+    rt.ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
+    eventually(
+        60,
+        "the mapper restarted on the node while the link is cut",
+        || {
+            let (_, list) = node.get("/api/v1/pods");
+            let c = list["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == pod.as_str())?["containers"][0]
+                .clone();
+            (c["state"] == "running" && c["restartCount"] == 1).then_some(())
+        },
+    );
+    write_holdings(sim_port, 0, &[377]);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    link.restore();
+    let status = eventually(60, "the restart in kubectl", || {
+        let p = pods(&cloud, "mapper-modbus-").pop()?;
+        let c = p["status"]["containerStatuses"][0].clone();
+        (c["restartCount"] == 1 && c["ready"] == true).then_some(c)
+    });
+    assert_eq!(
+        status["lastState"]["terminated"]["exitCode"], 137,
+        "{status}"
+    );
+    eventually(90, "temperature 37.7 read while the link was cut", || {
+        reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("37.7"))
+    });
+    let (pod, container) = running_mapper(&cloud).expect("the mapper runs");
 
     // Deleted with kubectl: the DaemonSet makes another, which runs; the old container goes.
     cloud.ok(&["delete", "pod", &pod]);

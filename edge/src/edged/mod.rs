@@ -194,6 +194,8 @@ pub struct Edged {
     sandbox_errors: HashMap<String, (String, String)>,
     /// When each running container started (by container id), from its first status.
     started: HashMap<String, i64>,
+    /// By (pod uid, container name): the attempt that followed an exit, and the exit's code.
+    exits: HashMap<(String, String), (u32, i32)>,
     /// Pods from the cloud, and where their status goes.
     cloud: Option<CloudPods>,
     node: String,
@@ -231,6 +233,7 @@ impl Edged {
             pulls: HashMap::new(),
             sandbox_errors: HashMap::new(),
             started: HashMap::new(),
+            exits: HashMap::new(),
         }
     }
 
@@ -432,6 +435,7 @@ impl Edged {
         self.pods.set(views);
         let uids: Vec<&String> = desired.values().map(|d| &d.uid).collect();
         self.backoff.retain(|(uid, _), _| uids.contains(&uid));
+        self.exits.retain(|(uid, _), _| uids.contains(&uid));
         self.sandbox_errors.retain(|uid, _| uids.contains(&uid));
         self.pulls.retain(|k, _| {
             k.strip_prefix("sandbox ")
@@ -601,6 +605,10 @@ impl Edged {
                         .unwrap_or_default();
                     self.started.insert(l.id.clone(), started);
                     cv.running(started);
+                    // The previous attempt's exit, as the kubelet's `lastState` shows it.
+                    if attempt > 0 {
+                        cv.last_exit_code = self.last_exit(&key, attempt, mine).await;
+                    }
                     let ran = now_nanos().saturating_sub(started);
                     if ran > BACKOFF_RESET.as_nanos() as i64 {
                         self.backoff.remove(&key);
@@ -611,6 +619,8 @@ impl Edged {
                     return cv;
                 };
                 let exited = l.state == cri::ContainerState::ContainerExited as i32;
+                self.exits
+                    .insert(key.clone(), (attempt + 1, status.exit_code));
                 cv.terminated(status.exit_code, &status.reason, status.finished_at);
                 let restart = match policy {
                     "Never" => false,
@@ -717,6 +727,27 @@ impl Edged {
         cv.restart_count = attempt;
         cv.running(now_nanos());
         cv
+    }
+
+    /// The exit code of the attempt before `attempt` of a container: remembered when it exited,
+    /// or asked of the runtime once (after a restart of edgecore; the last dead container is kept).
+    async fn last_exit(
+        &mut self,
+        key: &(String, String),
+        attempt: u32,
+        mine: &[&cri::Container],
+    ) -> Option<i32> {
+        if let Some((a, code)) = self.exits.get(key)
+            && *a == attempt
+        {
+            return Some(*code);
+        }
+        let prev = mine
+            .iter()
+            .find(|c| c.metadata.as_ref().map(|m| m.attempt) == Some(attempt - 1))?;
+        let code = self.runtime.container_status(&prev.id).await.ok()?.exit_code;
+        self.exits.insert(key.clone(), (attempt, code));
+        Some(code)
     }
 
     /// Another failure of `key` (an image's pull, a pod's sandbox): retried after the backoff.
