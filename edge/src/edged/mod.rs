@@ -745,7 +745,12 @@ impl Edged {
         let prev = mine
             .iter()
             .find(|c| c.metadata.as_ref().map(|m| m.attempt) == Some(attempt - 1))?;
-        let code = self.runtime.container_status(&prev.id).await.ok()?.exit_code;
+        let code = self
+            .runtime
+            .container_status(&prev.id)
+            .await
+            .ok()?
+            .exit_code;
         self.exits.insert(key.clone(), (attempt, code));
         Some(code)
     }

@@ -1,0 +1,297 @@
+//! Mapper pods through the whole stack, with the real binaries and a real containerd (as root):
+//!
+//! ```sh
+//! cargo run --release -p hardware-tests --bin pods-bench   # [--rounds 30] [--pods 50]
+//! ```
+//!
+//! `cloudcore` (embedded API, edge controller, cloudhub) and one `edgecore` joined by token with
+//! edged on its own containerd (the test harness's). It measures:
+//! - apply → Running: a `mapper-modbus` pod (its image present on the node, its config in a
+//!   ConfigMap) created through the API until the API shows it Running and ready (read every
+//!   10 ms), `--rounds` times, each pod deleted and gone from the node before the next;
+//! - edged's added memory: the RSS of an idle edgecore with edged against one without;
+//! - `--pods` busybox pods created at once on the node: until all are Running in the API, and
+//!   edgecore's RSS with them running.
+
+use anyhow::{Context, Result};
+use hardware_tests::containerd::{Containerd, binary_image};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Child> {
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log))?)
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
+        hardware_tests::percentile(&v, 50.0),
+        hardware_tests::percentile(&v, 99.0),
+        v.last().copied().unwrap_or(0.0),
+        v.len()
+    )
+}
+
+async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) -> Result<()> {
+    let t0 = Instant::now();
+    while !f().await {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+fn running(p: &Pod) -> bool {
+    let st = p.status.as_ref();
+    st.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && st
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.ready))
+}
+
+/// An edgecore on its own (no cloud), with `extra` config; its RSS after it settled.
+async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
+    let dir = tempfile::tempdir()?;
+    let free = hardware_tests::free_port;
+    std::fs::write(
+        dir.path().join("edgecore.yaml"),
+        format!(
+            "nodeName: idle\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{}\"}}\ndmi: {{socket: dmi.sock}}\n{extra}",
+            free(),
+            free()
+        ),
+    )?;
+    let mut k = Kill(vec![spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir.path(),
+        "edgecore.log",
+    )?]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let rss = rss_kib(k.0[0].id());
+    k.0.clear();
+    Ok(rss)
+}
+
+use cloud::bench::arg;
+
+fn main() -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run())
+}
+
+async fn run() -> Result<()> {
+    let rounds = arg("--rounds", 30)?;
+    let many = arg("--pods", 50)?;
+    let bins =
+        hardware_tests::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let dir = tempfile::tempdir()?;
+    let rt = Containerd::start(&dir.path().join("containerd"));
+    rt.import_busybox();
+    let archive = binary_image(&bins, "mapper-modbus", "bench", dir.path());
+    let image = "docker.io/kubeedge-rs/mapper-modbus:bench";
+    rt.import(&archive, image);
+    let edged = format!(
+        "edged: {{runtimeEndpoint: \"unix://{}\"}}\n",
+        rt.socket.display()
+    );
+
+    let free = hardware_tests::free_port;
+    let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
+    std::fs::write(
+        dir.path().join("cloudcore.yaml"),
+        format!(
+            "dataDir: cloud\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"
+        ),
+    )?;
+    let mut kill = Kill(Vec::new());
+    kill.0.push(spawn(
+        &bins.join("cloudcore"),
+        &["--config", "cloudcore.yaml"],
+        dir.path(),
+        "cloudcore.log",
+    )?);
+    let kubeconfig = dir.path().join("cloud/admin.kubeconfig");
+    let t0 = Instant::now();
+    while !(kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", certs)).is_ok()) {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "cloudcore did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = cloud::cluster_client(&kubeconfig).await?;
+    let token = String::from_utf8(
+        Command::new(bins.join("cloudcore"))
+            .args(["gettoken", "--config"])
+            .arg(dir.path().join("cloudcore.yaml"))
+            .output()?
+            .stdout,
+    )?;
+    std::fs::write(
+        dir.path().join("edgecore.yaml"),
+        format!(
+            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{hub}\", certServer: \"https://127.0.0.1:{certs}\", token: \"{}\"}}\n{edged}",
+            token.trim()
+        ),
+    )?;
+    kill.0.push(spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir.path(),
+        "edgecore.log",
+    )?);
+    let edge_pid = kill.0[1].id();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    wait_for("the node in the API", 60, async || {
+        nodes.get_opt("edge-node-1").await.ok().flatten().is_some()
+    })
+    .await?;
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let sock = dir.path().display();
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "mapper-config"},
+            "data": {"config.yaml": format!("grpc_server:\n  socket_path: {sock}/modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: {sock}/dmi.sock\n  http_port: {}\n  data_dir: /var/lib/mapper\n", free())}}))?,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let agent = hardware_tests::agent();
+    let on_node = |name: String| {
+        let (_, list) =
+            hardware_tests::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
+        list["pods"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|p| p["name"] == name.as_str()))
+    };
+
+    let mut apply = Vec::new();
+    for i in 0..rounds {
+        let name = format!("mapper-{i}");
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"nodeName": "edge-node-1", "hostNetwork": true, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "mapper", "image": image, "imagePullPolicy": "Never",
+                    "args": ["--config-file", "/etc/mapper/config.yaml"],
+                    "volumeMounts": [{"name": "config", "mountPath": "/etc/mapper"},
+                        {"name": "kubeedge", "mountPath": sock.to_string()},
+                        {"name": "data", "mountPath": "/var/lib/mapper"}]}],
+                "volumes": [{"name": "config", "configMap": {"name": "mapper-config"}},
+                    {"name": "kubeedge", "hostPath": {"path": sock.to_string()}},
+                    {"name": "data", "emptyDir": {}}]}}))?;
+        let t = Instant::now();
+        pods.create(&PostParams::default(), &pod).await?;
+        wait_for("a mapper pod Running", 120, async || {
+            pods.get_opt(&name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|p| running(&p))
+        })
+        .await?;
+        apply.push(t.elapsed().as_secs_f64() * 1000.0);
+        pods.delete(&name, &DeleteParams::default()).await?;
+        wait_for("the pod gone from the node", 120, async || {
+            !on_node(name.clone())
+        })
+        .await?;
+    }
+    println!(
+        "apply -> Running (mapper pod, image present): {}",
+        percentiles(apply)
+    );
+
+    let with = idle_rss(&bins, &edged).await?;
+    let without = idle_rss(&bins, "").await?;
+    println!(
+        "idle edgecore RSS: {:.1} MB with edged, {:.1} MB without: edged adds {:.1} MB",
+        with as f64 / 1024.0,
+        without as f64 / 1024.0,
+        (with as f64 - without as f64) / 1024.0
+    );
+
+    let before = rss_kib(edge_pid);
+    let t = Instant::now();
+    for i in 0..many {
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": format!("sleeper-{i}")},
+            "spec": {"nodeName": "edge-node-1", "hostNetwork": true, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "edged-test/busybox:1", "imagePullPolicy": "Never",
+                    "command": ["/bin/sleep", "3600"]}]}}),
+        )?;
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+    wait_for("all pods Running", 600, async || {
+        pods.list(&Default::default()).await.is_ok_and(|l| {
+            l.items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("sleeper-"))
+                })
+                .filter(|p| running(p))
+                .count()
+                == many
+        })
+    })
+    .await?;
+    let all = t.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = rss_kib(edge_pid);
+    println!(
+        "{many} pods created at once: all Running in the API after {:.1} s; edgecore RSS {:.1} MB before, {:.1} MB with them running",
+        all.as_secs_f64(),
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    for i in 0..many {
+        let _ = pods
+            .delete(&format!("sleeper-{i}"), &DeleteParams::default())
+            .await;
+    }
+    wait_for("the pods stopped", 600, async || {
+        let (_, list) =
+            hardware_tests::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
+        list["pods"].as_array().is_some_and(|a| a.is_empty())
+    })
+    .await?;
+    drop(kill);
+    drop(rt);
+    Ok(())
+}
