@@ -64,6 +64,7 @@ impl Containerd {
         ] {
             need(tool, package);
         }
+        std::fs::create_dir_all(dir).expect("containerd's directory");
         let socket = dir.join("containerd.sock");
         let config = dir.join("containerd.toml");
         // restrict_oom_score_adj: the sandbox's -998 cannot be set inside a container (CI, this
