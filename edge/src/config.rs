@@ -82,6 +82,10 @@ pub struct Edged {
     pub max_backoff_ms: u64,
     /// Each CRI call's deadline (image pulls: ten times this).
     pub runtime_timeout_ms: u64,
+    /// A container's log is rotated when it is larger than this; `containerLogMaxFiles` files
+    /// are kept per container, the current one included (the kubelet's 10 MiB and 5).
+    pub container_log_max_size_bytes: u64,
+    pub container_log_max_files: usize,
     /// The node's address, reported as pods' `hostIP` (and `podIP` with `hostNetwork`);
     /// default: the address of the interface with the default route.
     pub node_ip: Option<String>,
@@ -97,6 +101,8 @@ impl Default for Edged {
             initial_backoff_ms: 10_000,
             max_backoff_ms: 300_000,
             runtime_timeout_ms: 30_000,
+            container_log_max_size_bytes: 10 * 1024 * 1024,
+            container_log_max_files: 5,
             node_ip: None,
         }
     }

@@ -220,3 +220,100 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+const PROBED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: probed}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: unready
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "exec sleep 3600"]
+    readinessProbe: {exec: {command: ["/bin/cat", "/ready"]}, periodSeconds: 1, failureThreshold: 1}
+    resources: {limits: {memory: 64Mi, cpu: 250m}}
+  - name: dying
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "exec sleep 3600"]
+    livenessProbe: {tcpSocket: {port: 1}, periodSeconds: 1, failureThreshold: 2}
+  - name: chatty
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "while true; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done"]
+"#;
+
+#[test]
+fn probes_resources_and_log_rotation() {
+    let rt_dir = tempfile::tempdir().expect("tempdir");
+    let rt = Containerd::start(rt_dir.path());
+    rt.import_busybox();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("pods")).expect("mkdir");
+    std::fs::write(dir.path().join("pods/probed.yaml"), PROBED).expect("write pod");
+    let mut e = Edgecore::with_dir(dir, None);
+    e.wait_ready();
+    e.stop(false);
+    let mut config = std::fs::read_to_string(&e.config).expect("config");
+    config.push_str(&format!(
+        "edged: {{runtimeEndpoint: \"unix://{}\", staticPodPath: pods, syncPeriodMs: 200, initialBackoffMs: 500, maxBackoffMs: 2000, containerLogMaxSizeBytes: 100000, containerLogMaxFiles: 3}}\n",
+        rt.socket.display()
+    ));
+    std::fs::write(&e.config, config).expect("config");
+    e.start_again();
+    e.wait_ready();
+
+    // A failing readiness probe: running, not ready, the probe's failure named.
+    let c = wait(&e, "unready running and not ready", |l| {
+        let c = container(pod(l, "probed")?, "unready")?;
+        (c["state"] == "running"
+            && c["ready"] == false
+            && c["message"].as_str()?.contains("Readiness probe failed"))
+        .then(|| c.clone())
+    });
+    // Its limits reached the runtime.
+    let id = c["containerId"].as_str().expect("an id").to_string();
+    let info: Value = serde_json::from_str(&rt.ctr(&["containers", "info", &id])).expect("json");
+    let res = &info["Spec"]["linux"]["resources"];
+    assert_eq!(res["memory"]["limit"], 64 * 1024 * 1024, "{res}");
+    assert_eq!(res["cpu"]["quota"], 25_000, "{res}");
+    // The probe passes once the file is there: ready.
+    rt.ctr(&[
+        "tasks",
+        "exec",
+        "--exec-id",
+        "touch",
+        &id,
+        "/bin/sh",
+        "-c",
+        "echo > /ready",
+    ]);
+    wait(&e, "unready becomes ready", |l| {
+        let c = container(pod(l, "probed")?, "unready")?;
+        (c["ready"] == true).then_some(())
+    });
+    // A failing liveness probe: the container is killed and restarted.
+    wait(&e, "dying restarted by its liveness probe", |l| {
+        let c = container(pod(l, "probed")?, "dying")?;
+        (c["restartCount"].as_u64()? >= 1).then_some(())
+    });
+    // The chatty container's log is rotated: at most 3 files, none far above the limit.
+    let logs = e.dir.path().join("data/pod-logs");
+    wait(&e, "rotated logs", |_| {
+        let d = std::fs::read_dir(&logs).ok()?.flatten().find(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("default_probed_")
+        })?;
+        let files: Vec<_> = std::fs::read_dir(d.path().join("chatty"))
+            .ok()?
+            .flatten()
+            .collect();
+        let rotated = files
+            .iter()
+            .filter(|f| f.file_name().to_string_lossy().contains(".log."))
+            .count();
+        (rotated == 2 && files.len() == 3).then_some(())
+    });
+    e.stop(false);
+}

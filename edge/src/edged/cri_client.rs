@@ -222,6 +222,44 @@ impl Runtime {
             .ok_or_else(|| format!("CRI ContainerStatus: no status for {id}"))
     }
 
+    /// Runs `cmd` in a container; its exit code (a probe).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<i32, String> {
+        let r = self
+            .runtime
+            .clone()
+            .exec_sync(self.request(
+                cri::ExecSyncRequest {
+                    container_id: id.into(),
+                    cmd: cmd.to_vec(),
+                    timeout: timeout.as_secs().max(1) as i64,
+                },
+                timeout + self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ExecSync", s))?;
+        Ok(r.into_inner().exit_code)
+    }
+
+    /// Has the runtime open the container's log file again (after it was rotated).
+    pub async fn reopen_log(&self, id: &str) -> Result<(), String> {
+        self.runtime
+            .clone()
+            .reopen_container_log(self.request(
+                cri::ReopenContainerLogRequest {
+                    container_id: id.into(),
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ReopenContainerLog", s))?;
+        Ok(())
+    }
+
     pub async fn image_present(&self, image: &str) -> Result<bool, String> {
         let r = self
             .images

@@ -18,6 +18,7 @@
 pub mod cloud;
 mod cri_client;
 pub mod pods;
+mod probe;
 
 pub use cloud::CloudPods;
 pub use pods::{ContainerView, PodView, Pods};
@@ -196,6 +197,8 @@ pub struct Edged {
     started: HashMap<String, i64>,
     /// By (pod uid, container name): the attempt that followed an exit, and the exit's code.
     exits: HashMap<(String, String), (u32, i32)>,
+    /// Probe state by (container id, readiness?).
+    probes: HashMap<(String, bool), probe::ProbeState>,
     /// Pods from the cloud, and where their status goes.
     cloud: Option<CloudPods>,
     node: String,
@@ -234,6 +237,7 @@ impl Edged {
             sandbox_errors: HashMap::new(),
             started: HashMap::new(),
             exits: HashMap::new(),
+            probes: HashMap::new(),
         }
     }
 
@@ -386,11 +390,13 @@ impl Edged {
         self.bad_cloud.retain(|u, _| seen_bad.contains(u));
         let sandboxes = self.runtime.list_sandboxes().await?;
         let containers = self.runtime.list_containers().await?;
-        self.started.retain(|id, _| {
+        let running = |id: &String| {
             containers
                 .iter()
                 .any(|c| &c.id == id && c.state == cri::ContainerState::ContainerRunning as i32)
-        });
+        };
+        self.started.retain(|id, _| running(id));
+        self.probes.retain(|(id, _), _| running(id));
 
         // Sandboxes of pods no longer declared, of an older version, or not ready: torn down.
         let wanted: HashMap<&str, &Desired> =
@@ -613,6 +619,34 @@ impl Edged {
                     if ran > BACKOFF_RESET.as_nanos() as i64 {
                         self.backoff.remove(&key);
                     }
+                    self.rotate_log(d, &c.name, attempt, &l.id).await;
+                    let host = if d.host_network() {
+                        "127.0.0.1".to_string()
+                    } else {
+                        self.host_ip.clone().unwrap_or_else(|| "127.0.0.1".into())
+                    };
+                    if let Some(p) = &c.liveness_probe
+                        && let Some((false, why)) = self.probe(&l.id, false, p, c, &host).await
+                    {
+                        tracing::info!(pod = %d.name, container = %c.name, reason = %why, "liveness probe failed; the container is stopped and restarted");
+                        if let Err(e) = self.runtime.stop_container(&l.id, d.grace()).await {
+                            tracing::warn!(container = %l.id, error = %e, "cannot stop a container whose liveness probe failed");
+                        }
+                        self.probes.remove(&(l.id.clone(), false));
+                        cv.ready = false;
+                        cv.message = format!("Liveness probe failed: {why}");
+                        return cv;
+                    }
+                    if let Some(p) = &c.readiness_probe {
+                        let (ok, why) = self
+                            .probe(&l.id, true, p, c, &host)
+                            .await
+                            .unwrap_or((false, String::new()));
+                        cv.ready = ok;
+                        if !ok && !why.is_empty() {
+                            cv.message = format!("Readiness probe failed: {why}");
+                        }
+                    }
                     return cv;
                 }
                 let Some(status) = status else {
@@ -727,6 +761,90 @@ impl Edged {
         cv.restart_count = attempt;
         cv.running(now_nanos());
         cv
+    }
+
+    /// Runs the probe if it is due; the verdict and the last failure's message.
+    async fn probe(
+        &mut self,
+        id: &str,
+        readiness: bool,
+        p: &k8s_openapi::api::core::v1::Probe,
+        c: &k8s_openapi::api::core::v1::Container,
+        host: &str,
+    ) -> Option<(bool, String)> {
+        let key = (id.to_string(), readiness);
+        let now = Instant::now();
+        let state = self
+            .probes
+            .entry(key.clone())
+            .or_insert_with(|| probe::ProbeState::new(readiness));
+        if state.due(p, now) {
+            let result = match probe::network(p, c, host).await {
+                Some(r) => r,
+                None => {
+                    let cmd = p
+                        .exec
+                        .as_ref()
+                        .and_then(|e| e.command.clone())
+                        .unwrap_or_default();
+                    match self.runtime.exec_sync(id, &cmd, probe::timeout(p)).await {
+                        Ok(0) => Ok(()),
+                        Ok(code) => Err(format!("command {cmd:?} exited with {code}")),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            let state = self.probes.get_mut(&key)?;
+            if state.record(p, result, now) {
+                let kind = if readiness { "readiness" } else { "liveness" };
+                tracing::info!(container = %c.name, probe = kind, ok = state.ok, message = %state.message, "probe verdict changed");
+            }
+        }
+        let state = self.probes.get(&key)?;
+        Some((state.ok, state.message.clone()))
+    }
+
+    /// Rotates a running container's log when it is larger than `containerLogMaxSizeBytes`:
+    /// renamed with a timestamp, the runtime told to open a new one; the oldest beyond
+    /// `containerLogMaxFiles` go.
+    async fn rotate_log(&mut self, d: &Desired, container: &str, attempt: u32, id: &str) {
+        let dir = self.log_dir(d).join(container);
+        let current = dir.join(format!("{attempt}.log"));
+        let big = std::fs::metadata(&current)
+            .is_ok_and(|m| m.len() > self.config.container_log_max_size_bytes);
+        if !big {
+            return;
+        }
+        let rotated = dir.join(format!("{attempt}.log.{}", now_nanos()));
+        if let Err(e) = std::fs::rename(&current, &rotated) {
+            tracing::warn!(file = %current.display(), error = %e, "cannot rotate a container log");
+            return;
+        }
+        if let Err(e) = self.runtime.reopen_log(id).await {
+            tracing::warn!(container = %id, error = %e, "the runtime did not reopen a rotated log");
+        }
+        let mut old: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.contains(".log."))
+            })
+            .collect();
+        old.sort_by_key(|p| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .and_then(|e| e.parse::<i64>().ok())
+                .unwrap_or(0)
+        });
+        let keep = self.config.container_log_max_files.max(1) - 1;
+        while old.len() > keep {
+            let gone = old.remove(0);
+            let _ = std::fs::remove_file(&gone);
+        }
     }
 
     /// The exit code of the attempt before `attempt` of a container: remembered when it exited,
@@ -1139,6 +1257,7 @@ fn container_config(
         labels: labels(d, Some(&c.name)),
         annotations: HashMap::new(),
         log_path: format!("{}/{attempt}.log", c.name),
+        linux: probe::resources(c)?.map(|r| cri::LinuxContainerConfig { resources: Some(r) }),
     })
 }
 
