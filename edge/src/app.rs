@@ -204,6 +204,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             metrics: metrics.clone(),
             mappers,
             pods,
+            pod_log_dir: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
         };
         tasks.spawn(http::serve(
             listener,

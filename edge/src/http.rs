@@ -10,6 +10,8 @@
 //! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
 //! | `PUT /api/v1/devices/{ns}/{name}/desired` | body `{"prop": "value", ...}`; optional `?ifVersion=N` (409 when the desired version moved on) |
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
+//! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
+//! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
 
 use crate::dmi::mappers::Mappers;
 use crate::metrics::Metrics;
@@ -36,6 +38,55 @@ pub struct ApiState {
     pub mappers: Option<Mappers>,
     /// edged's pods, when edged runs.
     pub pods: Option<crate::edged::Pods>,
+    /// Where edged's runtime writes container logs (`edged.podLogDir`), when edged runs.
+    pub pod_log_dir: Option<std::path::PathBuf>,
+}
+
+/// `GET /api/v1/pods/{ns}/{name}/log` query, named as the Kubernetes API names them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogQuery {
+    container: Option<String>,
+    #[serde(default)]
+    previous: bool,
+    tail_lines: Option<usize>,
+}
+
+/// A container's log as text (`kectl logs`); errors as JSON naming what is missing.
+async fn pod_log(
+    State(s): State<ApiState>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LogQuery>,
+) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let Some(root) = s.pod_log_dir.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "edged is not enabled (no edged section in the config)",
+        );
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        crate::edged::logs::read(
+            &root,
+            &ns,
+            &name,
+            q.container.as_deref(),
+            q.previous,
+            q.tail_lines,
+        )
+    })
+    .await;
+    match read {
+        Ok(Ok(text)) => ([("content-type", "text/plain; charset=utf-8")], text).into_response(),
+        Ok(Err((code, msg))) => error(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            msg,
+        ),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reading the log failed: {e}"),
+        ),
+    }
 }
 
 /// edged's pods: phase, containers (state, reason, restarts) and refused manifests.
@@ -94,6 +145,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/devices", get(list))
         .route("/api/v1/pods", get(pods))
+        .route("/api/v1/pods/{ns}/{name}/log", get(pod_log))
         .route("/api/v1/devices/{ns}/{name}", get(get_twin))
         .route(
             "/api/v1/devices/{ns}/{name}/desired",

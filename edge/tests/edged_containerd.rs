@@ -28,6 +28,18 @@ spec:
     command: ["/bin/sh", "-c", "echo dying; exit 3"]
 "#;
 
+/// On the runtime's CNI network: the pod's IP is given to it in its env and is on its eth0.
+const NETWORKED: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: net}
+spec:
+  containers:
+  - name: c
+    image: edged-test/busybox:1
+    command: ["/bin/sh", "-c", "echo ip $POD_IP; cat /proc/net/fib_trie; exec sleep 3600"]
+    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+"#;
+
 const ABSENT: &str = r#"apiVersion: v1
 kind: Pod
 metadata: {name: absent}
@@ -102,6 +114,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
     std::fs::create_dir_all(&pods_dir).expect("mkdir");
     std::fs::write(pods_dir.join("sleeper.yaml"), PODS).expect("write pod");
     std::fs::write(pods_dir.join("absent.yaml"), ABSENT).expect("write pod");
+    std::fs::write(pods_dir.join("net.yaml"), NETWORKED).expect("write pod");
     std::fs::write(
         pods_dir.join("broken.yaml"),
         "apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: 7}\n",
@@ -167,6 +180,41 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
             .filter(|t| t.contains("started hello"))
     });
     assert!(log.contains("stdout"), "CRI log format: {log}");
+    // The same through the API `kectl logs` uses: the text without CRI's prefixes; a pod of
+    // two containers needs one named; the crashing one's previous run.
+    let (code, text) = e.get("/api/v1/pods/default/sleeper/log?container=main");
+    assert_eq!((code, text), (200, Value::String("started hello\n".into())));
+    let (code, err) = e.get("/api/v1/pods/default/sleeper/log");
+    assert_eq!(code, 400, "{err}");
+    assert!(
+        err["error"].as_str().unwrap_or("").contains("name one of"),
+        "{err}"
+    );
+    let (code, text) = e.get("/api/v1/pods/default/sleeper/log?container=crash&previous=true");
+    assert_eq!((code, text), (200, Value::String("dying\n".into())));
+    let (code, err) = e.get("/api/v1/pods/default/nobody/log");
+    assert_eq!(code, 404, "{err}");
+
+    // A pod on the CNI bridge: its own address, in the bridge's subnet, is its podIP, its
+    // env's POD_IP and an address of its own network namespace.
+    let ip = wait(&e, "net running with an IP", |l| {
+        let p = pod(l, "net")?;
+        let running = container(p, "c")?["state"] == "running";
+        running.then(|| p["podIP"].as_str().map(str::to_string))?
+    });
+    let prefix = rt.subnet.trim_end_matches("0/24");
+    assert!(ip.starts_with(prefix), "{ip} is not in {}", rt.subnet);
+    let log = wait(&e, "net's log", |_| {
+        let (_, t) = e.get("/api/v1/pods/default/net/log");
+        t.as_str()
+            .filter(|t| t.contains("Main"))
+            .map(str::to_string)
+    });
+    assert!(log.starts_with(&format!("ip {ip}\n")), "{log}");
+    assert!(
+        log.contains(&format!("|-- {ip}\n")),
+        "{ip} on the pod's interface: {log}"
+    );
 
     // kill -9 of edgecore: the pod keeps running and is adopted, not restarted.
     e.stop(true);
@@ -189,6 +237,12 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
         l["runtimeError"].is_null().then_some(())
     });
     assert_main_kept(&e, &main_id, "main after containerd's restart");
+    let (_, list) = e.get("/api/v1/pods");
+    assert_eq!(
+        pod(&list, "net").map(|p| p["podIP"].clone()),
+        Some(Value::String(ip.clone())),
+        "the networked pod keeps its address through both restarts"
+    );
 
     // The pods directory vanishing for a moment stops nothing.
     let moved = e.dir.path().join("pods-away");
@@ -201,7 +255,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
     std::fs::rename(&moved, &pods_dir).expect("move back");
 
     // Removing the manifests stops and removes the pods (grace period 2 s).
-    for f in ["sleeper.yaml", "absent.yaml", "broken.yaml"] {
+    for f in ["sleeper.yaml", "absent.yaml", "broken.yaml", "net.yaml"] {
         std::fs::remove_file(pods_dir.join(f)).expect("rm");
     }
     wait(&e, "no pods", |l| {

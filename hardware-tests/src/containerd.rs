@@ -1,8 +1,10 @@
 //! A real containerd (Debian's 1.6, its CRI plugin, runc) started as root with its own state
 //! directory and socket, images made here with umoci (Debian's static busybox; the project's
 //! binaries through `scripts/mapper-image`), and a real registry (`docker-registry`, Debian's
-//! distribution 2.8) on loopback that `skopeo` pushes to. Needs `apt-get install containerd runc
-//! umoci busybox-static docker-registry skopeo` (`.ci/run` installs them).
+//! distribution 2.8) on loopback that `skopeo` pushes to; pods without `hostNetwork` get an
+//! address on a CNI bridge of the test's own (Debian's `containernetworking-plugins`). Needs
+//! `apt-get install containerd runc umoci busybox-static docker-registry skopeo
+//! containernetworking-plugins iproute2` (`.ci/run` installs them).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +42,21 @@ pub struct Containerd {
     child: Child,
     dir: PathBuf,
     pub socket: PathBuf,
+    /// The CNI bridge of pods without `hostNetwork`, and its subnet.
+    pub bridge: String,
+    pub subnet: String,
+}
+
+/// Where Debian's `containernetworking-plugins` puts the CNI plugins.
+pub const CNI_BIN: &str = "/usr/lib/cni";
+
+/// A bridge name and a /24 of its own for each containerd of this process (tests of one binary
+/// run at once), so that their pods' networks do not meet.
+fn network() -> (String, String) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 5;
+    let n = (std::process::id() % 50) * 5 + k;
+    (format!("kbt{n}"), format!("10.213.{n}.0/24"))
 }
 
 impl Containerd {
@@ -56,6 +73,10 @@ impl Containerd {
             .and_then(|l| l.split_whitespace().nth(2))
             == Some("0");
         assert!(root, "this test runs containerd, which needs root");
+        assert!(
+            Path::new(CNI_BIN).join("bridge").exists(),
+            "the CNI plugins are not installed: apt-get install containernetworking-plugins (.ci/run does)"
+        );
         for (tool, package) in [
             ("containerd", "containerd"),
             ("runc", "runc"),
@@ -67,16 +88,41 @@ impl Containerd {
         std::fs::create_dir_all(dir).expect("containerd's directory");
         let socket = dir.join("containerd.sock");
         let config = dir.join("containerd.toml");
+        // Pods without hostNetwork: a bridge with host-local addresses, nothing routed out.
+        let (bridge, subnet) = network();
+        let cni = dir.join("cni");
+        std::fs::create_dir_all(&cni).expect("cni dir");
+        std::fs::write(
+            cni.join("10-edged-test.conflist"),
+            serde_json::json!({
+                "cniVersion": "0.4.0",
+                "name": "edged-test",
+                "plugins": [{
+                    "type": "bridge",
+                    "bridge": bridge,
+                    "isGateway": true,
+                    "ipMasq": false,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": subnet}]],
+                        "dataDir": dir.join("cni-ipam"),
+                    },
+                }],
+            })
+            .to_string(),
+        )
+        .expect("write the CNI config");
         // restrict_oom_score_adj: the sandbox's -998 cannot be set inside a container (CI, this
         // machine): runc then fails with "can't get final child's PID from pipe". The native
         // snapshotter works on any filesystem (overlayfs cannot stack on an overlay root).
         std::fs::write(
             &config,
             format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n[grpc]\n  address = \"{sock}\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  restrict_oom_score_adj = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"native\"\n{mirror}",
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n[grpc]\n  address = \"{sock}\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  restrict_oom_score_adj = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"native\"\n[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"{CNI_BIN}\"\n  conf_dir = \"{cni}\"\n{mirror}",
                 root = dir.join("root").display(),
                 state = dir.join("state").display(),
                 sock = socket.display(),
+                cni = cni.display(),
                 mirror = registry.map_or(String::new(), |r| format!(
                     "[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{r}\"]\n  endpoint = [\"http://{r}\"]\n"
                 )),
@@ -87,6 +133,8 @@ impl Containerd {
             child: Self::spawn(dir),
             dir: dir.to_path_buf(),
             socket,
+            bridge,
+            subnet,
         };
         c.wait_up();
         c
@@ -255,6 +303,9 @@ impl Drop for Containerd {
                 let _ = Command::new("umount").args(["-l", p]).output();
             }
         }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .output();
     }
 }
 

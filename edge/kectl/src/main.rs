@@ -38,6 +38,30 @@ enum Command {
         #[command(subcommand)]
         command: TwinCommand,
     },
+    /// List the pods edged runs on a running edgecore (phase, containers, restarts, reasons).
+    Pods {
+        #[arg(long, env = "KECTL_SERVER", default_value = kectl::twin::DEFAULT_SERVER)]
+        server: String,
+        /// Print the JSON document instead of a table.
+        #[arg(long, short)]
+        json: bool,
+    },
+    /// Print a pod's container log, as edgecore's container runtime wrote it.
+    Logs {
+        #[arg(long, env = "KECTL_SERVER", default_value = kectl::twin::DEFAULT_SERVER)]
+        server: String,
+        /// NAMESPACE/NAME (NAME alone means namespace default).
+        pod: String,
+        /// The container, when the pod has several.
+        #[arg(long, short)]
+        container: Option<String>,
+        /// The run before the last restart.
+        #[arg(long, short)]
+        previous: bool,
+        /// Only the last N lines.
+        #[arg(long)]
+        tail: Option<usize>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -138,6 +162,31 @@ fn main() -> ExitCode {
             json,
             command,
         } => run_twin(server, *json, command),
+        Command::Pods { server, json } => kectl::twin::Client::new(server).pods().and_then(|doc| {
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                print!("{}", kectl::twin::format_pods(&doc));
+            }
+            Ok(true)
+        }),
+        Command::Logs {
+            server,
+            pod,
+            container,
+            previous,
+            tail,
+        } => kectl::twin::split_id(pod).and_then(|(ns, name)| {
+            let text = kectl::twin::Client::new(server).logs(
+                &ns,
+                &name,
+                container.as_deref(),
+                *previous,
+                *tail,
+            )?;
+            print!("{text}");
+            Ok(true)
+        }),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

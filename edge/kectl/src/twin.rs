@@ -81,6 +81,40 @@ impl Client {
         self.decode("list devices", r)
     }
 
+    /// edged's pods.
+    pub fn pods(&self) -> anyhow::Result<Value> {
+        let r = self.agent.get(format!("{}/api/v1/pods", self.base)).call();
+        self.decode("list pods", r)
+    }
+
+    /// A container's log as text: `container` when the pod has several, `previous` for the run
+    /// before a restart, the last `tail` lines.
+    pub fn logs(
+        &self,
+        ns: &str,
+        name: &str,
+        container: Option<&str>,
+        previous: bool,
+        tail: Option<usize>,
+    ) -> anyhow::Result<String> {
+        let mut url = format!(
+            "{}/api/v1/pods/{ns}/{name}/log?previous={previous}",
+            self.base
+        );
+        if let Some(c) = container {
+            let _ = write!(url, "&container={c}");
+        }
+        if let Some(t) = tail {
+            let _ = write!(url, "&tailLines={t}");
+        }
+        let r = self.agent.get(url).call();
+        match self.decode(&format!("logs of pod {ns}/{name}"), r)? {
+            Value::String(text) => Ok(text),
+            // A log whose text happens to be JSON.
+            other => Ok(format!("{other}\n")),
+        }
+    }
+
     /// Sets desired values; returns the twin after the change.
     pub fn set(
         &self,
@@ -205,6 +239,44 @@ fn age_text(ms: i64) -> String {
 }
 
 /// The device list as a table.
+/// `kectl pods`: a line per container of each pod, and the manifests edged refused.
+pub fn format_pods(list: &Value) -> String {
+    let mut out = String::from("NAMESPACE/NAME  PHASE  CONTAINER  STATE  RESTARTS  REASON\n");
+    for p in list["pods"].as_array().into_iter().flatten() {
+        let pod = format!("{}/{}", s(p, &["namespace"]), s(p, &["name"]));
+        let containers = p["containers"].as_array().cloned().unwrap_or_default();
+        if containers.is_empty() {
+            let _ = writeln!(
+                out,
+                "{pod}  {}  -  -  -  {}",
+                s(p, &["phase"]),
+                s(p, &["reason"])
+            );
+        }
+        for c in containers {
+            let reason = [s(&c, &["reason"]), s(p, &["reason"])]
+                .into_iter()
+                .find(|r| !r.is_empty())
+                .unwrap_or("");
+            let _ = writeln!(
+                out,
+                "{pod}  {}  {}  {}  {}  {reason}",
+                s(p, &["phase"]),
+                s(&c, &["name"]),
+                s(&c, &["state"]),
+                n(&c, "restartCount"),
+            );
+        }
+    }
+    for (file, e) in list["manifestErrors"].as_object().into_iter().flatten() {
+        let _ = writeln!(out, "refused {file}: {}", e.as_str().unwrap_or_default());
+    }
+    if let Some(e) = list["runtimeError"].as_str() {
+        let _ = writeln!(out, "runtime: {e}");
+    }
+    out
+}
+
 pub fn format_list(devices: &Value) -> String {
     let mut out = String::from("DEVICE\tPROTOCOL\tSTATE\tDESIRED-V\tREPORTED-V\n");
     for d in devices.as_array().into_iter().flatten() {

@@ -194,10 +194,15 @@ pub fn pod_status(view: &super::PodView, host_ip: Option<&str>, host_network: bo
     }
     if let Some(ip) = host_ip {
         status["hostIP"] = json!(ip);
-        if host_network {
-            status["podIP"] = json!(ip);
-            status["podIPs"] = json!([{"ip": ip}]);
-        }
+    }
+    let pod_ip = if host_network {
+        host_ip
+    } else {
+        Some(view.pod_ip.as_str()).filter(|ip| !ip.is_empty())
+    };
+    if let Some(ip) = pod_ip {
+        status["podIP"] = json!(ip);
+        status["podIPs"] = json!([{"ip": ip}]);
     }
     status
 }
@@ -240,6 +245,17 @@ mod tests {
         let st = pod_status(&view, Some("10.0.0.5"), true);
         assert_eq!(st["phase"], "Running");
         assert_eq!(st["podIP"], "10.0.0.5");
+        // On the runtime's network: the sandbox's own address, and none until it is known.
+        let mut cni = view.clone();
+        let st2 = pod_status(&cni, Some("10.0.0.5"), false);
+        assert_eq!(
+            (&st2["hostIP"], &st2["podIP"]),
+            (&json!("10.0.0.5"), &Value::Null)
+        );
+        cni.pod_ip = "10.213.7.2".into();
+        let st2 = pod_status(&cni, Some("10.0.0.5"), false);
+        assert_eq!(st2["podIP"], "10.213.7.2");
+        assert_eq!(st2["podIPs"], json!([{"ip": "10.213.7.2"}]));
         assert_eq!(
             st["conditions"][3],
             json!({"type": "Ready", "status": "True"})

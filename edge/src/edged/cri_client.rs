@@ -109,6 +109,27 @@ impl Runtime {
         Ok(r.into_inner().pod_sandbox_id)
     }
 
+    /// The IP the runtime's network (CNI) gave a sandbox; empty on the host's network.
+    pub async fn sandbox_ip(&self, id: &str) -> Result<String, String> {
+        let r = self
+            .runtime
+            .clone()
+            .pod_sandbox_status(self.request(
+                cri::PodSandboxStatusRequest {
+                    pod_sandbox_id: id.into(),
+                    verbose: false,
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("PodSandboxStatus", s))?;
+        Ok(r.into_inner()
+            .status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default())
+    }
+
     pub async fn stop_sandbox(&self, id: &str) -> Result<(), String> {
         self.runtime
             .clone()

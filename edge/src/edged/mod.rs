@@ -8,7 +8,8 @@
 //! taken as "no pods": nothing is stopped until it reads again, and a file that stops parsing
 //! keeps the pod it declared last.
 //!
-//! Supported: `hostNetwork` (else the runtime's CNI network), containers with image,
+//! Supported: `hostNetwork` (else the runtime's CNI network, whose IP is the pod's `podIP`,
+//! the target of its probes and `status.podIP` in its env), containers with image,
 //! `imagePullPolicy`, command, args, `env` values, `workingDir`, `volumeMounts` of `hostPath`
 //! and `emptyDir` volumes; `restartPolicy` with the kubelet's exponential backoff
 //! (CrashLoopBackOff); `terminationGracePeriodSeconds`. Container logs are written by the
@@ -17,6 +18,7 @@
 
 pub mod cloud;
 mod cri_client;
+pub mod logs;
 pub mod pods;
 mod probe;
 
@@ -199,6 +201,8 @@ pub struct Edged {
     exits: HashMap<(String, String), (u32, i32)>,
     /// Probe state by (container id, readiness?).
     probes: HashMap<(String, bool), probe::ProbeState>,
+    /// The IPs of sandboxes on the runtime's network, by sandbox id.
+    pod_ips: HashMap<String, String>,
     /// Pods from the cloud, and where their status goes.
     cloud: Option<CloudPods>,
     node: String,
@@ -238,6 +242,7 @@ impl Edged {
             started: HashMap::new(),
             exits: HashMap::new(),
             probes: HashMap::new(),
+            pod_ips: HashMap::new(),
         }
     }
 
@@ -389,6 +394,8 @@ impl Edged {
         }
         self.bad_cloud.retain(|u, _| seen_bad.contains(u));
         let sandboxes = self.runtime.list_sandboxes().await?;
+        self.pod_ips
+            .retain(|id, _| sandboxes.iter().any(|s| s.id == *id));
         let containers = self.runtime.list_containers().await?;
         let running = |id: &String| {
             containers
@@ -536,6 +543,23 @@ impl Edged {
             }
         };
         view.sandbox_id = sandbox_id.clone();
+        if !d.host_network() {
+            view.pod_ip = match self.pod_ips.get(&sandbox_id) {
+                Some(ip) => ip.clone(),
+                None => match self.runtime.sandbox_ip(&sandbox_id).await {
+                    Ok(ip) => {
+                        if !ip.is_empty() {
+                            self.pod_ips.insert(sandbox_id.clone(), ip.clone());
+                        }
+                        ip
+                    }
+                    Err(e) => {
+                        tracing::warn!(pod = %d.name, sandbox = %sandbox_id, error = %e, "cannot read the pod's IP");
+                        String::new()
+                    }
+                },
+            };
+        }
         let Some(spec) = d.pod.spec.as_ref() else {
             return view;
         };
@@ -620,10 +644,13 @@ impl Edged {
                         self.backoff.remove(&key);
                     }
                     self.rotate_log(d, &c.name, attempt, &l.id).await;
+                    // As the kubelet: a probe without `host` goes to the pod's IP, which
+                    // is the node's own with hostNetwork.
                     let host = if d.host_network() {
                         "127.0.0.1".to_string()
                     } else {
-                        self.host_ip.clone().unwrap_or_else(|| "127.0.0.1".into())
+                        let ip = self.pod_ips.get(sandbox_id).cloned();
+                        ip.unwrap_or_else(|| "127.0.0.1".into())
                     };
                     if let Some(p) = &c.liveness_probe
                         && let Some((false, why)) = self.probe(&l.id, false, p, c, &host).await
@@ -715,6 +742,7 @@ impl Edged {
             cloud: self.cloud.as_ref(),
             node: &self.node,
             host_ip: self.host_ip.as_deref().unwrap_or_default(),
+            pod_ip: self.pod_ips.get(sandbox_id).map_or("", String::as_str),
         };
         let config = match container_config(d, c, attempt, &self.pod_data_dir(d), &env) {
             Ok(cfg) => cfg,
@@ -978,6 +1006,8 @@ struct Env<'a> {
     cloud: Option<&'a CloudPods>,
     node: &'a str,
     host_ip: &'a str,
+    /// The sandbox's IP on the runtime's network (not used with hostNetwork).
+    pod_ip: &'a str,
 }
 
 impl Env<'_> {
@@ -1034,6 +1064,7 @@ fn project_volumes(
         cloud,
         node: "",
         host_ip: "",
+        pod_ip: "",
     };
     for v in d.pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let (source, secret, items, optional) = if let Some(c) = &v.config_map {
@@ -1185,7 +1216,10 @@ fn container_config(
                 "metadata.uid" => d.uid.clone(),
                 "spec.nodeName" => env.node.to_string(),
                 "status.hostIP" => env.host_ip.to_string(),
-                "status.podIP" if d.host_network() => env.host_ip.to_string(),
+                "status.podIP" | "status.podIPs" if d.host_network() => env.host_ip.to_string(),
+                "status.podIP" | "status.podIPs" if !env.pod_ip.is_empty() => {
+                    env.pod_ip.to_string()
+                }
                 other => {
                     return Err(format!(
                         "env {} of container {}: fieldRef {other} is not supported",
@@ -1306,6 +1340,7 @@ mod tests {
             cloud: None,
             node: "n",
             host_ip: "10.1.1.1",
+            pod_ip: "",
         }
     }
 
@@ -1377,6 +1412,7 @@ mod tests {
             cloud: Some(&cloud),
             node: "n",
             host_ip: "10.1.1.1",
+            pod_ip: "",
         };
         let spec = d.pod.spec.clone().expect("spec");
         let cfg = container_config(&d, &spec.containers[0], 0, dir.path(), &env).expect("ok");

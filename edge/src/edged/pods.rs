@@ -94,6 +94,9 @@ pub struct PodView {
     pub message: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub sandbox_id: String,
+    /// The pod's own address on the runtime's (CNI) network; empty with `hostNetwork`.
+    #[serde(rename = "podIP", skip_serializing_if = "String::is_empty")]
+    pub pod_ip: String,
     pub containers: Vec<ContainerView>,
 }
 
