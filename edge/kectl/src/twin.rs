@@ -239,34 +239,62 @@ fn age_text(ms: i64) -> String {
 }
 
 /// The device list as a table.
-/// `kectl pods`: a line per container of each pod, and the manifests edged refused.
+/// `kectl pods`: a line per container of each pod (columns aligned), then the manifests edged
+/// refused and the runtime's error.
 pub fn format_pods(list: &Value) -> String {
-    let mut out = String::from("NAMESPACE/NAME  PHASE  CONTAINER  STATE  RESTARTS  REASON\n");
+    let mut rows: Vec<[String; 7]> = vec![
+        [
+            "POD",
+            "PHASE",
+            "IP",
+            "CONTAINER",
+            "STATE",
+            "RESTARTS",
+            "REASON",
+        ]
+        .map(String::from),
+    ];
     for p in list["pods"].as_array().into_iter().flatten() {
         let pod = format!("{}/{}", s(p, &["namespace"]), s(p, &["name"]));
+        let ip = match s(p, &["podIP"]) {
+            "" => "-",
+            x => x,
+        };
         let containers = p["containers"].as_array().cloned().unwrap_or_default();
         if containers.is_empty() {
-            let _ = writeln!(
-                out,
-                "{pod}  {}  -  -  -  {}",
-                s(p, &["phase"]),
-                s(p, &["reason"])
-            );
+            let row = [&pod, s(p, &["phase"]), ip, "-", "-", "-", s(p, &["reason"])];
+            rows.push(row.map(str::to_string));
         }
         for c in containers {
             let reason = [s(&c, &["reason"]), s(p, &["reason"])]
                 .into_iter()
                 .find(|r| !r.is_empty())
                 .unwrap_or("");
-            let _ = writeln!(
-                out,
-                "{pod}  {}  {}  {}  {}  {reason}",
-                s(p, &["phase"]),
-                s(&c, &["name"]),
-                s(&c, &["state"]),
+            rows.push([
+                pod.clone(),
+                s(p, &["phase"]).into(),
+                ip.into(),
+                s(&c, &["name"]).into(),
+                s(&c, &["state"]).into(),
                 n(&c, "restartCount"),
-            );
+                reason.into(),
+            ]);
         }
+    }
+    let mut widths = [0; 7];
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = String::new();
+        for (cell, w) in r.iter().zip(widths) {
+            let _ = write!(line, "{cell:<w$}   ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     for (file, e) in list["manifestErrors"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "refused {file}: {}", e.as_str().unwrap_or_default());
@@ -295,4 +323,44 @@ pub fn format_list(devices: &Value) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_table_aligns_columns_and_names_refusals() {
+        let list = json!({
+            "pods": [
+                {"namespace": "default", "name": "hello", "phase": "Running", "podIP": "10.1.0.2",
+                 "containers": [
+                    {"name": "talk", "state": "running", "restartCount": 0},
+                    {"name": "oops", "state": "waiting", "restartCount": 3, "reason": "CrashLoopBackOff"}]},
+                {"namespace": "kube-system", "name": "m", "phase": "Pending",
+                 "reason": "CreatePodSandboxError", "containers": []}],
+            "manifestErrors": {"/p/bad.yaml": "spec.containers: invalid type"},
+            "runtimeError": "CRI Version: connection refused"
+        });
+        let table = format_pods(&list);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "POD             PHASE     IP         CONTAINER   STATE     RESTARTS   REASON"
+        );
+        assert_eq!(
+            lines[2],
+            "default/hello   Running   10.1.0.2   oops        waiting   3          CrashLoopBackOff"
+        );
+        assert_eq!(
+            lines[3],
+            "kube-system/m   Pending   -          -           -         -          CreatePodSandboxError"
+        );
+        assert_eq!(
+            lines[4],
+            "refused /p/bad.yaml: spec.containers: invalid type"
+        );
+        assert_eq!(lines[5], "runtime: CRI Version: connection refused");
+    }
 }
