@@ -80,13 +80,17 @@ pub fn property_error(http_port: u16, device: &str, property: &str) -> Option<St
         .map(str::to_string)
 }
 
-/// `cargo build` of `edgecore`, the mappers and `kectl` in the workspace at `root`, with
-/// `--release` when `release`.
+/// `cargo build` of `edgecore`, the mappers, `kectl` and `cloudcore` in the workspace at `root`,
+/// with `--release` when `release`. `hardware-tests` is in the set (and depends on each of
+/// them), so the features are those of `cargo run -p hardware-tests`, and the environment is
+/// the shell's: a bench that calls this after `cargo run` rebuilds nothing.
 pub fn build_binaries(root: &Path, release: bool) -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut args = vec![
         "build",
         "--bins",
+        "-p",
+        "hardware-tests",
         "-p",
         "edge",
         "-p",
@@ -103,11 +107,29 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
     if release {
         args.push("--release");
     }
-    Command::new(cargo)
-        .args(args)
-        .current_dir(root)
-        .status()
-        .is_ok_and(|s| s.success())
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root);
+    // What `cargo run` and `cargo test` set for the program they run is not for this cargo:
+    // ring's build script reruns when CARGO_MANIFEST_DIR changes, so a bench started with
+    // `cargo run` rebuilt ring and all that depends on it, and the next `cargo run` rebuilt
+    // them back.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&k.as_ref())
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd.status().is_ok_and(|s| s.success())
 }
 
 /// An environment variable that is set and not blank (the real-hardware tests' settings).
