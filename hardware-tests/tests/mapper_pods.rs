@@ -167,6 +167,12 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     // The link cut; meanwhile the mapper crashes (killed) and is restarted by edged on its own.
     // Once the link is back, kubectl shows the restart and the exit.
     link.cut();
+    eventually(30, "the node NotReady while the link is cut", || {
+        cloud
+            .ok(&["get", "nodes", "edge-node-1", "--no-headers"])
+            .contains("NotReady")
+            .then_some(())
+    });
     let id = container.trim_start_matches("containerd://").to_string();
     rt.ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
     eventually(
@@ -185,6 +191,10 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     write_holdings(sim_port, 0, &[377]);
     std::thread::sleep(std::time::Duration::from_secs(3));
     link.restore();
+    eventually(60, "the node Ready again", || {
+        let node = cloud.ok(&["get", "nodes", "edge-node-1", "--no-headers"]);
+        (node.contains("Ready") && !node.contains("NotReady")).then_some(())
+    });
     let status = eventually(60, "the restart in kubectl", || {
         let p = pods(&cloud, "mapper-modbus-").pop()?;
         let c = p["status"]["containerStatuses"][0].clone();
