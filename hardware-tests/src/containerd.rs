@@ -264,6 +264,33 @@ impl Containerd {
     }
 }
 
+/// Kills the containerd shims that serve the containerd listening on `socket`.
+fn kill_shims(socket: &Path) {
+    let socket = socket.display().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let shim = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"containerd-shim-runc-v2"));
+        if shim && args.contains(&socket.as_bytes()) {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
         // Whatever still runs (a failed test) is killed, then containerd; its mounts go.
@@ -291,6 +318,9 @@ impl Drop for Containerd {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The shims of the killed tasks wait for containerd to delete them, which it no longer
+        // will: without this each test left a shim per pod running.
+        kill_shims(&self.socket);
         let root = self.dir.display().to_string();
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
             let mut points: Vec<&str> = mounts

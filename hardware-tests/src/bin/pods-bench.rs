@@ -96,7 +96,7 @@ async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
             free()
         ),
     )?;
-    let mut k = Kill(vec![spawn(
+    let k = Kill(vec![spawn(
         &bins.join("edgecore"),
         &["--config", "edgecore.yaml"],
         dir.path(),
@@ -104,7 +104,8 @@ async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
     )?]);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let rss = rss_kib(k.0[0].id());
-    k.0.clear();
+    // Killed here (clearing the list instead left every run's two edgecores running).
+    drop(k);
     Ok(rss)
 }
 
