@@ -65,11 +65,14 @@ async fn pod_log(
             "edged is not enabled (no edged section in the config)",
         );
     };
+    // The running pod's own directory; older pods of that name keep theirs beside it.
+    let uid = s.pods.as_ref().and_then(|p| p.uid(&ns, &name));
     let read = tokio::task::spawn_blocking(move || {
         crate::edged::logs::read(
             &root,
             &ns,
             &name,
+            uid.as_deref(),
             q.container.as_deref(),
             q.previous,
             q.tail_lines,

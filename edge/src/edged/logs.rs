@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 /// What went wrong: an HTTP status and a message that names what is missing.
 pub type LogError = (u16, String);
 
+/// The directory the runtime writes a pod's logs to (CRI's `log_directory` of its sandbox).
+pub fn pod_dir(root: &Path, ns: &str, name: &str, uid: &str) -> PathBuf {
+    root.join(format!("{ns}_{name}_{uid}"))
+}
+
+/// The newest log directory of pod `ns/name`, for a pod edged no longer runs.
 fn newest_pod_dir(root: &Path, ns: &str, name: &str) -> Result<PathBuf, LogError> {
     let prefix = format!("{ns}_{name}_");
     std::fs::read_dir(root)
@@ -19,18 +25,26 @@ fn newest_pod_dir(root: &Path, ns: &str, name: &str) -> Result<PathBuf, LogError
 }
 
 /// The text of a container's log: the current attempt's (or with `previous` the one before),
-/// its rotated parts first; the last `tail` lines when given.
+/// its rotated parts first; the last `tail` lines when given. `uid` is the running pod's, when
+/// edged runs it (else the newest directory of that name is read).
 pub fn read(
     root: &Path,
     ns: &str,
     name: &str,
+    uid: Option<&str>,
     container: Option<&str>,
     previous: bool,
     tail: Option<usize>,
 ) -> Result<String, LogError> {
-    let pod = newest_pod_dir(root, ns, name)?;
+    let pod = match uid {
+        Some(uid) => pod_dir(root, ns, name, uid),
+        None => newest_pod_dir(root, ns, name)?,
+    };
     let containers: Vec<String> = std::fs::read_dir(&pod)
-        .map_err(|e| (500, format!("cannot read {}: {e}", pod.display())))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => (404, format!("no logs of pod {ns}/{name} yet")),
+            _ => (500, format!("cannot read {}: {e}", pod.display())),
+        })?
         .flatten()
         .filter(|d| d.path().is_dir())
         .map(|d| d.file_name().to_string_lossy().into_owned())
@@ -140,17 +154,32 @@ mod tests {
             "2026-01-01T00:00:02Z stderr F c\n2026-01-01T00:00:03Z stdout F d\n",
         )
         .expect("w");
-        let read = |prev, tail| read(root.path(), "default", "m", None, prev, tail);
+        let read = |prev, tail| read(root.path(), "default", "m", None, None, prev, tail);
         assert_eq!(read(false, None).expect("log"), "a\nb-c\nd\n");
         assert_eq!(read(false, Some(1)).expect("log"), "d\n");
         assert_eq!(read(true, None).expect("log"), "first run\n");
-        let e = super::read(root.path(), "default", "m", Some("x"), false, None).expect_err("no x");
+        let e = super::read(root.path(), "default", "m", None, Some("x"), false, None)
+            .expect_err("no x");
         assert_eq!(e.0, 404);
         assert!(e.1.contains("has no container x (it has: main)"), "{}", e.1);
-        let e = super::read(root.path(), "default", "other", None, false, None).expect_err("none");
+        let e = super::read(root.path(), "default", "other", None, None, false, None)
+            .expect_err("none");
         assert_eq!(
             e,
             (404, "no logs of pod default/other on this node".to_string())
         );
+        // With the running pod's uid, its own directory, not another of the same name.
+        let newer = root.path().join("default_m_u0/main");
+        std::fs::create_dir_all(&newer).expect("mkdir");
+        std::fs::write(
+            newer.join("0.log"),
+            "2026-01-01T00:00:09Z stdout F old pod\n",
+        )
+        .expect("w");
+        let mine = super::read(root.path(), "default", "m", Some("u1"), None, false, None);
+        assert_eq!(mine.expect("log"), "a\nb-c\nd\n");
+        let e = super::read(root.path(), "default", "m", Some("u9"), None, false, None)
+            .expect_err("not started");
+        assert_eq!(e, (404, "no logs of pod default/m yet".to_string()));
     }
 }

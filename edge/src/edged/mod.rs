@@ -254,11 +254,13 @@ impl Edged {
     }
 
     fn log_dir(&self, d: &Desired) -> PathBuf {
-        self.config
-            .pod_log_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("pod-logs"))
-            .join(format!("{}_{}_{}", d.namespace, d.name, d.uid))
+        let root = self.config.pod_log_dir.as_deref();
+        logs::pod_dir(
+            root.unwrap_or(Path::new("pod-logs")),
+            &d.namespace,
+            &d.name,
+            &d.uid,
+        )
     }
 
     /// Runs until `cancel`; pods keep running when edgecore stops (they are adopted at the next

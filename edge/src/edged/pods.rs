@@ -177,6 +177,13 @@ impl Pods {
         }
     }
 
+    /// The uid of pod `ns/name` as edged runs it now.
+    pub fn uid(&self, ns: &str, name: &str) -> Option<String> {
+        let s = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let pod = s.pods.iter().find(|v| v.namespace == ns && v.name == name);
+        pod.map(|v| v.uid.clone())
+    }
+
     pub(super) fn set(&self, pods: Vec<PodView>) {
         self.write().pods = pods;
     }
