@@ -223,6 +223,9 @@ struct Inner {
     path: PathBuf,
     /// The sequence number of the next journal row.
     next_seq: AtomicU64,
+    /// The sequence number of the last journal row appended (committed) by this process, or
+    /// found at open.
+    appended: AtomicU64,
     /// Rows appended to the journal and not folded yet.
     unfolded: AtomicU64,
     /// One fold at a time.
@@ -312,12 +315,13 @@ impl Store {
                 journal,
                 path: path.to_path_buf(),
                 next_seq: AtomicU64::new(next),
+                appended: AtomicU64::new(next - 1),
                 unfolded: AtomicU64::new(0),
                 folding: tokio::sync::Mutex::new(()),
                 fold_wanted: tokio::sync::Notify::new(),
             }),
         };
-        match store.fold_journal().await {
+        match store.fold_journal(u64::MAX).await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run")
@@ -350,31 +354,43 @@ impl Store {
         self.inner.unfolded.load(Ordering::Relaxed)
     }
 
-    /// Folds the journal into the tables until it is empty; returns the rows folded.
+    /// Folds into the tables every journal row committed before this call; returns the rows
+    /// folded. Rows appended meanwhile are left to the next fold: under a steady stream of
+    /// commits a fold that chased the journal's end would never return, and every reader of
+    /// the tables (the outbox sent to the cloud, the metrics) would wait behind it for as long
+    /// as the stream lasts.
     pub async fn fold(&self) -> Result<u64> {
         // Nothing appended since the last fold: no need to look (the loads and outbox reads of
         // start-up, and every outbox read of an idle gateway, would query twice for nothing).
         if self.unfolded() == 0 {
             return Ok(0);
         }
-        self.fold_journal().await
+        self.fold_journal(self.inner.appended.load(Ordering::Acquire))
+            .await
     }
 
-    /// Folds whatever the journal holds, whether or not this process appended it.
-    async fn fold_journal(&self) -> Result<u64> {
+    /// Folds the journal's rows up to sequence number `upto`, whether or not this process
+    /// appended them.
+    async fn fold_journal(&self, upto: u64) -> Result<u64> {
         let _one = self.inner.folding.lock().await;
         let mut total = 0;
         loop {
             let folded = folded_seq(self.pool()).await?;
+            if folded >= upto {
+                // Folded meanwhile by the fold this one waited for.
+                break;
+            }
             let mut pending = Pending::default();
             let mut rows = 0u64;
             let mut through = folded;
             let mut pace = Pace::new();
             {
-                let mut journal =
-                    sqlx::query("SELECT seq, body FROM journal WHERE seq > ? ORDER BY seq")
-                        .bind(i(folded))
-                        .fetch(&self.inner.journal);
+                let mut journal = sqlx::query(
+                    "SELECT seq, body FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq",
+                )
+                .bind(i(folded))
+                .bind(i(upto))
+                .fetch(&self.inner.journal);
                 while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
                     let (seq, records) = journal_row(&r?)?;
                     for record in records {
@@ -610,6 +626,7 @@ impl Store {
             self.inner.unfolded.fetch_sub(rows, Ordering::Relaxed);
             return Err(e.into());
         }
+        self.inner.appended.fetch_max(seq, Ordering::Release);
         if waiting >= FOLD_AFTER {
             self.inner.fold_wanted.notify_one();
         }

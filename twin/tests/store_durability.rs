@@ -468,6 +468,56 @@ async fn reports_folded_in_the_background_match_the_engine() -> anyhow::Result<(
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_is_read_while_reports_never_stop() -> anyhow::Result<()> {
+    // Reading the outbox folds the journal first. Under a stream of commits that never pauses
+    // (an app at full speed on MQTT), a fold that chased the journal's end never returned, and
+    // the outbox for the cloud and the metrics page waited as long as the stream lasted.
+    let dir = tempfile::tempdir()?;
+    let svc = open(dir.path()).await?;
+    let devices = 50;
+    for n in 0..devices {
+        svc.apply(Op::Upsert(decl(n))).await?;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..4 {
+        let (svc, stop) = (svc.clone(), stop.clone());
+        writers.spawn(async move {
+            let mut v = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                v += 1;
+                let n = (v as usize * 4 + w) % devices;
+                svc.apply(Op::Report {
+                    id: decl(n).id,
+                    reports: all_props(v % 1000),
+                })
+                .await?;
+            }
+            anyhow::Ok(v)
+        });
+    }
+    // The stream runs for a while before and all through the reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut reads = 0;
+    for _ in 0..5 {
+        let depth = tokio::time::timeout(Duration::from_secs(30), svc.store().outbox_len()).await;
+        let depth = depth.map_err(|_| {
+            anyhow::anyhow!("the outbox was not read within 30 s while reports kept coming")
+        })??;
+        assert_eq!(depth, (devices * PROPS) as u64);
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut written = 0;
+    while let Some(r) = writers.join_next().await {
+        written += r??;
+    }
+    assert_eq!(reads, 5);
+    assert!(written > 0);
+    Ok(())
+}
+
 /// Child half of the kill test: reports value N to every property of every device in a loop,
 /// printing `N` after each commit. Runs only when the parent sets the variable.
 #[tokio::test]
