@@ -398,6 +398,41 @@ async fn read_packet(
     }
 }
 
+/// Packets written to a client in one write, at most (about: the last one may pass it).
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Appends `packet` to `out`; one that cannot be encoded is left out whole.
+fn encode(packet: &Packet, out: &mut BytesMut) {
+    let start = out.len();
+    if let Err(e) = packet.write(out, MAX_PAYLOAD) {
+        out.truncate(start);
+        tracing::debug!(error = %e, "MQTT packet not encodable; not sent");
+    }
+}
+
+/// A QoS 1 publish given the next packet identifier.
+fn numbered(mut p: Publish, pkid: &mut u16) -> Packet {
+    *pkid = pkid.checked_add(1).unwrap_or(1);
+    p.pkid = *pkid;
+    Packet::Publish(p)
+}
+
+/// A packet taken from a client's queue: what to write now, or `None` when it is a QoS 1
+/// publish, which waits in `pending` for an in-flight permit.
+fn outgoing(packet: Packet, queued: &AtomicUsize, pending: &mut Option<Publish>) -> Option<Packet> {
+    match packet {
+        Packet::Publish(p) => {
+            queued.fetch_sub(p.payload.len() + p.topic.len(), Ordering::Relaxed);
+            if p.qos != QoS::AtMostOnce {
+                *pending = Some(p);
+                return None;
+            }
+            Some(Packet::Publish(p))
+        }
+        other => Some(other),
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     shared: Shared,
@@ -482,30 +517,50 @@ async fn connection(
                 permit = writer_inflight.acquire(), if pending.is_some() => {
                     let Ok(permit) = permit else { return };
                     permit.forget();
-                    let Some(mut p) = pending.take() else { continue };
-                    pkid = pkid.checked_add(1).unwrap_or(1);
-                    p.pkid = pkid;
-                    Packet::Publish(p)
+                    let Some(p) = pending.take() else { continue };
+                    numbered(p, &mut pkid)
                 }
                 d = rx.recv(), if pending.is_none() => match d {
-                    Some(Packet::Publish(p)) => {
-                        queued_bytes.fetch_sub(p.payload.len() + p.topic.len(), Ordering::Relaxed);
-                        if p.qos != QoS::AtMostOnce {
-                            pending = Some(p);
-                            continue;
-                        }
-                        Packet::Publish(p)
-                    }
-                    Some(other) => other,
+                    Some(p) => match outgoing(p, &queued_bytes, &mut pending) {
+                        Some(p) => p,
+                        None => continue,
+                    },
                     None => return,
                 },
             };
             out.clear();
-            if packet.write(&mut out, MAX_PAYLOAD).is_err() {
+            encode(&packet, &mut out);
+            // Whatever else is ready goes out in the same write: one system call (and one TCP
+            // segment) for a burst of answers and acknowledgements instead of one each.
+            while out.len() < WRITE_BATCH {
+                let next = if let Ok(p) = ctl_rx.try_recv() {
+                    p
+                } else if pending.is_some() {
+                    let Ok(permit) = writer_inflight.try_acquire() else {
+                        break;
+                    };
+                    permit.forget();
+                    let Some(p) = pending.take() else { break };
+                    numbered(p, &mut pkid)
+                } else if let Ok(p) = rx.try_recv() {
+                    match outgoing(p, &queued_bytes, &mut pending) {
+                        Some(p) => p,
+                        None => continue,
+                    }
+                } else {
+                    break;
+                };
+                encode(&next, &mut out);
+            }
+            if out.is_empty() {
                 continue;
             }
             if writer.write_all(&out).await.is_err() {
                 return;
+            }
+            if out.capacity() > 4 * WRITE_BATCH {
+                // A large publish grew the buffer; do not keep it.
+                out = BytesMut::with_capacity(4096);
             }
         }
     });

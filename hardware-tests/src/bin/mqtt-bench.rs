@@ -24,6 +24,9 @@ struct Args {
     /// Seconds measured per run (after one second of warm-up).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Only the runs on the embedded broker (no Mosquitto, no generator ceiling).
+    #[arg(long)]
+    embedded_only: bool,
 }
 
 const DEVICES: usize = 1000;
@@ -89,10 +92,30 @@ struct Figures {
     p50_ms: f64,
     p99_ms: f64,
     per_second: f64,
+    /// CPU time of the process under test (edgecore, or Mosquitto) per acknowledged update, µs.
+    cpu_us: Option<f64>,
+    /// CPU time of this generator per acknowledged update, µs.
+    generator_cpu_us: Option<f64>,
+}
+
+/// User plus system CPU time of process `pid` ("self" for this one), in seconds.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
 }
 
 /// Sends updates with `outstanding` in flight for `seconds` after one second of warm-up.
-async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, String> {
+/// `pid` is the process whose CPU time per update is shown (edgecore, or the broker).
+async fn run(
+    port: u16,
+    outstanding: usize,
+    seconds: f64,
+    pid: Option<u32>,
+) -> Result<Figures, String> {
     let (o, n) = options(&format!("bench-{outstanding}-{}", free_port()), port);
     let (client, mut events) = AsyncClient::new(o, 4096);
     events.set_network_options(n);
@@ -133,7 +156,14 @@ async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, Str
     let measure_from = begin + Duration::from_secs(1);
     let end = measure_from + Duration::from_secs_f64(seconds);
     let mut i: u64 = 0;
+    let mut cpu_from = None;
     while Instant::now() < end {
+        if cpu_from.is_none() && Instant::now() >= measure_from {
+            cpu_from = Some((
+                pid.and_then(|p| cpu_seconds(&p.to_string())),
+                cpu_seconds("self"),
+            ));
+        }
         let Ok(permit) = tokio::time::timeout(Duration::from_secs(10), permits.acquire()).await
         else {
             return Err(format!("no result within 10 s ({outstanding} outstanding)"));
@@ -154,6 +184,10 @@ async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, Str
             .await
             .map_err(|e| e.to_string())?;
     }
+    let cpu_to = (
+        pid.and_then(|p| cpu_seconds(&p.to_string())),
+        cpu_seconds("self"),
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     receiver.abort();
     let _ = client.disconnect().await;
@@ -168,10 +202,15 @@ async fn run(port: u16, outstanding: usize, seconds: f64) -> Result<Figures, Str
         .unwrap_or_default();
     let count = lat.len();
     lat.sort_by(f64::total_cmp);
+    let per_update =
+        |from: Option<f64>, to: Option<f64>| Some((to? - from?) * 1e6 / (count.max(1) as f64));
+    let (from, gen_from) = cpu_from.unwrap_or((None, None));
     Ok(Figures {
         p50_ms: percentile(&lat, 50.0),
         p99_ms: percentile(&lat, 99.0),
         per_second: count as f64 / seconds,
+        cpu_us: per_update(from, cpu_to.0),
+        generator_cpu_us: per_update(gen_from, cpu_to.1),
     })
 }
 
@@ -399,9 +438,14 @@ fn rss_mb(pid: u32) -> f64 {
 }
 
 fn print_row(what: &str, outstanding: usize, f: &Figures) {
+    let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     println!(
-        "| {what} | {outstanding} | {:.2} | {:.2} | {:.0} |",
-        f.p50_ms, f.p99_ms, f.per_second
+        "| {what} | {outstanding} | {:.2} | {:.2} | {:.0} | {} | {} |",
+        f.p50_ms,
+        f.p99_ms,
+        f.per_second,
+        us(f.cpu_us),
+        us(f.generator_cpu_us)
     );
 }
 
@@ -412,33 +456,36 @@ async fn main() -> ExitCode {
         eprintln!("building the release edgecore ...");
         let bins = hardware_tests::built_binaries(true)?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s |");
-        println!("|---|---|---|---|---|");
+        println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s | CPU µs/update (broker or edgecore) | generator CPU µs/update |");
+        println!("|---|---|---|---|---|---|---|");
 
+        let mut rss_external = 0.0;
+        if !args.embedded_only {
         // The generator's ceiling: an echo responder on Mosquitto.
         let port = free_port();
         let mut broker = mosquitto(dir.path(), port)?;
         let responder = echo(port).await?;
         for n in [1, 64] {
-            print_row("echo responder on Mosquitto (generator ceiling)", n, &run(port, n, args.seconds).await?);
+            print_row("echo responder on Mosquitto (generator ceiling)", n, &run(port, n, args.seconds, Some(broker.id())).await?);
         }
         responder.abort();
 
         // edgecore on Mosquitto.
         let (core, _) = edgecore(&bins, &dir.path().join("external"), "external", port)?;
         for n in [1, 64] {
-            print_row("edgecore + Mosquitto", n, &run(port, n, args.seconds).await?);
+            print_row("edgecore + Mosquitto", n, &run(port, n, args.seconds, Some(core.child.id())).await?);
         }
-        let rss_external = rss_mb(core.child.id());
+        rss_external = rss_mb(core.child.id());
         drop(core);
         let _ = broker.kill();
         let _ = broker.wait();
 
+        }
         // edgecore on its embedded broker.
         let port = free_port();
         let (core, _) = edgecore(&bins, &dir.path().join("embedded"), "embedded", port)?;
         for n in [1, 64] {
-            print_row("edgecore, embedded broker", n, &run(port, n, args.seconds).await?);
+            print_row("edgecore, embedded broker", n, &run(port, n, args.seconds, Some(core.child.id())).await?);
         }
         let rss_embedded = rss_mb(core.child.id());
         let (p50, p99, max) = get_during_burst(port, 10_000).await?;
