@@ -310,6 +310,16 @@ pub struct LinkPublisher {
 }
 
 impl LinkPublisher {
+    /// Whether any client subscribes to `topic` now: a message nobody would receive need not be
+    /// built.
+    pub fn wanted(&self, topic: &str) -> bool {
+        self.shared
+            .lock()
+            .clients
+            .values()
+            .any(|c| !c.link && c.filters.iter().any(|(f, _)| topic_matches(f, topic)))
+    }
+
     /// Routes a QoS 1 publish to its subscribers (never retained). Must not be called for a
     /// topic that the link itself subscribes to while the link is not being read.
     pub async fn publish(&self, topic: String, payload: Vec<u8>) {

@@ -93,11 +93,11 @@ pub async fn run(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
     let mut tasks = tokio::task::JoinSet::new();
     let mut client = None;
-    let outlet = match connection {
+    let (outlet, source) = match connection {
         Connection::Tcp(settings) => {
+            let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
             let (c, eventloop) = tcp_client(&settings);
             tasks.spawn(poll(
                 eventloop,
@@ -108,19 +108,18 @@ pub async fn run(
                 cancel.clone(),
             ));
             client = Some(c.clone());
-            Outlet::Client(c)
+            (Outlet::Client(c), Source::Poll(requests_rx))
         }
         Connection::Link(link) => {
             let window = Arc::new(tokio::sync::Semaphore::new(LINK_WINDOW));
             let publisher = link.publisher();
-            tasks.spawn(pump(
-                link,
-                requests_tx,
-                window.clone(),
-                metrics.clone(),
-                cancel.clone(),
-            ));
-            Outlet::Link { publisher, window }
+            (
+                Outlet::Link {
+                    publisher,
+                    window: window.clone(),
+                },
+                Source::Link(link, window),
+            )
         }
     };
     let bus = Bus {
@@ -129,7 +128,22 @@ pub async fn run(
         twin: twin.clone(),
         metrics: metrics.clone(),
     };
-    tasks.spawn(bus.clone().handle_requests(requests_rx, cancel.clone()));
+    let (lanes, lane_tasks) = bus.lanes(&cancel);
+    match source {
+        Source::Poll(requests_rx) => {
+            tasks.spawn(dispatch(requests_rx, lanes, lane_tasks, cancel.clone()));
+        }
+        Source::Link(link, window) => {
+            tasks.spawn(pump(
+                link,
+                lanes,
+                lane_tasks,
+                window,
+                metrics.clone(),
+                cancel.clone(),
+            ));
+        }
+    }
     tasks.spawn(bus.publish_events(twin.subscribe(), cancel.clone()));
     cancel.cancelled().await;
     if let Some(client) = client {
@@ -164,17 +178,79 @@ fn tcp_client(settings: &MqttSettings) -> (AsyncClient, EventLoop) {
     (client, eventloop)
 }
 
-/// Hands the requests of the in-process link to the request handler, at most [`LINK_WINDOW`]
-/// of them unhandled. It may wait for the handler: the handler's answers go straight into the
-/// broker's routing, not through this task, and edgecore subscribes to none of its own answers.
+/// Where requests come from.
+enum Source {
+    /// The event loop of a TCP client ([`poll`]), through this queue.
+    Poll(mpsc::Receiver<rumqttc::Publish>),
+    /// The in-process link, with its window of unhandled requests.
+    Link(broker::Link, Arc<tokio::sync::Semaphore>),
+}
+
+/// The request queue of each lane, and the lanes' tasks.
+type Lanes = (
+    Vec<mpsc::Sender<rumqttc::Publish>>,
+    tokio::task::JoinSet<()>,
+);
+
+/// Hands each request to its lane ([`lane_of`]). Waits while that lane is full: the event loop
+/// holds further requests, and the broker's in-flight window stops sending more.
+async fn to_lane(
+    lanes: &[mpsc::Sender<rumqttc::Publish>],
+    publish: rumqttc::Publish,
+    cancel: &CancellationToken,
+) -> bool {
+    let lane = &lanes[lane_of(&publish.topic)];
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        r = lane.send(publish) => r.is_ok(),
+    }
+}
+
+/// Hands the requests of a TCP client's event loop to their lanes, until `cancel`; then waits
+/// for the lanes to finish.
+async fn dispatch(
+    mut rx: mpsc::Receiver<rumqttc::Publish>,
+    lanes: Vec<mpsc::Sender<rumqttc::Publish>>,
+    mut lane_tasks: tokio::task::JoinSet<()>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let publish = tokio::select! {
+            _ = cancel.cancelled() => break,
+            m = rx.recv() => match m { Some(m) => m, None => break },
+        };
+        if !to_lane(&lanes, publish, &cancel).await {
+            break;
+        }
+    }
+    drop(lanes);
+    while lane_tasks.join_next().await.is_some() {}
+}
+
+/// Hands the requests of the in-process link straight to their lanes, at most [`LINK_WINDOW`]
+/// of them unhandled. It may wait for a lane: the lanes' answers go straight into the broker's
+/// routing, not through this task, and edgecore subscribes to none of its own answers.
 async fn pump(
     mut link: broker::Link,
-    requests: mpsc::Sender<rumqttc::Publish>,
+    lanes: Vec<mpsc::Sender<rumqttc::Publish>>,
+    mut lane_tasks: tokio::task::JoinSet<()>,
     window: Arc<tokio::sync::Semaphore>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
     metrics.mqtt_connected.store(1, Ordering::Relaxed);
+    pump_requests(&mut link, &lanes, &window, &metrics, &cancel).await;
+    drop(lanes);
+    while lane_tasks.join_next().await.is_some() {}
+}
+
+async fn pump_requests(
+    link: &mut broker::Link,
+    lanes: &[mpsc::Sender<rumqttc::Publish>],
+    window: &tokio::sync::Semaphore,
+    metrics: &Metrics,
+    cancel: &CancellationToken,
+) {
     loop {
         // Given back by the lane once the request is handled ([`Outlet::done`]).
         let permit = tokio::select! {
@@ -188,9 +264,8 @@ async fn pump(
             p = link.recv() => match p { Some(p) => p, None => return },
         };
         metrics.mqtt_messages_in.fetch_add(1, Ordering::Relaxed);
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = requests.send(publish) => if r.is_err() { return },
+        if !to_lane(lanes, publish, cancel).await {
+            return;
         }
     }
 }
@@ -300,6 +375,16 @@ struct Bus {
 }
 
 impl Bus {
+    /// Whether a message on `topic` may reach anyone. Always so on an external broker, which
+    /// does not tell; the embedded one does, and the twin events (`update/document`,
+    /// `update/delta`) that no app subscribes to are then not even built.
+    fn wanted(&self, topic: &str) -> bool {
+        match &self.outlet {
+            Outlet::Client(_) => true,
+            Outlet::Link { publisher, .. } => publisher.wanted(topic),
+        }
+    }
+
     async fn publish(&self, topic: String, payload: Vec<u8>) {
         match &self.outlet {
             Outlet::Client(client) => {
@@ -331,14 +416,10 @@ impl Bus {
         }
     }
 
-    /// Hands each request to one of [`LANES`] lanes by its device (or node), so that requests
-    /// about different devices are handled concurrently (and their twin updates committed
-    /// together) while those about one device keep their order.
-    async fn handle_requests(
-        self,
-        mut rx: mpsc::Receiver<rumqttc::Publish>,
-        cancel: CancellationToken,
-    ) {
+    /// Starts [`LANES`] lanes, each handling the requests about its devices (or node) in
+    /// order: requests about different devices are handled concurrently (and their twin updates
+    /// committed together) while those about one device keep their order.
+    fn lanes(&self, cancel: &CancellationToken) -> Lanes {
         let mut lanes = Vec::with_capacity(LANES);
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..LANES {
@@ -346,21 +427,7 @@ impl Bus {
             lanes.push(tx);
             tasks.spawn(self.clone().lane(lane_rx, cancel.clone()));
         }
-        loop {
-            let publish = tokio::select! {
-                _ = cancel.cancelled() => break,
-                m = rx.recv() => match m { Some(m) => m, None => break },
-            };
-            let lane = lane_of(&publish.topic);
-            // Waits while that lane is full: the event loop holds further requests, and the
-            // broker's in-flight window stops sending more.
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                r = lanes[lane].send(publish) => if r.is_err() { break },
-            }
-        }
-        drop(lanes);
-        while tasks.join_next().await.is_some() {}
+        (lanes, tasks)
     }
 
     /// Handles the requests of one lane in order.
@@ -530,8 +597,10 @@ impl Bus {
             return self.publish(result, body).await;
         };
         let now = now_millis();
-        self.publish(result, payload::update_result(event_id, now, &twin, &names))
-            .await;
+        if self.wanted(&result) {
+            self.publish(result, payload::update_result(event_id, now, &twin, &names))
+                .await;
+        }
         if !applied.changes.is_empty() {
             self.publish_changes(&device, event_id, now, &applied, Some(&twin))
                 .await;
@@ -549,9 +618,16 @@ impl Bus {
         twin: Option<&twin::DeviceTwin>,
     ) {
         let topic = Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDocument).to_string();
-        self.publish(topic, payload::document(event_id, now, applied))
-            .await;
+        if self.wanted(&topic) {
+            self.publish(topic, payload::document(event_id, now, applied))
+                .await;
+        }
         if applied.delta.is_empty() {
+            return;
+        }
+        let delta_topic =
+            Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDelta).to_string();
+        if !self.wanted(&delta_topic) {
             return;
         }
         let fetched;
@@ -566,8 +642,7 @@ impl Bus {
             },
         };
         if let Some(body) = payload::delta(&uuid::Uuid::new_v4().to_string(), now, twin) {
-            let topic = Topic::device(device.clone(), DeviceTopicKind::TwinUpdateDelta).to_string();
-            self.publish(topic, body).await;
+            self.publish(delta_topic, body).await;
         }
     }
 
