@@ -28,7 +28,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row, SqliteConnection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Row, SqliteConnection};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -208,6 +208,18 @@ pub const FOLD_INTERVAL: Duration = Duration::from_secs(2);
 /// coalesces more, so each B-tree page is written once for more changes.
 const FOLD_CHUNK: u64 = 1_000_000;
 
+/// The tables' write-ahead log is truncated to this size after a checkpoint.
+const WAL_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The journal's writer checkpoints its write-ahead log every this many pages (4 MiB).
+const JOURNAL_CHECKPOINT: u32 = 1000;
+
+/// Journal rows (committed batches) read by one statement of a fold.
+const READ_CHUNK: u64 = 256;
+
+/// Journal rows (committed batches) deleted by one statement once folded.
+const DELETE_CHUNK: u64 = 512;
+
 /// The twin database. Cheap to clone: clones share the connections.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -218,8 +230,17 @@ pub struct Store {
 struct Inner {
     /// The tables.
     pool: SqlitePool,
-    /// The journal.
+    /// The journal, read (by folds, which read it in short chunks, so a fold holds no long
+    /// read transaction) and checkpointed.
     journal: SqlitePool,
+    /// The journal's only writer: commits append to it, folds delete from it. One connection,
+    /// so they queue behind each other in order instead of meeting as SQLite's `SQLITE_BUSY`,
+    /// whose retries sleep 1, 2, 5, 10 ms and more: a fold's delete made the commits behind it
+    /// wait up to 190 ms.
+    /// (Its own connection rather than a pool of one, whose connection goes back to the pool in
+    /// a task of its own after every statement, which the next commit waits for.) `None` once
+    /// closed.
+    journal_writer: tokio::sync::Mutex<Option<SqliteConnection>>,
     path: PathBuf,
     /// The sequence number of the next journal row.
     next_seq: AtomicU64,
@@ -297,13 +318,22 @@ impl Store {
     /// folds what the journal holds.
     pub async fn open(path: &Path, sync: Synchronous) -> Result<Self> {
         let journal_path = journal_path(path);
-        let pool = connect(path, sync, 8192, 10_000).await?;
+        let pool = connect(path, sync, 8192, 10_000, Some(WAL_LIMIT), 2).await?;
         // The journal is only appended to and read back in order: a small cache is enough.
-        // No automatic checkpoint either: it would run inside the commit of a batch whose
-        // callers wait. The fold checkpoints the journal instead.
-        let journal = connect(&journal_path, sync, 1024, 0).await?;
+        // Its writer checkpoints every JOURNAL_CHECKPOINT pages, inside the commit that
+        // reaches them (a few ms): a checkpoint left to the fold, every 2 s, had 2 s of commits
+        // to copy, and under a steady load it never caught up with the writer, so the log
+        // never started over and grew by 35 MB/s (700 MB in 20 s).
+        let journal = connect(&journal_path, sync, 1024, 0, None, 2).await?;
         migrate(&pool, path, MIGRATIONS).await?;
         migrate(&journal, &journal_path, JOURNAL_MIGRATIONS).await?;
+        let journal_writer = connect_options(&journal_path, sync, 1024, JOURNAL_CHECKPOINT, None)
+            .connect()
+            .await
+            .map_err(|source| StoreError::Open {
+                path: journal_path.clone(),
+                source,
+            })?;
         let folded = folded_seq(&pool).await?;
         let last: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM journal")
             .fetch_one(&journal)
@@ -313,6 +343,7 @@ impl Store {
             inner: Arc::new(Inner {
                 pool,
                 journal,
+                journal_writer: tokio::sync::Mutex::new(Some(journal_writer)),
                 path: path.to_path_buf(),
                 next_seq: AtomicU64::new(next),
                 appended: AtomicU64::new(next - 1),
@@ -384,26 +415,28 @@ impl Store {
             let mut rows = 0u64;
             let mut through = folded;
             let mut pace = Pace::new();
-            {
-                let mut journal = sqlx::query(
-                    "SELECT seq, body FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq",
+            loop {
+                let chunk = sqlx::query(
+                    "SELECT seq, body FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
                 )
-                .bind(i(folded))
+                .bind(i(through))
                 .bind(i(upto))
-                .fetch(&self.inner.journal);
-                while let Some(r) = tokio_stream::StreamExt::next(&mut journal).await {
-                    let (seq, records) = journal_row(&r?)?;
+                .bind(i(READ_CHUNK))
+                .fetch_all(&self.inner.journal)
+                .await?;
+                let last_chunk = (chunk.len() as u64) < READ_CHUNK;
+                for r in &chunk {
+                    let (seq, records) = journal_row(r)?;
                     for record in records {
                         rows += pending.add(record);
                     }
                     through = seq;
-                    if rows >= FOLD_CHUNK {
-                        break;
-                    }
-                    // Decoding is CPU work too, and the stream of rows rarely makes the task
-                    // yield by itself.
-                    pace.breathe().await;
                 }
+                if last_chunk || rows >= FOLD_CHUNK {
+                    break;
+                }
+                // Decoding is CPU work too, and reading chunks rarely makes the task yield.
+                pace.breathe().await;
             }
             if through == folded {
                 break;
@@ -420,10 +453,21 @@ impl Store {
             drop(pending);
             // Folded: the journal rows may go. A crash before this delete is harmless, the
             // rows are skipped by `seq > folded` and deleted by the next fold.
-            sqlx::query("DELETE FROM journal WHERE seq <= ?")
-                .bind(i(through))
-                .execute(&self.inner.journal)
-                .await?;
+            // In short statements: each holds the journal's writer, and the commits wait behind it.
+            let mut from = folded;
+            while from < through {
+                let to = through.min(from.saturating_add(DELETE_CHUNK));
+                // The first also takes the rows a crash left below `folded`.
+                let lower = if from == folded { 0 } else { from };
+                let mut writer = self.inner.journal_writer.lock().await;
+                sqlx::query("DELETE FROM journal WHERE seq > ? AND seq <= ?")
+                    .bind(i(lower))
+                    .bind(i(to))
+                    .execute(writer.as_mut().ok_or(sqlx::Error::PoolClosed)?)
+                    .await?;
+                drop(writer);
+                from = to;
+            }
             // Copy the journal's WAL back into its file (without waiting for or blocking the
             // writer), so the WAL is reused from its start instead of growing.
             sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
@@ -437,7 +481,29 @@ impl Store {
                 });
             total += rows;
         }
+        if total > 0 && self.unfolded() == 0 {
+            self.truncate_journal_wal().await;
+        }
         Ok(total)
+    }
+
+    /// Gives the journal's write-ahead log back to the file system once everything in it is
+    /// folded and nothing new was committed meanwhile. Its size is not limited otherwise: a
+    /// limit is applied by the first commit after each checkpoint, which truncated a log grown
+    /// to hundreds of MB under load while that commit (and every request behind it) waited,
+    /// up to 200 ms. Done by the journal's writer, so no commit meets it half done.
+    async fn truncate_journal_wal(&self) {
+        let mut writer = self.inner.journal_writer.lock().await;
+        let Some(conn) = writer.as_mut() else { return };
+        if self.unfolded() > 0 {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(conn)
+            .await
+        {
+            tracing::debug!(error = %e, "cannot truncate the journal's write-ahead log");
+        }
     }
 
     /// Folds the journal whenever [`FOLD_AFTER`] rows wait in it, or every [`FOLD_INTERVAL`]
@@ -617,11 +683,17 @@ impl Store {
         // Counted before the row exists, so a fold that reads it always finds it counted (the
         // count reaches 0 exactly when everything appended is folded).
         let waiting = self.inner.unfolded.fetch_add(rows, Ordering::Relaxed) + rows;
-        let inserted = sqlx::query("INSERT INTO journal (seq, body) VALUES (?, ?)")
-            .bind(i(seq))
-            .bind(body)
-            .execute(&self.inner.journal)
-            .await;
+        let mut writer = self.inner.journal_writer.lock().await;
+        let inserted = match writer.as_mut() {
+            Some(conn) => sqlx::query("INSERT INTO journal (seq, body) VALUES (?, ?)")
+                .bind(i(seq))
+                .bind(body)
+                .execute(conn)
+                .await
+                .map(|_| ()),
+            None => Err(sqlx::Error::PoolClosed),
+        };
+        drop(writer);
         if let Err(e) = inserted {
             self.inner.unfolded.fetch_sub(rows, Ordering::Relaxed);
             return Err(e.into());
@@ -715,19 +787,50 @@ impl Store {
         }
         self.inner.pool.close().await;
         self.inner.journal.close().await;
+        if let Some(conn) = self.inner.journal_writer.lock().await.take()
+            && let Err(e) = conn.close().await
+        {
+            tracing::debug!(error = %e, "closing the journal's writer");
+        }
     }
 }
 
-/// A pool of two connections to the database at `path` (one writer, one reader), in WAL mode,
-/// with a page cache of `cache_kib` and an automatic checkpoint every `checkpoint_pages` pages
-/// of WAL (0: none).
+/// A pool of `connections` connections to the database at `path`, in WAL mode, with a page
+/// cache of `cache_kib`, an automatic checkpoint every `checkpoint_pages` pages of WAL (0:
+/// none) and the WAL truncated to `wal_limit` bytes after a checkpoint (`None`: never).
 async fn connect(
     path: &Path,
     sync: Synchronous,
     cache_kib: u32,
     checkpoint_pages: u32,
+    wal_limit: Option<u64>,
+    connections: u32,
 ) -> Result<SqlitePool> {
-    let options = SqliteConnectOptions::new()
+    SqlitePoolOptions::new()
+        .max_connections(connections)
+        .connect_with(connect_options(
+            path,
+            sync,
+            cache_kib,
+            checkpoint_pages,
+            wal_limit,
+        ))
+        .await
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// How every connection to the database at `path` is set up (see [`connect`]).
+fn connect_options(
+    path: &Path,
+    sync: Synchronous,
+    cache_kib: u32,
+    checkpoint_pages: u32,
+    wal_limit: Option<u64>,
+) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -743,16 +846,12 @@ async fn connect(
         // Statement journals (a multi-row INSERT OR REPLACE needs one) in memory, not in a
         // temporary file written and synced for every statement.
         .pragma("temp_store", "memory")
-        // A WAL file left larger than this by a burst is truncated at the next checkpoint.
-        .pragma("journal_size_limit", (64 * 1024 * 1024).to_string());
-    SqlitePoolOptions::new()
-        .max_connections(2)
-        .connect_with(options)
-        .await
-        .map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })
+        // A WAL file left larger than this by a burst is truncated after the next checkpoint
+        // (by the first commit after it); -1: never.
+        .pragma(
+            "journal_size_limit",
+            wal_limit.map_or("-1".to_string(), |l| l.to_string()),
+        )
 }
 
 /// Applies the `migrations` the database at `path` has not had; `user_version` counts those

@@ -27,6 +27,9 @@ struct Args {
     /// Only the runs on the embedded broker (no Mosquitto, no generator ceiling).
     #[arg(long)]
     embedded_only: bool,
+    /// Only the twin/get latency during a burst, on the embedded broker.
+    #[arg(long)]
+    burst_only: bool,
 }
 
 const DEVICES: usize = 1000;
@@ -460,7 +463,7 @@ async fn main() -> ExitCode {
         println!("|---|---|---|---|---|---|---|");
 
         let mut rss_external = 0.0;
-        if !args.embedded_only {
+        if !args.embedded_only && !args.burst_only {
         // The generator's ceiling: an echo responder on Mosquitto.
         let port = free_port();
         let mut broker = mosquitto(dir.path(), port)?;
@@ -484,7 +487,7 @@ async fn main() -> ExitCode {
         // edgecore on its embedded broker.
         let port = free_port();
         let (core, _) = edgecore(&bins, &dir.path().join("embedded"), "embedded", port)?;
-        for n in [1, 64] {
+        for n in if args.burst_only { vec![] } else { vec![1, 64] } {
             print_row("edgecore, embedded broker", n, &run(port, n, args.seconds, Some(core.child.id())).await?);
         }
         let rss_embedded = rss_mb(core.child.id());
