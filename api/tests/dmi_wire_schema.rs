@@ -1,4 +1,4 @@
-//! The DMI protobuf has KubeEdge's package, services and field numbers (kubeedge-compat.md 4.1),
+//! The DMI protobuf has KubeEdge's package, services and field numbers (kubeedge/kubeedge `staging/src/github.com/kubeedge/api/apis/dmi/v1beta1/api.proto`),
 //! so that a KubeEdge mapper and our edgecore understand each other on the wire.
 
 use prost::Message;

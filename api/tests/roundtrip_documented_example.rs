@@ -5,7 +5,7 @@ use api::manifest::{Object, parse_documents};
 use api::v1beta1::{Device, DeviceModel};
 use serde_json::{Value, json};
 
-/// The v1beta1 example of KubeEdge's device CRD documentation (facts of kubeedge-compat.md 1.4),
+/// The v1beta1 example of KubeEdge's device CRD documentation (kubeedge/website, the device CRD page),
 /// with every other field of the newest CRDs set as well.
 const DOCUMENTED: &str = r#"
 apiVersion: devices.kubeedge.io/v1beta1

@@ -426,15 +426,18 @@ fn namespaces_finalizers_and_built_in_kinds() {
 }
 
 #[test]
-fn crds_kubeedges_own_and_invalid_ones() {
-    let c = Cloud::start();
-    // KubeEdge's own CRD YAMLs (v1alpha2 served beside v1beta1) take over ours in place.
-    let kubeedge = common::workspace().join("../shared/reference/kubeedge-crds");
+fn kubeedges_own_crds_take_over_ours_in_place() {
+    // KubeEdge's own CRD YAMLs (v1alpha2 served beside v1beta1), when given.
+    let Some(kubeedge) = std::env::var_os("KUBEEDGE_CRDS").map(std::path::PathBuf::from) else {
+        eprintln!("skipped: KUBEEDGE_CRDS does not name KubeEdge's build/crds/devices folder");
+        return;
+    };
     assert!(
         kubeedge.is_dir(),
-        "KubeEdge's CRDs are expected at {}",
+        "KUBEEDGE_CRDS={} is not a directory",
         kubeedge.display()
     );
+    let c = Cloud::start();
     let out = c.ok(&["apply", "-f", path_str(&kubeedge)]);
     assert!(
         out.contains(
@@ -452,6 +455,11 @@ fn crds_kubeedges_own_and_invalid_ones() {
     ]);
     assert_eq!(v1alpha2, "devices.kubeedge.io/v1alpha2");
     assert!(c.ok(&["get", "devices"]).contains("oven-1"));
+}
+
+#[test]
+fn an_invalid_crd_is_refused_and_a_valid_one_is_served_at_once() {
+    let c = Cloud::start();
     // A CRD whose schema is not structural is refused, with the path, and not stored.
     let bad = c.kubectl_stdin(
         &["apply", "-f", "-"],

@@ -1,6 +1,6 @@
 //! The downstream logic, pure: from the Devices and DeviceModels it has seen, what every node
 //! must hold, diffed against what the node was last sent, as KubeEdge's messages
-//! (`../shared/reference/kubeedge-compat.md` section 2):
+//! (kubeedge/kubeedge `cloud/pkg/devicecontroller/controller/downstream.go`):
 //!
 //! - membership: `node/{node}/membership`, group `twin`, op `update`, content
 //!   `{event_id, timestamp, added_devices: [{id: "{ns}/{name}", name, description}], removed_devices}`;

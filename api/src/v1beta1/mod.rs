@@ -1,5 +1,5 @@
 //! `devices.kubeedge.io/v1beta1`: `Device`, `DeviceModel` and `DeviceStatus`, with the JSON names of
-//! KubeEdge's CRDs (`reference/kubeedge-crds/`).
+//! KubeEdge's CRDs (kubeedge/kubeedge `build/crds/devices/devices_v1beta1_*.yaml`).
 //!
 //! Scalars are `Option`s so that a manifest parsed and written again keeps exactly the fields it had;
 //! lists default to empty. Free-form protocol data (`configData`, `protocolConfigData`,

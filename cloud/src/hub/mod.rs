@@ -1,5 +1,5 @@
-//! cloudhub: one TLS websocket session per edge node, in KubeEdge's wire format (section 6 of
-//! kubeedge-compat.md): `wss://HOST:10000/{projectID}/{node}/events` with headers `node_id` and
+//! cloudhub: one TLS websocket session per edge node, in KubeEdge's wire format (kubeedge/kubeedge
+//! `cloud/pkg/cloudhub` and `edge/pkg/edgehub`, beehive's `model.Message`): `wss://HOST:10000/{projectID}/{node}/events` with headers `node_id` and
 //! `project_id`, a client certificate `CN=system:node:{node}` signed by the cloud CA, and each
 //! frame one message as JSON.
 //!

@@ -2,7 +2,7 @@
 loopback port, for the kube-rs tests that must pass against it as well as against cloudcore.
 
 kmock 0.8 lacks a few things a kube-rs client needs; they are patched in here, in the harness,
-as TEST-RIGS.md describes, never in the project:
+in the test harness only, never in the project:
 - objects get a `metadata.resourceVersion` on create and update (kube-rs' watcher needs one),
   and `metadata.namespace` from the URL on create;
 - PUT on a named object is an update (kmock only treats PATCH as one);

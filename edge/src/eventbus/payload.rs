@@ -1,4 +1,4 @@
-//! KubeEdge's `$hw` MQTT payloads (kubeedge-compat.md section 3.5), parsed and built without IO.
+//! KubeEdge's `$hw` MQTT payloads (kubeedge/kubeedge `edge/pkg/devicetwin/dttype/types.go` and `dtcommon`), parsed and built without IO.
 //! Field names and shapes are KubeEdge's, so apps written for KubeEdge read them unchanged.
 
 use api::v1beta1::PropertyType;

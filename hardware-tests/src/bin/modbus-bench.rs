@@ -120,8 +120,8 @@ type Run = Result<(u64, f64), String>;
 
 /// A minimal Modbus TCP server on blocking sockets, a thread per connection: it answers
 /// functions 3 and 4 with each register holding its address and anything else with exception 1.
-/// It costs the clients as little as a server can, like the C server of the raw-loop figure in
-/// `reference/peers.md` 8.3, so the figures are the clients'. Returns its port.
+/// It costs the clients as little as a server can, like the C server of libmodbus' raw-loop figures
+/// (docs/benchmarks.md), so the figures are the clients'. Returns its port.
 fn floor_server() -> std::io::Result<u16> {
     use std::io::{Read as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
