@@ -9,7 +9,5 @@ pub mod merge;
 pub mod message;
 pub mod packed;
 pub mod paths;
-#[cfg(feature = "ratelimit")]
-pub mod ratelimit;
 pub mod v1beta1;
 pub mod validate;

@@ -38,22 +38,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// Errors of reading the configuration; each names the file and the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("failed to read config file {file}: {source}")]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("config file {file}: key `{key}`: {message}")]
-    Invalid {
-        file: PathBuf,
-        key: String,
-        message: String,
-    },
-}
+pub use rt::config::ConfigError;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -222,12 +207,8 @@ impl Default for ApiServer {
 
 impl Config {
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        let base = file.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, file, base)
+        let (text, base) = rt::config::read(file)?;
+        Self::parse(&text, file, &base)
     }
 
     /// Parses config text; `file` only names it in errors.
@@ -237,13 +218,7 @@ impl Config {
             key,
             message,
         };
-        let mut config: Config = if text.trim().is_empty() {
-            Config::default()
-        } else {
-            let de = serde_yaml_ng::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de)
-                .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?
-        };
+        let mut config: Config = rt::config::parse(text, file)?;
         let abs = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()

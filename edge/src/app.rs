@@ -46,7 +46,7 @@ pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes:
 
 /// Runs edgecore until `cancel` is triggered.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
-    crate::listeners::raise_nofile_limit();
+    rt::bootstrap::raise_nofile_limit();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
     let store = Store::open(&config.database(), config.store.synchronous).await?;
@@ -85,7 +85,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             }
         };
         drop(src);
-        crate::memory::release_freed();
+        rt::sys::release_freed();
         tasks.spawn(manifests::watch(
             dir,
             config.node_name.clone(),
@@ -104,12 +104,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     // of the heap, which glibc keeps; hand it back now and then.
     let stop = cancel.clone();
     tasks.spawn(async move {
-        let mut every = tokio::time::interval(crate::memory::RELEASE_INTERVAL);
+        let mut every = tokio::time::interval(Duration::from_secs(10));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = every.tick() => crate::memory::release_freed(),
+                _ = every.tick() => rt::sys::release_freed(),
             }
         }
     });

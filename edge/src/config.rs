@@ -25,22 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use twin::Synchronous;
 
-/// Errors of reading the configuration; each names the file and the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("failed to read config file {file}: {source}")]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("config file {file}: key `{key}`: {message}")]
-    Invalid {
-        file: PathBuf,
-        key: String,
-        message: String,
-    },
-}
+pub use rt::config::ConfigError;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -342,12 +327,8 @@ fn default_node_name() -> String {
 impl Config {
     /// Reads a config file; relative paths in it are made relative to its directory.
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        let base = file.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, file, base)
+        let (text, base) = rt::config::read(file)?;
+        Self::parse(&text, file, &base)
     }
 
     /// Parses config text; `file` only names it in errors.
@@ -357,15 +338,7 @@ impl Config {
             key,
             message,
         };
-        let mut config: Config = if text.trim().is_empty() {
-            Config::default()
-        } else {
-            let de = serde_yaml_ng::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let key = e.path().to_string();
-                invalid(key, e.into_inner().to_string())
-            })?
-        };
+        let mut config: Config = rt::config::parse(text, file)?;
         config.resolve(base);
         config.check().map_err(|(k, m)| invalid(k.into(), m))?;
         Ok(config)

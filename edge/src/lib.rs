@@ -12,5 +12,4 @@ pub mod eventbus;
 pub mod http;
 pub mod listeners;
 pub mod manifests;
-pub mod memory;
 pub mod metrics;

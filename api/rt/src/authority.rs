@@ -311,8 +311,6 @@ pub struct AuthorityFix<IO> {
     /// Bytes for the server, not yet read by it.
     output: BytesMut,
     eof: bool,
-    /// The listener's permit this connection holds until it is dropped.
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<IO> AuthorityFix<IO> {
@@ -324,15 +322,6 @@ impl<IO> AuthorityFix<IO> {
             input: BytesMut::new(),
             output: BytesMut::new(),
             eof: false,
-            _permit: None,
-        }
-    }
-
-    /// Wraps an accepted connection that holds one of its listener's `permit`s.
-    pub fn with_permit(io: IO, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
-        AuthorityFix {
-            _permit: Some(permit),
-            ..Self::new(io)
         }
     }
 }

@@ -188,7 +188,7 @@ async fn session(
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
     });
-    let mut bucket = api::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+    let mut bucket = rt::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
     heartbeat.tick().await;
     let why = loop {

@@ -263,7 +263,7 @@ async fn dmi_latency(
         cancel.clone(),
     ));
     let channel =
-        api::dmi::uds_channel(&path.to_string_lossy(), std::time::Duration::from_secs(30));
+        rt::transport::uds_channel(&path.to_string_lossy(), std::time::Duration::from_secs(30));
     let client = pb::device_manager_service_client::DeviceManagerServiceClient::new(channel);
 
     let (lat_tx, mut lat_rx) = tokio::sync::mpsc::unbounded_channel::<u64>();

@@ -244,7 +244,7 @@ fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
     {
         return None;
     }
-    Some(DeviceMapperServiceClient::new(api::dmi::uds_channel(
+    Some(DeviceMapperServiceClient::new(rt::transport::uds_channel(
         address,
         CALL_TIMEOUT,
     )))

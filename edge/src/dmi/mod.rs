@@ -299,7 +299,7 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     tracing::info!(socket = %path.display(), max_connections, "DMI server listening");
-    let incoming = api::dmi::uds_incoming(listener, max_connections);
+    let incoming = rt::transport::uds_incoming(listener, max_connections);
     let result = tonic::transport::Server::builder()
         .add_service(DeviceManagerServiceServer::new(server))
         .serve_with_incoming_shutdown(incoming, cancel.cancelled())

@@ -28,7 +28,7 @@ impl Runtime {
     pub fn new(endpoint: &str, timeout: Duration) -> Self {
         // The channel's own deadline is the longest a call may take (a pull, or a stop with a
         // long grace period); each call is bounded by `timeout` besides.
-        let channel = api::dmi::uds_channel(endpoint, Duration::from_secs(3600));
+        let channel = rt::transport::uds_channel(endpoint, Duration::from_secs(3600));
         Self {
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),

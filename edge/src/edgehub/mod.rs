@@ -222,7 +222,7 @@ impl EdgeHub {
         let mut dirty = true;
         let mut last_read = Instant::now();
         let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
-        let mut bucket = api::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
+        let mut bucket = rt::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
         // Pod status: the version of each pod's report sent in this session, and the messages
         // not answered yet. A new session sends every pod's status again.
         let mut pod_sent: BTreeMap<edged::cloud::Key, u64> = BTreeMap::new();
@@ -315,7 +315,7 @@ impl EdgeHub {
     async fn send_pod_status<S>(
         &self,
         sink: &mut S,
-        bucket: &mut api::ratelimit::Bucket,
+        bucket: &mut rt::ratelimit::Bucket,
         sent: &mut BTreeMap<edged::cloud::Key, u64>,
         inflight: &mut HashMap<String, edged::cloud::Key>,
         retry: &mut HashMap<edged::cloud::Key, Instant>,

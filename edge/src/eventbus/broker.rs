@@ -354,7 +354,7 @@ pub async fn start(
     };
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     tokio::spawn(async move {
-        let mut backoff = crate::listeners::AcceptBackoff::default();
+        let mut backoff = rt::transport::AcceptBackoff::default();
         loop {
             let permit = tokio::select! {
                 _ = cancel.cancelled() => return,

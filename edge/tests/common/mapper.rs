@@ -137,7 +137,7 @@ impl TestMapper {
             .expect("runtime");
         let client = {
             let _guard = rt.enter();
-            DeviceManagerServiceClient::new(api::dmi::uds_channel(
+            DeviceManagerServiceClient::new(rt::transport::uds_channel(
                 &edgecore.to_string_lossy(),
                 Duration::from_secs(10),
             ))
@@ -164,7 +164,7 @@ impl TestMapper {
         let (tx, rx) = oneshot::channel::<()>();
         let svc = DeviceMapperServiceServer::new(self.seen.clone());
         self.rt.spawn(async move {
-            let incoming = api::dmi::uds_incoming(listener, 64);
+            let incoming = rt::transport::uds_incoming(listener, 64);
             let _ = tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(incoming, async {

@@ -117,7 +117,7 @@ pub async fn run<P: Protocol>(
     );
 
     tracing::info!(socket = %socket.display(), "DeviceMapperService listening");
-    let incoming = api::dmi::uds_incoming(listener, 64);
+    let incoming = rt::transport::uds_incoming(listener, 64);
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(DeviceMapperServiceServer::new(mapper.clone()))
@@ -176,14 +176,7 @@ pub fn main<P: Protocol>(protocol: P) -> std::process::ExitCode {
     use std::process::ExitCode;
     let args = Args::parse();
     let bin = protocol.name().to_string();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: not in log files and journals.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    rt::bootstrap::init_tracing("info");
     let config = match Config::load(&args.config_file) {
         Ok(c) => c,
         Err(e) => {
@@ -201,42 +194,9 @@ pub fn main<P: Protocol>(protocol: P) -> std::process::ExitCode {
         return ExitCode::from(2);
     }
     // One thread serves many devices: every device waits on IO, not on the CPU.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("mapper-{bin}: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        let stop = cancel.clone();
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            stop.cancel();
-        });
-        run(protocol, config, cancel).await
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mapper-{bin}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    rt::bootstrap::run(
+        &format!("mapper-{bin}"),
+        rt::bootstrap::Threads::One,
+        |cancel| run(protocol, config, cancel),
+    )
 }

@@ -56,7 +56,7 @@ const ROUND: usize = 256;
 
 /// The client side of edgecore's `DeviceManagerService`.
 pub fn client(edgecore_sock: &str) -> DeviceManagerServiceClient<Channel> {
-    DeviceManagerServiceClient::new(api::dmi::uds_channel(edgecore_sock, CALL_TIMEOUT))
+    DeviceManagerServiceClient::new(rt::transport::uds_channel(edgecore_sock, CALL_TIMEOUT))
 }
 
 #[derive(Default)]

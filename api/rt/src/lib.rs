@@ -1,0 +1,22 @@
+//! The process plumbing every binary of the project shares, so that each is written once:
+//!
+//! - [`transport`]: gRPC channels and listeners on Unix sockets (DMI, CRI), with the
+//!   `:authority` fix of [`authority`]; bounded listeners ([`transport::Permitted`]) whose failed
+//!   accepts back off ([`transport::AcceptBackoff`]).
+//! - [`bootstrap`]: logging, the open-files limit, the runtime and SIGINT/SIGTERM.
+//! - [`config`]: YAML config files read with the path of a wrong key in the error.
+//! - [`backoff`]: the growing pause between retries of every reconnecting loop.
+//! - [`ratelimit`]: a token bucket for message rates.
+//! - [`sys`]: the allocator's tuning: the only unsafe code of the project.
+//!
+//! `api` stays types only; this crate is the IO under it, as kube-client is to kube-core.
+
+pub mod authority;
+pub mod backoff;
+pub mod bootstrap;
+pub mod config;
+pub mod ratelimit;
+pub mod sys;
+pub mod transport;
+
+pub use backoff::Backoff;
