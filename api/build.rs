@@ -14,12 +14,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_transport(false)
         .emit_rerun_if_changed(false)
         .compile_fds(fds)?;
-    // edged's client of the Container Runtime Interface (a subset of CRI's runtime.v1).
-    let cri = protox::compile(["cri/v1/api.proto"], ["proto"])?;
-    tonic_prost_build::configure()
-        .build_transport(false)
-        .build_server(false)
-        .emit_rerun_if_changed(false)
-        .compile_fds(cri)?;
     Ok(())
 }

@@ -2,7 +2,6 @@
 //!
 //! - [`v1beta1`]: the `devices.kubeedge.io/v1beta1` custom resources.
 pub mod crd;
-pub mod cri;
 pub mod dmi;
 pub mod manifest;
 pub mod merge;

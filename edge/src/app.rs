@@ -181,11 +181,11 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     }
 
     // Pods the cloud sent before this start run at once, link or not.
-    let cloud_pods = crate::edged::CloudPods::default();
+    let cloud_pods = edged::CloudPods::default();
     crate::edgehub::load_cloud_pods(twin.store(), &cloud_pods).await?;
     let pods = config.edged.as_ref().map(|e| {
-        let pods = crate::edged::Pods::default();
-        let edged = crate::edged::Edged::new(
+        let pods = edged::Pods::default();
+        let edged = edged::Edged::new(
             e.clone(),
             pods.clone(),
             Some(cloud_pods.clone()),

@@ -37,7 +37,7 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     pub mappers: Option<Mappers>,
     /// edged's pods, when edged runs.
-    pub pods: Option<crate::edged::Pods>,
+    pub pods: Option<edged::Pods>,
     /// Where edged's runtime writes container logs (`edged.podLogDir`), when edged runs.
     pub pod_log_dir: Option<std::path::PathBuf>,
 }
@@ -68,7 +68,7 @@ async fn pod_log(
     // The running pod's own directory; older pods of that name keep theirs beside it.
     let uid = s.pods.as_ref().and_then(|p| p.uid(&ns, &name));
     let read = tokio::task::spawn_blocking(move || {
-        crate::edged::logs::read(
+        edged::logs::read(
             &root,
             &ns,
             &name,

@@ -6,7 +6,6 @@ pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod dmi;
-pub mod edged;
 pub mod edgehub;
 pub mod eventbus;
 pub mod http;

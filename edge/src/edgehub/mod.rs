@@ -16,10 +16,10 @@ pub mod join;
 
 use crate::catalog::{Change, CloudObjects, SharedCatalog, SharedSources};
 use crate::config::Cloud;
-use crate::edged::{self, CloudPods};
 use anyhow::{Context, Result};
 use api::message::Message;
 use api::paths::{DeviceId, Resource};
+use edged::CloudPods;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};

@@ -17,18 +17,20 @@
 //! log.
 
 pub mod cloud;
+mod config;
 mod cri_client;
 pub mod logs;
 pub mod pods;
 mod probe;
+mod proto;
 
 pub use cloud::CloudPods;
 pub use pods::{ContainerView, PodView, Pods};
 
-use crate::config::Edged as Config;
-use api::cri::v1 as cri;
+pub use config::Config;
 use cri_client::Runtime;
 use k8s_openapi::api::core::v1::Pod;
+use proto::v1 as cri;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
 //! The part of the Kubernetes Container Runtime Interface (`runtime.v1`) that edged uses, from
-//! `api/proto/cri/v1/api.proto`: clients of `RuntimeService` and `ImageService`, spoken to
+//! `proto/cri/v1/api.proto`: clients of `RuntimeService` and `ImageService`, spoken to
 //! containerd's (or CRI-O's) socket.
 
 /// Generated messages and clients of package `runtime.v1`.

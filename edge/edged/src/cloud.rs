@@ -222,7 +222,7 @@ pub fn podpatch(key: &Key, uid: &str, status: &Value) -> api::message::Message {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edged::{ContainerView, PodView};
+    use crate::{ContainerView, PodView};
 
     #[test]
     fn reports_only_when_the_status_changes_and_as_a_kubernetes_pod_status() {

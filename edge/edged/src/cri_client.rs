@@ -1,6 +1,6 @@
 //! The CRI calls edged makes, each with a deadline and an error that names the call.
 
-use api::cri::v1 as cri;
+use crate::proto::v1 as cri;
 use cri::image_service_client::ImageServiceClient;
 use cri::runtime_service_client::RuntimeServiceClient;
 use std::collections::HashMap;

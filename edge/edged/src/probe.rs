@@ -204,7 +204,9 @@ pub fn quantity(q: &str) -> Result<f64, String> {
 
 /// CRI's Linux resources of a container: CPU limit as a CFS quota over a 100 ms period, CPU
 /// request as shares, memory limit in bytes.
-pub fn resources(c: &Container) -> Result<Option<api::cri::v1::LinuxContainerResources>, String> {
+pub fn resources(
+    c: &Container,
+) -> Result<Option<crate::proto::v1::LinuxContainerResources>, String> {
     let Some(r) = &c.resources else {
         return Ok(None);
     };
@@ -227,7 +229,7 @@ pub fn resources(c: &Container) -> Result<Option<api::cri::v1::LinuxContainerRes
         return Ok(None);
     }
     const PERIOD: i64 = 100_000;
-    Ok(Some(api::cri::v1::LinuxContainerResources {
+    Ok(Some(crate::proto::v1::LinuxContainerResources {
         cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
         cpu_quota: cpu_limit.map_or(0, |c| ((c * PERIOD as f64) as i64).max(1000)),
         cpu_shares: cpu_request.map_or(0, |c| ((c * 1024.0) as i64).max(2)),
