@@ -14,8 +14,24 @@ pub struct Runtime {
     timeout: Duration,
 }
 
-fn failed(call: &str, s: tonic::Status) -> String {
-    format!("CRI {call}: {} ({:?})", s.message(), s.code())
+/// A CRI call that failed: which call, and the runtime's status (its code tells a missing
+/// object from a runtime that is down).
+#[derive(Debug, thiserror::Error)]
+#[error("CRI {call}: {} ({:?})", status.message(), status.code())]
+pub struct CriError {
+    pub call: &'static str,
+    #[source]
+    pub status: tonic::Status,
+}
+
+impl CriError {
+    pub fn code(&self) -> tonic::Code {
+        self.status.code()
+    }
+}
+
+fn failed(call: &'static str, status: tonic::Status) -> CriError {
+    CriError { call, status }
 }
 
 fn managed() -> HashMap<String, String> {
@@ -42,7 +58,7 @@ impl Runtime {
         r
     }
 
-    pub async fn version(&self) -> Result<cri::VersionResponse, String> {
+    pub async fn version(&self) -> Result<cri::VersionResponse, CriError> {
         let r = self
             .runtime
             .clone()
@@ -57,7 +73,7 @@ impl Runtime {
         Ok(r.into_inner())
     }
 
-    pub async fn list_sandboxes(&self) -> Result<Vec<cri::PodSandbox>, String> {
+    pub async fn list_sandboxes(&self) -> Result<Vec<cri::PodSandbox>, CriError> {
         let r = self
             .runtime
             .clone()
@@ -75,7 +91,7 @@ impl Runtime {
         Ok(r.into_inner().items)
     }
 
-    pub async fn list_containers(&self) -> Result<Vec<cri::Container>, String> {
+    pub async fn list_containers(&self) -> Result<Vec<cri::Container>, CriError> {
         let r = self
             .runtime
             .clone()
@@ -93,7 +109,7 @@ impl Runtime {
         Ok(r.into_inner().containers)
     }
 
-    pub async fn run_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, String> {
+    pub async fn run_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
         let r = self
             .runtime
             .clone()
@@ -110,7 +126,7 @@ impl Runtime {
     }
 
     /// The IP the runtime's network (CNI) gave a sandbox; empty on the host's network.
-    pub async fn sandbox_ip(&self, id: &str) -> Result<String, String> {
+    pub async fn sandbox_ip(&self, id: &str) -> Result<String, CriError> {
         let r = self
             .runtime
             .clone()
@@ -130,7 +146,7 @@ impl Runtime {
             .unwrap_or_default())
     }
 
-    pub async fn stop_sandbox(&self, id: &str) -> Result<(), String> {
+    pub async fn stop_sandbox(&self, id: &str) -> Result<(), CriError> {
         self.runtime
             .clone()
             .stop_pod_sandbox(self.request(
@@ -144,7 +160,7 @@ impl Runtime {
         Ok(())
     }
 
-    pub async fn remove_sandbox(&self, id: &str) -> Result<(), String> {
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
         self.runtime
             .clone()
             .remove_pod_sandbox(self.request(
@@ -163,7 +179,7 @@ impl Runtime {
         sandbox: &str,
         config: cri::ContainerConfig,
         sandbox_config: cri::PodSandboxConfig,
-    ) -> Result<String, String> {
+    ) -> Result<String, CriError> {
         let r = self
             .runtime
             .clone()
@@ -180,7 +196,7 @@ impl Runtime {
         Ok(r.into_inner().container_id)
     }
 
-    pub async fn start_container(&self, id: &str) -> Result<(), String> {
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
         self.runtime
             .clone()
             .start_container(self.request(
@@ -195,7 +211,7 @@ impl Runtime {
     }
 
     /// Stops a container: SIGTERM, then SIGKILL after `grace` seconds.
-    pub async fn stop_container(&self, id: &str, grace: i64) -> Result<(), String> {
+    pub async fn stop_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
         let req = self.request(
             cri::StopContainerRequest {
                 container_id: id.into(),
@@ -211,7 +227,7 @@ impl Runtime {
         Ok(())
     }
 
-    pub async fn remove_container(&self, id: &str) -> Result<(), String> {
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         self.runtime
             .clone()
             .remove_container(self.request(
@@ -225,7 +241,7 @@ impl Runtime {
         Ok(())
     }
 
-    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, String> {
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
         let r = self
             .runtime
             .clone()
@@ -238,9 +254,12 @@ impl Runtime {
             ))
             .await
             .map_err(|s| failed("ContainerStatus", s))?;
-        r.into_inner()
-            .status
-            .ok_or_else(|| format!("CRI ContainerStatus: no status for {id}"))
+        r.into_inner().status.ok_or_else(|| {
+            failed(
+                "ContainerStatus",
+                tonic::Status::not_found(format!("no status for {id}")),
+            )
+        })
     }
 
     /// Runs `cmd` in a container; its exit code (a probe).
@@ -249,7 +268,7 @@ impl Runtime {
         id: &str,
         cmd: &[String],
         timeout: Duration,
-    ) -> Result<i32, String> {
+    ) -> Result<i32, CriError> {
         let r = self
             .runtime
             .clone()
@@ -267,7 +286,7 @@ impl Runtime {
     }
 
     /// Has the runtime open the container's log file again (after it was rotated).
-    pub async fn reopen_log(&self, id: &str) -> Result<(), String> {
+    pub async fn reopen_log(&self, id: &str) -> Result<(), CriError> {
         self.runtime
             .clone()
             .reopen_container_log(self.request(
@@ -281,7 +300,7 @@ impl Runtime {
         Ok(())
     }
 
-    pub async fn image_present(&self, image: &str) -> Result<bool, String> {
+    pub async fn image_present(&self, image: &str) -> Result<bool, CriError> {
         let r = self
             .images
             .clone()
@@ -299,7 +318,7 @@ impl Runtime {
         Ok(r.into_inner().image.is_some_and(|i| !i.id.is_empty()))
     }
 
-    pub async fn pull_image(&self, image: &str) -> Result<String, String> {
+    pub async fn pull_image(&self, image: &str) -> Result<String, CriError> {
         let req = self.request(
             cri::PullImageRequest {
                 image: Some(cri::ImageSpec {

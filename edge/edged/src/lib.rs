@@ -20,6 +20,7 @@ pub mod cloud;
 mod config;
 mod cri_client;
 pub mod logs;
+mod plan;
 pub mod pods;
 mod probe;
 mod proto;
@@ -28,6 +29,7 @@ pub use cloud::CloudPods;
 pub use pods::{ContainerView, PodView, Pods};
 
 pub use config::Config;
+pub use cri_client::CriError;
 use cri_client::Runtime;
 use k8s_openapi::api::core::v1::Pod;
 use proto::v1 as cri;
@@ -44,9 +46,6 @@ pub const POD_UID: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// The pod's grace period, kept on its sandbox for when its manifest is gone.
 const GRACE: &str = "edgecore.kubeedge.io/grace-seconds";
-
-/// A container that ran this long has its backoff reset.
-const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
 /// A pod declared in the directory, or sent by the cloud.
 #[derive(Clone, Debug)]
@@ -175,6 +174,15 @@ fn default_ip() -> Option<String> {
     Some(s.local_addr().ok()?.ip().to_string())
 }
 
+/// The static pod directory, or a file in it, could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", path.display())]
+pub struct Unreadable {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 /// Restart delays of one container (or of one image's pulls).
 #[derive(Clone, Copy, Debug)]
 struct Backoff {
@@ -191,8 +199,8 @@ pub struct Edged {
     files: BTreeMap<PathBuf, Desired>,
     /// Parse errors logged, by file, with the text that failed (logged once per change).
     bad_files: HashMap<PathBuf, String>,
-    /// Restart backoff by (pod uid, container name), and the exited container it was counted for.
-    backoff: HashMap<(String, String), (Backoff, String)>,
+    /// Restart backoff by (pod uid, container name).
+    backoff: HashMap<(String, String), plan::CrashLoop>,
     /// Pull backoff by image, and sandbox backoff by `sandbox {uid}`.
     pulls: HashMap<String, Backoff>,
     /// Why a pod's sandbox last failed to start, by pod uid.
@@ -279,7 +287,7 @@ impl Edged {
         let period = Duration::from_millis(self.config.sync_period_ms.max(50));
         loop {
             if let Err(e) = self.sync().await {
-                self.pods.set_runtime_error(Some(e.clone()));
+                self.pods.set_runtime_error(Some(e.to_string()));
                 tracing::warn!(error = %e, "edged sync failed; pods are left as they are");
             } else {
                 self.pods.set_runtime_error(None);
@@ -300,13 +308,16 @@ impl Edged {
     }
 
     /// Reads the directory. An error reading it leaves the last known set.
-    fn read_dir(&mut self) -> Result<(), String> {
+    fn read_dir(&mut self) -> Result<(), Unreadable> {
         let dir = self.pod_dir();
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot read staticPodPath {}: {e}", dir.display()))?;
+        let unreadable = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Unreadable { path, source }
+        };
+        let entries = std::fs::read_dir(&dir).map_err(unreadable(&dir))?;
         let mut seen = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+            let entry = entry.map_err(unreadable(&dir))?;
             let path = entry.path();
             let yaml = matches!(
                 path.extension().and_then(|e| e.to_str()),
@@ -315,8 +326,7 @@ impl Edged {
             if !yaml {
                 continue;
             }
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(&path).map_err(unreadable(&path))?;
             seen.push(path.clone());
             match parse_pod(&path, &text) {
                 Ok(d) => {
@@ -343,7 +353,7 @@ impl Edged {
     }
 
     /// One comparison of the declared pods with the runtime's, and the actions it calls for.
-    pub async fn sync(&mut self) -> Result<(), String> {
+    pub async fn sync(&mut self) -> Result<(), CriError> {
         if let Err(e) = self.read_dir() {
             // Never "everything was deleted": what runs keeps running.
             tracing::warn!(error = %e, "static pods not re-read; the running ones are kept");
@@ -538,9 +548,11 @@ impl Edged {
                     Err(e) => {
                         tracing::warn!(pod = %d.name, namespace = %d.namespace, error = %e, "pod sandbox failed to start");
                         self.note_failure(key);
-                        self.sandbox_errors
-                            .insert(d.uid.clone(), ("CreatePodSandboxError".into(), e.clone()));
-                        view.fail("CreatePodSandboxError", &e);
+                        self.sandbox_errors.insert(
+                            d.uid.clone(),
+                            ("CreatePodSandboxError".into(), e.to_string()),
+                        );
+                        view.fail("CreatePodSandboxError", &e.to_string());
                         return view;
                     }
                 }
@@ -644,7 +656,8 @@ impl Edged {
                         cv.last_exit_code = self.last_exit(&key, attempt, mine).await;
                     }
                     let ran = now_nanos().saturating_sub(started);
-                    if ran > BACKOFF_RESET.as_nanos() as i64 {
+                    let ran = Duration::from_nanos(u64::try_from(ran).unwrap_or_default());
+                    if plan::crash_loop_forgotten(ran) {
                         self.backoff.remove(&key);
                     }
                     self.rotate_log(d, &c.name, attempt, &l.id).await;
@@ -687,50 +700,33 @@ impl Edged {
                 self.exits
                     .insert(key.clone(), (attempt + 1, status.exit_code));
                 cv.terminated(status.exit_code, &status.reason, status.finished_at);
-                let restart = match policy {
-                    "Never" => false,
-                    "OnFailure" => !exited || status.exit_code != 0,
-                    _ => true,
+                let (decision, crash_loop) = plan::after_exit(
+                    plan::RestartPolicy::from_spec(policy),
+                    exited,
+                    status.exit_code,
+                    &l.id,
+                    self.backoff.get(&key),
+                    self.delays(),
+                    Instant::now(),
+                );
+                match crash_loop {
+                    Some(b) => self.backoff.insert(key.clone(), b),
+                    None => self.backoff.remove(&key),
                 };
-                if !restart {
-                    return cv;
-                }
-                // Counted once per exited container: the delay doubles at each exit.
-                let now = Instant::now();
-                let entry = self.backoff.get(&key).cloned();
-                let b = match entry {
-                    Some((b, counted)) if counted == l.id => b,
-                    Some((b, _)) => {
-                        let delay =
-                            (b.delay * 2).min(Duration::from_millis(self.config.max_backoff_ms));
-                        let nb = Backoff {
-                            delay,
-                            until: now + delay,
-                        };
-                        self.backoff.insert(key.clone(), (nb, l.id.clone()));
-                        nb
+                match decision {
+                    plan::AfterExit::Stay => return cv,
+                    plan::AfterExit::Wait { delay } => {
+                        cv.back_off(
+                            "CrashLoopBackOff",
+                            &format!(
+                                "back-off {delay:?} restarting failed container {} (exit code {})",
+                                c.name, status.exit_code
+                            ),
+                        );
+                        return cv;
                     }
-                    None => {
-                        let delay = Duration::from_millis(self.config.initial_backoff_ms);
-                        let nb = Backoff {
-                            delay,
-                            until: now + delay,
-                        };
-                        self.backoff.insert(key.clone(), (nb, l.id.clone()));
-                        nb
-                    }
-                };
-                if now < b.until {
-                    cv.back_off(
-                        "CrashLoopBackOff",
-                        &format!(
-                            "back-off {:?} restarting failed container {} (exit code {})",
-                            b.delay, c.name, status.exit_code
-                        ),
-                    );
-                    return cv;
+                    plan::AfterExit::Start => attempt + 1,
                 }
-                attempt + 1
             }
         };
         // Pull (by policy) and start a new attempt.
@@ -760,7 +756,7 @@ impl Edged {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             cv.waiting(
                 "CreateContainerError",
-                &format!("log directory {}: {e}", log_dir.display()),
+                format!("log directory {}: {e}", log_dir.display()),
             );
             return cv;
         }
@@ -781,11 +777,11 @@ impl Edged {
         }
         tracing::info!(pod = %d.name, container = %c.name, attempt, "container started");
         // The kubelet keeps the last dead container (for its logs); older ones go.
-        for old in mine {
-            let a = old.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
-            if a + 1 < attempt
-                && let Err(e) = self.runtime.remove_container(&old.id).await
-            {
+        let attempt_of = |c: &cri::Container| c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+        let attempts: Vec<u32> = mine.iter().map(|c| attempt_of(c)).collect();
+        let remove = plan::dead_to_remove(&attempts, attempt);
+        for old in mine.iter().filter(|c| remove.contains(&attempt_of(c))) {
+            if let Err(e) = self.runtime.remove_container(&old.id).await {
                 tracing::debug!(container = %old.id, error = %e, "cannot remove an old container");
             }
         }
@@ -822,7 +818,7 @@ impl Edged {
                     match self.runtime.exec_sync(id, &cmd, probe::timeout(p)).await {
                         Ok(0) => Ok(()),
                         Ok(code) => Err(format!("command {cmd:?} exited with {code}")),
-                        Err(e) => Err(e),
+                        Err(e) => Err(e.to_string()),
                     }
                 }
             };
@@ -906,6 +902,13 @@ impl Edged {
     }
 
     /// Another failure of `key` (an image's pull, a pod's sandbox): retried after the backoff.
+    fn delays(&self) -> plan::Delays {
+        plan::Delays {
+            initial: Duration::from_millis(self.config.initial_backoff_ms),
+            max: Duration::from_millis(self.config.max_backoff_ms),
+        }
+    }
+
     fn note_failure(&mut self, key: String) {
         let delay = self
             .pulls
@@ -950,7 +953,7 @@ impl Edged {
             .runtime
             .image_present(image)
             .await
-            .map_err(|e| ("ErrImageInspect".to_string(), e))?;
+            .map_err(|e| ("ErrImageInspect".to_string(), e.to_string()))?;
         match policy.as_str() {
             "Never" if !present => {
                 return Err((

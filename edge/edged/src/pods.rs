@@ -69,11 +69,11 @@ impl ContainerView {
         self.waiting(reason, message);
     }
 
-    pub fn waiting(&mut self, reason: &str, message: &str) {
+    pub fn waiting(&mut self, reason: &str, message: impl std::fmt::Display) {
         self.state = "waiting".into();
         self.ready = false;
         self.reason = reason.into();
-        self.message = message.into();
+        self.message = message.to_string();
     }
 }
 
