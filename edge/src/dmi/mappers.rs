@@ -22,7 +22,11 @@
 //!   remembered (`retired`) and removed from it as soon as it answers again, before anything else.
 //!
 //! Registrations and assignments are stored, so they survive a restart.
+//!
+//! The placement rules are pure code in [`super::placement`], tested there; this module is the
+//! actor that takes its decisions and carries them out with DMI calls.
 
+use super::placement::{DeviceFacts, Failover, MapperView, Placement};
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
 use crate::eventbus::payload::rfc3339;
 use crate::metrics::Metrics;
@@ -219,22 +223,6 @@ fn entry(record: MapperRecord, generation: u64, liveness: Liveness) -> Entry {
     }
 }
 
-/// The rank of `mapper` for `device` in rendezvous hashing: FNV-1a of both names, finished with
-/// splitmix64 so that similar names spread. Stable across processes and releases (the standard
-/// library's hasher is not promised to be).
-pub fn score(mapper: &str, device: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in mapper.bytes().chain([0u8]).chain(device.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
 /// A lazy gRPC channel to a mapper's Unix socket (`unix:///path` or a plain path).
 fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
     if address
@@ -284,6 +272,15 @@ fn pin(device: &Device) -> Option<&str> {
         .and_then(|a| a.get(MAPPER_ANNOTATION))
         .map(String::as_str)
         .filter(|m| !m.is_empty())
+}
+
+/// What placement needs to know of a device.
+fn facts(device: &Device) -> DeviceFacts {
+    DeviceFacts {
+        id: object_id(&device.metadata).to_string(),
+        protocol: device.protocol_name().map(str::to_string),
+        pin: pin(device).map(str::to_string),
+    }
 }
 
 /// Whether a transport failure, not an answer: only these count against a mapper's liveness.
@@ -418,47 +415,33 @@ impl Manager {
         catalog.devices.get(id).and_then(StoredDevice::device)
     }
 
-    /// Live mappers of `protocol`, by name.
-    fn live(&self, protocol: &str) -> Vec<String> {
-        self.mappers
-            .values()
-            .filter(|e| e.alive && e.record.protocol == protocol)
-            .map(|e| e.record.name.clone())
-            .collect()
+    /// The mappers as placement sees them.
+    fn placement(&self) -> Placement {
+        Placement {
+            mappers: self
+                .mappers
+                .iter()
+                .map(|(n, e)| {
+                    let view = MapperView {
+                        protocol: e.record.protocol.clone(),
+                        alive: e.alive,
+                        devices: e.record.devices.clone(),
+                    };
+                    (n.clone(), view)
+                })
+                .collect(),
+        }
     }
 
-    /// The mapper a device that has none (or must leave its own) should go to: the one its
-    /// annotation names (live or not: it waits for it), else the best-ranked live mapper of its
-    /// protocol that has room, else the least loaded one.
-    fn choose(&self, device: &Device, except: Option<&str>) -> Option<String> {
-        if let Some(m) = pin(device) {
-            return self.mappers.contains_key(m).then(|| m.to_string());
-        }
-        let protocol = device.protocol_name()?;
-        let id = object_id(&device.metadata).to_string();
-        let live: Vec<&Entry> = self
-            .mappers
-            .values()
-            .filter(|e| e.alive && e.record.protocol == protocol)
-            .filter(|e| Some(e.record.name.as_str()) != except)
-            .collect();
-        if live.is_empty() {
-            return None;
-        }
-        let total: usize = self
-            .mappers
-            .values()
-            .filter(|e| e.record.protocol == protocol)
-            .map(|e| e.record.devices.len())
-            .sum::<usize>()
-            + usize::from(self.owner(&id).is_none());
-        let cap = total.div_ceil(live.len());
-        let load = |e: &Entry| e.record.devices.iter().filter(|d| **d != id).count();
-        live.iter()
-            .filter(|e| load(e) < cap)
-            .max_by_key(|e| score(&e.record.name, &id))
-            .or_else(|| live.iter().min_by_key(|e| load(e)))
-            .map(|e| e.record.name.clone())
+    /// Every device of the catalog, as placement sees it.
+    fn catalog_facts(&self) -> BTreeMap<String, DeviceFacts> {
+        self.devices()
+            .iter()
+            .map(|d| {
+                let f = facts(d);
+                (f.id.clone(), f)
+            })
+            .collect()
     }
 
     /// The device as DMI sends it (effective spec with the twin's desired values), and a
@@ -539,71 +522,15 @@ impl Manager {
     /// mapper of its protocol. Nothing else moves. `registering`: it is not serving yet, so the
     /// devices it gets are not sent (its registration response carries them).
     async fn join(&mut self, name: &str, reclaim: BTreeSet<String>, registering: bool) {
-        let Some(protocol) = self.mappers.get(name).map(|e| e.record.protocol.clone()) else {
-            return;
-        };
         let tell = !registering;
-        for key in reclaim {
-            let Some(id) = DeviceId::parse(&key) else {
+        let moves = self.placement().join(name, &reclaim, &self.catalog_facts());
+        for m in moves {
+            let Some(device) = DeviceId::parse(&m.device).and_then(|id| self.device(&id)) else {
                 continue;
             };
-            let Some(device) = self.device(&id) else {
-                continue;
-            };
-            let fits = match pin(&device) {
-                Some(m) => m == name,
-                None => device.protocol_name() == Some(protocol.as_str()),
-            };
-            let from = self.owner(&key).map(str::to_string);
-            if fits && from.as_deref() != Some(name) {
-                self.move_device(&device, from.as_deref(), name, tell).await;
-            }
-        }
-        // Its share of the protocol's devices on live mappers.
-        loop {
-            let live = self.live(&protocol);
-            let loads: Vec<(String, usize)> = live
-                .iter()
-                .map(|m| {
-                    (
-                        m.clone(),
-                        self.mappers.get(m).map_or(0, |e| e.record.devices.len()),
-                    )
-                })
-                .collect();
-            let total: usize = loads.iter().map(|(_, l)| l).sum();
-            let mine = loads.iter().find(|(m, _)| m == name).map_or(0, |(_, l)| *l);
-            if live.is_empty() || mine >= total / live.len() {
-                break;
-            }
-            let Some((donor, load)) = loads
-                .iter()
-                .filter(|(m, _)| m != name)
-                .max_by_key(|(m, l)| (*l, std::cmp::Reverse(m.clone())))
-                .cloned()
-            else {
-                break;
-            };
-            if load <= mine + 1 {
-                break;
-            }
-            let candidates: Vec<Device> = self
-                .mappers
-                .get(&donor)
-                .map(|e| e.record.devices.iter().cloned().collect::<Vec<_>>())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|k| DeviceId::parse(k))
-                .filter_map(|id| self.device(&id))
-                .filter(|d| pin(d).is_none())
-                .collect();
-            let Some(device) = candidates
-                .into_iter()
-                .max_by_key(|d| score(name, &object_id(&d.metadata).to_string()))
-            else {
-                break;
-            };
-            self.move_device(&device, Some(&donor), name, tell).await;
+            self.move_device(&device, m.from.as_deref(), &m.to, tell)
+                .await;
+            // It died on the way: what is left of the plan waits for it to come back.
             if !self.alive(name) {
                 break;
             }
@@ -630,22 +557,14 @@ impl Manager {
             .unwrap_or_default();
         tracing::info!(mapper = %record.name, protocol = %record.protocol, address = %record.address, "mapper registered");
         let name = record.name.clone();
-        let protocol = record.protocol.clone();
         self.generations += 1;
         self.mappers
             .insert(name.clone(), entry(record, self.generations, self.liveness));
         let devices = self.devices();
         // Devices pinned to it, and devices of its protocol without a mapper, are its own.
-        let mut reclaim = reclaim;
-        for d in &devices {
-            let id = object_id(&d.metadata).to_string();
-            let unowned = pin(d).is_none()
-                && d.protocol_name() == Some(protocol.as_str())
-                && self.owner(&id).is_none();
-            if pin(d) == Some(name.as_str()) || unowned {
-                reclaim.insert(id);
-            }
-        }
+        let reclaim = self
+            .placement()
+            .claims_on_register(&name, reclaim, &self.catalog_facts());
         self.join(&name, reclaim, true).await;
         self.persist(&name).await;
         self.update_gauges();
@@ -674,17 +593,16 @@ impl Manager {
     async fn place(&mut self, device: &Device, added: bool) {
         let id = object_id(&device.metadata).to_string();
         let owner = self.owner(&id).map(str::to_string);
-        let fits = owner.as_deref().is_some_and(|o| match pin(device) {
-            Some(m) => m == o,
-            None => {
-                self.mappers.get(o).map(|e| e.record.protocol.as_str()) == device.protocol_name()
-            }
-        });
+        let placement = self.placement();
+        let device_facts = facts(device);
+        let fits = owner
+            .as_deref()
+            .is_some_and(|o| placement.fits(&device_facts, o));
         if fits && let Some(o) = owner {
             self.push_device(&o, device, added).await;
             return;
         }
-        match self.choose(device, None) {
+        match placement.choose(&device_facts, None) {
             Some(to) => self.move_device(device, owner.as_deref(), &to, true).await,
             None => {
                 // No mapper for it now: it leaves the one that no longer fits and waits.
@@ -901,6 +819,8 @@ impl Manager {
             let error = e.last_error.clone();
             let ids: Vec<String> = e.record.devices.iter().cloned().collect();
             tracing::warn!(mapper = %name, %error, devices = ids.len(), "mapper unreachable; its devices are unknown and move to another live mapper of the protocol");
+            // Kept in step with the moves below; taken again when a move finds its target down.
+            let mut placement = self.placement();
             for key in ids {
                 let Some(id) = DeviceId::parse(&key) else {
                     continue;
@@ -913,24 +833,23 @@ impl Manager {
                     continue;
                 }
                 let unreachable = format!("mapper {name} unreachable since {since}: {error}");
-                let (reason, to) = if pin(&device) == Some(name.as_str()) {
-                    (
+                let (reason, to) = match placement.failover(&name, &facts(&device)) {
+                    Failover::Pinned => (
                         format!(
                             "{unreachable}; the device is pinned to it ({MAPPER_ANNOTATION}) and waits for it"
                         ),
                         None,
-                    )
-                } else {
-                    match self.choose(&device, Some(&name)) {
-                        Some(to) => (format!("{unreachable}; moved to mapper {to}"), Some(to)),
-                        None => (
-                            format!(
-                                "{unreachable}; no other live mapper of protocol {}",
-                                device.protocol_name().unwrap_or_default()
-                            ),
-                            None,
-                        ),
+                    ),
+                    Failover::MoveTo(to) => {
+                        (format!("{unreachable}; moved to mapper {to}"), Some(to))
                     }
+                    Failover::Nowhere => (
+                        format!(
+                            "{unreachable}; no other live mapper of protocol {}",
+                            device.protocol_name().unwrap_or_default()
+                        ),
+                        None,
+                    ),
                 };
                 let _ = self
                     .twin
@@ -942,6 +861,15 @@ impl Manager {
                     .await;
                 if let Some(to) = to {
                     self.move_device(&device, Some(&name), &to, true).await;
+                    if self.alive(&to) {
+                        placement.apply(&super::placement::Move {
+                            device: key,
+                            from: Some(name.clone()),
+                            to,
+                        });
+                    } else {
+                        placement = self.placement();
+                    }
                 }
             }
         }
@@ -950,13 +878,13 @@ impl Manager {
     /// A mapper answers again: it first loses the devices that moved away meanwhile, is told its
     /// own again (with their desired values), and the protocol's devices are spread again.
     async fn revive(&mut self, name: &str) {
-        let (protocol, retired) = match self.mappers.get_mut(name) {
+        let retired = match self.mappers.get_mut(name) {
             Some(e) => {
                 e.alive = true;
                 e.failures = 0;
                 e.down_since = 0;
                 e.last_error.clear();
-                (e.record.protocol.clone(), e.record.retired.clone())
+                e.record.retired.clone()
             }
             None => return,
         };
@@ -968,10 +896,9 @@ impl Manager {
             let Some(id) = DeviceId::parse(key) else {
                 continue;
             };
-            let back = self.device(&id).is_some_and(|d| match pin(&d) {
-                Some(m) => m == name,
-                None => d.protocol_name() == Some(protocol.as_str()),
-            });
+            let back = self
+                .device(&id)
+                .is_some_and(|d| self.placement().fits(&facts(&d), name));
             if back {
                 continue;
             }
@@ -1056,22 +983,5 @@ impl Manager {
                 Ok(())
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scores_are_stable() {
-        // A fixed value (FNV-1a + splitmix64, computed apart): an assignment must not change with
-        // the compiler or the process.
-        assert_eq!(score("a", "b"), score("a", "b"));
-        assert_ne!(score("a", "b"), score("b", "a"));
-        assert_eq!(
-            score("modbus-mapper-a", "default/dev-0"),
-            0xd996_238f_5aa4_5f89
-        );
     }
 }

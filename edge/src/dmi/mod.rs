@@ -5,6 +5,7 @@
 //! mappers): a report that changes nothing costs a map lookup and writes nothing.
 
 pub mod mappers;
+mod placement;
 
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
