@@ -1,0 +1,185 @@
+//! Request bodies in (JSON, YAML, protobuf) and responses out, as a client of a version sees them.
+
+use crate::resources::Resource;
+use crate::status::Status;
+use crate::store::Obj;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::{Value, json};
+
+/// Decodes a request body by its content type.
+pub fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
+    let base = ct.split(';').next().unwrap_or_default().trim();
+    let v: Value = match base {
+        "" | "application/json" | "*/*" => serde_json::from_slice(raw).map_err(|e| {
+            Status::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
+        })?,
+        crate::proto::MEDIA => crate::proto::decode(raw).map_err(|e| match e {
+            crate::proto::Refused::Garbage(m) => Status::bad_request(m),
+            crate::proto::Refused::Kind(m) => {
+                let mut s = Status::unsupported_media(crate::proto::MEDIA);
+                s.message = m;
+                s
+            }
+        })?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(raw)
+            .map_err(|e| {
+            Status::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?,
+        other => return Err(Status::unsupported_media(other)),
+    };
+    if !v.is_object() {
+        return Err(Status::bad_request(
+            "the body of the request must be an object",
+        ));
+    }
+    Ok(v)
+}
+
+/// Refuses a body of another group or kind than the URL's.
+pub(super) fn check_type(body: &Value, res: &Resource, version: &str) -> Result<(), Status> {
+    let want = res.api_version(version);
+    match body.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v == want => {}
+        Some(v)
+            if res
+                .version(v.rsplit('/').next().unwrap_or_default())
+                .is_some()
+                && v.rsplit_once('/').map(|(g, _)| g).unwrap_or("") == res.group => {}
+        Some(v) => {
+            return Err(Status::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({want})"
+            )));
+        }
+        None => {}
+    }
+    match body.get("kind").and_then(Value::as_str) {
+        Some(k) if k == res.kind => Ok(()),
+        Some(k) => Err(Status::bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({})",
+            res.kind
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Field selector paths a resource supports.
+pub(super) fn allowed_fields(res: &Resource, version: &str) -> Vec<String> {
+    let mut out = vec!["metadata.name".to_string()];
+    if res.namespaced {
+        out.push("metadata.namespace".into());
+    }
+    match res.kind.as_str() {
+        "Secret" => out.push("type".into()),
+        "Namespace" => out.push("status.phase".into()),
+        "Node" => out.push("spec.unschedulable".into()),
+        "Event" => {
+            for f in [
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ] {
+                out.push(f.into());
+            }
+        }
+        _ => {}
+    }
+    let _ = version;
+    out
+}
+
+/// An object as a client sees it at `version`.
+pub(super) fn outward(mut v: Value, res: &Resource, version: &str) -> Value {
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), json!(res.api_version(version)));
+        m.insert("kind".into(), json!(res.kind));
+    }
+    v
+}
+
+pub(super) fn put_object(
+    out: &mut BytesMut,
+    o: &Obj,
+    res: &Resource,
+    version: &str,
+    api_version: &str,
+) {
+    if o.api_version == api_version {
+        out.put_slice(&o.json());
+    } else {
+        let v = outward(o.value(), res, version);
+        out.put_slice(&serde_json::to_vec(&v).unwrap_or_default());
+    }
+}
+
+pub fn json_response(code: StatusCode, v: &Value) -> Response {
+    raw_json(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+}
+
+pub(super) fn raw_json(code: StatusCode, b: Bytes) -> Response {
+    let mut r = (code, b).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+pub(super) fn typed(v: Value, media: &'static str) -> Response {
+    let mut r = json_response(StatusCode::OK, &v);
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+pub(super) fn typed_table(v: Value) -> Response {
+    typed(v, "application/json;as=Table;v=v1;g=meta.k8s.io")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_yaml_bodies_decode_to_the_same_object() {
+        let json = decode(
+            "application/json; charset=utf-8",
+            br#"{"kind":"ConfigMap"}"#,
+        );
+        let yaml = decode("application/yaml", b"kind: ConfigMap\n");
+        assert_eq!(json.ok(), Some(json!({"kind": "ConfigMap"})));
+        assert_eq!(yaml.ok(), Some(json!({"kind": "ConfigMap"})));
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_or_of_an_unknown_type_is_refused_with_why() {
+        let e = decode("application/json", b"[1]").expect_err("an array");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "the body of the request must be an object")
+        );
+        let e = decode("application/json", b"{").expect_err("truncated");
+        assert!(
+            e.message.contains("could not be decoded as JSON"),
+            "{}",
+            e.message
+        );
+        let e = decode("text/plain", b"x").expect_err("unknown type");
+        assert_eq!(e.code, 415);
+    }
+}

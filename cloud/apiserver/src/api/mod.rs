@@ -1,0 +1,365 @@
+//! The REST handlers: get, list, watch, create, update, patch, delete and deletecollection on
+//! every served resource, with the status subresource, dry runs and field validation, as the
+//! Kubernetes API conventions define them.
+
+use crate::discovery;
+use crate::patch::PatchType;
+use crate::resources::{Registry, Resource};
+use crate::selector::{Fields, Labels};
+use crate::status::{Status, qualified};
+use crate::store::{EventType, Key, Obj, Store};
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+mod builtin;
+mod encode;
+mod read;
+mod watch;
+mod write;
+
+use builtin::builtin_rules;
+use encode::*;
+pub(crate) use encode::{decode, json_response};
+pub(crate) use write::delete_outcome;
+
+/// The API's shared state.
+pub struct Api {
+    pub store: Store,
+    registry: RwLock<Arc<Registry>>,
+    pub max_body: usize,
+    pub server_addr: String,
+    pub bookmark_every: Duration,
+    pub stop: CancellationToken,
+}
+
+pub type Query = HashMap<String, String>;
+
+type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
+
+/// An event a watch sends: its type, the object, the object before.
+type Replay = (EventType, Arc<Obj>, Option<Arc<Obj>>);
+
+/// How unknown fields are treated (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validation {
+    Strict,
+    Warn,
+    Ignore,
+}
+
+/// What a handler needs to know about the resource a path names.
+#[derive(Clone)]
+pub struct Target {
+    pub res: Arc<Resource>,
+    pub version: String,
+    pub ns: String,
+    pub name: Option<String>,
+    pub sub: Option<String>,
+}
+
+struct WriteCtx {
+    res: Arc<Resource>,
+    version: String,
+    ns: String,
+    name: String,
+    validation: Validation,
+    manager: String,
+    sub: String,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl Api {
+    pub fn new(
+        store: Store,
+        max_body: usize,
+        server_addr: String,
+        bookmark_every: Duration,
+        stop: CancellationToken,
+    ) -> Self {
+        let api = Self {
+            store,
+            registry: RwLock::new(Arc::new(Registry::default())),
+            max_body,
+            server_addr,
+            bookmark_every,
+            stop,
+        };
+        api.refresh_registry();
+        api
+    }
+
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Rebuilds the registry from the stored CRDs.
+    pub fn refresh_registry(&self) {
+        let crds: Vec<Value> = {
+            let t = self.store.read();
+            t.objects
+                .get("customresourcedefinitions.apiextensions.k8s.io")
+                .map(|m| m.values().map(|o| o.value()).collect())
+                .unwrap_or_default()
+        };
+        let reg = Arc::new(Registry::build(&crds));
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = reg;
+    }
+
+    /// Routes a request under `/api` or `/apis`.
+    pub async fn dispatch(
+        self: Arc<Self>,
+        method: Method,
+        path: &str,
+        query: Query,
+        headers: HeaderMap,
+        body: Body,
+    ) -> Response {
+        match self.route(method, path, query, headers, body).await {
+            Ok(r) => r,
+            Err(s) => s.into_response(),
+        }
+    }
+
+    async fn route(
+        &self,
+        method: Method,
+        path: &str,
+        query: Query,
+        headers: HeaderMap,
+        body: Body,
+    ) -> Result<Response, Status> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let reg = self.registry();
+        let accept = header_str(&headers, header::ACCEPT);
+        let (group, version, rest) = match segs.as_slice() {
+            ["api"] => {
+                if let Some(media) = discovery::aggregated(accept) {
+                    return Ok(typed(discovery::aggregated_list(&reg, true, media), media));
+                }
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &discovery::api_versions(&self.server_addr),
+                ));
+            }
+            ["apis"] => {
+                if let Some(media) = discovery::aggregated(accept) {
+                    return Ok(typed(discovery::aggregated_list(&reg, false, media), media));
+                }
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &discovery::api_group_list(&reg),
+                ));
+            }
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g] => {
+                return discovery::api_group(&reg, g)
+                    .map(|v| json_response(StatusCode::OK, &v))
+                    .ok_or_else(|| Status::no_route(path));
+            }
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return Err(Status::no_route(path)),
+        };
+        if rest.is_empty() {
+            return discovery::resource_list(&reg, group, version)
+                .map(|v| json_response(StatusCode::OK, &v))
+                .ok_or_else(|| Status::no_route(path));
+        }
+        let (ns, plural, name, sub) = match rest {
+            ["namespaces", ns, sub @ ("status" | "finalize")] if group.is_empty() => {
+                ("", "namespaces", Some(*ns), Some(*sub))
+            }
+            ["namespaces", ns, plural, tail @ ..] => {
+                (*ns, *plural, tail.first().copied(), tail.get(1).copied())
+            }
+            [plural, tail @ ..] => ("", *plural, tail.first().copied(), tail.get(1).copied()),
+            [] => return Err(Status::no_route(path)),
+        };
+        if rest.len() > 5 {
+            return Err(Status::no_route(path));
+        }
+        let res = reg
+            .get(group, plural)
+            .filter(|r| r.version(version).is_some())
+            .cloned()
+            .ok_or_else(|| Status::no_route(path))?;
+        if res.namespaced == ns.is_empty() && name.is_some() {
+            return Err(Status::no_route(path));
+        }
+        if !res.namespaced && !ns.is_empty() {
+            return Err(Status::no_route(path));
+        }
+        let sub = sub.map(str::to_string);
+        if let Some(s) = &sub {
+            let ok = (s == "status" && res.version(version).is_some_and(|v| v.status))
+                || (s == "finalize" && res.plural == "namespaces");
+            if !ok {
+                return Err(Status::no_route(path));
+            }
+        }
+        let t = Target {
+            res,
+            version: version.to_string(),
+            ns: ns.to_string(),
+            name: name.map(str::to_string),
+            sub,
+        };
+        let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+        match (method, t.name.is_some()) {
+            (Method::GET, true) => self.get(&t, accept),
+            (Method::GET, false) if is_watch => self.watch(&t, &query, accept),
+            (Method::GET, false) => self.list(&t, &query, accept),
+            (Method::POST, false) => {
+                let body = self.read_body(&headers, body).await?;
+                self.create(&t, &query, &headers, body).await
+            }
+            (Method::PUT, true) => {
+                let body = self.read_body(&headers, body).await?;
+                self.update(&t, &query, &headers, body).await
+            }
+            (Method::PATCH, true) => {
+                let ct = header_str(&headers, header::CONTENT_TYPE).to_string();
+                let kind = PatchType::from_content_type(&ct)
+                    .ok_or_else(|| Status::unsupported_media(&ct))?;
+                let raw = self.collect(body).await?;
+                self.patch(&t, &query, &headers, kind, raw).await
+            }
+            (Method::DELETE, true) => {
+                let raw = self.collect(body).await?;
+                self.delete(&t, &query, raw).await
+            }
+            (Method::DELETE, false) => {
+                let raw = self.collect(body).await?;
+                self.delete_collection(&t, &query, raw).await
+            }
+            (m, _) => Err(Status::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({m})"
+            ))),
+        }
+    }
+
+    async fn collect(&self, body: Body) -> Result<Bytes, Status> {
+        use http_body_util::BodyExt;
+        let limited = http_body_util::Limited::new(body, self.max_body);
+        match limited.collect().await {
+            Ok(c) => Ok(c.to_bytes()),
+            Err(e) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    Err(Status::too_large(self.max_body))
+                } else {
+                    Err(Status::bad_request(format!(
+                        "cannot read the request body: {e}"
+                    )))
+                }
+            }
+        }
+    }
+
+    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Value, Status> {
+        let ct = header_str(headers, header::CONTENT_TYPE).to_string();
+        let raw = self.collect(body).await?;
+        decode(&ct, &raw)
+    }
+
+    fn ctx(&self, t: &Target, q: &Query, headers: &HeaderMap, name: String) -> WriteCtx {
+        let validation = match q.get("fieldValidation").map(String::as_str) {
+            Some("Strict") => Validation::Strict,
+            Some("Ignore") => Validation::Ignore,
+            _ => Validation::Warn,
+        };
+        let manager = q.get("fieldManager").cloned().unwrap_or_else(|| {
+            header_str(headers, header::USER_AGENT)
+                .split('/')
+                .next()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("unknown")
+                .to_string()
+        });
+        WriteCtx {
+            res: t.res.clone(),
+            version: t.version.clone(),
+            ns: t.ns.clone(),
+            name,
+            validation,
+            manager,
+            sub: t.sub.clone().unwrap_or_default(),
+            warnings: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn check_namespace(&self, t: &Target, name: &str) -> Result<(), Status> {
+        if !t.res.namespaced {
+            return Ok(());
+        }
+        let tables = self.store.read();
+        let nk = Key {
+            res: Arc::from("namespaces"),
+            ns: String::new(),
+            name: t.ns.clone(),
+        };
+        match tables.get(&nk) {
+            None => Err(Status::not_found("", "namespaces", &t.ns)),
+            Some(o) if o.deleting => Err(Status::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                    qualified(&t.res.group, &t.res.plural),
+                    t.ns
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn after_write(&self, t: &Target) {
+        if t.res.plural == "customresourcedefinitions" {
+            self.refresh_registry();
+        }
+    }
+}
+
+fn dry_run(q: &Query) -> Result<bool, Status> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(Status::bad_request(format!(
+            "Invalid dry run value: {other:?}: supported values: \"All\""
+        ))),
+    }
+}
+
+fn key(t: &Target, name: &str) -> Key {
+    Key {
+        res: t.res.store_key.clone(),
+        ns: t.ns.clone(),
+        name: name.to_string(),
+    }
+}
+
+fn header_str(h: &HeaderMap, k: header::HeaderName) -> &str {
+    h.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+/// The label and field selectors of a request.
+fn selectors(t: &Target, q: &Query) -> Result<(Labels, Fields), Status> {
+    let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = Fields::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        &allowed_fields(&t.res, &t.version),
+    )
+    .map_err(Status::bad_request)?;
+    Ok((labels, fields))
+}

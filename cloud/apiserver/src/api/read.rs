@@ -1,0 +1,173 @@
+//! get and list, with continue tokens and tables.
+
+use super::*;
+use crate::status::Status;
+use crate::store::Obj;
+use crate::table::{self, Include};
+use axum::http::StatusCode;
+use axum::response::Response;
+use base64::Engine;
+use bytes::{BufMut, BytesMut};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+impl Api {
+    pub(super) fn get(&self, t: &Target, accept: &str) -> Result<Response, Status> {
+        let name = t.name.clone().unwrap_or_default();
+        let obj = {
+            let tables = self.store.read();
+            tables.get(&key(t, &name)).cloned()
+        }
+        .ok_or_else(|| Status::not_found(&t.res.group, &t.res.plural, &name))?;
+        let v = outward(obj.value(), &t.res, &t.version);
+        if table::wants_table(accept) {
+            let rv = obj.rv;
+            let tb = table::table(&t.res, &t.version, &[v], Include::Metadata, rv, None);
+            return Ok(typed_table(tb));
+        }
+        Ok(json_response(StatusCode::OK, &v))
+    }
+
+    pub(super) fn list(&self, t: &Target, q: &Query, accept: &str) -> Result<Response, Status> {
+        let (labels, fields) = selectors(t, q)?;
+        let limit: usize = match q.get("limit") {
+            Some(l) => l
+                .parse::<i64>()
+                .map_err(|_| Status::bad_request(format!("invalid limit {l:?}")))?
+                .max(0) as usize,
+            None => 0,
+        };
+        let start = match q.get("continue").filter(|c| !c.is_empty()) {
+            Some(c) => Some(decode_continue(c)?),
+            None => None,
+        };
+        let (rv, items, cont, remaining) = {
+            let tables = self.store.read();
+            let rv = tables.rv;
+            let mut items: Vec<Arc<Obj>> = Vec::new();
+            let mut cont = None;
+            let mut remaining = 0usize;
+            if let Some(map) = tables.objects.get(&t.res.store_key) {
+                use std::ops::Bound;
+                let lower = match &start {
+                    Some(k) => Bound::Excluded(k.clone()),
+                    None => Bound::Unbounded,
+                };
+                let range: Box<dyn Iterator<Item = Entry<'_>>> = if t.ns.is_empty() {
+                    Box::new(map.range((lower, Bound::Unbounded)))
+                } else {
+                    let lo = match &start {
+                        Some(k) if k.0 == t.ns => Bound::Excluded(k.clone()),
+                        _ => Bound::Included((t.ns.clone(), String::new())),
+                    };
+                    let ns = t.ns.clone();
+                    Box::new(
+                        map.range((lo, Bound::Unbounded))
+                            .take_while(move |((n, _), _)| *n == ns),
+                    )
+                };
+                let mut last: Option<&(String, String)> = None;
+                for (k, o) in range {
+                    if !labels.is_empty() && !labels.matches(o) {
+                        continue;
+                    }
+                    if !fields.is_empty() && !fields.matches(&o.value()) {
+                        continue;
+                    }
+                    if limit > 0 && items.len() == limit {
+                        // The next page starts after the last item of this one.
+                        if cont.is_none()
+                            && let Some((ns, name)) = last
+                        {
+                            cont = Some(encode_continue(rv, ns, name));
+                        }
+                        remaining += 1;
+                        continue;
+                    }
+                    last = Some(k);
+                    items.push(o.clone());
+                }
+            }
+            (rv, items, cont, remaining)
+        };
+        if table::wants_table(accept) {
+            let values: Vec<Value> = items
+                .iter()
+                .map(|o| outward(o.value(), &t.res, &t.version))
+                .collect();
+            let tb = table::table(
+                &t.res,
+                &t.version,
+                &values,
+                Include::parse(q.get("includeObject").map(String::as_str)),
+                rv,
+                cont.as_deref(),
+            );
+            return Ok(typed_table(tb));
+        }
+        let api_version = t.res.api_version(&t.version);
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if let Some(c) = &cont {
+            meta["continue"] = json!(c);
+            meta["remainingItemCount"] = json!(remaining);
+        }
+        let mut out =
+            BytesMut::with_capacity(64 + items.iter().map(|o| o.json_len() + 1).sum::<usize>());
+        out.put_slice(
+            format!(
+                "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{meta},\"items\":[",
+                t.res.list_kind
+            )
+            .as_bytes(),
+        );
+        for (i, o) in items.iter().enumerate() {
+            if i > 0 {
+                out.put_u8(b',');
+            }
+            put_object(&mut out, o, &t.res, &t.version, &api_version);
+        }
+        out.put_slice(b"]}");
+        Ok(raw_json(StatusCode::OK, out.freeze()))
+    }
+}
+
+pub(super) fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
+    let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}")});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+}
+
+pub(super) fn decode_continue(c: &str) -> Result<(String, String), Status> {
+    let bad = || Status::bad_request(format!("continue key is not valid: {c:?}"));
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let start = v["start"].as_str().ok_or_else(bad)?;
+    let (ns, name) = start.split_once('/').ok_or_else(bad)?;
+    Ok((ns.to_string(), name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continue_token_gives_back_where_the_list_stopped() {
+        let token = encode_continue(42, "plant", "oven-1");
+        let (ns, name) = decode_continue(&token).expect("our own token");
+        assert_eq!((ns.as_str(), name.as_str()), ("plant", "oven-1"));
+    }
+
+    #[test]
+    fn a_forged_continue_token_is_a_400_that_quotes_it() {
+        for bad in [
+            "not base64!",
+            "e30", // {}
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"start":"noslash"}"#),
+        ] {
+            let e = decode_continue(bad).expect_err("refused");
+            assert_eq!(e.code, 400, "{bad}");
+            assert!(e.message.contains(bad), "{}", e.message);
+        }
+    }
+}
