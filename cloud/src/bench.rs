@@ -327,7 +327,7 @@ pub fn signed_node_tls(
     ca_key: &str,
     name: &str,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>> {
-    let (cert, key) = apiserver::pki::sign_leaf(
+    let (cert, key) = pki::sign_leaf(
         ca_pem,
         ca_key,
         &format!("system:node:{name}"),

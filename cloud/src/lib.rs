@@ -176,8 +176,7 @@ async fn start_cloudhub(
             sans.push(h);
         }
     }
-    let (cert, key) =
-        apiserver::pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
+    let (cert, key) = pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
     let ws_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, true, &[b"http/1.1"])?;
     let cert_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, false, &[b"http/1.1"])?;
     let hub = hub::CloudHub::new(hub::Settings {

@@ -1,27 +1,33 @@
 //! The embedded Kubernetes-compatible API of `cloudcore`: what `kubectl` and kube-rs need to
 //! declare devices with no cluster, served over HTTPS from one SQLite file.
 //!
-//! - [`store`]: objects in memory and SQLite, one resourceVersion, batched durable writes, watch
+//! Its surface is small: [`start`] (or [`serve`] on a listener of the caller's) with a
+//! [`Config`], the [`Running`] server, the client [`Identity`] each request carries, and
+//! [`tls_server_config`] for other listeners of the same process. Inside, all private:
+//! - `store`: objects in memory and SQLite, one resourceVersion, batched durable writes, watch
 //!   history.
-//! - [`api`]: the REST verbs; [`discovery`]: discovery and OpenAPI; [`table`]: `kubectl get`'s
-//!   tables; [`schema`]: CRD schemas; [`patch`] and [`managed`]: patches and server-side apply.
-//! - [`pki`]: the CA, certificates, tokens and admin kubeconfig; [`controllers`]: namespace
-//!   deletion, CRD cleanup and garbage collection.
+//! - `api`: the REST verbs (`read`, `watch`, `write`, the body codecs of `encode` and the
+//!   built-in kinds' rules of `builtin`); `discovery`: discovery and OpenAPI; `table`:
+//!   `kubectl get`'s tables; `schema`: CRD schemas; `patch` and `managed`: patches and
+//!   server-side apply.
+//! - `credentials`: the serving and admin certificates, tokens and admin kubeconfig, signed by
+//!   the CA of the shared `pki` crate; `controllers`: namespace deletion, CRD cleanup and
+//!   garbage collection.
 
-pub mod api;
-pub mod controllers;
-pub mod discovery;
-pub mod managed;
-pub mod meta;
-pub mod patch;
-pub mod pki;
-pub mod proto;
-pub mod resources;
-pub mod schema;
-pub mod selector;
-pub mod status;
-pub mod store;
-pub mod table;
+mod api;
+mod controllers;
+mod credentials;
+mod discovery;
+mod managed;
+mod meta;
+mod patch;
+mod proto;
+mod resources;
+mod schema;
+mod selector;
+mod status;
+mod store;
+mod table;
 
 use anyhow::{Context, Result};
 use api::{Api, Query, json_response};
@@ -130,7 +136,7 @@ pub async fn start(config: Config) -> Result<Running> {
         addr.ip().to_string()
     };
     let url = format!("https://{host}:{}", addr.port());
-    let pki = pki::prepare(&config.data_dir, &config.sans, &url)?;
+    let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     let store = store::Store::open(
         &config.data_dir.join("api.db"),
         store::StoreOptions {
@@ -164,7 +170,7 @@ pub async fn start(config: Config) -> Result<Running> {
     })
 }
 
-fn tls_config(pki: &pki::Pki) -> Result<Arc<rustls::ServerConfig>> {
+fn tls_config(pki: &credentials::Credentials) -> Result<Arc<rustls::ServerConfig>> {
     tls_server_config(
         &pki.ca_pem,
         &pki.serving_cert_pem,
@@ -466,9 +472,4 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
     }
     drop(listener);
     while conns.join_next().await.is_some() {}
-}
-
-/// A response whose body is JSON, for the binary's own use.
-pub fn into_status(r: Result<Response, Status>) -> Response {
-    r.unwrap_or_else(IntoResponse::into_response)
 }

@@ -160,14 +160,6 @@ pub enum Refused {
     Kind(String),
 }
 
-impl Refused {
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Garbage(m) | Self::Kind(m) => m,
-        }
-    }
-}
-
 /// Decodes a protobuf request body of a Namespace, ConfigMap or Secret into its JSON object;
 /// the error says what was wrong.
 pub fn decode(raw: &[u8]) -> Result<Value, Refused> {

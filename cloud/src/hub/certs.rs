@@ -29,9 +29,9 @@ impl Ca {
         let dir = data_dir.join("pki");
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let (pem, key_pem) = apiserver::pki::load_or_make_ca(&dir)?;
-        let der = apiserver::pki::pem_to_der(&pem)?;
-        let secret = apiserver::pki::pem_to_der(&key_pem)?;
+        let (pem, key_pem) = pki::load_or_make_ca(&dir)?;
+        let der = pki::pem_to_der(&pem)?;
+        let secret = pki::pem_to_der(&key_pem)?;
         Ok(Self {
             pem,
             key_pem,
@@ -176,13 +176,7 @@ impl CertServer {
                 );
             }
         };
-        match apiserver::pki::sign_node_csr(
-            &self.ca.pem,
-            &self.ca.key_pem,
-            &body,
-            &node,
-            self.cert_days,
-        ) {
+        match pki::sign_node_csr(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {
             Ok(der) => {
                 tracing::info!(%node, authorized_by = by, "edge certificate issued");
                 der.into_response()

@@ -57,7 +57,7 @@ pub async fn serve(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| apiserver::pki::common_name(c))
+                .and_then(|c| pki::common_name(c))
                 .unwrap_or_default();
             session(hub, stream, cn, peer, nodes, stop).await;
         });

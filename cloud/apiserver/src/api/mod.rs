@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 mod builtin;
 mod encode;
+#[cfg(test)]
+mod garbage;
 mod read;
 mod watch;
 mod write;

@@ -2,8 +2,8 @@
 //! the server, never answer 5xx, always answer a Kubernetes `Status` when they fail, and leave
 //! alone what no request named (a ConfigMap in a namespace of its own).
 
-use apiserver::api::{Api, Query};
-use apiserver::store::{Store, StoreOptions};
+use crate::api::{Api, Query};
+use crate::store::{Store, StoreOptions};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use http_body_util::BodyExt;

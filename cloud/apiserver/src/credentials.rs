@@ -1,0 +1,139 @@
+//! The embedded API's own credentials, made on first start and kept in the data directory: the
+//! serving certificate, an admin client certificate, a bearer token, and the admin kubeconfig
+//! that ties them together (as k3s writes one), all signed by the CA of [`pki`].
+
+use anyhow::{Context, Result};
+use base64::Engine;
+use pki::{read, sign_leaf, write_private};
+use std::path::{Path, PathBuf};
+
+/// The credentials the server needs at run time.
+pub struct Credentials {
+    pub ca_pem: String,
+    pub serving_cert_pem: String,
+    pub serving_key_pem: String,
+    /// `token -> user` pairs accepted as bearer tokens.
+    pub tokens: Vec<(String, String)>,
+    pub kubeconfig: PathBuf,
+}
+
+/// The serving certificate: the stored one while it names the same hosts and has more than 30
+/// days left, otherwise a new one (stored).
+fn serving(
+    dir: &Path,
+    ca_pem: &str,
+    ca_key_pem: &str,
+    sans: &[String],
+) -> Result<(String, String)> {
+    let (crt, key, names) = (
+        dir.join("serving.crt"),
+        dir.join("serving.key"),
+        dir.join("serving.names"),
+    );
+    let want = sans.join("\n");
+    if let (Some(c), Some(k), Some(n)) = (read(&crt)?, read(&key)?, read(&names)?)
+        && n == want
+        && pki::days_left(&c).is_some_and(|d| d > 30)
+    {
+        return Ok((c, k));
+    }
+    let (c, k) = sign_leaf(ca_pem, ca_key_pem, "cloudcore", None, sans, true, 365)?;
+    write_private(&key, &k)?;
+    write_private(&crt, &c)?;
+    write_private(&names, &want)?;
+    Ok((c, k))
+}
+
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty() && crate::meta::is_dns_subdomain(s))
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// Loads or makes every credential of `data_dir`; `server_url` goes into the kubeconfig.
+pub fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Credentials> {
+    let dir = data_dir.join("pki");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (ca_pem, ca_key_pem) = pki::load_or_make_ca(&dir)?;
+    let mut all_sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    all_sans.extend(host_name());
+    for s in sans {
+        if !all_sans.contains(s) {
+            all_sans.push(s.clone());
+        }
+    }
+    let (serving_cert_pem, serving_key_pem) = serving(&dir, &ca_pem, &ca_key_pem, &all_sans)?;
+    let (admin_crt, admin_key) =
+        match (read(&dir.join("admin.crt"))?, read(&dir.join("admin.key"))?) {
+            (Some(c), Some(k)) => (c, k),
+            _ => {
+                let (c, k) = sign_leaf(
+                    &ca_pem,
+                    &ca_key_pem,
+                    "admin",
+                    Some("system:masters"),
+                    &[],
+                    false,
+                    3650,
+                )?;
+                write_private(&dir.join("admin.key"), &k)?;
+                write_private(&dir.join("admin.crt"), &c)?;
+                (c, k)
+            }
+        };
+    let token_file = data_dir.join("tokens.csv");
+    let tokens_text = match read(&token_file)? {
+        Some(t) => t,
+        None => {
+            let token = format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            let text = format!("{token},admin,admin,\"system:masters\"\n");
+            write_private(&token_file, &text)?;
+            text
+        }
+    };
+    let tokens =
+        parse_tokens(&tokens_text).with_context(|| format!("in {}", token_file.display()))?;
+    let kubeconfig = data_dir.join("admin.kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: cloudcore\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: cloudcore\n  context:\n    cluster: cloudcore\n    user: admin\n    namespace: default\ncurrent-context: cloudcore\n",
+        b64(&ca_pem),
+        b64(&admin_crt),
+        b64(&admin_key)
+    );
+    write_private(&kubeconfig, &text)?;
+    Ok(Credentials {
+        ca_pem,
+        serving_cert_pem,
+        serving_key_pem,
+        tokens,
+        kubeconfig,
+    })
+}
+
+/// `token,user,uid,"groups"` lines (kube-apiserver's `--token-auth-file` format).
+pub fn parse_tokens(text: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.split(',');
+        let token = parts.next().unwrap_or_default().trim();
+        let user = parts.next().unwrap_or_default().trim();
+        if token.is_empty() || user.is_empty() {
+            anyhow::bail!("line {}: expected token,user[,uid,\"groups\"]", i + 1);
+        }
+        out.push((token.to_string(), user.to_string()));
+    }
+    Ok(out)
+}

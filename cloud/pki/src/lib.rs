@@ -1,0 +1,295 @@
+//! The cloud's certificates: a CA kept in a directory, leaf certificates signed by it, edge
+//! nodes' certificate requests signed as KubeEdge's cloudhub signs them, and the PEM/DER and
+//! X.509 helpers around them. Shared by the embedded API (its serving and admin certificates)
+//! and cloudhub (node certificates).
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use std::path::{Path, PathBuf};
+use time::{Duration, OffsetDateTime};
+
+/// Why a certificate or key could not be read, made or signed.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Crypto {
+        what: &'static str,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("the body is not a DER certificate request: {0}")]
+    NotACertificateRequest(String),
+    #[error("the certificate request's signature is wrong: {0}")]
+    BadSignature(String),
+    #[error("the certificate request is for {asked:?}, not {want:?} (the NodeName header)")]
+    WrongNode { asked: String, want: String },
+    #[error("not a PEM certificate: {0}")]
+    NotPem(#[from] pem::PemError),
+}
+
+pub type Result<T, E = PkiError> = std::result::Result<T, E>;
+
+fn crypto(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
+    move |source| PkiError::Crypto { what, source }
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> PkiError {
+    let path = path.to_path_buf();
+    move |source| PkiError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Writes `text` to `path` readable by its owner only (0600), through a temporary file renamed
+/// over it, synced.
+pub fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp).map_err(io("write", &tmp))?;
+        f.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("write", &tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io("write", path))
+}
+
+/// The text of `path`, or `None` if there is no such file.
+pub fn read(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("read", path)(e)),
+    }
+}
+
+fn validity(params: &mut CertificateParams, days: i64) {
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - Duration::hours(1);
+    params.not_after = now + Duration::days(days);
+}
+
+/// The CA of a data directory: loaded, or made and stored on first start.
+pub fn load_or_make_ca(dir: &Path) -> Result<(String, String)> {
+    let (crt, key) = (dir.join("ca.crt"), dir.join("ca.key"));
+    if let (Some(c), Some(k)) = (read(&crt)?, read(&key)?) {
+        return Ok((c, k));
+    }
+    let key_pair = KeyPair::generate().map_err(crypto("cannot generate the CA key"))?;
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "cloudcore-ca");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut params, 3650);
+    let cert = params
+        .self_signed(&key_pair)
+        .map_err(crypto("cannot make the CA certificate"))?;
+    write_private(&key, &key_pair.serialize_pem())?;
+    write_private(&crt, &cert.pem())?;
+    Ok((cert.pem(), key_pair.serialize_pem()))
+}
+
+/// Signs a new leaf certificate with the CA; returns (certificate PEM, key PEM).
+pub fn sign_leaf(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organization: Option<&str>,
+    sans: &[String],
+    server: bool,
+    days: i64,
+) -> Result<(String, String)> {
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(crypto("the CA key does not parse"))?;
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key)
+        .map_err(crypto("the CA certificate does not parse"))?;
+    let key_pair = KeyPair::generate().map_err(crypto("cannot generate a key"))?;
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    if let Some(o) = organization {
+        params.distinguished_name.push(DnType::OrganizationName, o);
+    }
+    for s in sans {
+        let san = match s.parse::<std::net::IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(
+                s.clone()
+                    .try_into()
+                    .map_err(crypto("a subject alternative name is not a DNS name"))?,
+            ),
+        };
+        params.subject_alt_names.push(san);
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![if server {
+        ExtendedKeyUsagePurpose::ServerAuth
+    } else {
+        ExtendedKeyUsagePurpose::ClientAuth
+    }];
+    validity(&mut params, days);
+    let cert = params
+        .signed_by(&key_pair, &issuer)
+        .map_err(crypto("cannot sign the certificate"))?;
+    Ok((cert.pem(), key_pair.serialize_pem()))
+}
+
+/// Days until a PEM certificate expires.
+pub fn days_left(pem: &str) -> Option<i64> {
+    let der = pem::parse(pem).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.contents()).ok()?;
+    let left = cert.validity().not_after.timestamp() - OffsetDateTime::now_utc().unix_timestamp();
+    Some(left / 86_400)
+}
+
+/// The common name of a DER certificate.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_string)
+}
+
+/// Signs an edge node's certificate request (DER), as KubeEdge's cloudhub does: the subject is
+/// `CN=system:node:{node}, O=system:nodes` whatever the request asked, client auth only, valid
+/// `days`. The request must name that node and carry a valid signature. Returns the DER.
+pub fn sign_node_csr(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    csr_der: &[u8],
+    node: &str,
+    days: i64,
+) -> Result<Vec<u8>> {
+    let want = format!("system:node:{node}");
+    use x509_parser::prelude::FromDer;
+    let (_, req) = x509_parser::certification_request::X509CertificationRequest::from_der(csr_der)
+        .map_err(|e| PkiError::NotACertificateRequest(e.to_string()))?;
+    req.verify_signature()
+        .map_err(|e| PkiError::BadSignature(e.to_string()))?;
+    let cn = req
+        .certification_request_info
+        .subject
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    if cn != want {
+        return Err(PkiError::WrongNode { asked: cn, want });
+    }
+    let csr = rcgen::CertificateSigningRequestParams::from_der(&csr_der.to_vec().into())
+        .map_err(crypto("the certificate request does not parse"))?;
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(crypto("the CA key does not parse"))?;
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key)
+        .map_err(crypto("the CA certificate does not parse"))?;
+    let mut params = CertificateParams::default();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, want.as_str());
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:nodes");
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    validity(&mut params, days);
+    let cert = params
+        .signed_by(&csr.public_key, &issuer)
+        .map_err(crypto("cannot sign the node certificate"))?;
+    Ok(cert.der().to_vec())
+}
+
+/// The DER of the first certificate of a PEM text.
+pub fn pem_to_der(pem_text: &str) -> Result<Vec<u8>> {
+    Ok(pem::parse(pem_text)?.contents().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(cn: &str) -> Vec<u8> {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params
+            .serialize_request(&key)
+            .expect("request")
+            .der()
+            .to_vec()
+    }
+
+    #[test]
+    fn the_ca_is_made_once_and_kept_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = load_or_make_ca(dir.path()).expect("made");
+        let again = load_or_make_ca(dir.path()).expect("loaded");
+        assert_eq!(first, again);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("ca.key"))
+                .expect("key file")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn a_node_gets_a_client_certificate_in_its_own_name_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ca, key) = load_or_make_ca(dir.path()).expect("ca");
+        let der =
+            sign_node_csr(&ca, &key, &csr("system:node:edge-1"), "edge-1", 365).expect("signed");
+        assert_eq!(common_name(&der).as_deref(), Some("system:node:edge-1"));
+        let e = sign_node_csr(&ca, &key, &csr("system:node:edge-2"), "edge-1", 365)
+            .expect_err("another node's name");
+        assert!(matches!(e, PkiError::WrongNode { .. }), "{e}");
+        let e = sign_node_csr(&ca, &key, b"garbage", "edge-1", 365).expect_err("garbage");
+        assert!(matches!(e, PkiError::NotACertificateRequest(_)), "{e}");
+    }
+
+    #[test]
+    fn a_leaf_certificate_names_its_hosts_and_lasts_its_days() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ca, key) = load_or_make_ca(dir.path()).expect("ca");
+        let sans = ["localhost".to_string(), "10.0.0.1".to_string()];
+        let (cert, _) = sign_leaf(&ca, &key, "cloudhub", None, &sans, true, 365).expect("leaf");
+        let left = days_left(&cert).expect("a certificate");
+        assert!((364..=365).contains(&left), "{left}");
+        let der = pem_to_der(&cert).expect("PEM");
+        assert_eq!(common_name(&der).as_deref(), Some("cloudhub"));
+        assert!(matches!(pem_to_der("not pem"), Err(PkiError::NotPem(_))));
+    }
+}
