@@ -1,6 +1,7 @@
 //! Types of the device layer, shared by every other crate; no IO.
 //!
 //! - [`v1beta1`]: the `devices.kubeedge.io/v1beta1` custom resources.
+pub mod bus;
 pub mod crd;
 pub mod dmi;
 pub mod manifest;

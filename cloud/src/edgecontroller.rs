@@ -14,8 +14,8 @@
 //! it.
 
 use crate::daemonset::watch;
-use devicecontroller::controller::Hub;
-use devicecontroller::downstream::{AckKey, Outbound};
+use api::bus::Hub;
+use api::bus::{AckKey, Outbound};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::reflector::Store;

@@ -70,8 +70,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     };
     // Without cloudhub, the newest 100 messages per node wait in memory (a newer one about an
     // object replaces the older); older ones are dropped and counted.
-    let memory = Arc::new(devicecontroller::controller::MemoryHub::new(100));
-    let hub: Arc<dyn devicecontroller::controller::Hub> = match &cloudhub {
+    let memory = Arc::new(api::bus::MemoryHub::new(100));
+    let hub: Arc<dyn api::bus::Hub> = match &cloudhub {
         Some(h) => h.clone(),
         None => memory.clone(),
     };
@@ -124,7 +124,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
 async fn serve_metrics(
     listen: &str,
     controller: Option<Arc<devicecontroller::controller::Metrics>>,
-    hub: Arc<devicecontroller::controller::MemoryHub>,
+    hub: Arc<api::bus::MemoryHub>,
     cloudhub: Option<Arc<hub::CloudHub>>,
     stop: CancellationToken,
 ) -> Result<()> {

@@ -4,9 +4,10 @@
 
 mod common;
 
+use api::bus::MemoryHub;
+use api::bus::Outbound;
 use common::{Cloud, examples, path_str, twin_report};
-use devicecontroller::controller::{self, MemoryHub};
-use devicecontroller::downstream::Outbound;
+use devicecontroller::controller;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;

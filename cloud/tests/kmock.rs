@@ -64,7 +64,8 @@ async fn reflector_against_kmock() {
 /// answered (`devicecontroller.rs` runs the full scenario on cloudcore).
 #[tokio::test]
 async fn device_controller_against_kmock() {
-    use devicecontroller::controller::{self, MemoryHub};
+    use api::bus::MemoryHub;
+    use devicecontroller::controller;
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
     let k = kmock();
     let client = client(&k).await;

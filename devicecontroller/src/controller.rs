@@ -1,11 +1,12 @@
 //! The device controller's runtime on kube-rs: watchers on Device, DeviceModel and DeviceStatus
 //! feed the pure [`Downstream`] and [`Upstream`]; messages go to a [`Hub`] (cloudhub implements
-//! it; [`MemoryHub`] keeps them in memory); DeviceStatus objects, their patches and the
+//! it; `api::bus::MemoryHub` keeps them in memory); DeviceStatus objects, their patches and the
 //! per-node profile ConfigMaps are written through kube-rs, at most `max_in_flight` at once.
 
-use crate::downstream::{Downstream, Outbound};
+use crate::downstream::Downstream;
 use crate::profile;
 use crate::upstream::{self, DeviceFacts, Plan, Taken, Upstream};
+use api::bus::Outbound;
 use api::message::Message;
 use api::packed::Packed;
 use futures_util::StreamExt;
@@ -16,8 +17,8 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -30,92 +31,7 @@ type NodeMeta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
 /// The label of a profile ConfigMap: the node it is for.
 pub const PROFILE_LABEL: &str = "devices.kubeedge.io/profile-node";
 
-/// Where messages for nodes go: cloudhub, or memory.
-pub trait Hub: Send + Sync + 'static {
-    fn send(&self, out: Outbound);
-}
-
-/// A hub that keeps each node's messages in memory, bounded: a message about an object
-/// replaces an older one about the same object still queued (it supersedes it); beyond `limit`
-/// messages per node the oldest are dropped and counted.
-pub struct MemoryHub {
-    /// Per node: each message as its JSON text, compressed (a fraction of a parsed message's
-    /// memory).
-    queues: Mutex<BTreeMap<String, VecDeque<Queued>>>,
-    limit: usize,
-    pub dropped: AtomicU64,
-}
-
-struct Queued {
-    ack: Option<crate::downstream::AckKey>,
-    text: Packed,
-}
-
-impl MemoryHub {
-    pub fn new(limit: usize) -> Self {
-        Self {
-            queues: Mutex::new(BTreeMap::new()),
-            limit: limit.max(1),
-            dropped: AtomicU64::new(0),
-        }
-    }
-
-    /// Takes every queued message, node by node.
-    pub fn take(&self) -> BTreeMap<String, Vec<Outbound>> {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut *q)
-            .into_iter()
-            .map(|(node, v)| {
-                let msgs = v
-                    .into_iter()
-                    .filter_map(|m| {
-                        Some(Outbound {
-                            node: node.clone(),
-                            message: serde_json::from_slice(&m.text.bytes()).ok()?,
-                            ack: m.ack,
-                            body: None,
-                        })
-                    })
-                    .collect();
-                (node, msgs)
-            })
-            .collect()
-    }
-
-    /// Messages queued for all nodes.
-    pub fn len(&self) -> usize {
-        self.queues
-            .lock()
-            .map(|q| q.values().map(VecDeque::len).sum())
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Hub for MemoryHub {
-    fn send(&self, out: Outbound) {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        let queue = q.entry(out.node.clone()).or_default();
-        if let Some(k) = &out.ack {
-            queue.retain(|o| {
-                o.ack.as_ref().is_none_or(|a| {
-                    (a.kind, &a.namespace, &a.name) != (k.kind, &k.namespace, &k.name)
-                })
-            });
-        }
-        queue.push_back(Queued {
-            text: Packed::new(&serde_json::to_vec(&out.message).unwrap_or_default()),
-            ack: out.ack,
-        });
-        while queue.len() > self.limit {
-            queue.pop_front();
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
+use api::bus::Hub;
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
@@ -1069,11 +985,6 @@ pub struct Delivered {
     pub key: Key,
     pub uid: String,
     pub resource_version: String,
-}
-
-/// The ObjectSync name of what `node` acknowledged: `{node}.{uid}`, as KubeEdge names it.
-pub fn object_sync_name(node: &str, uid: &str) -> String {
-    format!("{node}.{uid}")
 }
 
 /// Reads an ObjectSync record (`{node}.{uid}`; a node name may hold dots, a uid does not).

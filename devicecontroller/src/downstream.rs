@@ -14,6 +14,7 @@
 //! a device whose model does not exist yet waits for it and goes out when it appears; a model is
 //! removed from a node when its last device there goes.
 
+use api::bus::{AckKey, Outbound};
 use api::message::{Message, group, operation, source};
 use api::packed::Packed;
 use api::paths::Resource;
@@ -23,31 +24,6 @@ use std::sync::Arc;
 
 /// `{namespace, name}` of an object.
 pub type Key = (String, String);
-
-/// What the hub needs to resend a message until the node acknowledges it, and to drop it when a
-/// newer version of the same object supersedes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AckKey {
-    /// `device` or `devicemodel`.
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub resource_version: String,
-}
-
-/// A message for one node.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Outbound {
-    pub node: String,
-    pub message: Message,
-    /// `None` for messages that need no acknowledgement (membership).
-    pub ack: Option<AckKey>,
-    /// The content's JSON text as the controller keeps it (shared, not copied), when there is
-    /// one: a hub that holds the message until it is acknowledged keeps this instead of its own
-    /// copy of the object.
-    pub body: Option<Packed>,
-}
 
 /// A device as kept: its JSON text, compressed (parsed again only to send it), and the hash of
 /// its spec.

@@ -15,9 +15,10 @@
 //!    its patch is stored): p50, p99, max.
 
 use anyhow::{Context, Result};
+use api::bus::MemoryHub;
 use api::message::Message;
 use cloud::bench::{metric, rss_kib, run, scrape, start_server};
-use devicecontroller::controller::{self, MemoryHub};
+use devicecontroller::controller;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::json;
 use std::collections::HashMap;

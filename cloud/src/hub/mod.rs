@@ -15,10 +15,10 @@ pub mod certs;
 pub mod objectsync;
 mod ws;
 
+use api::bus::Hub;
+use api::bus::{AckKey, Outbound};
 use api::message::{Message, MessageHeader, MessageRoute};
 use api::packed::Packed;
-use devicecontroller::controller::Hub;
-use devicecontroller::downstream::{AckKey, Outbound};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

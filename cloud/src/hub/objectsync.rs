@@ -7,8 +7,8 @@
 //! an API error) only means that the object is sent again after a restart, or a delete sent
 //! twice; both are harmless, and counted.
 
-use devicecontroller::controller::object_sync_name;
-use devicecontroller::downstream::AckKey;
+use api::bus::AckKey;
+use api::bus::object_sync_name;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
