@@ -2,10 +2,10 @@
 //! as they are built, the cloud controllers that reach it through kube-rs only.
 
 pub mod bench;
+pub mod cloudhub;
 pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
-pub mod hub;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -125,7 +125,7 @@ async fn serve_metrics(
     listen: &str,
     controller: Option<Arc<devicecontroller::controller::Metrics>>,
     hub: Arc<api::bus::MemoryHub>,
-    cloudhub: Option<Arc<hub::CloudHub>>,
+    cloudhub: Option<Arc<cloudhub::CloudHub>>,
     stop: CancellationToken,
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -165,9 +165,9 @@ async fn start_cloudhub(
     config: &config::Config,
     client: kube::Client,
     stop: CancellationToken,
-) -> Result<Arc<hub::CloudHub>> {
+) -> Result<Arc<cloudhub::CloudHub>> {
     let c = &config.modules.cloud_hub;
-    let ca = hub::certs::Ca::load(&config.data_dir)?;
+    let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
     let mut sans = c.advertise_address.clone();
     sans.extend(["127.0.0.1".to_string(), "localhost".to_string()]);
     if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
@@ -179,7 +179,7 @@ async fn start_cloudhub(
     let (cert, key) = pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
     let ws_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, true, &[b"http/1.1"])?;
     let cert_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, false, &[b"http/1.1"])?;
-    let hub = hub::CloudHub::new(hub::Settings {
+    let hub = cloudhub::CloudHub::new(cloudhub::Settings {
         node_limit: c.node_limit,
         max_frame_bytes: c.max_frame_bytes,
         keepalive: Duration::from_secs(c.keepalive_seconds),
@@ -189,7 +189,7 @@ async fn start_cloudhub(
         noack_limit: 100,
     });
     hub.spawn_resender(stop.clone());
-    hub.set_records(hub::objectsync::Writer::start(client.clone()));
+    hub.set_records(cloudhub::objectsync::Writer::start(client.clone()));
     let listener = tokio::net::TcpListener::bind(c.listen)
         .await
         .with_context(|| format!("cannot listen on {} (modules.cloudHub.listen)", c.listen))?;
@@ -201,7 +201,7 @@ async fn start_cloudhub(
                 c.cert_listen
             )
         })?;
-    let certs = Arc::new(hub::certs::CertServer {
+    let certs = Arc::new(cloudhub::certs::CertServer {
         ca,
         cert_days: c.edge_cert_days,
     });
@@ -211,7 +211,7 @@ async fn start_cloudhub(
         certs.router(),
         stop.clone(),
     ));
-    tokio::spawn(hub::serve(
+    tokio::spawn(cloudhub::serve(
         hub.clone(),
         listener,
         tokio_rustls::TlsAcceptor::from(ws_tls),
@@ -227,7 +227,7 @@ async fn start_cloudhub(
 
 /// `cloudcore gettoken`: a join token for edge nodes.
 pub fn get_token(config: &config::Config) -> Result<String> {
-    let ca = hub::certs::Ca::load(&config.data_dir)?;
+    let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
     ca.token(Duration::from_secs(
         config.modules.cloud_hub.token_ttl_hours * 3600,
     ))
