@@ -32,7 +32,7 @@ use twin::engine::TwinError;
 use twin::service::{Op, ServiceError};
 
 #[derive(Clone)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     pub twin: TwinService,
     pub metrics: Arc<Metrics>,
     pub mappers: Option<Mappers>,
@@ -141,7 +141,7 @@ async fn readyz(State(s): State<ApiState>) -> Response {
     }
 }
 
-pub fn router(state: ApiState) -> Router {
+pub(crate) fn router(state: ApiState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -194,7 +194,7 @@ async fn twin_response(s: &ApiState, id: &DeviceId) -> Response {
 /// `"error": {"message", "timestamp"}`; its reported value, and every reported value while the
 /// device is `unknown` or `offline`, carries `"stale": true` and its age in milliseconds
 /// (`ageMs`): it is the last value read, not a live one.
-pub fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::Value {
+pub(crate) fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::Value {
     let mut v = serde_json::to_value(t).unwrap_or_default();
     let device_stale = t.values_stale();
     for (name, p) in &t.properties {
@@ -280,7 +280,7 @@ async fn mappers(State(s): State<ApiState>) -> Response {
 }
 
 /// Serves the API on `listener` until `cancel`, at most `max_connections` at once.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     max_connections: usize,
     state: ApiState,

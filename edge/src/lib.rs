@@ -1,14 +1,29 @@
-//! `edgecore`: the edge gateway. It keeps every device's twin in SQLite ([`twin`]), loads and
-//! watches local manifests ([`manifests`]), serves KubeEdge's `$hw` MQTT topics ([`eventbus`])
-//! and the DMI gRPC API to mappers ([`dmi`]), and a local HTTP API ([`http`]).
+//! `edgecore`: the edge gateway. Its surface is what the binary and the tests start it with:
+//! [`app::run`] on a [`config::Config`], and for the benches and DMI tests the DMI server
+//! ([`dmi`]), the [`catalog`] of devices it serves and the [`metrics`] it counts. Inside:
+//!
+//! - `app`: the wiring: starts every module below on one twin service and one catalog.
+//! - [`catalog`]: the devices and models edgecore serves, from local manifests and the cloud.
+//! - [`config`]: the config file, validated into the settings of each module.
+//! - [`dmi`]: the DMI gRPC server mappers report to, and the mapper manager (placement,
+//!   liveness, failover) that tells each mapper its devices.
+//! - `edgehub`: the cloud link (join by token, KubeEdge's websocket session, upstream
+//!   reports, downstream objects); `eventbus`: KubeEdge's `$hw` MQTT topics on an embedded
+//!   broker or an external one; `http`: the local HTTP API; `manifests`: the local manifest
+//!   directory, watched; `listeners`: the HTTP listener's bounds.
+//! - [`metrics`]: counters for `/metrics`.
+//!
+//! The twin itself is the `twin` crate, pods are the `edged` crate, and process plumbing is
+//! `rt`'s.
+#![warn(unreachable_pub)]
 
 pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod dmi;
-pub mod edgehub;
-pub mod eventbus;
-pub mod http;
-pub mod listeners;
-pub mod manifests;
+mod edgehub;
+mod eventbus;
+mod http;
+mod listeners;
+mod manifests;
 pub mod metrics;

@@ -9,14 +9,14 @@ use tokio::sync::Semaphore;
 
 /// The HTTP API's TCP listener for axum: at most `max` connections at once, accept errors
 /// backed off.
-pub struct LimitedTcp {
+pub(crate) struct LimitedTcp {
     listener: tokio::net::TcpListener,
     permits: Arc<Semaphore>,
     backoff: AcceptBackoff,
 }
 
 impl LimitedTcp {
-    pub fn new(listener: tokio::net::TcpListener, max: usize) -> Self {
+    pub(crate) fn new(listener: tokio::net::TcpListener, max: usize) -> Self {
         Self {
             listener,
             permits: Arc::new(Semaphore::new(max)),

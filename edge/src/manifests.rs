@@ -51,7 +51,7 @@ fn manifest_entries(dir: &Path) -> std::io::Result<Vec<(PathBuf, std::fs::Metada
 }
 
 /// Logs a failed read of the manifests and reports it (metrics, `/healthz`).
-pub fn failed(metrics: &crate::metrics::Metrics, catalog: &SharedCatalog, e: &ListError) {
+pub(crate) fn failed(metrics: &crate::metrics::Metrics, catalog: &SharedCatalog, e: &ListError) {
     let kept = crate::catalog::read(catalog).devices.len();
     tracing::error!(error = %e, devices_kept = kept, "cannot read the manifests; keeping the last good set of devices until a read succeeds");
     metrics.set_manifests_error(Some(e.to_string()));
@@ -59,7 +59,7 @@ pub fn failed(metrics: &crate::metrics::Metrics, catalog: &SharedCatalog, e: &Li
 
 /// Removes the twins of devices the catalog does not declare: run once, after the first
 /// complete read of the manifests (they are the source of truth).
-pub async fn prune_undeclared(twin: &twin::TwinService, catalog: &SharedCatalog) {
+pub(crate) async fn prune_undeclared(twin: &twin::TwinService, catalog: &SharedCatalog) {
     let declared: BTreeSet<_> = crate::catalog::read(catalog)
         .devices
         .keys()
@@ -95,7 +95,7 @@ fn signature(dir: &Path) -> Signature {
 
 /// What loading a directory gave: the valid objects for this node, and every problem found.
 #[derive(Debug, Default)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub catalog: Catalog,
     pub problems: Vec<String>,
     /// Devices skipped because their `spec.nodeName` names another node.
@@ -109,7 +109,7 @@ pub struct Loaded {
 /// The manifests directory could not be read as a whole: nothing may be concluded from it.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot list the manifests directory {dir}: {source}")]
-pub struct ListError {
+pub(crate) struct ListError {
     pub dir: PathBuf,
     #[source]
     pub source: std::io::Error,
@@ -118,7 +118,7 @@ pub struct ListError {
 /// Loads every manifest of `dir`. A directory that is missing or cannot be listed completely
 /// is an error, never an empty set: an error while reading the source of truth is no evidence
 /// that devices were deleted.
-pub fn load(dir: &Path, node: &str) -> Result<Loaded, ListError> {
+pub(crate) fn load(dir: &Path, node: &str) -> Result<Loaded, ListError> {
     let mut loaded = Loaded::default();
     let files = manifest_files(dir).map_err(|source| ListError {
         dir: dir.to_path_buf(),
@@ -198,7 +198,7 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
 /// Loads `dir` once as the local source of `catalog` and returns the changes from the previous
 /// content. When the directory cannot be read, the sources keep their last good content and the
 /// error is returned.
-pub fn reload(
+pub(crate) fn reload(
     dir: &Path,
     node: &str,
     sources: &mut Sources,
@@ -243,7 +243,7 @@ pub fn reload(
 /// `loaded` says whether the directory was read at start; until it has been, twins that the
 /// manifests no longer declare are not removed (see [`prune_undeclared`]).
 #[allow(clippy::too_many_arguments)]
-pub async fn watch(
+pub(crate) async fn watch(
     dir: PathBuf,
     node: String,
     interval: Duration,

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The rank of `mapper` for `device` in rendezvous hashing: FNV-1a of both names, finished with
 /// splitmix64 so that similar names spread. Stable across processes and releases (the standard
 /// library's hasher is not promised to be).
-pub fn score(mapper: &str, device: &str) -> u64 {
+pub(super) fn score(mapper: &str, device: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in mapper.bytes().chain([0u8]).chain(device.bytes()) {
         h ^= u64::from(b);
@@ -34,7 +34,7 @@ pub fn score(mapper: &str, device: &str) -> u64 {
 
 /// What placement needs to know of a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceFacts {
+pub(super) struct DeviceFacts {
     /// `namespace/name`.
     pub id: String,
     pub protocol: Option<String>,
@@ -44,7 +44,7 @@ pub struct DeviceFacts {
 
 /// What placement needs to know of a mapper.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MapperView {
+pub(super) struct MapperView {
     pub protocol: String,
     pub alive: bool,
     /// Devices assigned to it (`namespace/name`).
@@ -53,7 +53,7 @@ pub struct MapperView {
 
 /// A device going from one mapper (or none) to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Move {
+pub(super) struct Move {
     pub device: String,
     pub from: Option<String>,
     pub to: String,
@@ -61,7 +61,7 @@ pub struct Move {
 
 /// Where a device of an unreachable mapper goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failover {
+pub(super) enum Failover {
     /// It is pinned to that mapper and waits for it.
     Pinned,
     MoveTo(String),
@@ -71,12 +71,12 @@ pub enum Failover {
 
 /// The mappers, by name: a snapshot the decisions are taken on, kept in step as moves are made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Placement {
+pub(super) struct Placement {
     pub mappers: BTreeMap<String, MapperView>,
 }
 
 impl Placement {
-    pub fn owner(&self, id: &str) -> Option<&str> {
+    pub(super) fn owner(&self, id: &str) -> Option<&str> {
         self.mappers
             .iter()
             .find(|(_, m)| m.devices.contains(id))
@@ -84,7 +84,7 @@ impl Placement {
     }
 
     #[cfg(test)]
-    pub fn set_alive(&mut self, name: &str, alive: bool) {
+    pub(super) fn set_alive(&mut self, name: &str, alive: bool) {
         if let Some(m) = self.mappers.get_mut(name) {
             m.alive = alive;
         }
@@ -92,7 +92,7 @@ impl Placement {
 
     /// Whether `mapper` may serve `device`: the one it is pinned to, or else one of its
     /// protocol.
-    pub fn fits(&self, device: &DeviceFacts, mapper: &str) -> bool {
+    pub(super) fn fits(&self, device: &DeviceFacts, mapper: &str) -> bool {
         match &device.pin {
             Some(p) => p == mapper,
             None => {
@@ -104,7 +104,7 @@ impl Placement {
     /// The mapper a device that has none (or must leave its own, `except`) should go to: the one
     /// its annotation names (live or not: it waits for it), else the best-ranked live mapper of
     /// its protocol that has room, else the least loaded one.
-    pub fn choose(&self, device: &DeviceFacts, except: Option<&str>) -> Option<String> {
+    pub(super) fn choose(&self, device: &DeviceFacts, except: Option<&str>) -> Option<String> {
         if let Some(m) = &device.pin {
             return self.mappers.contains_key(m).then(|| m.clone());
         }
@@ -135,7 +135,7 @@ impl Placement {
     }
 
     /// Makes a move in the snapshot.
-    pub fn apply(&mut self, m: &Move) {
+    pub(super) fn apply(&mut self, m: &Move) {
         if let Some(from) = m.from.as_deref().filter(|f| *f != m.to)
             && let Some(v) = self.mappers.get_mut(from)
         {
@@ -149,7 +149,7 @@ impl Placement {
     /// What a mapper that registers claims: what it had before (`previous`, if it was of the
     /// same protocol), the devices pinned to it, and the devices of its protocol that no mapper
     /// has.
-    pub fn claims_on_register(
+    pub(super) fn claims_on_register(
         &self,
         name: &str,
         previous: BTreeSet<String>,
@@ -175,7 +175,7 @@ impl Placement {
     /// on live mappers, the unpinned device that ranks it best from the most loaded other live
     /// mapper (ties: the first by name), as long as that one holds at least two more than it.
     /// The moves are made in the snapshot as they are decided.
-    pub fn join(
+    pub(super) fn join(
         &mut self,
         name: &str,
         reclaim: &BTreeSet<String>,
@@ -245,7 +245,7 @@ impl Placement {
     }
 
     /// Where `device`, served by the unreachable mapper `name`, goes.
-    pub fn failover(&self, name: &str, device: &DeviceFacts) -> Failover {
+    pub(super) fn failover(&self, name: &str, device: &DeviceFacts) -> Failover {
         if device.pin.as_deref() == Some(name) {
             return Failover::Pinned;
         }

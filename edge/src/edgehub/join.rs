@@ -20,7 +20,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 
 /// The node's credentials: the cloud CA and its own certificate and key (PEM).
 #[derive(Clone)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
@@ -28,7 +28,7 @@ pub struct Credentials {
 
 impl Credentials {
     /// A TLS client configuration trusting the cloud CA and presenting the node's certificate.
-    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+    pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
@@ -49,7 +49,7 @@ impl Credentials {
 
 impl Credentials {
     /// The certificate's validity: not before, not after (Unix seconds).
-    pub fn validity(&self) -> Result<(i64, i64)> {
+    pub(crate) fn validity(&self) -> Result<(i64, i64)> {
         use rustls::pki_types::pem::PemObject;
         let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
             .context("the node certificate is not PEM")?;
@@ -61,7 +61,7 @@ impl Credentials {
 
     /// Whether the certificate is due for renewal at `now` (Unix seconds): less than a fifth of
     /// its lifetime, or fewer than `before_days` days, left.
-    pub fn renewal_due(&self, now: i64, before_days: u64) -> bool {
+    pub(crate) fn renewal_due(&self, now: i64, before_days: u64) -> bool {
         match self.validity() {
             Ok((from, to)) => {
                 let left = to - now;
@@ -90,7 +90,7 @@ fn now_secs() -> i64 {
 }
 
 /// The credentials kept in `dir`, or new ones got with the token and kept there.
-pub async fn credentials(
+pub(crate) async fn credentials(
     dir: &Path,
     cert_server: &str,
     node: &str,
@@ -229,7 +229,7 @@ fn keep(dir: &Path, creds: &Credentials) -> Result<()> {
 }
 
 /// Renews `current` with itself (no token) and keeps the new credentials in `dir`.
-pub async fn renew(
+pub(crate) async fn renew(
     dir: &Path,
     cert_server: &str,
     node: &str,
@@ -280,7 +280,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// `host:port` and the host of a `scheme://host:port[/...]` address.
-pub fn host_port(url: &str) -> Result<(String, String)> {
+pub(crate) fn host_port(url: &str) -> Result<(String, String)> {
     let rest = url
         .split_once("://")
         .map(|(_, r)| r)
@@ -297,7 +297,7 @@ pub fn host_port(url: &str) -> Result<(String, String)> {
 }
 
 /// The server name TLS checks: an IP address or a DNS name.
-pub fn server_name(host: &str) -> Result<ServerName<'static>> {
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>> {
     ServerName::try_from(host.to_string()).with_context(|| format!("{host:?} is not a host name"))
 }
 

@@ -12,7 +12,7 @@
 //!   (after it stored the DeviceStatus), so a link that drops loses nothing; unanswered
 //!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
 
-pub mod join;
+pub(crate) mod join;
 
 use crate::catalog::{Change, CloudObjects, SharedCatalog, SharedSources};
 use crate::config::Cloud;
@@ -36,7 +36,7 @@ const META_DEVICE: &str = "cloud-device";
 const META_MODEL: &str = "cloud-model";
 
 /// What the cloud sent before, from the twin store.
-pub async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
+pub(crate) async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
     let mut out = CloudObjects::default();
     for (key, text) in store.list_meta(META_DEVICE).await? {
         match serde_json::from_str::<api::v1beta1::Device>(&text) {
@@ -63,7 +63,7 @@ pub async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
 }
 
 /// What the cloud sent for edged (pods, ConfigMaps, Secrets), from the twin store.
-pub async fn load_cloud_pods(store: &twin::Store, into: &CloudPods) -> Result<()> {
+pub(crate) async fn load_cloud_pods(store: &twin::Store, into: &CloudPods) -> Result<()> {
     for (meta, kind) in [
         (edged::cloud::META_CONFIGMAP, "configmap"),
         (edged::cloud::META_SECRET, "secret"),
@@ -94,7 +94,7 @@ pub async fn load_cloud_pods(store: &twin::Store, into: &CloudPods) -> Result<()
 }
 
 /// What edgehub works with.
-pub struct EdgeHub {
+pub(crate) struct EdgeHub {
     pub cloud: Cloud,
     pub node: String,
     pub data_dir: PathBuf,
@@ -108,7 +108,7 @@ pub struct EdgeHub {
 
 impl EdgeHub {
     /// Runs until `cancel`: joins, connects, and reconnects.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut backoff = Duration::from_secs(1);
         let mut renewal_tried = None;
         loop {

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Errors of starting the embedded broker.
 #[derive(Debug, thiserror::Error)]
-pub enum BrokerError {
+pub(crate) enum BrokerError {
     #[error("embedded MQTT broker cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -37,13 +37,13 @@ pub enum BrokerError {
 }
 
 /// Largest MQTT packet accepted and sent (a whole twin document fits).
-pub const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_PAYLOAD: usize = 2 * 1024 * 1024;
 
 /// What one client may hold of the broker, with Mosquitto's names and defaults where they fit
 /// (`max_queued_messages` 1000, `max_inflight_messages` 20; Mosquitto's `max_queued_bytes` is
 /// unlimited by default, ours is 16 MiB so that a stalled client cannot pin unbounded memory).
 #[derive(Clone, Debug)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Clients served at once; more wait in the listen backlog.
     pub max_connections: usize,
     /// Messages queued for one client. Beyond it (or beyond `max_queued_bytes`) a QoS 0
@@ -71,7 +71,7 @@ impl Default for Limits {
 const LINK_QUEUE: usize = 8;
 
 /// Whether `filter` matches `topic` (MQTT 3.1.1 section 4.7).
-pub fn topic_matches(filter: &str, topic: &str) -> bool {
+pub(crate) fn topic_matches(filter: &str, topic: &str) -> bool {
     if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
         return false;
     }
@@ -227,9 +227,7 @@ fn min_qos(a: QoS, b: QoS) -> QoS {
 }
 
 /// A running embedded broker.
-pub struct Broker {
-    /// Where it listens.
-    pub addr: SocketAddr,
+pub(crate) struct Broker {
     pub stats: Arc<BrokerStats>,
     shared: Shared,
 }
@@ -239,7 +237,7 @@ impl Broker {
     /// publishes that match them without a socket or an MQTT encoding in between, and publishes
     /// straight into the broker's routing. A publisher whose messages match waits for room in
     /// this client's queue instead of anything being dropped.
-    pub fn link(&self, filters: &[String]) -> Link {
+    pub(crate) fn link(&self, filters: &[String]) -> Link {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -269,7 +267,7 @@ impl Broker {
 }
 
 /// edgecore's own client of the embedded broker, in the same process ([`Broker::link`]).
-pub struct Link {
+pub(crate) struct Link {
     id: u64,
     rx: mpsc::Receiver<Packet>,
     queued_bytes: Arc<AtomicUsize>,
@@ -278,7 +276,7 @@ pub struct Link {
 
 impl Link {
     /// The next publish that matched the link's filters; `None` once the broker is gone.
-    pub async fn recv(&mut self) -> Option<Publish> {
+    pub(crate) async fn recv(&mut self) -> Option<Publish> {
         loop {
             match self.rx.recv().await? {
                 Packet::Publish(p) => {
@@ -292,7 +290,7 @@ impl Link {
     }
 
     /// Publishes through the broker, as the link's client.
-    pub fn publisher(&self) -> LinkPublisher {
+    pub(crate) fn publisher(&self) -> LinkPublisher {
         self.publisher.clone()
     }
 }
@@ -305,14 +303,14 @@ impl Drop for Link {
 
 /// Publishes into the embedded broker from the same process.
 #[derive(Clone)]
-pub struct LinkPublisher {
+pub(crate) struct LinkPublisher {
     shared: Shared,
 }
 
 impl LinkPublisher {
     /// Whether any client subscribes to `topic` now: a message nobody would receive need not be
     /// built.
-    pub fn wanted(&self, topic: &str) -> bool {
+    pub(crate) fn wanted(&self, topic: &str) -> bool {
         self.shared
             .lock()
             .clients
@@ -322,7 +320,7 @@ impl LinkPublisher {
 
     /// Routes a QoS 1 publish to its subscribers (never retained). Must not be called for a
     /// topic that the link itself subscribes to while the link is not being read.
-    pub async fn publish(&self, topic: String, payload: Vec<u8>) {
+    pub(crate) async fn publish(&self, topic: String, payload: Vec<u8>) {
         let p = Publish::new(topic, QoS::AtLeastOnce, payload);
         self.shared.route(&p).await;
     }
@@ -330,7 +328,7 @@ impl LinkPublisher {
 
 /// Binds `addr` and serves MQTT until `cancel`, serving at most `max_connections` clients at
 /// once (more wait in the listen backlog).
-pub async fn start(
+pub(crate) async fn start(
     addr: SocketAddr,
     limits: Limits,
     cancel: CancellationToken,
@@ -348,7 +346,6 @@ pub async fn start(
         ..Shared::default()
     };
     let broker = Broker {
-        addr: local,
         stats: shared.stats.clone(),
         shared: shared.clone(),
     };

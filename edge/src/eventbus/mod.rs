@@ -2,8 +2,8 @@
 //! any external one. Requests are handled in the order they arrive; a malformed payload gets an
 //! error on its result topic and changes nothing.
 
-pub mod broker;
-pub mod payload;
+pub(crate) mod broker;
+pub(crate) mod payload;
 
 use crate::metrics::Metrics;
 use api::paths::{DeviceId, DeviceTopicKind, NodeTopicKind, Topic};
@@ -23,7 +23,7 @@ use twin::{DeviceRow, TwinService, now_millis};
 const MQTT_MAX_PACKET: usize = 268_435_455;
 
 /// A request larger than this is refused with 413 without being parsed.
-pub const MAX_REQUEST: usize = broker::MAX_PAYLOAD;
+pub(crate) const MAX_REQUEST: usize = broker::MAX_PAYLOAD;
 
 /// Requests handed to the request handler and not yet taken by it.
 const REQUEST_QUEUE: usize = 1024;
@@ -51,7 +51,7 @@ fn lane_of(topic: &str) -> usize {
 
 /// How to reach the broker.
 #[derive(Clone, Debug)]
-pub struct MqttSettings {
+pub(crate) struct MqttSettings {
     pub host: String,
     pub port: u16,
     pub client_id: String,
@@ -60,7 +60,7 @@ pub struct MqttSettings {
 }
 
 /// The topic filters edgecore subscribes to.
-pub fn subscriptions(node: &str) -> Vec<String> {
+pub(crate) fn subscriptions(node: &str) -> Vec<String> {
     vec![
         "$hw/events/device/+/+/twin/update".into(),
         "$hw/events/device/+/+/twin/get".into(),
@@ -70,7 +70,7 @@ pub fn subscriptions(node: &str) -> Vec<String> {
 }
 
 /// Where the eventbus meets the apps.
-pub enum Connection {
+pub(crate) enum Connection {
     /// An MQTT client of a broker over TCP (an external broker).
     Tcp(MqttSettings),
     /// edgecore's own embedded broker, in the same process: no socket, no MQTT encoding and
@@ -86,7 +86,7 @@ pub enum Connection {
 const LINK_WINDOW: usize = 96;
 
 /// Runs the eventbus until `cancel`.
-pub async fn run(
+pub(crate) async fn run(
     connection: Connection,
     node: String,
     twin: TwinService,

@@ -10,10 +10,10 @@ use twin::{DeviceRow, DeviceTwin, Millis, PropertyTwin, TwinValue, Version};
 /// A payload that cannot be used, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct BadPayload(pub String);
+pub(crate) struct BadPayload(pub String);
 
 /// The optional `event_id` of a request, echoed in its result.
-pub fn event_id(payload: &[u8]) -> String {
+pub(crate) fn event_id(payload: &[u8]) -> String {
     serde_json::from_slice::<Value>(payload)
         .ok()
         .and_then(|v| {
@@ -44,7 +44,7 @@ struct MsgTwinIn {
 
 /// One property of a `twin/update` request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum TwinUpdate {
+pub(crate) enum TwinUpdate {
     /// Sets the desired (`expected`) and/or reported (`actual`) value.
     Set {
         name: String,
@@ -57,7 +57,7 @@ pub enum TwinUpdate {
 }
 
 /// KubeEdge's `metadata.type` spelling of a property type.
-pub fn type_name(t: PropertyType) -> &'static str {
+pub(crate) fn type_name(t: PropertyType) -> &'static str {
     match t {
         PropertyType::Int => "int",
         PropertyType::Float => "float",
@@ -70,7 +70,7 @@ pub fn type_name(t: PropertyType) -> &'static str {
 }
 
 /// A property type from KubeEdge's `metadata.type` spelling (`""` is a string).
-pub fn parse_type(s: &str) -> Option<PropertyType> {
+pub(crate) fn parse_type(s: &str) -> Option<PropertyType> {
     Some(match s.to_ascii_lowercase().as_str() {
         "int" | "integer" => PropertyType::Int,
         "float" => PropertyType::Float,
@@ -84,7 +84,7 @@ pub fn parse_type(s: &str) -> Option<PropertyType> {
 }
 
 /// Parses `$hw/events/device/{ns}/{name}/twin/update`.
-pub fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPayload> {
+pub(crate) fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPayload> {
     let v: Value = serde_json::from_slice(payload)
         .map_err(|e| BadPayload(format!("payload is not JSON: {e}")))?;
     let twin = v
@@ -129,7 +129,7 @@ pub fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPayload> 
 }
 
 /// Parses `…/state/update`: the new state.
-pub fn parse_state_update(payload: &[u8]) -> Result<String, BadPayload> {
+pub(crate) fn parse_state_update(payload: &[u8]) -> Result<String, BadPayload> {
     let v: Value = serde_json::from_slice(payload)
         .map_err(|e| BadPayload(format!("payload is not JSON: {e}")))?;
     v.get("state")
@@ -139,7 +139,7 @@ pub fn parse_state_update(payload: &[u8]) -> Result<String, BadPayload> {
 }
 
 /// Checks a request that must be a JSON object (`twin/get`, `membership/get`).
-pub fn parse_request(payload: &[u8]) -> Result<(), BadPayload> {
+pub(crate) fn parse_request(payload: &[u8]) -> Result<(), BadPayload> {
     if payload.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
@@ -161,7 +161,7 @@ fn version_json(v: Version) -> Value {
 /// KubeEdge's `MsgTwin` of a property. `expected` is the desired value; for a property with
 /// none, it is the desired value the mapper last observed (`observedDesired`), which KubeEdge's
 /// edgecore stores as `expected` (see docs/kubeedge-differences.md).
-pub fn msg_twin(p: &PropertyTwin, versions: bool) -> Value {
+pub(crate) fn msg_twin(p: &PropertyTwin, versions: bool) -> Value {
     let mut m = Map::new();
     if let Some(d) = p.desired.as_ref().or(p.observed_desired.as_ref()) {
         m.insert("expected".into(), value_json(d));
@@ -190,12 +190,16 @@ fn bytes(v: Map<String, Value>) -> Vec<u8> {
 }
 
 /// The 404 result of a request about a device the node does not have.
-pub fn unknown_device(event_id: &str, now: Millis, device: &api::paths::DeviceId) -> Vec<u8> {
+pub(crate) fn unknown_device(
+    event_id: &str,
+    now: Millis,
+    device: &api::paths::DeviceId,
+) -> Vec<u8> {
     twin_error_result(event_id, now, &TwinError::UnknownDevice(device.clone()))
 }
 
 /// An error result: `{"event_id","timestamp","code","reason"}`.
-pub fn error_result(event_id: &str, now: Millis, code: u16, reason: &str) -> Vec<u8> {
+pub(crate) fn error_result(event_id: &str, now: Millis, code: u16, reason: &str) -> Vec<u8> {
     let mut m = envelope(event_id, now);
     m.insert("code".into(), Value::from(code));
     m.insert("reason".into(), Value::String(reason.into()));
@@ -203,12 +207,17 @@ pub fn error_result(event_id: &str, now: Millis, code: u16, reason: &str) -> Vec
 }
 
 /// The error result of a twin error.
-pub fn twin_error_result(event_id: &str, now: Millis, e: &TwinError) -> Vec<u8> {
+pub(crate) fn twin_error_result(event_id: &str, now: Millis, e: &TwinError) -> Vec<u8> {
     error_result(event_id, now, e.code(), &e.to_string())
 }
 
 /// `twin/update/result`: the properties the request named, as they are now, with versions.
-pub fn update_result(event_id: &str, now: Millis, twin: &DeviceTwin, names: &[String]) -> Vec<u8> {
+pub(crate) fn update_result(
+    event_id: &str,
+    now: Millis,
+    twin: &DeviceTwin,
+    names: &[String],
+) -> Vec<u8> {
     let mut t = Map::new();
     for n in names {
         let v = twin
@@ -227,7 +236,7 @@ pub fn update_result(event_id: &str, now: Millis, twin: &DeviceTwin, names: &[St
 /// `"error": {"message", "timestamp"}`; its `actual` value, and every one while the device is
 /// `unknown` or `offline`, also says `"stale": true` and its age in ms (`"age"`) in its metadata:
 /// it is the last value read, not a live one. KubeEdge's apps ignore these keys.
-pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
+pub(crate) fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
     let stale = twin.values_stale();
     let t: Map<String, Value> = twin
         .properties
@@ -256,7 +265,7 @@ pub fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
 }
 
 /// `twin/update/document`: last and current state of every changed property.
-pub fn document(event_id: &str, now: Millis, applied: &Applied) -> Vec<u8> {
+pub(crate) fn document(event_id: &str, now: Millis, applied: &Applied) -> Vec<u8> {
     let t: Map<String, Value> = applied
         .changes
         .iter()
@@ -277,7 +286,7 @@ pub fn document(event_id: &str, now: Millis, applied: &Applied) -> Vec<u8> {
 /// `twin/update/delta`, built over the whole twin as KubeEdge does: `twin` holds every property
 /// with a desired value (versions stripped), `delta` those whose desired value differs from the
 /// reported one; `None` when none differs.
-pub fn delta(event_id: &str, now: Millis, twin: &DeviceTwin) -> Option<Vec<u8>> {
+pub(crate) fn delta(event_id: &str, now: Millis, twin: &DeviceTwin) -> Option<Vec<u8>> {
     let delta = twin::engine::twin_delta(twin);
     if delta.is_empty() {
         return None;
@@ -295,7 +304,7 @@ pub fn delta(event_id: &str, now: Millis, twin: &DeviceTwin) -> Option<Vec<u8>> 
 }
 
 /// RFC 3339 UTC time of a Unix time in milliseconds, or `""` for 0.
-pub fn rfc3339(ms: Millis) -> String {
+pub(crate) fn rfc3339(ms: Millis) -> String {
     if ms <= 0 {
         return String::new();
     }
@@ -321,7 +330,7 @@ pub fn rfc3339(ms: Millis) -> String {
 }
 
 /// `state/update/result`.
-pub fn state_result(event_id: &str, now: Millis, row: &DeviceRow) -> Vec<u8> {
+pub(crate) fn state_result(event_id: &str, now: Millis, row: &DeviceRow) -> Vec<u8> {
     let mut m = envelope(event_id, now);
     let mut device =
         json!({"name": row.name, "state": row.state, "lastOnlineTime": rfc3339(row.last_online)});
@@ -344,7 +353,7 @@ fn membership_device(row: &DeviceRow) -> Value {
 }
 
 /// `membership/get/result`.
-pub fn membership_result(event_id: &str, now: Millis, rows: &[DeviceRow]) -> Vec<u8> {
+pub(crate) fn membership_result(event_id: &str, now: Millis, rows: &[DeviceRow]) -> Vec<u8> {
     let mut m = envelope(event_id, now);
     m.insert(
         "devices".into(),
@@ -354,7 +363,7 @@ pub fn membership_result(event_id: &str, now: Millis, rows: &[DeviceRow]) -> Vec
 }
 
 /// `membership/updated`.
-pub fn membership_updated(
+pub(crate) fn membership_updated(
     event_id: &str,
     now: Millis,
     added: &[DeviceRow],
