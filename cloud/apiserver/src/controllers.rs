@@ -13,7 +13,7 @@ use std::time::Duration;
 const CRD_KEY: &str = "customresourcedefinitions.apiextensions.k8s.io";
 const CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 
-pub async fn run(api: Arc<Api>) {
+pub(crate) async fn run(api: Arc<Api>) {
     let mut rx = api.store.subscribe();
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {

@@ -8,7 +8,7 @@ use pki::{read, sign_leaf, write_private};
 use std::path::{Path, PathBuf};
 
 /// The credentials the server needs at run time.
-pub struct Credentials {
+pub(crate) struct Credentials {
     pub ca_pem: String,
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
@@ -56,7 +56,7 @@ fn b64(s: &str) -> String {
 }
 
 /// Loads or makes every credential of `data_dir`; `server_url` goes into the kubeconfig.
-pub fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Credentials> {
+pub(crate) fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Credentials> {
     let dir = data_dir.join("pki");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (ca_pem, ca_key_pem) = pki::load_or_make_ca(&dir)?;
@@ -120,7 +120,7 @@ pub fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Cre
 }
 
 /// `token,user,uid,"groups"` lines (kube-apiserver's `--token-auth-file` format).
-pub fn parse_tokens(text: &str) -> Result<Vec<(String, String)>> {
+pub(crate) fn parse_tokens(text: &str) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();

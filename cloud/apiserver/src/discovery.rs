@@ -4,13 +4,13 @@
 use crate::resources::{Registry, Resource};
 use serde_json::{Map, Value, json};
 
-pub const AGGREGATED_V2: &str =
+pub(crate) const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-pub const AGGREGATED_V2BETA1: &str =
+pub(crate) const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// The aggregated discovery version an `Accept` header asks for first, if any.
-pub fn aggregated(accept: &str) -> Option<&'static str> {
+pub(crate) fn aggregated(accept: &str) -> Option<&'static str> {
     for part in accept.split(',') {
         let p: String = part.chars().filter(|c| !c.is_whitespace()).collect();
         if p.contains("as=APIGroupDiscoveryList") {
@@ -25,7 +25,7 @@ pub fn aggregated(accept: &str) -> Option<&'static str> {
     None
 }
 
-pub fn api_versions(server: &str) -> Value {
+pub(crate) fn api_versions(server: &str) -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"],
         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server}]})
 }
@@ -38,7 +38,7 @@ fn group_entry(group: &str, versions: &[String]) -> Value {
     json!({"name": group, "versions": vs, "preferredVersion": vs.first().cloned().unwrap_or(Value::Null)})
 }
 
-pub fn api_group_list(reg: &Registry) -> Value {
+pub(crate) fn api_group_list(reg: &Registry) -> Value {
     let groups: Vec<Value> = reg
         .groups()
         .into_iter()
@@ -48,7 +48,7 @@ pub fn api_group_list(reg: &Registry) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
+pub(crate) fn api_group(reg: &Registry, group: &str) -> Option<Value> {
     reg.groups()
         .into_iter()
         .find(|(g, _)| g == group && !g.is_empty())
@@ -60,7 +60,7 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
         })
 }
 
-pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut out = Vec::new();
     for r in reg.in_version(group, version) {
         let mut e = json!({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
@@ -111,7 +111,7 @@ fn discovery_resource(r: &Resource, version: &str) -> Value {
 }
 
 /// `APIGroupDiscoveryList` of the core group (`legacy`) or of every named group.
-pub fn aggregated_list(reg: &Registry, legacy: bool, media: &str) -> Value {
+pub(crate) fn aggregated_list(reg: &Registry, legacy: bool, media: &str) -> Value {
     let version = if media == AGGREGATED_V2BETA1 {
         "apidiscovery.k8s.io/v2beta1"
     } else {
@@ -140,7 +140,7 @@ pub fn aggregated_list(reg: &Registry, legacy: bool, media: &str) -> Value {
 }
 
 /// `io.kubeedge.devices.v1beta1.Device`, the schema name Kubernetes gives a kind.
-pub fn schema_name(r: &Resource, version: &str) -> String {
+pub(crate) fn schema_name(r: &Resource, version: &str) -> String {
     if r.builtin {
         let pkg = match r.group.as_str() {
             "" => "core",
@@ -225,7 +225,7 @@ fn operation(r: &Resource, version: &str, action: &str, params: &[&str]) -> Valu
 }
 
 /// The OpenAPI v3 document of one group version.
-pub fn openapi_v3(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn openapi_v3(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let mut schemas = Map::new();
     let mut paths = Map::new();
     let prefix = if group.is_empty() {
@@ -283,7 +283,7 @@ pub fn openapi_v3(reg: &Registry, group: &str, version: &str) -> Option<Value> {
 }
 
 /// A short hash of a document, for the `?hash=` of its URL.
-pub fn hash(v: &Value) -> String {
+pub(crate) fn hash(v: &Value) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in v.to_string().bytes() {
         h ^= u64::from(b);
@@ -293,7 +293,7 @@ pub fn hash(v: &Value) -> String {
 }
 
 /// `GET /openapi/v3`: every group version and the URL of its document.
-pub fn openapi_v3_index(reg: &Registry) -> Value {
+pub(crate) fn openapi_v3_index(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for (g, vs) in reg.groups() {
         for v in vs {

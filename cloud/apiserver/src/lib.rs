@@ -14,6 +14,8 @@
 //!   the CA of the shared `pki` crate; `controllers`: namespace deletion, CRD cleanup and
 //!   garbage collection.
 
+#![warn(unreachable_pub)]
+
 mod api;
 mod controllers;
 mod credentials;

@@ -12,7 +12,7 @@ type Path = Vec<String>;
 
 /// Leaf paths of an object, the way ownership counts them: `apiVersion`, `kind` and
 /// `metadata` other than labels, annotations and finalizers are nobody's.
-pub fn leaves(obj: &Value) -> BTreeSet<Path> {
+pub(crate) fn leaves(obj: &Value) -> BTreeSet<Path> {
     let mut out = BTreeSet::new();
     if let Some(m) = obj.as_object() {
         for (k, v) in m {
@@ -73,7 +73,7 @@ fn remove(v: &mut Value, path: &[String]) {
 }
 
 /// `fieldsV1` of a set of paths.
-pub fn to_fields(paths: &BTreeSet<Path>) -> Value {
+pub(crate) fn to_fields(paths: &BTreeSet<Path>) -> Value {
     let mut root = Map::new();
     for p in paths {
         let mut cur = &mut root;
@@ -96,7 +96,7 @@ pub fn to_fields(paths: &BTreeSet<Path>) -> Value {
 }
 
 /// Paths of a `fieldsV1`.
-pub fn from_fields(f: &Value) -> BTreeSet<Path> {
+pub(crate) fn from_fields(f: &Value) -> BTreeSet<Path> {
     fn go(v: &Value, path: Path, out: &mut BTreeSet<Path>) {
         let children: Vec<(&String, &Value)> = v
             .as_object()
@@ -176,7 +176,7 @@ fn overlaps(a: &Path, b: &Path) -> bool {
 
 /// Records an ordinary write (create, update, patch) by `manager`: it takes the fields it
 /// changed from whoever owned them.
-pub fn record_update(
+pub(crate) fn record_update(
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,
@@ -235,7 +235,7 @@ fn deep_merge(t: &mut Value, p: &Value) {
 
 /// Server-side apply of `applied` by `manager` over `current`; the result keeps `current`'s
 /// metadata other than labels, annotations and finalizers.
-pub fn apply(
+pub(crate) fn apply(
     current: &Value,
     applied: &Value,
     manager: &str,
@@ -323,7 +323,7 @@ pub fn apply(
 }
 
 /// The first managedFields entry of a newly applied object.
-pub fn applied_new(obj: &mut Value, manager: &str, api_version: &str, now: &str) {
+pub(crate) fn applied_new(obj: &mut Value, manager: &str, api_version: &str, now: &str) {
     let set = leaves(obj);
     store(
         obj,

@@ -5,10 +5,10 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-pub const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-pub const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+pub(crate) const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+pub(crate) const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -18,12 +18,12 @@ pub fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Checks `metadata.name` (a DNS-1123 label for namespaces, a subdomain otherwise).
-pub fn check_name(name: &str, label: bool) -> Option<Cause> {
+pub(crate) fn check_name(name: &str, label: bool) -> Option<Cause> {
     if name.is_empty() {
         return Some(Cause {
             reason: "FieldValueRequired",
@@ -77,7 +77,7 @@ fn label_value_ok(s: &str) -> bool {
 }
 
 /// Checks labels and annotation keys.
-pub fn check_meta(meta: &Value) -> Vec<Cause> {
+pub(crate) fn check_meta(meta: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     if let Some(labels) = meta.get("labels") {
         match labels.as_object() {
@@ -160,23 +160,23 @@ pub fn check_meta(meta: &Value) -> Vec<Cause> {
     causes
 }
 
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     rfc3339(OffsetDateTime::now_utc())
 }
 
-pub fn rfc3339(t: OffsetDateTime) -> String {
+pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
     let t = t.replace_nanosecond(0).unwrap_or(t);
     t.format(&Rfc3339).unwrap_or_default()
 }
 
 /// Seconds since an RFC 3339 time, if it parses.
-pub fn age_seconds(ts: &str) -> Option<i64> {
+pub(crate) fn age_seconds(ts: &str) -> Option<i64> {
     let t = OffsetDateTime::parse(ts, &Rfc3339).ok()?;
     Some((OffsetDateTime::now_utc() - t).whole_seconds())
 }
 
 /// An age as kubectl prints it (`5s`, `3m12s`, `4h`, `12d`), as Kubernetes' `HumanDuration`.
-pub fn human_duration(secs: i64) -> String {
+pub(crate) fn human_duration(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".into();
     }
@@ -233,7 +233,7 @@ pub fn human_duration(secs: i64) -> String {
 }
 
 /// A random 5-character suffix for `generateName`, from the alphabet Kubernetes uses.
-pub fn name_suffix() -> String {
+pub(crate) fn name_suffix() -> String {
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let id = uuid::Uuid::new_v4();
     id.as_bytes()[..5]

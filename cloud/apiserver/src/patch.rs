@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 /// The patch types a PATCH request may carry, by `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchType {
+pub(crate) enum PatchType {
     Merge,
     Json,
     Strategic,
@@ -13,7 +13,7 @@ pub enum PatchType {
 }
 
 impl PatchType {
-    pub fn from_content_type(ct: &str) -> Option<Self> {
+    pub(crate) fn from_content_type(ct: &str) -> Option<Self> {
         let base = ct.split(';').next().unwrap_or_default().trim();
         match base {
             "application/merge-patch+json" => Some(Self::Merge),
@@ -26,13 +26,13 @@ impl PatchType {
 }
 
 /// Applies a JSON patch; the error names the failing operation.
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
     let p: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
     json_patch::patch(target, &p).map_err(|e| e.to_string())
 }
 
-pub fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
@@ -62,7 +62,7 @@ fn set_list(field: &str) -> bool {
 }
 
 /// Applies a strategic merge patch to `target`.
-pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> {
+pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => merge_object(t, p),
         _ => {

@@ -9,7 +9,7 @@ use prost::Message;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
-pub const MEDIA: &str = "application/vnd.kubernetes.protobuf";
+pub(crate) const MEDIA: &str = "application/vnd.kubernetes.protobuf";
 const MAGIC: &[u8] = b"k8s\0";
 
 #[derive(Clone, PartialEq, Message)]
@@ -153,7 +153,7 @@ fn meta_json(m: Option<ObjectMeta>) -> Value {
 
 /// Why a protobuf body was not taken.
 #[derive(Debug)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Not a valid encoding.
     Garbage(String),
     /// A kind this server takes as JSON only.
@@ -162,7 +162,7 @@ pub enum Refused {
 
 /// Decodes a protobuf request body of a Namespace, ConfigMap or Secret into its JSON object;
 /// the error says what was wrong.
-pub fn decode(raw: &[u8]) -> Result<Value, Refused> {
+pub(crate) fn decode(raw: &[u8]) -> Result<Value, Refused> {
     let body = raw.strip_prefix(MAGIC).ok_or_else(|| {
         Refused::Garbage("the protobuf body does not start with the k8s\\0 envelope".into())
     })?;

@@ -127,7 +127,7 @@ fn col(name: &str, kind: &str, path: &str, priority: i64) -> Column {
 }
 
 /// The built-in kinds.
-pub fn builtins() -> Vec<Resource> {
+pub(crate) fn builtins() -> Vec<Resource> {
     vec![
         builtin(
             "",
@@ -342,7 +342,7 @@ impl Registry {
 
 /// Kubernetes' version ordering: GA before beta before alpha, higher numbers first; anything else
 /// last.
-pub fn version_priority(v: &str) -> (u8, u64, u64) {
+pub(crate) fn version_priority(v: &str) -> (u8, u64, u64) {
     let Some(rest) = v.strip_prefix('v') else {
         return (0, 0, 0);
     };
@@ -378,7 +378,7 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 /// The resource a CRD declares, or the causes why it is not valid.
-pub fn from_crd(crd: &Value) -> Result<Resource, Vec<Cause>> {
+pub(crate) fn from_crd(crd: &Value) -> Result<Resource, Vec<Cause>> {
     let mut causes = Vec::new();
     let spec = &crd["spec"];
     let group = spec["group"].as_str().unwrap_or_default().to_string();

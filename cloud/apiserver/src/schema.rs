@@ -12,7 +12,7 @@ const TYPES: &[&str] = &["object", "array", "string", "integer", "number", "bool
 
 /// What applying a schema found.
 #[derive(Debug, Default)]
-pub struct Findings {
+pub(crate) struct Findings {
     pub causes: Vec<Cause>,
     /// Paths of pruned unknown fields (`spec.foo`).
     pub unknown: Vec<String>,
@@ -33,7 +33,7 @@ fn join(path: &str, key: &str) -> String {
 /// Checks that a CRD schema is structural: every node has a known type (unless it is
 /// int-or-string or preserves unknown fields), `properties` and `additionalProperties` are not
 /// both set, the root is an object.
-pub fn check_structural(s: &Value, path: &str, root: bool) -> Vec<Cause> {
+pub(crate) fn check_structural(s: &Value, path: &str, root: bool) -> Vec<Cause> {
     let mut causes = Vec::new();
     let Some(m) = s.as_object() else {
         causes.push(Cause::type_invalid(path, s, "must be an object"));
@@ -149,7 +149,7 @@ pub fn check_structural(s: &Value, path: &str, root: bool) -> Vec<Cause> {
 }
 
 /// Prunes, defaults and validates `obj` (a whole custom resource) against `schema`.
-pub fn apply(obj: &mut Value, schema: &Value) -> Findings {
+pub(crate) fn apply(obj: &mut Value, schema: &Value) -> Findings {
     let mut f = Findings::default();
     walk(obj, schema, "", &mut f, true);
     f

@@ -15,7 +15,7 @@ enum Req {
 
 /// A parsed label selector; empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Labels(Vec<Req>);
+pub(crate) struct Labels(Vec<Req>);
 
 fn split_top(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -53,7 +53,7 @@ fn set(s: &str) -> Result<Vec<String>, String> {
 }
 
 impl Labels {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut reqs = Vec::new();
         for part in split_top(s) {
             let r = if let Some(k) = part.strip_prefix('!') {
@@ -78,11 +78,11 @@ impl Labels {
         Ok(Self(reqs))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn matches(&self, o: &Obj) -> bool {
+    pub(crate) fn matches(&self, o: &Obj) -> bool {
         self.0.iter().all(|r| match r {
             Req::Eq(k, v) => o.label(k) == Some(v.as_str()),
             Req::Ne(k, v) => o.label(k) != Some(v.as_str()),
@@ -96,11 +96,11 @@ impl Labels {
 
 /// A parsed field selector: `path=value` and `path!=value` terms.
 #[derive(Debug, Clone, Default)]
-pub struct Fields(Vec<(String, bool, String)>);
+pub(crate) struct Fields(Vec<(String, bool, String)>);
 
 impl Fields {
     /// Parses `s`, refusing paths not in `allowed` with kube-apiserver's message.
-    pub fn parse(s: &str, allowed: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str, allowed: &[String]) -> Result<Self, String> {
         let mut terms = Vec::new();
         for part in split_top(s) {
             let (k, eq, v) = if let Some((k, v)) = part.split_once("!=") {
@@ -127,11 +127,11 @@ impl Fields {
         Ok(Self(terms))
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn matches(&self, v: &Value) -> bool {
+    pub(crate) fn matches(&self, v: &Value) -> bool {
         self.0.iter().all(|(path, eq, want)| {
             let got = path
                 .split('.')

@@ -104,7 +104,7 @@ pub struct Status {
 
 /// What a resource is called in messages: `devices.devices.kubeedge.io`, or `configmaps` for the
 /// core group.
-pub fn qualified(group: &str, plural: &str) -> String {
+pub(crate) fn qualified(group: &str, plural: &str) -> String {
     if group.is_empty() {
         plural.to_string()
     } else {
@@ -289,6 +289,6 @@ impl IntoResponse for Status {
 }
 
 /// The success `Status` a delete of a whole object answers with in some cases.
-pub fn success(details: Value) -> Value {
+pub(crate) fn success(details: Value) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }

@@ -155,7 +155,7 @@ pub enum Outcome {
 }
 
 /// The function a mutation runs in the writer, given the current object.
-pub type MutateFn = Box<dyn FnOnce(Option<Value>, u64) -> Result<Outcome, Status> + Send>;
+pub(crate) type MutateFn = Box<dyn FnOnce(Option<Value>, u64) -> Result<Outcome, Status> + Send>;
 
 /// What a committed mutation answers.
 #[derive(Debug, Clone)]
@@ -174,7 +174,7 @@ struct Mutation {
 }
 
 /// The objects of one resource, by namespace and name.
-pub type Objects = BTreeMap<(String, String), Arc<Obj>>;
+pub(crate) type Objects = BTreeMap<(String, String), Arc<Obj>>;
 
 /// The committed state that readers see.
 pub struct Tables {

@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 
 /// What a row carries beside its cells (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Include {
+pub(crate) enum Include {
     None,
     Metadata,
     Object,
 }
 
 impl Include {
-    pub fn parse(s: Option<&str>) -> Self {
+    pub(crate) fn parse(s: Option<&str>) -> Self {
         match s {
             Some("None") => Self::None,
             Some("Object") => Self::Object,
@@ -59,7 +59,7 @@ fn columns(res: &Resource, version: &str) -> Vec<Column> {
 }
 
 /// The value of a simple JSONPath (`.spec.a.b`, `.spec.list[0].x`).
-pub fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+pub(crate) fn lookup<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = v;
     for seg in path.trim_start_matches('.').split('.') {
         if seg.is_empty() {
@@ -239,7 +239,7 @@ fn row(obj: &Value, cols: &[Column], include: Include, api_version: &str) -> Val
 }
 
 /// A Table of `objects`.
-pub fn table(
+pub(crate) fn table(
     res: &Resource,
     version: &str,
     objects: &[Value],
@@ -269,7 +269,7 @@ pub fn table(
 }
 
 /// Whether an `Accept` header asks for a Table.
-pub fn wants_table(accept: &str) -> bool {
+pub(crate) fn wants_table(accept: &str) -> bool {
     accept
         .split(',')
         .next()

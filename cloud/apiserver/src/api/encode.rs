@@ -9,7 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 
 /// Decodes a request body by its content type.
-pub fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
+pub(crate) fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
     let base = ct.split(';').next().unwrap_or_default().trim();
     let v: Value = match base {
         "" | "application/json" | "*/*" => serde_json::from_slice(raw).map_err(|e| {
@@ -125,7 +125,7 @@ pub(super) fn put_object(
     }
 }
 
-pub fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
     raw_json(code, Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
 }
 

@@ -41,7 +41,7 @@ pub struct Api {
     pub stop: CancellationToken,
 }
 
-pub type Query = HashMap<String, String>;
+pub(crate) type Query = HashMap<String, String>;
 
 type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
 
@@ -58,7 +58,7 @@ enum Validation {
 
 /// What a handler needs to know about the resource a path names.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub res: Arc<Resource>,
     pub version: String,
     pub ns: String,
