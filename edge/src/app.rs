@@ -1,48 +1,17 @@
 //! Wiring: starts the modules the config enables and stops them on cancellation.
 
-use crate::catalog::{Catalog, Change, SharedCatalog, SharedSources};
+use crate::catalog::{Catalog, SharedCatalog, SharedSources};
 use crate::config::{Config, MqttMode, split_host_port};
+use crate::meta::store::MetaStore;
+use crate::meta::sync::CatalogSync;
 use crate::metrics::Metrics;
 use crate::{dmi, eventbus, http, manifests};
 use anyhow::Context;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use twin::engine::DeviceDecl;
-use twin::service::Op;
 use twin::{Store, TwinService};
-
-/// Applies catalog changes to the twin: devices added, updated and removed. The operations are
-/// sent together, so that the twin service commits them in a few batches.
-pub async fn apply_changes(twin: &TwinService, catalog: &SharedCatalog, changes: &[Change]) {
-    let mut pending = JoinSet::new();
-    for change in changes {
-        let op = match change {
-            Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
-                let decl = {
-                    let c = crate::catalog::read(catalog);
-                    DeviceDecl::from_device(d, c.model_of(d))
-                };
-                Op::Upsert(decl)
-            }
-            Change::DeviceRemoved(id) => Op::Remove(id.clone()),
-            _ => continue,
-        };
-        let twin = twin.clone();
-        pending.spawn(async move { twin.apply(op).await });
-    }
-    while let Some(r) = pending.join_next().await {
-        match r {
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "failed to apply a manifest change to the twin")
-            }
-            Err(e) => tracing::warn!(error = %e, "a manifest change task failed"),
-            Ok(Ok(_)) => {}
-        }
-    }
-}
 
 /// Runs edgecore until `cancel` is triggered.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
@@ -54,25 +23,24 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let metrics = Arc::new(Metrics::default());
     let catalog: SharedCatalog = Arc::new(RwLock::new(Catalog::default()));
     let sources: SharedSources = Arc::default();
+    let sync = CatalogSync::new(twin.clone(), catalog.clone());
+    let meta = MetaStore::new(twin.store().clone());
     // What the cloud sent before this start (persisted before it was acknowledged): the
     // devices run at once, link or not.
     {
         let mut src = sources.lock().await;
-        src.cloud = crate::edgehub::load_cloud_objects(twin.store()).await?;
-        let initial = src.rebuild(&catalog);
-        apply_changes(&twin, &catalog, &initial).await;
+        src.cloud = meta.cloud_objects().await?;
+        sync.publish(&src).await;
     }
-    let (changes_tx, _) = broadcast::channel::<Vec<Change>>(256);
     let mut tasks = JoinSet::new();
     tracing::info!(node = %config.node_name, data_dir = %config.data_dir.display(), devices = twin.stats().devices.load(std::sync::atomic::Ordering::Relaxed), "edgecore starting");
 
     if config.modules.manifests {
         let dir = config.manifests_dir();
         let mut src = sources.lock().await;
-        let loaded = match manifests::reload(&dir, &config.node_name, &mut src, &catalog) {
-            Ok(initial) => {
-                apply_changes(&twin, &catalog, &initial).await;
-                drop(initial);
+        let loaded = match manifests::reload(&dir, &config.node_name, &mut src) {
+            Ok(()) => {
+                sync.publish(&src).await;
                 // Twins of devices no longer declared go: the directory is the source of truth.
                 manifests::prune_undeclared(&twin, &catalog).await;
                 true
@@ -91,9 +59,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             config.node_name.clone(),
             Duration::from_millis(config.manifests.poll_interval_ms),
             sources.clone(),
-            catalog.clone(),
-            twin.clone(),
-            changes_tx.clone(),
+            sync.clone(),
             metrics.clone(),
             loaded,
             cancel.clone(),
@@ -121,7 +87,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         let m = dmi::mappers::start(
             twin.clone(),
             catalog.clone(),
-            changes_tx.subscribe(),
+            sync.subscribe(),
             metrics.clone(),
             config.dmi.liveness(),
             cancel.clone(),
@@ -182,7 +148,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 
     // Pods the cloud sent before this start run at once, link or not.
     let cloud_pods = edged::CloudPods::default();
-    crate::edgehub::load_cloud_pods(twin.store(), &cloud_pods).await?;
+    meta.load_pod_objects(&cloud_pods).await?;
     let pods = config.edged.as_ref().map(|e| {
         let pods = edged::Pods::default();
         let edged = edged::Edged::new(
@@ -222,7 +188,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             twin: twin.clone(),
             sources: sources.clone(),
             catalog: catalog.clone(),
-            changes: changes_tx.clone(),
+            sync: sync.clone(),
+            meta: meta.clone(),
             pods: config.edged.is_some().then(|| cloud_pods.clone()),
         };
         tasks.spawn(hub.run(cancel.clone()));

@@ -10,7 +10,9 @@
 //! - `edgehub`: the cloud link (join by token, KubeEdge's websocket session, upstream
 //!   reports, downstream objects); `eventbus`: KubeEdge's `$hw` MQTT topics on an embedded
 //!   broker or an external one; `http`: the local HTTP API; `manifests`: the local manifest
-//!   directory, watched; `listeners`: the HTTP listener's bounds.
+//!   directory, watched; `listeners`: the HTTP listener's bounds; `meta`: KubeEdge's
+//!   metamanager: the one place catalog changes are published, and the typed records kept
+//!   besides the twins.
 //! - [`metrics`]: counters for `/metrics`.
 //!
 //! The twin itself is the `twin` crate, pods are the `edged` crate, and process plumbing is
@@ -26,4 +28,5 @@ mod eventbus;
 mod http;
 mod listeners;
 mod manifests;
+mod meta;
 pub mod metrics;

@@ -3,13 +3,12 @@
 //! objects are reported and skipped; a valid change applies without a restart.
 
 use crate::catalog::object_id;
-use crate::catalog::{Catalog, Change, SharedCatalog, SharedSources, Sources};
+use crate::catalog::{Catalog, SharedCatalog, SharedSources, Sources};
 use api::paths::DeviceId;
 use api::validate::set::validate_texts;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// The files of a directory with their modification times and sizes: what the watcher compares.
@@ -198,12 +197,7 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
 /// Loads `dir` once as the local source of `catalog` and returns the changes from the previous
 /// content. When the directory cannot be read, the sources keep their last good content and the
 /// error is returned.
-pub(crate) fn reload(
-    dir: &Path,
-    node: &str,
-    sources: &mut Sources,
-    catalog: &SharedCatalog,
-) -> Result<Vec<Change>, ListError> {
+pub(crate) fn reload(dir: &Path, node: &str, sources: &mut Sources) -> Result<(), ListError> {
     let loaded = load(dir, node)?;
     log_loaded(dir, &loaded);
     let previous = sources.local.take().unwrap_or_default();
@@ -224,15 +218,8 @@ pub(crate) fn reload(
     }
     let (devices, models) = (next.devices.len(), next.models.len());
     sources.local = Some(next);
-    let changes = sources.rebuild(catalog);
-    tracing::info!(
-        dir = %dir.display(),
-        devices,
-        models,
-        changes = changes.len(),
-        "loaded manifests"
-    );
-    Ok(changes)
+    tracing::info!(dir = %dir.display(), devices, models, "loaded manifests");
+    Ok(())
 }
 
 /// Watches `dir`, applies the changes of every valid edit to the twin and then publishes them
@@ -248,13 +235,12 @@ pub(crate) async fn watch(
     node: String,
     interval: Duration,
     sources: SharedSources,
-    catalog: SharedCatalog,
-    twin: twin::TwinService,
-    changes: broadcast::Sender<Vec<Change>>,
+    sync: crate::meta::sync::CatalogSync,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     mut loaded: bool,
     cancel: CancellationToken,
 ) {
+    let (catalog, twin) = (sync.catalog.clone(), sync.twin.clone());
     let mut last = signature(&dir);
     // A change is applied once the directory has looked the same for one more interval, so a
     // file caught half-written (truncated by an editor or `cp`, not yet refilled) is never
@@ -273,11 +259,8 @@ pub(crate) async fn watch(
         }
         last = now;
         let mut src = sources.lock().await;
-        let diff = match reload(&dir, &node, &mut src, &catalog) {
-            Ok(diff) => {
-                metrics.set_manifests_error(None);
-                diff
-            }
+        match reload(&dir, &node, &mut src) {
+            Ok(()) => metrics.set_manifests_error(None),
             Err(e) => {
                 // Keep the last good set, and look again at the next poll.
                 failed(&metrics, &catalog, &e);
@@ -285,10 +268,8 @@ pub(crate) async fn watch(
                 continue;
             }
         };
-        if !diff.is_empty() {
-            crate::app::apply_changes(&twin, &catalog, &diff).await;
-            let _ = changes.send(diff);
-        }
+        let changes = sync.publish(&src).await;
+        tracing::debug!(changes = changes.len(), "manifest changes published");
         drop(src);
         if !loaded {
             loaded = true;

@@ -11,11 +11,6 @@ use tokio::sync::Notify;
 /// `(namespace, name)`.
 pub type Key = (String, String);
 
-/// The store kinds (`meta` table) of what the cloud sent.
-pub const META_POD: &str = "cloud-pod";
-pub const META_CONFIGMAP: &str = "cloud-configmap";
-pub const META_SECRET: &str = "cloud-secret";
-
 #[derive(Default)]
 struct Objects {
     pods: BTreeMap<Key, Pod>,

@@ -29,6 +29,7 @@
 use super::placement::{DeviceFacts, Failover, MapperView, Placement};
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
 use crate::eventbus::payload::rfc3339;
+use crate::meta::store::MetaStore;
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
 use api::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
@@ -49,9 +50,6 @@ use twin::{TwinEvent, TwinService};
 
 /// A device annotation naming the mapper that must serve it.
 pub const MAPPER_ANNOTATION: &str = "edgecore.kubeedge.io/mapper";
-
-/// The `meta` kind of stored mapper registrations.
-const META_KIND: &str = "devicemapper";
 
 /// How mappers are watched (`dmi.probeIntervalMs`, `dmi.probeTimeoutMs`, `dmi.probeFailures`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,18 +172,12 @@ pub async fn start(
     cancel: CancellationToken,
 ) -> Mappers {
     let mut mappers = BTreeMap::new();
-    match twin.store().list_meta(META_KIND).await {
-        Ok(rows) => {
-            for (key, value) in rows {
-                match serde_json::from_str::<MapperRecord>(&value) {
-                    Ok(record) => {
-                        tracing::info!(mapper = %record.name, protocol = %record.protocol, devices = record.devices.len(), "restored mapper registration");
-                        mappers.insert(record.name.clone(), entry(record, 0, liveness));
-                    }
-                    Err(e) => {
-                        tracing::warn!(key, error = %e, "ignoring unreadable stored mapper registration")
-                    }
-                }
+    let meta = MetaStore::new(twin.store().clone());
+    match meta.mapper_records().await {
+        Ok(records) => {
+            for record in records {
+                tracing::info!(mapper = %record.name, protocol = %record.protocol, devices = record.devices.len(), "restored mapper registration");
+                mappers.insert(record.name.clone(), entry(record, 0, liveness));
             }
         }
         Err(e) => tracing::warn!(error = %e, "cannot read stored mapper registrations"),
@@ -195,6 +187,7 @@ pub async fn start(
     let manager = Manager {
         mappers,
         twin: twin.clone(),
+        meta,
         catalog,
         metrics,
         liveness,
@@ -241,6 +234,7 @@ fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
 struct Manager {
     mappers: BTreeMap<String, Entry>,
     twin: TwinService,
+    meta: MetaStore,
     catalog: SharedCatalog,
     metrics: Arc<Metrics>,
     liveness: Liveness,
@@ -377,16 +371,8 @@ impl Manager {
         let Some(e) = self.mappers.get(name) else {
             return;
         };
-        let key = format!("{META_KIND}/{name}");
-        match serde_json::to_string(&e.record) {
-            Ok(v) => {
-                if let Err(err) = self.twin.store().put_meta(&key, META_KIND, &v).await {
-                    tracing::warn!(mapper = name, error = %err, "failed to store mapper registration");
-                }
-            }
-            Err(err) => {
-                tracing::warn!(mapper = name, error = %err, "failed to encode mapper registration")
-            }
+        if let Err(err) = self.meta.save_mapper(&e.record).await {
+            tracing::warn!(mapper = name, error = %err, "failed to store mapper registration");
         }
     }
 

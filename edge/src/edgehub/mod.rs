@@ -14,7 +14,7 @@
 
 pub(crate) mod join;
 
-use crate::catalog::{Change, CloudObjects, SharedCatalog, SharedSources};
+use crate::catalog::{SharedCatalog, SharedSources};
 use crate::config::Cloud;
 use anyhow::{Context, Result};
 use api::message::Message;
@@ -32,67 +32,6 @@ use tokio_util::sync::CancellationToken;
 use twin::TwinService;
 use twin::model::{OutboxEntry, Section};
 
-const META_DEVICE: &str = "cloud-device";
-const META_MODEL: &str = "cloud-model";
-
-/// What the cloud sent before, from the twin store.
-pub(crate) async fn load_cloud_objects(store: &twin::Store) -> Result<CloudObjects> {
-    let mut out = CloudObjects::default();
-    for (key, text) in store.list_meta(META_DEVICE).await? {
-        match serde_json::from_str::<api::v1beta1::Device>(&text) {
-            Ok(d) => {
-                out.devices
-                    .insert(crate::catalog::object_id(&d.metadata), d);
-            }
-            Err(e) => {
-                tracing::error!(%key, error = %e, "a stored cloud device does not parse; skipped")
-            }
-        }
-    }
-    for (key, text) in store.list_meta(META_MODEL).await? {
-        match serde_json::from_str::<api::v1beta1::DeviceModel>(&text) {
-            Ok(m) => {
-                out.models.insert(crate::catalog::object_id(&m.metadata), m);
-            }
-            Err(e) => {
-                tracing::error!(%key, error = %e, "a stored cloud model does not parse; skipped")
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// What the cloud sent for edged (pods, ConfigMaps, Secrets), from the twin store.
-pub(crate) async fn load_cloud_pods(store: &twin::Store, into: &CloudPods) -> Result<()> {
-    for (meta, kind) in [
-        (edged::cloud::META_CONFIGMAP, "configmap"),
-        (edged::cloud::META_SECRET, "secret"),
-        (edged::cloud::META_POD, "pod"),
-    ] {
-        for (key, text) in store.list_meta(meta).await? {
-            let parsed = serde_json::from_str::<Value>(&text)
-                .map_err(|e| e.to_string())
-                .and_then(|v| {
-                    let k = (
-                        v["metadata"]["namespace"]
-                            .as_str()
-                            .unwrap_or("default")
-                            .to_string(),
-                        v["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                    );
-                    into.put(kind, k, v)
-                });
-            if let Err(e) = parsed {
-                tracing::error!(%key, error = %e, "a stored object from the cloud does not parse; skipped");
-            }
-        }
-    }
-    Ok(())
-}
-
 /// What edgehub works with.
 pub(crate) struct EdgeHub {
     pub cloud: Cloud,
@@ -101,7 +40,10 @@ pub(crate) struct EdgeHub {
     pub twin: TwinService,
     pub sources: SharedSources,
     pub catalog: SharedCatalog,
-    pub changes: broadcast::Sender<Vec<Change>>,
+    /// Where changes of the cloud's devices and models are published.
+    pub sync: crate::meta::sync::CatalogSync,
+    /// Where what the cloud sent is kept.
+    pub meta: crate::meta::store::MetaStore,
     /// edged's pods from the cloud, when edged runs.
     pub pods: Option<CloudPods>,
 }
@@ -434,18 +376,8 @@ impl EdgeHub {
             serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(content.clone())
                 .context("content is not a Pod")?;
         }
-        let meta = match kind {
-            "pod" => edged::cloud::META_POD,
-            "configmap" => edged::cloud::META_CONFIGMAP,
-            _ => edged::cloud::META_SECRET,
-        };
-        self.twin
-            .store()
-            .put_meta(
-                &format!("{kind}/{namespace}/{name}"),
-                meta,
-                &content.to_string(),
-            )
+        self.meta
+            .save_pod_object(kind, namespace, name, &content)
             .await?;
         if let Some(p) = &self.pods {
             p.put(kind, (namespace.to_string(), name.to_string()), content)
@@ -455,10 +387,7 @@ impl EdgeHub {
     }
 
     async fn delete_pod_object(&self, kind: &str, namespace: &str, name: &str) -> Result<()> {
-        self.twin
-            .store()
-            .delete_meta(&format!("{kind}/{namespace}/{name}"))
-            .await?;
+        self.meta.delete_pod_object(kind, namespace, name).await?;
         if let Some(p) = &self.pods {
             p.remove(kind, &(namespace.to_string(), name.to_string()));
         }
@@ -471,49 +400,31 @@ impl EdgeHub {
             v => v.clone(),
         };
         let mut src = self.sources.lock().await;
-        let key = format!("{kind}/{id}");
         if kind == "device" {
             let d: api::v1beta1::Device =
                 serde_json::from_value(content).context("content is not a Device")?;
-            self.twin
-                .store()
-                .put_meta(&key, META_DEVICE, &serde_json::to_string(&d)?)
-                .await?;
+            self.meta.save_cloud_device(id, &d).await?;
             src.cloud.devices.insert(id.clone(), d);
         } else {
             let m: api::v1beta1::DeviceModel =
                 serde_json::from_value(content).context("content is not a DeviceModel")?;
-            self.twin
-                .store()
-                .put_meta(&key, META_MODEL, &serde_json::to_string(&m)?)
-                .await?;
+            self.meta.save_cloud_model(id, &m).await?;
             src.cloud.models.insert(id.clone(), m);
         }
-        self.apply(&src).await;
+        self.sync.publish(&src).await;
         Ok(())
     }
 
     async fn delete_object(&self, kind: &str, id: &DeviceId) -> Result<()> {
         let mut src = self.sources.lock().await;
-        self.twin
-            .store()
-            .delete_meta(&format!("{kind}/{id}"))
-            .await?;
+        self.meta.delete_cloud_object(kind, id).await?;
         if kind == "device" {
             src.cloud.devices.remove(id);
         } else {
             src.cloud.models.remove(id);
         }
-        self.apply(&src).await;
+        self.sync.publish(&src).await;
         Ok(())
-    }
-
-    async fn apply(&self, src: &crate::catalog::Sources) {
-        let changes = src.rebuild(&self.catalog);
-        if !changes.is_empty() {
-            crate::app::apply_changes(&self.twin, &self.catalog, &changes).await;
-            let _ = self.changes.send(changes);
-        }
     }
 
     /// The outbox entries not in flight, as one `twin/edge_updated` message per device.
