@@ -8,6 +8,21 @@ use std::collections::BTreeMap;
 /// Milliseconds since the Unix epoch.
 pub type Millis = i64;
 
+/// The RFC 3339 UTC time (whole seconds) of a Unix time in milliseconds, as KubeEdge writes
+/// `lastOnlineTime` and mappers' `since`; `""` for 0 (never).
+pub fn rfc3339(ms: Millis) -> String {
+    if ms <= 0 {
+        return String::new();
+    }
+    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
 /// KubeEdge's version vector of one twin section: how many times the cloud and the edge have
 /// written it. A sync from the cloud carrying a smaller number than the local one is stale.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -264,4 +279,17 @@ pub struct OutboxEntry {
     pub version: Version,
     pub timestamp: Millis,
     pub seq: u64,
+}
+
+#[cfg(test)]
+mod rfc3339_tests {
+    use super::rfc3339;
+
+    #[test]
+    fn rfc3339_formats_utc_in_whole_seconds() {
+        assert_eq!(rfc3339(0), "");
+        assert_eq!(rfc3339(-5), "");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
 }

@@ -95,6 +95,21 @@ impl PropertyType {
         }
     }
 
+    /// A type from the lower-case spelling of twins' `metadata.type` (KubeEdge's `$hw` and DMI
+    /// messages; `""` is a string, `integer` and `bool` are accepted).
+    pub fn from_twin_type(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "int" | "integer" => Self::Int,
+            "float" => Self::Float,
+            "double" => Self::Double,
+            "boolean" | "bool" => Self::Boolean,
+            "string" | "" => Self::String,
+            "bytes" => Self::Bytes,
+            "stream" => Self::Stream,
+            _ => return None,
+        })
+    }
+
     /// Whether values of this type are numbers (and so `minimum`/`maximum` apply).
     pub fn is_numeric(self) -> bool {
         matches!(self, Self::Int | Self::Float | Self::Double)

@@ -28,7 +28,6 @@
 
 use super::placement::{DeviceFacts, Failover, MapperView, Placement};
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
-use crate::eventbus::payload::rfc3339;
 use crate::meta::store::MetaStore;
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
@@ -45,6 +44,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+use twin::model::rfc3339;
 use twin::service::Op;
 use twin::{TwinEvent, TwinService};
 

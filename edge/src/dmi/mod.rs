@@ -94,7 +94,7 @@ impl DmiServer {
                     .reported
                     .as_ref()
                     .and_then(|r| r.metadata.get("type"))
-                    .and_then(|ty| crate::eventbus::payload::parse_type(ty))
+                    .and_then(|ty| api::v1beta1::PropertyType::from_twin_type(ty))
                     .unwrap_or(PropertyType::String);
                 Reported {
                     property: t.property_name,

@@ -482,7 +482,7 @@ impl EdgeHub {
                     json!({"event_id": uuid::Uuid::new_v4().to_string(),
                         "timestamp": api::message::now_millis(),
                         "device": {"name": e.name, "state": e.value,
-                            "lastOnlineTime": if online { crate::eventbus::payload::rfc3339(e.timestamp) } else { String::new() }}}),
+                            "lastOnlineTime": if online { twin::model::rfc3339(e.timestamp) } else { String::new() }}}),
                 );
                 inflight.insert(msg.header.id.clone(), (Instant::now(), vec![e]));
                 out.push(msg);

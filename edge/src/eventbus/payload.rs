@@ -5,6 +5,7 @@ use api::v1beta1::PropertyType;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use twin::engine::{Applied, TwinError};
+use twin::model::rfc3339;
 use twin::{DeviceRow, DeviceTwin, Millis, PropertyTwin, TwinValue, Version};
 
 /// A payload that cannot be used, with the reason.
@@ -69,20 +70,6 @@ pub(crate) fn type_name(t: PropertyType) -> &'static str {
     }
 }
 
-/// A property type from KubeEdge's `metadata.type` spelling (`""` is a string).
-pub(crate) fn parse_type(s: &str) -> Option<PropertyType> {
-    Some(match s.to_ascii_lowercase().as_str() {
-        "int" | "integer" => PropertyType::Int,
-        "float" => PropertyType::Float,
-        "double" => PropertyType::Double,
-        "boolean" | "bool" => PropertyType::Boolean,
-        "string" | "" => PropertyType::String,
-        "bytes" => PropertyType::Bytes,
-        "stream" => PropertyType::Stream,
-        _ => return None,
-    })
-}
-
 /// Parses `$hw/events/device/{ns}/{name}/twin/update`.
 pub(crate) fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPayload> {
     let v: Value = serde_json::from_slice(payload)
@@ -102,7 +89,7 @@ pub(crate) fn parse_twin_update(payload: &[u8]) -> Result<Vec<TwinUpdate>, BadPa
             .map_err(|e| BadPayload(format!("twin.{name}: {e}")))?;
         let value_type = match t.metadata.and_then(|m| m.type_) {
             None => None,
-            Some(s) => Some(parse_type(&s).ok_or_else(|| {
+            Some(s) => Some(PropertyType::from_twin_type(&s).ok_or_else(|| {
                 BadPayload(format!(
                     "twin.{name}.metadata.type: {s:?} is not a known type"
                 ))
@@ -303,32 +290,6 @@ pub(crate) fn delta(event_id: &str, now: Millis, twin: &DeviceTwin) -> Option<Ve
     Some(bytes(m))
 }
 
-/// RFC 3339 UTC time of a Unix time in milliseconds, or `""` for 0.
-pub(crate) fn rfc3339(ms: Millis) -> String {
-    if ms <= 0 {
-        return String::new();
-    }
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// `state/update/result`.
 pub(crate) fn state_result(event_id: &str, now: Millis, row: &DeviceRow) -> Vec<u8> {
     let mut m = envelope(event_id, now);
@@ -441,12 +402,5 @@ mod tests {
             let e = parse_twin_update(p).expect_err("invalid");
             assert!(e.0.contains(want), "{}: {e}", String::from_utf8_lossy(p));
         }
-    }
-
-    #[test]
-    fn rfc3339_formats_utc() {
-        assert_eq!(rfc3339(0), "");
-        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
     }
 }
