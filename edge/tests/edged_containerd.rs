@@ -5,8 +5,8 @@
 
 mod common;
 use common::*;
-use hardware_tests::containerd::Containerd;
 use serde_json::Value;
+use sim::containerd::Containerd;
 use std::time::{Duration, Instant};
 
 const PODS: &str = r#"apiVersion: v1

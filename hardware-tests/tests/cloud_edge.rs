@@ -6,10 +6,8 @@
 //! value shows in `kubectl get devicestatus`; a desired value patched with `kubectl` is written
 //! to the register; with the cloud gone, a restarted edgecore runs the device it was sent.
 
-use hardware_tests::stack::{Cloud, oven_manifest, reported};
-use hardware_tests::{
-    Node, Proc, Proxy, PyModbus, bin, eventually, free_port, read_holding, write_holdings,
-};
+use sim::stack::{Cloud, oven_manifest, reported};
+use sim::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, read_holding, write_holdings};
 use std::path::Path;
 
 #[test]
@@ -66,7 +64,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     // heater-on was read on the gateway all along, and never reached the cloud.
     let edge_twin = node.twin("default/oven-1").expect("twin");
     assert!(
-        hardware_tests::reported(&edge_twin, "heater-on").is_some(),
+        sim::reported(&edge_twin, "heater-on").is_some(),
         "heater-on not read at the edge: {edge_twin}"
     );
     let st = cloud.status("oven-1");
@@ -112,7 +110,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     write_holdings(sim_port, 0, &[444]);
     eventually(60, "temperature 44.4 read offline", || {
         node.twin("default/oven-1")
-            .and_then(|t| hardware_tests::reported(&t, "temperature"))
+            .and_then(|t| sim::reported(&t, "temperature"))
             .filter(|v| v.starts_with("44.4"))
     });
 }
@@ -158,7 +156,7 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     write_holdings(sim_port, 0, &[333]);
     eventually(30, "33.3 read at the edge", || {
         node.twin("default/oven-1")
-            .and_then(|t| hardware_tests::reported(&t, "temperature"))
+            .and_then(|t| sim::reported(&t, "temperature"))
             .filter(|v| v.starts_with("33.3"))
     });
     // oven-2 is a PLC that does not answer (no simulator on its port): it must not write the

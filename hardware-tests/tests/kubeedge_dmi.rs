@@ -4,8 +4,8 @@
 //! and `mapper-modbus`, with every `:authority` form gRPC clients send over a Unix socket.
 //! Needs `python3` with `grpcio` and `grpcio-tools` (`.ci/run` installs them).
 
-use hardware_tests::{Node, eventually, free_port, reported};
 use serde_json::{Value, json};
+use sim::{Node, eventually, free_port, reported};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -50,7 +50,7 @@ fn script() -> std::path::PathBuf {
 }
 
 fn proto_root() -> String {
-    hardware_tests::workspace_root()
+    sim::workspace_root()
         .join("api/proto")
         .display()
         .to_string()
@@ -66,7 +66,7 @@ struct KubeEdgeMapper {
 impl KubeEdgeMapper {
     fn start(node: &Node, authority: &str, name: &str) -> (Self, Value) {
         let own = node.dir.path().join(format!("{name}.sock"));
-        let mut child = Command::new(hardware_tests::python())
+        let mut child = Command::new(sim::python())
             .arg(script())
             .args(["--proto", &proto_root(), "--authority", authority, "mapper"])
             .arg("--socket")
@@ -168,7 +168,7 @@ fn assert_mapper_framework_can_read(device: &Value) {
 #[test]
 fn a_kubeedge_mapper_registers_with_every_authority_form_reports_and_is_driven() {
     let node = Node::start(&manifests("80", 1000));
-    let states = hardware_tests::mqtt_messages(
+    let states = sim::mqtt_messages(
         node.mqtt,
         "$hw/events/device/default/oven-1/state/update/result",
     )
@@ -280,7 +280,7 @@ fn kubeedge_edgecore_reaches_our_mapper_with_every_authority_form() {
         (mappers.to_string().contains("oven-1") && socket.exists()).then_some(())
     });
     for authority in ["default", "percent", "raw"] {
-        let out = Command::new(hardware_tests::python())
+        let out = Command::new(sim::python())
             .arg(script())
             .args([
                 "--proto",

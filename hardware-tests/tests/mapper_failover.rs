@@ -5,10 +5,8 @@
 //!
 //! The detection and failover times are printed (`--nocapture`), not asserted.
 
-use hardware_tests::{
-    Node, Proc, PyModbus, eventually, free_port, mqtt_messages, reported, write_holdings,
-};
 use serde_json::Value;
+use sim::{Node, Proc, PyModbus, eventually, free_port, mqtt_messages, reported, write_holdings};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -104,7 +102,7 @@ fn start_mapper(node: &Node, name: &str) -> Proc {
 
 /// State results on MQTT, per device: (state, reason) in arrival order.
 fn states(
-    rx: &std::sync::mpsc::Receiver<hardware_tests::MqttMessage>,
+    rx: &std::sync::mpsc::Receiver<sim::MqttMessage>,
 ) -> BTreeMap<String, Vec<(String, String)>> {
     let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     while let Ok(m) = rx.try_recv() {

@@ -12,10 +12,10 @@
 //! Runs as root (containerd); `.ci/run` installs containerd, runc, umoci, busybox-static,
 //! docker-registry and skopeo.
 
-use hardware_tests::containerd::{Containerd, Registry, binary_image};
-use hardware_tests::stack::{Cloud, oven_manifest, reported};
-use hardware_tests::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, write_holdings};
 use serde_json::Value;
+use sim::containerd::{Containerd, Registry, binary_image};
+use sim::stack::{Cloud, oven_manifest, reported};
+use sim::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, write_holdings};
 use std::path::Path;
 
 /// `kubectl get pods -o json`'s pods whose name starts with `prefix`.
@@ -99,7 +99,7 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     // The example, with this test's paths: the node's directory holds edgecore's DMI socket.
     let dir = node.dir.path().display().to_string();
     let example = std::fs::read_to_string(
-        hardware_tests::workspace_root().join("examples/pods/mapper-modbus-daemonset.yaml"),
+        sim::workspace_root().join("examples/pods/mapper-modbus-daemonset.yaml"),
     )
     .expect("example")
     .replace("/etc/kubeedge/dmi.sock", &format!("{dir}/dmi.sock"))

@@ -1,10 +1,10 @@
-//! Faults from the project's own simulator (`hardware_tests::modbus_sim`), run in this test
+//! Faults from the project's own simulator (`sim::modbus_sim`), run in this test
 //! process, against the real `edgecore` and `mapper-modbus`: a silent device times out without
 //! stalling another one, garbage frames are errors (never a crash) and the device recovers, and
 //! dropped connections are made again.
 
-use hardware_tests::modbus_sim::Sim;
-use hardware_tests::{Node, agent, eventually, free_port, get, reported};
+use sim::modbus_sim::Sim;
+use sim::{Node, agent, eventually, free_port, get, reported};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

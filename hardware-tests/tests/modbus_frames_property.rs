@@ -16,9 +16,9 @@
 //! inter-frame silence (4 ms at the 9600 baud set here), before the next request goes out.
 //! TCP's transaction ids tell every answer apart, so its device may answer at any time.
 
-use hardware_tests::PtyPair;
 use mapper_modbus::device::{Connection, Device, ModelHints, Point};
 use serde_json::{Value, json};
+use sim::PtyPair;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 //! (`.ci/run` installs them). A pty ignores baud rate and timing: this tests framing and the
 //! shared line; the silence between frames is tested with paused time in `mapper-modbus`.
 
-use hardware_tests::{Node, PtyPair, PyModbus, eventually, free_port, reported};
+use sim::{Node, PtyPair, PyModbus, eventually, free_port, reported};
 
 fn device(name: &str, slave: u8, tty: &str) -> String {
     format!(

@@ -7,7 +7,7 @@
 //! mapper's timeout is 1 s). The real edgecore and mapper-modbus read it for a while; `a` must
 //! never show 2222 nor `b` 1111.
 
-use hardware_tests::{Node, PtyPair, eventually, free_port, reported};
+use sim::{Node, PtyPair, eventually, free_port, reported};
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

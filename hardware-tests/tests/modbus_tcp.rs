@@ -2,7 +2,7 @@
 //! pymodbus (`sims/modbus_server.py`, a server the project did not write). Needs `python3` with
 //! `pymodbus` 3.16 (`.ci/run` installs it).
 
-use hardware_tests::{
+use sim::{
     Node, PyModbus, agent, eventually, free_port, get, mqtt_messages, post, read_holding, reported,
 };
 

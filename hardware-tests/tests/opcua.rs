@@ -3,8 +3,8 @@
 //! themselves) and the project's in-process async-opcua server (`opcua_sim`, restarted under
 //! the mapper). Needs `python3` with `asyncua` (`.ci/run` installs it).
 
-use hardware_tests::opcua_sim::{OpcSim, Options};
-use hardware_tests::{Node, PySim, eventually, free_port, property_error, reported};
+use sim::opcua_sim::{OpcSim, Options};
+use sim::{Node, PySim, eventually, free_port, property_error, reported};
 use std::time::Duration;
 
 const ASYNCUA: &str = "pip install 'asyncua==2.1.*'";
@@ -248,7 +248,7 @@ impl Drop for UaServer {
 #[test]
 fn asyncua_uaserver_sample_nodes() {
     let port = free_port();
-    let server = std::process::Command::new(hardware_tests::python())
+    let server = std::process::Command::new(sim::python())
         .args([
             "-c",
             "from asyncua.tools import uaserver; uaserver()",

@@ -7,7 +7,7 @@
 //! `apt-get install redis-server mariadb-server victoria-metrics` and
 //! `pip install opentelemetry-proto`.
 
-use hardware_tests::{Node, PyModbus, PySim, eventually, free_port, reported, write_holdings};
+use sim::{Node, PyModbus, PySim, eventually, free_port, reported, write_holdings};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //!   cargo test -p hardware-tests --test real_plc -- --ignored --test-threads 1
 //! ```
 
-use hardware_tests::{Node, agent, env_var, eventually, free_port, get, reported};
+use sim::{Node, agent, env_var, eventually, free_port, get, reported};
 
 /// `PLC_MODBUS_CONFIG`, required by every test here.
 fn config() -> String {

@@ -4,7 +4,7 @@
 //! line with CRC-16 framed requests. Needs `socat` and `python3` with `pyserial` (`.ci/run`
 //! installs them).
 
-use hardware_tests::{Node, PtyPair, PySim, eventually, free_port, property_error, reported};
+use sim::{Node, PtyPair, PySim, eventually, free_port, property_error, reported};
 
 const PYSERIAL: &str = "pip install pyserial";
 
@@ -201,7 +201,7 @@ fn ascii_and_binary_devices_on_shared_lines() {
         (reported(&node.twin("default/thermo-1")?, "setpoint")? == "75").then_some(())
     });
     // Out of the model's range: refused at the edge with the reason, never sent.
-    let out = std::process::Command::new(hardware_tests::bin("kectl"))
+    let out = std::process::Command::new(sim::bin("kectl"))
         .args(["twin", "set", "default/thermo-1", "setpoint", "150"])
         .env("KECTL_SERVER", &node.http)
         .output()

@@ -14,9 +14,9 @@
 //! The run lasts until the device has sent `SERIAL_LATE_ROUNDS` (default 4) late replies and as
 //! many repeated ones.
 
-use hardware_tests::PtyPair;
 use mapper_serial::device::{Device, Point, Port};
 use serde_json::{Value, json};
+use sim::PtyPair;
 use std::io::{BufRead, BufReader, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};

@@ -17,11 +17,11 @@
 
 use anyhow::{Context, Result};
 use futures_util::SinkExt;
-use hardware_tests::modbus_sim::Sim;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::json;
+use sim::modbus_sim::Sim;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,8 +64,8 @@ fn percentiles(mut v: Vec<f64>) -> String {
     v.sort_by(f64::total_cmp);
     format!(
         "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
-        hardware_tests::percentile(&v, 50.0),
-        hardware_tests::percentile(&v, 99.0),
+        sim::percentile(&v, 50.0),
+        sim::percentile(&v, 99.0),
         v.last().copied().unwrap_or(0.0),
         v.len()
     )
@@ -86,10 +86,9 @@ fn main() -> Result<()> {
 async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     let rounds = arg("--rounds", 50)?;
     let load_nodes = arg("--load-nodes", 99)?;
-    let bins =
-        hardware_tests::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let bins = sim::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
     let dir = tempfile::tempdir()?;
-    let free = hardware_tests::free_port;
+    let free = sim::free_port;
     let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
     std::fs::write(
         dir.path().join("cloudcore.yaml"),

@@ -22,12 +22,12 @@
 //! A peer that is not installed is skipped with the command that installs it.
 
 use clap::{Parser, ValueEnum};
-use hardware_tests::modbus_sim::Sim;
-use hardware_tests::{Node, free_port, object, percentile};
 use mapper_modbus::mapper::Modbus;
 use mapper_modbus::planner::{self, Limits, Read, Refused};
 use mapper_sdk::{DeviceConfig, Driver, PropertyConfig, Protocol};
 use serde_json::json;
+use sim::modbus_sim::Sim;
+use sim::{Node, free_port, object, percentile};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         }
         if want(Part::Latency) || want(Part::Memory) {
             eprintln!("building the release edgecore and mapper-modbus ...");
-            let bins = hardware_tests::built_binaries(true)?;
+            let bins = sim::built_binaries(true)?;
             if want(Part::Latency) {
                 latency(&bins, args.samples, args.devices)?;
             }
@@ -277,7 +277,7 @@ fn run_loop(mut cmd: Command, port: u16, seconds: f64, count: u16) -> Run {
 }
 
 fn sims_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("sims")
+    sim::sims_dir()
 }
 
 /// `sims/libmodbus_loop.c` built with `cc` against libmodbus; `None` when libmodbus-dev (or
@@ -308,14 +308,14 @@ fn libmodbus_client(work: &Path, port: u16, seconds: f64, count: u16) -> Option<
 
 /// pymodbus's synchronous client in `sims/pymodbus_client_loop.py`; `None` without pymodbus.
 fn pymodbus_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
-    let has = Command::new(hardware_tests::python())
+    let has = Command::new(sim::python())
         .args(["-c", "import pymodbus"])
         .output()
         .ok()?;
     if !has.status.success() {
         return None;
     }
-    let mut cmd = Command::new(hardware_tests::python());
+    let mut cmd = Command::new(sim::python());
     cmd.arg(sims_dir().join("pymodbus_client_loop.py"));
     Some(run_loop(cmd, port, seconds, count))
 }
@@ -512,7 +512,7 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while node
         .twin("default/bench")
-        .and_then(|t| hardware_tests::reported(&t, "setpoint"))
+        .and_then(|t| sim::reported(&t, "setpoint"))
         .is_none()
     {
         if Instant::now() > deadline {
@@ -524,12 +524,12 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
     wait_reporting(&node, load)?;
 
     // Documents from edgecore's broker, stamped on arrival.
-    let rx = hardware_tests::mqtt_messages(
+    let rx = sim::mqtt_messages(
         node.mqtt,
         "$hw/events/device/default/bench/twin/update/document",
     )?;
 
-    let agent = hardware_tests::agent();
+    let agent = sim::agent();
     let url = format!("{}/api/v1/devices/default/bench/desired", node.http);
     let mut written = Vec::with_capacity(samples);
     let mut reported = Vec::with_capacity(samples);
@@ -558,7 +558,7 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
         }
         let mut t_report = None;
         while let Ok(m) = rx.recv_timeout(limit.saturating_duration_since(Instant::now())) {
-            if hardware_tests::document_reported(&m.payload, "setpoint").as_deref()
+            if sim::document_reported(&m.payload, "setpoint").as_deref()
                 == Some(value.to_string().as_str())
             {
                 t_report = Some(m.at);
@@ -634,7 +634,7 @@ fn wait_reporting(node: &Node, devices: usize) -> Result<(), String> {
         let reporting = (0..devices)
             .filter(|d| {
                 node.twin(&format!("default/dev-{d}"))
-                    .and_then(|t| hardware_tests::reported(&t, "p4"))
+                    .and_then(|t| sim::reported(&t, "p4"))
                     .is_some()
             })
             .count();
@@ -685,7 +685,7 @@ fn memory(bins: &Path, devices: usize) -> Result<(), String> {
     let http = free_port();
     let mapper = node.mapper("mapper-modbus", "modbus", http);
     wait_reporting(&node, devices)?;
-    let agent = hardware_tests::agent();
+    let agent = sim::agent();
     let reads = || -> Option<f64> {
         let mut r = agent
             .get(&format!("http://127.0.0.1:{http}/metrics"))

@@ -10,8 +10,8 @@
 //! `cargo run --release -p hardware-tests --bin mqtt-bench [-- --seconds 5]`
 
 use clap::Parser;
-use hardware_tests::{Proc, free_port, percentile};
 use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, QoS};
+use sim::{Proc, free_port, percentile};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -406,7 +406,7 @@ fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> Result<(Proc, Str
         "edgecore.log",
     );
     let url = format!("http://127.0.0.1:{http}");
-    let agent = hardware_tests::agent();
+    let agent = sim::agent();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let metrics = agent
@@ -457,7 +457,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     let result = async {
         eprintln!("building the release edgecore ...");
-        let bins = hardware_tests::built_binaries(true)?;
+        let bins = sim::built_binaries(true)?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s | CPU µs/update (broker or edgecore) | generator CPU µs/update |");
         println!("|---|---|---|---|---|---|---|");

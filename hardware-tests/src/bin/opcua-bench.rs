@@ -11,12 +11,12 @@
 //! `cargo run --release -p hardware-tests --bin opcua-bench [-- --seconds 3 --samples 100]`
 
 use clap::{Parser, ValueEnum};
-use hardware_tests::opcua_sim::{OpcSim, Options};
-use hardware_tests::{Node, PySim, free_port, percentile};
 use mapper_opcua::config::{Connection, Point};
 use mapper_opcua::device::Device;
 use mapper_sdk::Driver;
 use serde_json::json;
+use sim::opcua_sim::{OpcSim, Options};
+use sim::{Node, PySim, free_port, percentile};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         }
         if want(Part::Latency) {
             eprintln!("building the release edgecore and mapper-opcua ...");
-            let bins = hardware_tests::built_binaries(true)?;
+            let bins = sim::built_binaries(true)?;
             latency(&bins, args.samples)?;
         }
         Ok(())
@@ -84,11 +84,11 @@ fn read_rate(
     if per_node {
         conn["maxNodesPerRead"] = json!(1);
     }
-    let conn = Connection::from_config(&hardware_tests::object(conn)).map_err(|e| e.to_string())?;
+    let conn = Connection::from_config(&sim::object(conn)).map_err(|e| e.to_string())?;
     let points = (0..nodes)
         .map(|k| {
             Point::from_config(
-                &hardware_tests::object(json!({"nodeID": format!("ns={ns};s=Tag{k}")})),
+                &sim::object(json!({"nodeID": format!("ns={ns};s=Tag{k}")})),
                 Duration::from_millis(100),
             )
             .map_err(|e| e.to_string())
@@ -201,8 +201,7 @@ fn latency(bins: &Path, samples: usize) -> Result<(), String> {
     let manifest = LATENCY_MANIFEST.replace("URL", &format!("opc.tcp://127.0.0.1:{port}/"));
     let node = Node::start_with(bins, &manifest);
     let _mapper = node.mapper("mapper-opcua", "opcua", free_port());
-    let rx =
-        hardware_tests::mqtt_messages(node.mqtt, "$hw/events/device/+/+/twin/update/document")?;
+    let rx = sim::mqtt_messages(node.mqtt, "$hw/events/device/+/+/twin/update/document")?;
     let mut lat: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let deadline = Instant::now() + Duration::from_secs(60 + samples as u64);
     while lat.iter().any(|l| l.len() < samples) {
@@ -217,8 +216,8 @@ fn latency(bins: &Path, samples: usize) -> Result<(), String> {
         let Ok(m) = rx.recv_timeout(left) else {
             continue;
         };
-        let Some(set) = hardware_tests::document_reported(&m.payload, "clock")
-            .and_then(|v| v.parse::<f64>().ok())
+        let Some(set) =
+            sim::document_reported(&m.payload, "clock").and_then(|v| v.parse::<f64>().ok())
         else {
             continue;
         };

@@ -14,10 +14,10 @@
 //!   edgecore's RSS with them running.
 
 use anyhow::{Context, Result};
-use hardware_tests::containerd::{Containerd, binary_image};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
+use sim::containerd::{Containerd, binary_image};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,8 +57,8 @@ fn percentiles(mut v: Vec<f64>) -> String {
     v.sort_by(f64::total_cmp);
     format!(
         "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
-        hardware_tests::percentile(&v, 50.0),
-        hardware_tests::percentile(&v, 99.0),
+        sim::percentile(&v, 50.0),
+        sim::percentile(&v, 99.0),
         v.last().copied().unwrap_or(0.0),
         v.len()
     )
@@ -87,7 +87,7 @@ fn running(p: &Pod) -> bool {
 /// An edgecore on its own (no cloud), with `extra` config; its RSS after it settled.
 async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
     let dir = tempfile::tempdir()?;
-    let free = hardware_tests::free_port;
+    let free = sim::free_port;
     std::fs::write(
         dir.path().join("edgecore.yaml"),
         format!(
@@ -118,8 +118,7 @@ fn main() -> Result<()> {
 async fn run() -> Result<()> {
     let rounds = arg("--rounds", 30)?;
     let many = arg("--pods", 50)?;
-    let bins =
-        hardware_tests::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let bins = sim::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
     let dir = tempfile::tempdir()?;
     let rt = Containerd::start(&dir.path().join("containerd"));
     rt.import_busybox();
@@ -131,7 +130,7 @@ async fn run() -> Result<()> {
         rt.socket.display()
     );
 
-    let free = hardware_tests::free_port;
+    let free = sim::free_port;
     let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
     std::fs::write(
         dir.path().join("cloudcore.yaml"),
@@ -192,10 +191,9 @@ async fn run() -> Result<()> {
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let agent = hardware_tests::agent();
+    let agent = sim::agent();
     let on_node = |name: String| {
-        let (_, list) =
-            hardware_tests::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
+        let (_, list) = sim::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
         list["pods"]
             .as_array()
             .is_some_and(|a| a.iter().any(|p| p["name"] == name.as_str()))
@@ -287,8 +285,7 @@ async fn run() -> Result<()> {
             .await;
     }
     wait_for("the pods stopped", 600, async || {
-        let (_, list) =
-            hardware_tests::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
+        let (_, list) = sim::get(&agent, &format!("http://127.0.0.1:{http}/api/v1/pods"));
         list["pods"].as_array().is_some_and(|a| a.is_empty())
     })
     .await?;

@@ -16,11 +16,11 @@
 //!    The answering device is delayed by at most the silent one's timeout.
 
 use clap::Parser;
-use hardware_tests::{PtyPair, object, percentile};
 use mapper_sdk::{DeviceConfig, Driver, PropertyConfig, Protocol};
 use mapper_serial::checksum::Checksum;
 use mapper_serial::mapper::Serial;
 use serde_json::{Value, json};
+use sim::{PtyPair, object, percentile};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;

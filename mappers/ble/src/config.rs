@@ -308,7 +308,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    use hardware_tests::object as map;
+    use sim::object as map;
 
     #[test]
     fn addresses_names_and_timeouts() {

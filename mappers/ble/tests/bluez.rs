@@ -1,11 +1,11 @@
 //! End to end over BLE: the real `edgecore`, `mapper-ble` and `kectl` against BlueZ's D-Bus API
-//! as python-dbusmock's `bluez5` template serves it (`hardware_tests::bluez`), with peripherals
+//! as python-dbusmock's `bluez5` template serves it (`sim::bluez`), with peripherals
 //! whose characteristics `sims/ble_peripherals.py` changes, fails and takes out of range.
 //! Needs `dbus-daemon` and `python3-dbusmock` (`.ci/run` installs them).
 
-use hardware_tests::bluez::BlueZ;
-use hardware_tests::{Node, agent, eventually, free_port, get, property_error, reported};
 use serde_json::json;
+use sim::bluez::BlueZ;
+use sim::{Node, agent, eventually, free_port, get, property_error, reported};
 
 const ENV: &str = "C4:7C:8D:6A:12:34";
 const THERMO: &str = "D0:5F:B8:00:00:02";

@@ -12,7 +12,7 @@
 //!
 //! `BLE_READ` defaults to the Battery Level characteristic (`2A19`), which most peripherals have.
 
-use hardware_tests::{Node, agent, env_var, eventually, free_port, get, reported};
+use sim::{Node, agent, env_var, eventually, free_port, get, reported};
 
 fn manifest() -> String {
     let config = env_var("BLE_DEVICE_CONFIG").unwrap_or_else(|| {

@@ -2,9 +2,9 @@
 //! (`hardware-tests/sims/modbus_server.py`, started by each test). Needs `python3` with
 //! `pymodbus` (`.ci/run` installs it).
 
-use hardware_tests::{PyModbus, free_port, object};
 use mapper_modbus::device::{Connection, Device, ModbusError, ModelHints, Point};
 use serde_json::{Value, json};
+use sim::{PyModbus, free_port, object};
 
 /// The simulator on a free port.
 fn sim() -> PyModbus {

@@ -1,11 +1,11 @@
-//! `retries` against the project's simulator (`hardware_tests::modbus_sim`, on tokio-modbus's
+//! `retries` against the project's simulator (`sim::modbus_sim`, on tokio-modbus's
 //! server): a device that drops its connection every third request, and one that answers too
 //! late.
 
-use hardware_tests::modbus_sim::Sim;
-use hardware_tests::object;
 use mapper_modbus::device::{Connection, Device, ModbusError, ModelHints, Point};
 use serde_json::{Value, json};
+use sim::modbus_sim::Sim;
+use sim::object;
 use std::time::Duration;
 
 fn device(port: u16, extra: Value) -> Device {

@@ -370,7 +370,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    use hardware_tests::object as map;
+    use sim::object as map;
 
     #[test]
     fn node_ids_in_every_form() {

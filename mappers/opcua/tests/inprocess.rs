@@ -2,11 +2,11 @@
 //! id form, batched reads bounded by the server's MaxNodesPerRead, typed writes, the server's
 //! refusals per property, subscriptions, a server restart, and security with a trust list.
 
-use hardware_tests::opcua_sim::{self, OpcSim, Options};
 use mapper_opcua::config::{Connection, Point};
 use mapper_opcua::device::Device;
 use mapper_sdk::{Driver, DriverError, ErrorKind};
 use serde_json::{Value, json};
+use sim::opcua_sim::{self, OpcSim, Options};
 use std::time::Duration;
 
 fn map(v: Value) -> serde_json::Map<String, Value> {

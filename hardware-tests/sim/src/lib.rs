@@ -1,6 +1,10 @@
-//! The harness of the end-to-end tests: runs the real `edgecore`, `mapper-*` and `kectl`
-//! binaries (built by `cargo test --workspace`; `cargo test -p hardware-tests` builds them
-//! first) in a temporary directory, and the simulators in `sims/`.
+//! The project's simulators and the harness of its end-to-end tests: the Modbus simulator
+//! ([`modbus_sim`], also the `modbus-sim` binary), the OPC UA server ([`opcua_sim`]), a fake
+//! BlueZ ([`bluez`]), a private containerd ([`containerd`]), and helpers that run the real
+//! `edgecore`, `mapper-*` and `kectl` binaries (built by `cargo test --workspace`, or built
+//! first when missing) in a temporary directory, beside the Python simulators of
+//! `hardware-tests/sims/`. The tests and benches that use it are in `hardware-tests`; the
+//! quickstart is a crate of its own.
 
 pub mod bluez;
 pub mod containerd;
@@ -37,9 +41,15 @@ pub fn bin(name: &str) -> PathBuf {
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+        .ancestors()
+        .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The Python simulators' directory, `hardware-tests/sims`.
+pub fn sims_dir() -> PathBuf {
+    workspace_root().join("hardware-tests/sims")
 }
 
 /// The Python to run the simulators with: the project's `.venv` (made by `scripts/test` from
@@ -91,6 +101,10 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         "--bins",
         "-p",
         "hardware-tests",
+        "-p",
+        "quickstart",
+        "-p",
+        "sim",
         "-p",
         "edge",
         "-p",
@@ -488,9 +502,7 @@ impl PySim {
     /// `python3 sims/SCRIPT ARGS`; `install` says what to install when it does not start.
     pub fn start(script: &str, args: &[&str], install: &str) -> Self {
         use std::io::{BufRead, BufReader};
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("sims")
-            .join(script);
+        let path = sims_dir().join(script);
         let mut proc = Command::new(python())
             .arg(&path)
             .args(args)

@@ -6,7 +6,6 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -67,7 +66,7 @@ impl BlueZ {
         let spec_file = dir.path().join("spec.json");
         std::fs::write(&spec_file, spec.to_string()).expect("spec");
         let py = python().unwrap_or_else(|| panic!("no python3 with dbusmock ({INSTALL})"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("sims/ble_peripherals.py");
+        let script = crate::sims_dir().join("ble_peripherals.py");
         let mut sim = Command::new(py)
             .arg(script)
             .arg(&spec_file)

@@ -1,4 +1,4 @@
-//! `cargo run -p hardware-tests --bin quickstart`: the whole device layer on one machine with
+//! `cargo run -p quickstart`: the whole device layer on one machine with
 //! nothing but Rust installed. Starts an in-process Modbus TCP simulator of an oven on
 //! 127.0.0.1:5020 (its temperature follows the set point while the heater is on), `edgecore` on
 //! `examples/config/edgecore.yaml` (embedded MQTT broker, the example manifests) and
@@ -12,7 +12,7 @@
 //! token (no local manifests: its devices come from the cloud). `kubectl` shows the values in
 //! DeviceStatus and sets desired values there.
 
-use hardware_tests::modbus_sim::Sim;
+use sim::modbus_sim::Sim;
 use std::process::{Child, Command, ExitCode};
 use std::time::Duration;
 
@@ -32,9 +32,9 @@ impl Drop for Kill {
 }
 
 fn main() -> ExitCode {
-    let root = hardware_tests::workspace_root();
+    let root = sim::workspace_root();
     eprintln!("quickstart: building edgecore, mapper-modbus and kectl ...");
-    let bin_dir = match hardware_tests::built_binaries(false) {
+    let bin_dir = match sim::built_binaries(false) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("quickstart: {e}");
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     let twin_url = "http://127.0.0.1:10360/api/v1/devices/default/oven-1";
     let up = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
-        hardware_tests::get(&agent, "http://127.0.0.1:10360/healthz").0 == 200
+        sim::get(&agent, "http://127.0.0.1:10360/healthz").0 == 200
     });
     if !up {
         eprintln!(
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
     let mut last = String::new();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(500));
-        let (status, twin) = hardware_tests::get(&agent, twin_url);
+        let (status, twin) = sim::get(&agent, twin_url);
         if status != 200 {
             continue;
         }

@@ -7,7 +7,7 @@
 //! ```
 
 use clap::Parser;
-use hardware_tests::modbus_sim::Sim;
+use sim::modbus_sim::Sim;
 use std::process::ExitCode;
 use std::time::Duration;
 
