@@ -1,0 +1,99 @@
+//! The MQTT push target (feature `mqtt`): one persistent rumqttc connection per broker, values published to the property's topic.
+
+use super::*;
+use rumqttc::{AsyncClient, MqttOptions, QoS};
+
+fn host_port(address: &str) -> Result<(String, u16), String> {
+    let rest = address
+        .strip_prefix("tcp://")
+        .or_else(|| address.strip_prefix("mqtt://"))
+        .unwrap_or(address);
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (
+            h.to_string(),
+            p.parse()
+                .map_err(|_| format!("bad port in MQTT address {address}"))?,
+        ),
+        None => (rest.to_string(), 1883),
+    };
+    Ok((host, port))
+}
+
+pub(super) async fn run(
+    address: String,
+    topic: Option<String>,
+    qos: u8,
+    retained: bool,
+    mut rx: mpsc::Receiver<Message>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    let (host, port) = match host_port(&address) {
+        Ok(hp) => hp,
+        Err(e) => {
+            tracing::error!(error = %e, "MQTT push target unusable");
+            return;
+        }
+    };
+    let id = format!("mapper-push-{}", uuid_like());
+    let mut options = MqttOptions::new(id, host, port);
+    options.set_keep_alive(Duration::from_secs(30));
+    let (client, mut eventloop) = AsyncClient::new(options, QUEUE);
+    let qos = match qos {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    };
+    let poll_cancel = cancel.clone();
+    let poll_metrics = metrics.clone();
+    tokio::spawn(async move {
+        let mut backoff = FIRST_RETRY;
+        loop {
+            let event = tokio::select! {
+                _ = poll_cancel.cancelled() => return,
+                e = eventloop.poll() => e,
+            };
+            match event {
+                Ok(rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))) => {
+                    backoff = FIRST_RETRY;
+                    tracing::info!(broker = %address, "push target connected");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    poll_metrics.push_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(broker = %address, error = %e, retry_in = ?backoff, "MQTT push target unreachable");
+                    tokio::select! {
+                        _ = poll_cancel.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    });
+    loop {
+        let m = tokio::select! {
+            _ = cancel.cancelled() => return,
+            m = rx.recv() => match m { Some(m) => m, None => return },
+        };
+        let (t, payload) = match &topic {
+            Some(t) => (t.clone(), m.json()),
+            None => (
+                format!("$ke/events/device/{}/{}/data/update", m.namespace, m.device),
+                m.ke_data(),
+            ),
+        };
+        // rumqttc queues the publish; it goes out when the connection is up.
+        match client.try_publish(t, qos, retained, payload) {
+            Ok(()) => metrics.pushes.fetch_add(1, Ordering::Relaxed),
+            Err(_) => metrics.push_errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{:x}",
+        super::super::device::now_ms() ^ u64::from(std::process::id())
+    )
+}
