@@ -12,16 +12,20 @@
 //! What RTU can promise, and so what the device does: nothing in an RTU frame says which request
 //! it answers, so a frame of the right shape that arrives while a request waits for its answer
 //! is that answer. A late answer therefore comes within the client's drain window (the line is
-//! drained until silent for a timeout after one), and a repeated answer within the line's
-//! inter-frame silence (4 ms at the 9600 baud set here), before the next request goes out.
-//! TCP's transaction ids tell every answer apart, so its device may answer at any time.
+//! drained until silent for a timeout after one), and a repeated answer before the next request
+//! goes out. The device places these faults in the order of the exchange, not at moments on a
+//! clock, so that the test means the same on a busy machine: a repeated answer is written with
+//! the answer (one write), and a late answer is written once the client's timeout has passed
+//! and only if its next request has not reached the device first (the device's thread having
+//! been held up: that answer is then not sent at all, as no client could tell it from the next
+//! one's). TCP's transaction ids tell every answer apart, so its device may answer at any time.
 
 use mapper_modbus::device::{Connection, Device, ModelHints, Point};
 use serde_json::{Value, json};
 use sim::PtyPair;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 const TIMEOUT_MS: u64 = 150;
@@ -93,7 +97,7 @@ fn answer_pdu(address: u16, count: u16, exception: bool) -> Vec<u8> {
 /// Serves the misbehaving device on `stream` until it closes or `stop`: `framing` cuts a
 /// request out of the bytes read and wraps an answer PDU.
 fn serve(
-    mut reader: impl Read,
+    mut reader: impl Read + Send + 'static,
     writer: Arc<Mutex<Box<dyn Write + Send>>>,
     tcp: bool,
     seed: u64,
@@ -101,7 +105,22 @@ fn serve(
 ) {
     let mut rng = Rng(seed | 1);
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 512];
+    // What the client writes comes through a channel, so that waiting for a late answer's
+    // moment can also watch for the client's next request.
+    let (tx, incoming) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 512];
+        loop {
+            match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.send(chunk[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
     let send = |bytes: Vec<u8>| {
         if let Ok(mut w) = writer.lock() {
             let _ = w.write_all(&bytes);
@@ -109,11 +128,11 @@ fn serve(
         }
     };
     while !stop.load(Ordering::Relaxed) {
-        let n = match reader.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+        match incoming.recv_timeout(Duration::from_millis(100)) {
+            Ok(bytes) => buf.extend_from_slice(&bytes),
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
         loop {
             // A request: RTU slave, 3, address, count, CRC (8 bytes); TCP MBAP (7) + 5.
             let len = if tcp { 12 } else { 8 };
@@ -161,22 +180,19 @@ fn serve(
             match f {
                 Fault::Ok => send(good),
                 Fault::Late => {
-                    let w = writer.clone();
-                    std::thread::spawn(move || {
-                        std::thread::sleep(Duration::from_millis(TIMEOUT_MS + 30));
-                        if let Ok(mut w) = w.lock() {
-                            let _ = w.write_all(&good);
-                            let _ = w.flush();
-                        }
-                    });
+                    // After the client's timeout, unless its next request comes first.
+                    match incoming.recv_timeout(Duration::from_millis(TIMEOUT_MS + 30)) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => send(good),
+                        Ok(next) => buf.extend_from_slice(&next),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
                 Fault::Duplicate => {
-                    // The answer twice (a device that repeats itself, an echo), the second within
-                    // the line's inter-frame silence: it is there before the next request goes
-                    // out.
-                    send(good.clone());
-                    std::thread::sleep(Duration::from_micros(500));
-                    send(good);
+                    // The answer twice (a device that repeats itself, an echo), in one write: the
+                    // repetition is on the line before the next request can go out.
+                    let mut twice = good.clone();
+                    twice.extend_from_slice(&good);
+                    send(twice);
                 }
                 Fault::Truncated => send(good[..good.len() / 2].to_vec()),
                 Fault::Garbage => {
