@@ -51,7 +51,7 @@ pub(crate) struct EdgeHub {
 impl EdgeHub {
     /// Runs until `cancel`: joins, connects, and reconnects.
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = rt::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         let mut renewal_tried = None;
         loop {
             let started = Instant::now();
@@ -67,16 +67,16 @@ impl EdgeHub {
                 ),
             }
             if started.elapsed() > Duration::from_secs(60) {
-                backoff = Duration::from_secs(1);
+                backoff.reset();
             }
+            let pause = backoff.next_delay();
             // Jitter, so that the nodes of a site do not all come back in the same second.
             let jitter =
-                Duration::from_millis(u64::from(rand_u16()) % (backoff.as_millis() as u64 / 2 + 1));
+                Duration::from_millis(u64::from(rand_u16()) % (pause.as_millis() as u64 / 2 + 1));
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff + jitter) => {}
+                _ = tokio::time::sleep(pause + jitter) => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(30));
         }
     }
 

@@ -285,7 +285,7 @@ async fn poll(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = rt::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut held: std::collections::VecDeque<rumqttc::Publish> = std::collections::VecDeque::new();
     loop {
         // Both branches are cancel-safe: rumqttc keeps its state in the event loop between
@@ -306,9 +306,7 @@ async fn poll(
             e = eventloop.poll() => e,
         };
         match event {
-            Ok(Event::Incoming(Packet::SubAck(_))) => {
-                backoff = Duration::from_millis(100);
-            }
+            Ok(Event::Incoming(Packet::SubAck(_))) => backoff.reset(),
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
                 metrics.mqtt_connected.store(1, Ordering::Relaxed);
                 tracing::info!("connected to MQTT broker");
@@ -342,15 +340,15 @@ async fn poll(
                 metrics
                     .mqtt_connection_errors
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, retry_in = ?backoff, "MQTT connection failed");
+                let pause = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?pause, "MQTT connection failed");
                 // Requests of the lost session will not be acknowledged; the broker resends
                 // what it must.
                 held.clear();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(pause) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
     }

@@ -125,7 +125,7 @@ pub struct DeviceTask<D: Driver> {
     answered: bool,
     /// The link went down after the device had answered.
     lost_after_answer: bool,
-    backoff: Duration,
+    backoff: rt::Backoff,
     retry_at: Instant,
     state_cycle: Option<Duration>,
     state_next: Instant,
@@ -178,7 +178,7 @@ impl<D: Driver> DeviceTask<D> {
             ever_connected: false,
             answered: false,
             lost_after_answer: false,
-            backoff: FIRST_BACKOFF,
+            backoff: rt::Backoff::new(FIRST_BACKOFF, MAX_BACKOFF),
             retry_at: now,
             state_cycle: schedule.state_cycle,
             state_next: now,
@@ -323,15 +323,14 @@ impl<D: Driver> DeviceTask<D> {
 
     async fn link_down(&mut self, e: &DriverError) {
         if self.state != DeviceState::Offline {
-            tracing::warn!(device = %self.id(), error = %e, retry_in = ?self.backoff, "device offline");
+            tracing::warn!(device = %self.id(), error = %e, retry_in = ?self.backoff.peek(), "device offline");
         }
         self.connected = false;
         self.lost_after_answer |= std::mem::take(&mut self.answered);
         if let Ok(mut s) = self.snapshot.lock() {
             s.error = Some(e.message.clone());
         }
-        self.retry_at = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.retry_at = Instant::now() + self.backoff.next_delay();
         self.set_state(DeviceState::Offline, e.message.clone())
             .await;
     }
@@ -548,7 +547,7 @@ impl<D: Driver> DeviceTask<D> {
             self.answered = true;
             // The backoff starts over only once the device answers: a link that connects but
             // never answers is retried at the growing backoff.
-            self.backoff = FIRST_BACKOFF;
+            self.backoff.reset();
             self.set_state(DeviceState::Online, String::new()).await;
         }
     }

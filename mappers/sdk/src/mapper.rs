@@ -317,7 +317,7 @@ impl<P: Protocol> Mapper<P> {
     pub async fn register(&self) -> bool {
         let c = &self.shared.config;
         let mut client = crate::report::client(&c.common.edgecore_sock);
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = rt::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
         loop {
             let request = pb::MapperRegisterRequest {
                 with_data: true,
@@ -351,12 +351,11 @@ impl<P: Protocol> Mapper<P> {
                     return true;
                 }
                 Err(e) => {
-                    tracing::warn!(edgecore = %c.common.edgecore_sock, error = %e.message(), retry_in = ?backoff, "cannot register with edgecore");
+                    tracing::warn!(edgecore = %c.common.edgecore_sock, error = %e.message(), retry_in = ?backoff.peek(), "cannot register with edgecore");
                     tokio::select! {
                         _ = self.shared.cancel.cancelled() => return false,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         }

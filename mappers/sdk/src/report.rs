@@ -78,7 +78,7 @@ pub async fn run(
     // After a failed round: the delay before the next, and when that is. Reports arriving
     // meanwhile are merged into what waits (newest value per property) and go with it then, so
     // that a failing edgecore is called at the announced pace, not at every new reading.
-    let mut retry = FIRST_RETRY;
+    let mut backoff = rt::Backoff::new(FIRST_RETRY, MAX_RETRY);
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut open = true;
     loop {
@@ -117,11 +117,7 @@ pub async fn run(
             });
         }
         let mut failed = false;
-        let next_retry = if retry_at.is_some() {
-            (retry * 2).min(MAX_RETRY)
-        } else {
-            FIRST_RETRY
-        };
+        let next_retry = backoff.peek();
         while let Some(done) = calls.join_next().await {
             let Ok((key, p, result)) = done else {
                 continue;
@@ -164,10 +160,9 @@ pub async fn run(
             }
         }
         if failed {
-            retry = next_retry;
-            retry_at = Some(tokio::time::Instant::now() + retry);
+            retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
         } else {
-            retry = FIRST_RETRY;
+            backoff.reset();
             retry_at = None;
         }
     }

@@ -14,7 +14,7 @@ pub(super) async fn run(
         .http_status_as_error(true)
         .build()
         .into();
-    let mut backoff = FIRST_RETRY;
+    let mut backoff = retry_backoff();
     loop {
         let m = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -35,20 +35,19 @@ pub(super) async fn run(
             match r {
                 Ok(Ok(())) => {
                     metrics.pushes.fetch_add(1, Ordering::Relaxed);
-                    backoff = FIRST_RETRY;
+                    backoff.reset();
                     break;
                 }
                 Ok(Err(e)) => {
                     metrics.push_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(url = %url, error = %e, retry_in = ?backoff, "HTTP push failed");
+                    tracing::warn!(url = %url, error = %e, retry_in = ?backoff.peek(), "HTTP push failed");
                 }
                 Err(_) => return,
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
             }
-            backoff = (backoff * 2).min(MAX_RETRY);
             if rx.capacity() == 0 {
                 // The queue is full of newer values: this one is dropped.
                 break;

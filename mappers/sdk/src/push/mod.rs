@@ -42,6 +42,11 @@ pub const BATCH: usize = 500;
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
+/// The pause between a target's retries: from [`FIRST_RETRY`] up to [`MAX_RETRY`].
+fn retry_backoff() -> rt::Backoff {
+    rt::Backoff::new(FIRST_RETRY, MAX_RETRY)
+}
+
 /// Where a property's values go.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
@@ -455,7 +460,7 @@ async fn run_sink<S: Sink>(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = FIRST_RETRY;
+    let mut backoff = retry_backoff();
     let mut failing = false;
     loop {
         let first = tokio::select! {
@@ -478,18 +483,17 @@ async fn run_sink<S: Sink>(
                     if std::mem::take(&mut failing) {
                         tracing::info!(target = %name, "push target writes again");
                     }
-                    backoff = FIRST_RETRY;
+                    backoff.reset();
                     break;
                 }
                 Err(e) => {
                     metrics.push_errors.fetch_add(1, Ordering::Relaxed);
                     failing = true;
-                    tracing::warn!(target = %name, error = %e, values = batch.len(), retry_in = ?backoff, "push failed; retrying");
+                    tracing::warn!(target = %name, error = %e, values = batch.len(), retry_in = ?backoff.peek(), "push failed; retrying");
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_RETRY);
                 }
             }
         }

@@ -47,7 +47,7 @@ pub(super) async fn run(
     let poll_cancel = cancel.clone();
     let poll_metrics = metrics.clone();
     tokio::spawn(async move {
-        let mut backoff = FIRST_RETRY;
+        let mut backoff = retry_backoff();
         loop {
             let event = tokio::select! {
                 _ = poll_cancel.cancelled() => return,
@@ -55,18 +55,17 @@ pub(super) async fn run(
             };
             match event {
                 Ok(rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))) => {
-                    backoff = FIRST_RETRY;
+                    backoff.reset();
                     tracing::info!(broker = %address, "push target connected");
                 }
                 Ok(_) => {}
                 Err(e) => {
                     poll_metrics.push_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(broker = %address, error = %e, retry_in = ?backoff, "MQTT push target unreachable");
+                    tracing::warn!(broker = %address, error = %e, retry_in = ?backoff.peek(), "MQTT push target unreachable");
                     tokio::select! {
                         _ = poll_cancel.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                     }
-                    backoff = (backoff * 2).min(MAX_RETRY);
                 }
             }
         }
