@@ -194,9 +194,12 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     let (status, _) = post(&http, &format!("{method}/heater"), "false");
     assert_eq!(status, 403);
 
-    // The planner merges the reads: over a second of cycles, fewer requests than properties
-    // read (6 per cycle in 4 requests: HR0-13 merged, HR25 and HR30 split apart once the device
-    // refused the merged request over the missing registers, the coil).
+    // The planner merges the reads: over a few cycles, fewer requests than properties read (6
+    // per cycle in 4 requests: HR0-13 merged, HR25 and HR30 split apart once the device refused
+    // the merged request over the missing registers, the coil). Counted over at least 18 reads,
+    // however long they take on this machine; one request more than whole cycles make is
+    // allowed (a desired value's write or a cycle cut by a sample), six reads in six requests
+    // would be far over.
     let sample = || {
         let text = http
             .get(&format!("{rest}/metrics"))
@@ -217,12 +220,14 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
         )
     };
     let (reads0, requests0) = sample();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
-    let (reads1, requests1) = sample();
-    let (reads, requests) = (reads1 - reads0, requests1 - requests0);
+    let (reads, requests) = eventually(60, "18 property reads", || {
+        let (reads1, requests1) = sample();
+        let (reads, requests) = (reads1 - reads0, requests1 - requests0);
+        (reads >= 18.0).then_some((reads, requests))
+    });
     assert!(
-        reads >= 18.0 && requests * 6.0 == reads * 4.0,
-        "{reads} property reads in {requests} requests"
+        requests <= (reads * 4.0 / 6.0).ceil() + 1.0,
+        "{reads} property reads in {requests} requests: the reads are not merged"
     );
 
     // The server dies: the device goes offline; it comes back: online, values flow again.
