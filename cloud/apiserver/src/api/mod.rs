@@ -11,7 +11,7 @@ use crate::store::{EventType, Key, Obj, Store};
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -249,23 +249,22 @@ impl Api {
         }
     }
 
-    async fn collect(&self, body: Body) -> Result<Bytes, Status> {
+    async fn collect(&self, mut body: Body) -> Result<Bytes, Status> {
         use http_body_util::BodyExt;
-        let limited = http_body_util::Limited::new(body, self.max_body);
-        match limited.collect().await {
-            Ok(c) => Ok(c.to_bytes()),
-            Err(e) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    Err(Status::too_large(self.max_body))
-                } else {
-                    Err(Status::bad_request(format!(
-                        "cannot read the request body: {e}"
-                    )))
-                }
+        let mut buf = BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|e| Status::bad_request(format!("cannot read the request body: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if buf.len() + data.len() > self.max_body {
+                drain(body, self.max_body).await;
+                return Err(Status::too_large(self.max_body));
             }
+            buf.extend_from_slice(&data);
         }
+        Ok(buf.freeze())
     }
 
     async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Value, Status> {
@@ -330,6 +329,28 @@ impl Api {
             self.refresh_registry();
         }
     }
+}
+
+/// How long a refused body is read on (see [`drain`]).
+const DRAIN_FOR: Duration = Duration::from_secs(10);
+
+/// Reads and drops up to `limit` more bytes of a refused body, for at most [`DRAIN_FOR`], so
+/// that a client still writing it (HTTP/1.1 without `Expect: 100-continue`: kube-rs, kubectl)
+/// reads the 413 instead of a connection reset under its write. Beyond that the connection is
+/// closed with the body unread.
+async fn drain(mut body: Body, limit: usize) {
+    use http_body_util::BodyExt;
+    let mut left = limit;
+    let _ = tokio::time::timeout(DRAIN_FOR, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, |d| d.len());
+            if n >= left {
+                return;
+            }
+            left -= n;
+        }
+    })
+    .await;
 }
 
 fn dry_run(q: &Query) -> Result<bool, Status> {
