@@ -269,7 +269,7 @@ pub(crate) async fn watch(
             }
         };
         let changes = sync.publish(&src).await;
-        tracing::debug!(changes = changes.len(), "manifest changes published");
+        tracing::debug!(changes, "manifest changes published");
         drop(src);
         if !loaded {
             loaded = true;

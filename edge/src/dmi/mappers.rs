@@ -36,6 +36,7 @@ use api::dmi::{device_to_dmi, model_to_dmi};
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, TwinProperty};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -402,7 +403,8 @@ impl Manager {
     }
 
     /// The mappers as placement sees them.
-    fn placement(&self) -> Placement {
+    /// Borrows the mappers' device sets: cheap enough to take for every decision.
+    fn placement(&self) -> Placement<'_> {
         Placement {
             mappers: self
                 .mappers
@@ -411,7 +413,7 @@ impl Manager {
                     let view = MapperView {
                         protocol: e.record.protocol.clone(),
                         alive: e.alive,
-                        devices: e.record.devices.clone(),
+                        devices: Cow::Borrowed(&e.record.devices),
                     };
                     (n.clone(), view)
                 })
@@ -579,16 +581,19 @@ impl Manager {
     async fn place(&mut self, device: &Device, added: bool) {
         let id = object_id(&device.metadata).to_string();
         let owner = self.owner(&id).map(str::to_string);
-        let placement = self.placement();
         let device_facts = facts(device);
-        let fits = owner
-            .as_deref()
-            .is_some_and(|o| placement.fits(&device_facts, o));
+        let (fits, to) = {
+            let placement = self.placement();
+            let fits = owner
+                .as_deref()
+                .is_some_and(|o| placement.fits(&device_facts, o));
+            (fits, placement.choose(&device_facts, None))
+        };
         if fits && let Some(o) = owner {
             self.push_device(&o, device, added).await;
             return;
         }
-        match placement.choose(&device_facts, None) {
+        match to {
             Some(to) => self.move_device(device, owner.as_deref(), &to, true).await,
             None => {
                 // No mapper for it now: it leaves the one that no longer fits and waits.
@@ -805,8 +810,6 @@ impl Manager {
             let error = e.last_error.clone();
             let ids: Vec<String> = e.record.devices.iter().cloned().collect();
             tracing::warn!(mapper = %name, %error, devices = ids.len(), "mapper unreachable; its devices are unknown and move to another live mapper of the protocol");
-            // Kept in step with the moves below; taken again when a move finds its target down.
-            let mut placement = self.placement();
             for key in ids {
                 let Some(id) = DeviceId::parse(&key) else {
                     continue;
@@ -819,7 +822,9 @@ impl Manager {
                     continue;
                 }
                 let unreachable = format!("mapper {name} unreachable since {since}: {error}");
-                let (reason, to) = match placement.failover(&name, &facts(&device)) {
+                // Decided on the mappers as the moves so far left them.
+                let decision = self.placement().failover(&name, &facts(&device));
+                let (reason, to) = match decision {
                     Failover::Pinned => (
                         format!(
                             "{unreachable}; the device is pinned to it ({MAPPER_ANNOTATION}) and waits for it"
@@ -847,15 +852,6 @@ impl Manager {
                     .await;
                 if let Some(to) = to {
                     self.move_device(&device, Some(&name), &to, true).await;
-                    if self.alive(&to) {
-                        placement.apply(&super::placement::Move {
-                            device: key,
-                            from: Some(name.clone()),
-                            to,
-                        });
-                    } else {
-                        placement = self.placement();
-                    }
                 }
             }
         }

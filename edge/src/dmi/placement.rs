@@ -14,6 +14,7 @@
 //! - The devices of a mapper found unreachable go to the other live mappers of their protocol,
 //!   except those pinned to it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The rank of `mapper` for `device` in rendezvous hashing: FNV-1a of both names, finished with
@@ -44,11 +45,11 @@ pub(super) struct DeviceFacts {
 
 /// What placement needs to know of a mapper.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct MapperView {
+pub(super) struct MapperView<'a> {
     pub protocol: String,
     pub alive: bool,
     /// Devices assigned to it (`namespace/name`).
-    pub devices: BTreeSet<String>,
+    pub devices: Cow<'a, BTreeSet<String>>,
 }
 
 /// A device going from one mapper (or none) to another.
@@ -71,11 +72,11 @@ pub(super) enum Failover {
 
 /// The mappers, by name: a snapshot the decisions are taken on, kept in step as moves are made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Placement {
-    pub mappers: BTreeMap<String, MapperView>,
+pub(super) struct Placement<'a> {
+    pub mappers: BTreeMap<String, MapperView<'a>>,
 }
 
-impl Placement {
+impl Placement<'_> {
     pub(super) fn owner(&self, id: &str) -> Option<&str> {
         self.mappers
             .iter()
@@ -110,7 +111,7 @@ impl Placement {
         }
         let protocol = device.protocol.as_deref()?;
         let id = device.id.as_str();
-        let live: Vec<(&String, &MapperView)> = self
+        let live: Vec<(&String, &MapperView<'_>)> = self
             .mappers
             .iter()
             .filter(|(n, m)| m.alive && m.protocol == protocol && Some(n.as_str()) != except)
@@ -139,10 +140,10 @@ impl Placement {
         if let Some(from) = m.from.as_deref().filter(|f| *f != m.to)
             && let Some(v) = self.mappers.get_mut(from)
         {
-            v.devices.remove(&m.device);
+            v.devices.to_mut().remove(&m.device);
         }
         if let Some(v) = self.mappers.get_mut(&m.to) {
-            v.devices.insert(m.device.clone());
+            v.devices.to_mut().insert(m.device.clone());
         }
     }
 
@@ -279,15 +280,15 @@ mod tests {
         devices.iter().map(|d| (d.id.clone(), d.clone())).collect()
     }
 
-    fn mapper(protocol: &str, devices: &[&str]) -> MapperView {
+    fn mapper(protocol: &str, devices: &[&str]) -> MapperView<'static> {
         MapperView {
             protocol: protocol.into(),
             alive: true,
-            devices: devices.iter().map(|d| d.to_string()).collect(),
+            devices: Cow::Owned(devices.iter().map(|d| d.to_string()).collect()),
         }
     }
 
-    fn placement(mappers: &[(&str, MapperView)]) -> Placement {
+    fn placement(mappers: &[(&str, MapperView<'static>)]) -> Placement<'static> {
         Placement {
             mappers: mappers
                 .iter()
@@ -395,7 +396,7 @@ mod tests {
         ]);
         place_all(&mut p, &devices);
         let before = p.clone();
-        let own_a = before.mappers["a"].devices.clone();
+        let own_a = before.mappers["a"].devices.clone().into_owned();
         // a goes down: its devices fail over, one by one, to b and c.
         p.set_alive("a", false);
         for id in &own_a {

@@ -31,17 +31,18 @@ impl CatalogSync {
     }
 
     /// Makes the catalog what `sources` make now: its devices' twins are added, updated or
-    /// removed, and the changes go to every subscriber. Returns the changes. The caller holds
+    /// removed, and the changes go to every subscriber. Returns how many there were. The caller holds
     /// the sources' lock throughout, so two publications never cross.
-    pub(crate) async fn publish(&self, sources: &Sources) -> Vec<Change> {
+    pub(crate) async fn publish(&self, sources: &Sources) -> usize {
         let changes = sources.rebuild(&self.catalog);
-        if !changes.is_empty() {
+        let n = changes.len();
+        if n > 0 {
             self.apply_to_twin(&changes).await;
             // No subscriber yet (at start) is not an error: the mapper manager reads the
             // catalog when it starts.
-            let _ = self.changes.send(changes.clone());
+            let _ = self.changes.send(changes);
         }
-        changes
+        n
     }
 
     async fn apply_to_twin(&self, changes: &[Change]) {
