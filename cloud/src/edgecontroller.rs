@@ -410,24 +410,33 @@ fn answer(node: &str, msg: &api::message::Message, op: &str, content: Value) -> 
     }
 }
 
+/// A pod status message that is refused (the node is answered with this text).
+#[derive(Debug, thiserror::Error)]
+enum StatusError {
+    #[error("content is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("content has no Status")]
+    NoStatus,
+    #[error("the patch has no status")]
+    NoPatchStatus,
+}
+
 /// The status part of a status message: `(uid if given, strategic merge patch of the pod)`.
-fn status_patch(msg: &api::message::Message) -> Result<(Option<String>, Value), String> {
+fn status_patch(msg: &api::message::Message) -> Result<(Option<String>, Value), StatusError> {
     let content = match &msg.content {
-        Value::String(s) => {
-            serde_json::from_str(s).map_err(|e| format!("content is not JSON: {e}"))?
-        }
+        Value::String(s) => serde_json::from_str(s).map_err(StatusError::NotJson)?,
         v => v.clone(),
     };
     if msg.route.resource.contains("/podstatus/") {
         // `PodStatusRequest{UID, Name, Status}`.
         let uid = content["UID"].as_str().map(str::to_string);
         if !content["Status"].is_object() {
-            return Err("content has no Status".into());
+            return Err(StatusError::NoStatus);
         }
         return Ok((uid, json!({"status": content["Status"]})));
     }
     if !content["status"].is_object() {
-        return Err("the patch has no status".into());
+        return Err(StatusError::NoPatchStatus);
     }
     let uid = content["metadata"]["uid"].as_str().map(str::to_string);
     Ok((uid, json!({"status": content["status"]})))
@@ -459,7 +468,7 @@ async fn upstream(
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(%node, resource = %msg.route.resource, error = %e, "edgecontroller: pod status refused");
-                hub.send(answer(&node, &msg, "error", json!(e)));
+                hub.send(answer(&node, &msg, "error", json!(e.to_string())));
                 continue;
             }
         };
@@ -625,6 +634,6 @@ mod tests {
         assert_eq!(uid.as_deref(), Some("u2"));
         assert_eq!(patch["status"]["phase"], "Failed");
         m.content = json!("not json");
-        assert!(status_patch(&m).expect_err("refused").contains("not JSON"));
+        assert!(matches!(status_patch(&m), Err(StatusError::NotJson(_))));
     }
 }

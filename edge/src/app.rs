@@ -109,7 +109,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     }
 
     if config.modules.eventbus {
-        let (host, port) = split_host_port(&config.mqtt.address).map_err(anyhow::Error::msg)?;
+        let (host, port) = split_host_port(&config.mqtt.address, None)?;
         let connection = if config.mqtt.mode == MqttMode::Embedded {
             let addr = tokio::net::lookup_host((host.as_str(), port))
                 .await?

@@ -333,8 +333,8 @@ impl Config {
 
     fn check(&self) -> Result<(), (&'static str, String)> {
         api::validate::names::check_dns1123_subdomain(&self.node_name)
-            .map_err(|m| ("nodeName", m))?;
-        split_host_port(&self.mqtt.address).map_err(|m| ("mqtt.address", m))?;
+            .map_err(|e| ("nodeName", e.to_string()))?;
+        split_host_port(&self.mqtt.address, None).map_err(|e| ("mqtt.address", e.to_string()))?;
         if self.manifests.poll_interval_ms == 0 {
             return Err(("manifests.pollIntervalMs", "must be more than 0".into()));
         }
@@ -413,33 +413,7 @@ impl Config {
     }
 }
 
-/// Splits `host:port`.
-///
-/// KubeEdge's URL form (`tcp://127.0.0.1:1883`, as in its `mqttServerExternal`) is accepted;
-/// other schemes are refused, since only plain TCP is spoken.
-pub fn split_host_port(address: &str) -> Result<(String, u16), String> {
-    let bare = ["tcp://", "mqtt://"]
-        .iter()
-        .find_map(|scheme| address.strip_prefix(scheme))
-        .unwrap_or(address)
-        .trim_end_matches('/');
-    if let Some((scheme, _)) = bare.split_once("://") {
-        return Err(format!(
-            "{address:?}: {scheme}:// is not supported; give host:port or tcp://host:port"
-        ));
-    }
-    let address = bare;
-    let (host, port) = address
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{address:?} is not host:port"))?;
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| format!("{port:?} in {address:?} is not a port number"))?;
-    if host.is_empty() {
-        return Err(format!("{address:?} has no host"));
-    }
-    Ok((host.trim_matches(['[', ']']).to_string(), port))
-}
+pub use rt::address::split_host_port;
 
 #[cfg(test)]
 mod tests {
@@ -461,20 +435,6 @@ mod tests {
         std::fs::write(&file, &yaml).expect("written");
         let config = Config::load(&file).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         assert_eq!(config.node_name, "edge-node-1");
-    }
-
-    #[test]
-    fn kubeedge_url_form_of_the_broker_address_is_accepted() {
-        assert_eq!(
-            split_host_port("tcp://127.0.0.1:1883"),
-            Ok(("127.0.0.1".to_string(), 1883))
-        );
-        assert_eq!(
-            split_host_port("mqtt://broker.local:1884/"),
-            Ok(("broker.local".to_string(), 1884))
-        );
-        let e = split_host_port("ssl://127.0.0.1:8883").expect_err("TLS is refused");
-        assert!(e.contains("ssl:// is not supported"), "{e}");
     }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {

@@ -18,7 +18,10 @@ pub enum TwinError {
     #[error("device {device} has no property {property:?}")]
     UnknownProperty { device: DeviceId, property: String },
     #[error("property name {property:?} is invalid: {reason}")]
-    InvalidName { property: String, reason: String },
+    InvalidName {
+        property: String,
+        reason: api::validate::names::NameError,
+    },
     #[error("value of property {property:?} is invalid: {reason}")]
     InvalidValue { property: String, reason: String },
     #[error("value of property {property:?} is {size} bytes, more than the limit of {limit}")]
@@ -289,7 +292,7 @@ impl Engine {
         ty.check_value(value)
             .map_err(|reason| TwinError::InvalidValue {
                 property: property.into(),
-                reason,
+                reason: reason.to_string(),
             })
     }
 

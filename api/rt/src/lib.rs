@@ -4,6 +4,7 @@
 //!   `:authority` fix of [`authority`]; bounded listeners ([`transport::Permitted`]) whose failed
 //!   accepts back off ([`transport::AcceptBackoff`]).
 //! - [`bootstrap`]: logging, the open-files limit, the runtime and SIGINT/SIGTERM.
+//! - [`address`]: MQTT broker addresses, `host:port` or `tcp://host:port`.
 //! - [`config`]: YAML config files read with the path of a wrong key in the error.
 //! - [`backoff`]: the growing pause between retries of every reconnecting loop.
 //! - [`ratelimit`]: a token bucket for message rates.
@@ -11,6 +12,7 @@
 //!
 //! `api` stays types only; this crate is the IO under it, as kube-client is to kube-core.
 
+pub mod address;
 pub mod authority;
 pub mod backoff;
 pub mod bootstrap;

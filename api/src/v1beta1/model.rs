@@ -1,6 +1,7 @@
 //! `DeviceModel`: the blueprint of a kind of device.
 
 use super::{CustomizedValue, VisitorConfig};
+use crate::validate::names::Excerpt;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -116,7 +117,7 @@ impl PropertyType {
     }
 
     /// Checks that `value` is a valid text form of this type, as twins carry values as text.
-    pub fn check_value(self, value: &str) -> Result<(), String> {
+    pub fn check_value(self, value: &str) -> Result<(), ValueError> {
         let ok = match self {
             // The signed and the unsigned 64-bit range: a `uint64` register is an INT too.
             Self::Int => value.trim().parse::<i64>().is_ok() || value.trim().parse::<u64>().is_ok(),
@@ -136,9 +137,22 @@ impl PropertyType {
                 Self::Float | Self::Double => "a finite number",
                 _ => "true or false",
             };
-            Err(format!("{value:?} is not {expected} ({})", self.as_str()))
+            Err(ValueError {
+                value: Excerpt::of(value),
+                expected,
+                ty: self,
+            })
         }
     }
+}
+
+/// A value that is not a text form of its property's type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value} is not {expected} ({ty})")]
+pub struct ValueError {
+    pub value: Excerpt,
+    pub expected: &'static str,
+    pub ty: PropertyType,
 }
 
 impl fmt::Display for PropertyType {

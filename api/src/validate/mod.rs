@@ -33,20 +33,20 @@ pub struct Problem {
 
 impl Problem {
     /// An error at `path`.
-    pub fn error(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn error(path: impl Into<String>, message: impl fmt::Display) -> Self {
         Self {
             severity: Severity::Error,
             path: path.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
     /// A warning at `path`.
-    pub fn warning(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn warning(path: impl Into<String>, message: impl fmt::Display) -> Self {
         Self {
             severity: Severity::Warning,
             path: path.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 

@@ -1,13 +1,71 @@
 //! Kubernetes name rules (DNS-1123) and KubeEdge's twin key rule.
 
+use std::fmt;
+
+/// Why a name was refused. The name is shown by its first characters only, so that the error
+/// about a 1 MiB name stays small.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("{name} is longer than {max} characters")]
+    TooLong { name: Excerpt, max: usize },
+    #[error(
+        "{name} is not a valid DNS-1123 name: lower-case letters, digits and '-' only, \
+         starting and ending with a letter or digit"
+    )]
+    NotDns1123 { name: Excerpt },
+    #[error(
+        "{name} contains {found:?}; a property name may hold letters, digits and -_.,:/@# only"
+    )]
+    NotTwinKey { name: Excerpt, found: char },
+}
+
+/// A text as an error message shows it: whole when short, else its first 64 characters and
+/// the total length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excerpt(String);
+
+impl Excerpt {
+    const SHOWN: usize = 64;
+
+    /// Quoted, as Rust's `{:?}` quotes a string.
+    pub fn of(text: &str) -> Self {
+        Self::shown(text, |t| format!("{t:?}"))
+    }
+
+    /// As it is, where the message format has no quotes (Kubernetes' own messages).
+    pub fn plain(text: &str) -> Self {
+        Self::shown(text, str::to_string)
+    }
+
+    fn shown(text: &str, show: impl Fn(&str) -> String) -> Self {
+        let count = text.chars().count();
+        if count <= Self::SHOWN {
+            return Self(show(text));
+        }
+        let head: String = text.chars().take(Self::SHOWN).collect();
+        Self(format!("{}... ({count} characters)", show(&head)))
+    }
+}
+
+impl fmt::Display for Excerpt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Checks a DNS-1123 subdomain (object names): at most 253 characters of lower-case letters,
 /// digits, `-` and `.`, starting and ending with a letter or digit.
-pub fn check_dns1123_subdomain(name: &str) -> Result<(), String> {
+pub fn check_dns1123_subdomain(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(NameError::Empty);
     }
     if name.len() > 253 {
-        return Err(format!("{name:?} is longer than 253 characters"));
+        return Err(NameError::TooLong {
+            name: Excerpt::of(name),
+            max: 253,
+        });
     }
     for label in name.split('.') {
         check_label_chars(name, label)?;
@@ -17,22 +75,24 @@ pub fn check_dns1123_subdomain(name: &str) -> Result<(), String> {
 
 /// Checks a DNS-1123 label (namespaces): at most 63 characters of lower-case letters, digits and
 /// `-`, starting and ending with a letter or digit.
-pub fn check_dns1123_label(name: &str) -> Result<(), String> {
+pub fn check_dns1123_label(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(NameError::Empty);
     }
     if name.len() > 63 {
-        return Err(format!("{name:?} is longer than 63 characters"));
+        return Err(NameError::TooLong {
+            name: Excerpt::of(name),
+            max: 63,
+        });
     }
     check_label_chars(name, name)
 }
 
-fn check_label_chars(whole: &str, label: &str) -> Result<(), String> {
+fn check_label_chars(whole: &str, label: &str) -> Result<(), NameError> {
     let bad = || {
-        Err(format!(
-            "{whole:?} is not a valid DNS-1123 name: lower-case letters, digits and '-' only, \
-             starting and ending with a letter or digit"
-        ))
+        Err(NameError::NotDns1123 {
+            name: Excerpt::of(whole),
+        })
     };
     let Some(first) = label.chars().next() else {
         return bad();
@@ -52,20 +112,24 @@ fn check_label_chars(whole: &str, label: &str) -> Result<(), String> {
 
 /// Checks a property name as a twin key: 1 to 128 characters of letters, digits and `-_.,:/@#`
 /// (KubeEdge's edge rejects any other twin key).
-pub fn check_twin_key(name: &str) -> Result<(), String> {
+pub fn check_twin_key(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("must not be empty".into());
+        return Err(NameError::Empty);
     }
     if name.chars().count() > 128 {
-        return Err(format!("{name:?} is longer than 128 characters"));
+        return Err(NameError::TooLong {
+            name: Excerpt::of(name),
+            max: 128,
+        });
     }
-    if let Some(c) = name
+    if let Some(found) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || "-_.,:/@#".contains(*c)))
     {
-        return Err(format!(
-            "{name:?} contains {c:?}; a property name may hold letters, digits and -_.,:/@# only"
-        ));
+        return Err(NameError::NotTwinKey {
+            name: Excerpt::of(name),
+            found,
+        });
     }
     Ok(())
 }
@@ -97,5 +161,16 @@ mod tests {
         assert!(check_twin_key("has space").is_err());
         assert!(check_twin_key("").is_err());
         assert!(check_twin_key(&"k".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn an_error_quotes_a_long_name_by_its_head_only() {
+        let long = "a".repeat(1 << 20);
+        let message = check_dns1123_subdomain(&long)
+            .expect_err("too long")
+            .to_string();
+        assert!(message.len() < 200, "{} bytes", message.len());
+        assert!(message.contains("(1048576 characters)"), "{message}");
+        assert!(message.contains("longer than 253"), "{message}");
     }
 }

@@ -1,7 +1,23 @@
 //! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902), Kubernetes' strategic merge
 //! patch for built-in kinds.
 
+use api::validate::names::Excerpt;
 use serde_json::{Map, Value};
+
+/// A patch that cannot be applied; the stored object is left as it was.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PatchError {
+    #[error("invalid JSON patch: {0}")]
+    Invalid(serde_json::Error),
+    #[error(transparent)]
+    Operation(#[from] json_patch::PatchError),
+    #[error("unknown patch type: {0}")]
+    UnknownPatchType(Excerpt),
+    #[error("unknown strategic merge patch directive {0}")]
+    UnknownDirective(Excerpt),
+    #[error("map: {element} does not contain declared merge key: {key}")]
+    NoMergeKey { element: Excerpt, key: &'static str },
+}
 
 /// The patch types a PATCH request may carry, by `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,10 +42,10 @@ impl PatchType {
 }
 
 /// Applies a JSON patch; the error names the failing operation.
-pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
+pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let p: json_patch::Patch =
-        serde_json::from_value(patch.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
-    json_patch::patch(target, &p).map_err(|e| e.to_string())
+        serde_json::from_value(patch.clone()).map_err(PatchError::Invalid)?;
+    Ok(json_patch::patch(target, &p)?)
 }
 
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
@@ -62,7 +78,7 @@ fn set_list(field: &str) -> bool {
 }
 
 /// Applies a strategic merge patch to `target`.
-pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), String> {
+pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(t), Some(p)) => merge_object(t, p),
         _ => {
@@ -86,7 +102,7 @@ fn strip(v: &Value) -> Value {
     }
 }
 
-fn merge_object(t: &mut Map<String, Value>, p: &Map<String, Value>) -> Result<(), String> {
+fn merge_object(t: &mut Map<String, Value>, p: &Map<String, Value>) -> Result<(), PatchError> {
     match p.get("$patch").and_then(Value::as_str) {
         Some("replace") => {
             *t = strip(&Value::Object(p.clone()))
@@ -100,7 +116,7 @@ fn merge_object(t: &mut Map<String, Value>, p: &Map<String, Value>) -> Result<()
             return Ok(());
         }
         Some("merge") | None => {}
-        Some(other) => return Err(format!("unknown patch type: {other:?}")),
+        Some(other) => return Err(PatchError::UnknownPatchType(Excerpt::of(other))),
     }
     if let Some(keep) = p.get("$retainKeys").and_then(Value::as_array) {
         let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
@@ -121,7 +137,7 @@ fn merge_object(t: &mut Map<String, Value>, p: &Map<String, Value>) -> Result<()
             continue;
         }
         if k.starts_with('$') {
-            return Err(format!("unknown strategic merge patch directive {k:?}"));
+            return Err(PatchError::UnknownDirective(Excerpt::of(k)));
         }
         if pv.is_null() {
             t.remove(k);
@@ -144,7 +160,7 @@ fn merge_object(t: &mut Map<String, Value>, p: &Map<String, Value>) -> Result<()
     Ok(())
 }
 
-fn merge_list(field: &str, t: &mut Vec<Value>, p: &[Value]) -> Result<(), String> {
+fn merge_list(field: &str, t: &mut Vec<Value>, p: &[Value]) -> Result<(), PatchError> {
     if p.iter()
         .any(|x| x.get("$patch").and_then(Value::as_str) == Some("replace"))
     {
@@ -169,9 +185,10 @@ fn merge_list(field: &str, t: &mut Vec<Value>, p: &[Value]) -> Result<(), String
     };
     for x in p {
         let Some(id) = x.get(key) else {
-            return Err(format!(
-                "map: {x} does not contain declared merge key: {key}"
-            ));
+            return Err(PatchError::NoMergeKey {
+                element: Excerpt::of(&x.to_string()),
+                key,
+            });
         };
         let pos = t.iter().position(|e| e.get(key) == Some(id));
         let delete = x.get("$patch").and_then(Value::as_str) == Some("delete");
@@ -217,6 +234,7 @@ mod tests {
         let mut v = json!({"a": 1});
         let e =
             json_patch(&mut v, &json!([{"op": "remove", "path": "/b"}])).expect_err("must fail");
+        let e = e.to_string();
         assert!(e.contains("/b") || e.contains("remove"), "{e}");
         assert_eq!(v, json!({"a": 1}));
     }

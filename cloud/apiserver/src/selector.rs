@@ -1,7 +1,21 @@
 //! Label and field selectors, in the syntax kubectl sends (`a=b,c!=d,e in (x,y),!f`).
 
 use crate::store::Obj;
+use api::validate::names::Excerpt;
 use serde_json::Value;
+
+/// A selector that does not parse, in kube-apiserver's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SelectorError {
+    #[error("expected a parenthesised set, found {0}")]
+    NotASet(Excerpt),
+    #[error("unable to parse requirement: {0}")]
+    Requirement(Excerpt),
+    #[error("invalid selector: '{0}'; can't understand '{0}'")]
+    Field(Excerpt),
+    #[error("field label not supported: {label} (supported: {supported})")]
+    FieldLabel { label: Excerpt, supported: String },
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Req {
@@ -39,12 +53,12 @@ fn split_top(s: &str) -> Vec<&str> {
         .collect()
 }
 
-fn set(s: &str) -> Result<Vec<String>, String> {
+fn set(s: &str) -> Result<Vec<String>, SelectorError> {
     let inner = s
         .trim()
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| format!("expected a parenthesised set, found {s:?}"))?;
+        .ok_or_else(|| SelectorError::NotASet(Excerpt::of(s)))?;
     Ok(inner
         .split(',')
         .map(|x| x.trim().to_string())
@@ -53,7 +67,7 @@ fn set(s: &str) -> Result<Vec<String>, String> {
 }
 
 impl Labels {
-    pub(crate) fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top(s) {
             let r = if let Some(k) = part.strip_prefix('!') {
@@ -69,7 +83,7 @@ impl Labels {
             } else if let Some((k, v)) = part.split_once(" in ") {
                 Req::In(k.trim().into(), set(v)?)
             } else if part.contains(' ') || part.contains('(') {
-                return Err(format!("unable to parse requirement: {part:?}"));
+                return Err(SelectorError::Requirement(Excerpt::of(part)));
             } else {
                 Req::Exists(part.to_string())
             };
@@ -100,7 +114,7 @@ pub(crate) struct Fields(Vec<(String, bool, String)>);
 
 impl Fields {
     /// Parses `s`, refusing paths not in `allowed` with kube-apiserver's message.
-    pub(crate) fn parse(s: &str, allowed: &[String]) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str, allowed: &[String]) -> Result<Self, SelectorError> {
         let mut terms = Vec::new();
         for part in split_top(s) {
             let (k, eq, v) = if let Some((k, v)) = part.split_once("!=") {
@@ -110,17 +124,15 @@ impl Fields {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, true, v)
             } else {
-                return Err(format!(
-                    "invalid selector: '{part}'; can't understand '{part}'"
-                ));
+                return Err(SelectorError::Field(Excerpt::plain(part)));
             };
             let k = k.trim();
             if !allowed.iter().any(|a| a == k) {
                 let list: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
-                return Err(format!(
-                    "field label not supported: {k} (supported: {})",
-                    list.join(", ")
-                ));
+                return Err(SelectorError::FieldLabel {
+                    label: Excerpt::plain(k),
+                    supported: list.join(", "),
+                });
             }
             terms.push((k.to_string(), eq, v.trim().to_string()));
         }
@@ -181,6 +193,9 @@ mod tests {
         let f = Fields::parse("metadata.name=a", &allowed).expect("must succeed");
         assert!(f.matches(&json!({"metadata": {"name": "a"}})));
         let e = Fields::parse("spec.x=1", &allowed).expect_err("must fail");
-        assert!(e.contains("field label not supported: spec.x"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "field label not supported: spec.x (supported: \"metadata.name\")"
+        );
     }
 }

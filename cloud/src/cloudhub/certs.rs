@@ -65,7 +65,7 @@ impl Ca {
     }
 
     /// Checks the JWT part of a token (what an edge sends as its bearer token).
-    pub fn verify(&self, jwt: &str) -> Result<(), String> {
+    pub fn verify(&self, jwt: &str) -> Result<(), TokenError> {
         let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
         v.required_spec_claims = ["exp".to_string()].into();
         v.leeway = 0;
@@ -76,15 +76,22 @@ impl Ca {
         )
         .map(|_| ())
         .map_err(|e| match e.kind() {
-            jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
-                "the token has expired: get a new one with `cloudcore gettoken`".to_string()
-            }
-            jsonwebtoken::errors::ErrorKind::InvalidSignature => {
-                "the token was not made by this cloudcore (wrong signature)".to_string()
-            }
-            _ => format!("the token is not valid: {e}"),
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => TokenError::WrongSignature,
+            _ => TokenError::Invalid(e),
         })
     }
+}
+
+/// Why a bearer token is refused (the edge is answered with this text).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("the token has expired: get a new one with `cloudcore gettoken`")]
+    Expired,
+    #[error("the token was not made by this cloudcore (wrong signature)")]
+    WrongSignature,
+    #[error("the token is not valid: {0}")]
+    Invalid(jsonwebtoken::errors::Error),
 }
 
 fn hex(b: &[u8]) -> String {
@@ -163,7 +170,7 @@ impl CertServer {
                     );
                 };
                 if let Err(why) = self.ca.verify(jwt.trim()) {
-                    return refuse(StatusCode::UNAUTHORIZED, why);
+                    return refuse(StatusCode::UNAUTHORIZED, why.to_string());
                 }
             }
         }
@@ -199,19 +206,19 @@ mod tests {
         assert_eq!(hash.len(), 64);
         assert_eq!(hash, ca.hash());
         assert_eq!(jwt.split('.').count(), 3, "a JWT: header.claims.signature");
-        assert_eq!(ca.verify(jwt), Ok(()));
+        assert!(ca.verify(jwt).is_ok());
 
         let expired = ca.token(Duration::ZERO).expect("token");
         std::thread::sleep(Duration::from_millis(1100));
         let err = ca
             .verify(expired.split_once('.').expect("jwt").1)
             .expect_err("refused");
-        assert!(err.contains("expired"), "{err}");
+        assert!(matches!(err, TokenError::Expired), "{err}");
 
         let other = tempfile::tempdir().expect("dir");
         let other = Ca::load(other.path()).expect("ca");
         let err = other.verify(jwt).expect_err("refused");
-        assert!(err.contains("not made by this cloudcore"), "{err}");
+        assert!(matches!(err, TokenError::WrongSignature), "{err}");
         assert_ne!(other.hash(), ca.hash());
     }
 }

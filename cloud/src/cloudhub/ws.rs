@@ -66,16 +66,11 @@ pub async fn serve(
 
 /// The node a handshake names: path `/{projectID}/{node}/events`, header `node_id` equal to it,
 /// and the client certificate's `CN=system:node:{node}`.
-fn check_handshake(req: &Request, cn: &str) -> Result<String, String> {
+fn check_handshake(req: &Request, cn: &str) -> Result<String, HandshakeError> {
     let parts: Vec<&str> = req.uri().path().trim_matches('/').split('/').collect();
     let node = match parts.as_slice() {
         [_project, node, "events"] if !node.is_empty() => node.to_string(),
-        _ => {
-            return Err(format!(
-                "path {} is not /{{projectID}}/{{nodeName}}/events",
-                req.uri().path()
-            ));
-        }
+        _ => return Err(HandshakeError::Path(req.uri().path().into())),
     };
     let header = req
         .headers()
@@ -83,16 +78,29 @@ fn check_handshake(req: &Request, cn: &str) -> Result<String, String> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if header != node {
-        return Err(format!(
-            "header node_id {header:?} does not match the path's node {node:?}"
-        ));
+        return Err(HandshakeError::NodeHeader {
+            header: header.into(),
+            node,
+        });
     }
     if cn != format!("system:node:{node}") {
-        return Err(format!(
-            "the client certificate is {cn:?}, not system:node:{node}"
-        ));
+        return Err(HandshakeError::Certificate {
+            cn: cn.into(),
+            node,
+        });
     }
     Ok(node)
+}
+
+/// A websocket handshake that is refused (403, with this text).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum HandshakeError {
+    #[error("path {0} is not /{{projectID}}/{{nodeName}}/events")]
+    Path(String),
+    #[error("header node_id {header:?} does not match the path's node {node:?}")]
+    NodeHeader { header: String, node: String },
+    #[error("the client certificate is {cn:?}, not system:node:{node}")]
+    Certificate { cn: String, node: String },
 }
 
 async fn session(
@@ -115,7 +123,7 @@ async fn session(
             }
             Err(why) => {
                 tracing::warn!(%peer, reason = %why, "cloudhub: connection refused");
-                let mut r = ErrorResponse::new(Some(why));
+                let mut r = ErrorResponse::new(Some(why.to_string()));
                 *r.status_mut() = http::StatusCode::FORBIDDEN;
                 Err(r)
             }
@@ -352,12 +360,18 @@ mod tests {
             Ok("edge-1".into())
         );
         let err = check_handshake(&ok, "system:node:edge-2").expect_err("refused");
-        assert!(err.contains("system:node:edge-1"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "the client certificate is \"system:node:edge-2\", not system:node:edge-1"
+        );
         let err = check_handshake(&req("/p/edge-1/events", "edge-2"), "system:node:edge-1")
             .expect_err("refused");
-        assert!(err.contains("node_id"), "{err}");
+        assert!(err.to_string().contains("node_id"), "{err}");
         let err = check_handshake(&req("/edge-1/events", "edge-1"), "system:node:edge-1")
             .expect_err("refused");
-        assert!(err.contains("/{projectID}/{nodeName}/events"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "path /edge-1/events is not /{projectID}/{nodeName}/events"
+        );
     }
 }

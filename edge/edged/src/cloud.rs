@@ -31,6 +31,15 @@ pub struct CloudPods {
     pub reported: Arc<Notify>,
 }
 
+/// An object from the cloud that edged does not keep.
+#[derive(Debug, thiserror::Error)]
+pub enum PutError {
+    #[error("content is not a Pod: {0}")]
+    NotAPod(serde_json::Error),
+    #[error("not a pod, configmap or secret: {0}")]
+    Kind(String),
+}
+
 impl CloudPods {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects> {
         self.inner.read().unwrap_or_else(|p| p.into_inner())
@@ -41,13 +50,12 @@ impl CloudPods {
     }
 
     /// Stores an object the cloud sent (`pod`, `configmap` or `secret`).
-    pub fn put(&self, kind: &str, key: Key, obj: Value) -> Result<(), String> {
+    pub fn put(&self, kind: &str, key: Key, obj: Value) -> Result<(), PutError> {
         {
             let mut o = self.write();
             match kind {
                 "pod" => {
-                    let pod: Pod = serde_json::from_value(obj)
-                        .map_err(|e| format!("content is not a Pod: {e}"))?;
+                    let pod: Pod = serde_json::from_value(obj).map_err(PutError::NotAPod)?;
                     o.pods.insert(key, pod);
                 }
                 "configmap" => {
@@ -56,7 +64,7 @@ impl CloudPods {
                 "secret" => {
                     o.secrets.insert(key, obj);
                 }
-                _ => return Err(format!("not a pod, configmap or secret: {kind}")),
+                _ => return Err(PutError::Kind(kind.into())),
             }
         }
         self.changed.notify_one();

@@ -18,21 +18,24 @@
 
 pub mod cloud;
 mod config;
+mod container;
 mod cri_client;
 pub mod logs;
 mod plan;
 pub mod pods;
 mod probe;
 mod proto;
+mod spec;
 
 pub use cloud::CloudPods;
 pub use pods::{ContainerView, PodView, Pods};
 
 pub use config::Config;
+use container::{Env, container_config, labels, project_volumes};
 pub use cri_client::CriError;
 use cri_client::Runtime;
-use k8s_openapi::api::core::v1::Pod;
 use proto::v1 as cri;
+use spec::{Desired, cloud_pod, parse_pod};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -46,126 +49,6 @@ pub const POD_UID: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// The pod's grace period, kept on its sandbox for when its manifest is gone.
 const GRACE: &str = "edgecore.kubeedge.io/grace-seconds";
-
-/// A pod declared in the directory, or sent by the cloud.
-#[derive(Clone, Debug)]
-struct Desired {
-    /// Its manifest; empty for a pod from the cloud.
-    file: PathBuf,
-    cloud: bool,
-    namespace: String,
-    name: String,
-    uid: String,
-    pod: Pod,
-}
-
-impl Desired {
-    fn source(&self) -> String {
-        if self.cloud {
-            "cloud".into()
-        } else {
-            self.file.display().to_string()
-        }
-    }
-
-    fn host_network(&self) -> bool {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false)
-    }
-
-    fn grace(&self) -> i64 {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30)
-    }
-}
-
-/// Parses a static pod file. The uid is the manifest's own, or a hash of its content (as the
-/// kubelet does for static pods): a changed manifest is a new pod.
-fn parse_pod(file: &Path, text: &str) -> Result<Desired, String> {
-    let de = serde_yaml_ng::Deserializer::from_str(text);
-    let pod: Pod = serde_path_to_error::deserialize(de)
-        .map_err(|e| format!("{}: at {}: {}", file.display(), e.path(), e.inner()))?;
-    let (namespace, name) = check_pod(&pod).map_err(|e| format!("{}: {e}", file.display()))?;
-    let uid = match &pod.metadata.uid {
-        Some(u) => u.clone(),
-        None => {
-            let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-            digest.as_ref()[..16]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        }
-    };
-    Ok(Desired {
-        file: file.to_path_buf(),
-        cloud: false,
-        namespace,
-        name,
-        uid,
-        pod,
-    })
-}
-
-/// A pod's name and namespace, and that it has containers with images.
-fn check_pod(pod: &Pod) -> Result<(String, String), String> {
-    let name = pod
-        .metadata
-        .name
-        .clone()
-        .ok_or_else(|| "metadata.name is missing".to_string())?;
-    api::validate::names::check_dns1123_subdomain(&name)
-        .map_err(|m| format!("metadata.name: {m}"))?;
-    let namespace = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let spec = pod
-        .spec
-        .as_ref()
-        .ok_or_else(|| "spec is missing".to_string())?;
-    if spec.containers.is_empty() {
-        return Err("spec.containers is empty".into());
-    }
-    for c in &spec.containers {
-        if c.image.as_deref().unwrap_or("").is_empty() {
-            return Err(format!("spec.containers[{}].image is missing", c.name));
-        }
-    }
-    Ok((namespace, name))
-}
-
-/// A pod the cloud sent: its uid is the API's.
-fn cloud_pod(pod: &Pod, node: &str) -> Result<Desired, String> {
-    let (namespace, name) = check_pod(pod)?;
-    let uid = pod
-        .metadata
-        .uid
-        .clone()
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| "metadata.uid is missing".to_string())?;
-    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    if bound != Some(node) {
-        return Err(format!(
-            "bound to node {:?}, not to this node {node:?}",
-            bound.unwrap_or_default()
-        ));
-    }
-    Ok(Desired {
-        file: PathBuf::new(),
-        cloud: true,
-        namespace,
-        name,
-        uid,
-        pod: pod.clone(),
-    })
-}
 
 /// The node's address: the one of the interface with the default route (no packet is sent).
 fn default_ip() -> Option<String> {
@@ -218,7 +101,7 @@ pub struct Edged {
     node: String,
     host_ip: Option<String>,
     /// Cloud pods refused, by uid, with why (logged once).
-    bad_cloud: HashMap<String, String>,
+    bad_cloud: HashMap<String, spec::PodError>,
 }
 
 impl Edged {
@@ -336,7 +219,7 @@ impl Edged {
                 Err(e) => {
                     if self.bad_files.get(&path) != Some(&text) {
                         tracing::warn!(error = %e, "static pod manifest refused; the pod it declared before (if any) keeps running");
-                        self.pods.set_file_error(&path, Some(e));
+                        self.pods.set_file_error(&path, Some(e.to_string()));
                         self.bad_files.insert(path, text);
                     }
                 }
@@ -395,7 +278,7 @@ impl Edged {
                         let mut view = PodView::new(&ns, &name, &uid, "cloud");
                         view.phase = "Failed".into();
                         view.reason = "InvalidPodSpec".into();
-                        view.message = e;
+                        view.message = e.to_string();
                         c.report(
                             (ns, name),
                             &uid,
@@ -616,7 +499,7 @@ impl Edged {
         c: &k8s_openapi::api::core::v1::Container,
         policy: &str,
         mine: &[&cri::Container],
-        projected: &Result<(), String>,
+        projected: &Result<(), container::ConfigError>,
     ) -> ContainerView {
         let image = c.image.clone().unwrap_or_default();
         let mut cv = ContainerView::new(&c.name, &image);
@@ -817,8 +700,8 @@ impl Edged {
                         .unwrap_or_default();
                     match self.runtime.exec_sync(id, &cmd, probe::timeout(p)).await {
                         Ok(0) => Ok(()),
-                        Ok(code) => Err(format!("command {cmd:?} exited with {code}")),
-                        Err(e) => Err(e.to_string()),
+                        Ok(code) => Err(probe::ProbeFailure::Exit { command: cmd, code }),
+                        Err(e) => Err(e.into()),
                     }
                 }
             };
@@ -994,466 +877,9 @@ impl Edged {
     }
 }
 
-fn labels(d: &Desired, container: Option<&str>) -> HashMap<String, String> {
-    let mut l: HashMap<String, String> = [
-        (MANAGED.to_string(), "true".to_string()),
-        (POD_NAME.to_string(), d.name.clone()),
-        (POD_NAMESPACE.to_string(), d.namespace.clone()),
-        (POD_UID.to_string(), d.uid.clone()),
-    ]
-    .into();
-    if let Some(c) = container {
-        l.insert(CONTAINER_NAME.to_string(), c.to_string());
-    }
-    l
-}
-
-/// What a container's environment may refer to.
-struct Env<'a> {
-    cloud: Option<&'a CloudPods>,
-    node: &'a str,
-    host_ip: &'a str,
-    /// The sandbox's IP on the runtime's network (not used with hostNetwork).
-    pod_ip: &'a str,
-}
-
-impl Env<'_> {
-    /// `data` of a ConfigMap (`secret`: false) or a Secret (decoded), if it exists.
-    fn data(&self, ns: &str, name: &str, secret: bool) -> Option<BTreeMap<String, Vec<u8>>> {
-        let cloud = self.cloud?;
-        let obj = if secret {
-            cloud.secret(ns, name)?
-        } else {
-            cloud.config_map(ns, name)?
-        };
-        Some(object_data(&obj, secret))
-    }
-}
-
-/// The files of a ConfigMap (`data`, `binaryData`) or a Secret (`data` decoded, `stringData`).
-fn object_data(obj: &serde_json::Value, secret: bool) -> BTreeMap<String, Vec<u8>> {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut out = BTreeMap::new();
-    let (plain, encoded) = if secret {
-        ("stringData", "data")
-    } else {
-        ("data", "binaryData")
-    };
-    for (k, v) in obj[plain].as_object().into_iter().flatten() {
-        out.insert(
-            k.clone(),
-            v.as_str().unwrap_or_default().as_bytes().to_vec(),
-        );
-    }
-    for (k, v) in obj[encoded].as_object().into_iter().flatten() {
-        match b64.decode(v.as_str().unwrap_or_default()) {
-            Ok(b) => {
-                out.insert(k.clone(), b);
-            }
-            Err(e) => {
-                tracing::warn!(key = %k, error = %e, "a base64 value does not decode; left out")
-            }
-        }
-    }
-    out
-}
-
-/// Writes the files of the pod's `configMap` and `secret` volumes under `volumes_dir/{name}`
-/// (only what changed; keys no longer there are removed). A missing object is an error that
-/// names it, unless the volume is `optional`.
-fn project_volumes(
-    d: &Desired,
-    volumes_dir: &Path,
-    cloud: Option<&CloudPods>,
-) -> Result<(), String> {
-    let env = Env {
-        cloud,
-        node: "",
-        host_ip: "",
-        pod_ip: "",
-    };
-    for v in d.pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let (source, secret, items, optional) = if let Some(c) = &v.config_map {
-            (c.name.clone(), false, c.items.clone(), c.optional)
-        } else if let Some(s) = &v.secret {
-            (
-                s.secret_name.clone().unwrap_or_default(),
-                true,
-                s.items.clone(),
-                s.optional,
-            )
-        } else {
-            continue;
-        };
-        let what = if secret { "secret" } else { "configmap" };
-        let dir = volumes_dir.join(&v.name);
-        let data = match env.data(&d.namespace, &source, secret) {
-            Some(data) => data,
-            None if optional == Some(true) => BTreeMap::new(),
-            None => {
-                return Err(format!(
-                    "volume {}: {what} {}/{source} not found",
-                    v.name, d.namespace
-                ));
-            }
-        };
-        let files: Vec<(String, Vec<u8>)> = match items {
-            Some(items) => {
-                let mut out = Vec::new();
-                for i in items {
-                    match data.get(&i.key) {
-                        Some(b) => out.push((i.path.clone(), b.clone())),
-                        None if optional == Some(true) => {}
-                        None => {
-                            return Err(format!(
-                                "volume {}: key {} not in {what} {source}",
-                                v.name, i.key
-                            ));
-                        }
-                    }
-                }
-                out
-            }
-            None => data.into_iter().collect(),
-        };
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("volume {}: {}: {e}", v.name, dir.display()))?;
-        for (path, bytes) in &files {
-            if path.split('/').any(|p| p == ".." || p.is_empty()) {
-                return Err(format!("volume {}: path {path:?} is not allowed", v.name));
-            }
-            let file = dir.join(path);
-            if std::fs::read(&file).ok().as_deref() == Some(bytes.as_slice()) {
-                continue;
-            }
-            if let Some(parent) = file.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
-            // Written beside, then renamed: a reader never sees half a file.
-            let tmp = file.with_extension("edged-tmp");
-            std::fs::write(&tmp, bytes)
-                .and_then(|_| std::fs::rename(&tmp, &file))
-                .map_err(|e| format!("volume {}: {}: {e}", v.name, file.display()))?;
-        }
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if e.path().is_file() && !files.iter().any(|(p, _)| *p == name) {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The CRI container of a Pod's container: command, args, env (values, and from ConfigMaps,
-/// Secrets and the pod's fields), working directory and the mounts of its `hostPath`,
-/// `emptyDir`, `configMap` and `secret` volumes.
-fn container_config(
-    d: &Desired,
-    c: &k8s_openapi::api::core::v1::Container,
-    attempt: u32,
-    volumes_dir: &Path,
-    env: &Env,
-) -> Result<cri::ContainerConfig, String> {
-    let mut envs: Vec<cri::KeyValue> = Vec::new();
-    let mut set = |key: String, value: String| {
-        envs.retain(|e| e.key != key);
-        envs.push(cri::KeyValue { key, value });
-    };
-    for from in c.env_from.iter().flatten() {
-        let prefix = from.prefix.clone().unwrap_or_default();
-        let (name, secret, optional) = match (&from.config_map_ref, &from.secret_ref) {
-            (Some(r), _) => (r.name.clone(), false, r.optional),
-            (None, Some(r)) => (r.name.clone(), true, r.optional),
-            (None, None) => continue,
-        };
-        match env.data(&d.namespace, &name, secret) {
-            Some(data) => {
-                for (k, v) in data {
-                    set(
-                        format!("{prefix}{k}"),
-                        String::from_utf8_lossy(&v).into_owned(),
-                    );
-                }
-            }
-            None if optional == Some(true) => {}
-            None => {
-                let what = if secret { "secret" } else { "configmap" };
-                return Err(format!(
-                    "envFrom of container {}: {what} {name} not found",
-                    c.name
-                ));
-            }
-        }
-    }
-    for e in c.env.iter().flatten() {
-        let Some(from) = &e.value_from else {
-            set(e.name.clone(), e.value.clone().unwrap_or_default());
-            continue;
-        };
-        let keyref = match (&from.config_map_key_ref, &from.secret_key_ref) {
-            (Some(r), _) => Some((r.name.clone(), r.key.clone(), false, r.optional)),
-            (None, Some(r)) => Some((r.name.clone(), r.key.clone(), true, r.optional)),
-            _ => None,
-        };
-        if let Some((name, key, secret, optional)) = keyref {
-            let what = if secret { "secret" } else { "configmap" };
-            match env
-                .data(&d.namespace, &name, secret)
-                .and_then(|m| m.get(&key).cloned())
-            {
-                Some(v) => set(e.name.clone(), String::from_utf8_lossy(&v).into_owned()),
-                None if optional == Some(true) => {}
-                None => {
-                    return Err(format!(
-                        "env {} of container {}: key {key} of {what} {name} not found",
-                        e.name, c.name
-                    ));
-                }
-            }
-            continue;
-        }
-        if let Some(f) = &from.field_ref {
-            let value = match f.field_path.as_str() {
-                "metadata.name" => d.name.clone(),
-                "metadata.namespace" => d.namespace.clone(),
-                "metadata.uid" => d.uid.clone(),
-                "spec.nodeName" => env.node.to_string(),
-                "status.hostIP" => env.host_ip.to_string(),
-                "status.podIP" | "status.podIPs" if d.host_network() => env.host_ip.to_string(),
-                "status.podIP" | "status.podIPs" if !env.pod_ip.is_empty() => {
-                    env.pod_ip.to_string()
-                }
-                other => {
-                    return Err(format!(
-                        "env {} of container {}: fieldRef {other} is not supported",
-                        e.name, c.name
-                    ));
-                }
-            };
-            set(e.name.clone(), value);
-            continue;
-        }
-        return Err(format!(
-            "env {} of container {}: only configMapKeyRef, secretKeyRef and fieldRef are supported in valueFrom",
-            e.name, c.name
-        ));
-    }
-    let volumes = d
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.clone())
-        .unwrap_or_default();
-    let mut mounts = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
-        let v = volumes
-            .iter()
-            .find(|v| v.name == m.name)
-            .ok_or_else(|| format!("volumeMount {}: no volume of that name", m.name))?;
-        let host = if let Some(h) = &v.host_path {
-            if !h.path.starts_with('/') {
-                return Err(format!(
-                    "volume {}: hostPath.path {:?} is not an absolute path",
-                    v.name, h.path
-                ));
-            }
-            PathBuf::from(&h.path)
-        } else if v.empty_dir.is_some() {
-            let dir = volumes_dir.join(&v.name);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("emptyDir {}: {}: {e}", v.name, dir.display()))?;
-            dir
-        } else if v.config_map.is_some() || v.secret.is_some() {
-            // Written by project_volumes.
-            volumes_dir.join(&v.name)
-        } else {
-            return Err(format!(
-                "volume {}: only hostPath, emptyDir, configMap and secret are supported",
-                v.name
-            ));
-        };
-        mounts.push(cri::Mount {
-            container_path: m.mount_path.clone(),
-            host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false) || v.config_map.is_some() || v.secret.is_some(),
-        });
-    }
-    Ok(cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: c.name.clone(),
-            attempt,
-        }),
-        image: Some(cri::ImageSpec {
-            image: c.image.clone().unwrap_or_default(),
-        }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
-        working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs,
-        mounts,
-        labels: labels(d, Some(&c.name)),
-        annotations: HashMap::new(),
-        log_path: format!("{}/{attempt}.log", c.name),
-        linux: probe::resources(c)?.map(|r| cri::LinuxContainerConfig { resources: Some(r) }),
-    })
-}
-
 fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_static_pod_gets_a_uid_from_its_content_and_clear_errors() {
-        let f = Path::new("/p/a.yaml");
-        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: c, image: 'x:1'}\n";
-        let a = parse_pod(f, text).expect("valid");
-        assert_eq!((a.namespace.as_str(), a.name.as_str()), ("default", "m"));
-        assert_eq!(a.uid.len(), 32);
-        let b = parse_pod(f, &text.replace("x:1", "x:2")).expect("valid");
-        assert_ne!(a.uid, b.uid, "a changed manifest is a new pod");
-        let e = parse_pod(
-            f,
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  containers:\n  - {name: c}\n",
-        )
-        .expect_err("no image");
-        assert!(e.contains("spec.containers[c].image is missing"), "{e}");
-        let e = parse_pod(
-            f,
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  containers: 3\n",
-        )
-        .expect_err("bad type");
-        assert!(e.contains("spec.containers"), "{e}");
-        let e = parse_pod(
-            f,
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: M_}\nspec:\n  containers: []\n",
-        )
-        .expect_err("bad name");
-        assert!(e.contains("metadata.name"), "{e}");
-    }
-
-    fn no_env() -> Env<'static> {
-        Env {
-            cloud: None,
-            node: "n",
-            host_ip: "10.1.1.1",
-            pod_ip: "",
-        }
-    }
-
-    #[test]
-    fn unsupported_volumes_and_env_sources_are_named() {
-        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m}\nspec:\n  volumes:\n  - {name: s, nfs: {server: x, path: /}}\n  - {name: h, hostPath: {path: /etc}}\n  containers:\n  - name: c\n    image: 'x:1'\n    volumeMounts: [{name: h, mountPath: /h, readOnly: true}]\n    env: [{name: A, value: b}]\n  - name: d\n    image: 'x:1'\n    volumeMounts: [{name: s, mountPath: /s}]\n";
-        let d = parse_pod(Path::new("/p/a.yaml"), text).expect("valid");
-        let spec = d.pod.spec.clone().expect("spec");
-        let cfg = container_config(&d, &spec.containers[0], 2, Path::new("/tmp/v"), &no_env())
-            .expect("ok");
-        assert_eq!(cfg.mounts[0].host_path, "/etc");
-        assert!(cfg.mounts[0].readonly);
-        assert_eq!(cfg.envs[0].key, "A");
-        assert_eq!(cfg.log_path, "c/2.log");
-        assert_eq!(cfg.labels.get(POD_UID), Some(&d.uid));
-        let e = container_config(&d, &spec.containers[1], 0, Path::new("/tmp/v"), &no_env())
-            .expect_err("nfs volume");
-        assert!(
-            e.contains("volume s: only hostPath, emptyDir, configMap and secret"),
-            "{e}"
-        );
-        let rel = parse_pod(
-            Path::new("/p/a.yaml"),
-            &text.replace("path: /etc", "path: etc"),
-        )
-        .expect("valid");
-        let spec = rel.pod.spec.clone().expect("spec");
-        let e = container_config(&rel, &spec.containers[0], 0, Path::new("/tmp/v"), &no_env())
-            .expect_err("relative hostPath");
-        assert!(e.contains("is not an absolute path"), "{e}");
-    }
-
-    #[test]
-    fn config_maps_and_secrets_become_files_and_environment() {
-        let cloud = CloudPods::default();
-        let key = |n: &str| ("default".to_string(), n.to_string());
-        cloud
-            .put(
-                "configmap",
-                key("cfg"),
-                serde_json::json!({"data": {"config.yaml": "a: 1", "LEVEL": "debug"}}),
-            )
-            .expect("stored");
-        cloud
-            .put(
-                "secret",
-                key("pw"),
-                serde_json::json!({"data": {"password": "czNjcjN0"}}),
-            )
-            .expect("stored");
-        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m, uid: u1}\nspec:\n  nodeName: n\n  volumes:\n  - {name: c, configMap: {name: cfg, items: [{key: config.yaml, path: config.yaml}]}}\n  - {name: s, secret: {secretName: pw}}\n  containers:\n  - name: c\n    image: 'x:1'\n    volumeMounts: [{name: c, mountPath: /etc/mapper}, {name: s, mountPath: /s}]\n    envFrom: [{configMapRef: {name: cfg}, prefix: CFG_}]\n    env:\n    - {name: PW, valueFrom: {secretKeyRef: {name: pw, key: password}}}\n    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}\n    - {name: GONE, valueFrom: {configMapKeyRef: {name: nope, key: k, optional: true}}}\n";
-        let pod: Pod = serde_yaml_ng::from_str(text).expect("a pod");
-        let d = cloud_pod(&pod, "n").expect("bound here");
-        assert!(
-            cloud_pod(&pod, "other")
-                .expect_err("not here")
-                .contains("not to this node")
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        project_volumes(&d, dir.path(), Some(&cloud)).expect("projected");
-        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).expect("a file");
-        assert_eq!(read("c/config.yaml"), "a: 1");
-        assert!(
-            !dir.path().join("c/LEVEL").exists(),
-            "items select the keys"
-        );
-        assert_eq!(read("s/password"), "s3cr3t");
-        let env = Env {
-            cloud: Some(&cloud),
-            node: "n",
-            host_ip: "10.1.1.1",
-            pod_ip: "",
-        };
-        let spec = d.pod.spec.clone().expect("spec");
-        let cfg = container_config(&d, &spec.containers[0], 0, dir.path(), &env).expect("ok");
-        let envs: Vec<String> = cfg
-            .envs
-            .iter()
-            .map(|e| format!("{}={}", e.key, e.value))
-            .collect();
-        assert_eq!(
-            envs,
-            [
-                "CFG_LEVEL=debug",
-                "CFG_config.yaml=a: 1",
-                "PW=s3cr3t",
-                "NODE=n"
-            ]
-        );
-        assert!(cfg.mounts.iter().all(|m| m.readonly));
-
-        // The ConfigMap changes: the file follows; it goes: a clear error.
-        cloud
-            .put(
-                "configmap",
-                key("cfg"),
-                serde_json::json!({"data": {"config.yaml": "a: 2"}}),
-            )
-            .expect("stored");
-        project_volumes(&d, dir.path(), Some(&cloud)).expect("projected");
-        assert_eq!(read("c/config.yaml"), "a: 2");
-        cloud.remove("configmap", &key("cfg"));
-        let e = project_volumes(&d, dir.path(), Some(&cloud)).expect_err("missing");
-        assert_eq!(e, "volume c: configmap default/cfg not found");
-        let e =
-            container_config(&d, &spec.containers[0], 0, dir.path(), &env).expect_err("missing");
-        assert!(e.contains("configmap cfg not found"), "{e}");
-    }
 }

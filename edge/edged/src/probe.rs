@@ -1,8 +1,51 @@
 //! Liveness and readiness probes (exec through the runtime, HTTP GET, TCP connect), with the
 //! kubelet's defaults and thresholds; and a container's resource limits as CRI takes them.
 
+use crate::cri_client::CriError;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use std::time::{Duration, Instant};
+
+/// Why a probe failed; its text is the container's probe message.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeFailure {
+    #[error("port {0} is out of range")]
+    PortOutOfRange(i32),
+    #[error("no container port named {0}")]
+    NoNamedPort(String),
+    #[error("the probe has no exec, httpGet or tcpSocket")]
+    NoAction,
+    #[error("{target}: timed out after {after:?}")]
+    Timeout { target: String, after: Duration },
+    #[error("{target}: {source}")]
+    Io {
+        target: String,
+        source: std::io::Error,
+    },
+    #[error("{target}: not an HTTP answer: {line:?}")]
+    NotHttp { target: String, line: String },
+    #[error("{target}: HTTP {code}")]
+    Status { target: String, code: u16 },
+    #[error("command {command:?} exited with {code}")]
+    Exit { command: Vec<String>, code: i32 },
+    #[error(transparent)]
+    Exec(#[from] CriError),
+}
+
+/// A quantity that is not one (`resources` of a container).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{quantity:?} is not a quantity")]
+pub struct QuantityError {
+    quantity: String,
+}
+
+/// A container's resources that cannot be given to the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resources of container {container}: {key}: {source}")]
+pub struct ResourcesError {
+    container: String,
+    key: &'static str,
+    source: QuantityError,
+}
 
 /// One probe's state for one running container.
 #[derive(Clone, Debug)]
@@ -37,7 +80,7 @@ impl ProbeState {
     }
 
     /// Records a result; returns whether the verdict changed.
-    pub fn record(&mut self, p: &Probe, result: Result<(), String>, now: Instant) -> bool {
+    pub fn record(&mut self, p: &Probe, result: Result<(), ProbeFailure>, now: Instant) -> bool {
         self.last = Some(now);
         let before = self.ok;
         match result {
@@ -55,7 +98,7 @@ impl ProbeState {
                 if self.failures >= p.failure_threshold.unwrap_or(3).max(1) {
                     self.ok = false;
                 }
-                self.message = e;
+                self.message = e.to_string();
             }
         }
         before != self.ok
@@ -70,23 +113,23 @@ pub fn timeout(p: &Probe) -> Duration {
 fn port_of(
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     c: &Container,
-) -> Result<u16, String> {
+) -> Result<u16, ProbeFailure> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     match port {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("port {n} is out of range")),
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| ProbeFailure::PortOutOfRange(*n)),
         IntOrString::String(name) => c
             .ports
             .iter()
             .flatten()
             .find(|p| p.name.as_deref() == Some(name))
             .and_then(|p| u16::try_from(p.container_port).ok())
-            .ok_or_else(|| format!("no container port named {name}")),
+            .ok_or_else(|| ProbeFailure::NoNamedPort(name.clone())),
     }
 }
 
 /// Runs an HTTP GET or TCP probe against `host` (the pod's address); an exec probe is the
 /// caller's (it goes through the runtime). `None` when the probe is an exec probe.
-pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), String>> {
+pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), ProbeFailure>> {
     let t = timeout(p);
     if let Some(h) = &p.http_get {
         let r = async {
@@ -114,28 +157,40 @@ pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), 
                 .clone()
                 .filter(|h| !h.is_empty())
                 .unwrap_or_else(|| host.to_string());
+            let target = || format!("tcp {host}:{port}");
             tokio::time::timeout(t, tokio::net::TcpStream::connect((host.as_str(), port)))
                 .await
-                .map_err(|_| format!("tcp {host}:{port}: timed out after {t:?}"))?
-                .map_err(|e| format!("tcp {host}:{port}: {e}"))?;
+                .map_err(|_| ProbeFailure::Timeout {
+                    target: target(),
+                    after: t,
+                })?
+                .map_err(|source| ProbeFailure::Io {
+                    target: target(),
+                    source,
+                })?;
             Ok(())
         }
         .await;
         return Some(r);
     }
     if p.exec.is_none() {
-        return Some(Err("the probe has no exec, httpGet or tcpSocket".into()));
+        return Some(Err(ProbeFailure::NoAction));
     }
     None
 }
 
 /// `GET path` over HTTP/1.0; 200-399 is a success, as the kubelet counts it.
-async fn http_get(host: &str, port: u16, path: &str, t: Duration) -> Result<(), String> {
+async fn http_get(host: &str, port: u16, path: &str, t: Duration) -> Result<(), ProbeFailure> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = || format!("GET http://{host}:{port}{path}");
+    let failed = |source| ProbeFailure::Io {
+        target: target(),
+        source,
+    };
     let io = async {
         let mut s = tokio::net::TcpStream::connect((host, port))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(failed)?;
         s.write_all(
             format!(
                 "GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\nUser-Agent: edged-probe\r\n\r\n"
@@ -143,11 +198,11 @@ async fn http_get(host: &str, port: u16, path: &str, t: Duration) -> Result<(), 
             .as_bytes(),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(failed)?;
         let mut head = [0u8; 64];
         let mut n = 0;
         while n < 12 {
-            let got = s.read(&mut head[n..]).await.map_err(|e| e.to_string())?;
+            let got = s.read(&mut head[n..]).await.map_err(failed)?;
             if got == 0 {
                 break;
             }
@@ -158,21 +213,29 @@ async fn http_get(host: &str, port: u16, path: &str, t: Duration) -> Result<(), 
             .split_whitespace()
             .nth(1)
             .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("not an HTTP answer: {line:?}"))?;
+            .ok_or_else(|| ProbeFailure::NotHttp {
+                target: target(),
+                line: line.clone(),
+            })?;
         if (200..400).contains(&code) {
             Ok(())
         } else {
-            Err(format!("HTTP {code}"))
+            Err(ProbeFailure::Status {
+                target: target(),
+                code,
+            })
         }
     };
     tokio::time::timeout(t, io)
         .await
-        .map_err(|_| format!("GET http://{host}:{port}{path}: timed out after {t:?}"))?
-        .map_err(|e| format!("GET http://{host}:{port}{path}: {e}"))
+        .map_err(|_| ProbeFailure::Timeout {
+            target: target(),
+            after: t,
+        })?
 }
 
 /// A quantity (`500m`, `2`, `128Mi`, `1G`, `1e3`) as a number of units.
-pub fn quantity(q: &str) -> Result<f64, String> {
+pub fn quantity(q: &str) -> Result<f64, QuantityError> {
     let q = q.trim();
     let suffixes: [(&str, f64); 13] = [
         ("Ki", 1024.0),
@@ -193,11 +256,10 @@ pub fn quantity(q: &str) -> Result<f64, String> {
         .iter()
         .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
         .unwrap_or((q, 1.0));
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{q:?} is not a quantity"))?;
+    let refused = || QuantityError { quantity: q.into() };
+    let v: f64 = num.parse().map_err(|_| refused())?;
     if !v.is_finite() || v < 0.0 {
-        return Err(format!("{q:?} is not a quantity"));
+        return Err(refused());
     }
     Ok(v * mult)
 }
@@ -206,19 +268,23 @@ pub fn quantity(q: &str) -> Result<f64, String> {
 /// request as shares, memory limit in bytes.
 pub fn resources(
     c: &Container,
-) -> Result<Option<crate::proto::v1::LinuxContainerResources>, String> {
+) -> Result<Option<crate::proto::v1::LinuxContainerResources>, ResourcesError> {
     let Some(r) = &c.resources else {
         return Ok(None);
     };
     let get = |m: &Option<
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     >,
-               k: &str|
-     -> Result<Option<f64>, String> {
+               key: &'static str|
+     -> Result<Option<f64>, ResourcesError> {
         m.as_ref()
-            .and_then(|m| m.get(k))
+            .and_then(|m| m.get(key))
             .map(|q| {
-                quantity(&q.0).map_err(|e| format!("resources of container {}: {k}: {e}", c.name))
+                quantity(&q.0).map_err(|source| ResourcesError {
+                    container: c.name.clone(),
+                    key,
+                    source,
+                })
             })
             .transpose()
     };
@@ -260,7 +326,11 @@ mod tests {
         let bad: Container = serde_json::from_value(serde_json::json!({"name": "c",
             "resources": {"limits": {"memory": "a lot"}}}))
         .expect("a container");
-        assert!(resources(&bad).expect_err("refused").contains("memory"));
+        let e = resources(&bad).expect_err("refused").to_string();
+        assert_eq!(
+            e,
+            "resources of container c: memory: \"a lot\" is not a quantity"
+        );
     }
 
     #[test]
@@ -273,12 +343,16 @@ mod tests {
         assert!(s.due(&p, now));
         assert!(s.record(&p, Ok(()), now), "ready after one success");
         assert!(!s.due(&p, now));
+        let exit = |code| ProbeFailure::Exit {
+            command: vec!["check".into()],
+            code,
+        };
         assert!(
-            !s.record(&p, Err("x".into()), now),
+            !s.record(&p, Err(exit(1)), now),
             "one failure is not enough"
         );
-        assert!(s.record(&p, Err("y".into()), now));
+        assert!(s.record(&p, Err(exit(2)), now));
         assert!(!s.ok);
-        assert_eq!(s.message, "y");
+        assert_eq!(s.message, "command [\"check\"] exited with 2");
     }
 }

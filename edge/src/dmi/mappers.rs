@@ -133,7 +133,18 @@ enum Command {
 struct ProbeResult {
     name: String,
     generation: u64,
-    result: Result<(), String>,
+    result: Result<(), ProbeFailure>,
+}
+
+/// Why a probe of a mapper failed.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error("the mapper gave no socket address")]
+    NoAddress,
+    #[error("no answer to a probe within {0:?}")]
+    NoAnswer(Duration),
+    #[error("{}", .0.message())]
+    Unreachable(tonic::Status),
 }
 
 /// A handle to the mapper manager task.
@@ -726,7 +737,7 @@ impl Manager {
                 let _ = tx.try_send(ProbeResult {
                     name,
                     generation,
-                    result: Err("the mapper gave no socket address".into()),
+                    result: Err(ProbeFailure::NoAddress),
                 });
                 continue;
             };
@@ -737,8 +748,8 @@ impl Manager {
                     device_namespace: String::new(),
                 };
                 let result = match tokio::time::timeout(timeout, client.get_device(request)).await {
-                    Err(_) => Err(format!("no answer to a probe within {timeout:?}")),
-                    Ok(Err(s)) if unreachable(&s) => Err(s.message().to_string()),
+                    Err(_) => Err(ProbeFailure::NoAnswer(timeout)),
+                    Ok(Err(s)) if unreachable(&s) => Err(ProbeFailure::Unreachable(s)),
                     Ok(_) => Ok(()),
                 };
                 let _ = tx
@@ -774,7 +785,7 @@ impl Manager {
                     let error = format!("{error} ({} probes in a row failed)", e.failures);
                     self.mark_down(&p.name, error);
                 } else if !e.alive {
-                    e.last_error = error;
+                    e.last_error = error.to_string();
                 }
             }
         }

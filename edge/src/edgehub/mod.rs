@@ -380,8 +380,7 @@ impl EdgeHub {
             .save_pod_object(kind, namespace, name, &content)
             .await?;
         if let Some(p) = &self.pods {
-            p.put(kind, (namespace.to_string(), name.to_string()), content)
-                .map_err(anyhow::Error::msg)?;
+            p.put(kind, (namespace.to_string(), name.to_string()), content)?;
         }
         Ok(())
     }

@@ -384,21 +384,39 @@ pub(crate) async fn start(
     Ok(broker)
 }
 
+/// Why the broker ended a client's connection (logged at debug level).
+#[derive(Debug, thiserror::Error)]
+enum Disconnect {
+    #[error("malformed MQTT packet: {0}")]
+    Malformed(rumqttc::Error),
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    #[error("first packet is not CONNECT: {0}")]
+    NotConnect(String),
+    #[error("no CONNECT within 10 s")]
+    NoConnect,
+    #[error("its queue overflowed")]
+    Overflow,
+    #[error("keep-alive timeout")]
+    KeepAlive,
+    #[error("invalid topic name {0:?}")]
+    InvalidTopic(String),
+    #[error("second CONNECT")]
+    SecondConnect,
+}
+
 /// Reads the next packet, or `None` at end of stream.
 async fn read_packet(
     stream: &mut tokio::net::tcp::OwnedReadHalf,
     buf: &mut BytesMut,
-) -> Result<Option<Packet>, String> {
+) -> Result<Option<Packet>, Disconnect> {
     loop {
         match Packet::read(buf, MAX_PAYLOAD) {
             Ok(p) => return Ok(Some(p)),
             Err(rumqttc::Error::InsufficientBytes(_)) => {}
-            Err(e) => return Err(format!("malformed MQTT packet: {e}")),
+            Err(e) => return Err(Disconnect::Malformed(e)),
         }
-        let n = stream
-            .read_buf(buf)
-            .await
-            .map_err(|e| format!("read failed: {e}"))?;
+        let n = stream.read_buf(buf).await.map_err(Disconnect::Read)?;
         if n == 0 {
             return Ok(None);
         }
@@ -444,7 +462,7 @@ async fn connection(
     stream: TcpStream,
     shared: Shared,
     cancel: CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), Disconnect> {
     let (mut reader, mut writer) = stream.into_split();
     let mut buf = BytesMut::with_capacity(4096);
     let connect = match tokio::time::timeout(
@@ -454,10 +472,14 @@ async fn connection(
     .await
     {
         Ok(Ok(Some(Packet::Connect(c)))) => c,
-        Ok(Ok(Some(other))) => return Err(format!("first packet is not CONNECT: {other:?}")),
+        Ok(Ok(Some(other))) => {
+            // The packet's kind and its first bytes, not a whole payload in the log.
+            let shown: String = format!("{other:?}").chars().take(80).collect();
+            return Err(Disconnect::NotConnect(shown));
+        }
         Ok(Ok(None)) => return Ok(()),
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Err("no CONNECT within 10 s".into()),
+        Err(_) => return Err(Disconnect::NoConnect),
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let client_id = if connect.client_id.is_empty() {
@@ -584,7 +606,7 @@ async fn connection(
         };
         let next = tokio::select! {
             _ = cancel.cancelled() => break Ok(false),
-            _ = overflow.cancelled() => break Err("its queue overflowed".to_string()),
+            _ = overflow.cancelled() => break Err(Disconnect::Overflow),
             r = read => r,
         };
         let packet = match next {
@@ -593,7 +615,7 @@ async fn connection(
                     .stats
                     .keepalive_expired
                     .fetch_add(1, Ordering::Relaxed);
-                break Err("keep-alive timeout".to_string());
+                break Err(Disconnect::KeepAlive);
             }
             Ok(Err(e)) => break Err(e),
             Ok(Ok(None)) => break Ok(false),
@@ -602,7 +624,7 @@ async fn connection(
         match packet {
             Packet::Publish(p) => {
                 if p.topic.is_empty() || p.topic.contains(['+', '#']) {
-                    break Err(format!("invalid topic name {:?}", p.topic));
+                    break Err(Disconnect::InvalidTopic(p.topic.chars().take(80).collect()));
                 }
                 match p.qos {
                     QoS::AtMostOnce => {}
@@ -666,7 +688,7 @@ async fn connection(
                 inflight.add_permits(1);
             }
             Packet::Disconnect => break Ok(true),
-            Packet::Connect(_) => break Err("second CONNECT".into()),
+            Packet::Connect(_) => break Err(Disconnect::SecondConnect),
             _ => {}
         }
     };

@@ -108,7 +108,7 @@ impl MetaStore {
         for (kind, meta) in POD_KINDS {
             for (key, text) in self.store.list_meta(meta).await? {
                 let parsed = serde_json::from_str::<Value>(&text)
-                    .map_err(|e| e.to_string())
+                    .map_err(anyhow::Error::from)
                     .and_then(|v| {
                         let k = (
                             v["metadata"]["namespace"]
@@ -120,7 +120,7 @@ impl MetaStore {
                                 .unwrap_or_default()
                                 .to_string(),
                         );
-                        into.put(kind, k, v)
+                        Ok(into.put(kind, k, v)?)
                     });
                 if let Err(e) = parsed {
                     tracing::error!(%key, error = %e, "a stored object from the cloud does not parse; skipped");

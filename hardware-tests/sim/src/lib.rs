@@ -68,14 +68,14 @@ pub const SETUP_HINT: &str = "run scripts/test --setup-only, which installs the 
 
 /// Builds the binaries ([`build_binaries`]) in the profile of the running program (a bench or
 /// the quickstart) and returns their directory, the running program's own.
-pub fn built_binaries(release: bool) -> Result<PathBuf, String> {
+pub fn built_binaries(release: bool) -> anyhow::Result<PathBuf> {
     if !build_binaries(&workspace_root(), release) {
-        return Err("cargo build of the binaries failed".into());
+        anyhow::bail!("cargo build of the binaries failed");
     }
     std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
-        .ok_or_else(|| "cannot find the binaries' directory".into())
+        .ok_or_else(|| anyhow::anyhow!("cannot find the binaries' directory"))
 }
 
 /// The error the mapper's REST API (on `http_port`) shows for a property of device
@@ -448,7 +448,7 @@ pub struct MqttMessage {
 pub fn mqtt_messages(
     port: u16,
     filter: &str,
-) -> Result<std::sync::mpsc::Receiver<MqttMessage>, String> {
+) -> anyhow::Result<std::sync::mpsc::Receiver<MqttMessage>> {
     static CLIENTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = CLIENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut opts = rumqttc::MqttOptions::new(
@@ -458,9 +458,7 @@ pub fn mqtt_messages(
     );
     opts.set_keep_alive(Duration::from_secs(30));
     let (client, mut connection) = rumqttc::Client::new(opts, 256);
-    client
-        .subscribe(filter, rumqttc::QoS::AtMostOnce)
-        .map_err(|e| e.to_string())?;
+    client.subscribe(filter, rumqttc::QoS::AtMostOnce)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let (sub_tx, sub_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -488,7 +486,7 @@ pub fn mqtt_messages(
     });
     sub_rx
         .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| "no SUBACK from the broker")?;
+        .map_err(|_| anyhow::anyhow!("no SUBACK from the broker"))?;
     Ok(rx)
 }
 

@@ -56,16 +56,16 @@ pub struct OpcSim {
 }
 
 impl OpcSim {
-    pub fn start(mut options: Options) -> Result<Self, String> {
+    pub fn start(mut options: Options) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         let listener = rt
             .block_on(tokio::net::TcpListener::bind(("127.0.0.1", options.port)))
-            .map_err(|e| format!("bind 127.0.0.1:{}: {e}", options.port))?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+            .with_context(|| format!("bind 127.0.0.1:{}", options.port))?;
+        let port = listener.local_addr()?.port();
         // A restart comes back on the same port.
         options.port = port;
         let users = [ANONYMOUS_USER_TOKEN_ID, "operator"];
@@ -119,14 +119,16 @@ impl OpcSim {
         if options.max_nodes_per_read > 0 {
             builder.limits_mut().operational.max_nodes_per_read = options.max_nodes_per_read;
         }
-        let (server, handle) = rt.block_on(async { builder.build() })?;
+        let (server, handle) = rt
+            .block_on(async { builder.build() })
+            .map_err(anyhow::Error::msg)?;
         let nm = handle
             .node_managers()
             .get_of_type::<SimpleNodeManager>()
-            .ok_or("no simple node manager")?;
+            .context("no simple node manager")?;
         let ns = handle
             .get_namespace_index(NAMESPACE)
-            .ok_or("the simulator's namespace is missing")?;
+            .context("the simulator's namespace is missing")?;
         {
             let mut space = nm.address_space().write();
             let folder = NodeId::new(ns, "Line1");
@@ -158,13 +160,16 @@ impl OpcSim {
                     vec![1i32, 2, 3, 4],
                 )),
                 Variable::new(
-                    &NodeId::new(ns, Guid::from_str(GUID_NODE).map_err(|e| e.to_string())?),
+                    &NodeId::new(ns, Guid::from_str(GUID_NODE)?),
                     "GuidTag",
                     "GuidTag",
                     7.25f64,
                 ),
                 Variable::new(
-                    &NodeId::new(ns, ByteString::from_base64(OPAQUE_NODE).ok_or("opaque id")?),
+                    &NodeId::new(
+                        ns,
+                        ByteString::from_base64(OPAQUE_NODE).context("opaque id")?,
+                    ),
                     "OpaqueTag",
                     "OpaqueTag",
                     9u32,

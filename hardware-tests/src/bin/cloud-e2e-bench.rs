@@ -86,7 +86,7 @@ fn main() -> Result<()> {
 async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     let rounds = arg("--rounds", 50)?;
     let load_nodes = arg("--load-nodes", 99)?;
-    let bins = sim::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let bins = sim::built_binaries(!cfg!(debug_assertions))?;
     let dir = tempfile::tempdir()?;
     let free = sim::free_port;
     let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());

@@ -61,7 +61,7 @@ enum Part {
 fn main() -> ExitCode {
     let args = Args::parse();
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> anyhow::Result<()> {
         if want(Part::Throughput) {
             throughput(args.seconds)?;
         }
@@ -116,7 +116,7 @@ fn device_config(port: u16, addresses: &[(u16, u16)]) -> DeviceConfig {
 // 1. Throughput
 
 /// Transactions and seconds of one run.
-type Run = Result<(u64, f64), String>;
+type Run = anyhow::Result<(u64, f64)>;
 
 /// A minimal Modbus TCP server on blocking sockets, a thread per connection: it answers
 /// functions 3 and 4 with each register holding its address and anything else with exception 1.
@@ -164,13 +164,13 @@ fn floor_server() -> std::io::Result<u16> {
     Ok(port)
 }
 
-fn throughput(seconds: f64) -> Result<(), String> {
-    let floor = floor_server().map_err(|e| format!("server: {e}"))?;
+fn throughput(seconds: f64) -> anyhow::Result<()> {
+    let floor = floor_server().map_err(|e| anyhow::anyhow!("server: {e}"))?;
     let sim = filled(125);
     let (sim_port, _rt) = sim
         .start("127.0.0.1:0")
-        .map_err(|e| format!("simulator: {e}"))?;
-    let work = tempfile::tempdir().map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow::anyhow!("simulator: {e}"))?;
+    let work = tempfile::tempdir().map_err(anyhow::Error::from)?;
     for (server, port) in [
         ("a minimal blocking Modbus TCP server (the floor)", floor),
         (
@@ -231,19 +231,19 @@ fn mapper_client(port: u16, seconds: f64, count: u16) -> Run {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let addresses: Vec<(u16, u16)> = (0..count).map(|a| (a, 1)).collect();
     let cfg = device_config(port, &addresses);
     rt.block_on(async {
-        let mut driver = Modbus.driver(&cfg).map_err(|e| e.to_string())?;
-        driver.connect().await.map_err(|e| e.to_string())?;
+        let mut driver = Modbus.driver(&cfg).map_err(anyhow::Error::from)?;
+        driver.connect().await.map_err(anyhow::Error::from)?;
         let due: Vec<usize> = (0..usize::from(count)).collect();
         let before = driver.requests();
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(seconds);
         while Instant::now() < deadline {
             for (i, r) in driver.read(&due).await {
-                r.map_err(|e| format!("property {i}: {e}"))?;
+                r.map_err(|e| anyhow::anyhow!("property {i}: {e}"))?;
             }
         }
         Ok((driver.requests() - before, start.elapsed().as_secs_f64()))
@@ -261,10 +261,10 @@ fn run_loop(mut cmd: Command, port: u16, seconds: f64, count: u16) -> Run {
             &count.to_string(),
         ])
         .output()
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        anyhow::bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let mut it = text.split_whitespace();
     match (
@@ -272,7 +272,7 @@ fn run_loop(mut cmd: Command, port: u16, seconds: f64, count: u16) -> Run {
         it.next().and_then(|s| s.parse().ok()),
     ) {
         (Some(t), Some(s)) => Ok((t, s)),
-        _ => Err(format!("unexpected output {text:?}")),
+        _ => Err(anyhow::anyhow!("unexpected output {text:?}")),
     }
 }
 
@@ -300,7 +300,7 @@ fn libmodbus_client(work: &Path, port: u16, seconds: f64, count: u16) -> Option<
             .status()
             .ok()?;
         if !built.success() {
-            return Some(Err("cc failed on sims/libmodbus_loop.c".into()));
+            return Some(Err(anyhow::anyhow!("cc failed on sims/libmodbus_loop.c")));
         }
     }
     Some(run_loop(Command::new(&exe), port, seconds, count))
@@ -326,7 +326,7 @@ fn pymodbus_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
 /// (n - 250) / (t_n - t_250).
 fn mbpoll_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
     Command::new("mbpoll").arg("-V").output().ok()?;
-    let run = |rounds: usize| -> Result<f64, String> {
+    let run = |rounds: usize| -> anyhow::Result<f64> {
         let list = vec!["1:250"; rounds].join(",");
         let start = Instant::now();
         let out = Command::new("mbpoll")
@@ -341,12 +341,12 @@ fn mbpoll_client(port: u16, seconds: f64, count: u16) -> Option<Run> {
                 "127.0.0.1",
             ])
             .output()
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::from)?;
         let elapsed = start.elapsed().as_secs_f64();
         let text = String::from_utf8_lossy(&out.stdout);
         let polled = text.matches("-- Polling slave").count();
         if !out.status.success() || polled != rounds * 250 {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "mbpoll polled {polled} of {}: {}",
                 rounds * 250,
                 String::from_utf8_lossy(&out.stderr).trim()
@@ -397,7 +397,7 @@ fn scattered() -> Vec<(u16, u16)> {
         .collect()
 }
 
-fn planner_figure() -> Result<(), String> {
+fn planner_figure() -> anyhow::Result<()> {
     let props = scattered();
     let reads: Vec<Read> = props
         .iter()
@@ -422,7 +422,7 @@ fn planner_figure() -> Result<(), String> {
             max_gap: gap,
             ..Limits::default()
         };
-        let plan = planner::plan(&reads, &limits, &Refused::new()).map_err(|e| e.to_string())?;
+        let plan = planner::plan(&reads, &limits, &Refused::new()).map_err(anyhow::Error::from)?;
         let read: u32 = plan.iter().map(|r| u32::from(r.count)).sum();
         let default = if gap == Limits::default().max_gap {
             " (the default)"
@@ -438,21 +438,21 @@ fn planner_figure() -> Result<(), String> {
     let sim = filled(1000);
     let (port, _rt) = sim
         .start("127.0.0.1:0")
-        .map_err(|e| format!("simulator: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulator: {e}"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let cfg = device_config(port, &props);
     let (sent, answered, ok) = rt.block_on(async {
-        let mut driver = Modbus.driver(&cfg).map_err(|e| e.to_string())?;
-        driver.connect().await.map_err(|e| e.to_string())?;
+        let mut driver = Modbus.driver(&cfg).map_err(anyhow::Error::from)?;
+        driver.connect().await.map_err(anyhow::Error::from)?;
         let due: Vec<usize> = (0..props.len()).collect();
         let served = sim.requests.load(std::sync::atomic::Ordering::Relaxed);
         let before = driver.requests();
         let out = driver.read(&due).await;
         let ok = out.iter().filter(|(_, r)| r.is_ok()).count();
-        Ok::<_, String>((
+        Ok::<_, anyhow::Error>((
             driver.requests() - before,
             sim.requests.load(std::sync::atomic::Ordering::Relaxed) - served,
             ok,
@@ -490,18 +490,18 @@ spec:
 
 /// Sets per second a value, while `load` other devices of 5 properties are polled every second
 /// by the same mapper (on their own simulator).
-fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
+fn latency(bins: &Path, samples: usize, load: usize) -> anyhow::Result<()> {
     let sim = Sim::with(|s| {
         s.holding.insert(0, 0);
         s.holding.insert(1, 50);
     });
     let (port, _rt) = sim
         .start("127.0.0.1:0")
-        .map_err(|e| format!("simulator: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulator: {e}"))?;
     let busy = filled(16);
     let (busy_port, _busy_rt) = busy
         .start("127.0.0.1:0")
-        .map_err(|e| format!("simulator: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulator: {e}"))?;
     let manifest = format!(
         "{}---\n{}",
         LATENCY_MANIFEST.replace("PORT", &port.to_string()),
@@ -516,7 +516,9 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
         .is_none()
     {
         if Instant::now() > deadline {
-            return Err("the bench device never reported (see the logs above)".into());
+            return Err(anyhow::anyhow!(
+                "the bench device never reported (see the logs above)"
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -542,9 +544,9 @@ fn latency(bins: &Path, samples: usize, load: usize) -> Result<(), String> {
             .put(&url)
             .header("content-type", "application/json")
             .send(json!({"setpoint": value.to_string()}).to_string())
-            .map_err(|e| format!("PUT desired: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("PUT desired: {e}"))?;
         if !answer.status().is_success() {
-            return Err(format!("PUT desired answered {}", answer.status()));
+            return Err(anyhow::anyhow!("PUT desired answered {}", answer.status()));
         }
         let limit = t0 + Duration::from_secs(3);
         let mut t_write = None;
@@ -628,7 +630,7 @@ fn devices_manifest(port: u16, devices: usize) -> String {
 }
 
 /// Waits until the `devices` devices of [`devices_manifest`] have all reported.
-fn wait_reporting(node: &Node, devices: usize) -> Result<(), String> {
+fn wait_reporting(node: &Node, devices: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let reporting = (0..devices)
@@ -642,7 +644,7 @@ fn wait_reporting(node: &Node, devices: usize) -> Result<(), String> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "only {reporting} of {devices} devices reported within 60 s"
             ));
         }
@@ -663,12 +665,12 @@ fn rss(pid: u32) -> Option<(u64, u64, u64)> {
     Some((field("VmRSS:")?, field("RssAnon:")?, field("VmHWM:")?))
 }
 
-fn memory(bins: &Path, devices: usize) -> Result<(), String> {
+fn memory(bins: &Path, devices: usize) -> anyhow::Result<()> {
     let sim = filled(16);
     // The simulator turns each value over, so every read reports a change.
     let (port, rt) = sim
         .start("127.0.0.1:0")
-        .map_err(|e| format!("simulator: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulator: {e}"))?;
     let ticking = sim.clone();
     rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -706,7 +708,8 @@ fn memory(bins: &Path, devices: usize) -> Result<(), String> {
         (Some(a), Some(b)) => format!("{:.0}", (b - a) / t0.elapsed().as_secs_f64()),
         _ => "?".into(),
     };
-    let (vm, anon, hwm) = rss(mapper.child.id()).ok_or("cannot read the mapper's /proc status")?;
+    let (vm, anon, hwm) = rss(mapper.child.id())
+        .ok_or_else(|| anyhow::anyhow!("cannot read the mapper's /proc status"))?;
     println!(
         "\n## Resident memory of mapper-modbus (release) polling {devices} devices of 5 properties every second, each device on its own TCP connection\n"
     );

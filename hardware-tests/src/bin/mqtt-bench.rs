@@ -71,14 +71,14 @@ fn event_id(payload: &[u8]) -> Option<u64> {
 }
 
 /// Answers every twin/update on its result topic at once: the generator's ceiling.
-async fn echo(port: u16) -> Result<tokio::task::JoinHandle<()>, String> {
+async fn echo(port: u16) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let (o, n) = options("echo-responder", port);
     let (client, mut events) = AsyncClient::new(o, 4096);
     events.set_network_options(n);
     client
         .subscribe("$hw/events/device/+/+/twin/update", QoS::AtLeastOnce)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     Ok(tokio::spawn(async move {
         while let Ok(ev) = events.poll().await {
             if let Event::Incoming(Packet::Publish(p)) = ev {
@@ -118,14 +118,14 @@ async fn run(
     outstanding: usize,
     seconds: f64,
     pid: Option<u32>,
-) -> Result<Figures, String> {
+) -> anyhow::Result<Figures> {
     let (o, n) = options(&format!("bench-{outstanding}-{}", free_port()), port);
     let (client, mut events) = AsyncClient::new(o, 4096);
     events.set_network_options(n);
     client
         .subscribe("$hw/events/device/+/+/twin/update/result", QoS::AtLeastOnce)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let permits = Arc::new(tokio::sync::Semaphore::new(0));
     let samples: Arc<Mutex<Vec<(Instant, f64)>>> = Arc::default();
@@ -169,9 +169,11 @@ async fn run(
         }
         let Ok(permit) = tokio::time::timeout(Duration::from_secs(10), permits.acquire()).await
         else {
-            return Err(format!("no result within 10 s ({outstanding} outstanding)"));
+            return Err(anyhow::anyhow!(
+                "no result within 10 s ({outstanding} outstanding)"
+            ));
         };
-        permit.map_err(|e| e.to_string())?.forget();
+        permit.map_err(anyhow::Error::from)?.forget();
         i += 1;
         let d = (i as usize) % DEVICES;
         let p = (i as usize / DEVICES) % PROPS;
@@ -185,7 +187,7 @@ async fn run(
         client
             .publish(topic, QoS::AtLeastOnce, false, body)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::from)?;
     }
     let cpu_to = (
         pid.and_then(|p| cpu_seconds(&p.to_string())),
@@ -219,7 +221,7 @@ async fn run(
 
 /// `twin/get` round trips, one every 20 ms, while another client publishes `burst` QoS 1
 /// updates back to back; returns (p50, p99, max) in ms of the gets during and 2 s after it.
-async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), String> {
+async fn get_during_burst(port: u16, burst: usize) -> anyhow::Result<(f64, f64, f64)> {
     let (o, n) = options("bench-getter", port);
     let (getter, mut get_events) = AsyncClient::new(o, 1024);
     get_events.set_network_options(n);
@@ -229,7 +231,7 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
             QoS::AtLeastOnce,
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let (o, n) = options("bench-flood", port);
     let (flood, mut flood_events) = AsyncClient::new(o, 16_384);
     flood_events.set_network_options(n);
@@ -280,7 +282,7 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
                 format!("{{\"event_id\":\"{i}\"}}"),
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::from)?;
         tokio::time::sleep(Duration::from_millis(20)).await;
         while let Ok((id, at)) = answers.try_recv() {
             if let Some(t) = sent.remove(&id) {
@@ -294,7 +296,7 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
             break;
         }
         if i > 3000 {
-            return Err("the burst was not sent within 60 s".into());
+            return Err(anyhow::anyhow!("the burst was not sent within 60 s"));
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -307,7 +309,7 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
     get_loop.abort();
     flood_loop.abort();
     if unanswered > 0 {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{unanswered} twin/get requests unanswered during the burst"
         ));
     }
@@ -319,10 +321,11 @@ async fn get_during_burst(port: u16, burst: usize) -> Result<(f64, f64, f64), St
 /// edgecore's RssAnon (MB) after `seconds` of a publisher sending 64 KiB QoS 0 messages as fast
 /// as it can to 100 subscribers that never read (keep-alive 0, so they stay connected with
 /// full queues), and the messages it published.
-async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> Result<(f64, u64), String> {
+async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> anyhow::Result<(f64, u64)> {
     let mut stalled = Vec::new();
     for i in 0..100 {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        let mut s =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(anyhow::Error::from)?;
         use std::io::{Read, Write};
         let id = format!("stalled-{i:03}");
         let mut connect = b"\x00\x04MQTT\x04\x02\x00\x00".to_vec();
@@ -330,18 +333,18 @@ async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> Result<(f64, 
         connect.extend_from_slice(id.as_bytes());
         let mut packet = vec![0x10, connect.len() as u8];
         packet.extend_from_slice(&connect);
-        s.write_all(&packet).map_err(|e| e.to_string())?;
+        s.write_all(&packet).map_err(anyhow::Error::from)?;
         let mut ack = [0u8; 4];
-        s.read_exact(&mut ack).map_err(|e| e.to_string())?;
+        s.read_exact(&mut ack).map_err(anyhow::Error::from)?;
         let topic = b"rel/#";
         let mut sub = vec![0x00, 0x01, 0x00, topic.len() as u8];
         sub.extend_from_slice(topic);
         sub.push(0);
         let mut packet = vec![0x82, sub.len() as u8];
         packet.extend_from_slice(&sub);
-        s.write_all(&packet).map_err(|e| e.to_string())?;
+        s.write_all(&packet).map_err(anyhow::Error::from)?;
         let mut suback = [0u8; 5];
-        s.read_exact(&mut suback).map_err(|e| e.to_string())?;
+        s.read_exact(&mut suback).map_err(anyhow::Error::from)?;
         stalled.push(s);
     }
     let (o, n) = options("bench-publisher", port);
@@ -355,7 +358,7 @@ async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> Result<(f64, 
         publisher
             .publish("rel/x", QoS::AtMostOnce, false, payload.clone())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::from)?;
         sent += 1;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -365,7 +368,7 @@ async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> Result<(f64, 
     Ok((rss, sent))
 }
 
-fn mosquitto(dir: &Path, port: u16) -> Result<std::process::Child, String> {
+fn mosquitto(dir: &Path, port: u16) -> anyhow::Result<std::process::Child> {
     let conf = dir.join("mosquitto.conf");
     std::fs::write(
         &conf,
@@ -373,32 +376,32 @@ fn mosquitto(dir: &Path, port: u16) -> Result<std::process::Child, String> {
         // every exchange would then wait for a delayed ACK, whatever the clients do.
         format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(anyhow::Error::from)?;
     let child = Command::new("mosquitto")
         .arg("-c")
         .arg(&conf)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("mosquitto: {e} (apt-get install mosquitto)"))?;
+        .map_err(|e| anyhow::anyhow!("mosquitto: {e} (apt-get install mosquitto)"))?;
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return Ok(child);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Err("mosquitto did not start".into())
+    Err(anyhow::anyhow!("mosquitto did not start"))
 }
 
-fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> Result<(Proc, String), String> {
+fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> anyhow::Result<(Proc, String)> {
     let http = free_port();
-    std::fs::create_dir_all(dir.join("manifests")).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join("manifests/devices.yaml"), manifests()).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir.join("manifests")).map_err(anyhow::Error::from)?;
+    std::fs::write(dir.join("manifests/devices.yaml"), manifests()).map_err(anyhow::Error::from)?;
     std::fs::write(
         dir.join("edgecore.yaml"),
         format!("nodeName: bench\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{port}\", clientId: edgecore-bench}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(anyhow::Error::from)?;
     let proc = Proc::spawn(
         &bins.join("edgecore"),
         &["--config", "edgecore.yaml"],
@@ -421,7 +424,7 @@ fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> Result<(Proc, Str
             return Ok((proc, url));
         }
         if Instant::now() > deadline {
-            return Err(format!("edgecore not ready: {metrics}"));
+            return Err(anyhow::anyhow!("edgecore not ready: {metrics}"));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -458,7 +461,7 @@ async fn main() -> ExitCode {
     let result = async {
         eprintln!("building the release edgecore ...");
         let bins = sim::built_binaries(true)?;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let dir = tempfile::tempdir().map_err(anyhow::Error::from)?;
         println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s | CPU µs/update (broker or edgecore) | generator CPU µs/update |");
         println!("|---|---|---|---|---|---|---|");
 
@@ -502,7 +505,7 @@ async fn main() -> ExitCode {
         );
         drop(core);
         println!("\nedgecore RssAnon after the runs: {rss_embedded:.1} MB with its embedded broker, {rss_external:.1} MB on Mosquitto");
-        Ok::<(), String>(())
+        Ok::<(), anyhow::Error>(())
     }
     .await;
     match result {

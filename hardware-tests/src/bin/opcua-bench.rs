@@ -49,7 +49,7 @@ const INSTALL: &str = "pip install 'asyncua==2.1.*'";
 fn main() -> ExitCode {
     let args = Args::parse();
     let want = |p: Part| args.only.is_empty() || args.only.contains(&p);
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> anyhow::Result<()> {
         if want(Part::Throughput) {
             throughput(args.seconds, args.nodes)?;
         }
@@ -79,24 +79,24 @@ fn read_rate(
     nodes: usize,
     per_node: bool,
     seconds: f64,
-) -> Result<(f64, f64), String> {
+) -> anyhow::Result<(f64, f64)> {
     let mut conn = json!({"url": url, "timeout": 5000});
     if per_node {
         conn["maxNodesPerRead"] = json!(1);
     }
-    let conn = Connection::from_config(&sim::object(conn)).map_err(|e| e.to_string())?;
+    let conn = Connection::from_config(&sim::object(conn)).map_err(anyhow::Error::from)?;
     let points = (0..nodes)
         .map(|k| {
             Point::from_config(
                 &sim::object(json!({"nodeID": format!("ns={ns};s=Tag{k}")})),
                 Duration::from_millis(100),
             )
-            .map_err(|e| e.to_string())
+            .map_err(anyhow::Error::from)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut d = Device::new("default/bench".into(), conn, points, dir.join("pki"));
     rt.block_on(async {
-        d.connect().await.map_err(|e| e.to_string())?;
+        d.connect().await.map_err(anyhow::Error::from)?;
         let all: Vec<usize> = (0..nodes).collect();
         let start = Instant::now();
         let before = d.requests();
@@ -107,7 +107,7 @@ fn read_rate(
             let ok = r.iter().filter(|(_, v)| v.is_ok()).count();
             if ok != nodes {
                 let e = r.iter().find_map(|(_, v)| v.as_ref().err().cloned());
-                return Err(format!("{ok} of {nodes} read: {e:?}"));
+                return Err(anyhow::anyhow!("{ok} of {nodes} read: {e:?}"));
             }
             values += ok as u64;
             cycles += 1;
@@ -118,12 +118,12 @@ fn read_rate(
     })
 }
 
-fn throughput(seconds: f64, nodes: usize) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+fn throughput(seconds: f64, nodes: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir().map_err(anyhow::Error::from)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::from)?;
     let port = free_port();
     let _asyncua = PySim::start(
         "opcua_server.py",
@@ -195,7 +195,7 @@ spec:
       visitors: {protocolName: opcua, configData: {nodeID: "ns=2;s=Clock", subscribe: true, samplingInterval: 100}}
 "#;
 
-fn latency(bins: &Path, samples: usize) -> Result<(), String> {
+fn latency(bins: &Path, samples: usize) -> anyhow::Result<()> {
     let port = free_port();
     let _asyncua = PySim::start("opcua_server.py", &[&port.to_string()], INSTALL);
     let manifest = LATENCY_MANIFEST.replace("URL", &format!("opc.tcp://127.0.0.1:{port}/"));
@@ -207,7 +207,7 @@ fn latency(bins: &Path, samples: usize) -> Result<(), String> {
     while lat.iter().any(|l| l.len() < samples) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "only {} polled and {} subscribed samples (see the logs)",
                 lat[0].len(),
                 lat[1].len()

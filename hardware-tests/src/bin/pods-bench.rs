@@ -118,7 +118,7 @@ fn main() -> Result<()> {
 async fn run() -> Result<()> {
     let rounds = arg("--rounds", 30)?;
     let many = arg("--pods", 50)?;
-    let bins = sim::built_binaries(!cfg!(debug_assertions)).map_err(anyhow::Error::msg)?;
+    let bins = sim::built_binaries(!cfg!(debug_assertions))?;
     let dir = tempfile::tempdir()?;
     let rt = Containerd::start(&dir.path().join("containerd"));
     rt.import_busybox();

@@ -2,11 +2,42 @@
 //! `spec.protocol.configData`, a [`Point`] (a GATT characteristic and how to decode it) from each
 //! property's `visitors.configData`.
 
+use api::validate::names::Excerpt;
 use mapper_sdk::configdata::{ConfigError, bad, get, integer, text};
-use mapper_sdk::field::{Field, Kind, hex, parse_hex};
+use mapper_sdk::field::{Field, FieldError, Kind, hex, parse_hex};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use uuid::Uuid;
+
+/// A configured name that is not what its key takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("{0} is not a Bluetooth address like C4:7C:8D:6A:12:34")]
+    Address(Excerpt),
+    #[error("{0} is not a UUID (give 128 bits, or the 16-bit short form like 2A6E)")]
+    Uuid(Excerpt),
+}
+
+/// A value that does not pass between a characteristic's bytes and the twin's text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error(transparent)]
+    Field(#[from] FieldError),
+    #[error("bytes {start} to {end} are past the end of the {len}-byte value")]
+    PastEnd {
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+    #[error("{0} is not UTF-8")]
+    NotUtf8(String),
+    #[error("{value} is not one of dataWrite's values {known:?}")]
+    NotInDataWrite { value: Excerpt, known: Vec<String> },
+    #[error("{0} is not true or false")]
+    NotBool(Excerpt),
+    #[error("{value} is longer than {max} bytes")]
+    TooLong { value: Excerpt, max: usize },
+}
 
 /// Which peripheral, and how long to wait for it.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,7 +72,7 @@ fn either(c: &Map<String, Value>, keys: &[&'static str]) -> Option<(&'static str
 }
 
 /// `AA:BB:CC:DD:EE:FF` (also with `-`), upper case, or why not.
-pub fn mac_address(s: &str) -> Result<String, String> {
+pub fn mac_address(s: &str) -> Result<String, NameError> {
     let parts: Vec<&str> = s.split([':', '-']).collect();
     let ok = parts.len() == 6
         && parts
@@ -50,9 +81,7 @@ pub fn mac_address(s: &str) -> Result<String, String> {
     if ok {
         Ok(parts.join(":").to_ascii_uppercase())
     } else {
-        Err(format!(
-            "{s:?} is not a Bluetooth address like C4:7C:8D:6A:12:34"
-        ))
+        Err(NameError::Address(Excerpt::of(s)))
     }
 }
 
@@ -95,19 +124,17 @@ const BASE: u128 = 0x0000_0000_0000_1000_8000_0080_5f9b_34fb;
 
 /// A UUID in full (`00002a6e-0000-1000-8000-00805f9b34fb`) or as the 16- or 32-bit short form
 /// of the Bluetooth base UUID (`2A6E`, `0x2a6e`).
-pub fn uuid(s: &str) -> Result<Uuid, String> {
+pub fn uuid(s: &str) -> Result<Uuid, NameError> {
     let t = s.trim();
     let short = t
         .strip_prefix("0x")
         .or_else(|| t.strip_prefix("0X"))
         .unwrap_or(t);
     if (short.len() == 4 || short.len() == 8) && short.chars().all(|c| c.is_ascii_hexdigit()) {
-        let v = u32::from_str_radix(short, 16).map_err(|e| format!("{s:?}: {e}"))?;
+        let v = u32::from_str_radix(short, 16).map_err(|_| NameError::Uuid(Excerpt::of(s)))?;
         return Ok(Uuid::from_u128(BASE | (u128::from(v) << 96)));
     }
-    Uuid::parse_str(t).map_err(|_| {
-        format!("{s:?} is not a UUID (give 128 bits, or the 16-bit short form like 2A6E)")
-    })
+    Uuid::parse_str(t).map_err(|_| NameError::Uuid(Excerpt::of(s)))
 }
 
 /// How a characteristic's bytes become the property's value.
@@ -229,18 +256,17 @@ impl Point {
     }
 
     /// The property's value in the characteristic's bytes, or why not.
-    pub fn decode(&self, bytes: &[u8]) -> Result<String, String> {
+    pub fn decode(&self, bytes: &[u8]) -> Result<String, ValueError> {
         let slice = |offset: usize, length: Option<usize>| {
             let end = length.map_or(bytes.len(), |l| offset + l);
-            bytes.get(offset..end).ok_or_else(|| {
-                format!(
-                    "bytes {offset} to {end} are past the end of the {}-byte value",
-                    bytes.len()
-                )
+            bytes.get(offset..end).ok_or(ValueError::PastEnd {
+                start: offset,
+                end,
+                len: bytes.len(),
             })
         };
         match &self.format {
-            Format::Field(f) => f.decode(bytes),
+            Format::Field(f) => Ok(f.decode(bytes)?),
             Format::Bool(f) => {
                 let raw = Field {
                     scale: Default::default(),
@@ -252,22 +278,22 @@ impl Point {
             Format::Text { offset, length } => {
                 let b = slice(*offset, *length)?;
                 let b = b.strip_suffix(&[0]).unwrap_or(b);
-                String::from_utf8(b.to_vec()).map_err(|_| format!("{} is not UTF-8", hex(b)))
+                String::from_utf8(b.to_vec()).map_err(|_| ValueError::NotUtf8(hex(b)))
             }
             Format::Bytes { offset, length } => Ok(hex(slice(*offset, *length)?)),
         }
     }
 
     /// `value` as bytes, and the offset they go at, or why it cannot be written.
-    pub fn encode(&self, value: &str) -> Result<(usize, Vec<u8>), String> {
+    pub fn encode(&self, value: &str) -> Result<(usize, Vec<u8>), ValueError> {
         if let Some((_, b)) = self.data_write.iter().find(|(v, _)| v == value.trim()) {
             return Ok((0, b.clone()));
         }
         if !self.data_write.is_empty() {
-            let known: Vec<&str> = self.data_write.iter().map(|(v, _)| v.as_str()).collect();
-            return Err(format!(
-                "{value:?} is not one of dataWrite's values {known:?}"
-            ));
+            return Err(ValueError::NotInDataWrite {
+                value: Excerpt::of(value),
+                known: self.data_write.iter().map(|(v, _)| v.clone()).collect(),
+            });
         }
         match &self.format {
             Format::Field(f) => Ok((f.offset, f.encode(value)?)),
@@ -275,7 +301,7 @@ impl Point {
                 let raw = match value.trim().to_ascii_lowercase().as_str() {
                     "true" | "1" | "on" => "1",
                     "false" | "0" | "off" => "0",
-                    _ => return Err(format!("{value:?} is not true or false")),
+                    _ => return Err(ValueError::NotBool(Excerpt::of(value))),
                 };
                 let f = Field {
                     scale: Default::default(),
@@ -286,7 +312,10 @@ impl Point {
             Format::Text { offset, length } => {
                 let b = value.as_bytes().to_vec();
                 match length {
-                    Some(l) if b.len() > *l => Err(format!("{value:?} is longer than {l} bytes")),
+                    Some(l) if b.len() > *l => Err(ValueError::TooLong {
+                        value: Excerpt::of(value),
+                        max: *l,
+                    }),
                     _ => Ok((*offset, b)),
                 }
             }
@@ -357,6 +386,7 @@ mod tests {
         assert!(
             be.decode(&[9, 1])
                 .expect_err("short")
+                .to_string()
                 .contains("past the end")
         );
         let bit = Point::from_config(
@@ -380,6 +410,7 @@ mod tests {
         assert!(
             name.decode(&[0xff, 0xfe])
                 .expect_err("utf8")
+                .to_string()
                 .contains("not UTF-8")
         );
         let raw = Point::from_config(
@@ -400,6 +431,7 @@ mod tests {
             switch
                 .encode("DIM")
                 .expect_err("unknown")
+                .to_string()
                 .contains("dataWrite")
         );
         let e = Point::from_config(

@@ -134,7 +134,7 @@ pub struct Device {
     radio: Radio,
     peripheral: Option<Peripheral>,
     /// Each point's characteristic, or why the device does not have it.
-    chars: Vec<Result<Characteristic, String>>,
+    chars: Vec<Result<Characteristic, DriverError>>,
     /// Points whose characteristic notifies them.
     notifying: Vec<bool>,
     events: Option<tokio::task::JoinHandle<()>>,
@@ -179,7 +179,7 @@ impl Device {
             points,
             radio,
             peripheral: None,
-            chars: vec![Err("not connected".into()); n],
+            chars: vec![Err(DriverError::config("not connected")); n],
             notifying: vec![false; n],
             events: None,
             changes: Changes::default(),
@@ -324,7 +324,7 @@ impl Device {
         let mut groups: Vec<(Characteristic, Vec<usize>)> = Vec::new();
         for &i in due {
             match &self.chars[i] {
-                Err(e) => out.push((i, Err(DriverError::config(e.clone())))),
+                Err(e) => out.push((i, Err(e.clone()))),
                 Ok(c) if !c.properties.contains(CharPropFlags::READ) => out.push((
                     i,
                     Err(DriverError::config(format!(
@@ -420,7 +420,7 @@ impl Driver for Device {
                             .iter()
                             .map(|s| s.uuid.to_string())
                             .collect();
-                        match pt.service {
+                        DriverError::config(match pt.service {
                             Some(s) => format!(
                                 "{target} has no characteristic {} in service {s} (its services: {services:?})",
                                 pt.characteristic
@@ -429,7 +429,7 @@ impl Driver for Device {
                                 "{target} has no characteristic {} (its services: {services:?})",
                                 pt.characteristic
                             ),
-                        }
+                        })
                     })
             })
             .collect();
@@ -500,7 +500,7 @@ impl Driver for Device {
         let Some(p) = self.peripheral.clone() else {
             return Err(DriverError::link("not connected"));
         };
-        let c = self.chars[i].clone().map_err(DriverError::config)?;
+        let c = self.chars[i].clone()?;
         let flags = c.properties;
         if !flags.intersects(CharPropFlags::WRITE | CharPropFlags::WRITE_WITHOUT_RESPONSE) {
             return Err(DriverError::config(format!(

@@ -1,6 +1,7 @@
 //! A device's OPC UA configuration read from KubeEdge `configData`: the connection from
 //! `spec.protocol.configData`, a [`Point`] from each property's `visitors.configData`.
 
+use api::validate::names::Excerpt;
 use mapper_sdk::configdata::{ConfigError, bad, flag, get, integer, number, text};
 use opcua::crypto::SecurityPolicy;
 use opcua::types::{MessageSecurityMode, NodeId, NumericRange, VariantScalarTypeId};
@@ -195,17 +196,18 @@ pub struct NodeRef {
     pub id: NodeId,
 }
 
+/// A `nodeID` that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not a node id (ns=<index>;<i|s|g|b>=<id>, or nsu=<namespace uri>;<i|s|g|b>=<id>)")]
+pub struct NodeIdError(Excerpt);
+
 impl FromStr for NodeRef {
-    type Err = String;
+    type Err = NodeIdError;
 
     /// `ns=2;s=Temp`, `i=2258`, `ns=1;g=<guid>`, `ns=1;b=<base64>`, `nsu=<uri>;s=Temp`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, NodeIdError> {
         let s = s.trim();
-        let explain = || {
-            format!(
-                "{s:?} is not a node id (ns=<index>;<i|s|g|b>=<id>, or nsu=<namespace uri>;<i|s|g|b>=<id>)"
-            )
-        };
+        let explain = || NodeIdError(Excerpt::of(s));
         if let Some(rest) = s.strip_prefix("nsu=") {
             let (uri, id) = rest.split_once(';').ok_or_else(explain)?;
             if uri.is_empty() || id.starts_with("ns=") {
@@ -276,7 +278,7 @@ impl Point {
                 "required: the node to read, e.g. ns=2;s=Temperature",
             )
         })?;
-        let node = NodeRef::from_str(&raw).map_err(|e| bad("nodeID", e))?;
+        let node = NodeRef::from_str(&raw).map_err(|e| bad("nodeID", e.to_string()))?;
         let data_type = match text(c, "dataType") {
             None => None,
             Some(t) => Some(
@@ -394,7 +396,7 @@ mod tests {
             "nsu=urn:x;ns=2;s=T",
         ] {
             let e = NodeRef::from_str(bad).expect_err(bad);
-            assert!(e.contains("not a node id"), "{e}");
+            assert!(e.to_string().contains("not a node id"), "{e}");
         }
     }
 

@@ -35,7 +35,7 @@ pub struct Device {
     /// Cleared by the event task when the connection is lost.
     alive: Arc<AtomicBool>,
     /// Each point's node id with its namespace resolved, or why it cannot be.
-    nodes: Vec<Result<NodeId, String>>,
+    nodes: Vec<Result<NodeId, DriverError>>,
     /// Each point's value type and whether it is an array, as last read.
     types: Vec<Option<(VariantScalarTypeId, bool)>>,
     /// Points whose monitored item the server accepted.
@@ -84,7 +84,7 @@ fn reading(dv: &DataValue) -> Result<String, DriverError> {
         return Err(status_error(status, "the server answered"));
     }
     match &dv.value {
-        Some(v) => to_twin(v).map_err(DriverError::device),
+        Some(v) => to_twin(v).map_err(|e| DriverError::device(e.to_string())),
         None => Err(DriverError::device("the server sent no value")),
     }
 }
@@ -109,7 +109,7 @@ impl Device {
             session: None,
             events: None,
             alive: Arc::new(AtomicBool::new(false)),
-            nodes: vec![Err("not connected".into()); n],
+            nodes: vec![Err(DriverError::config("not connected")); n],
             types: vec![None; n],
             monitored: vec![false; n],
             max_per_read: usize::MAX,
@@ -156,7 +156,7 @@ impl Device {
                 ))
             })?;
             if let Some(path) = &self.conn.server_certificate {
-                trust(&self.pki, path).map_err(DriverError::config)?;
+                trust(&self.pki, path).map_err(|e| DriverError::config(e.to_string()))?;
             }
             self.client = Some(client);
         }
@@ -192,7 +192,9 @@ impl Device {
                     Err(e) if is_link(e.status()) => {
                         return Err(DriverError::link(format!("reading the namespaces: {e}")));
                     }
-                    Err(_) => Err(format!("the server has no namespace {uri}")),
+                    Err(_) => Err(DriverError::config(format!(
+                        "the server has no namespace {uri}"
+                    ))),
                 },
             };
         }
@@ -302,7 +304,7 @@ impl Device {
     }
 
     fn read_id(&self, i: usize) -> Result<ReadValueId, DriverError> {
-        let node = self.nodes[i].clone().map_err(DriverError::config)?;
+        let node = self.nodes[i].clone()?;
         Ok(ReadValueId {
             node_id: node,
             attribute_id: AttributeId::Value as u32,
@@ -369,17 +371,39 @@ fn connect_error(url: &str, code: StatusCode, pki: &std::path::Path) -> DriverEr
 }
 
 /// Adds the certificate at `path` (DER or PEM) to the trust list in `pki`.
-fn trust(pki: &std::path::Path, path: &std::path::Path) -> Result<(), String> {
-    let cert = CertificateStore::read_cert(path)
-        .map_err(|e| format!("serverCertificate {}: {e}", path.display()))?;
+/// A server certificate that cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+enum TrustError {
+    #[error("serverCertificate {}: {message}", path.display())]
+    Certificate {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn trust(pki: &std::path::Path, path: &std::path::Path) -> Result<(), TrustError> {
+    let unreadable = |e: &dyn std::fmt::Display| TrustError::Certificate {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let cert = CertificateStore::read_cert(path).map_err(|e| unreadable(&e))?;
     let dir = pki.join("trusted");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let der = cert
-        .to_der()
-        .map_err(|e| format!("serverCertificate {}: {e}", path.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|source| TrustError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let der = cert.to_der().map_err(|e| unreadable(&e))?;
     let name = CertificateStore::cert_file_name(&cert);
     let file = dir.join(&name);
-    std::fs::write(&file, der).map_err(|e| format!("{}: {e}", file.display()))?;
+    std::fs::write(&file, der).map_err(|source| TrustError::Io {
+        path: file.clone(),
+        source,
+    })?;
     // A copy left in rejected/ by an earlier attempt would still make it untrusted.
     let _ = std::fs::remove_file(pki.join("rejected").join(&name));
     Ok(())
@@ -549,7 +573,7 @@ impl Driver for Device {
                 })?
             }
         };
-        let variant = from_twin(value, t, array).map_err(DriverError::config)?;
+        let variant = from_twin(value, t, array).map_err(|e| DriverError::config(e.to_string()))?;
         let write = WriteValue {
             node_id: id.node_id,
             attribute_id: AttributeId::Value as u32,

@@ -2,8 +2,16 @@
 
 use crate::config::{Connection, Point};
 use crate::device::Device;
-use mapper_sdk::{Config, DeviceConfig, DriverError, Protocol};
+use mapper_sdk::{Config, DeviceConfig, DriverError, Protocol, StartError};
 use std::path::PathBuf;
+
+/// A directory of the certificate store that cannot be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create {} (common.data_dir): {source}", dir.display())]
+struct PkiDirError {
+    dir: PathBuf,
+    source: std::io::Error,
+}
 
 /// The protocol name devices give in `spec.protocol.protocolName`.
 pub const PROTOCOL: &str = "opcua";
@@ -21,12 +29,11 @@ impl Protocol for OpcUa {
         PROTOCOL
     }
 
-    fn start(&mut self, config: &Config) -> Result<(), String> {
+    fn start(&mut self, config: &Config) -> Result<(), StartError> {
         self.pki = PathBuf::from(&config.common.data_dir).join("pki");
         for dir in ["own", "private", "trusted", "rejected"] {
             let d = self.pki.join(dir);
-            std::fs::create_dir_all(&d)
-                .map_err(|e| format!("cannot create {} (common.data_dir): {e}", d.display()))?;
+            std::fs::create_dir_all(&d).map_err(|source| PkiDirError { dir: d, source })?;
         }
         tracing::info!(pki = %self.pki.display(), "OPC UA certificates and trust list");
         Ok(())

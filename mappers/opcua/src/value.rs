@@ -1,16 +1,54 @@
 //! Between OPC UA variants and the twin's strings.
 
+use api::validate::names::Excerpt;
 use opcua::types::{Array, DateTime, Variant, VariantScalarTypeId};
 use serde_json::Value;
 use std::str::FromStr;
+
+/// A value that cannot pass between a node and the twin; each names the value and the node's
+/// type.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValueError {
+    #[error("the node has no value (null)")]
+    Null,
+    #[error("values of type {0} are not supported")]
+    Unsupported(String),
+    #[error("the node's value is {0}")]
+    NotFinite(f64),
+    #[error("{0} is not a JSON array for an array node")]
+    NotArray(Excerpt),
+    #[error("{0}")]
+    Array(String),
+    #[error("{value} is not a whole number for a {node:?} node")]
+    NotWhole {
+        value: Excerpt,
+        node: VariantScalarTypeId,
+    },
+    #[error("{value} is out of range for a {node:?} node")]
+    OutOfRange {
+        value: i128,
+        node: VariantScalarTypeId,
+    },
+    #[error("{0} is not a boolean (true/false)")]
+    NotBoolean(Excerpt),
+    #[error("{value} is not a number for a {node:?} node")]
+    NotNumber {
+        value: Excerpt,
+        node: VariantScalarTypeId,
+    },
+    #[error("{0} is not an RFC 3339 time for a DateTime node")]
+    NotTime(Excerpt),
+    #[error("writing {0:?} nodes is not supported")]
+    WriteUnsupported(VariantScalarTypeId),
+}
 
 /// The twin's string for a value read: numbers and booleans as written in JSON, strings and
 /// the types read as text (DateTime, Guid, ...) as they are, without quotes, arrays as compact
 /// JSON arrays. A value written as [`to_twin`] gives it reads back as the same string, so a
 /// desired value's delta clears.
-pub fn to_twin(v: &Variant) -> Result<String, String> {
+pub fn to_twin(v: &Variant) -> Result<String, ValueError> {
     match v {
-        Variant::Empty => Err("the node has no value (null)".into()),
+        Variant::Empty => Err(ValueError::Null),
         other => to_json(other).map(|j| match j {
             Value::String(s) => s,
             j => j.to_string(),
@@ -24,7 +62,7 @@ fn datetime(d: &DateTime) -> String {
     d.as_chrono().format("%Y-%m-%dT%H:%M:%S%.fZ").to_string()
 }
 
-fn to_json(v: &Variant) -> Result<Value, String> {
+fn to_json(v: &Variant) -> Result<Value, ValueError> {
     Ok(match v {
         Variant::Boolean(b) => Value::Bool(*b),
         Variant::SByte(n) => Value::from(*n),
@@ -48,28 +86,28 @@ fn to_json(v: &Variant) -> Result<Value, String> {
         Variant::Array(a) => Value::Array(a.values.iter().map(to_json).collect::<Result<_, _>>()?),
         Variant::Empty => Value::Null,
         other => {
-            return Err(format!(
-                "values of type {:?} are not supported",
+            return Err(ValueError::Unsupported(format!(
+                "{:?}",
                 other.scalar_type_id()
-            ));
+            )));
         }
     })
 }
 
 /// A float as JSON: its shortest text (`f32` 0.1 stays "0.1", not 0.10000000149011612).
-fn float(f: f64, text: &str) -> Result<Value, String> {
+fn float(f: f64, text: &str) -> Result<Value, ValueError> {
     if !f.is_finite() {
-        return Err(format!("the node's value is {f}"));
+        return Err(ValueError::NotFinite(f));
     }
     Ok(serde_json::from_str(text).unwrap_or(Value::Null))
 }
 
 /// The variant to write for the twin's string `s` as type `t`; `array` when the node holds an
 /// array (the string is then a JSON array).
-pub fn from_twin(s: &str, t: VariantScalarTypeId, array: bool) -> Result<Variant, String> {
+pub fn from_twin(s: &str, t: VariantScalarTypeId, array: bool) -> Result<Variant, ValueError> {
     if array {
-        let items: Vec<Value> = serde_json::from_str(s.trim())
-            .map_err(|_| format!("{s:?} is not a JSON array for an array node"))?;
+        let items: Vec<Value> =
+            serde_json::from_str(s.trim()).map_err(|_| ValueError::NotArray(Excerpt::of(s)))?;
         let values = items
             .iter()
             .map(|v| match v {
@@ -79,21 +117,24 @@ pub fn from_twin(s: &str, t: VariantScalarTypeId, array: bool) -> Result<Variant
             .collect::<Result<Vec<_>, _>>()?;
         return Array::new(t, values)
             .map(|a| Variant::Array(Box::new(a)))
-            .map_err(|e| e.to_string());
+            .map_err(|e| ValueError::Array(e.to_string()));
     }
     scalar(s, t)
 }
 
-fn scalar(s: &str, t: VariantScalarTypeId) -> Result<Variant, String> {
+fn scalar(s: &str, t: VariantScalarTypeId) -> Result<Variant, ValueError> {
     let s = s.trim_matches(|c: char| c.is_whitespace());
-    let int = |s: &str| -> Result<i128, String> {
+    let int = |s: &str| -> Result<i128, ValueError> {
         if let Ok(v) = s.parse::<i128>() {
             return Ok(v);
         }
         // "12.0" from a twin that carries integers as floats.
         match s.parse::<f64>() {
             Ok(f) if f.fract() == 0.0 && f.abs() < 1e30 => Ok(f as i128),
-            _ => Err(format!("{s:?} is not a whole number for a {t:?} node")),
+            _ => Err(ValueError::NotWhole {
+                value: Excerpt::of(s),
+                node: t,
+            }),
         }
     };
     macro_rules! ranged {
@@ -101,14 +142,14 @@ fn scalar(s: &str, t: VariantScalarTypeId) -> Result<Variant, String> {
             let v = int(s)?;
             <$ty>::try_from(v)
                 .map(Variant::$variant)
-                .map_err(|_| format!("{v} is out of range for a {t:?} node"))
+                .map_err(|_| ValueError::OutOfRange { value: v, node: t })
         }};
     }
     match t {
         VariantScalarTypeId::Boolean => match s.to_ascii_lowercase().as_str() {
             "true" | "1" => Ok(Variant::Boolean(true)),
             "false" | "0" => Ok(Variant::Boolean(false)),
-            _ => Err(format!("{s:?} is not a boolean (true/false)")),
+            _ => Err(ValueError::NotBoolean(Excerpt::of(s))),
         },
         VariantScalarTypeId::SByte => ranged!(i8, SByte),
         VariantScalarTypeId::Byte => ranged!(u8, Byte),
@@ -120,17 +161,23 @@ fn scalar(s: &str, t: VariantScalarTypeId) -> Result<Variant, String> {
         VariantScalarTypeId::UInt64 => ranged!(u64, UInt64),
         VariantScalarTypeId::Float => match s.parse::<f32>() {
             Ok(f) if f.is_finite() => Ok(Variant::Float(f)),
-            _ => Err(format!("{s:?} is not a number for a Float node")),
+            _ => Err(ValueError::NotNumber {
+                value: Excerpt::of(s),
+                node: t,
+            }),
         },
         VariantScalarTypeId::Double => match s.parse::<f64>() {
             Ok(f) if f.is_finite() => Ok(Variant::Double(f)),
-            _ => Err(format!("{s:?} is not a number for a Double node")),
+            _ => Err(ValueError::NotNumber {
+                value: Excerpt::of(s),
+                node: t,
+            }),
         },
         VariantScalarTypeId::String => Ok(Variant::from(s)),
         VariantScalarTypeId::DateTime => DateTime::from_str(s)
             .map(|d| Variant::DateTime(Box::new(d)))
-            .map_err(|_| format!("{s:?} is not an RFC 3339 time for a DateTime node")),
-        other => Err(format!("writing {other:?} nodes is not supported")),
+            .map_err(|_| ValueError::NotTime(Excerpt::of(s))),
+        other => Err(ValueError::WriteUnsupported(other)),
     }
 }
 
@@ -171,10 +218,11 @@ mod tests {
             from_twin("true", T::Boolean, false),
             Ok(Variant::Boolean(true))
         );
-        assert!(
+        assert_eq!(
             from_twin("70000", T::Int16, false)
                 .expect_err("range")
-                .contains("out of range")
+                .to_string(),
+            "70000 is out of range for a Int16 node"
         );
         assert!(from_twin("-1", T::Byte, false).is_err());
         assert!(from_twin("1.5", T::Int32, false).is_err());

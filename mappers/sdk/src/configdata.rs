@@ -12,10 +12,10 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-pub fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
+pub fn bad(key: &str, reason: impl std::fmt::Display) -> ConfigError {
     ConfigError {
         key: key.to_string(),
-        reason: reason.into(),
+        reason: reason.to_string(),
     }
 }
 

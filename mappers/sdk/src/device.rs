@@ -72,9 +72,9 @@ pub enum Command {
     /// New desired values (`property`, `value`) from edgecore.
     Desired(Vec<(String, String)>),
     /// Read one property now.
-    Read(String, oneshot::Sender<Result<String, String>>),
+    Read(String, oneshot::Sender<Result<String, DriverError>>),
     /// Write one property now and read it back.
-    Write(String, String, oneshot::Sender<Result<String, String>>),
+    Write(String, String, oneshot::Sender<Result<String, DriverError>>),
     /// Say the device's state again: edgecore told the device again (after it found this mapper
     /// unreachable for a while, it set the state `unknown` itself).
     ResendState,
@@ -242,7 +242,7 @@ impl<D: Driver> DeviceTask<D> {
             Command::Read(name, reply) => {
                 let r = match self.index(&name) {
                     Some(i) => self.read_now(i).await,
-                    None => Err(format!("no property {name}")),
+                    None => Err(DriverError::config(format!("no property {name}"))),
                 };
                 let _ = reply.send(r);
             }
@@ -250,9 +250,9 @@ impl<D: Driver> DeviceTask<D> {
                 let r = match self.index(&name) {
                     Some(i) => match self.write(i, &value).await {
                         Ok(()) => self.read_now(i).await,
-                        Err(e) => Err(e.message),
+                        Err(e) => Err(e),
                     },
-                    None => Err(format!("no property {name}")),
+                    None => Err(DriverError::config(format!("no property {name}"))),
                 };
                 let _ = reply.send(r);
             }
@@ -268,13 +268,12 @@ impl<D: Driver> DeviceTask<D> {
         self.props.iter().position(|p| p.name == name)
     }
 
-    async fn read_now(&mut self, i: usize) -> Result<String, String> {
+    async fn read_now(&mut self, i: usize) -> Result<String, DriverError> {
         let now = Instant::now();
         let results = self.read(&[i], now).await;
         match results.into_iter().next() {
-            Some((_, Ok(v))) => Ok(v),
-            Some((_, Err(e))) => Err(e.message),
-            None => Err("the driver returned nothing".into()),
+            Some((_, r)) => r,
+            None => Err(DriverError::device("the driver returned nothing")),
         }
     }
 

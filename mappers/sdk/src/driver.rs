@@ -88,22 +88,22 @@ pub enum ErrorKind {
 }
 
 impl DriverError {
-    pub fn link(message: impl Into<String>) -> Self {
+    pub fn link(message: impl std::fmt::Display) -> Self {
         Self {
             kind: ErrorKind::Link,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
-    pub fn device(message: impl Into<String>) -> Self {
+    pub fn device(message: impl std::fmt::Display) -> Self {
         Self {
             kind: ErrorKind::Device,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
-    pub fn config(message: impl Into<String>) -> Self {
+    pub fn config(message: impl std::fmt::Display) -> Self {
         Self {
             kind: ErrorKind::Config,
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 }
@@ -221,6 +221,9 @@ pub trait Driver: Send + 'static {
     }
 }
 
+/// Why a protocol could not start (its own error type, whatever it is).
+pub type StartError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A protocol: builds drivers.
 pub trait Protocol: Send + Sync + 'static {
     type Driver: Driver;
@@ -230,7 +233,7 @@ pub trait Protocol: Send + Sync + 'static {
 
     /// Called once with the mapper's configuration before any device is built (to find
     /// `common.data_dir`, say). An error stops the mapper with its message.
-    fn start(&mut self, _config: &crate::Config) -> Result<(), String> {
+    fn start(&mut self, _config: &crate::Config) -> Result<(), StartError> {
         Ok(())
     }
 

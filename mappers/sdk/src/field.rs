@@ -2,11 +2,40 @@
 //! Shared by the protocols whose devices send bytes (serial frames, BLE characteristics).
 
 use crate::configdata::{ConfigError, bad, flag, integer, number, text};
+use api::validate::names::Excerpt;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 
+/// A value that does not pass between a frame's bytes and the twin's text; each names the
+/// value or the bytes it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    #[error("{0} has an odd number of hex digits")]
+    OddHex(Excerpt),
+    #[error("{0} is not hex")]
+    NotHex(Excerpt),
+    #[error(
+        "{0} is not int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32 or float64"
+    )]
+    DataType(Excerpt),
+    #[error("length {0} is not 1, 2, 4 or 8")]
+    Length(usize),
+    #[error("the field at byte {offset} ({width} bytes) is past the end of a {len}-byte frame")]
+    PastEnd {
+        offset: usize,
+        width: usize,
+        len: usize,
+    },
+    #[error("{0} is not true or false")]
+    NotBool(Excerpt),
+    #[error("{0} is not a number")]
+    NotNumber(Excerpt),
+    #[error("{value} does not fit in {len} byte(s)")]
+    DoesNotFit { value: Excerpt, len: usize },
+}
+
 /// Bytes from hex such as `"01 03 00 0A"`, `"01:03"` or `"0103000A"`.
-pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
+pub fn parse_hex(s: &str) -> Result<Vec<u8>, FieldError> {
     let digits: String = s
         .chars()
         .filter(|c| !matches!(c, ' ' | ':' | '-' | ',' | '\t'))
@@ -16,7 +45,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
         .or_else(|| digits.strip_prefix("0X"))
         .unwrap_or(&digits);
     if !digits.len().is_multiple_of(2) {
-        return Err(format!("{s:?} has an odd number of hex digits"));
+        return Err(FieldError::OddHex(Excerpt::of(s)));
     }
     (0..digits.len())
         .step_by(2)
@@ -24,7 +53,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
             digits
                 .get(i..i + 2)
                 .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(|| format!("{s:?} is not hex"))
+                .ok_or_else(|| FieldError::NotHex(Excerpt::of(s)))
         })
         .collect()
 }
@@ -61,7 +90,7 @@ impl Kind {
         data_type: Option<&str>,
         length: Option<usize>,
         signed: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FieldError> {
         if let Some(t) = data_type {
             let t = t.trim().to_ascii_lowercase();
             return Ok(match t.as_str() {
@@ -99,16 +128,12 @@ impl Kind {
                 },
                 "float32" | "float" => Self::Float32,
                 "float64" | "double" => Self::Float64,
-                other => {
-                    return Err(format!(
-                        "{other:?} is not int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32 or float64"
-                    ));
-                }
+                other => return Err(FieldError::DataType(Excerpt::of(other))),
             });
         }
         match length.unwrap_or(1) {
             len @ (1 | 2 | 4 | 8) => Ok(Self::Int { len, signed }),
-            other => Err(format!("length {other} is not 1, 2, 4 or 8")),
+            other => Err(FieldError::Length(other)),
         }
     }
 
@@ -232,15 +257,15 @@ impl Field {
     }
 
     /// The field's value in `frame`, or why not.
-    pub fn decode(&self, frame: &[u8]) -> Result<String, String> {
+    pub fn decode(&self, frame: &[u8]) -> Result<String, FieldError> {
         let n = self.kind.width();
-        let bytes = frame.get(self.offset..self.offset + n).ok_or_else(|| {
-            format!(
-                "the field at byte {} ({n} bytes) is past the end of a {}-byte frame",
-                self.offset,
-                frame.len()
-            )
-        })?;
+        let bytes = frame
+            .get(self.offset..self.offset + n)
+            .ok_or(FieldError::PastEnd {
+                offset: self.offset,
+                width: n,
+                len: frame.len(),
+            })?;
         let mut b = [0u8; 8];
         if self.little_endian {
             b[..n].copy_from_slice(bytes);
@@ -274,19 +299,17 @@ impl Field {
     }
 
     /// `value` as the field's bytes, or why it does not fit.
-    pub fn encode(&self, value: &str) -> Result<Vec<u8>, String> {
+    pub fn encode(&self, value: &str) -> Result<Vec<u8>, FieldError> {
         let n = self.kind.width();
+        let not_a_number = || FieldError::NotNumber(Excerpt::of(value));
         let raw: u64 = match self.kind {
             Kind::Bit(bit) => match value.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" | "on" => 1 << bit,
                 "false" | "0" | "off" => 0,
-                _ => return Err(format!("{value:?} is not true or false")),
+                _ => return Err(FieldError::NotBool(Excerpt::of(value))),
             },
             Kind::Float32 | Kind::Float64 => {
-                let v: f64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not a number"))?;
+                let v: f64 = value.trim().parse().map_err(|_| not_a_number())?;
                 let v = self.scale.invert(v);
                 if self.kind == Kind::Float32 {
                     u64::from((v as f32).to_bits())
@@ -295,10 +318,7 @@ impl Field {
                 }
             }
             Kind::Int { len, signed } => {
-                let v: f64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not a number"))?;
+                let v: f64 = value.trim().parse().map_err(|_| not_a_number())?;
                 let v = self.scale.invert(v).round();
                 let bits = 8 * len as u32;
                 let (lo, hi) = if signed {
@@ -310,7 +330,10 @@ impl Field {
                     (0.0, 2f64.powi(bits as i32) - 1.0)
                 };
                 if !(lo..=hi).contains(&v) {
-                    return Err(format!("{value} does not fit in {len} byte(s)"));
+                    return Err(FieldError::DoesNotFit {
+                        value: Excerpt::plain(value),
+                        len,
+                    });
                 }
                 if signed { (v as i64) as u64 } else { v as u64 }
             }
@@ -381,6 +404,7 @@ mod tests {
         assert!(
             past.decode(&frame)
                 .expect_err("short")
+                .to_string()
                 .contains("past the end")
         );
         let mut scaled = field(
@@ -422,6 +446,7 @@ mod tests {
         assert!(
             u8f.encode("256")
                 .expect_err("range")
+                .to_string()
                 .contains("does not fit")
         );
         assert!(u8f.encode("-1").is_err());

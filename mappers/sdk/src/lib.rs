@@ -29,7 +29,7 @@ pub mod value;
 
 pub use config::Config;
 pub use driver::{
-    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, PropertyConfig, Protocol,
+    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, PropertyConfig, Protocol, StartError,
 };
 
 use api::dmi::v1beta1::device_mapper_service_server::DeviceMapperServiceServer;
@@ -52,8 +52,11 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{protocol}: {message}")]
-    Protocol { protocol: String, message: String },
+    #[error("{protocol}: {source}")]
+    Protocol {
+        protocol: String,
+        source: driver::StartError,
+    },
 }
 
 /// Binds `path`, replacing a stale socket left by a crash (but not one that answers).
@@ -79,9 +82,9 @@ pub async fn run<P: Protocol>(
 ) -> Result<(), RunError> {
     protocol
         .start(&config)
-        .map_err(|message| RunError::Protocol {
+        .map_err(|source| RunError::Protocol {
             protocol: protocol.name().to_string(),
-            message,
+            source,
         })?;
     let metrics = Arc::new(metrics::Metrics::default());
     let socket = config.socket();

@@ -114,7 +114,7 @@ async fn ask(
     s: &RestState,
     k: &str,
     check: impl FnOnce(&crate::mapper::DeviceHandle) -> Result<(), (StatusCode, String)>,
-    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<String, String>>) -> Command,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<Result<String, crate::DriverError>>) -> Command,
 ) -> Result<String, Response> {
     let tx = {
         let devices = s
@@ -138,7 +138,7 @@ async fn ask(
         .map_err(|_| error(StatusCode::SERVICE_UNAVAILABLE, "the device stopped"))?;
     match rx.await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(error(StatusCode::BAD_GATEWAY, e)),
+        Ok(Err(e)) => Err(error(StatusCode::BAD_GATEWAY, e.message)),
         Err(_) => Err(error(StatusCode::SERVICE_UNAVAILABLE, "the device stopped")),
     }
 }

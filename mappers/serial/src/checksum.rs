@@ -59,29 +59,34 @@ impl Checksum {
 
     /// Checks the checksum at the end of `frame`; the error says what was received and what
     /// was computed.
-    pub fn verify(self, frame: &[u8]) -> Result<(), String> {
+    pub fn verify(self, frame: &[u8]) -> Result<(), ChecksumError> {
         let n = self.width();
         if n == 0 {
             return Ok(());
         }
         if frame.len() < n {
-            return Err(format!(
-                "a {}-byte frame has no room for its checksum",
-                frame.len()
-            ));
+            return Err(ChecksumError::NoRoom { len: frame.len() });
         }
         let (data, got) = frame.split_at(frame.len() - n);
         let want = self.compute(data);
         if got == want.as_slice() {
             Ok(())
         } else {
-            Err(format!(
-                "bad checksum: received {}, computed {}",
-                crate::field::hex(got),
-                crate::field::hex(&want)
-            ))
+            Err(ChecksumError::Mismatch {
+                received: crate::field::hex(got),
+                computed: crate::field::hex(&want),
+            })
         }
     }
+}
+
+/// A frame whose checksum is not right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChecksumError {
+    #[error("a {len}-byte frame has no room for its checksum")]
+    NoRoom { len: usize },
+    #[error("bad checksum: received {received}, computed {computed}")]
+    Mismatch { received: String, computed: String },
 }
 
 fn crc16_modbus(data: &[u8]) -> u16 {
@@ -140,7 +145,7 @@ mod tests {
         let mut bad = frame.clone();
         bad[1] ^= 0xFF;
         let e = Checksum::Crc16Ccitt.verify(&bad).expect_err("bad");
-        assert!(e.starts_with("bad checksum: received "), "{e}");
+        assert!(e.to_string().starts_with("bad checksum: received "), "{e}");
         assert!(Checksum::Sum8.verify(&[]).is_err());
         assert_eq!(Checksum::parse("CRC16_MODBUS"), Some(Checksum::Crc16Modbus));
         assert_eq!(Checksum::parse("md5"), None);

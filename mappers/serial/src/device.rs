@@ -303,7 +303,9 @@ impl Point {
                         hex(prefix)
                     )));
                 }
-                field.decode(frame).map_err(SerialError::Reply)
+                field
+                    .decode(frame)
+                    .map_err(|e| SerialError::Reply(e.to_string()))
             }
             _ => Err(SerialError::Reply("reply of the wrong kind".into())),
         }
@@ -582,9 +584,14 @@ impl Device {
                 let Reading::Binary { field, .. } = &point.reading else {
                     return Err(SerialError::Value("not a binary property".into()));
                 };
-                let mut r = parse_hex(&writing.before).map_err(SerialError::Value)?;
-                r.extend(field.encode(value).map_err(SerialError::Value)?);
-                r.extend(parse_hex(&writing.after).map_err(SerialError::Value)?);
+                let mut r =
+                    parse_hex(&writing.before).map_err(|e| SerialError::Value(e.to_string()))?;
+                r.extend(
+                    field
+                        .encode(value)
+                        .map_err(|e| SerialError::Value(e.to_string()))?,
+                );
+                r.extend(parse_hex(&writing.after).map_err(|e| SerialError::Value(e.to_string()))?);
                 let expect = match writing.binary_reply {
                     0 => Expect::Nothing,
                     n => Expect::Bytes(n),

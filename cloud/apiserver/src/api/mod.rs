@@ -378,11 +378,11 @@ fn header_str(h: &HeaderMap, k: header::HeaderName) -> &str {
 /// The label and field selectors of a request.
 fn selectors(t: &Target, q: &Query) -> Result<(Labels, Fields), Status> {
     let labels = Labels::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
-        .map_err(|e| Status::bad_request(format!("unable to parse requirement: {e}")))?;
+        .map_err(|e| Status::bad_request(e.to_string()))?;
     let fields = Fields::parse(
         q.get("fieldSelector").map(String::as_str).unwrap_or(""),
         &allowed_fields(&t.res, &t.version),
     )
-    .map_err(Status::bad_request)?;
+    .map_err(|e| Status::bad_request(e.to_string()))?;
     Ok((labels, fields))
 }

@@ -67,7 +67,7 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    pub(super) fn new(target: &Target) -> Result<Self, String> {
+    pub(super) fn new(target: &Target) -> Result<Self, PushError> {
         let Target::Influxdb2 {
             url,
             org,
@@ -77,7 +77,10 @@ impl Sink {
             field_key,
         } = target
         else {
-            return Err("not an influxdb2 target".into());
+            return Err(PushError::target(
+                target.describe(),
+                "not an influxdb2 target",
+            ));
         };
         let q = |s: &str| {
             s.bytes()
@@ -105,7 +108,7 @@ impl Sink {
 }
 
 impl super::Sink for Sink {
-    async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+    async fn write(&mut self, batch: &[Message]) -> Result<(), PushError> {
         let body: String = batch
             .iter()
             .map(|m| {

@@ -81,10 +81,51 @@ pub enum Target {
     Otel { url: String },
 }
 
+/// Why a `pushMethod` cannot be pushed to, or a batch was not written; each names the key or
+/// the target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    #[error("pushMethod.{0} is empty")]
+    Empty(String),
+    #[error("pushMethod.mqtt.qos {0} is not 0, 1 or 2")]
+    Qos(i32),
+    #[error(
+        "pushMethod.dbMethod.TDEngine is not supported by this mapper (no TDengine client is \
+         built; see the README)"
+    )]
+    TdEngine,
+    #[error("{0}: this mapper is built without that push target's feature")]
+    Feature(String),
+    #[error("push targets poisoned")]
+    Poisoned,
+    /// What the target's client or server said (`target` is its kind and address).
+    #[error("{target}: {message}")]
+    Target { target: String, message: String },
+}
+
+impl PushError {
+    #[cfg_attr(
+        not(any(
+            feature = "influxdb2",
+            feature = "redis",
+            feature = "mysql",
+            feature = "otel"
+        )),
+        allow(dead_code)
+    )]
+    fn target(target: impl std::fmt::Display, message: impl std::fmt::Display) -> Self {
+        Self::Target {
+            target: target.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
 impl Target {
     /// The targets of a `pushMethod`: its MQTT or HTTP target, its OTel endpoint and each of its
     /// databases.
-    pub fn from_push_method(p: &PushMethod) -> Result<Vec<Self>, String> {
+    pub fn from_push_method(p: &PushMethod) -> Result<Vec<Self>, PushError> {
+        let empty = |key: &str| PushError::Empty(key.into());
         let mut out = Vec::new();
         out.extend(Self::mqtt_or_http(p)?);
         if let Some(o) = &p.otel {
@@ -92,7 +133,7 @@ impl Target {
                 .endpoint_url
                 .clone()
                 .filter(|u| !u.trim().is_empty())
-                .ok_or("pushMethod.otel.endpointURL is empty")?;
+                .ok_or_else(|| empty("otel.endpointURL"))?;
             out.push(Self::Otel { url });
         }
         let Some(db) = &p.db_method else {
@@ -103,7 +144,7 @@ impl Target {
             let d = i.influxdb2_data_config.clone().unwrap_or_default();
             let need = |v: Option<String>, key: &str| {
                 v.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-                    format!("pushMethod.dbMethod.influxdb2.influxdb2ClientConfig.{key} is empty")
+                    empty(&format!("dbMethod.influxdb2.influxdb2ClientConfig.{key}"))
                 })
             };
             out.push(Self::Influxdb2 {
@@ -120,7 +161,7 @@ impl Target {
             let addr = c
                 .addr
                 .filter(|a| !a.trim().is_empty())
-                .ok_or("pushMethod.dbMethod.redis.redisClientConfig.addr is empty")?;
+                .ok_or_else(|| empty("dbMethod.redis.redisClientConfig.addr"))?;
             out.push(Self::Redis {
                 addr,
                 db: i64::from(c.db.unwrap_or(0)),
@@ -129,9 +170,8 @@ impl Target {
         if let Some(m) = &db.mysql {
             let c = m.mysql_client_config.clone().unwrap_or_default();
             let need = |v: Option<String>, key: &str| {
-                v.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-                    format!("pushMethod.dbMethod.mysql.mysqlClientConfig.{key} is empty")
-                })
+                v.filter(|v| !v.trim().is_empty())
+                    .ok_or_else(|| empty(&format!("dbMethod.mysql.mysqlClientConfig.{key}")))
             };
             out.push(Self::Mysql {
                 addr: need(c.addr, "addr")?,
@@ -140,11 +180,7 @@ impl Target {
             });
         }
         if db.tdengine.is_some() {
-            return Err(
-                "pushMethod.dbMethod.TDEngine is not supported by this mapper (no TDengine \
-                 client is built; see the README)"
-                    .into(),
-            );
+            return Err(PushError::TdEngine);
         }
         Ok(out)
     }
@@ -161,16 +197,16 @@ impl Target {
         }
     }
 
-    fn mqtt_or_http(p: &PushMethod) -> Result<Option<Self>, String> {
+    fn mqtt_or_http(p: &PushMethod) -> Result<Option<Self>, PushError> {
         if let Some(m) = &p.mqtt {
             let address = m
                 .address
                 .clone()
                 .filter(|a| !a.is_empty())
-                .ok_or("pushMethod.mqtt.address is empty")?;
+                .ok_or_else(|| PushError::Empty("mqtt.address".into()))?;
             let qos = m.qos.unwrap_or(0);
             if !(0..=2).contains(&qos) {
-                return Err(format!("pushMethod.mqtt.qos {qos} is not 0, 1 or 2"));
+                return Err(PushError::Qos(qos));
             }
             return Ok(Some(Self::Mqtt {
                 address,
@@ -184,7 +220,7 @@ impl Target {
                 .host_name
                 .clone()
                 .filter(|a| !a.is_empty())
-                .ok_or("pushMethod.http.hostName is empty")?;
+                .ok_or_else(|| PushError::Empty("http.hostName".into()))?;
             let host = if host.contains("://") {
                 host
             } else {
@@ -311,8 +347,8 @@ impl Pushers {
     }
 
     /// The pusher of `target`, started on first use. Must be called inside a tokio runtime.
-    pub fn get(&self, target: Target) -> Result<Arc<Pusher>, String> {
-        let mut targets = self.targets.lock().map_err(|_| "push targets poisoned")?;
+    pub fn get(&self, target: Target) -> Result<Arc<Pusher>, PushError> {
+        let mut targets = self.targets.lock().map_err(|_| PushError::Poisoned)?;
         if let Some(p) = targets.get(&target) {
             return Ok(p.clone());
         }
@@ -340,7 +376,7 @@ impl Pushers {
                 #[cfg(not(feature = "mqtt"))]
                 {
                     let _ = (address, topic, qos, retained, rx, cancel);
-                    return Err("this mapper is built without the mqtt feature".into());
+                    return Err(PushError::Feature(target.describe()));
                 }
             }
             Target::Http { url, timeout } => {
@@ -355,7 +391,7 @@ impl Pushers {
                 #[cfg(not(feature = "http"))]
                 {
                     let _ = (url, timeout, rx, cancel);
-                    return Err("this mapper is built without the http feature".into());
+                    return Err(PushError::Feature(target.describe()));
                 }
             }
             #[cfg(feature = "influxdb2")]
@@ -408,10 +444,7 @@ impl Pushers {
             }
             other => {
                 let _ = (rx, cancel);
-                return Err(format!(
-                    "{}: this mapper is built without that push target's feature",
-                    other.describe()
-                ));
+                return Err(PushError::Feature(other.describe()));
             }
         }
         let p = Arc::new(Pusher {
@@ -441,7 +474,7 @@ trait Sink: Send + 'static {
     fn write<'a>(
         &'a mut self,
         batch: &'a [Message],
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send + 'a;
+    ) -> impl std::future::Future<Output = Result<(), PushError>> + Send + 'a;
 }
 
 /// Feeds a sink from its queue: what waits is written in batches of up to [`BATCH`]; a failed
@@ -556,7 +589,7 @@ async fn post(
     url: &str,
     headers: Vec<(&'static str, String)>,
     body: String,
-) -> Result<(), String> {
+) -> Result<(), PushError> {
     let (agent, url) = (agent.clone(), url.to_string());
     tokio::task::spawn_blocking(move || {
         let mut r = agent.post(&url);
@@ -568,13 +601,16 @@ async fn post(
             Ok(mut resp) => {
                 let status = resp.status();
                 let text = resp.body_mut().read_to_string().unwrap_or_default();
-                Err(format!("{url}: HTTP {status}: {}", text.trim()))
+                Err(PushError::target(
+                    &url,
+                    format_args!("HTTP {status}: {}", text.trim()),
+                ))
             }
-            Err(e) => Err(format!("{url}: {e}")),
+            Err(e) => Err(PushError::target(&url, e)),
         }
     })
     .await
-    .map_err(|e| e.to_string())?
+    .map_err(|e| PushError::target("the push task", e))?
 }
 
 #[cfg(feature = "influxdb2")]

@@ -3,22 +3,6 @@
 use super::*;
 use rumqttc::{AsyncClient, MqttOptions, QoS};
 
-fn host_port(address: &str) -> Result<(String, u16), String> {
-    let rest = address
-        .strip_prefix("tcp://")
-        .or_else(|| address.strip_prefix("mqtt://"))
-        .unwrap_or(address);
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((h, p)) => (
-            h.to_string(),
-            p.parse()
-                .map_err(|_| format!("bad port in MQTT address {address}"))?,
-        ),
-        None => (rest.to_string(), 1883),
-    };
-    Ok((host, port))
-}
-
 pub(super) async fn run(
     address: String,
     topic: Option<String>,
@@ -28,7 +12,7 @@ pub(super) async fn run(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let (host, port) = match host_port(&address) {
+    let (host, port) = match rt::address::split_host_port(&address, Some(1883)) {
         Ok(hp) => hp,
         Err(e) => {
             tracing::error!(error = %e, "MQTT push target unusable");

@@ -83,12 +83,12 @@ impl Sink {
 }
 
 impl super::Sink for Sink {
-    async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+    async fn write(&mut self, batch: &[Message]) -> Result<(), PushError> {
         self.try_write(batch).await.map_err(|e| {
             // A broken connection is made again; a table that was dropped is created again.
             self.connection = None;
             self.tables.clear();
-            format!("mysql {}: {e}", self.addr)
+            PushError::target(format_args!("mysql {}", self.addr), e)
         })
     }
 }

@@ -60,7 +60,7 @@ pub(super) fn request(batch: &[Message]) -> (Value, usize) {
 }
 
 impl super::Sink for Sink {
-    async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+    async fn write(&mut self, batch: &[Message]) -> Result<(), PushError> {
         let (body, skipped) = request(batch);
         self.metrics
             .push_dropped

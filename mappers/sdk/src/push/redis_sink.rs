@@ -9,7 +9,8 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    pub(super) fn new(addr: &str, db: i64) -> Result<Self, String> {
+    pub(super) fn new(addr: &str, db: i64) -> Result<Self, PushError> {
+        let failed = |e: &dyn std::fmt::Display| PushError::target(format_args!("redis {addr}"), e);
         let password = std::env::var("PASSWORD").ok().filter(|p| !p.is_empty());
         let hostport = addr
             .strip_prefix("redis://")
@@ -18,8 +19,7 @@ impl Sink {
         let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) => (
                 h.to_string(),
-                p.parse::<u16>()
-                    .map_err(|_| format!("bad port in redis address {addr:?}"))?,
+                p.parse::<u16>().map_err(|_| failed(&"bad port"))?,
             ),
             None => (hostport.to_string(), 6379),
         };
@@ -29,9 +29,9 @@ impl Sink {
         }
         let info =
             redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(host, port))
-                .map_err(|e| format!("redis {addr}: {e}"))?
+                .map_err(|e| failed(&e))?
                 .set_redis_settings(info);
-        let client = redis::Client::open(info).map_err(|e| format!("redis {addr}: {e}"))?;
+        let client = redis::Client::open(info).map_err(|e| failed(&e))?;
         Ok(Self {
             client,
             connection: None,
@@ -41,18 +41,19 @@ impl Sink {
 }
 
 impl super::Sink for Sink {
-    async fn write(&mut self, batch: &[Message]) -> Result<(), String> {
+    async fn write(&mut self, batch: &[Message]) -> Result<(), PushError> {
         let addr = self.addr.clone();
+        let failed = |e: &dyn std::fmt::Display| PushError::target(format_args!("redis {addr}"), e);
         if self.connection.is_none() {
             let c = self
                 .client
                 .get_multiplexed_async_connection()
                 .await
-                .map_err(|e| format!("redis {addr}: {e}"))?;
+                .map_err(|e| failed(&e))?;
             self.connection = Some(c);
         }
         let Some(c) = self.connection.as_mut() else {
-            return Err(format!("redis {addr}: not connected"));
+            return Err(failed(&"not connected"));
         };
         let mut pipe = redis::pipe();
         for m in batch {
@@ -62,7 +63,7 @@ impl super::Sink for Sink {
         let r: redis::RedisResult<()> = pipe.query_async(c).await;
         r.map_err(|e| {
             self.connection = None;
-            format!("redis {addr}: {e}")
+            failed(&e)
         })
     }
 }
