@@ -138,16 +138,24 @@ async fn serve_metrics(
             let hub = hub.clone();
             let cloudhub = cloudhub.clone();
             async move {
-                let mut text = controller.map(|m| m.render()).unwrap_or_default();
-                if let Some(h) = &cloudhub {
-                    text.push_str(&h.metrics.render(h.pending(), h.records()));
+                let mut o = rt::metrics::Scrape::default();
+                if let Some(m) = &controller {
+                    m.scrape(&mut o);
                 }
-                text.push_str(&format!(
-                    "# TYPE cloudcore_node_messages_pending gauge\ncloudcore_node_messages_pending {}\n# TYPE cloudcore_node_messages_dropped_total counter\ncloudcore_node_messages_dropped_total {}\n",
+                if let Some(h) = &cloudhub {
+                    h.metrics.scrape(&mut o, h.pending(), h.records());
+                }
+                o.gauge(
+                    "cloudcore_node_messages_pending",
+                    "Messages for nodes waiting in cloudcore's bus.",
                     hub.len(),
-                    hub.dropped.load(std::sync::atomic::Ordering::Relaxed)
-                ));
-                text
+                )
+                .counter(
+                    "cloudcore_node_messages_dropped",
+                    "Messages for nodes dropped because the bus was full.",
+                    hub.dropped.load(std::sync::atomic::Ordering::Relaxed),
+                );
+                ([("content-type", rt::metrics::CONTENT_TYPE)], o.render())
             }
         }),
     );

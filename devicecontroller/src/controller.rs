@@ -56,23 +56,19 @@ pub struct Metrics {
     pub reconcile: Histogram,
 }
 
-/// A Prometheus histogram of durations.
+/// A histogram of durations (prometheus-client's), in seconds, with its count at hand.
 #[derive(Debug)]
 pub struct Histogram {
-    /// Upper bounds in seconds.
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum_micros: AtomicU64,
+    seconds: rt::metrics::Histogram,
     count: AtomicU64,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
-        const BOUNDS: &[f64] = &[0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
         Self {
-            bounds: BOUNDS,
-            counts: BOUNDS.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
+            seconds: rt::metrics::Histogram::new([
+                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
+            ]),
             count: AtomicU64::new(0),
         }
     }
@@ -80,14 +76,7 @@ impl Default for Histogram {
 
 impl Histogram {
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            if secs <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.seconds.observe(d.as_secs_f64());
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -95,56 +84,84 @@ impl Histogram {
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
-
-    fn render(&self, name: &str) -> String {
-        let mut out = format!("# TYPE {name} histogram\n");
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            out.push_str(&format!(
-                "{name}_bucket{{le=\"{b}\"}} {}\n",
-                c.load(Ordering::Relaxed)
-            ));
-        }
-        let n = self.count();
-        out.push_str(&format!(
-            "{name}_bucket{{le=\"+Inf\"}} {n}\n{name}_sum {:.6}\n{name}_count {n}\n",
-            self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
-        ));
-        out
-    }
 }
 
 impl Metrics {
-    /// Prometheus text.
-    pub fn render(&self) -> String {
+    /// Adds these to a scrape of `/metrics`.
+    pub fn scrape(&self, o: &mut rt::metrics::Scrape) {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        format!(
-            "# TYPE devicecontroller_devices gauge\ndevicecontroller_devices {}\n\
-             # TYPE devicecontroller_nodes gauge\ndevicecontroller_nodes {}\n\
-             # TYPE devicecontroller_messages_sent_total counter\ndevicecontroller_messages_sent_total {}\n\
-             # TYPE devicecontroller_status_patches_total counter\ndevicecontroller_status_patches_total {}\n\
-             # TYPE devicecontroller_status_reports_coalesced_total counter\ndevicecontroller_status_reports_coalesced_total {}\n\
-             # TYPE devicecontroller_status_patch_failures_total counter\ndevicecontroller_status_patch_failures_total {}\n\
-             # TYPE devicecontroller_upstream_refused_total counter\ndevicecontroller_upstream_refused_total {}\n\
-             # TYPE devicecontroller_upstream_pending gauge\ndevicecontroller_upstream_pending {}\n\
-             # TYPE devicecontroller_profiles_written_total counter\ndevicecontroller_profiles_written_total {}\n\
-             # TYPE devicecontroller_reconcile_seconds gauge\ndevicecontroller_reconcile_seconds {:.6}\n\
-             # TYPE devicecontroller_nodes_registered gauge\ndevicecontroller_nodes_registered {}\n\
-             # TYPE devicecontroller_devices_on_unregistered_nodes gauge\ndevicecontroller_devices_on_unregistered_nodes {}\n{}",
+        o.gauge(
+            "devicecontroller_devices",
+            "Devices the controller knows.",
             g(&self.devices),
-            g(&self.nodes),
-            g(&self.messages_sent),
-            g(&self.status_patches),
-            g(&self.status_reports_coalesced),
-            g(&self.status_patch_failures),
-            g(&self.upstream_refused),
-            g(&self.upstream_pending),
-            g(&self.profiles_written),
-            g(&self.reconcile_micros) as f64 / 1e6,
-            g(&self.nodes_registered),
-            g(&self.devices_on_unregistered_nodes),
-            self.reconcile
-                .render("devicecontroller_reconcile_duration_seconds"),
         )
+        .gauge(
+            "devicecontroller_nodes",
+            "Nodes with devices bound to them.",
+            g(&self.nodes),
+        )
+        .counter(
+            "devicecontroller_messages_sent",
+            "Messages sent to the nodes (device and model changes).",
+            g(&self.messages_sent),
+        )
+        .counter(
+            "devicecontroller_status_patches",
+            "DeviceStatus patches written.",
+            g(&self.status_patches),
+        )
+        .counter(
+            "devicecontroller_status_reports_coalesced",
+            "Reported values folded into a later patch of the same device.",
+            g(&self.status_reports_coalesced),
+        )
+        .counter(
+            "devicecontroller_status_patch_failures",
+            "DeviceStatus patches that failed (retried).",
+            g(&self.status_patch_failures),
+        )
+        .counter(
+            "devicecontroller_upstream_refused",
+            "Reports from nodes refused (malformed, or of a device not theirs).",
+            g(&self.upstream_refused),
+        )
+        .gauge(
+            "devicecontroller_upstream_pending",
+            "Reports waiting to be written.",
+            g(&self.upstream_pending),
+        )
+        .counter(
+            "devicecontroller_profiles_written",
+            "Per-node profile ConfigMaps written.",
+            g(&self.profiles_written),
+        )
+        .gauge_f64(
+            "devicecontroller_reconcile_seconds",
+            "The last full reconcile, from the first list to the messages.",
+            g(&self.reconcile_micros) as f64 / 1e6,
+        )
+        .gauge(
+            "devicecontroller_nodes_registered",
+            "Node objects in the API.",
+            g(&self.nodes_registered),
+        )
+        .gauge(
+            "devicecontroller_devices_on_unregistered_nodes",
+            "Devices bound to a node that has no Node object.",
+            g(&self.devices_on_unregistered_nodes),
+        )
+        .histogram(
+            "devicecontroller_reconcile_duration_seconds",
+            "From a Device or DeviceModel change to its messages.",
+            &self.reconcile.seconds,
+        );
+    }
+
+    /// The text of [`Self::scrape`] alone.
+    pub fn render(&self) -> String {
+        let mut o = rt::metrics::Scrape::default();
+        self.scrape(&mut o);
+        o.render()
     }
 }
 

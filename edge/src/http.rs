@@ -162,7 +162,7 @@ async fn metrics(State(s): State<ApiState>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
     let depth = s.twin.store().outbox_len().await.ok();
     (
-        [("content-type", "text/plain; version=0.0.4")],
+        [("content-type", rt::metrics::CONTENT_TYPE)],
         s.metrics.render(s.twin.stats(), depth),
     )
         .into_response()

@@ -1,6 +1,7 @@
-//! Counters of edgecore, rendered in the Prometheus text format at `/metrics`.
+//! Counters of edgecore, rendered in the Prometheus text format at `/metrics` (by
+//! [`rt::metrics`]).
 
-use std::fmt::Write;
+use rt::metrics::Scrape;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Counters and gauges shared by the modules.
@@ -33,13 +34,6 @@ pub struct Metrics {
     pub http_requests: AtomicU64,
 }
 
-fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
-}
-
 impl Metrics {
     /// Records that the manifests directory cannot be read (`Some`), or can again.
     pub fn set_manifests_error(&self, e: Option<String>) {
@@ -57,229 +51,171 @@ impl Metrics {
     pub fn render(&self, twin: &twin::service::Stats, outbox_depth: Option<u64>) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let gi = |a: &AtomicI64| a.load(Ordering::Relaxed);
-        let mut o = String::new();
-        line(
-            &mut o,
-            "edgecore_twin_updates_total",
-            "counter",
+        let mut o = Scrape::default();
+        o.counter(
+            "edgecore_twin_updates",
             "Twin operations that changed state, committed.",
             g(&twin.applied),
         );
-        line(
-            &mut o,
-            "edgecore_twin_unchanged_total",
-            "counter",
+        o.counter(
+            "edgecore_twin_unchanged",
             "Twin operations that changed nothing and wrote nothing.",
             g(&twin.unchanged),
         );
-        line(
-            &mut o,
-            "edgecore_twin_rejected_total",
-            "counter",
+        o.counter(
+            "edgecore_twin_rejected",
             "Twin operations rejected (invalid, unknown, conflict).",
             g(&twin.rejected),
         );
-        line(
-            &mut o,
-            "edgecore_twin_commits_total",
-            "counter",
+        o.counter(
+            "edgecore_twin_commits",
             "SQLite transactions committed.",
             g(&twin.commits),
         );
-        line(
-            &mut o,
-            "edgecore_twin_store_errors_total",
-            "counter",
+        o.counter(
+            "edgecore_twin_store_errors",
             "SQLite transactions that failed.",
             g(&twin.store_errors),
         );
-        line(
-            &mut o,
-            "edgecore_twin_writes_refused_total",
-            "counter",
+        o.counter(
+            "edgecore_twin_writes_refused",
             "Twin writes refused without being tried while the store refused writes (a full disk).",
             g(&twin.writes_refused),
         );
-        line(
-            &mut o,
+        o.gauge(
             "edgecore_twin_store_degraded",
-            "gauge",
             "1 while the twin store refuses writes.",
-            u64::from(twin.degraded().is_some()).to_string(),
+            twin.degraded().is_some(),
         );
-        line(
-            &mut o,
+        o.gauge(
             "edgecore_manifests_unreadable",
-            "gauge",
             "1 while the manifests directory cannot be read (the last good set of devices is kept).",
-            u64::from(self.manifests_error().is_some()).to_string(),
+            self.manifests_error().is_some(),
         );
-        line(
-            &mut o,
-            "edgecore_devices",
-            "gauge",
-            "Devices with a twin.",
-            g(&twin.devices),
-        );
+        o.gauge("edgecore_devices", "Devices with a twin.", g(&twin.devices));
         if let Some(d) = outbox_depth {
-            line(
-                &mut o,
+            o.gauge(
                 "edgecore_outbox_depth",
-                "gauge",
                 "Changes waiting to reach the cloud.",
                 d,
             );
         }
-        line(
-            &mut o,
-            "edgecore_mqtt_messages_in_total",
-            "counter",
+        o.counter(
+            "edgecore_mqtt_messages_in",
             "MQTT messages received.",
             g(&self.mqtt_messages_in),
         );
-        line(
-            &mut o,
-            "edgecore_mqtt_messages_out_total",
-            "counter",
+        o.counter(
+            "edgecore_mqtt_messages_out",
             "MQTT messages published.",
             g(&self.mqtt_messages_out),
         );
-        line(
-            &mut o,
-            "edgecore_mqtt_bad_payloads_total",
-            "counter",
+        o.counter(
+            "edgecore_mqtt_bad_payloads",
             "MQTT requests with a malformed payload.",
             g(&self.mqtt_bad_payloads),
         );
-        line(
-            &mut o,
+        o.gauge(
             "edgecore_mqtt_connected",
-            "gauge",
             "1 while connected to the MQTT broker.",
             gi(&self.mqtt_connected),
         );
-        line(
-            &mut o,
-            "edgecore_mqtt_connection_errors_total",
-            "counter",
+        o.counter(
+            "edgecore_mqtt_connection_errors",
             "MQTT connection errors.",
             g(&self.mqtt_connection_errors),
         );
-        line(
-            &mut o,
-            "edgecore_mqtt_requests_dropped_total",
-            "counter",
+        o.counter(
+            "edgecore_mqtt_requests_dropped",
             "QoS 0 $hw requests dropped because the request queue was full.",
             g(&self.mqtt_requests_dropped),
         );
         if let Some(b) = self.broker.get() {
             for (name, help, v) in [
                 (
-                    "edgecore_broker_connections_total",
+                    "edgecore_broker_connections",
                     "Clients the embedded broker accepted.",
                     &b.connections,
                 ),
                 (
-                    "edgecore_broker_published_total",
+                    "edgecore_broker_published",
                     "Messages published to the embedded broker.",
                     &b.published,
                 ),
                 (
-                    "edgecore_broker_dropped_total",
+                    "edgecore_broker_dropped",
                     "QoS 0 messages dropped for a client whose queue was full.",
                     &b.dropped,
                 ),
                 (
-                    "edgecore_broker_overflowed_total",
+                    "edgecore_broker_overflowed",
                     "Clients disconnected because their QoS 1 queue overflowed.",
                     &b.overflowed,
                 ),
                 (
-                    "edgecore_broker_keepalive_expired_total",
+                    "edgecore_broker_keepalive_expired",
                     "Clients disconnected for sending nothing within 1.5 times their keep-alive.",
                     &b.keepalive_expired,
                 ),
             ] {
-                line(&mut o, name, "counter", help, g(v));
+                o.counter(name, help, g(v));
             }
         }
-        line(
-            &mut o,
-            "edgecore_events_dropped_total",
-            "counter",
+        o.counter(
+            "edgecore_events_dropped",
             "Twin events not published because a consumer lagged.",
             g(&self.events_dropped),
         );
-        line(
-            &mut o,
-            "edgecore_dmi_requests_total",
-            "counter",
+        o.counter(
+            "edgecore_dmi_requests",
             "DMI requests served.",
             g(&self.dmi_requests),
         );
-        line(
-            &mut o,
-            "edgecore_dmi_errors_total",
-            "counter",
+        o.counter(
+            "edgecore_dmi_errors",
             "DMI requests answered with an error.",
             g(&self.dmi_errors),
         );
-        line(
-            &mut o,
-            "edgecore_dmi_refused_twins_total",
-            "counter",
+        o.counter(
+            "edgecore_dmi_refused_twins",
             "Reported twins refused (not of their type, too large) while the rest of their report was stored.",
             g(&self.dmi_refused_twins),
         );
-        line(
-            &mut o,
+        o.gauge(
             "edgecore_mappers_registered",
-            "gauge",
             "Mappers registered.",
             gi(&self.mappers_registered),
         );
-        line(
-            &mut o,
+        o.gauge(
             "edgecore_mappers_connected",
-            "gauge",
             "Mappers reachable on their socket.",
             gi(&self.mappers_connected),
         );
-        line(
-            &mut o,
-            "edgecore_mapper_call_errors_total",
-            "counter",
+        o.counter(
+            "edgecore_mapper_call_errors",
             "Failed calls to mappers.",
             g(&self.mapper_call_errors),
         );
-        line(
-            &mut o,
-            "edgecore_mapper_failures_total",
-            "counter",
+        o.counter(
+            "edgecore_mapper_failures",
             "Times a registered mapper was found unreachable (refused, timed out or failed its liveness probes).",
             g(&self.mapper_failures),
         );
-        line(
-            &mut o,
-            "edgecore_mapper_device_moves_total",
-            "counter",
+        o.counter(
+            "edgecore_mapper_device_moves",
             "Devices moved from one mapper to another (failover from an unreachable mapper, or spreading over the live ones).",
             g(&self.mapper_device_moves),
         );
-        line(
-            &mut o,
-            "edgecore_manifest_errors_total",
-            "counter",
+        o.counter(
+            "edgecore_manifest_errors",
             "Invalid objects found in the manifests directory.",
             g(&self.manifest_errors),
         );
-        line(
-            &mut o,
-            "edgecore_http_requests_total",
-            "counter",
+        o.counter(
+            "edgecore_http_requests",
             "Local HTTP API requests.",
             g(&self.http_requests),
         );
-        o
+        o.render()
     }
 }

@@ -7,6 +7,7 @@
 //! - [`address`]: MQTT broker addresses, `host:port` or `tcp://host:port`.
 //! - [`config`]: YAML config files read with the path of a wrong key in the error.
 //! - [`backoff`]: the growing pause between retries of every reconnecting loop.
+//! - [`metrics`]: `/metrics` in the Prometheus text format, encoded by prometheus-client.
 //! - [`ratelimit`]: a token bucket for message rates.
 //! - [`sys`]: the allocator's tuning: the only unsafe code of the project.
 //!
@@ -17,6 +18,7 @@ pub mod authority;
 pub mod backoff;
 pub mod bootstrap;
 pub mod config;
+pub mod metrics;
 pub mod ratelimit;
 pub mod sys;
 pub mod transport;

@@ -59,44 +59,80 @@ pub struct HubMetrics {
 }
 
 impl HubMetrics {
-    pub fn render(&self, pending: usize, records: (u64, u64)) -> String {
+    /// Adds these to a scrape of `/metrics`, with the acknowledgements pending and the
+    /// ObjectSync records (written, failed).
+    pub fn scrape(&self, o: &mut rt::metrics::Scrape, pending: usize, records: (u64, u64)) {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let mut out = String::new();
-        for (name, kind, v) in [
-            ("cloudhub_sessions", "gauge", g(&self.sessions)),
-            (
-                "cloudhub_sessions_replaced_total",
-                "counter",
-                g(&self.sessions_replaced),
-            ),
-            (
-                "cloudhub_sessions_refused_total",
-                "counter",
-                g(&self.sessions_refused),
-            ),
-            ("cloudhub_frames_in_total", "counter", g(&self.frames_in)),
-            ("cloudhub_frames_out_total", "counter", g(&self.frames_out)),
-            ("cloudhub_resent_total", "counter", g(&self.resent)),
-            ("cloudhub_acked_total", "counter", g(&self.acked)),
-            ("cloudhub_dropped_total", "counter", g(&self.dropped)),
-            (
-                "cloudhub_refused_messages_total",
-                "counter",
-                g(&self.refused_messages),
-            ),
-            ("cloudhub_bad_frames_total", "counter", g(&self.bad_frames)),
-            (
-                "cloudhub_sessions_stalled_total",
-                "counter",
-                g(&self.stalled),
-            ),
-            ("cloudhub_pending_acks", "gauge", pending as u64),
-            ("cloudhub_objectsync_written_total", "counter", records.0),
-            ("cloudhub_objectsync_failed_total", "counter", records.1),
-        ] {
-            out.push_str(&format!("# TYPE {name} {kind}\n{name} {v}\n"));
-        }
-        out
+        o.gauge(
+            "cloudhub_sessions",
+            "Edge nodes connected.",
+            g(&self.sessions),
+        )
+        .counter(
+            "cloudhub_sessions_replaced",
+            "Sessions replaced by a newer one of the same node.",
+            g(&self.sessions_replaced),
+        )
+        .counter(
+            "cloudhub_sessions_refused",
+            "Sessions refused because the node limit was reached.",
+            g(&self.sessions_refused),
+        )
+        .counter(
+            "cloudhub_frames_in",
+            "Frames received from nodes.",
+            g(&self.frames_in),
+        )
+        .counter(
+            "cloudhub_frames_out",
+            "Frames sent to nodes.",
+            g(&self.frames_out),
+        )
+        .counter(
+            "cloudhub_resent",
+            "Messages sent again for want of an acknowledgement.",
+            g(&self.resent),
+        )
+        .counter(
+            "cloudhub_acked",
+            "Messages the nodes acknowledged.",
+            g(&self.acked),
+        )
+        .counter(
+            "cloudhub_dropped",
+            "Messages dropped: beyond the queue of a node without a session, or unfit to acknowledge.",
+            g(&self.dropped),
+        )
+        .counter(
+            "cloudhub_refused_messages",
+            "Messages from nodes about another node, refused.",
+            g(&self.refused_messages),
+        )
+        .counter(
+            "cloudhub_bad_frames",
+            "Frames that are not a message, skipped.",
+            g(&self.bad_frames),
+        )
+        .counter(
+            "cloudhub_sessions_stalled",
+            "Sessions ended because the node stopped reading.",
+            g(&self.stalled),
+        )
+        .gauge(
+            "cloudhub_pending_acks",
+            "Messages waiting for their acknowledgement.",
+            pending,
+        )
+        .counter(
+            "cloudhub_objectsync_written",
+            "ObjectSync records written.",
+            records.0,
+        )
+        .counter(
+            "cloudhub_objectsync_failed",
+            "ObjectSync records that could not be written.",
+            records.1,
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! The mapper's counters, rendered in the Prometheus text format at `/metrics`. Names carry the
 //! prefix `mapper_` and the label `protocol`.
 
-use std::fmt::Write;
+use rt::metrics::{Histogram, Scrape};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -31,128 +31,97 @@ pub struct Metrics {
     pub push_dropped: AtomicU64,
     pub devices: AtomicI64,
     pub devices_online: AtomicI64,
-    latency: [AtomicU64; BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_sum_us: AtomicU64,
+    latency: BatchLatency,
+}
+
+/// The time of one batch read.
+#[derive(Debug)]
+struct BatchLatency(Histogram);
+
+impl Default for BatchLatency {
+    fn default() -> Self {
+        Self(Histogram::new(BUCKETS))
+    }
 }
 
 impl Metrics {
     /// Records how long one batch read took.
     pub fn observe_batch(&self, took: Duration) {
-        let s = took.as_secs_f64();
-        for (b, c) in BUCKETS.iter().zip(&self.latency) {
-            if s <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_us
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.latency.0.observe(took.as_secs_f64());
     }
 
     pub fn render(&self, protocol: &str) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut o = String::new();
-        let l = format!("protocol=\"{protocol}\"");
-        let counters: [(&str, &str, u64); 12] = [
-            (
-                "mapper_reads_total",
-                "Property values read.",
-                g(&self.reads),
-            ),
-            (
-                "mapper_read_errors_total",
+        let gi = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        let mut o = Scrape::with_labels(&[("protocol", protocol)]);
+        o.counter("mapper_reads", "Property values read.", g(&self.reads))
+            .counter(
+                "mapper_read_errors",
                 "Property reads that failed.",
                 g(&self.read_errors),
-            ),
-            (
-                "mapper_read_batches_total",
+            )
+            .counter(
+                "mapper_read_batches",
                 "Batch reads (all properties of a device due together).",
                 g(&self.batches),
-            ),
-            (
-                "mapper_requests_total",
+            )
+            .counter(
+                "mapper_requests",
                 "Requests sent to devices.",
                 g(&self.requests),
-            ),
-            ("mapper_writes_total", "Property writes.", g(&self.writes)),
-            (
-                "mapper_write_errors_total",
+            )
+            .counter("mapper_writes", "Property writes.", g(&self.writes))
+            .counter(
+                "mapper_write_errors",
                 "Property writes that failed.",
                 g(&self.write_errors),
-            ),
-            (
-                "mapper_reconnects_total",
+            )
+            .counter(
+                "mapper_reconnects",
                 "Connections made again after a link failure.",
                 g(&self.reconnects),
-            ),
-            (
-                "mapper_reports_total",
+            )
+            .counter(
+                "mapper_reports",
                 "Reports sent to edgecore over DMI.",
                 g(&self.reports),
-            ),
-            (
-                "mapper_report_errors_total",
+            )
+            .counter(
+                "mapper_report_errors",
                 "Reports to edgecore that failed.",
                 g(&self.report_errors),
-            ),
-            (
-                "mapper_pushes_total",
+            )
+            .counter(
+                "mapper_pushes",
                 "Values pushed to push targets.",
                 g(&self.pushes),
-            ),
-            (
-                "mapper_push_errors_total",
+            )
+            .counter(
+                "mapper_push_errors",
                 "Push attempts that failed (each is retried with backoff).",
                 g(&self.push_errors),
-            ),
-            (
-                "mapper_push_dropped_total",
+            )
+            .counter(
+                "mapper_push_dropped",
                 "Values dropped because their push target's queue was full (the target is down or too slow).",
                 g(&self.push_dropped),
-            ),
-        ];
-        for (name, help, v) in counters {
-            let _ = writeln!(
-                o,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{l}}} {v}"
-            );
-        }
-        for (name, help, v) in [
-            (
+            )
+            .gauge(
                 "mapper_devices",
                 "Devices this mapper serves.",
-                &self.devices,
-            ),
-            (
+                gi(&self.devices),
+            )
+            .gauge(
                 "mapper_devices_online",
                 "Devices online.",
-                &self.devices_online,
-            ),
-        ] {
-            let v = v.load(Ordering::Relaxed);
-            let _ = writeln!(
-                o,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{l}}} {v}"
+                gi(&self.devices_online),
+            )
+            .histogram(
+                "mapper_read_batch_seconds",
+                "Time of one batch read.",
+                &self.latency.0,
             );
-        }
-        let name = "mapper_read_batch_seconds";
-        let _ = writeln!(
-            o,
-            "# HELP {name} Time of one batch read.\n# TYPE {name} histogram"
-        );
-        for (b, c) in BUCKETS.iter().zip(&self.latency) {
-            let _ = writeln!(o, "{name}_bucket{{{l},le=\"{b}\"}} {}", g(c));
-        }
-        let count = g(&self.latency_count);
-        let _ = writeln!(o, "{name}_bucket{{{l},le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            o,
-            "{name}_sum{{{l}}} {}",
-            g(&self.latency_sum_us) as f64 / 1e6
-        );
-        let _ = writeln!(o, "{name}_count{{{l}}} {count}");
-        o
+        o.render()
     }
 }
 

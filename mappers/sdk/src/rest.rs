@@ -75,7 +75,7 @@ async fn ping() -> Response {
 
 async fn metrics(State(s): State<RestState>) -> Response {
     (
-        [("content-type", "text/plain; version=0.0.4")],
+        [("content-type", rt::metrics::CONTENT_TYPE)],
         s.metrics.render(&s.protocol),
     )
         .into_response()
