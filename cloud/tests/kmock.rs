@@ -1,7 +1,10 @@
-//! The kube-rs cases every API must pass (`common/cases.rs`), against the third-party
-//! Kubernetes emulator kmock (PyPI; `scripts/test` installs it in `.venv`), started by
-//! `tests/kmock/server.py`. The same cases run against cloudcore in `kube_rs.rs`.
+//! The kube-rs cases every API must pass (`cloud/apiserver/tests/common/cases.rs`), against the
+//! third-party Kubernetes emulator kmock (PyPI; `scripts/test` installs it in `.venv`), started
+//! by `tests/kmock/server.py`. The same cases run against the embedded API in the apiserver
+//! crate's `kube_rs.rs`.
 
+#[path = "../apiserver/tests/common/cases.rs"]
+mod cases;
 mod common;
 
 use std::io::{BufRead, BufReader};
@@ -50,13 +53,13 @@ async fn client(k: &Kmock) -> kube::Client {
 #[tokio::test]
 async fn crud_against_kmock() {
     let k = kmock();
-    common::cases::crud(client(&k).await).await;
+    cases::crud(client(&k).await).await;
 }
 
 #[tokio::test]
 async fn reflector_against_kmock() {
     let k = kmock();
-    common::cases::reflector_follows(client(&k).await).await;
+    cases::reflector_follows(client(&k).await).await;
 }
 
 /// The device controller against kmock: a model and a device stored there reach their node as

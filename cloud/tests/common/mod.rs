@@ -2,8 +2,6 @@
 //! against it.
 #![allow(dead_code)]
 
-pub mod cases;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,5 +1,6 @@
-//! kube-rs cases that run against any Kubernetes-compatible API: cloudcore's, and the
-//! third-party emulator kmock, so that nothing the controllers do depends on quirks of ours.
+//! kube-rs cases that run against any Kubernetes-compatible API: the embedded one
+//! (`kube_rs.rs`), and the third-party emulator kmock (`cloud/tests/kmock.rs`), so that nothing
+//! the controllers do depends on quirks of ours.
 
 use api::v1beta1::{Device, DeviceSpec};
 use futures_util::StreamExt;

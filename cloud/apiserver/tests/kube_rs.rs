@@ -1,10 +1,10 @@
-//! kube-rs (`Api`, `watcher`, `reflector`) against `cloudcore`'s embedded API: what every cloud
+//! kube-rs (`Api`, `watcher`, `reflector`) against the embedded API (cloudcore's): what every cloud
 //! controller of the project uses, so the same code runs on a real cluster.
 
 mod common;
 
 use api::v1beta1::Device;
-use common::Cloud;
+use common::Server;
 use common::cases::within;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -47,16 +47,16 @@ async fn wait_for(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>, want: S
     .await
 }
 
-/// The cases kmock passes too (`kmock.rs`).
+/// The cases kmock passes too (`cloud/tests/kmock.rs`).
 #[tokio::test]
 async fn the_cases_every_api_passes() {
-    let c = Cloud::start();
+    let c = Server::start();
     common::cases::crud(c.client().await).await;
 }
 
 #[tokio::test]
 async fn api_crud_conflicts_paging_selectors_and_status() {
-    let c = Cloud::start();
+    let c = Server::start();
     let client = c.client().await;
     let devices: Api<Device> = Api::namespaced(client.clone(), "default");
     let created = devices
@@ -216,7 +216,7 @@ async fn api_crud_conflicts_paging_selectors_and_status() {
 
 #[tokio::test]
 async fn reflector_follows_changes_and_owned_objects_go_with_their_owner() {
-    let c = Cloud::start();
+    let c = Server::start();
     let client = c.client().await;
     common::cases::reflector_follows(client.clone()).await;
     let devices: Api<Device> = Api::namespaced(client.clone(), "default");
@@ -254,7 +254,7 @@ async fn reflector_follows_changes_and_owned_objects_go_with_their_owner() {
 
 #[tokio::test]
 async fn a_watch_resumes_across_a_restart_and_relists_after_410() {
-    let mut c = Cloud::start_with("    watchHistory: 100\n");
+    let mut c = Server::start_with(&["--watch-history", "100"]);
     let client = c.client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     // A raw watch from a version: events after it, in order.
@@ -276,7 +276,7 @@ async fn a_watch_resumes_across_a_restart_and_relists_after_410() {
         other => panic!("expected ADDED w1, got {other:?}"),
     }
     drop(w);
-    // The runtime watcher, through a restart of cloudcore.
+    // The runtime watcher, through a restart of the server.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let wcms = cms.clone();
     let task = tokio::spawn(async move {
@@ -341,7 +341,7 @@ async fn a_watch_resumes_across_a_restart_and_relists_after_410() {
 
 #[tokio::test]
 async fn kill_9_during_concurrent_writes_loses_nothing_acknowledged() {
-    let mut c = Cloud::start();
+    let mut c = Server::start();
     let client = c.client().await;
     let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();

@@ -1,8 +1,9 @@
-//! The real `kubectl` against `cloudcore`'s embedded API, as a user types it.
+//! The real `kubectl` against the embedded API (cloudcore's, here the crate's own `apiserver`
+//! binary with cloudcore's CRDs), as a user types it.
 
 mod common;
 
-use common::{Cloud, examples, path_str, text};
+use common::{Server, examples, path_str, text};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ const DEVICES: &[&str] = &[
 
 #[test]
 fn apply_examples_then_get_explain_and_reapply() {
-    let c = Cloud::start();
+    let c = Server::start();
     let ex = examples();
     let out = c.ok(&["apply", "-f", path_str(&ex)]);
     for d in DEVICES {
@@ -101,7 +102,7 @@ fn apply_examples_then_get_explain_and_reapply() {
 
 #[test]
 fn label_annotate_patch_edit_wait_and_delete() {
-    let c = Cloud::start();
+    let c = Server::start();
     c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
     c.ok(&["label", "device", "oven-1", "site=hall-2"]);
     c.ok(&["annotate", "device", "oven-1", "owner=line-team"]);
@@ -196,7 +197,7 @@ fn label_annotate_patch_edit_wait_and_delete() {
 
 #[test]
 fn get_watch_shows_each_change() {
-    let c = Cloud::start();
+    let c = Server::start();
     c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
     let mut w = c
         .kubectl_cmd(&["get", "devices", "-w", "--output-watch-events"])
@@ -233,7 +234,7 @@ fn get_watch_shows_each_change() {
 
 #[test]
 fn errors_read_as_a_clusters() {
-    let c = Cloud::start();
+    let c = Server::start();
     let bad = |yaml: &str| {
         let o = c.kubectl_stdin(&["apply", "-f", "-"], yaml);
         assert!(!o.status.success(), "{}", text(&o));
@@ -330,7 +331,7 @@ fn errors_read_as_a_clusters() {
 
 #[test]
 fn namespaces_finalizers_and_built_in_kinds() {
-    let c = Cloud::start();
+    let c = Server::start();
     c.ok(&["create", "namespace", "plant"]);
     c.ok(&[
         "create",
@@ -437,7 +438,7 @@ fn kubeedges_own_crds_take_over_ours_in_place() {
         "KUBEEDGE_CRDS={} is not a directory",
         kubeedge.display()
     );
-    let c = Cloud::start();
+    let c = Server::start();
     let out = c.ok(&["apply", "-f", path_str(&kubeedge)]);
     assert!(
         out.contains(
@@ -459,7 +460,7 @@ fn kubeedges_own_crds_take_over_ours_in_place() {
 
 #[test]
 fn an_invalid_crd_is_refused_and_a_valid_one_is_served_at_once() {
-    let c = Cloud::start();
+    let c = Server::start();
     // A CRD whose schema is not structural is refused, with the path, and not stored.
     let bad = c.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -510,7 +511,7 @@ fn an_invalid_crd_is_refused_and_a_valid_one_is_served_at_once() {
 
 #[test]
 fn kill_9_keeps_what_was_acknowledged_and_sigterm_is_quick() {
-    let mut c = Cloud::start();
+    let mut c = Server::start();
     c.ok(&["apply", "-f", path_str(&examples())]);
     c.ok(&["label", "device", "oven-1", "kept=yes"]);
     c.restart_after_kill9();
