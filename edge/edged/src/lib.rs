@@ -66,9 +66,11 @@ pub struct Unreadable {
     source: std::io::Error,
 }
 
-/// Restart delays of one container (or of one image's pulls).
-#[derive(Clone, Copy, Debug)]
-struct Backoff {
+/// The retries of one image's pulls (or of one pod's sandbox): not tried again before `until`.
+#[derive(Clone, Debug)]
+struct Retry {
+    backoff: rt::Backoff,
+    /// The pause now being waited.
     delay: Duration,
     until: Instant,
 }
@@ -85,7 +87,7 @@ pub struct Edged {
     /// Restart backoff by (pod uid, container name).
     backoff: HashMap<(String, String), plan::CrashLoop>,
     /// Pull backoff by image, and sandbox backoff by `sandbox {uid}`.
-    pulls: HashMap<String, Backoff>,
+    pulls: HashMap<String, Retry>,
     /// Why a pod's sandbox last failed to start, by pod uid.
     sandbox_errors: HashMap<String, (String, String)>,
     /// When each running container started (by container id), from its first status.
@@ -784,7 +786,7 @@ impl Edged {
         Some(code)
     }
 
-    /// Another failure of `key` (an image's pull, a pod's sandbox): retried after the backoff.
+    /// The backoff's first and longest pause (`edged.initialBackoffMs`, `maxBackoffMs`).
     fn delays(&self) -> plan::Delays {
         plan::Delays {
             initial: Duration::from_millis(self.config.initial_backoff_ms),
@@ -792,20 +794,17 @@ impl Edged {
         }
     }
 
+    /// Another failure of `key` (an image's pull, a pod's sandbox): retried after the backoff.
     fn note_failure(&mut self, key: String) {
-        let delay = self
-            .pulls
-            .get(&key)
-            .map_or(Duration::from_millis(self.config.initial_backoff_ms), |b| {
-                (b.delay * 2).min(Duration::from_millis(self.config.max_backoff_ms))
-            });
-        self.pulls.insert(
-            key,
-            Backoff {
-                delay,
-                until: Instant::now() + delay,
-            },
-        );
+        let delays = self.delays();
+        let now = Instant::now();
+        let retry = self.pulls.entry(key).or_insert_with(|| Retry {
+            backoff: rt::Backoff::new(delays.initial, delays.max),
+            delay: Duration::ZERO,
+            until: now,
+        });
+        retry.delay = retry.backoff.next_delay();
+        retry.until = now + retry.delay;
     }
 
     fn pod_data_dir(&self, d: &Desired) -> PathBuf {
