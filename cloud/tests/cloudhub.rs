@@ -567,3 +567,48 @@ async fn a_node_that_stops_reading_is_dropped_and_others_are_served() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Every file with data or secrets is its owner's only, whatever the umask: the API's database
+/// (every Secret), the keys, the tokens, the admin kubeconfig; and a data directory opened up by
+/// hand is closed again at the next start.
+#[test]
+fn the_data_is_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let mut c = Cloud::start_after_setup("umask 000");
+    let data = c.data();
+    c.ok(&["create", "secret", "generic", "s", "--from-literal=k=v"]);
+    let check = |c: &Cloud| {
+        assert_eq!(mode(&data), 0o700, "{}", data.display());
+        assert_eq!(mode(&data.join("pki")), 0o700);
+        let mut files = vec![data.join("tokens.csv"), data.join("admin.kubeconfig")];
+        for db in ["api.db", "api.db-wal", "api.db-shm"] {
+            if data.join(db).exists() || db == "api.db" {
+                files.push(data.join(db));
+            }
+        }
+        for entry in std::fs::read_dir(data.join("pki")).expect("pki") {
+            let p = entry.expect("entry").path();
+            if p.extension().is_some_and(|e| e == "key") {
+                files.push(p);
+            }
+        }
+        for f in &files {
+            assert_eq!(mode(f), 0o600, "{}: {}", f.display(), c.log());
+        }
+    };
+    check(&c);
+    c.stop();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("opened");
+    std::fs::set_permissions(data.join("api.db"), std::fs::Permissions::from_mode(0o644))
+        .expect("opened");
+    c.restart();
+    check(&c);
+    assert!(c.ok(&["get", "secret", "s"]).contains('s'));
+}

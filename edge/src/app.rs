@@ -16,8 +16,20 @@ use twin::{Store, TwinService};
 /// Runs edgecore until `cancel` is triggered.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
     rt::bootstrap::raise_nofile_limit();
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    // Private: the twins, and the Secrets sent to the node's pods, are kept here.
+    rt::fs::private_dir(&config.data_dir).with_context(|| {
+        format!(
+            "cannot make the data directory {} private",
+            config.data_dir.display()
+        )
+    })?;
+    for db in [
+        config.database(),
+        twin::store::journal_path(&config.database()),
+    ] {
+        rt::fs::private_database(&db)
+            .with_context(|| format!("cannot make {} private", db.display()))?;
+    }
     let store = Store::open(&config.database(), config.store.synchronous).await?;
     let twin = TwinService::start(store, config.limits()).await?;
     let metrics = Arc::new(Metrics::default());

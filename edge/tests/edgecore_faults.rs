@@ -249,3 +249,53 @@ fn a_start_on_a_full_disk_keeps_the_data_and_says_so() {
     e.restart(false);
     assert_eq!(desired_of(&e, "setpoint").as_deref(), Some("40"));
 }
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The files that hold the twins and the pods' Secrets, and the directory they are in.
+fn data_files(data: &Path) -> Vec<PathBuf> {
+    ["edgecore.db", "edgecore-log.db"]
+        .iter()
+        .flat_map(|db| ["", "-wal", "-shm"].map(|s| data.join(format!("{db}{s}"))))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+#[test]
+fn the_data_is_private_whatever_the_umask_and_made_so_again_at_start() {
+    let mut e = Edgecore::start(None);
+    let data = e.dir.path().join("data");
+    e.stop(false);
+    // A fresh start with nothing masked: what it makes is still its owner's only.
+    std::fs::remove_dir_all(&data).expect("data removed");
+    e.restart_with_umask("000");
+    set(&e, 7);
+    let files = data_files(&data);
+    assert!(
+        files.iter().any(|f| f.ends_with("edgecore.db-wal")),
+        "the WAL is there: {files:?}"
+    );
+    assert_eq!(mode(&data), 0o700, "{}", data.display());
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    // A data directory opened up (by hand, by an older version) is closed again at start.
+    e.stop(false);
+    use std::os::unix::fs::PermissionsExt;
+    for p in std::iter::once(data.clone()).chain(data_files(&data)) {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("opened");
+    }
+    e.restart_with_umask("000");
+    assert_eq!(mode(&data), 0o700);
+    for f in data_files(&data) {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    assert_eq!(desired_of(&e, "setpoint").as_deref(), Some("7"));
+}

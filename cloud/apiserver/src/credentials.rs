@@ -58,7 +58,7 @@ fn b64(s: &str) -> String {
 /// Loads or makes every credential of `data_dir`; `server_url` goes into the kubeconfig.
 pub(crate) fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Result<Credentials> {
     let dir = data_dir.join("pki");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    rt::fs::private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (ca_pem, ca_key_pem) = pki::load_or_make_ca(&dir)?;
     let mut all_sans: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     all_sans.extend(host_name());

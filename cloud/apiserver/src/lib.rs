@@ -120,12 +120,16 @@ pub struct Identity(pub Option<String>);
 /// Starts the API: credentials, store, default namespaces, installed objects, then the
 /// listener.
 pub async fn start(config: Config) -> Result<Running> {
-    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+    // Private: the database holds every Secret, the directory the keys and tokens.
+    rt::fs::private_dir(&config.data_dir).with_context(|| {
         format!(
-            "cannot create the data directory {}",
+            "cannot make the data directory {} private",
             config.data_dir.display()
         )
     })?;
+    let database = config.data_dir.join("api.db");
+    rt::fs::private_database(&database)
+        .with_context(|| format!("cannot make {} private", database.display()))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -140,7 +144,7 @@ pub async fn start(config: Config) -> Result<Running> {
     let url = format!("https://{host}:{}", addr.port());
     let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     let store = store::Store::open(
-        &config.data_dir.join("api.db"),
+        &database,
         store::StoreOptions {
             history: config.history,
             fsync: config.fsync,

@@ -27,8 +27,7 @@ impl Ca {
     /// The CA of a data directory (the embedded API's, in `{dataDir}/pki`), made on first use.
     pub fn load(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("pki");
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        rt::fs::private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (pem, key_pem) = pki::load_or_make_ca(&dir)?;
         let der = pki::pem_to_der(&pem)?;
         let secret = pki::pem_to_der(&key_pem)?;

@@ -44,6 +44,8 @@ pub struct Cloud {
     pub kubeconfig: PathBuf,
     extra: String,
     modules: String,
+    /// A shell command run before cloudcore (`umask 000`), if any.
+    setup: Option<String>,
     starts: usize,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
@@ -64,6 +66,15 @@ impl Cloud {
     /// Starts with `extra` under `modules.apiserver` and `modules` YAML under `modules`
     /// (indented by 2), e.g. `"  deviceController:\n    enable: false\n"`.
     pub fn start_full(extra: &str, modules: &str) -> Self {
+        Self::start_after(extra, modules, None)
+    }
+
+    /// Starts cloudcore (with cloudhub) after the shell command `setup` (`umask 000`).
+    pub fn start_after_setup(setup: &str) -> Self {
+        Self::start_after("", "", Some(setup.to_string()))
+    }
+
+    fn start_after(extra: &str, modules: &str, setup: Option<String>) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let mut c = Self {
             dir: tmp.path().to_path_buf(),
@@ -73,6 +84,7 @@ impl Cloud {
             kubeconfig: tmp.path().join("data/admin.kubeconfig"),
             extra: extra.to_string(),
             modules: modules.to_string(),
+            setup,
             starts: 0,
             child: None,
             _tmp: Some(tmp),
@@ -111,7 +123,17 @@ impl Cloud {
             .append(true)
             .open(self.dir.join("cloudcore.log"))
             .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        let mut cmd = match &self.setup {
+            None => Command::new(env!("CARGO_BIN_EXE_cloudcore")),
+            Some(setup) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("{setup} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_cloudcore"));
+                c
+            }
+        };
+        let child = cmd
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "info")

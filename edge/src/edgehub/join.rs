@@ -221,7 +221,7 @@ async fn request_certificate(
 /// one). A crash between the key and the certificate leaves a pair that does not match: the
 /// next start finds that and joins again with the token.
 fn keep(dir: &Path, creds: &Credentials) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    rt::fs::private_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_private(&dir.join("ca.crt"), &creds.ca_pem)?;
     write_private(&dir.join("edge.key"), &creds.key_pem)?;
     write_private(&dir.join("edge.crt"), &creds.cert_pem)?;

@@ -133,10 +133,20 @@ impl Edgecore {
 
     /// Stops edgecore and starts it again with at most `nofile` open files (soft and hard).
     pub fn restart_with_nofile(&mut self, nofile: u32) {
+        self.restart_in_shell(&format!("ulimit -n {nofile}"));
+    }
+
+    /// Stops edgecore and starts it again with the file mode creation mask `umask` (octal).
+    pub fn restart_with_umask(&mut self, umask: &str) {
+        self.restart_in_shell(&format!("umask {umask}"));
+    }
+
+    /// Stops edgecore and starts it again after the shell command `setup`.
+    fn restart_in_shell(&mut self, setup: &str) {
         self.stop(false);
         self.child = Command::new("sh")
             .arg("-c")
-            .arg(format!("ulimit -n {nofile} && exec \"$0\" --config \"$1\"",))
+            .arg(format!("{setup} && exec \"$0\" --config \"$1\""))
             .arg(bin("edgecore"))
             .arg(&self.config)
             .current_dir(self.dir.path())

@@ -31,6 +31,11 @@ impl Protocol for OpcUa {
 
     fn start(&mut self, config: &Config) -> Result<(), StartError> {
         self.pki = PathBuf::from(&config.common.data_dir).join("pki");
+        // The application's private key is kept here.
+        rt::fs::private_dir(&self.pki).map_err(|source| PkiDirError {
+            dir: self.pki.clone(),
+            source,
+        })?;
         for dir in ["own", "private", "trusted", "rejected"] {
             let d = self.pki.join(dir);
             std::fs::create_dir_all(&d).map_err(|source| PkiDirError { dir: d, source })?;
