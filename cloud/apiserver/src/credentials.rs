@@ -12,8 +12,8 @@ pub(crate) struct Credentials {
     pub ca_pem: String,
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
-    /// `token -> user` pairs accepted as bearer tokens.
-    pub tokens: Vec<(String, String)>,
+    /// The users of the bearer tokens accepted.
+    pub tokens: Vec<(String, crate::User)>,
     pub kubeconfig: PathBuf,
 }
 
@@ -119,21 +119,29 @@ pub(crate) fn prepare(data_dir: &Path, sans: &[String], server_url: &str) -> Res
     })
 }
 
-/// `token,user,uid,"groups"` lines (kube-apiserver's `--token-auth-file` format).
-pub(crate) fn parse_tokens(text: &str) -> Result<Vec<(String, String)>> {
+/// `token,user,uid,"group1,group2"` lines (kube-apiserver's `--token-auth-file` format).
+pub(crate) fn parse_tokens(text: &str) -> Result<Vec<(String, crate::User)>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let mut parts = line.split(',');
+        let mut parts = line.splitn(4, ',');
         let token = parts.next().unwrap_or_default().trim();
         let user = parts.next().unwrap_or_default().trim();
+        let _uid = parts.next();
+        let groups = parts.next().unwrap_or_default().trim().trim_matches('"');
         if token.is_empty() || user.is_empty() {
             anyhow::bail!("line {}: expected token,user[,uid,\"groups\"]", i + 1);
         }
-        out.push((token.to_string(), user.to_string()));
+        let groups = groups
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(str::to_string)
+            .collect();
+        out.push((token.to_string(), crate::User::new(user, groups)));
     }
     Ok(out)
 }

@@ -17,6 +17,7 @@
 #![warn(unreachable_pub)]
 
 mod api;
+mod authz;
 mod controllers;
 mod credentials;
 mod discovery;
@@ -113,9 +114,40 @@ impl Running {
     }
 }
 
-/// Who made a request.
+/// Who made a request, as kube-apiserver names it: the user and its groups (a client
+/// certificate's common name and organizations, or a bearer token's line in `tokens.csv`).
+/// Every authenticated user is also in `system:authenticated`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    pub fn new(name: impl Into<String>, mut groups: Vec<String>) -> Self {
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        Self {
+            name: name.into(),
+            groups,
+        }
+    }
+
+    /// The user the server's own requests run as (its bootstrap): a member of
+    /// `system:masters`.
+    pub(crate) fn server() -> Self {
+        Self::new("system:apiserver", vec!["system:masters".into()])
+    }
+
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// The client certificate of a connection, if it gave one.
 #[derive(Clone, Debug)]
-pub struct Identity(pub Option<String>);
+pub struct Identity(pub Option<User>);
 
 /// Starts the API: credentials, store, default namespaces, installed objects, then the
 /// listener.
@@ -234,6 +266,7 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
     .iter()
     .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
     .collect();
+    objects.extend(authz::bootstrap_roles());
     objects.extend(install.iter().cloned());
     for obj in objects {
         let (group, version) = match obj["apiVersion"]
@@ -293,6 +326,7 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
         let r = api
             .clone()
             .dispatch(
+                &User::server(),
                 method,
                 &path,
                 Query::new(),
@@ -321,10 +355,10 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
 #[derive(Clone)]
 struct AppState {
     api: Arc<Api>,
-    tokens: Arc<Vec<(String, String)>>,
+    tokens: Arc<Vec<(String, User)>>,
 }
 
-fn router(api: Arc<Api>, tokens: Vec<(String, String)>) -> Router {
+fn router(api: Arc<Api>, tokens: Vec<(String, User)>) -> Router {
     let state = AppState {
         api,
         tokens: Arc::new(tokens),
@@ -341,9 +375,9 @@ async fn ok() -> &'static str {
     "ok"
 }
 
-fn user(state: &AppState, req: &Request) -> Option<String> {
-    if let Some(Identity(Some(cn))) = req.extensions().get::<Identity>() {
-        return Some(cn.clone());
+fn user(state: &AppState, req: &Request) -> Option<User> {
+    if let Some(Identity(Some(user))) = req.extensions().get::<Identity>() {
+        return Some(user.clone());
     }
     let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let token = auth.strip_prefix("Bearer ")?.trim();
@@ -354,14 +388,57 @@ fn user(state: &AppState, req: &Request) -> Option<String> {
         .map(|(_, u)| u.clone())
 }
 
+/// The user a request acts as: `Impersonate-User` (with its `Impersonate-Group`s) when the
+/// caller may impersonate them (`impersonate` on `users` and `groups`), as `kubectl --as`.
+fn impersonated(api: &Api, user: User, headers: &HeaderMap) -> Result<User, Status> {
+    let Some(target) = headers
+        .get("Impersonate-User")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(user);
+    };
+    let groups: Vec<String> = headers
+        .get_all("Impersonate-Group")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    let tables = api.store.read();
+    let asks = |resource: &'static str, name: &str| {
+        let a = authz::Attributes {
+            verb: "impersonate",
+            group: "",
+            resource,
+            sub: None,
+            ns: "",
+            name: Some(name),
+            field_selector: None,
+        };
+        if authz::allowed(&tables, &user, &a) {
+            Ok(())
+        } else {
+            Err(authz::forbidden(&user, &a))
+        }
+    };
+    asks("users", target)?;
+    for g in &groups {
+        asks("groups", g)?;
+    }
+    Ok(User::new(target, groups))
+}
+
 async fn authenticated(
     State(state): State<AppState>,
     AxQuery(query): AxQuery<Query>,
     req: Request,
 ) -> Response {
-    if user(&state, &req).is_none() {
+    let Some(user) = user(&state, &req) else {
         return Status::unauthorized().into_response();
-    }
+    };
+    let user = match impersonated(&state.api, user, req.headers()) {
+        Ok(u) => u,
+        Err(s) => return s.into_response(),
+    };
     let uri: Uri = req.uri().clone();
     let path = uri.path().to_string();
     let method = req.method().clone();
@@ -402,7 +479,7 @@ async fn authenticated(
     if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")
     {
         return api
-            .dispatch(method, &path, query, headers, req.into_body())
+            .dispatch(&user, method, &path, query, headers, req.into_body())
             .await;
     }
     Status::no_route(&path).into_response()
@@ -447,7 +524,8 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| pki::common_name(c));
+                .and_then(|c| pki::subject(c))
+                .map(|(name, groups)| User::new(name, groups));
             let ident = Identity(ident);
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {

@@ -1,8 +1,9 @@
 //! Kubernetes' protobuf encoding of the built-in kinds that `kubectl create namespace`,
-//! `kubectl create configmap` and `kubectl create secret` send (they send protobuf whatever the
-//! server prefers): the `k8s\0` envelope (`runtime.Unknown`) and the messages of Namespace,
-//! ConfigMap and Secret, declared here with Kubernetes' field numbers, decoded into the JSON
-//! objects the rest of the server works on. Answers are JSON, which these clients accept.
+//! `configmap`, `secret`, `role`, `clusterrole`, `rolebinding` and `clusterrolebinding` send
+//! (they send protobuf whatever the server prefers): the `k8s\0` envelope (`runtime.Unknown`)
+//! and the messages of Namespace, ConfigMap, Secret and RBAC's four kinds, declared here with
+//! Kubernetes' field numbers, decoded into the JSON objects the rest of the server works on.
+//! Answers are JSON, which these clients accept.
 
 use base64::Engine;
 use prost::Message;
@@ -112,6 +113,157 @@ struct Secret {
     immutable: Option<bool>,
 }
 
+#[derive(Clone, PartialEq, Message)]
+struct PolicyRule {
+    #[prost(string, repeated, tag = "1")]
+    verbs: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    api_groups: Vec<String>,
+    #[prost(string, repeated, tag = "3")]
+    resources: Vec<String>,
+    #[prost(string, repeated, tag = "4")]
+    resource_names: Vec<String>,
+    #[prost(string, repeated, tag = "5")]
+    non_resource_urls: Vec<String>,
+}
+
+/// Role and ClusterRole (a ClusterRole's `aggregationRule`, field 3, is not taken).
+#[derive(Clone, PartialEq, Message)]
+struct Role {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    rules: Vec<PolicyRule>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Subject {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    api_group: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    namespace: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RoleRef {
+    #[prost(string, optional, tag = "1")]
+    api_group: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+}
+
+/// RoleBinding and ClusterRoleBinding.
+#[derive(Clone, PartialEq, Message)]
+struct RoleBinding {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    subjects: Vec<Subject>,
+    #[prost(message, optional, tag = "3")]
+    role_ref: Option<RoleRef>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    group: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    version: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    resource: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    subresource: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct NonResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    path: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+}
+
+/// The spec of a SelfSubjectAccessReview (fields 1 and 2), a SubjectAccessReview or a
+/// LocalSubjectAccessReview (and 3, 4), and of a SelfSubjectRulesReview (`namespace` is its
+/// field 1, read apart).
+#[derive(Clone, PartialEq, Message)]
+struct AccessReviewSpec {
+    #[prost(message, optional, tag = "1")]
+    resource_attributes: Option<ResourceAttributes>,
+    #[prost(message, optional, tag = "2")]
+    non_resource_attributes: Option<NonResourceAttributes>,
+    #[prost(string, optional, tag = "3")]
+    user: Option<String>,
+    #[prost(string, repeated, tag = "4")]
+    groups: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RulesReviewSpec {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct AccessReview {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<AccessReviewSpec>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct RulesReview {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<RulesReviewSpec>,
+}
+
+/// `{key: value}` of the fields given (an empty string or list is left out, as Go's
+/// `omitempty`).
+fn fields(pairs: Vec<(&str, Value)>) -> Value {
+    let out: Map<String, Value> = pairs
+        .into_iter()
+        .filter(|(_, v)| match v {
+            Value::Null => false,
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            _ => true,
+        })
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    Value::Object(out)
+}
+
+fn rules_json(rules: Vec<PolicyRule>) -> Value {
+    let rules: Vec<Value> = rules
+        .into_iter()
+        .map(|r| {
+            fields(vec![
+                ("verbs", json!(r.verbs)),
+                ("apiGroups", json!(r.api_groups)),
+                ("resources", json!(r.resources)),
+                ("resourceNames", json!(r.resource_names)),
+                ("nonResourceURLs", json!(r.non_resource_urls)),
+            ])
+        })
+        .collect();
+    json!(rules)
+}
+
 fn b64(b: &[u8]) -> Value {
     json!(base64::engine::general_purpose::STANDARD.encode(b))
 }
@@ -160,8 +312,8 @@ pub(crate) enum Refused {
     Kind(String),
 }
 
-/// Decodes a protobuf request body of a Namespace, ConfigMap or Secret into its JSON object;
-/// the error says what was wrong.
+/// Decodes a protobuf request body of a Namespace, ConfigMap, Secret or RBAC kind into its JSON
+/// object; the error says what was wrong.
 pub(crate) fn decode(raw: &[u8]) -> Result<Value, Refused> {
     let body = raw.strip_prefix(MAGIC).ok_or_else(|| {
         Refused::Garbage("the protobuf body does not start with the k8s\\0 envelope".into())
@@ -231,9 +383,64 @@ pub(crate) fn decode(raw: &[u8]) -> Result<Value, Refused> {
             }
             v
         }
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => {
+            let r = Role::decode(raw.as_slice()).map_err(bad)?;
+            json!({"metadata": meta_json(r.metadata), "rules": rules_json(r.rules)})
+        }
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => {
+            let b = RoleBinding::decode(raw.as_slice()).map_err(bad)?;
+            let subjects: Vec<Value> = b
+                .subjects
+                .into_iter()
+                .map(|s| {
+                    fields(vec![
+                        ("kind", json!(s.kind)),
+                        ("apiGroup", json!(s.api_group)),
+                        ("name", json!(s.name)),
+                        ("namespace", json!(s.namespace)),
+                    ])
+                })
+                .collect();
+            let r = b.role_ref.unwrap_or_default();
+            let mut v = json!({"metadata": meta_json(b.metadata),
+                "roleRef": fields(vec![("apiGroup", json!(r.api_group)), ("kind", json!(r.kind)), ("name", json!(r.name))])});
+            if !subjects.is_empty() {
+                v["subjects"] = json!(subjects);
+            }
+            v
+        }
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview",
+        ) => {
+            let r = AccessReview::decode(raw.as_slice()).map_err(bad)?;
+            let s = r.spec.unwrap_or_default();
+            let mut spec = fields(vec![("user", json!(s.user)), ("groups", json!(s.groups))]);
+            if let Some(a) = s.resource_attributes {
+                spec["resourceAttributes"] = fields(vec![
+                    ("namespace", json!(a.namespace)),
+                    ("verb", json!(a.verb)),
+                    ("group", json!(a.group)),
+                    ("version", json!(a.version)),
+                    ("resource", json!(a.resource)),
+                    ("subresource", json!(a.subresource)),
+                    ("name", json!(a.name)),
+                ]);
+            }
+            if let Some(a) = s.non_resource_attributes {
+                spec["nonResourceAttributes"] =
+                    fields(vec![("path", json!(a.path)), ("verb", json!(a.verb))]);
+            }
+            json!({"metadata": meta_json(r.metadata), "spec": spec})
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let r = RulesReview::decode(raw.as_slice()).map_err(bad)?;
+            let s = r.spec.unwrap_or_default();
+            json!({"metadata": meta_json(r.metadata), "spec": fields(vec![("namespace", json!(s.namespace))])})
+        }
         _ => {
             return Err(Refused::Kind(format!(
-                "protobuf is accepted for v1 Namespace, ConfigMap and Secret only, not {api_version} {kind}; send JSON"
+                "protobuf is accepted for v1 Namespace, ConfigMap and Secret, RBAC's kinds and access reviews only, not {api_version} {kind}; send JSON"
             )));
         }
     };

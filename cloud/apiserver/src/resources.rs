@@ -128,7 +128,23 @@ fn col(name: &str, kind: &str, path: &str, priority: i64) -> Column {
 
 /// The built-in kinds.
 pub(crate) fn builtins() -> Vec<Resource> {
+    let rbac = |plural: &str, kind: &str, namespaced: bool| {
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            plural,
+            kind,
+            namespaced,
+            &[],
+            false,
+            Vec::new(),
+        )
+    };
     vec![
+        rbac("roles", "Role", true),
+        rbac("rolebindings", "RoleBinding", true),
+        rbac("clusterroles", "ClusterRole", false),
+        rbac("clusterrolebindings", "ClusterRoleBinding", false),
         builtin(
             "",
             "v1",

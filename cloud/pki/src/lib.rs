@@ -168,6 +168,25 @@ pub fn days_left(pem: &str) -> Option<i64> {
     Some(left / 86_400)
 }
 
+/// The user a client certificate names, as kube-apiserver reads it: the common name, and the
+/// organizations as groups.
+pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())?
+        .to_string();
+    let groups = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .map(str::to_string)
+        .collect();
+    Some((cn, groups))
+}
+
 /// The common name of a DER certificate.
 pub fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

@@ -133,7 +133,7 @@ impl CertServer {
         let ident = req
             .extensions()
             .get::<apiserver::Identity>()
-            .and_then(|i| i.0.clone());
+            .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
         let headers: HeaderMap = req.headers().clone();
         let Some(node) = headers
             .get("NodeName")

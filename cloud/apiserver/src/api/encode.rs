@@ -78,6 +78,17 @@ pub(super) fn allowed_fields(res: &Resource, version: &str) -> Vec<String> {
         "Secret" => out.push("type".into()),
         "Namespace" => out.push("status.phase".into()),
         "Node" => out.push("spec.unschedulable".into()),
+        "Pod" => {
+            for f in [
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.podIP",
+            ] {
+                out.push(f.into());
+            }
+        }
         "Event" => {
             for f in [
                 "involvedObject.kind",

@@ -170,7 +170,14 @@ async fn call(
     q.insert("fieldManager".into(), "fuzz".into());
     let r = api
         .clone()
-        .dispatch(method, path, q, headers, Body::from(body))
+        .dispatch(
+            &crate::User::server(),
+            method,
+            path,
+            q,
+            headers,
+            Body::from(body),
+        )
         .await;
     let code = r.status().as_u16();
     let bytes = r

@@ -8,6 +8,7 @@ use crate::resources::{Registry, Resource};
 use crate::selector::{Fields, Labels};
 use crate::status::{Status, qualified};
 use crate::store::{EventType, Key, Obj, Store};
+use crate::{User, authz};
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,7 @@ mod encode;
 #[cfg(test)]
 mod garbage;
 mod read;
+mod review;
 mod watch;
 mod write;
 
@@ -120,13 +122,14 @@ impl Api {
     /// Routes a request under `/api` or `/apis`.
     pub async fn dispatch(
         self: Arc<Self>,
+        user: &User,
         method: Method,
         path: &str,
         query: Query,
         headers: HeaderMap,
         body: Body,
     ) -> Response {
-        match self.route(method, path, query, headers, body).await {
+        match self.route(user, method, path, query, headers, body).await {
             Ok(r) => r,
             Err(s) => s.into_response(),
         }
@@ -134,6 +137,7 @@ impl Api {
 
     async fn route(
         &self,
+        user: &User,
         method: Method,
         path: &str,
         query: Query,
@@ -176,6 +180,10 @@ impl Api {
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| Status::no_route(path));
         }
+        if group == "authorization.k8s.io" && method == Method::POST {
+            let body = self.read_body(&headers, body).await?;
+            return self.review(user, version, rest, body);
+        }
         let (ns, plural, name, sub) = match rest {
             ["namespaces", ns, sub @ ("status" | "finalize")] if group.is_empty() => {
                 ("", "namespaces", Some(*ns), Some(*sub))
@@ -216,6 +224,29 @@ impl Api {
             sub,
         };
         let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+        let verb = match (&method, t.name.is_some()) {
+            (&Method::GET, _) if is_watch => "watch",
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) => "list",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => "",
+        };
+        let attrs = authz::Attributes {
+            verb,
+            group: &t.res.group,
+            resource: &t.res.plural,
+            sub: t.sub.as_deref(),
+            ns: &t.ns,
+            name: t.name.as_deref(),
+            field_selector: query.get("fieldSelector").map(String::as_str),
+        };
+        if !authz::allowed(&self.store.read(), user, &attrs) {
+            return Err(authz::forbidden(user, &attrs));
+        }
         match (method, t.name.is_some()) {
             (Method::GET, true) => self.get(&t, accept),
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept),

@@ -1,0 +1,273 @@
+//! Who may do what, tried with the real `kubectl` as each user: a node's certificate (as a join
+//! gives one) reaches only its own objects, a user with no binding nothing, and RBAC bindings
+//! grant and take away access as soon as they are written.
+
+mod common;
+
+use base64::Engine;
+use common::{Server, text};
+use std::path::PathBuf;
+
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: s1}
+stringData: {password: one}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: s2}
+stringData: {password: two}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cm1}
+data: {level: debug}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p1}
+spec:
+  nodeName: n1
+  volumes: [{name: s, secret: {secretName: s1}}]
+  containers: [{name: c, image: "x:1", envFrom: [{configMapRef: {name: cm1}}]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p2}
+spec:
+  nodeName: n2
+  volumes: [{name: s, secret: {secretName: s2}}]
+  containers: [{name: c, image: "x:1"}]
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: m1}
+spec: {protocol: modbus}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: DeviceModel
+metadata: {name: m2}
+spec: {protocol: modbus}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: d1}
+spec: {nodeName: n1, deviceModelRef: {name: m1}}
+---
+apiVersion: devices.kubeedge.io/v1beta1
+kind: Device
+metadata: {name: d2}
+spec: {nodeName: n2, deviceModelRef: {name: m2}}
+"#;
+
+/// A kubeconfig of `server` for a client certificate the API's CA signs for `name` in
+/// `group` (a node's is what cloudhub signs at a join: `system:node:NAME` in `system:nodes`).
+fn kubeconfig_for(s: &Server, name: &str, group: Option<&str>) -> PathBuf {
+    let pki = s.data().join("pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("CA file");
+    let (cert, key) = pki::sign_leaf(&read("ca.crt"), &read("ca.key"), name, group, &[], false, 1)
+        .expect("a client certificate");
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let file = s.dir.join(format!("{}.kubeconfig", name.replace(':', "-")));
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: default}}\ncurrent-context: c\n",
+            s.port,
+            b64(&read("ca.crt")),
+            b64(&cert),
+            b64(&key)
+        ),
+    )
+    .expect("kubeconfig written");
+    file
+}
+
+/// kubectl as the user of `kubeconfig`: (success, stdout and stderr).
+fn as_user(s: &Server, kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["--kubeconfig", kubeconfig.to_str().expect("utf-8")];
+    all.extend_from_slice(args);
+    let out = std::process::Command::new(common::kubectl_bin())
+        .args(&all)
+        .arg("--cache-dir")
+        .arg(s.dir.join("kube-cache"))
+        .env("HOME", &s.dir)
+        .output()
+        .expect("kubectl runs");
+    (out.status.success(), text(&out))
+}
+
+#[test]
+fn a_nodes_certificate_reaches_only_its_own_objects() {
+    let s = Server::start();
+    let out = s.kubectl_stdin(&["apply", "-f", "-"], OBJECTS);
+    assert!(out.status.success(), "{}", text(&out));
+    let node = kubeconfig_for(&s, "system:node:n1", Some("system:nodes"));
+    let may = |args: &[&str]| {
+        let (ok, out) = as_user(&s, &node, args);
+        assert!(ok, "as n1, {args:?} should pass: {out}");
+        out
+    };
+    let may_not = |args: &[&str], message: &str| {
+        let (ok, out) = as_user(&s, &node, args);
+        assert!(!ok, "as n1, {args:?} should be forbidden: {out}");
+        assert!(
+            out.contains(&format!("Error from server (Forbidden): {message}")),
+            "{args:?}: {out}"
+        );
+    };
+    // Its pod, the Secret and ConfigMap that pod names, its device and that device's model.
+    assert!(may(&["get", "pod", "p1", "-o", "name"]).contains("pod/p1"));
+    assert!(may(&["get", "secret", "s1", "-o", "jsonpath={.data.password}"]).contains("b25l"));
+    may(&["get", "configmap", "cm1"]);
+    let mine = may(&[
+        "get",
+        "pods",
+        "--field-selector",
+        "spec.nodeName=n1",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(mine.trim(), "pod/p1");
+    may(&["get", "device", "d1"]);
+    may(&["get", "devicemodel", "m1"]);
+    // Another node's, and anything listed wholesale.
+    may_not(
+        &["get", "secret", "s2"],
+        "secrets \"s2\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\"",
+    );
+    may_not(
+        &["get", "secrets", "-A"],
+        "secrets is forbidden: User \"system:node:n1\" cannot list resource \"secrets\" in API group \"\" at the cluster scope",
+    );
+    may_not(
+        &["get", "pod", "p2"],
+        "pods \"p2\" is forbidden: User \"system:node:n1\" cannot get resource \"pods\" in API group \"\" in the namespace \"default\"",
+    );
+    may_not(
+        &["get", "device", "d2"],
+        "devices.devices.kubeedge.io \"d2\" is forbidden: User \"system:node:n1\" cannot get resource \"devices\" in API group \"devices.kubeedge.io\" in the namespace \"default\"",
+    );
+    may_not(
+        &["get", "devicemodel", "m2"],
+        "devicemodels.devices.kubeedge.io \"m2\" is forbidden",
+    );
+    may_not(
+        &["delete", "device", "d1"],
+        "devices.devices.kubeedge.io \"d1\" is forbidden",
+    );
+    let (ok, out) = as_user(
+        &s,
+        &node,
+        &[
+            "run",
+            "x",
+            "--image=x:1",
+            "-n",
+            "kube-system",
+            "--overrides",
+            r#"{"spec":{"nodeName":"n2"}}"#,
+        ],
+    );
+    assert!(!ok && out.contains("pods is forbidden"), "{out}");
+    // What it asks about itself, as kubectl asks.
+    assert_eq!(may(&["auth", "can-i", "get", "secret/s1"]).trim(), "yes");
+    let (ok, out) = as_user(&s, &node, &["auth", "can-i", "list", "secrets"]);
+    assert!(!ok && out.trim_start().starts_with("no"), "{out}");
+    let list = may(&["auth", "can-i", "--list"]);
+    assert!(list.contains("nodes") && list.contains("[n1]"), "{list}");
+    // Nothing was changed by its attempts.
+    assert!(
+        s.ok(&["get", "device", "d1", "-o", "name"])
+            .contains("device")
+    );
+    assert!(!s.ok(&["get", "pods", "-A"]).contains("kube-system"));
+}
+
+#[test]
+fn rbac_bindings_grant_and_take_away_access_at_once() {
+    let s = Server::start();
+    let out = s.kubectl_stdin(&["apply", "-f", "-"], OBJECTS);
+    assert!(out.status.success(), "{}", text(&out));
+    let alice = kubeconfig_for(&s, "alice", Some("devs"));
+    let (ok, out) = as_user(&s, &alice, &["get", "devices"]);
+    assert!(
+        !ok && out.contains("devices.devices.kubeedge.io is forbidden: User \"alice\" cannot list resource \"devices\" in API group \"devices.kubeedge.io\" in the namespace \"default\""),
+        "no binding, no access: {out}"
+    );
+    // The bootstrap ClusterRoles are there; `view` given to her group in one namespace.
+    let roles = s.ok(&["get", "clusterroles", "-o", "name"]);
+    for r in ["cluster-admin", "admin", "edit", "view"] {
+        assert!(
+            roles.contains(&format!("clusterrole.rbac.authorization.k8s.io/{r}")),
+            "{roles}"
+        );
+    }
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "devs-view",
+        "--clusterrole=view",
+        "--group=devs",
+        "-n",
+        "default",
+    ]);
+    let (ok, out) = as_user(&s, &alice, &["get", "devices", "-o", "name"]);
+    assert!(ok && out.contains("device.devices.kubeedge.io/d1"), "{out}");
+    let (ok, out) = as_user(&s, &alice, &["get", "secrets"]);
+    assert!(
+        !ok && out.contains("secrets is forbidden"),
+        "view does not read Secrets: {out}"
+    );
+    let (ok, out) = as_user(&s, &alice, &["delete", "device", "d1"]);
+    assert!(!ok && out.contains("cannot delete resource"), "{out}");
+    let (ok, out) = as_user(&s, &alice, &["get", "devices", "-n", "kube-system"]);
+    assert!(
+        !ok && out.contains("in the namespace \"kube-system\""),
+        "only where bound: {out}"
+    );
+    let (ok, list) = as_user(&s, &alice, &["auth", "can-i", "--list"]);
+    assert!(
+        ok && list.contains("devices.devices.kubeedge.io") && list.contains("[get list watch]"),
+        "{list}"
+    );
+    // Impersonation: the admin may act as her; she may not act as anyone.
+    let (ok, out) = as_user(
+        &s,
+        &s.kubeconfig,
+        &["get", "secrets", "--as", "alice", "--as-group", "devs"],
+    );
+    assert!(
+        !ok && out.contains("User \"alice\" cannot list resource \"secrets\""),
+        "{out}"
+    );
+    let (ok, out) = as_user(&s, &alice, &["get", "secrets", "--as", "admin"]);
+    assert!(
+        !ok && out.contains("cannot impersonate resource \"users\""),
+        "{out}"
+    );
+    // A Role of her own namespace, then the binding goes: so does the access.
+    s.ok(&[
+        "create",
+        "role",
+        "secret-reader",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=s2",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "alice-secret",
+        "--role=secret-reader",
+        "--user=alice",
+    ]);
+    let (ok, out) = as_user(&s, &alice, &["get", "secret", "s2", "-o", "name"]);
+    assert!(ok, "{out}");
+    let (ok, _) = as_user(&s, &alice, &["get", "secret", "s1"]);
+    assert!(!ok, "resourceNames limit the rule");
+    s.ok(&["delete", "rolebinding", "devs-view", "alice-secret"]);
+    let (ok, out) = as_user(&s, &alice, &["get", "devices"]);
+    assert!(!ok && out.contains("forbidden"), "{out}");
+}
