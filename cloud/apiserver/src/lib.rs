@@ -485,6 +485,9 @@ async fn authenticated(
     Status::no_route(&path).into_response()
 }
 
+/// How long a request's headers may take to arrive (after the TLS handshake, which has 10 s).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
 /// of its client certificate's common name.
 pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
@@ -537,7 +540,11 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                     }
                 },
             );
+            // A client that sends its request headers a byte at a time is cut off: each
+            // request's headers must arrive within HEADER_TIMEOUT.
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
             tokio::select! {

@@ -17,6 +17,35 @@ pub(crate) enum PatchError {
     UnknownDirective(Excerpt),
     #[error("map: {element} does not contain declared merge key: {key}")]
     NoMergeKey { element: Excerpt, key: &'static str },
+    #[error("The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, got {0}")]
+    TooManyOperations(usize),
+    /// The object would grow past the limit (copies that double it, say).
+    #[error("the patched object would be larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// kube-apiserver's limit on the operations of one JSON patch.
+pub(crate) const MAX_JSON_PATCH_OPS: usize = 10_000;
+
+/// Counts the bytes of an encoding without keeping them.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `v` as compact JSON.
+fn encoded_len(v: &Value) -> usize {
+    let mut c = Counter(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// The patch types a PATCH request may carry, by `Content-Type`.
@@ -41,11 +70,40 @@ impl PatchType {
     }
 }
 
-/// Applies a JSON patch; the error names the failing operation.
-pub(crate) fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+/// Applies a JSON patch of at most [`MAX_JSON_PATCH_OPS`] operations, one operation at a time,
+/// refusing one that would make `target` larger than `max_size` bytes before it is applied (a
+/// `copy` costs what it copies: 26 copies that each double an object are refused at the one
+/// that passes the limit, not after 64 GiB were allocated). The error names the failing
+/// operation; `target` is then partly patched, and the caller drops it.
+pub(crate) fn json_patch(
+    target: &mut Value,
+    patch: &Value,
+    max_size: usize,
+) -> Result<(), PatchError> {
+    use json_patch::PatchOperation;
+    let ops = patch.as_array().map_or(0, Vec::len);
+    if ops > MAX_JSON_PATCH_OPS {
+        return Err(PatchError::TooManyOperations(ops));
+    }
     let p: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(PatchError::Invalid)?;
-    Ok(json_patch::patch(target, &p)?)
+    let mut size = encoded_len(target);
+    for op in &p.0 {
+        let at = |pointer: &str| target.pointer(pointer).map_or(0, encoded_len);
+        let (added, removed) = match op {
+            PatchOperation::Add(a) => (encoded_len(&a.value), 0),
+            PatchOperation::Replace(r) => (encoded_len(&r.value), at(r.path.as_str())),
+            PatchOperation::Copy(c) => (at(c.from.as_str()), 0),
+            PatchOperation::Remove(r) => (0, at(r.path.as_str())),
+            PatchOperation::Move(_) | PatchOperation::Test(_) => (0, 0),
+        };
+        size = size.saturating_add(added).saturating_sub(removed);
+        if size > max_size {
+            return Err(PatchError::TooLarge(max_size));
+        }
+        json_patch::patch(target, std::slice::from_ref(op))?;
+    }
+    Ok(())
 }
 
 pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
@@ -232,10 +290,37 @@ mod tests {
     #[test]
     fn json_patch_errors_name_the_operation() {
         let mut v = json!({"a": 1});
-        let e =
-            json_patch(&mut v, &json!([{"op": "remove", "path": "/b"}])).expect_err("must fail");
+        let e = json_patch(&mut v, &json!([{"op": "remove", "path": "/b"}]), 1 << 20)
+            .expect_err("must fail");
         let e = e.to_string();
         assert!(e.contains("/b") || e.contains("remove"), "{e}");
         assert_eq!(v, json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_json_patch_that_doubles_its_object_is_refused_at_the_limit() {
+        let mut v = json!({"data": {"a": "x".repeat(1024)}});
+        // Each copy doubles the object: 26 of them would make 64 GiB.
+        let ops: Vec<Value> = (0..26)
+            .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/{i}")}))
+            .collect();
+        let e = json_patch(&mut v, &json!(ops), 1 << 20).expect_err("refused");
+        assert!(matches!(e, PatchError::TooLarge(_)), "{e}");
+        assert!(
+            encoded_len(&v) <= 1 << 20,
+            "stopped before it grew past the limit"
+        );
+        let many: Vec<Value> = (0..10_001)
+            .map(|_| json!({"op": "test", "path": "/data", "value": 1}))
+            .collect();
+        assert!(matches!(
+            json_patch(&mut json!({}), &json!(many), 1 << 20),
+            Err(PatchError::TooManyOperations(10_001))
+        ));
+        let mut small = json!({"a": [1]});
+        let grow =
+            json!([{"op": "copy", "from": "/a", "path": "/b"}, {"op": "remove", "path": "/a"}]);
+        json_patch(&mut small, &grow, 1 << 20).expect("within the limit");
+        assert_eq!(small, json!({"b": [1]}));
     }
 }

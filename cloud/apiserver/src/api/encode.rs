@@ -9,6 +9,93 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 
 /// Decodes a request body by its content type.
+/// How deep a YAML body may nest, counting each space of indentation as a level. JSON bodies
+/// are held to 128 levels by serde_json as they are read; a YAML parser builds the whole tree of
+/// events first, so a deep body is refused by [`check_yaml_depth`] before any parsing (100,000
+/// nested `[` took 49 s of CPU to refuse).
+const MAX_YAML_DEPTH: usize = 1000;
+
+/// Refuses a YAML body that may nest deeper than [`MAX_YAML_DEPTH`], in one pass over its bytes:
+/// per line, the indentation, the `- ` and `? ` block indicators that start it, and the open
+/// `[` and `{` of flow collections (outside quotes and comments). It overestimates (an indented
+/// line counts its every space), never underestimates.
+pub(crate) fn check_yaml_depth(raw: &[u8]) -> Result<(), Status> {
+    let mut flow = 0usize;
+    let mut deepest = 0usize;
+    for line in raw.split(|b| *b == b'\n') {
+        let indent = line.iter().take_while(|b| **b == b' ').count();
+        let mut rest = &line[indent..];
+        let mut block = 0;
+        while let [b'-' | b'?', b' ', tail @ ..] = rest {
+            block += 1;
+            rest = tail;
+            while let [b' ', tail @ ..] = rest {
+                rest = tail;
+            }
+        }
+        let mut quote: Option<u8> = None;
+        let mut escaped = false;
+        let mut after_space = true;
+        for &b in rest {
+            match quote {
+                Some(q) => {
+                    if escaped {
+                        escaped = false;
+                    } else if b == b'\\' && q == b'"' {
+                        escaped = true;
+                    } else if b == q {
+                        quote = None;
+                    }
+                }
+                None => match b {
+                    b'#' if after_space => break,
+                    b'"' | b'\'' => quote = Some(b),
+                    b'[' | b'{' => flow += 1,
+                    b']' | b'}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            after_space = b == b' ' || b == b'\t';
+            deepest = deepest.max(indent + block + flow);
+        }
+        deepest = deepest.max(indent + block + flow);
+        if deepest > MAX_YAML_DEPTH {
+            return Err(Status::bad_request(format!(
+                "the body of the request could not be decoded as YAML: it nests deeper than {MAX_YAML_DEPTH} levels (each space of indentation counted as one)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+
+    #[test]
+    fn deep_yaml_is_refused_before_it_is_parsed_and_usual_yaml_passes() {
+        let flow = format!("a: {}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(check_yaml_depth(flow.as_bytes()).is_err());
+        let block = format!("{}x", "- ".repeat(2_000));
+        assert!(check_yaml_depth(block.as_bytes()).is_err());
+        let indented: String = (0..1_100)
+            .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+            .collect();
+        assert!(check_yaml_depth(indented.as_bytes()).is_err());
+        let quoted = format!(
+            "a: \"{}\"\nb: '{}' # [[[[",
+            "[".repeat(5_000),
+            "{".repeat(5_000)
+        );
+        assert!(
+            check_yaml_depth(quoted.as_bytes()).is_ok(),
+            "brackets in strings and comments do not nest"
+        );
+        let usual = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {x: y}\ndata:\n  list: \"[1, 2]\"\n  more:\n  - - [1, [2, {a: b}]]\n";
+        assert!(check_yaml_depth(usual.as_bytes()).is_ok());
+    }
+}
+
 pub(crate) fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
     let base = ct.split(';').next().unwrap_or_default().trim();
     let v: Value = match base {
@@ -25,12 +112,14 @@ pub(crate) fn decode(ct: &str, raw: &[u8]) -> Result<Value, Status> {
                 s
             }
         })?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(raw)
-            .map_err(|e| {
-            Status::bad_request(format!(
-                "the body of the request could not be decoded as YAML: {e}"
-            ))
-        })?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            check_yaml_depth(raw)?;
+            serde_yaml_ng::from_slice(raw).map_err(|e| {
+                Status::bad_request(format!(
+                    "the body of the request could not be decoded as YAML: {e}"
+                ))
+            })?
+        }
         other => return Err(Status::unsupported_media(other)),
     };
     if !v.is_object() {

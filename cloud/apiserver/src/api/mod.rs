@@ -180,6 +180,16 @@ impl Api {
                 .map(|v| json_response(StatusCode::OK, &v))
                 .ok_or_else(|| Status::no_route(path));
         }
+        // A body declared far beyond the limit is refused from its header, unread (one just over
+        // it is read on, so that a client still writing it reads the 413: `collect`).
+        if let Some(len) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            && len > (self.max_body as u64).saturating_mul(2)
+        {
+            return Err(Status::too_large(self.max_body));
+        }
         if group == "authorization.k8s.io" && method == Method::POST {
             let body = self.read_body(&headers, body).await?;
             return self.review(user, version, rest, body);

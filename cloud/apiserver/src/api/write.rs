@@ -119,6 +119,7 @@ impl Api {
     ) -> Result<Response, Status> {
         let name = t.name.clone().unwrap_or_default();
         let body: Value = if kind == PatchType::Apply {
+            check_yaml_depth(&raw)?;
             serde_yaml_ng::from_slice(&raw)
                 .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?
         } else {
@@ -151,6 +152,7 @@ impl Api {
             })?;
         }
         let force = q.get("force").map(String::as_str) == Some("true");
+        let max_body = self.max_body;
         let ctx = Arc::new(self.ctx(t, q, headers, name.clone()));
         let c2 = ctx.clone();
         let done = self
@@ -190,8 +192,9 @@ impl Api {
                             let mut new = old.clone();
                             match kind {
                                 PatchType::Merge => patch::merge_patch(&mut new, &body),
-                                PatchType::Json => patch::json_patch(&mut new, &body).map_err(|e| {
-                                    Status::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}"))
+                                PatchType::Json => patch::json_patch(&mut new, &body, max_body).map_err(|e| match e {
+                                    patch::PatchError::TooLarge(limit) => Status::too_large(limit),
+                                    e => Status::new(422, "Invalid", format!("the server rejected our request due to an error in our request: {e}")),
                                 })?,
                                 PatchType::Strategic => patch::strategic_merge(&mut new, &body)
                                     .map_err(|e| Status::bad_request(format!("error applying strategic merge patch: {e}")))?,

@@ -1,0 +1,170 @@
+//! Requests meant to take the server down, each sent while `kubectl` keeps using it: a JSON
+//! patch that doubles its object 26 times, a YAML body 100,000 levels deep, a 10 GB
+//! `Content-Length`, and clients that send their headers a byte at a time. Each is refused (or
+//! cut off) and the server answers the others meanwhile. How long each refusal took is printed,
+//! not asserted.
+
+mod common;
+
+use common::Server;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+
+/// A TLS connection to the server as its admin (the admin certificate of the data directory).
+async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let pki = s.data().join("pki");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(pki.join("ca.crt")).expect("ca.crt") {
+        roots.add(c.expect("a certificate")).expect("added");
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.join("admin.crt"))
+        .expect("admin.crt")
+        .collect::<Result<_, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).expect("admin.key");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)
+    .expect("client certificate");
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+        .await
+        .expect("connected");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("TLS")
+}
+
+/// Sends `head` and `body`, and returns the status line of the answer and how long it took.
+async fn request(s: &Server, head: String, body: &[u8]) -> (String, Duration) {
+    let started = Instant::now();
+    let mut c = connect(s).await;
+    c.write_all(head.as_bytes()).await.expect("head sent");
+    let _ = c.write_all(body).await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(120), c.read(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+    (
+        text.lines().next().unwrap_or_default().to_string(),
+        started.elapsed(),
+    )
+}
+
+fn still_serves(s: &Server) {
+    let out = s.ok(&["get", "configmaps", "-o", "name"]);
+    assert!(out.contains("configmap/bomb"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
+    let s = Server::start();
+    s.ok(&[
+        "create",
+        "configmap",
+        "bomb",
+        &format!("--from-literal=a={}", "x".repeat(1024)),
+    ]);
+
+    // 26 copies, each doubling the object: 64 GiB if applied.
+    let ops: Vec<String> = (0..26)
+        .map(|i| format!(r#"{{"op":"copy","from":"/data","path":"/data/{i}"}}"#))
+        .collect();
+    let body = format!("[{}]", ops.join(","));
+    let (status, took) = request(
+        &s,
+        format!(
+            "PATCH /api/v1/namespaces/default/configmaps/bomb HTTP/1.1\r\nHost: x\r\nContent-Type: application/json-patch+json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    )
+    .await;
+    eprintln!("JSON patch of 26 doubling copies: {status} in {took:?}");
+    assert!(status.contains(" 413 "), "{status}");
+    still_serves(&s);
+
+    // A YAML body 100,000 levels deep.
+    let body = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {{a: {}1{}}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (status, took) = request(
+        &s,
+        format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/yaml\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    )
+    .await;
+    eprintln!("YAML body 100,000 levels deep: {status} in {took:?}");
+    assert!(status.contains(" 400 "), "{status}");
+    still_serves(&s);
+
+    // A 10 GB body, declared: refused from the header, before anything is sent.
+    let (status, took) = request(
+        &s,
+        "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n".to_string(),
+        b"",
+    )
+    .await;
+    eprintln!("Content-Length of 10 GB: {status} in {took:?}");
+    assert!(status.contains(" 413 "), "{status}");
+    still_serves(&s);
+
+    // Clients that send their headers a byte at a time are cut off; the rest are served.
+    let slow: Vec<_> = (0..50)
+        .map(|_| {
+            let s = &s;
+            async move {
+                let mut c = connect(s).await;
+                let started = Instant::now();
+                for b in b"GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\nX-Slow: " {
+                    if c.write_all(&[*b]).await.is_err() {
+                        return started.elapsed();
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                loop {
+                    if c.write_all(b"a").await.is_err() {
+                        return started.elapsed();
+                    }
+                    let mut buf = [0u8; 256];
+                    if let Ok(Ok(0) | Err(_)) =
+                        tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf)).await
+                    {
+                        return started.elapsed();
+                    }
+                    assert!(
+                        started.elapsed() < Duration::from_secs(120),
+                        "a slow client was never cut off"
+                    );
+                }
+            }
+        })
+        .collect();
+    // Meanwhile (while they trickle), kubectl is answered.
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::task::block_in_place(|| still_serves(&s));
+    };
+    let (cut, ()) = tokio::join!(futures_util::future::join_all(slow), meanwhile);
+    eprintln!(
+        "50 clients sending headers a byte every 200 ms: cut off after {:?} to {:?}",
+        cut.iter().min(),
+        cut.iter().max()
+    );
+    still_serves(&s);
+}
