@@ -289,11 +289,24 @@ pub(crate) async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, max_connections, "HTTP API listening");
     }
-    let listener = crate::listeners::LimitedTcp::new(listener, max_connections);
-    let r = axum::serve(listener, router(state))
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await;
-    if let Err(e) = r {
-        tracing::error!(error = %e, "HTTP API failed");
+    let mut listener = crate::listeners::LimitedTcp::new(listener, max_connections);
+    let app = router(state);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (io, peer) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            a = axum::serve::Listener::accept(&mut listener) => a,
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop = cancel.clone();
+        // Each request's headers must arrive within rt::http::HEADER_TIMEOUT: a client that
+        // trickles them does not keep one of the `max_connections`.
+        conns.spawn(async move {
+            if let Err(e) = rt::http::serve_connection(io, svc, stop).await {
+                tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
+            }
+        });
+        while conns.try_join_next().is_some() {}
     }
+    while conns.join_next().await.is_some() {}
 }

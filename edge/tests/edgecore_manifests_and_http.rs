@@ -219,3 +219,61 @@ fn a_bad_config_names_the_key_and_the_file() {
         "{err}"
     );
 }
+
+/// Clients that send their request headers a byte at a time are cut off; the API answers the
+/// others meanwhile, however many trickle (more than `http.maxConnections` would otherwise be
+/// held for ever).
+#[test]
+fn clients_that_trickle_their_headers_are_cut_off() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let e = Edgecore::start(None);
+    let addr = e.http.trim_start_matches("http://").to_string();
+    let slow: Vec<_> = (0..20)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = std::net::TcpStream::connect(&addr).expect("connected");
+                c.set_read_timeout(Some(Duration::from_millis(200)))
+                    .expect("timeout");
+                let started = Instant::now();
+                for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
+                    .iter()
+                    .cycle()
+                {
+                    if c.write_all(&[*b]).is_err() {
+                        return started.elapsed();
+                    }
+                    let mut buf = [0u8; 64];
+                    match c.read(&mut buf) {
+                        Ok(0) => return started.elapsed(),
+                        Err(e)
+                            if e.kind() != std::io::ErrorKind::WouldBlock
+                                && e.kind() != std::io::ErrorKind::TimedOut =>
+                        {
+                            return started.elapsed();
+                        }
+                        _ => {}
+                    }
+                    assert!(
+                        started.elapsed() < Duration::from_secs(120),
+                        "a trickling client was never cut off"
+                    );
+                }
+                started.elapsed()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(e.get("/healthz").0, 200, "served meanwhile");
+    let cut: Vec<Duration> = slow
+        .into_iter()
+        .map(|t| t.join().expect("joined"))
+        .collect();
+    eprintln!(
+        "20 clients trickling headers: cut off after {:?} to {:?}",
+        cut.iter().min(),
+        cut.iter().max()
+    );
+    assert_eq!(e.get("/healthz").0, 200);
+}

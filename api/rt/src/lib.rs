@@ -5,6 +5,7 @@
 //!   accepts back off ([`transport::AcceptBackoff`]).
 //! - [`bootstrap`]: logging, the open-files limit, the runtime and SIGINT/SIGTERM.
 //! - [`address`]: MQTT broker addresses, `host:port` or `tcp://host:port`.
+//! - [`http`]: HTTP/1.1 connections with a deadline on request headers.
 //! - [`fs`]: private data directories and databases (0700, 0600), whatever the umask.
 //! - [`config`]: YAML config files read with the path of a wrong key in the error.
 //! - [`backoff`]: the growing pause between retries of every reconnecting loop.
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod config;
 pub mod fs;
+pub mod http;
 pub mod metrics;
 pub mod ratelimit;
 pub mod sys;

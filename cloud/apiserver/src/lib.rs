@@ -40,7 +40,6 @@ use axum::extract::{Query as AxQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use status::Status;
 use std::net::SocketAddr;
@@ -485,9 +484,6 @@ async fn authenticated(
     Status::no_route(&path).into_response()
 }
 
-/// How long a request's headers may take to arrive (after the TLS handshake, which has 10 s).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
 /// of its client certificate's common name.
 pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
@@ -540,23 +536,9 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                     }
                 },
             );
-            // A client that sends its request headers a byte at a time is cut off: each
-            // request's headers must arrive within HEADER_TIMEOUT.
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                }
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
+            // Each request's headers must arrive within rt::http::HEADER_TIMEOUT.
+            if let Err(e) = rt::http::serve_connection(stream, svc, stop).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
         while conns.try_join_next().is_some() {}

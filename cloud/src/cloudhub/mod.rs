@@ -136,6 +136,31 @@ impl HubMetrics {
     }
 }
 
+/// The longest resource a node's message may name: `node/{node}/{namespace}/{kind}/{name}`
+/// with names of at most 253 characters fits with room to spare.
+const MAX_RESOURCE: usize = 1024;
+/// The longest id, group, operation, source and destination: UUIDs and short words.
+const MAX_FIELD: usize = 128;
+
+/// Whether a node's message has a route and header of reasonable size.
+fn fits(msg: &Message) -> bool {
+    let r = &msg.route;
+    let h = &msg.header;
+    r.resource.len() <= MAX_RESOURCE
+        && [
+            &r.source,
+            &r.destination,
+            &r.group,
+            &r.operation,
+            &h.id,
+            &h.parent_id,
+            &h.resource_version,
+            &h.message_type,
+        ]
+        .iter()
+        .all(|f| f.len() <= MAX_FIELD)
+}
+
 /// A session's way out: frames to write, and how to end it.
 struct Session {
     id: u64,
@@ -366,6 +391,15 @@ impl CloudHub {
         if msg.route.operation == "keepalive" {
             return;
         }
+        if !fits(&msg) {
+            // Not answered: an answer would carry the oversized route back into the queue of a
+            // node that may never read it.
+            self.metrics
+                .refused_messages
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%node, resource_bytes = msg.route.resource.len(), "a node sent a message whose route or header is too long; dropped unanswered");
+            return;
+        }
         if msg.route.operation == "response" && !msg.header.parent_id.is_empty() {
             let mut nodes = self.lock();
             if let Some(st) = nodes.get_mut(node) {
@@ -510,6 +544,24 @@ impl Hub for CloudHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_with_an_oversized_route_does_not_fit() {
+        let ok = Message::new(
+            "edgehub",
+            "twin",
+            "update",
+            "node/n1/default/device/d1/twin/edge_updated".to_string(),
+            serde_json::json!({}),
+        );
+        assert!(fits(&ok));
+        let mut long = ok.clone();
+        long.route.resource = format!("node/n1/{}", "x".repeat(1 << 20));
+        assert!(!fits(&long));
+        let mut id = ok.clone();
+        id.header.parent_id = "p".repeat(1000);
+        assert!(!fits(&id));
+    }
 
     #[test]
     fn a_frame_from_parts_is_the_message_as_serde_writes_it() {
