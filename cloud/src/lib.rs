@@ -212,6 +212,7 @@ async fn start_cloudhub(
     let certs = Arc::new(cloudhub::certs::CertServer {
         ca,
         cert_days: c.edge_cert_days,
+        book: cloudhub::joins::Book::new(&config.data_dir),
     });
     tokio::spawn(apiserver::serve(
         cert_listener,
@@ -235,10 +236,21 @@ async fn start_cloudhub(
 
 /// `cloudcore gettoken`: a join token for edge nodes.
 pub fn get_token(config: &config::Config) -> Result<String> {
+    create_token(config, None, None, None)
+}
+
+/// A join token, recorded: valid `ttl_hours` (else `modules.cloudHub.tokenTtlHours`), for
+/// `node` only and at most `max_joins` joins when given.
+pub fn create_token(
+    config: &config::Config,
+    ttl_hours: Option<u64>,
+    node: Option<String>,
+    max_joins: Option<u32>,
+) -> Result<String> {
     let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
-    ca.token(Duration::from_secs(
-        config.modules.cloud_hub.token_ttl_hours * 3600,
-    ))
+    let ttl = ttl_hours.unwrap_or(config.modules.cloud_hub.token_ttl_hours) * 3600;
+    let record = cloudhub::joins::Book::new(&config.data_dir).create(ttl, node, max_joins)?;
+    ca.token(Duration::from_secs(ttl), &record.id)
 }
 
 /// A kube-rs client of the cluster a kubeconfig names.

@@ -19,8 +19,86 @@ struct Args {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Prints a token an edge node joins with: `{sha256 of the CA}.{JWT}`, valid for
-    /// `modules.cloudHub.tokenTtlHours`.
+    /// `modules.cloudHub.tokenTtlHours`, for any node name (`token create` makes narrower ones).
     Gettoken,
+    /// Join tokens: made, listed and revoked.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum TokenCommand {
+    /// Prints a new join token.
+    Create {
+        /// The only node name it joins as.
+        #[arg(long)]
+        node: Option<String>,
+        /// How many joins it allows.
+        #[arg(long)]
+        joins: Option<u32>,
+        /// How long it is valid (default: modules.cloudHub.tokenTtlHours).
+        #[arg(long)]
+        ttl_hours: Option<u64>,
+    },
+    /// Lists the tokens given out (id, expiry, node, joins, revoked); never the tokens.
+    List,
+    /// Revokes a token by its id: it joins nothing more.
+    Revoke { id: String },
+}
+
+fn token_command(config: &cloud::config::Config, c: TokenCommand) -> anyhow::Result<String> {
+    let book = cloud::cloudhub::joins::Book::new(&config.data_dir);
+    Ok(match c {
+        TokenCommand::Create {
+            node,
+            joins,
+            ttl_hours,
+        } => cloud::create_token(config, ttl_hours, node, joins)?,
+        TokenCommand::List => {
+            let mut out = format!(
+                "{:<12}  {:<20}  {:<20}  {:<10}  {}",
+                "ID", "EXPIRES (UTC)", "NODE", "JOINS", "STATE"
+            );
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            for t in book.list()? {
+                let expires = time::OffsetDateTime::from_unix_timestamp(t.expires as i64)
+                    .ok()
+                    .and_then(|d| {
+                        d.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                let joins = match t.max_joins {
+                    Some(m) => format!("{}/{m}", t.joins),
+                    None => t.joins.to_string(),
+                };
+                let state = if t.revoked {
+                    "revoked"
+                } else if t.expires <= now {
+                    "expired"
+                } else {
+                    "valid"
+                };
+                out.push_str(&format!(
+                    "\n{:<12}  {:<20}  {:<20}  {:<10}  {state}",
+                    t.id,
+                    expires,
+                    t.node.as_deref().unwrap_or("(any)"),
+                    joins
+                ));
+            }
+            out
+        }
+        TokenCommand::Revoke { id } => {
+            if !book.revoke(&id)? {
+                anyhow::bail!("no token {id:?} (cloudcore token list)");
+            }
+            format!("token {id} revoked")
+        }
+    })
 }
 
 fn main() -> ExitCode {
@@ -45,6 +123,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Command::Token(c)) = args.command {
+        return match token_command(&config, c) {
+            Ok(t) => {
+                println!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cloudcore token: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(Command::Gettoken) = args.command {
         return match cloud::get_token(&config) {
             Ok(t) => {

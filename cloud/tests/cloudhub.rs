@@ -612,3 +612,68 @@ fn the_data_is_private_whatever_the_umask() {
     check(&c);
     assert!(c.ok(&["get", "secret", "s"]).contains('s'));
 }
+
+fn cloudcore_token(c: &Cloud, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .arg("token")
+        .args(args)
+        .arg("--config")
+        .arg(c.dir.join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore token runs");
+    assert!(out.status.success(), "{}", common::text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A join token is not a master key: it can be limited to one node name and a number of joins,
+/// it is listed (never shown again), and revoking it refuses its next join at once.
+#[tokio::test]
+async fn join_tokens_are_limited_listed_and_revoked() {
+    let c = Cloud::start_full("", "");
+    let refused = |node: &str, token: &str| {
+        let out = edge_cmd(&c, node, token).output().expect("python");
+        assert!(!out.status.success(), "{node} joined");
+        common::text(&out)
+    };
+    let one = cloudcore_token(&c, &["create", "--node", "edge-a", "--joins", "1"]);
+    let why = refused("edge-b", &one);
+    assert!(
+        why.contains("code: 403") && why.contains("is for node \"edge-a\" only, not \"edge-b\""),
+        "{why}"
+    );
+    let mut a = Edge::start(&c, "edge-a", &one);
+    a.until("join", |v| v["joined"].is_string());
+    drop(a);
+    let why = refused("edge-a", &one);
+    assert!(
+        why.contains("code: 401") && why.contains("join(s) already"),
+        "{why}"
+    );
+
+    let any = token(&c);
+    let listed = cloudcore_token(&c, &["list"]);
+    assert!(
+        listed.contains("edge-a") && listed.contains("1/1"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains(&any),
+        "tokens are never shown again: {listed}"
+    );
+    let id = listed
+        .lines()
+        .find(|l| l.contains("(any)"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the unlimited token's id")
+        .to_string();
+    let mut b = Edge::start(&c, "edge-b", &any);
+    b.until("join", |v| v["joined"].is_string());
+    drop(b);
+    assert!(cloudcore_token(&c, &["revoke", &id]).contains("revoked"));
+    let why = refused("edge-c", &any);
+    assert!(
+        why.contains("code: 401") && why.contains("was revoked"),
+        "{why}"
+    );
+    assert!(cloudcore_token(&c, &["list"]).contains("revoked"));
+}

@@ -1,5 +1,6 @@
 //! Joining by token, as KubeEdge's cloudhub does it: `cloudcore gettoken` prints
-//! `{sha256hex(CA DER)}.{JWT}` (HS256, signed with the CA key, an `exp` claim only); an edge
+//! `{sha256hex(CA DER)}.{JWT}` (HS256, signed with the CA key; claims `exp`, and `jti`, the id
+//! under which the token is recorded and limited: see [`super::joins`]); an edge
 //! fetches `GET /ca.crt` (DER), checks its hash against the token, and sends its certificate
 //! request to `GET /edge.crt` (DER body, headers `Authorization: Bearer {jwt}` and `NodeName`),
 //! getting back its certificate (DER). A node that has a certificate renews it with that
@@ -44,12 +45,8 @@ impl Ca {
         hex(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref())
     }
 
-    /// A join token valid for `ttl`.
-    pub fn token(&self, ttl: Duration) -> Result<String> {
-        #[derive(serde::Serialize)]
-        struct Claims {
-            exp: u64,
-        }
+    /// A join token valid for `ttl`, with `id` as its `jti`.
+    pub fn token(&self, ttl: Duration, id: &str) -> Result<String> {
         let exp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -57,29 +54,41 @@ impl Ca {
             + ttl.as_secs();
         let jwt = jsonwebtoken::encode(
             &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-            &Claims { exp },
+            &Claims {
+                exp,
+                jti: Some(id.to_string()),
+            },
             &jsonwebtoken::EncodingKey::from_secret(&self.secret),
         )?;
         Ok(format!("{}.{jwt}", self.hash()))
     }
 
-    /// Checks the JWT part of a token (what an edge sends as its bearer token).
-    pub fn verify(&self, jwt: &str) -> Result<(), TokenError> {
+    /// Checks the JWT part of a token (what an edge sends as its bearer token): its claims.
+    pub fn verify(&self, jwt: &str) -> Result<Claims, TokenError> {
         let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
         v.required_spec_claims = ["exp".to_string()].into();
         v.leeway = 0;
-        jsonwebtoken::decode::<serde_json::Value>(
+        jsonwebtoken::decode::<Claims>(
             jwt,
             &jsonwebtoken::DecodingKey::from_secret(&self.secret),
             &v,
         )
-        .map(|_| ())
+        .map(|d| d.claims)
         .map_err(|e| match e.kind() {
             jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
             jsonwebtoken::errors::ErrorKind::InvalidSignature => TokenError::WrongSignature,
             _ => TokenError::Invalid(e),
         })
     }
+}
+
+/// What a join token says.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Claims {
+    pub exp: u64,
+    /// The token's record (tokens made before records were kept have none, and join nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
 }
 
 /// Why a bearer token is refused (the edge is answered with this text).
@@ -101,6 +110,8 @@ fn hex(b: &[u8]) -> String {
 pub struct CertServer {
     pub ca: Ca,
     pub cert_days: i64,
+    /// The tokens given out.
+    pub book: super::joins::Book,
 }
 
 fn refuse(code: StatusCode, why: String) -> Response {
@@ -148,6 +159,7 @@ impl CertServer {
         } else {
             "token"
         };
+        let mut token_id = None;
         match &ident {
             // Renewal: the node's current certificate stands for the token.
             Some(cn) if *cn == format!("system:node:{node}") => {}
@@ -168,8 +180,9 @@ impl CertServer {
                         "no token (Authorization: Bearer) and no client certificate".into(),
                     );
                 };
-                if let Err(why) = self.ca.verify(jwt.trim()) {
-                    return refuse(StatusCode::UNAUTHORIZED, why.to_string());
+                match self.ca.verify(jwt.trim()) {
+                    Ok(claims) => token_id = Some(claims.jti.unwrap_or_default()),
+                    Err(why) => return refuse(StatusCode::UNAUTHORIZED, why.to_string()),
                 }
             }
         }
@@ -182,6 +195,16 @@ impl CertServer {
                 );
             }
         };
+        if let Some(id) = &token_id {
+            match self.book.admit(id, &node) {
+                Ok(Ok(())) => {}
+                Ok(Err(why @ super::joins::Refused::OtherNode { .. })) => {
+                    return refuse(StatusCode::FORBIDDEN, why.to_string());
+                }
+                Ok(Err(why)) => return refuse(StatusCode::UNAUTHORIZED, why.to_string()),
+                Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+            }
+        }
         match pki::sign_node_csr(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {
             Ok(der) => {
                 tracing::info!(%node, authorized_by = by, "edge certificate issued");
@@ -200,14 +223,14 @@ mod tests {
     fn tokens_verify_until_they_expire_and_only_with_their_ca() {
         let dir = tempfile::tempdir().expect("dir");
         let ca = Ca::load(dir.path()).expect("ca");
-        let token = ca.token(Duration::from_secs(3600)).expect("token");
+        let token = ca.token(Duration::from_secs(3600), "t1").expect("token");
         let (hash, jwt) = token.split_once('.').expect("hash.jwt");
         assert_eq!(hash.len(), 64);
         assert_eq!(hash, ca.hash());
         assert_eq!(jwt.split('.').count(), 3, "a JWT: header.claims.signature");
-        assert!(ca.verify(jwt).is_ok());
+        assert_eq!(ca.verify(jwt).expect("valid").jti.as_deref(), Some("t1"));
 
-        let expired = ca.token(Duration::ZERO).expect("token");
+        let expired = ca.token(Duration::ZERO, "t2").expect("token");
         std::thread::sleep(Duration::from_millis(1100));
         let err = ca
             .verify(expired.split_once('.').expect("jwt").1)

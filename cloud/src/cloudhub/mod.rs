@@ -12,6 +12,7 @@
 //! (the rest wait: the node's socket is read no faster).
 
 pub mod certs;
+pub mod joins;
 pub mod objectsync;
 mod ws;
 

@@ -1,0 +1,230 @@
+//! The join tokens cloudcore has given out, so that a token is not a master key: each is
+//! recorded (`{dataDir}/pki/join-tokens.json`, 0600 in the 0700 `pki` directory) under the id in
+//! its JWT (`jti`), with its expiry, the node name it is limited to (if any), how many joins it
+//! allows (if limited) and how many it was used for; `cloudcore token list` shows them and
+//! `cloudcore token revoke ID` ends one at once. A token whose id is not recorded (one made
+//! before this file existed, or forged with the key) joins nothing.
+//!
+//! The file is read and written whole under an exclusive lock, by the running cloudcore (a join
+//! counts) and by the `cloudcore token` commands alike.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One token given out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Token {
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub expires: u64,
+    /// The only node name it may join as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// How many joins it allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_joins: Option<u32>,
+    #[serde(default)]
+    pub joins: u32,
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+/// Why a join by token is refused (the edge is answered with this text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("the token is not one this cloudcore gave out (cloudcore token list)")]
+    Unknown,
+    #[error("the token {0} was revoked")]
+    Revoked(String),
+    #[error("the token {id} was used for its {max} join(s) already")]
+    Used { id: String, max: u32 },
+    #[error("the token {id} is for node {allowed:?} only, not {asked:?}")]
+    OtherNode {
+        id: String,
+        allowed: String,
+        asked: String,
+    },
+}
+
+/// The record of tokens of a data directory.
+#[derive(Debug, Clone)]
+pub struct Book {
+    file: PathBuf,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Records {
+    tokens: Vec<Token>,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Book {
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            file: data_dir.join("pki").join("join-tokens.json"),
+        }
+    }
+
+    /// Runs `f` on the records under the lock, and writes them back when it says so.
+    fn with<T>(&self, f: impl FnOnce(&mut Records) -> (T, bool)) -> Result<T> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Some(dir) = self.file.parent() {
+            rt::fs::private_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let lock_path = self.file.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock_path)
+            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        lock.lock()
+            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        let mut records: Records = match std::fs::read_to_string(&self.file) {
+            Ok(text) => serde_json::from_str(&text)
+                .with_context(|| format!("{} does not parse", self.file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Records::default(),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", self.file.display()));
+            }
+        };
+        let (out, changed) = f(&mut records);
+        if changed {
+            let text = serde_json::to_string_pretty(&records)?;
+            pki::write_private(&self.file, &text)?;
+        }
+        Ok(out)
+    }
+
+    /// Records a new token: valid `ttl_secs`, for `node` only and `max_joins` joins when given.
+    pub fn create(
+        &self,
+        ttl_secs: u64,
+        node: Option<String>,
+        max_joins: Option<u32>,
+    ) -> Result<Token> {
+        let created = now();
+        let token = Token {
+            id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+            created,
+            expires: created.saturating_add(ttl_secs),
+            node,
+            max_joins,
+            joins: 0,
+            revoked: false,
+        };
+        let t = token.clone();
+        self.with(move |r| {
+            // Tokens expired for a day are forgotten.
+            let horizon = now().saturating_sub(86_400);
+            r.tokens.retain(|t| t.expires > horizon);
+            r.tokens.push(t);
+            ((), true)
+        })?;
+        Ok(token)
+    }
+
+    pub fn list(&self) -> Result<Vec<Token>> {
+        self.with(|r| (r.tokens.clone(), false))
+    }
+
+    /// Revokes token `id`; `false` when there is none.
+    pub fn revoke(&self, id: &str) -> Result<bool> {
+        self.with(|r| match r.tokens.iter_mut().find(|t| t.id == id) {
+            Some(t) => {
+                t.revoked = true;
+                (true, true)
+            }
+            None => (false, false),
+        })
+    }
+
+    /// A join by token `id` (its signature and expiry already checked) as `node`: allowed, and
+    /// counted, or refused with the reason.
+    pub fn admit(&self, id: &str, node: &str) -> Result<Result<(), Refused>> {
+        self.with(|r| {
+            let Some(t) = r.tokens.iter_mut().find(|t| t.id == id) else {
+                return (Err(Refused::Unknown), false);
+            };
+            if t.revoked {
+                return (Err(Refused::Revoked(t.id.clone())), false);
+            }
+            if let Some(allowed) = t.node.as_ref().filter(|n| *n != node) {
+                return (
+                    Err(Refused::OtherNode {
+                        id: t.id.clone(),
+                        allowed: allowed.clone(),
+                        asked: node.to_string(),
+                    }),
+                    false,
+                );
+            }
+            if let Some(max) = t.max_joins.filter(|m| t.joins >= *m) {
+                return (
+                    Err(Refused::Used {
+                        id: t.id.clone(),
+                        max,
+                    }),
+                    false,
+                );
+            }
+            t.joins += 1;
+            (Ok(()), true)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_limited_counted_and_revoked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let book = Book::new(dir.path());
+        let any = book.create(3600, None, None).expect("created");
+        let one = book
+            .create(3600, Some("n1".into()), Some(1))
+            .expect("created");
+        assert_eq!(book.admit(&any.id, "a").expect("read"), Ok(()));
+        assert_eq!(book.admit(&any.id, "b").expect("read"), Ok(()));
+        assert!(matches!(
+            book.admit(&one.id, "n2").expect("read"),
+            Err(Refused::OtherNode { .. })
+        ));
+        assert_eq!(book.admit(&one.id, "n1").expect("read"), Ok(()));
+        assert!(matches!(
+            book.admit(&one.id, "n1").expect("read"),
+            Err(Refused::Used { max: 1, .. })
+        ));
+        assert!(book.revoke(&any.id).expect("revoked"));
+        assert!(matches!(
+            book.admit(&any.id, "a").expect("read"),
+            Err(Refused::Revoked(_))
+        ));
+        assert_eq!(
+            book.admit("not-given-out", "a").expect("read"),
+            Err(Refused::Unknown)
+        );
+        let listed = book.list().expect("listed");
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].joins, 2);
+        assert!(listed[0].revoked);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("pki/join-tokens.json"))
+            .expect("file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
