@@ -188,6 +188,7 @@ async fn start_cloudhub(
     let ws_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, true, &[b"http/1.1"])?;
     let cert_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, false, &[b"http/1.1"])?;
     let hub = cloudhub::CloudHub::new(cloudhub::Settings {
+        joins: cloudhub::joins::Book::new(&config.data_dir),
         node_limit: c.node_limit,
         max_frame_bytes: c.max_frame_bytes,
         keepalive: Duration::from_secs(c.keepalive_seconds),

@@ -24,6 +24,16 @@ enum Command {
     /// Join tokens: made, listed and revoked.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Edge nodes' certificates.
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum NodeCommand {
+    /// Revokes the certificate a node was last given: cloudhub and the certificate port refuse
+    /// it from now on, and the name may be joined again with a token.
+    Revoke { name: String },
 }
 
 #[derive(clap::Subcommand)]
@@ -123,6 +133,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Command::Node(NodeCommand::Revoke { name })) = &args.command {
+        let book = cloud::cloudhub::joins::Book::new(&config.data_dir);
+        return match book.revoke_node(name) {
+            Ok(true) => {
+                println!("the certificate of node {name} is revoked");
+                ExitCode::SUCCESS
+            }
+            Ok(false) => {
+                eprintln!("cloudcore node revoke: no certificate was given to node {name:?}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("cloudcore node revoke: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(Command::Token(c)) = args.command {
         return match token_command(&config, c) {
             Ok(t) => {

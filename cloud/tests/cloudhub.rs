@@ -40,8 +40,13 @@ impl Edge {
         Self::start_args(c, node, token, &[])
     }
 
+    /// An edge that keeps its certificate (in the cloud's test directory, by node name) and so
+    /// joins only the first time, as a real edge does.
     fn start_args(c: &Cloud, node: &str, token: &str, args: &[&str]) -> Self {
+        let state = c.dir.join(format!("edge-{node}"));
         let mut child = edge_cmd(c, node, token)
+            .arg("--state")
+            .arg(&state)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -676,4 +681,40 @@ async fn join_tokens_are_limited_listed_and_revoked() {
         "{why}"
     );
     assert!(cloudcore_token(&c, &["list"]).contains("revoked"));
+}
+
+/// A join cannot take over the name of a node that is joined; `cloudcore node revoke` ends that
+/// node's certificate (its next session is refused) and lets the name join again.
+#[tokio::test]
+async fn a_join_cannot_take_over_a_joined_node_until_its_certificate_is_revoked() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    let mut first = Edge::start(&c, "edge-node-1", &token);
+    first.until("session", |v| v["connected"] == "edge-node-1");
+    // Another machine with a valid token, claiming the same name.
+    let out = edge_cmd(&c, "edge-node-1", &token)
+        .output()
+        .expect("python");
+    let why = common::text(&out);
+    assert!(
+        !out.status.success() && why.contains("code: 409") && why.contains("is joined"),
+        "{why}"
+    );
+    drop(first);
+    let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+        .args(["node", "revoke", "edge-node-1", "--config"])
+        .arg(c.dir.join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore node revoke runs");
+    assert!(out.status.success(), "{}", common::text(&out));
+    // The revoked certificate opens no session.
+    let mut revoked = Edge::start(&c, "edge-node-1", &token);
+    revoked.until("the refused session", |v| {
+        v["closed"].is_string() || v["refused"].is_string()
+    });
+    // A new join takes the name.
+    let fresh = c.dir.join("a-new-machine");
+    let fresh = fresh.to_str().expect("utf-8");
+    let mut second = Edge::start_args(&c, "edge-node-1", &token, &["--state", fresh]);
+    second.until("session", |v| v["connected"] == "edge-node-1");
 }

@@ -148,6 +148,11 @@ impl User {
 #[derive(Clone, Debug)]
 pub struct Identity(pub Option<User>);
 
+/// The DER of a connection's client certificate, if it gave one (for those that check it
+/// further, as cloudhub's certificate port checks revocation).
+#[derive(Clone, Debug)]
+pub struct ClientCertificate(pub Arc<Vec<u8>>);
+
 /// Starts the API: credentials, store, default namespaces, installed objects, then the
 /// listener.
 pub async fn start(config: Config) -> Result<Running> {
@@ -518,17 +523,23 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                     return;
                 }
             };
-            let ident = stream
+            let der = stream
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
+                .map(|c| Arc::new(c.to_vec()));
+            let ident = der
+                .as_deref()
                 .and_then(|c| pki::subject(c))
                 .map(|(name, groups)| User::new(name, groups));
             let ident = Identity(ident);
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(ident.clone());
+                    if let Some(d) = &der {
+                        req.extensions_mut().insert(ClientCertificate(d.clone()));
+                    }
                     let app = app.clone();
                     async move {
                         use tower::ServiceExt;

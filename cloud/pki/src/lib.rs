@@ -187,6 +187,19 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn, groups))
 }
 
+/// The serial number (hex) and the end of validity (Unix seconds) of a DER certificate.
+pub fn serial_and_expiry(der: &[u8]) -> Option<(String, i64)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some((
+        hex_bytes(cert.raw_serial()),
+        cert.validity().not_after.timestamp(),
+    ))
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// The common name of a DER certificate.
 pub fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

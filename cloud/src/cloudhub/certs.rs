@@ -145,6 +145,11 @@ impl CertServer {
             .extensions()
             .get::<apiserver::Identity>()
             .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
+        let presented = req
+            .extensions()
+            .get::<apiserver::ClientCertificate>()
+            .and_then(|c| pki::serial_and_expiry(&c.0))
+            .map(|(serial, _)| serial);
         let headers: HeaderMap = req.headers().clone();
         let Some(node) = headers
             .get("NodeName")
@@ -161,8 +166,20 @@ impl CertServer {
         };
         let mut token_id = None;
         match &ident {
-            // Renewal: the node's current certificate stands for the token.
-            Some(cn) if *cn == format!("system:node:{node}") => {}
+            // Renewal: the node's current certificate stands for the token, unless revoked.
+            Some(cn) if *cn == format!("system:node:{node}") => {
+                let revoked = presented
+                    .as_deref()
+                    .is_none_or(|s| self.book.is_revoked(s).unwrap_or(true));
+                if revoked {
+                    return refuse(
+                        StatusCode::UNAUTHORIZED,
+                        format!(
+                            "the certificate of node {node:?} was revoked: join again with a token"
+                        ),
+                    );
+                }
+            }
             Some(cn) => {
                 return refuse(
                     StatusCode::FORBIDDEN,
@@ -201,12 +218,20 @@ impl CertServer {
                 Ok(Err(why @ super::joins::Refused::OtherNode { .. })) => {
                     return refuse(StatusCode::FORBIDDEN, why.to_string());
                 }
+                Ok(Err(why @ super::joins::Refused::Joined { .. })) => {
+                    return refuse(StatusCode::CONFLICT, why.to_string());
+                }
                 Ok(Err(why)) => return refuse(StatusCode::UNAUTHORIZED, why.to_string()),
                 Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
             }
         }
         match pki::sign_node_csr(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {
             Ok(der) => {
+                if let Some((serial, not_after)) = pki::serial_and_expiry(&der)
+                    && let Err(e) = self.book.issued(&node, serial, not_after)
+                {
+                    return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"));
+                }
                 tracing::info!(%node, authorized_by = by, "edge certificate issued");
                 der.into_response()
             }

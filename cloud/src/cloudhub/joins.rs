@@ -5,8 +5,13 @@
 //! `cloudcore token revoke ID` ends one at once. A token whose id is not recorded (one made
 //! before this file existed, or forged with the key) joins nothing.
 //!
+//! It also keeps the certificate each node was last given (serial and expiry), so that a join
+//! by token cannot take over the name of a node that is joined: a name with a certificate that
+//! is valid and not revoked joins again only after `cloudcore node revoke NAME`, which also
+//! makes cloudhub and the certificate port refuse that certificate.
+//!
 //! The file is read and written whole under an exclusive lock, by the running cloudcore (a join
-//! counts) and by the `cloudcore token` commands alike.
+//! counts) and by the `cloudcore token` and `node` commands alike.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -47,6 +52,19 @@ pub enum Refused {
         allowed: String,
         asked: String,
     },
+    #[error(
+        "node {node:?} is joined, with a certificate valid until {until} (Unix time); to join it again, revoke that one: cloudcore node revoke {node}"
+    )]
+    Joined { node: String, until: i64 },
+}
+
+/// The certificate a node was last given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCert {
+    pub serial: String,
+    /// Unix seconds.
+    pub not_after: i64,
 }
 
 /// The record of tokens of a data directory.
@@ -56,8 +74,14 @@ pub struct Book {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Records {
     tokens: Vec<Token>,
+    #[serde(default)]
+    nodes: std::collections::BTreeMap<String, NodeCert>,
+    /// Serials of revoked node certificates, with their expiry (forgotten once expired).
+    #[serde(default)]
+    revoked: std::collections::BTreeMap<String, i64>,
 }
 
 fn now() -> u64 {
@@ -178,9 +202,49 @@ impl Book {
                     false,
                 );
             }
+            let now = i64::try_from(now()).unwrap_or(i64::MAX);
+            if let Some(c) = r.nodes.get(node)
+                && c.not_after > now
+                && !r.revoked.contains_key(&c.serial)
+            {
+                return (
+                    Err(Refused::Joined {
+                        node: node.to_string(),
+                        until: c.not_after,
+                    }),
+                    false,
+                );
+            }
             t.joins += 1;
             (Ok(()), true)
         })
+    }
+
+    /// Records the certificate `node` was given.
+    pub fn issued(&self, node: &str, serial: String, not_after: i64) -> Result<()> {
+        self.with(|r| {
+            r.nodes
+                .insert(node.to_string(), NodeCert { serial, not_after });
+            ((), true)
+        })
+    }
+
+    /// Revokes the certificate `node` was last given; `false` when it has none recorded.
+    pub fn revoke_node(&self, node: &str) -> Result<bool> {
+        self.with(|r| match r.nodes.remove(node) {
+            Some(c) => {
+                let now = i64::try_from(now()).unwrap_or(i64::MAX);
+                r.revoked.retain(|_, until| *until > now);
+                r.revoked.insert(c.serial, c.not_after);
+                (true, true)
+            }
+            None => (false, false),
+        })
+    }
+
+    /// Whether the certificate with `serial` was revoked.
+    pub fn is_revoked(&self, serial: &str) -> Result<bool> {
+        self.with(|r| (r.revoked.contains_key(serial), false))
     }
 }
 
@@ -220,6 +284,18 @@ mod tests {
         assert_eq!(listed.len(), 2);
         assert_eq!(listed[0].joins, 2);
         assert!(listed[0].revoked);
+
+        // A joined node's name is not taken over until its certificate is revoked.
+        let again = book.create(3600, None, None).expect("created");
+        book.issued("n1", "0a".into(), i64::MAX).expect("recorded");
+        assert!(matches!(
+            book.admit(&again.id, "n1").expect("read"),
+            Err(Refused::Joined { .. })
+        ));
+        assert!(!book.is_revoked("0a").expect("read"));
+        assert!(book.revoke_node("n1").expect("revoked"));
+        assert!(book.is_revoked("0a").expect("read"));
+        assert_eq!(book.admit(&again.id, "n1").expect("read"), Ok(()));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("pki/join-tokens.json"))
             .expect("file")

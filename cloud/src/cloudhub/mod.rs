@@ -32,6 +32,8 @@ pub use ws::serve;
 /// Settings (from `modules.cloudHub`).
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The join tokens and node certificates given out (revoked ones are refused).
+    pub joins: joins::Book,
     pub node_limit: usize,
     pub max_frame_bytes: usize,
     pub keepalive: Duration,
@@ -76,7 +78,7 @@ impl HubMetrics {
         )
         .counter(
             "cloudhub_sessions_refused",
-            "Sessions refused because the node limit was reached.",
+            "Sessions refused: the node limit was reached, or the certificate is revoked.",
             g(&self.sessions_refused),
         )
         .counter(

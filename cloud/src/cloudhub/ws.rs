@@ -52,13 +52,24 @@ pub async fn serve(
                     return;
                 }
             };
-            let cn = stream
+            let cert = stream
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| pki::common_name(c))
+                .map(|c| c.to_vec())
                 .unwrap_or_default();
+            let cn = pki::common_name(&cert).unwrap_or_default();
+            let serial = pki::serial_and_expiry(&cert).map(|(s, _)| s);
+            if let Some(s) = &serial
+                && hub.settings.joins.is_revoked(s).unwrap_or(true)
+            {
+                hub.metrics
+                    .sessions_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%peer, %cn, serial = %s, "cloudhub: a revoked certificate; refused");
+                return;
+            }
             session(hub, stream, cn, peer, nodes, stop).await;
         });
     }

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import ssl
 import sys
 import tempfile
@@ -154,10 +155,35 @@ def main():
     p.add_argument("--no-ack", action="store_true")
     p.add_argument("--no-read", action="store_true")
     p.add_argument("--heartbeat", type=float, default=15.0)
+    p.add_argument("--state", help="keeps the certificate here, and joins only when none is kept")
     args = p.parse_args()
-    ca_pem, cert, key = join(args.cert_url, args.node, args.token)
-    print(json.dumps({"joined": cert.subject.rfc4514_string()}), flush=True)
-    asyncio.run(session(args, ca_pem, cert, key))
+    kept = args.state and os.path.exists(os.path.join(args.state, "edge.crt"))
+    if kept:
+        with open(os.path.join(args.state, "ca.crt"), "rb") as f:
+            ca_pem = f.read()
+        with open(os.path.join(args.state, "edge.crt"), "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+        with open(os.path.join(args.state, "edge.key"), "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+    else:
+        ca_pem, cert, key = join(args.cert_url, args.node, args.token)
+        if args.state:
+            os.makedirs(args.state, exist_ok=True)
+            with open(os.path.join(args.state, "ca.crt"), "wb") as f:
+                f.write(ca_pem)
+            with open(os.path.join(args.state, "edge.crt"), "wb") as f:
+                f.write(cert.public_bytes(serialization.Encoding.PEM))
+            with open(os.path.join(args.state, "edge.key"), "wb") as f:
+                f.write(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    print(json.dumps({"joined": cert.subject.rfc4514_string(), "kept": bool(kept)}), flush=True)
+    try:
+        asyncio.run(session(args, ca_pem, cert, key))
+    except (OSError, websockets.exceptions.WebSocketException) as e:
+        # No session: the cloud closed the connection before the websocket was open.
+        print(json.dumps({"refused": f"{type(e).__name__}: {e}"}), flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
