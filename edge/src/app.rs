@@ -135,7 +135,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 max_queued_bytes: config.mqtt.max_queued_bytes,
                 max_inflight_messages: config.mqtt.max_inflight_messages,
             };
-            let broker = eventbus::broker::start(addr, limits, cancel.clone()).await?;
+            let auth = eventbus::auth::Auth::load(
+                config.mqtt.password_file.as_deref(),
+                config.mqtt.acl_file.as_deref(),
+                config.mqtt.allow_anonymous,
+            )?;
+            let broker = eventbus::broker::start(addr, limits, auth, cancel.clone()).await?;
             let _ = metrics.broker.set(broker.stats.clone());
             // edgecore's own client is in-process: no socket, no MQTT encoding, no acks.
             let link = broker.link(&eventbus::subscriptions(&config.node_name));

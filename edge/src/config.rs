@@ -7,6 +7,8 @@
 //! modules: {eventbus: true, dmi: true, http: true, manifests: true}   # the twin always runs
 //! manifests: {dir: manifests, pollIntervalMs: 1000}   # default dir: {dataDir}/manifests
 //! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}  # or tcp://host:port
+//! # the embedded broker's users and topics, in Mosquitto's files (default: anyone, any topic):
+//! # mqtt: {passwordFile: mqtt.passwd, aclFile: mqtt.acl, allowAnonymous: false}
 //! dmi: {socket: /etc/kubeedge/dmi.sock, maxConnections: 256}   # default: {dataDir}/dmi.sock
 //! http: {address: "127.0.0.1:10360", maxConnections: 256}
 //! # the embedded broker's bounds: mqtt.maxConnections (1024), and per client
@@ -152,6 +154,16 @@ pub struct Mqtt {
     pub max_queued_messages: usize,
     pub max_queued_bytes: usize,
     pub max_inflight_messages: usize,
+    /// The embedded broker's users: a Mosquitto password file (`mosquitto_passwd -c FILE
+    /// USER`). With one, only its users connect (unless `allowAnonymous`); without, anyone on
+    /// the broker's address does, as with KubeEdge's.
+    pub password_file: Option<PathBuf>,
+    /// The embedded broker's topics per user: a Mosquitto ACL file (`user NAME`, `topic
+    /// [read|write|readwrite] TOPIC`, `pattern ... %u %c`). Without one, every topic.
+    pub acl_file: Option<PathBuf>,
+    /// Whether clients without a user name may connect (default: only when there is no
+    /// `passwordFile`).
+    pub allow_anonymous: Option<bool>,
 }
 
 impl Default for Mqtt {
@@ -166,6 +178,9 @@ impl Default for Mqtt {
             max_queued_messages: 1000,
             max_queued_bytes: 16 << 20,
             max_inflight_messages: 20,
+            password_file: None,
+            acl_file: None,
+            allow_anonymous: None,
         }
     }
 }
@@ -311,6 +326,8 @@ impl Config {
             }
         };
         self.data_dir = abs(&self.data_dir);
+        self.mqtt.password_file = self.mqtt.password_file.as_deref().map(abs);
+        self.mqtt.acl_file = self.mqtt.acl_file.as_deref().map(abs);
         self.manifests.dir = Some(match &self.manifests.dir {
             Some(d) => abs(d),
             None => self.data_dir.join("manifests"),

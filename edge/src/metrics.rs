@@ -157,6 +157,16 @@ impl Metrics {
                     "Clients disconnected for sending nothing within 1.5 times their keep-alive.",
                     &b.keepalive_expired,
                 ),
+                (
+                    "edgecore_broker_refused",
+                    "CONNECTs refused: a wrong user name or password, or anonymous where none may be.",
+                    &b.refused,
+                ),
+                (
+                    "edgecore_broker_denied",
+                    "Publishes the ACL does not grant their client, acknowledged and dropped.",
+                    &b.denied,
+                ),
             ] {
                 o.counter(name, help, g(v));
             }

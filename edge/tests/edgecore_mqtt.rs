@@ -275,3 +275,94 @@ async fn hw_api_on_an_external_mosquitto() {
     e.wait_mqtt_connected();
     exercise(port, 3).await;
 }
+
+/// The embedded broker with a password file written by Mosquitto's own `mosquitto_passwd` and
+/// a Mosquitto ACL file: an anonymous client and a wrong password are refused, and the app
+/// user reaches its device's `$hw` topics only (a publish elsewhere is acknowledged and
+/// dropped, and counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let passwd = dir.path().join("mqtt.passwd");
+    let made = std::process::Command::new("mosquitto_passwd")
+        .args(["-c", "-b"])
+        .arg(&passwd)
+        .args(["app", "s3cret"])
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: mosquitto_passwd (Debian's mosquitto package) is not there: {made:?}");
+        return;
+    }
+    let acl = dir.path().join("mqtt.acl");
+    std::fs::write(
+        &acl,
+        "user app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\n",
+    )
+    .expect("acl");
+    let e = Edgecore::start_with_mqtt(&format!(
+        ", passwordFile: {}, aclFile: {}",
+        passwd.display(),
+        acl.display()
+    ));
+    let connect = |user: Option<(&str, &str)>, n: u32| {
+        let mut o = MqttOptions::new(format!("c{n}"), "127.0.0.1", e.mqtt_port);
+        if let Some((u, p)) = user {
+            o.set_credentials(u, p);
+        }
+        AsyncClient::new(o, 16)
+    };
+    for (user, code) in [
+        (None, rumqttc::ConnectReturnCode::NotAuthorized),
+        (
+            Some(("app", "wrong")),
+            rumqttc::ConnectReturnCode::BadUserNamePassword,
+        ),
+    ] {
+        let (_c, mut ev) = connect(user, 1);
+        let r = tokio::time::timeout(Duration::from_secs(10), ev.poll())
+            .await
+            .expect("an answer");
+        assert!(
+            matches!(r, Err(rumqttc::ConnectionError::ConnectionRefused(c)) if c == code),
+            "{user:?}: {r:?}"
+        );
+    }
+    let (client, events) = connect(Some(("app", "s3cret")), 2);
+    let mut app = App {
+        client,
+        events,
+        pending: Vec::new(),
+    };
+    app.client
+        .subscribe("$hw/events/device/+/+/twin/update/result", QoS::AtLeastOnce)
+        .await
+        .expect("subscribe");
+    app.send(
+        &format!("{DEV}/twin/update"),
+        br#"{"event_id":"e1","twin":{"setpoint":{"expected":{"value":"42"}}}}"#,
+    )
+    .await;
+    let result = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(result["event_id"], "e1", "{result}");
+    // Not granted: acknowledged (the client is not cut off) and dropped.
+    app.send(&format!("{DEV}/twin/get"), br#"{"event_id":"e2"}"#)
+        .await;
+    // A granted request after it: once answered, the one before was handled (one connection
+    // keeps its order).
+    app.send(
+        &format!("{DEV}/twin/update"),
+        br#"{"event_id":"e3","twin":{"setpoint":{"expected":{"value":"43"}}}}"#,
+    )
+    .await;
+    let result = app.expect(&format!("{DEV}/twin/update/result")).await;
+    assert_eq!(result["event_id"], "e3", "{result}");
+    let denied = e.eventually("the denied publish counted", |e| {
+        let text = e.metrics();
+        text.lines()
+            .find(|l| l.starts_with("edgecore_broker_denied_total "))
+            .filter(|l| !l.ends_with(" 0"))
+            .map(str::to_string)
+    });
+    assert!(denied.ends_with(" 1"), "{denied}");
+    assert!(e.metrics().contains("edgecore_broker_refused_total 2"));
+}

@@ -7,8 +7,9 @@
 //! What it does: CONNECT with clean sessions, SUBSCRIBE/UNSUBSCRIBE with `+` and `#` (which, as
 //! MQTT requires, do not match `$` topics at the first level), PUBLISH at QoS 0 and 1 (QoS 2 is
 //! accepted and delivered at most at QoS 1), retained messages, PINGREQ, and the last will of a
-//! client that drops. No persistent sessions, TLS or authentication: for those, run a full
-//! broker and set `mqtt.mode: external`. Packets are parsed by rumqttc's MQTT codec; a client
+//! client that drops; users of a Mosquitto password file and topics of a Mosquitto ACL file
+//! (`auth`). No persistent sessions or TLS: for those, run a full broker and set
+//! `mqtt.mode: external`. Packets are parsed by rumqttc's MQTT codec; a client
 //! that sends a malformed packet is disconnected, never the broker.
 
 use bytes::BytesMut;
@@ -101,6 +102,8 @@ fn valid_filter(filter: &str) -> bool {
 
 struct Client {
     client_id: String,
+    /// The user it logged in as (`None`: anonymous).
+    user: Option<String>,
     tx: mpsc::Sender<Packet>,
     filters: Vec<(String, QoS)>,
     /// Bytes of the publishes queued for it and not written yet.
@@ -130,6 +133,10 @@ pub struct BrokerStats {
     pub overflowed: AtomicU64,
     /// Clients disconnected for sending nothing within 1.5 times their keep-alive.
     pub keepalive_expired: AtomicU64,
+    /// CONNECTs refused (a wrong password, an anonymous client where none may be).
+    pub refused: AtomicU64,
+    /// Publishes the ACL does not grant their client (acknowledged and dropped).
+    pub denied: AtomicU64,
 }
 
 #[derive(Clone, Default)]
@@ -139,6 +146,8 @@ struct Shared {
     stats: Arc<BrokerStats>,
     /// Fixed at start.
     limits: Arc<Limits>,
+    /// Who may connect, publish and receive what.
+    auth: Arc<super::auth::Auth>,
 }
 
 impl Shared {
@@ -180,7 +189,19 @@ impl Shared {
                     .insert(publish.topic.clone(), publish.clone());
             }
         }
+        let acl = self.auth.has_acl();
         for client in state.clients.values() {
+            if acl
+                && !client.link
+                && !self.auth.allows(
+                    client.user.as_deref(),
+                    &client.client_id,
+                    &publish.topic,
+                    false,
+                )
+            {
+                continue;
+            }
             let granted = client
                 .filters
                 .iter()
@@ -245,6 +266,7 @@ impl Broker {
             id,
             Client {
                 client_id: format!("edgecore in-process link {id}"),
+                user: None,
                 tx,
                 filters: filters
                     .iter()
@@ -331,6 +353,7 @@ impl LinkPublisher {
 pub(crate) async fn start(
     addr: SocketAddr,
     limits: Limits,
+    auth: super::auth::Auth,
     cancel: CancellationToken,
 ) -> Result<Broker, BrokerError> {
     let max_connections = limits.max_connections;
@@ -343,6 +366,7 @@ pub(crate) async fn start(
     tracing::info!(addr = %local, "embedded MQTT broker listening");
     let shared = Shared {
         limits: Arc::new(limits),
+        auth: Arc::new(auth),
         ..Shared::default()
     };
     let broker = Broker {
@@ -403,6 +427,8 @@ enum Disconnect {
     InvalidTopic(String),
     #[error("second CONNECT")]
     SecondConnect,
+    #[error("CONNECT refused: {0:?}")]
+    Refused(ConnectReturnCode),
 }
 
 /// Reads the next packet, or `None` at end of stream.
@@ -481,6 +507,16 @@ async fn connection(
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(Disconnect::NoConnect),
     };
+    let user = match shared.auth.login(connect.login.as_ref()) {
+        Ok(u) => u,
+        Err(code) => {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            let mut out = BytesMut::new();
+            encode(&Packet::ConnAck(ConnAck::new(code, false)), &mut out);
+            let _ = writer.write_all(&out).await;
+            return Err(Disconnect::Refused(code));
+        }
+    };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let client_id = if connect.client_id.is_empty() {
         format!("anonymous-{id}")
@@ -515,6 +551,7 @@ async fn connection(
             id,
             Client {
                 client_id: client_id.clone(),
+                user: user.clone(),
                 tx: tx.clone(),
                 filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
@@ -635,7 +672,15 @@ async fn connection(
                         let _ = ctl.send(Packet::PubRec(PubRec::new(p.pkid))).await;
                     }
                 }
-                shared.route(&p).await;
+                if shared
+                    .auth
+                    .allows(user.as_deref(), &client_id, &p.topic, true)
+                {
+                    shared.route(&p).await;
+                } else {
+                    shared.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(client = %client_id, topic = %p.topic, "MQTT publish not granted by the ACL; dropped");
+                }
             }
             Packet::PubRel(r) => {
                 let _ = ctl.send(Packet::PubComp(PubComp::new(r.pkid))).await;
@@ -657,7 +702,11 @@ async fn connection(
                             c.filters.push((f.path.clone(), q));
                         }
                         for r in state.retained.values() {
-                            if topic_matches(&f.path, &r.topic) {
+                            if topic_matches(&f.path, &r.topic)
+                                && shared
+                                    .auth
+                                    .allows(user.as_deref(), &client_id, &r.topic, false)
+                            {
                                 let mut r = r.clone();
                                 r.qos = min_qos(r.qos, q);
                                 retained.push(r);

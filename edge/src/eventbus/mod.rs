@@ -2,6 +2,7 @@
 //! any external one. Requests are handled in the order they arrive; a malformed payload gets an
 //! error on its result topic and changes nothing.
 
+pub(crate) mod auth;
 pub(crate) mod broker;
 pub(crate) mod payload;
 

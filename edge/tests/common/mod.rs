@@ -81,7 +81,23 @@ impl Edgecore {
         e
     }
 
+    /// Starts edgecore (embedded broker) with `mqtt_extra` added to its `mqtt:` settings
+    /// (`, passwordFile: FILE`).
+    pub fn start_with_mqtt(mqtt_extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).expect("mkdir");
+        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let mut e = Self::with_dir_and_mqtt(dir, None, mqtt_extra);
+        e.wait_ready();
+        e
+    }
+
     pub fn with_dir(dir: tempfile::TempDir, external: Option<u16>) -> Self {
+        Self::with_dir_and_mqtt(dir, external, "")
+    }
+
+    fn with_dir_and_mqtt(dir: tempfile::TempDir, external: Option<u16>, mqtt_extra: &str) -> Self {
         let http_port = free_port();
         let (mode, mqtt_port) = match external {
             Some(p) => ("external", p),
@@ -89,7 +105,7 @@ impl Edgecore {
         };
         let config = dir.path().join("edgecore.yaml");
         let text = format!(
-            "nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 100}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{mqtt_port}\", clientId: edgecore-{http_port}}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"
+            "nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 100}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{mqtt_port}\", clientId: edgecore-{http_port}{mqtt_extra}}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"
         );
         std::fs::write(&config, text).expect("write config");
         let child = spawn(&config, dir.path());
@@ -188,6 +204,14 @@ impl Edgecore {
                 )
             }
             Err(_) => (0, Value::Null),
+        }
+    }
+
+    /// The text of `/metrics`.
+    pub fn metrics(&self) -> String {
+        match self.get("/metrics").1 {
+            Value::String(t) => t,
+            other => other.to_string(),
         }
     }
 
