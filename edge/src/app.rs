@@ -188,6 +188,20 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             mappers,
             pods,
             pod_log_dir: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
+            token: match &config.http.token_file {
+                None => None,
+                Some(f) => {
+                    let text = std::fs::read_to_string(f)
+                        .with_context(|| format!("cannot read http.tokenFile {}", f.display()))?;
+                    let token = text.lines().next().unwrap_or_default().trim().to_string();
+                    anyhow::ensure!(
+                        !token.is_empty(),
+                        "http.tokenFile {} is empty: its first line is the token",
+                        f.display()
+                    );
+                    Some(Arc::from(token))
+                }
+            },
         };
         tasks.spawn(http::serve(
             listener,

@@ -234,6 +234,10 @@ pub struct Http {
     pub address: SocketAddr,
     /// Most connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// A file whose first line is a token every request must carry (`Authorization: Bearer
+    /// TOKEN`; `kectl` sends `KECTL_TOKEN`), but `/healthz` and `/readyz`. Without one, anyone
+    /// who reaches `address` (loopback by default) may use the API.
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for Http {
@@ -241,6 +245,7 @@ impl Default for Http {
         Self {
             address: SocketAddr::from(([127, 0, 0, 1], DEFAULT_HTTP_PORT)),
             max_connections: 256,
+            token_file: None,
         }
     }
 }
@@ -328,6 +333,7 @@ impl Config {
         self.data_dir = abs(&self.data_dir);
         self.mqtt.password_file = self.mqtt.password_file.as_deref().map(abs);
         self.mqtt.acl_file = self.mqtt.acl_file.as_deref().map(abs);
+        self.http.token_file = self.http.token_file.as_deref().map(abs);
         self.manifests.dir = Some(match &self.manifests.dir {
             Some(d) => abs(d),
             None => self.data_dir.join("manifests"),

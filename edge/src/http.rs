@@ -40,6 +40,40 @@ pub(crate) struct ApiState {
     pub pods: Option<edged::Pods>,
     /// Where edged's runtime writes container logs (`edged.podLogDir`), when edged runs.
     pub pod_log_dir: Option<std::path::PathBuf>,
+    /// The token requests must carry (`http.tokenFile`), if any.
+    pub token: Option<Arc<str>>,
+}
+
+/// Refuses (401) a request without the API's token, when it has one.
+async fn require_token(
+    State(s): State<ApiState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(token) = &s.token {
+        let given = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .unwrap_or_default();
+        // Compared in constant time.
+        let same = given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if !same {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(serde_json::json!({"error": "this API requires its token: Authorization: Bearer TOKEN (kectl: KECTL_TOKEN)"})),
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// `GET /api/v1/pods/{ns}/{name}/log` query, named as the Kubernetes API names them.
@@ -142,9 +176,10 @@ async fn readyz(State(s): State<ApiState>) -> Response {
 }
 
 pub(crate) fn router(state: ApiState) -> Router {
-    Router::new()
+    let open = Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz));
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/devices", get(list))
         .route("/api/v1/pods", get(pods))
@@ -155,6 +190,11 @@ pub(crate) fn router(state: ApiState) -> Router {
             axum::routing::put(set_desired),
         )
         .route("/api/v1/mappers", get(mappers))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
+        .merge(open)
         .with_state(state)
 }
 

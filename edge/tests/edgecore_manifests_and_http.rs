@@ -277,3 +277,37 @@ fn clients_that_trickle_their_headers_are_cut_off() {
     );
     assert_eq!(e.get("/healthz").0, 200);
 }
+
+/// With `http.tokenFile`, the API answers only requests that carry the token (kectl sends
+/// `KECTL_TOKEN`); health checks stay open.
+#[test]
+fn the_http_api_can_require_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("api.token");
+    std::fs::write(&file, "s3cret-token\n").expect("token");
+    let e = Edgecore::start_with("", &format!(", tokenFile: {}", file.display()));
+    assert_eq!(e.get("/healthz").0, 200);
+    let (status, body) = e.get("/api/v1/devices");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.to_string().contains("KECTL_TOKEN"), "{body}");
+    let kectl = |token: Option<&str>| {
+        let mut c = Command::new(bin("kectl"));
+        c.args(["twin", "list", "--server", &e.http]);
+        match token {
+            Some(t) => c.env("KECTL_TOKEN", t),
+            None => c.env_remove("KECTL_TOKEN"),
+        };
+        c.output().expect("kectl runs")
+    };
+    let out = kectl(None);
+    assert!(!out.status.success());
+    let out = kectl(Some("wrong"));
+    assert!(!out.status.success());
+    let out = kectl(Some("s3cret-token"));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("oven-1"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

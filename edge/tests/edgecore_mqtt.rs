@@ -299,11 +299,14 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
         "user app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\n",
     )
     .expect("acl");
-    let e = Edgecore::start_with_mqtt(&format!(
-        ", passwordFile: {}, aclFile: {}",
-        passwd.display(),
-        acl.display()
-    ));
+    let e = Edgecore::start_with(
+        &format!(
+            ", passwordFile: {}, aclFile: {}",
+            passwd.display(),
+            acl.display()
+        ),
+        "",
+    );
     let connect = |user: Option<(&str, &str)>, n: u32| {
         let mut o = MqttOptions::new(format!("c{n}"), "127.0.0.1", e.mqtt_port);
         if let Some((u, p)) = user {

@@ -7,10 +7,12 @@ use std::fmt::Write;
 /// The default address of edgecore's HTTP API (`http.address` in its config).
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:10360";
 
-/// A client of edgecore's HTTP API.
+/// A client of edgecore's HTTP API. The token of an API that requires one (`http.tokenFile`)
+/// is taken from `KECTL_TOKEN`.
 pub struct Client {
     agent: ureq::Agent,
     base: String,
+    token: Option<String>,
 }
 
 /// Splits `NS/NAME`; a bare `NAME` is in `default`.
@@ -32,6 +34,19 @@ impl Client {
         Self {
             agent,
             base: server.trim_end_matches('/').to_string(),
+            token: std::env::var("KECTL_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// A GET of `url`, with the token when there is one.
+    fn get_url(&self, url: String) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        let r = self.agent.get(url);
+        match &self.token {
+            Some(t) => r.header("authorization", format!("Bearer {t}")),
+            None => r,
         }
     }
 
@@ -66,24 +81,20 @@ impl Client {
     /// The twin document of a device.
     pub fn get(&self, ns: &str, name: &str) -> anyhow::Result<Value> {
         let r = self
-            .agent
-            .get(format!("{}/api/v1/devices/{ns}/{name}", self.base))
+            .get_url(format!("{}/api/v1/devices/{ns}/{name}", self.base))
             .call();
         self.decode(&format!("get twin of {ns}/{name}"), r)
     }
 
     /// Every device.
     pub fn list(&self) -> anyhow::Result<Value> {
-        let r = self
-            .agent
-            .get(format!("{}/api/v1/devices", self.base))
-            .call();
+        let r = self.get_url(format!("{}/api/v1/devices", self.base)).call();
         self.decode("list devices", r)
     }
 
     /// edged's pods.
     pub fn pods(&self) -> anyhow::Result<Value> {
-        let r = self.agent.get(format!("{}/api/v1/pods", self.base)).call();
+        let r = self.get_url(format!("{}/api/v1/pods", self.base)).call();
         self.decode("list pods", r)
     }
 
@@ -107,7 +118,7 @@ impl Client {
         if let Some(t) = tail {
             let _ = write!(url, "&tailLines={t}");
         }
-        let r = self.agent.get(url).call();
+        let r = self.get_url(url).call();
         match self.decode(&format!("logs of pod {ns}/{name}"), r)? {
             Value::String(text) => Ok(text),
             // A log whose text happens to be JSON.
@@ -131,11 +142,14 @@ impl Client {
         if let Some(v) = if_version {
             let _ = write!(url, "?ifVersion={v}");
         }
-        let r = self
+        let mut req = self
             .agent
             .put(url)
-            .header("content-type", "application/json")
-            .send(Value::Object(body).to_string());
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let r = req.send(Value::Object(body).to_string());
         self.decode(&format!("set desired value of {ns}/{name}"), r)
     }
 }

@@ -82,22 +82,27 @@ impl Edgecore {
     }
 
     /// Starts edgecore (embedded broker) with `mqtt_extra` added to its `mqtt:` settings
-    /// (`, passwordFile: FILE`).
-    pub fn start_with_mqtt(mqtt_extra: &str) -> Self {
+    /// (`, passwordFile: FILE`) and `http_extra` to its `http:` ones.
+    pub fn start_with(mqtt_extra: &str, http_extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&manifests).expect("mkdir");
         std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
-        let mut e = Self::with_dir_and_mqtt(dir, None, mqtt_extra);
+        let mut e = Self::with_dir_and_extra(dir, None, mqtt_extra, http_extra);
         e.wait_ready();
         e
     }
 
     pub fn with_dir(dir: tempfile::TempDir, external: Option<u16>) -> Self {
-        Self::with_dir_and_mqtt(dir, external, "")
+        Self::with_dir_and_extra(dir, external, "", "")
     }
 
-    fn with_dir_and_mqtt(dir: tempfile::TempDir, external: Option<u16>, mqtt_extra: &str) -> Self {
+    fn with_dir_and_extra(
+        dir: tempfile::TempDir,
+        external: Option<u16>,
+        mqtt_extra: &str,
+        http_extra: &str,
+    ) -> Self {
         let http_port = free_port();
         let (mode, mqtt_port) = match external {
             Some(p) => ("external", p),
@@ -105,7 +110,7 @@ impl Edgecore {
         };
         let config = dir.path().join("edgecore.yaml");
         let text = format!(
-            "nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 100}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{mqtt_port}\", clientId: edgecore-{http_port}{mqtt_extra}}}\nhttp: {{address: \"127.0.0.1:{http_port}\"}}\ndmi: {{socket: dmi.sock}}\n"
+            "nodeName: test-node\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 100}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{mqtt_port}\", clientId: edgecore-{http_port}{mqtt_extra}}}\nhttp: {{address: \"127.0.0.1:{http_port}\"{http_extra}}}\ndmi: {{socket: dmi.sock}}\n"
         );
         std::fs::write(&config, text).expect("write config");
         let child = spawn(&config, dir.path());
