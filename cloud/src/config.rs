@@ -283,6 +283,7 @@ impl Config {
             bookmark_every: std::time::Duration::from_secs(a.bookmark_interval_seconds),
             fsync: a.fsync,
             install,
+            revoked: None,
         }
     }
 }

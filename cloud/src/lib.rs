@@ -51,7 +51,14 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
             (client, None)
         }
         None => {
-            let running = apiserver::start(config.apiserver(crds)).await?;
+            let mut api_config = config.apiserver(crds);
+            // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
+            // either.
+            let book = cloudhub::joins::Book::new(&config.data_dir);
+            api_config.revoked = Some(apiserver::RevocationCheck(Arc::new(move |serial| {
+                book.is_revoked(serial).unwrap_or(true)
+            })));
+            let running = apiserver::start(api_config).await?;
             let client = cluster_client(&running.kubeconfig).await?;
             eprintln!(
                 "cloudcore: API at {}; use it with: kubectl --kubeconfig {} get devices -A",

@@ -701,13 +701,39 @@ async fn a_join_cannot_take_over_a_joined_node_until_its_certificate_is_revoked(
         "{why}"
     );
     drop(first);
+    // The node's certificate on the embedded API: its own Node, as the Node authorizer allows.
+    let state = c.dir.join("edge-edge-node-1");
+    let as_node = || {
+        let out = Command::new(common::kubectl_bin())
+            .arg(format!("--server=https://127.0.0.1:{}", c.port))
+            .arg(format!(
+                "--certificate-authority={}",
+                state.join("ca.crt").display()
+            ))
+            .arg(format!(
+                "--client-certificate={}",
+                state.join("edge.crt").display()
+            ))
+            .arg(format!("--client-key={}", state.join("edge.key").display()))
+            .args(["auth", "can-i", "get", "nodes/edge-node-1"])
+            .env("HOME", &c.dir)
+            .output()
+            .expect("kubectl runs");
+        (
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            common::text(&out),
+        )
+    };
+    assert_eq!(as_node().0, "yes");
     let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
         .args(["node", "revoke", "edge-node-1", "--config"])
         .arg(c.dir.join("cloudcore.yaml"))
         .output()
         .expect("cloudcore node revoke runs");
     assert!(out.status.success(), "{}", common::text(&out));
-    // The revoked certificate opens no session.
+    // The revoked certificate authenticates nobody on the API, and opens no session.
+    let (_, refused) = as_node();
+    assert!(refused.contains("Unauthorized"), "{refused}");
     let mut revoked = Edge::start(&c, "edge-node-1", &token);
     revoked.until("the refused session", |v| {
         v["closed"].is_string() || v["refused"].is_string()

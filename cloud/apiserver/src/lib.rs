@@ -71,6 +71,19 @@ pub struct Config {
     /// Objects created at start when absent, or updated when their spec differs (the project's
     /// CRDs).
     pub install: Vec<Value>,
+    /// Which client certificates were revoked (cloudcore's node certificates), if anyone
+    /// revokes them: a revoked one authenticates nobody.
+    pub revoked: Option<RevocationCheck>,
+}
+
+/// Whether the client certificate with a serial number (hex) was revoked.
+#[derive(Clone)]
+pub struct RevocationCheck(pub Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for RevocationCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RevocationCheck")
+    }
 }
 
 impl Default for Config {
@@ -84,6 +97,7 @@ impl Default for Config {
             bookmark_every: Duration::from_secs(60),
             fsync: false,
             install: Vec::new(),
+            revoked: None,
         }
     }
 }
@@ -198,7 +212,7 @@ pub async fn start(config: Config) -> Result<Running> {
     bootstrap(&api, &config.install).await?;
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone()));
-    let app = router(api.clone(), pki.tokens.clone());
+    let app = router(api.clone(), pki.tokens.clone(), config.revoked.clone());
     let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), app, stop.clone()));
     tracing::info!(%url, kubeconfig = %pki.kubeconfig.display(), "embedded API serving");
     Ok(Running {
@@ -360,12 +374,14 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
 struct AppState {
     api: Arc<Api>,
     tokens: Arc<Vec<(String, User)>>,
+    revoked: Option<RevocationCheck>,
 }
 
-fn router(api: Arc<Api>, tokens: Vec<(String, User)>) -> Router {
+fn router(api: Arc<Api>, tokens: Vec<(String, User)>, revoked: Option<RevocationCheck>) -> Router {
     let state = AppState {
         api,
         tokens: Arc::new(tokens),
+        revoked,
     };
     Router::new()
         .route("/healthz", get(ok))
@@ -381,7 +397,14 @@ async fn ok() -> &'static str {
 
 fn user(state: &AppState, req: &Request) -> Option<User> {
     if let Some(Identity(Some(user))) = req.extensions().get::<Identity>() {
-        return Some(user.clone());
+        // Only node certificates are revoked (and checked: the check reads a file).
+        let revoked = match (&state.revoked, req.extensions().get::<ClientCertificate>()) {
+            (Some(check), Some(cert)) if user.in_group("system:nodes") => {
+                pki::serial_and_expiry(&cert.0).is_none_or(|(serial, _)| (check.0)(&serial))
+            }
+            _ => false,
+        };
+        return (!revoked).then(|| user.clone());
     }
     let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let token = auth.strip_prefix("Bearer ")?.trim();
