@@ -1,40 +1,16 @@
 //! Runs the real `cloudcore` binary on a temporary data directory, and the real `kubectl`
-//! against it.
+//! against it (the harness the embedded API's own tests use, `harness.rs`, is shared).
 #![allow(dead_code)]
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+#[path = "../../apiserver/tests/common/harness.rs"]
+mod harness;
+
+pub use harness::*;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// kubectl: `$KUBECTL`, the pinned one in the project's `.venv` (scripts/test installs it), or
-/// the first in `PATH`.
-pub fn kubectl_bin() -> PathBuf {
-    if let Ok(k) = std::env::var("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let venv = workspace().join(".venv/bin/kubectl");
-    if venv.is_file() {
-        return venv;
-    }
-    PathBuf::from("kubectl")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A running cloudcore.
+/// A running cloudcore; kubectl as its admin through `Deref` (`cloud.ok(&["get", ...])`).
 pub struct Cloud {
     pub dir: PathBuf,
     pub port: u16,
@@ -42,13 +18,22 @@ pub struct Cloud {
     pub hub_port: u16,
     pub cert_port: u16,
     pub kubeconfig: PathBuf,
+    kube: Kubectl,
     extra: String,
     modules: String,
     /// A shell command run before cloudcore (`umask 000`), if any.
     setup: Option<String>,
     starts: usize,
-    child: Option<Child>,
+    process: Process,
     _tmp: Option<tempfile::TempDir>,
+}
+
+impl std::ops::Deref for Cloud {
+    type Target = Kubectl;
+
+    fn deref(&self) -> &Kubectl {
+        &self.kube
+    }
 }
 
 impl Cloud {
@@ -76,17 +61,23 @@ impl Cloud {
 
     fn start_after(extra: &str, modules: &str, setup: Option<String>) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        let kubeconfig = dir.join("data/admin.kubeconfig");
         let mut c = Self {
-            dir: tmp.path().to_path_buf(),
+            kube: Kubectl {
+                kubeconfig: kubeconfig.clone(),
+                dir: dir.clone(),
+            },
+            dir,
             port: free_port(),
             hub_port: free_port(),
             cert_port: free_port(),
-            kubeconfig: tmp.path().join("data/admin.kubeconfig"),
+            kubeconfig,
             extra: extra.to_string(),
             modules: modules.to_string(),
             setup,
             starts: 0,
-            child: None,
+            process: Process::default(),
             _tmp: Some(tmp),
         };
         c.spawn();
@@ -141,7 +132,7 @@ impl Cloud {
             .stderr(log)
             .spawn()
             .expect("cloudcore starts");
-        self.child = Some(child);
+        self.process = Process(Some(child));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             // cloudcore prints where its API is once it serves (CRDs installed).
@@ -150,11 +141,10 @@ impl Cloud {
                 self.starts = starts;
                 break;
             }
-            if let Some(c) = self.child.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                panic!("cloudcore exited with {status}: {}", self.log());
-            }
+            let dir = self.dir.clone();
+            self.process.assert_running("cloudcore", || {
+                std::fs::read_to_string(dir.join("cloudcore.log")).unwrap_or_default()
+            });
             assert!(
                 Instant::now() < deadline,
                 "cloudcore did not come up: {}",
@@ -170,22 +160,12 @@ impl Cloud {
 
     /// `kill -9`.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.kill9();
     }
 
     /// SIGTERM, and how long it took to exit.
     pub fn stop(&mut self) -> Duration {
-        let started = Instant::now();
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            let _ = c.wait();
-        }
-        started.elapsed()
+        self.process.stop()
     }
 
     pub fn restart(&mut self) {
@@ -198,62 +178,6 @@ impl Cloud {
         self.spawn();
     }
 
-    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(kubectl_bin());
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(self.dir.join("kube-cache"))
-            .args(args)
-            .env("HOME", &self.dir);
-        cmd
-    }
-
-    pub fn kubectl(&self, args: &[&str]) -> Output {
-        self.kubectl_cmd(args).output().expect("kubectl runs")
-    }
-
-    /// Runs kubectl and returns its stdout; panics with stderr if it fails.
-    pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs kubectl, expecting it to fail, and returns its stderr.
-    pub fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} should have failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    /// Runs kubectl with `input` on stdin.
-    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
-        let mut child = self
-            .kubectl_cmd(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("stdin written");
-        child.wait_with_output().expect("kubectl ends")
-    }
-
     pub async fn client(&self) -> kube::Client {
         cloud::cluster_client(&self.kubeconfig)
             .await
@@ -263,28 +187,6 @@ impl Cloud {
     pub fn data(&self) -> PathBuf {
         self.dir.join("data")
     }
-}
-
-impl Drop for Cloud {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-pub fn examples() -> PathBuf {
-    workspace().join("examples")
-}
-
-pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-pub fn path_str(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
 }
 
 /// A node's report of one property, as KubeEdge's edgecore sends it (`twin/edge_updated`), at
@@ -305,14 +207,4 @@ pub fn twin_report(
             "twin": {prop: {"actual": {"value": value, "metadata": {"timestamp": 1_700_000_000_000i64 + version}},
                 "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}}}),
     )
-}
-
-/// The project's `.venv` Python (made by `scripts/test`), or `python3` from `PATH`.
-pub fn python() -> PathBuf {
-    let venv = workspace().join(".venv/bin/python3");
-    if venv.is_file() {
-        venv
-    } else {
-        "python3".into()
-    }
 }

@@ -1,0 +1,170 @@
+//! What the tests of a Kubernetes-compatible API share: the embedded API's (this crate's
+//! `tests/`) and cloudcore's (`cloud/tests/`, which include this file): the real `kubectl` as a
+//! user types it, a server process that is stopped or killed, and small helpers.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The workspace: the nearest folder above the test's crate with a `Cargo.lock`.
+pub fn workspace() -> PathBuf {
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(&crate_dir)
+        .to_path_buf()
+}
+
+/// kubectl: `$KUBECTL`, the pinned one in the project's `.venv` (scripts/test installs it), or
+/// the first in `PATH`.
+pub fn kubectl_bin() -> PathBuf {
+    if let Ok(k) = std::env::var("KUBECTL") {
+        return PathBuf::from(k);
+    }
+    let venv = workspace().join(".venv/bin/kubectl");
+    if venv.is_file() {
+        return venv;
+    }
+    PathBuf::from("kubectl")
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn examples() -> PathBuf {
+    workspace().join("examples")
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The project's `.venv` Python (made by `scripts/test`), or `python3` from `PATH`.
+pub fn python() -> PathBuf {
+    let venv = workspace().join(".venv/bin/python3");
+    if venv.is_file() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+/// The real kubectl with a kubeconfig, its cache and `HOME` in the test's directory.
+pub struct Kubectl {
+    pub kubeconfig: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl Kubectl {
+    pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(kubectl_bin());
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("kube-cache"))
+            .args(args)
+            .env("HOME", &self.dir);
+        cmd
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_cmd(args).output().expect("kubectl runs")
+    }
+
+    /// Runs kubectl and returns its stdout; panics with stderr if it fails.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl, expecting it to fail, and returns its stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should have failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child = self
+            .kubectl_cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("stdin written");
+        child.wait_with_output().expect("kubectl ends")
+    }
+}
+
+/// A server process: killed, or stopped with SIGTERM and timed.
+#[derive(Default)]
+pub struct Process(pub Option<Child>);
+
+impl Process {
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and how long it took to exit.
+    pub fn stop(&mut self) -> Duration {
+        let started = Instant::now();
+        if let Some(mut c) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+        started.elapsed()
+    }
+
+    /// Panics with `log` when the process has exited.
+    pub fn assert_running(&mut self, name: &str, log: impl Fn() -> String) {
+        if let Some(c) = self.0.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            panic!("{name} exited with {status}: {}", log());
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
