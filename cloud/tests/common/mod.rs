@@ -8,7 +8,7 @@ mod harness;
 pub use harness::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running cloudcore; kubectl as its admin through `Deref` (`cloud.ok(&["get", ...])`).
 pub struct Cloud {
@@ -133,25 +133,10 @@ impl Cloud {
             .spawn()
             .expect("cloudcore starts");
         self.process = Process(Some(child));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            // cloudcore prints where its API is once it serves (CRDs installed).
-            let starts = self.log().matches("cloudcore: API at").count();
-            if starts > self.starts {
-                self.starts = starts;
-                break;
-            }
-            let dir = self.dir.clone();
-            self.process.assert_running("cloudcore", || {
-                std::fs::read_to_string(dir.join("cloudcore.log")).unwrap_or_default()
-            });
-            assert!(
-                Instant::now() < deadline,
-                "cloudcore did not come up: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // cloudcore prints where its API is once it serves (CRDs installed).
+        let log = self.dir.join("cloudcore.log");
+        self.process
+            .wait_serving("cloudcore", &log, "cloudcore: API at", &mut self.starts);
     }
 
     pub fn log(&self) -> String {

@@ -153,12 +153,28 @@ impl Process {
         started.elapsed()
     }
 
-    /// Panics with `log` when the process has exited.
-    pub fn assert_running(&mut self, name: &str, log: impl Fn() -> String) {
-        if let Some(c) = self.0.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            panic!("{name} exited with {status}: {}", log());
+    /// Waits until the log file holds one more `marker` than `seen` (the server printed that
+    /// it serves); panics with the log when the process exits or 30 s pass.
+    pub fn wait_serving(&mut self, name: &str, log: &Path, marker: &str, seen: &mut usize) {
+        let text = || std::fs::read_to_string(log).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let starts = text().matches(marker).count();
+            if starts > *seen {
+                *seen = starts;
+                return;
+            }
+            if let Some(c) = self.0.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                panic!("{name} exited with {status}: {}", text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not come up: {}",
+                text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }

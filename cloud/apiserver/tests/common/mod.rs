@@ -8,7 +8,7 @@ pub mod harness;
 pub use harness::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The CRDs cloudcore installs: the device API's (generated from `api`'s types) and
 /// KubeEdge's ObjectSync ones (`cloud/crds/`), as one YAML file.
@@ -96,25 +96,10 @@ impl Server {
             .spawn()
             .expect("apiserver starts");
         self.process = Process(Some(child));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            // It prints where its API is once it serves (CRDs installed).
-            let starts = self.log().matches("apiserver: API at").count();
-            if starts > self.starts {
-                self.starts = starts;
-                break;
-            }
-            let dir = self.dir.clone();
-            self.process.assert_running("apiserver", || {
-                std::fs::read_to_string(dir.join("apiserver.log")).unwrap_or_default()
-            });
-            assert!(
-                Instant::now() < deadline,
-                "apiserver did not come up: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // It prints where its API is once it serves (CRDs installed).
+        let log = self.dir.join("apiserver.log");
+        self.process
+            .wait_serving("apiserver", &log, "apiserver: API at", &mut self.starts);
     }
 
     pub fn log(&self) -> String {
