@@ -17,7 +17,9 @@ printed as one JSON object per line; "ready" once the mapper has registered.
 """
 import argparse
 import json
+import atexit
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -31,6 +33,8 @@ def load_proto(proto_root):
     import grpc_tools
 
     out = tempfile.mkdtemp(prefix="dmi-proto-")
+    # The generated modules are only needed until they are imported and in use: gone at exit.
+    atexit.register(shutil.rmtree, out, True)
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     rc = protoc.main([
         "protoc", f"-I{proto_root}", f"-I{include}",
