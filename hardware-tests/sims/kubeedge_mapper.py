@@ -16,8 +16,8 @@ Unix socket, and grpc-go's forms are the raw path and the percent-encoded path. 
 printed as one JSON object per line; "ready" once the mapper has registered.
 """
 import argparse
-import json
 import atexit
+import json
 import os
 import shutil
 import struct
