@@ -42,6 +42,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 use status::Status;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -512,10 +513,58 @@ async fn authenticated(
     Status::no_route(&path).into_response()
 }
 
+/// TLS handshakes in progress at once from one client address, on one listener.
+const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+
+/// The TLS handshakes in progress, by client address.
+#[derive(Clone, Default)]
+struct Handshakes(Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>);
+
+/// One handshake in progress; ends when dropped.
+struct Handshake {
+    of: Handshakes,
+    ip: std::net::IpAddr,
+}
+
+impl Handshakes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, usize>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn begin(&self, ip: std::net::IpAddr) -> Option<Handshake> {
+        let mut m = self.lock();
+        let n = m.entry(ip).or_default();
+        if *n >= MAX_HANDSHAKES_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Handshake {
+            of: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        let mut m = self.of.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
 /// of its client certificate's common name.
 pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: CancellationToken) {
     let mut conns = tokio::task::JoinSet::new();
+    // Connections still in their TLS handshake (no credential seen yet), per client address:
+    // one over the bound is closed at once, so that one host's half-open connections neither
+    // take every descriptor nor shut other hosts out.
+    let handshakes = Handshakes::default();
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => break,
@@ -529,13 +578,18 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                 }
             },
         };
+        let Some(handshake) = handshakes.begin(peer.ip()) else {
+            tracing::debug!(%peer, "too many TLS handshakes at once from this address; connection closed");
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let tls = tls.clone();
         let app = app.clone();
         let stop = stop.clone();
         conns.spawn(async move {
-            let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
-            {
+            let accepted = tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await;
+            drop(handshake);
+            let stream = match accepted {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");

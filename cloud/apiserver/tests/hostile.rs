@@ -14,6 +14,14 @@ use tokio_rustls::rustls;
 
 /// A TLS connection to the server as its admin (the admin certificate of the data directory).
 async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    connect_from(s, [127, 0, 0, 1]).await
+}
+
+/// The same, from the loopback address `from` (another "host").
+async fn connect_from(
+    s: &Server,
+    from: [u8; 4],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let pki = s.data().join("pki");
@@ -34,7 +42,12 @@ async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<tokio::net::TcpS
     .with_root_certificates(roots)
     .with_client_auth_cert(certs, key)
     .expect("client certificate");
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from((from, 0)))
+        .expect("bound");
+    let tcp = socket
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], s.port)))
         .await
         .expect("connected");
     tokio_rustls::TlsConnector::from(Arc::new(config))
@@ -167,4 +180,45 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
         cut.iter().max()
     );
     still_serves(&s);
+
+    // 100 connections from one address that never start their TLS handshake: those over the
+    // bound per address are closed at once; another address is served meanwhile.
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+                .await
+                .expect("connected"),
+        );
+    }
+    // Each read waits up to 5 s: the server closes the ones over the bound when it accepts
+    // them, and keeps the others for the 10 s of the handshake timeout.
+    let reads = idle.iter_mut().map(|c| async move {
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    });
+    let closed = futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .filter(|c| *c)
+        .count();
+    eprintln!("100 connections that never handshake from one address: {closed} closed at once");
+    assert_eq!(closed, 100 - 64, "over the 64 handshakes per address");
+    let started = Instant::now();
+    let mut other = connect_from(&s, [127, 0, 0, 2]).await;
+    other
+        .write_all(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("sent");
+    let mut answer = String::new();
+    let _ = other.read_to_string(&mut answer).await;
+    eprintln!(
+        "another address meanwhile: {:?} in {:?}",
+        answer.lines().next(),
+        started.elapsed()
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
