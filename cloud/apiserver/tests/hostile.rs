@@ -88,6 +88,7 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
         "bomb",
         &format!("--from-literal=a={}", "x".repeat(1024)),
     ]);
+    let rss_before = s.rss_kb().expect("the server's VmRSS");
 
     // 26 copies, each doubling the object: 64 GiB if applied.
     let ops: Vec<String> = (0..26)
@@ -221,4 +222,12 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
         started.elapsed()
     );
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Memory: none of it made the server hold what it was sent (the patch bomb alone would
+    // have needed 64 GiB).
+    let rss_after = s.rss_kb().expect("the server's VmRSS");
+    eprintln!("the server's VmRSS: {rss_before} kB before, {rss_after} kB after");
+    assert!(
+        rss_after < rss_before + 256 * 1024,
+        "{rss_before} kB -> {rss_after} kB"
+    );
 }

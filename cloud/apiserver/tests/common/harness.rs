@@ -133,6 +133,16 @@ impl Kubectl {
 pub struct Process(pub Option<Child>);
 
 impl Process {
+    /// The process's resident memory (VmRSS), in kB.
+    pub fn rss_kb(&self) -> Option<u64> {
+        let pid = self.0.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// `kill -9`.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.0.take() {

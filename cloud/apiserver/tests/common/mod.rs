@@ -106,6 +106,11 @@ impl Server {
         std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default()
     }
 
+    /// The server's resident memory, in kB.
+    pub fn rss_kb(&self) -> Option<u64> {
+        self.process.rss_kb()
+    }
+
     /// `kill -9`.
     pub fn kill9(&mut self) {
         self.process.kill9();
