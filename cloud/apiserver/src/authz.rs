@@ -11,8 +11,8 @@
 //! - the Devices bound to it and their status, and the DeviceModels they name;
 //! - creating Events.
 //!
-//! Not the create of its Node or Lease (whose name is in the body, which is read after this
-//! decision): the project's edges reach the cloud through cloudhub, never through this API.
+//! A node may create its own Node and Lease: their name is in the body, so that create is
+//! decided once the body is read ([`own_create`]), as NodeRestriction does.
 
 use crate::User;
 use crate::status::{Status, qualified};
@@ -222,6 +222,21 @@ fn node_allows(t: &Tables, user: &User, a: &Attributes) -> bool {
         ("", "events") | ("events.k8s.io", "events") => matches!(a.verb, "create" | "patch"),
         _ => false,
     }
+}
+
+/// The node a create by `user` must name in its body for [`allowed`]'s refusal to be lifted:
+/// a node creating its own Node, or its own Lease in `kube-node-lease`.
+pub(crate) fn own_create<'u>(user: &'u User, a: &Attributes) -> Option<&'u str> {
+    let node = node_of(user)?;
+    let own = a.verb == "create"
+        && a.name.is_none()
+        && a.sub.is_none()
+        && match (a.group, a.resource) {
+            ("", "nodes") => true,
+            ("coordination.k8s.io", "leases") => a.ns == "kube-node-lease",
+            _ => false,
+        };
+    own.then_some(node)
 }
 
 /// Whether a binding's subject is `user`.

@@ -171,6 +171,25 @@ fn a_nodes_certificate_reaches_only_its_own_objects() {
         ],
     );
     assert!(!ok && out.contains("pods is forbidden"), "{out}");
+    // Its own Node and Lease it may create (NodeRestriction: the name in the body), no other.
+    let manifest = |kind: &str, name: &str| {
+        let file = s.dir.join(format!("{kind}-{name}.yaml"));
+        let text = match kind {
+            "Node" => format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n"),
+            _ => format!(
+                "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {name}, namespace: kube-node-lease}}\nspec: {{holderIdentity: {name}}}\n"
+            ),
+        };
+        std::fs::write(&file, text).expect("manifest");
+        file
+    };
+    for kind in ["Node", "Lease"] {
+        let own = manifest(kind, "n1");
+        may(&["create", "-f", own.to_str().expect("utf-8")]);
+        let other = manifest(kind, "n2");
+        let (ok, out) = as_user(&s, &node, &["create", "-f", other.to_str().expect("utf-8")]);
+        assert!(!ok && out.contains("is forbidden"), "{kind} n2: {out}");
+    }
     // What it asks about itself, as kubectl asks.
     assert_eq!(may(&["auth", "can-i", "get", "secret/s1"]).trim(), "yes");
     let (ok, out) = as_user(&s, &node, &["auth", "can-i", "list", "secrets"]);
