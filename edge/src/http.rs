@@ -58,13 +58,7 @@ async fn require_token(
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .unwrap_or_default();
-        // Compared in constant time.
-        let same = given.len() == token.len()
-            && given
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
+        let same = rt::secret::same(given.as_bytes(), token.as_bytes());
         if !same {
             return (
                 StatusCode::UNAUTHORIZED,

@@ -10,6 +10,7 @@
 //! - [`config`]: YAML config files read with the path of a wrong key in the error.
 //! - [`backoff`]: the growing pause between retries of every reconnecting loop.
 //! - [`metrics`]: `/metrics` in the Prometheus text format, encoded by prometheus-client.
+//! - [`secret`]: secrets compared in constant time.
 //! - [`ratelimit`]: a token bucket for message rates.
 //! - [`sys`]: the allocator's tuning: the only unsafe code of the project.
 //!
@@ -24,6 +25,7 @@ pub mod fs;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;
+pub mod secret;
 pub mod sys;
 pub mod transport;
 

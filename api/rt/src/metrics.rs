@@ -88,12 +88,6 @@ impl Scrape {
         self.add(name, help, Value::Histogram(histogram.clone()))
     }
 
-    /// The samples of `other` after these, with these labels (`other`'s are not kept).
-    pub fn extend(&mut self, other: Scrape) -> &mut Self {
-        self.samples.extend(other.samples);
-        self
-    }
-
     /// The text format.
     pub fn render(self) -> String {
         let mut registry = Registry::default();

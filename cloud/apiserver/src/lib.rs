@@ -412,7 +412,7 @@ fn user(state: &AppState, req: &Request) -> Option<User> {
     state
         .tokens
         .iter()
-        .find(|(t, _)| t == token)
+        .find(|(t, _)| rt::secret::same(t.as_bytes(), token.as_bytes()))
         .map(|(_, u)| u.clone())
 }
 

@@ -89,11 +89,7 @@ impl Hash {
                 let mut ctx = ring::digest::Context::new(&ring::digest::SHA512);
                 ctx.update(password);
                 ctx.update(salt);
-                let got = ctx.finish();
-                let got = got.as_ref();
-                // Compared in constant time.
-                got.len() == hash.len()
-                    && got.iter().zip(hash).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+                rt::secret::same(ctx.finish().as_ref(), hash)
             }
         }
     }
