@@ -191,12 +191,13 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
 pub fn serial_and_expiry(der: &[u8]) -> Option<(String, i64)> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     Some((
-        hex_bytes(cert.raw_serial()),
+        hex(cert.raw_serial()),
         cert.validity().not_after.timestamp(),
     ))
 }
 
-fn hex_bytes(b: &[u8]) -> String {
+/// Bytes as lower-case hex (serials, digests).
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

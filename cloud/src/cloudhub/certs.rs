@@ -42,7 +42,7 @@ impl Ca {
 
     /// `sha256hex(CA DER)`, the first part of a token.
     pub fn hash(&self) -> String {
-        hex(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref())
+        pki::hex(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref())
     }
 
     /// A join token valid for `ttl`, with `id` as its `jti`.
@@ -100,10 +100,6 @@ pub enum TokenError {
     WrongSignature,
     #[error("the token is not valid: {0}")]
     Invalid(jsonwebtoken::errors::Error),
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// What the certificate server needs.
