@@ -465,11 +465,11 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Resource, Vec<Cause>> {
                 if schema_v.is_null() {
                     causes.push(Cause::required(format!("{path}.schema.openAPIV3Schema")));
                 } else {
-                    causes.extend(schema::check_structural(
-                        schema_v,
-                        &format!("{path}.schema.openAPIV3Schema"),
-                        true,
-                    ));
+                    let at = format!("{path}.schema.openAPIV3Schema");
+                    match schema::check_size(schema_v, &at) {
+                        Ok(()) => causes.extend(schema::check_structural(schema_v, &at, true)),
+                        Err(c) => causes.push(c),
+                    }
                 }
                 if v["served"].as_bool() != Some(true) {
                     continue;

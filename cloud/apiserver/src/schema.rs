@@ -10,6 +10,67 @@ use serde_json::{Map, Value, json};
 
 const TYPES: &[&str] = &["object", "array", "string", "integer", "number", "boolean"];
 
+/// The deepest schema a CRD may declare, in schema levels (`properties`, `items` and
+/// `additionalProperties` each add one). A schema level is two JSON levels, so the decoders'
+/// own 128 levels (JSON and YAML) come first; this bound holds whatever the decoder.
+pub(crate) const MAX_SCHEMA_DEPTH: usize = 64;
+/// The most schema nodes one version's schema may hold. The largest CRDs in common use (the
+/// Prometheus operator's) have a few thousand; a 3 MiB body holds at most ~150,000.
+pub(crate) const MAX_SCHEMA_NODES: usize = 50_000;
+/// How large one `pattern` may compile to: a pattern is compiled once per schema and kept, but
+/// a hostile one must not cost seconds or megabytes.
+const MAX_PATTERN_BYTES: usize = 1 << 20;
+/// How many compiled patterns are kept; the cache starts over when full.
+const MAX_PATTERNS: usize = 1024;
+
+/// Measures a schema without recursing: `Err` names the first bound it exceeds.
+pub(crate) fn check_size(s: &Value, path: &str) -> Result<(), Cause> {
+    let mut stack = vec![(s, 1usize)];
+    let mut nodes = 0usize;
+    while let Some((n, depth)) = stack.pop() {
+        nodes += 1;
+        if nodes > MAX_SCHEMA_NODES {
+            return Err(Cause::too_many(path, MAX_SCHEMA_NODES, "schema nodes"));
+        }
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(Cause::too_many(path, MAX_SCHEMA_DEPTH, "levels of nesting"));
+        }
+        let Some(m) = n.as_object() else { continue };
+        if let Some(p) = m.get("properties").and_then(Value::as_object) {
+            stack.extend(p.values().map(|v| (v, depth + 1)));
+        }
+        for k in ["items", "additionalProperties"] {
+            if let Some(v) = m.get(k).filter(|v| v.is_object()) {
+                stack.push((v, depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compiles `p` once and keeps it: a custom resource with 10,000 strings under one pattern must
+/// not compile it 10,000 times.
+fn pattern(p: &str) -> Result<std::sync::Arc<regex::Regex>, regex::Error> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<regex::Regex>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(re) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(p) {
+        return Ok(re.clone());
+    }
+    let re = Arc::new(
+        regex::RegexBuilder::new(p)
+            .size_limit(MAX_PATTERN_BYTES)
+            .build()?,
+    );
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() >= MAX_PATTERNS {
+        c.clear();
+    }
+    c.insert(p.to_string(), re.clone());
+    Ok(re)
+}
+
 /// What applying a schema found.
 #[derive(Debug, Default)]
 pub(crate) struct Findings {
@@ -137,13 +198,15 @@ pub(crate) fn check_structural(s: &Value, path: &str, root: bool) -> Vec<Cause> 
         ));
     }
     if let Some(p) = m.get("pattern").and_then(Value::as_str)
-        && regex::Regex::new(p).is_err()
+        && let Err(e) = pattern(p)
     {
-        causes.push(Cause::invalid(
-            format!("{path}.pattern"),
-            &json!(p),
-            "must be a valid regular expression",
-        ));
+        let why = match e {
+            regex::Error::CompiledTooBig(_) => {
+                format!("must compile to at most {MAX_PATTERN_BYTES} bytes")
+            }
+            _ => "must be a valid regular expression".into(),
+        };
+        causes.push(Cause::invalid(format!("{path}.pattern"), &json!(p), &why));
     }
     causes
 }
@@ -333,7 +396,7 @@ fn check_string(st: &str, s: &Value, path: &str, f: &mut Findings) {
         ));
     }
     if let Some(p) = s.get("pattern").and_then(Value::as_str)
-        && let Ok(re) = regex::Regex::new(p)
+        && let Ok(re) = pattern(p)
         && !re.is_match(st)
     {
         f.causes.push(Cause::invalid(
@@ -467,5 +530,54 @@ mod tests {
         let bad = json!({"type": "object", "properties": {"spec": {"properties": {}}}});
         assert_eq!(check_structural(&bad, "s", true).len(), 1);
         assert!(check_structural(&schema(), "s", true).is_empty());
+    }
+
+    fn nested(levels: usize) -> Value {
+        let mut s = json!({"type": "string"});
+        for _ in 1..levels {
+            s = json!({"type": "object", "properties": {"a": s}});
+        }
+        s
+    }
+
+    #[test]
+    fn schemas_are_bounded_in_depth_and_size() {
+        assert!(check_size(&nested(MAX_SCHEMA_DEPTH), "s").is_ok());
+        let deep = check_size(&nested(MAX_SCHEMA_DEPTH + 1), "s").expect_err("too deep");
+        assert_eq!(deep.reason, "FieldValueTooMany");
+        assert!(deep.message.contains("64 levels"), "{}", deep.message);
+        let wide: Map<String, Value> = (0..MAX_SCHEMA_NODES)
+            .map(|i| (format!("p{i}"), json!({"type": "string"})))
+            .collect();
+        let wide = json!({"type": "object", "properties": wide});
+        let e = check_size(&wide, "s").expect_err("too many nodes");
+        assert!(e.message.contains("schema nodes"), "{}", e.message);
+        // Arrays of maps count their levels too.
+        let mut s = json!({"type": "string"});
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            s = json!({"type": "array", "items": {"type": "object", "additionalProperties": s}});
+        }
+        assert!(check_size(&s, "s").is_err());
+    }
+
+    #[test]
+    fn a_pattern_that_compiles_too_large_is_named() {
+        let huge = json!({"type": "object", "properties": {
+            "a": {"type": "string", "pattern": "\\w{2000}\\w{2000}"}}});
+        let c = check_structural(&huge, "s", true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].field, "s.properties[a].pattern");
+        assert!(
+            c[0].message.contains("must compile to at most"),
+            "{}",
+            c[0].message
+        );
+        // A valid pattern is compiled once and matched from the cache.
+        let s = json!({"type": "object", "properties": {
+            "a": {"type": "array", "items": {"type": "string", "pattern": "^x[0-9]+$"}}}});
+        let mut obj = json!({"a": ["x1", "x2", "y"]});
+        let f = apply(&mut obj, &s);
+        assert_eq!(f.causes.len(), 1, "{:?}", f.causes);
+        assert_eq!(f.causes[0].field, "a[2]");
     }
 }

@@ -62,6 +62,15 @@ impl Cause {
         }
     }
 
+    /// kube-apiserver's `field.TooMany` without a count (the count stops at the bound).
+    pub fn too_many(field: impl Into<String>, max: usize, what: &str) -> Self {
+        Self {
+            reason: "FieldValueTooMany",
+            field: field.into(),
+            message: format!("Too many: must have at most {max} {what}"),
+        }
+    }
+
     pub fn unknown_field(field: impl Into<String>) -> Self {
         let field = field.into();
         Self {

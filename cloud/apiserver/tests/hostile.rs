@@ -105,6 +105,7 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
     )
     .await;
     eprintln!("JSON patch of 26 doubling copies: {status} in {took:?}");
+    eprintln!("  VmRSS {:?} kB", s.rss_kb());
     assert!(status.contains(" 413 "), "{status}");
     still_serves(&s);
 
@@ -124,6 +125,7 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
     )
     .await;
     eprintln!("YAML body 100,000 levels deep: {status} in {took:?}");
+    eprintln!("  VmRSS {:?} kB", s.rss_kb());
     assert!(status.contains(" 400 "), "{status}");
     still_serves(&s);
 
@@ -135,8 +137,98 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
     )
     .await;
     eprintln!("Content-Length of 10 GB: {status} in {took:?}");
+    eprintln!("  VmRSS {:?} kB", s.rss_kb());
     assert!(status.contains(" 413 "), "{status}");
     still_serves(&s);
+
+    // CRD schemas: too many nodes, too deep, and
+    // a pattern that compiles too large are each refused with the field named; a large but
+    // bounded one is taken.
+    let crd = |plural: &str, schema: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.bombs.example.com")},
+            "spec": {"group": "bombs.example.com", "scope": "Namespaced",
+                "names": {"plural": plural, "kind": format!("K{plural}")},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "properties": {"spec": schema}}}}]}
+        })
+        .to_string()
+    };
+    let wide = |n: usize| {
+        let props: serde_json::Map<String, serde_json::Value> = (0..n)
+            .map(|i| (format!("p{i}"), serde_json::json!({"type": "string"})))
+            .collect();
+        serde_json::json!({"type": "object", "properties": props})
+    };
+    let mut deep = String::from("{type: string}");
+    for _ in 0..70 {
+        deep = format!("{{type: object, properties: {{a: {deep}}}}}");
+    }
+    let deep = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: deeps.bombs.example.com}}\nspec: {{group: bombs.example.com, scope: Namespaced, names: {{plural: deeps, kind: Deep}}, versions: [{{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {deep}}}}}]}}\n"
+    );
+    let cases = [
+        (
+            "60,000 properties",
+            "application/json",
+            crd("wides", wide(60_000)),
+            " 422 ",
+            "schema nodes",
+        ),
+        // The decoders stop at 128 levels before the schema's own bound of 64 schema levels.
+        (
+            "70 levels deep (YAML)",
+            "application/yaml",
+            deep,
+            " 400 ",
+            "recursion limit",
+        ),
+        (
+            "a pattern compiling past 1 MiB",
+            "application/json",
+            crd(
+                "patterns",
+                serde_json::json!({"type": "string", "pattern": "\\w{3000}\\w{3000}"}),
+            ),
+            " 422 ",
+            "must compile to at most",
+        ),
+        (
+            "20,000 properties",
+            "application/json",
+            crd("larges", wide(20_000)),
+            " 201 ",
+            "",
+        ),
+    ];
+    for (what, ty, body, want, why) in cases {
+        let started = Instant::now();
+        let mut c = connect(&s).await;
+        c.write_all(
+            format!(
+                "POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions HTTP/1.1\r\nHost: x\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("head sent");
+        c.write_all(body.as_bytes()).await.expect("body sent");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(120), c.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        let status = answer.lines().next().unwrap_or_default();
+        eprintln!(
+            "CRD with {what}: {status} in {:?}, VmRSS {:?} kB",
+            started.elapsed(),
+            s.rss_kb()
+        );
+        assert!(status.contains(want), "{what}: {answer}");
+        assert!(answer.contains(why), "{what}: {answer}");
+        still_serves(&s);
+    }
 
     // Clients that send their headers a byte at a time are cut off; the rest are served.
     let slow: Vec<_> = (0..50)
