@@ -573,6 +573,57 @@ async fn a_node_that_stops_reading_is_dropped_and_others_are_served() {
     }
 }
 
+/// A node that sends frames with 1 MiB resource names and never reads: each is dropped as it
+/// comes (nothing of it is kept for the session), the cloud serves another node meanwhile, and
+/// once the node leaves the cloud holds no more than before (the probe that found ~51 MiB held).
+#[tokio::test]
+async fn a_node_that_sends_huge_names_and_never_reads_leaves_nothing_held() {
+    let c = Cloud::start_full("", "  cloudHub:\n    keepaliveSeconds: 3\n");
+    let token = token(&c);
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    let mut hostile = Edge::start_args(&c, "edge-node-1", &token, &["--no-read"]);
+    hostile.until("connected", |v| v.get("connected").is_some());
+    let before = c.rss_kb().expect("cloudcore's VmRSS");
+    let name = "n".repeat(1 << 20);
+    for i in 0..50 {
+        let mut report = twin_report("edge-node-1", "oven-1", "temperature", "1", i + 1);
+        report.route.resource = format!("node/edge-node-1/default/device/{name}{i}");
+        hostile.send(&serde_json::to_string(&report).expect("json"));
+    }
+    // Meanwhile another node is served.
+    let other = "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata:\n  name: press-2\n  namespace: default\nspec:\n  nodeName: edge-node-2\n  deviceModelRef:\n    name: temperature-controller\n  protocol:\n    protocolName: modbus\n    configData: {ip: 127.0.0.1, port: 5021}\n";
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], other);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let mut two = Edge::start(&c, "edge-node-2", &token);
+    two.until("press-2", |v| {
+        resource(v) == "node/edge-node-2/default/device/press-2"
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.log().matches("too long; dropped unanswered").count() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "the 50 frames were not all dropped: {}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let during = c.rss_kb().expect("cloudcore's VmRSS");
+    drop(hostile);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c
+        .log()
+        .lines()
+        .any(|l| l.contains("node disconnected") && l.contains("edge-node-1"))
+    {
+        assert!(Instant::now() < deadline, "{}", c.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = c.rss_kb().expect("cloudcore's VmRSS");
+    eprintln!("cloudcore VmRSS: {before} kB before, {during} kB with 50 MiB of names sent, {after} kB after the node left");
+    // 50 MiB went through; what stays is a few buffers, not the names.
+    assert!(after < before + 20 * 1024, "{before} kB -> {after} kB");
+}
+
 /// Every file with data or secrets is its owner's only, whatever the umask: the API's database
 /// (every Secret), the keys, the tokens, the admin kubeconfig; and a data directory opened up by
 /// hand is closed again at the next start.

@@ -143,6 +143,12 @@ impl Cloud {
         std::fs::read_to_string(self.dir.join("cloudcore.log")).unwrap_or_default()
     }
 
+    /// cloudcore's VmRSS, in kB.
+    #[allow(dead_code)] // not every test binary reads it
+    pub fn rss_kb(&self) -> Option<u64> {
+        self.process.rss_kb()
+    }
+
     /// `kill -9`.
     pub fn kill9(&mut self) {
         self.process.kill9();
