@@ -192,8 +192,19 @@ async fn start_cloudhub(
         }
     }
     let (cert, key) = pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
-    let ws_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, true, &[b"http/1.1"])?;
-    let cert_tls = apiserver::tls_server_config(&ca.pem, &cert, &key, false, &[b"http/1.1"])?;
+    use pki::tls::{ClientCerts, server_config};
+    let ws_tls = server_config(
+        &cert,
+        &key,
+        Some((&ca.pem, ClientCerts::Required)),
+        &[b"http/1.1"],
+    )?;
+    let cert_tls = server_config(
+        &cert,
+        &key,
+        Some((&ca.pem, ClientCerts::Optional)),
+        &[b"http/1.1"],
+    )?;
     let hub = cloudhub::CloudHub::new(cloudhub::Settings {
         joins: cloudhub::joins::Book::new(&config.data_dir),
         node_limit: c.node_limit,

@@ -619,7 +619,9 @@ async fn a_node_that_sends_huge_names_and_never_reads_leaves_nothing_held() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let after = c.rss_kb().expect("cloudcore's VmRSS");
-    eprintln!("cloudcore VmRSS: {before} kB before, {during} kB with 50 MiB of names sent, {after} kB after the node left");
+    eprintln!(
+        "cloudcore VmRSS: {before} kB before, {during} kB with 50 MiB of names sent, {after} kB after the node left"
+    );
     // 50 MiB went through; what stays is a few buffers, not the names.
     assert!(after < before + 20 * 1024, "{before} kB -> {after} kB");
 }

@@ -9,6 +9,9 @@
 //! mqtt: {mode: embedded, address: "127.0.0.1:1883", clientId: edgecore}  # or tcp://host:port
 //! # the embedded broker's users and topics, in Mosquitto's files (default: anyone, any topic):
 //! # mqtt: {passwordFile: mqtt.passwd, aclFile: mqtt.acl, allowAnonymous: false}
+//! # and a TLS listener, client certificates as users (Mosquitto's use_identity_as_username):
+//! # mqtt: {tls: {address: "0.0.0.0:8883", certFile: broker.crt, keyFile: broker.key,
+//! #        caFile: clients-ca.crt, requireCertificate: true, useIdentityAsUsername: true}}
 //! dmi: {socket: /etc/kubeedge/dmi.sock, maxConnections: 256}   # default: {dataDir}/dmi.sock
 //! http: {address: "127.0.0.1:10360", maxConnections: 256}
 //! # the embedded broker's bounds: mqtt.maxConnections (1024), and per client
@@ -164,6 +167,30 @@ pub struct Mqtt {
     /// Whether clients without a user name may connect (default: only when there is no
     /// `passwordFile`).
     pub allow_anonymous: Option<bool>,
+    /// A second listener of the embedded broker, over TLS (none by default).
+    pub tls: Option<MqttTls>,
+}
+
+/// The embedded broker's TLS listener, with Mosquitto's options: `certfile`, `keyfile`,
+/// `cafile`, `require_certificate`, `use_identity_as_username`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MqttTls {
+    /// `host:port` (Mosquitto's port for MQTT over TLS is 8883).
+    pub address: String,
+    /// The broker's certificate chain and key (PEM).
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// The CA whose client certificates are accepted (PEM); without it, none is asked for.
+    pub ca_file: Option<PathBuf>,
+    /// Refuse a TLS client without a certificate from `caFile`.
+    #[serde(default)]
+    pub require_certificate: bool,
+    /// A client with a certificate is the user its certificate's common name says (the ACL
+    /// applies to it), and no password is asked; clients without one log in as on the plain
+    /// listener.
+    #[serde(default)]
+    pub use_identity_as_username: bool,
 }
 
 impl Default for Mqtt {
@@ -181,6 +208,7 @@ impl Default for Mqtt {
             password_file: None,
             acl_file: None,
             allow_anonymous: None,
+            tls: None,
         }
     }
 }
@@ -333,6 +361,11 @@ impl Config {
         self.data_dir = abs(&self.data_dir);
         self.mqtt.password_file = self.mqtt.password_file.as_deref().map(abs);
         self.mqtt.acl_file = self.mqtt.acl_file.as_deref().map(abs);
+        if let Some(t) = &mut self.mqtt.tls {
+            t.cert_file = abs(&t.cert_file);
+            t.key_file = abs(&t.key_file);
+            t.ca_file = t.ca_file.as_deref().map(abs);
+        }
         self.http.token_file = self.http.token_file.as_deref().map(abs);
         self.manifests.dir = Some(match &self.manifests.dir {
             Some(d) => abs(d),
@@ -358,6 +391,15 @@ impl Config {
         api::validate::names::check_dns1123_subdomain(&self.node_name)
             .map_err(|e| ("nodeName", e.to_string()))?;
         split_host_port(&self.mqtt.address, None).map_err(|e| ("mqtt.address", e.to_string()))?;
+        if let Some(t) = &self.mqtt.tls {
+            split_host_port(&t.address, None).map_err(|e| ("mqtt.tls.address", e.to_string()))?;
+            if t.ca_file.is_none() && (t.require_certificate || t.use_identity_as_username) {
+                return Err((
+                    "mqtt.tls.caFile",
+                    "is needed to require or use client certificates".into(),
+                ));
+            }
+        }
         if self.manifests.poll_interval_ms == 0 {
             return Err(("manifests.pollIntervalMs", "must be more than 0".into()));
         }

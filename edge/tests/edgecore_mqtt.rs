@@ -369,3 +369,152 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
     assert!(denied.ends_with(" 1"), "{denied}");
     assert!(e.metrics().contains("edgecore_broker_refused_total 2"));
 }
+
+/// The embedded broker's TLS listener with client certificates as users (Mosquitto's
+/// `require_certificate` and `use_identity_as_username`), tried with Mosquitto's own clients:
+/// a client whose certificate names `app` reaches its device's topics and gets its answers; a
+/// client without a certificate, or with one from another CA, is refused in the handshake; a
+/// certificate of the right CA for a user the ACL does not know is connected and gets nothing
+/// through (its publish counted as denied).
+#[test]
+fn the_embedded_broker_takes_client_certificates_as_users_over_tls() {
+    if std::process::Command::new("mosquitto_sub")
+        .arg("--help")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: mosquitto_sub (Debian's mosquitto-clients package) is not there");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    for sub in ["ca", "stranger"] {
+        std::fs::create_dir(d.join(sub)).expect("mkdir");
+    }
+    let (ca, ca_key) = pki::load_or_make_ca(&d.join("ca")).expect("a CA");
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let leaf = |cn: &str, server: bool| {
+        pki::sign_leaf(&ca, &ca_key, cn, None, &["127.0.0.1".into()], server, 1)
+            .expect("a certificate")
+    };
+    let (server_crt, server_key) = leaf("broker", true);
+    let (app_crt, app_key) = leaf("app", false);
+    let (other_crt, other_key) = leaf("intruder", false);
+    let (stranger_ca, stranger_ca_key) =
+        pki::load_or_make_ca(&d.join("stranger")).expect("another CA");
+    let (stranger_crt, stranger_key) =
+        pki::sign_leaf(&stranger_ca, &stranger_ca_key, "app", None, &[], false, 1)
+            .expect("a certificate of another CA");
+    let files = |name: &str, crt: &str, key: &str| {
+        (
+            write(&format!("{name}.crt"), crt),
+            write(&format!("{name}.key"), key),
+        )
+    };
+    let (server_crt, server_key) = files("server", &server_crt, &server_key);
+    let app = files("app", &app_crt, &app_key);
+    let intruder = files("intruder", &other_crt, &other_key);
+    let stranger = files("stranger", &stranger_crt, &stranger_key);
+    let ca_file = write("clients-ca.crt", &ca);
+    let acl = write(
+        "mqtt.acl",
+        "user app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\n",
+    );
+    let tls_port = free_port();
+    let e = Edgecore::start_with(
+        &format!(
+            ", aclFile: {}, tls: {{address: \"127.0.0.1:{tls_port}\", certFile: {}, keyFile: {}, caFile: {}, requireCertificate: true, useIdentityAsUsername: true}}",
+            acl.display(),
+            server_crt.display(),
+            server_key.display(),
+            ca_file.display()
+        ),
+        "",
+    );
+    let tls_args = |who: &(std::path::PathBuf, std::path::PathBuf)| {
+        vec![
+            "-h".to_string(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            tls_port.to_string(),
+            "--cafile".into(),
+            ca_file.display().to_string(),
+            "--cert".into(),
+            who.0.display().to_string(),
+            "--key".into(),
+            who.1.display().to_string(),
+        ]
+    };
+    let publish = |args: &[String], id: &str| {
+        std::process::Command::new("mosquitto_pub")
+            .args(args)
+            .args(["-q", "1", "-t", &format!("{DEV}/twin/update"), "-m"])
+            .arg(format!(
+                r#"{{"event_id":"{id}","twin":{{"setpoint":{{"expected":{{"value":"44"}}}}}}}}"#
+            ))
+            .output()
+            .expect("mosquitto_pub runs")
+    };
+
+    // The app: subscribed to its answers, it publishes until one comes back.
+    let mut sub = std::process::Command::new("mosquitto_sub")
+        .args(tls_args(&app))
+        .args(["-q", "1", "-C", "1", "-W", "60", "-t"])
+        .arg(format!("{DEV}/twin/update/result"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mosquitto_sub runs");
+    let answered = loop {
+        let out = publish(&tls_args(&app), "tls-1");
+        assert!(out.status.success(), "{out:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(status) = sub.try_wait().expect("mosquitto_sub") {
+            break status;
+        }
+    };
+    let out = sub.wait_with_output().expect("mosquitto_sub output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answered.success(),
+        "{answered}: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_str(text.trim()).expect("a JSON result");
+    assert_eq!(result["event_id"], "tls-1", "{result}");
+
+    // No certificate, and a certificate of another CA: refused in the handshake.
+    let mut bare = tls_args(&app);
+    bare.truncate(6);
+    for (what, args) in [
+        ("no certificate", bare),
+        ("another CA", tls_args(&stranger)),
+    ] {
+        let out = publish(&args, "refused");
+        assert!(!out.status.success(), "{what}: {out:?}");
+    }
+    // A certificate of the right CA, for a user the ACL does not grant: its publish is dropped.
+    let out = publish(&tls_args(&intruder), "intruder");
+    assert!(out.status.success(), "{out:?}");
+    let denied = e.eventually("the intruder's publish counted as denied", |e| {
+        e.metrics()
+            .lines()
+            .find(|l| l.starts_with("edgecore_broker_denied_total "))
+            .filter(|l| !l.ends_with(" 0"))
+            .map(str::to_string)
+    });
+    assert!(denied.ends_with(" 1"), "{denied}");
+    let refused = e.metrics();
+    let refused = refused
+        .lines()
+        .find(|l| l.starts_with("edgecore_broker_refused_total "))
+        .unwrap_or_default();
+    assert_eq!(refused, "edgecore_broker_refused_total 2", "{refused}");
+    // The twin kept the app's value.
+    let twin = e.twin("default/oven-1").expect("the twin");
+    assert_eq!(desired(&twin, "setpoint").as_deref(), Some("44"), "{twin}");
+}

@@ -2,8 +2,7 @@
 //! declare devices with no cluster, served over HTTPS from one SQLite file.
 //!
 //! Its surface is small: [`start`] (or [`serve`] on a listener of the caller's) with a
-//! [`Config`], the [`Running`] server, the client [`Identity`] each request carries, and
-//! [`tls_server_config`] for other listeners of the same process. Inside, all private:
+//! [`Config`], the [`Running`] server and the client [`Identity`] each request carries. Inside, all private:
 //! - `store`: objects in memory and SQLite, one resourceVersion, batched durable writes, watch
 //!   history.
 //! - `api`: the REST verbs (`read`, `watch`, `write`, the body codecs of `encode` and the
@@ -228,49 +227,12 @@ pub async fn start(config: Config) -> Result<Running> {
 }
 
 fn tls_config(pki: &credentials::Credentials) -> Result<Arc<rustls::ServerConfig>> {
-    tls_server_config(
-        &pki.ca_pem,
+    Ok(::pki::tls::server_config(
         &pki.serving_cert_pem,
         &pki.serving_key_pem,
-        false,
+        Some((&pki.ca_pem, ::pki::tls::ClientCerts::Optional)),
         &[b"http/1.1"],
-    )
-}
-
-/// A TLS server configuration (rustls, ring) serving `cert_pem`/`key_pem`, verifying client
-/// certificates against `ca_pem`: required when `require_client_cert`, optional otherwise.
-pub fn tls_server_config(
-    ca_pem: &str,
-    cert_pem: &str,
-    key_pem: &str,
-    require_client_cert: bool,
-    alpn: &[&[u8]],
-) -> Result<Arc<rustls::ServerConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c?)?;
-    }
-    let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    );
-    let verifier = if require_client_cert {
-        builder.build()?
-    } else {
-        builder.allow_unauthenticated().build()?
-    };
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<_, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)?;
-    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-    Ok(Arc::new(cfg))
+    )?)
 }
 
 /// The default namespaces, and `install` created or brought up to date.

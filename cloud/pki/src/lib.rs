@@ -1,7 +1,8 @@
-//! The cloud's certificates: a CA kept in a directory, leaf certificates signed by it, edge
+//! The project's certificates: a CA kept in a directory, leaf certificates signed by it, edge
 //! nodes' certificate requests signed as KubeEdge's cloudhub signs them, and the PEM/DER and
-//! X.509 helpers around them. Shared by the embedded API (its serving and admin certificates)
-//! and cloudhub (node certificates).
+//! X.509 helpers around them; [`tls`]: the rustls server configurations of every listener.
+//! Shared by the embedded API (its serving and admin certificates), cloudhub (node
+//! certificates) and the edge's MQTT broker (client certificates as users).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -9,6 +10,8 @@ use rcgen::{
 };
 use std::path::{Path, PathBuf};
 use time::{Duration, OffsetDateTime};
+
+pub mod tls;
 
 /// Why a certificate or key could not be read, made or signed.
 #[derive(Debug, thiserror::Error)]

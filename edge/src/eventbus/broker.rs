@@ -348,22 +348,29 @@ impl LinkPublisher {
     }
 }
 
-/// Binds `addr` and serves MQTT until `cancel`, serving at most `max_connections` clients at
-/// once (more wait in the listen backlog).
+/// The embedded broker's TLS listener.
+pub(crate) struct TlsListener {
+    pub addr: SocketAddr,
+    pub config: Arc<tokio_rustls::rustls::ServerConfig>,
+    /// A client certificate's common name is the client's user name.
+    pub use_identity_as_username: bool,
+}
+
+/// Binds `addr` (and the TLS listener, if any) and serves MQTT until `cancel`, serving at most
+/// `max_connections` clients at once over both (more wait in the listen backlog).
 pub(crate) async fn start(
     addr: SocketAddr,
+    tls: Option<TlsListener>,
     limits: Limits,
     auth: super::auth::Auth,
     cancel: CancellationToken,
 ) -> Result<Broker, BrokerError> {
     let max_connections = limits.max_connections;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| BrokerError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| BrokerError::Bind { addr, source })?;
-    tracing::info!(addr = %local, "embedded MQTT broker listening");
+    let listener = bind(addr).await?;
+    let tls = match tls {
+        Some(t) => Some((bind(t.addr).await?, t)),
+        None => None,
+    };
     let shared = Shared {
         limits: Arc::new(limits),
         auth: Arc::new(auth),
@@ -373,39 +380,114 @@ pub(crate) async fn start(
         stats: shared.stats.clone(),
         shared: shared.clone(),
     };
-    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
-    tokio::spawn(async move {
-        let mut backoff = rt::transport::AcceptBackoff::default();
-        loop {
-            let permit = tokio::select! {
-                _ = cancel.cancelled() => return,
-                p = permits.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => return,
-                },
-            };
-            let accepted = tokio::select! {
-                _ = cancel.cancelled() => return,
-                a = listener.accept() => a,
-            };
-            match accepted {
-                Ok((stream, peer)) => {
-                    backoff.succeeded();
-                    let _ = stream.set_nodelay(true);
-                    let shared = shared.clone();
-                    let cancel = cancel.clone();
-                    tokio::spawn(async move {
-                        let _permit = permit;
-                        if let Err(e) = connection(stream, shared, cancel).await {
-                            tracing::debug!(%peer, error = %e, "MQTT client disconnected");
-                        }
-                    });
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    {
+        let (shared, cancel, permits) = (shared.clone(), cancel.clone(), permits.clone());
+        tokio::spawn(accept(
+            listener,
+            permits,
+            cancel,
+            move |stream, peer, cancel| {
+                let shared = shared.clone();
+                async move {
+                    let (reader, writer) = stream.into_split();
+                    if let Err(e) = connection(reader, writer, None, shared, cancel).await {
+                        tracing::debug!(%peer, error = %e, "MQTT client disconnected");
+                    }
                 }
-                Err(e) => backoff.failed("mqtt", &e).await,
-            }
-        }
-    });
+            },
+        ));
+    }
+    if let Some((listener, t)) = tls {
+        let acceptor = tokio_rustls::TlsAcceptor::from(t.config);
+        let identity = t.use_identity_as_username;
+        tokio::spawn(accept(
+            listener,
+            permits,
+            cancel,
+            move |stream, peer, cancel| {
+                let (shared, acceptor) = (shared.clone(), acceptor.clone());
+                async move {
+                    let handshake = tokio::time::timeout(
+                        std::time::Duration::from_secs(10),
+                        acceptor.accept(stream),
+                    );
+                    let stream = match handshake.await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, error = %e, "MQTT TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "MQTT TLS handshake not done within 10 s");
+                            return;
+                        }
+                    };
+                    let user = identity
+                        .then(|| stream.get_ref().1.peer_certificates())
+                        .flatten()
+                        .and_then(|c| c.first())
+                        .and_then(|c| pki::subject(c))
+                        .map(|(cn, _)| cn);
+                    let (reader, writer) = tokio::io::split(stream);
+                    if let Err(e) = connection(reader, writer, user, shared, cancel).await {
+                        tracing::debug!(%peer, error = %e, "MQTT client disconnected");
+                    }
+                }
+            },
+        ));
+    }
     Ok(broker)
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, BrokerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| BrokerError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| BrokerError::Bind { addr, source })?;
+    tracing::info!(addr = %local, "embedded MQTT broker listening");
+    Ok(listener)
+}
+
+/// Accepts clients of `listener` while a permit is free, each served by `serve` in its task.
+async fn accept<F, Fut>(
+    listener: TcpListener,
+    permits: Arc<tokio::sync::Semaphore>,
+    cancel: CancellationToken,
+    serve: F,
+) where
+    F: Fn(TcpStream, SocketAddr, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut backoff = rt::transport::AcceptBackoff::default();
+    loop {
+        let permit = tokio::select! {
+            _ = cancel.cancelled() => return,
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                backoff.succeeded();
+                let _ = stream.set_nodelay(true);
+                let served = serve(stream, peer, cancel.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    served.await;
+                });
+            }
+            Err(e) => backoff.failed("mqtt", &e).await,
+        }
+    }
 }
 
 /// Why the broker ended a client's connection (logged at debug level).
@@ -432,8 +514,8 @@ enum Disconnect {
 }
 
 /// Reads the next packet, or `None` at end of stream.
-async fn read_packet(
-    stream: &mut tokio::net::tcp::OwnedReadHalf,
+async fn read_packet<R: tokio::io::AsyncRead + Unpin>(
+    stream: &mut R,
     buf: &mut BytesMut,
 ) -> Result<Option<Packet>, Disconnect> {
     loop {
@@ -484,12 +566,19 @@ fn outgoing(packet: Packet, queued: &AtomicUsize, pending: &mut Option<Publish>)
     }
 }
 
-async fn connection(
-    stream: TcpStream,
+/// Serves one client; `identity` is the user its TLS certificate names, when certificates are
+/// users (no password is asked then).
+async fn connection<R, W>(
+    mut reader: R,
+    mut writer: W,
+    identity: Option<String>,
     shared: Shared,
     cancel: CancellationToken,
-) -> Result<(), Disconnect> {
-    let (mut reader, mut writer) = stream.into_split();
+) -> Result<(), Disconnect>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut buf = BytesMut::with_capacity(4096);
     let connect = match tokio::time::timeout(
         std::time::Duration::from_secs(10),
@@ -507,7 +596,11 @@ async fn connection(
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(Disconnect::NoConnect),
     };
-    let user = match shared.auth.login(connect.login.as_ref()) {
+    let login = match identity {
+        Some(name) => Ok(Some(name)),
+        None => shared.auth.login(connect.login.as_ref()),
+    };
+    let user = match login {
         Ok(u) => u,
         Err(code) => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
