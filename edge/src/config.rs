@@ -543,6 +543,15 @@ mod tests {
         assert!(e.to_string().contains("key `mqtt.address`"), "{e}");
         let e = parse("nodeName: Not_A_Name\n").expect_err("bad name");
         assert!(e.to_string().contains("key `nodeName`"), "{e}");
+        let tls = "mqtt:\n  tls: {address: \"0.0.0.0:8883\", certFile: b.crt, keyFile: b.key";
+        let e = parse(&format!("{tls}, requireCertificate: true}}\n")).expect_err("no CA");
+        assert!(e.to_string().contains("key `mqtt.tls.caFile`"), "{e}");
+        let e = parse(&format!("{tls}, cafile: c.crt}}\n")).expect_err("typo");
+        assert!(e.to_string().contains("cafile"), "{e}");
+        let c = parse(&format!("{tls}, caFile: c.crt}}\n")).expect("valid");
+        let t = c.mqtt.tls.expect("tls");
+        assert_eq!(t.ca_file.as_deref(), Some(Path::new("/etc/c.crt")));
+        assert_eq!(t.cert_file, Path::new("/etc/b.crt"));
     }
 
     #[test]
