@@ -99,6 +99,22 @@ impl Resource {
         }
     }
 
+    /// Parses a resource that the cloud sent to `node`, whole (`node/{node}/...`, as this
+    /// project's cloudcore sent them before it trimmed them) or trimmed as KubeEdge's cloudhub
+    /// writes it (`{namespace}/{kind}/{name}`, `membership`, `twin`).
+    pub fn parse_downstream(node: &str, s: &str) -> Result<Self, PathError> {
+        let whole = s
+            .strip_prefix("node/")
+            .and_then(|r| r.strip_prefix(node))
+            .is_some_and(|r| r.starts_with('/'));
+        if whole {
+            Self::parse(s)
+        } else {
+            Self::parse(&format!("node/{node}/{s}"))
+                .map_err(|_| PathError::Resource(s.to_string()))
+        }
+    }
+
     /// Parses a resource path.
     pub fn parse(s: &str) -> Result<Self, PathError> {
         let err = || PathError::Resource(s.to_string());
@@ -371,6 +387,37 @@ mod tests {
             assert_eq!(Resource::parse(text).as_ref(), Ok(&resource), "{text}");
             assert_eq!(resource.to_string(), text);
         }
+    }
+
+    #[test]
+    fn downstream_resources_are_read_whole_or_trimmed() {
+        for (wire, want) in [
+            ("default/device/d1", Resource::device("n1", "default", "d1")),
+            ("node/n1/default/device/d1", Resource::device("n1", "default", "d1")),
+            ("default/devicemodel/m", Resource::device_model("n1", "default", "m")),
+            ("membership", Resource::Membership { node: "n1".into() }),
+            ("node/n1/membership", Resource::Membership { node: "n1".into() }),
+            ("twin", Resource::TwinResponse { node: "n1".into() }),
+            // A namespace called `node`, trimmed: not mistaken for a node's prefix.
+            (
+                "node/pod/p",
+                Resource::Object {
+                    node: "n1".into(),
+                    namespace: "node".into(),
+                    kind: "pod".into(),
+                    name: "p".into(),
+                },
+            ),
+        ] {
+            assert_eq!(Resource::parse_downstream("n1", wire), Ok(want), "{wire}");
+        }
+        // Another node's whole resource is not taken as this node's trimmed one.
+        assert!(Resource::parse_downstream("n1", "node/n2/default/device/d1").is_err());
+        assert!(Resource::parse_downstream("n1", "").is_err());
+        assert_eq!(
+            Resource::parse_downstream("n1", "a/b/c/d"),
+            Err(PathError::Resource("a/b/c/d".into()))
+        );
     }
 
     #[test]

@@ -205,11 +205,32 @@ fn text(p: &Packed) -> String {
     String::from_utf8_lossy(&p.bytes()).into_owned()
 }
 
+/// A resource as it goes on the wire: `node/{node}/` taken off the front, as KubeEdge's
+/// cloudhub does (`TrimMessage`) before writing a frame, since KubeEdge's edge (metamanager, the
+/// DMI worker) reads `{namespace}/{kind}/{name}` and `membership`. Inside the cloud, queues and
+/// acknowledgements keep the whole resource.
+pub fn trimmed(resource: &str) -> &str {
+    match resource.strip_prefix("node/") {
+        Some(rest) => match rest.split_once('/') {
+            Some((_, tail)) if !tail.is_empty() => tail,
+            _ => resource,
+        },
+        None => resource,
+    }
+}
+
 /// A message's frame from its parts, exactly as serde writes a [`Message`] (header, route,
-/// content), the content spliced in as the JSON text it already is.
+/// content), the content spliced in as the JSON text it already is; the resource trimmed.
 fn frame(header: &MessageHeader, route: &MessageRoute, content: &[u8]) -> String {
     let h = serde_json::to_string(header).unwrap_or_else(|_| "{}".into());
-    let r = serde_json::to_string(route).unwrap_or_else(|_| "{}".into());
+    let r = match trimmed(&route.resource) {
+        t if t.len() == route.resource.len() => serde_json::to_string(route),
+        t => serde_json::to_string(&MessageRoute {
+            resource: t.to_string(),
+            ..route.clone()
+        }),
+    }
+    .unwrap_or_else(|_| "{}".into());
     let c = String::from_utf8_lossy(content);
     format!("{{\"header\":{h},\"route\":{r},\"content\":{c}}}")
 }
@@ -425,6 +446,17 @@ impl CloudHub {
             }
             return;
         }
+        if msg.route.resource.is_empty() && msg.route.operation.is_empty() {
+            // KubeEdge's edgehub sends one empty message as it stops.
+            tracing::debug!(%node, "cloudhub: an empty message; ignored");
+            return;
+        }
+        if trimmed(&msg.route.resource) == "membership/detail" {
+            // KubeEdge's edge asks for its devices at every connect; KubeEdge's cloud sends
+            // nothing back (the membership it keeps comes with each device), nor does this one.
+            tracing::debug!(%node, "cloudhub: membership/detail asked; ignored, as KubeEdge's cloud does");
+            return;
+        }
         let own = format!("node/{node}/");
         let mut msg = msg;
         // KubeEdge's edge sends most resources without the node (`{ns}/podpatch/{name}`);
@@ -567,6 +599,23 @@ mod tests {
     }
 
     #[test]
+    fn resources_are_trimmed_as_kubeedge_trims_them() {
+        for (whole, wire) in [
+            ("node/n1/default/device/d1", "default/device/d1"),
+            ("node/n1/default/devicemodel/m", "default/devicemodel/m"),
+            ("node/n1/membership", "membership"),
+            ("node/n1/twin", "twin"),
+            ("node/n1/kube-system/pod/p", "kube-system/pod/p"),
+            ("node/n1/default/configmap/c", "default/configmap/c"),
+            ("node/n1", "node/n1"),
+            ("node/n1/", "node/n1/"),
+            ("default/device/d1", "default/device/d1"),
+        ] {
+            assert_eq!(trimmed(whole), wire, "{whole}");
+        }
+    }
+
+    #[test]
     fn a_frame_from_parts_is_the_message_as_serde_writes_it() {
         let mut m = Message::new(
             "devicecontroller",
@@ -579,9 +628,12 @@ mod tests {
         m.header.parent_id = "p".into();
         let content = serde_json::to_vec(&m.content).expect("json");
         let f = frame(&m.header, &m.route, &content);
-        assert_eq!(f, serde_json::to_string(&m).expect("json"));
+        // On the wire, the resource is KubeEdge's trimmed one.
+        let mut wire = m.clone();
+        wire.route.resource = "default/device/d1".into();
+        assert_eq!(f, serde_json::to_string(&wire).expect("json"));
         let back: Message = serde_json::from_str(&f).expect("a frame");
-        assert_eq!(back, m);
+        assert_eq!(back, wire);
 
         // Kept while it waits, and sent again: the same frame, and the same ObjectSync key.
         m.header.parent_id.clear();
@@ -593,7 +645,8 @@ mod tests {
             resource_version: "42".into(),
         };
         let p = Pending::new(&m, &ack, Packed::new(&content), None).expect("kept");
-        assert_eq!(p.frame(), serde_json::to_string(&m).expect("json"));
+        wire.header.parent_id.clear();
+        assert_eq!(p.frame(), serde_json::to_string(&wire).expect("json"));
         let key: ObjectKey = ("device", "default".into(), "d1".into());
         assert_eq!(p.ack(&key), ack);
         assert!(!p.is_delete());

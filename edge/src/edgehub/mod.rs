@@ -307,7 +307,7 @@ impl EdgeHub {
             }
             return None;
         }
-        let resource = match Resource::parse(&msg.route.resource) {
+        let resource = match Resource::parse_downstream(&self.node, &msg.route.resource) {
             Ok(r) => r,
             Err(_) => {
                 tracing::debug!(resource = %msg.route.resource, "edgehub: a message for no module here; ignored");
