@@ -110,8 +110,7 @@ impl Resource {
         if whole {
             Self::parse(s)
         } else {
-            Self::parse(&format!("node/{node}/{s}"))
-                .map_err(|_| PathError::Resource(s.to_string()))
+            Self::parse(&format!("node/{node}/{s}")).map_err(|_| PathError::Resource(s.to_string()))
         }
     }
 
@@ -393,10 +392,19 @@ mod tests {
     fn downstream_resources_are_read_whole_or_trimmed() {
         for (wire, want) in [
             ("default/device/d1", Resource::device("n1", "default", "d1")),
-            ("node/n1/default/device/d1", Resource::device("n1", "default", "d1")),
-            ("default/devicemodel/m", Resource::device_model("n1", "default", "m")),
+            (
+                "node/n1/default/device/d1",
+                Resource::device("n1", "default", "d1"),
+            ),
+            (
+                "default/devicemodel/m",
+                Resource::device_model("n1", "default", "m"),
+            ),
             ("membership", Resource::Membership { node: "n1".into() }),
-            ("node/n1/membership", Resource::Membership { node: "n1".into() }),
+            (
+                "node/n1/membership",
+                Resource::Membership { node: "n1".into() },
+            ),
             ("twin", Resource::TwinResponse { node: "n1".into() }),
             // A namespace called `node`, trimmed: not mistaken for a node's prefix.
             (

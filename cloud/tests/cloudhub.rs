@@ -136,8 +136,7 @@ async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicest
     );
     edge.until("session", |v| v["connected"] == "edge-node-1");
     let dev = edge.until("oven-1", |v| {
-        resource(v) == "default/device/oven-1"
-            && v["route"]["operation"] == "insert"
+        resource(v) == "default/device/oven-1" && v["route"]["operation"] == "insert"
     });
     assert_eq!(dev["content"]["kind"], "Device");
     assert!(
@@ -146,9 +145,7 @@ async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicest
             .is_some_and(|r| !r.is_empty()),
         "{dev}"
     );
-    edge.until("membership", |v| {
-        resource(v) == "membership"
-    });
+    edge.until("membership", |v| resource(v) == "membership");
 
     // The node shows Ready.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -329,9 +326,7 @@ async fn after_a_restart_a_node_gets_only_what_it_missed_including_deletes() {
     let token = token(&c);
     c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
     let mut edge = Edge::start(&c, "edge-node-1", &token);
-    edge.until("oven-1", |v| {
-        resource(v) == "default/device/oven-1"
-    });
+    edge.until("oven-1", |v| resource(v) == "default/device/oven-1");
     // Both acknowledgements recorded: the device and its model.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -370,8 +365,7 @@ async fn after_a_restart_a_node_gets_only_what_it_missed_including_deletes() {
     let mut edge = Edge::start(&c, "edge-node-1", &token);
     edge.until("session", |v| v["connected"] == "edge-node-1");
     let del = edge.until("the delete it missed", |v| {
-        resource(v) == "default/device/oven-1"
-            && v["route"]["operation"] == "delete"
+        resource(v) == "default/device/oven-1" && v["route"]["operation"] == "delete"
     });
     assert_eq!(del["content"]["metadata"]["uid"], uid.trim(), "{del}");
     // Nothing it has is sent again (its model goes too: no device of the node uses it now).
@@ -411,9 +405,7 @@ async fn an_oversized_frame_ends_the_session_and_the_node_comes_back() {
     let token = token(&c);
     c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
     let mut edge = Edge::start(&c, "edge-node-1", &token);
-    edge.until("oven-1", |v| {
-        resource(v) == "default/device/oven-1"
-    });
+    edge.until("oven-1", |v| resource(v) == "default/device/oven-1");
     let huge = twin_report(
         "edge-node-1",
         "oven-1",
@@ -453,12 +445,8 @@ async fn two_nodes_each_get_only_their_own_devices() {
     assert!(out.status.success(), "{}", common::text(&out));
     let mut one = Edge::start(&c, "edge-node-1", &token);
     let mut two = Edge::start(&c, "edge-node-2", &token);
-    one.until("oven-1", |v| {
-        resource(v) == "default/device/oven-1"
-    });
-    two.until("press-2", |v| {
-        resource(v) == "default/device/press-2"
-    });
+    one.until("oven-1", |v| resource(v) == "default/device/oven-1");
+    two.until("press-2", |v| resource(v) == "default/device/press-2");
     tokio::time::sleep(Duration::from_secs(1)).await;
     for e in [&mut one, &mut two] {
         while let Ok(v) = e.lines.try_recv() {
@@ -503,9 +491,7 @@ async fn a_second_edge_with_the_same_name_replaces_the_first() {
     let token = token(&c);
     c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
     let mut first = Edge::start(&c, "edge-node-1", &token);
-    first.until("oven-1", |v| {
-        resource(v) == "default/device/oven-1"
-    });
+    first.until("oven-1", |v| resource(v) == "default/device/oven-1");
     let mut second = Edge::start(&c, "edge-node-1", &token);
     second.until("session", |v| v["connected"] == "edge-node-1");
     first.until("the first session closed", |v| v["closed"].is_string());
@@ -548,9 +534,7 @@ async fn a_node_that_stops_reading_is_dropped_and_others_are_served() {
     let out = c.kubectl_stdin(&["apply", "-f", "-"], other);
     assert!(out.status.success(), "{}", common::text(&out));
     let mut two = Edge::start(&c, "edge-node-2", &token);
-    two.until("press-2", |v| {
-        resource(v) == "default/device/press-2"
-    });
+    two.until("press-2", |v| resource(v) == "default/device/press-2");
 
     // The stuck session is ended by the cloud, for that reason.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -622,9 +606,7 @@ async fn a_node_that_sends_huge_names_and_never_reads_leaves_nothing_held() {
     let out = c.kubectl_stdin(&["apply", "-f", "-"], other);
     assert!(out.status.success(), "{}", common::text(&out));
     let mut two = Edge::start(&c, "edge-node-2", &token);
-    two.until("press-2", |v| {
-        resource(v) == "default/device/press-2"
-    });
+    two.until("press-2", |v| resource(v) == "default/device/press-2");
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.log().matches("too long; dropped unanswered").count() < 50 {
         assert!(

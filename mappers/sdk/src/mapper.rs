@@ -489,11 +489,10 @@ impl<P: Protocol> DeviceMapperService for Mapper<P> {
                         value,
                         metadata: None,
                     }),
-                    observed_desired: v.applied_desired.clone().map(|value| {
-                        api::v1beta1::TwinProperty {
-                            value,
-                            metadata: None,
-                        }
+                    // Always there, empty until applied, as KubeEdge's mapper-framework does.
+                    observed_desired: Some(api::v1beta1::TwinProperty {
+                        value: v.applied_desired.clone().unwrap_or_default(),
+                        metadata: None,
                     }),
                 }))
             })

@@ -191,6 +191,34 @@ fn merge(pending: &mut HashMap<(String, String), Pending>, r: Report) {
     }
 }
 
+/// The twins of a report as DMI sends them (those with an error go in a header instead).
+fn dmi_twins(p: &Pending) -> Vec<pb::Twin> {
+    p.twins
+        .values()
+        .filter(|t| t.error.is_none())
+        .map(|t| {
+            // As KubeEdge's mapper-framework sends them: `type` and `timestamp` always, and
+            // always an `observedDesired` (empty until a desired value is applied): KubeEdge's
+            // edgecore reads it without a nil check and stops on a report without one.
+            let metadata = HashMap::from([
+                ("timestamp".to_string(), t.timestamp.to_string()),
+                ("type".to_string(), t.value_type.clone().unwrap_or_default()),
+            ]);
+            pb::Twin {
+                property_name: t.property.clone(),
+                observed_desired: Some(pb::TwinProperty {
+                    value: t.observed_desired.clone().unwrap_or_default(),
+                    metadata: metadata.clone(),
+                }),
+                reported: Some(pb::TwinProperty {
+                    value: t.value.clone(),
+                    metadata,
+                }),
+            }
+        })
+        .collect()
+}
+
 async fn send(
     client: &mut DeviceManagerServiceClient<Channel>,
     namespace: &str,
@@ -206,29 +234,7 @@ async fn send(
             .values()
             .filter_map(|t| Some((t.property.as_str(), t.error.as_deref()?)))
             .collect();
-        let twins = p
-            .twins
-            .values()
-            .filter(|t| t.error.is_none())
-            .map(|t| {
-                let mut metadata =
-                    HashMap::from([("timestamp".to_string(), t.timestamp.to_string())]);
-                if let Some(ty) = &t.value_type {
-                    metadata.insert("type".into(), ty.clone());
-                }
-                pb::Twin {
-                    property_name: t.property.clone(),
-                    observed_desired: t.observed_desired.as_ref().map(|v| pb::TwinProperty {
-                        value: v.clone(),
-                        metadata: HashMap::new(),
-                    }),
-                    reported: Some(pb::TwinProperty {
-                        value: t.value.clone(),
-                        metadata,
-                    }),
-                }
-            })
-            .collect();
+        let twins = dmi_twins(p);
         let mut request = tonic::Request::new(pb::ReportDeviceStatusRequest {
             device_name: name.to_string(),
             device_namespace: namespace.to_string(),
@@ -285,6 +291,38 @@ mod tests {
                 observed_desired: None,
                 error: None,
             }],
+        }
+    }
+
+    /// Every twin carries an `observedDesired` (empty until a desired value is applied) and
+    /// `type` and `timestamp`, as KubeEdge's mapper-framework sends them: KubeEdge's edgecore
+    /// dereferences `observedDesired` unchecked. A twin with an error is not among them.
+    #[test]
+    fn every_twin_has_an_observed_desired_as_kubeedges_framework_sends() {
+        let mut p = Pending::default();
+        let Report::Twins { twins, .. } = reading(5) else {
+            unreachable!("reading() makes twins")
+        };
+        let mut applied = twins[0].clone();
+        applied.property = "q".into();
+        applied.value_type = Some("int".into());
+        applied.observed_desired = Some("7".into());
+        let mut failing = twins[0].clone();
+        failing.property = "r".into();
+        failing.error = Some("exception 2".into());
+        for t in [twins[0].clone(), applied, failing] {
+            p.twins.insert(t.property.clone(), t);
+        }
+        let mut out = dmi_twins(&p);
+        out.sort_by(|a, b| a.property_name.cmp(&b.property_name));
+        assert_eq!(out.len(), 2, "{out:?}");
+        let od = |t: &pb::Twin| t.observed_desired.clone().expect("observedDesired is sent");
+        assert_eq!(od(&out[0]).value, "");
+        assert_eq!(od(&out[1]).value, "7");
+        assert_eq!(od(&out[1]).metadata["type"], "int");
+        for t in &out {
+            let r = t.reported.as_ref().expect("reported");
+            assert!(r.metadata.contains_key("type") && r.metadata.contains_key("timestamp"));
         }
     }
 
