@@ -434,6 +434,137 @@ async fn an_oversized_frame_ends_the_session_and_the_node_comes_back() {
     edge.until("the answer", |v| v["header"]["parent_msg_id"] == id);
 }
 
+/// What KubeEdge's kubelet asks through metamanager, as KubeEdge's edgecontroller answers it:
+/// it registers its Node (labels and status merged in), reads it back, patches its status, and
+/// renews its Lease (query: NotFound at first, then insert and update). Another node's Node or
+/// Lease is refused with a Forbidden `Err`.
+#[tokio::test]
+async fn a_kubeedge_kubelet_registers_its_node_and_renews_its_lease() {
+    let c = Cloud::start_full("", "");
+    let token = token(&c);
+    let mut edge = Edge::start(&c, "edge-node-1", &token);
+    edge.until("session", |v| v["connected"] == "edge-node-1");
+    let mut n = 0;
+    let mut ask = |edge: &mut Edge, op: &str, resource: &str, content: Value| -> Value {
+        n += 1;
+        let id = format!("0b5d3a62-0000-4000-8000-{n:012}");
+        let msg = serde_json::json!({
+            "header": {"msg_id": id, "parent_msg_id": "", "timestamp": 1, "sync": true},
+            "route": {"source": "edged", "group": "meta", "operation": op, "resource": resource},
+            "content": content,
+        });
+        edge.send(&msg.to_string());
+        edge.until(&format!("the answer to {op} {resource}"), |v| {
+            v["header"]["parent_msg_id"] == id
+        })
+    };
+    let node = serde_json::json!({"metadata": {"name": "edge-node-1",
+        "labels": {"kubernetes.io/arch": "amd64", "node-role.kubernetes.io/agent": ""}},
+        "status": {"capacity": {"cpu": "2", "memory": "1Gi", "pods": "110"},
+            "nodeInfo": {"kubeletVersion": "v1.32.10-kubeedge"},
+            "addresses": [{"type": "InternalIP", "address": "192.0.2.7"}]}});
+    let a = ask(&mut edge, "insert", "default/node/edge-node-1", node);
+    assert_eq!(a["route"]["operation"], "response", "{a}");
+    assert_eq!(a["route"]["resource"], "default/node/edge-node-1", "{a}");
+    assert!(a["content"]["Err"].is_null(), "{a}");
+    assert_eq!(a["content"]["Object"]["kind"], "Node", "{a}");
+    assert_eq!(
+        a["content"]["Object"]["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
+        "{a}"
+    );
+    let wide = c.ok(&["get", "node", "edge-node-1", "-o", "wide"]);
+    assert!(
+        wide.contains("192.0.2.7") && wide.contains("v1.32.10-kubeedge"),
+        "{wide}"
+    );
+
+    let a = ask(&mut edge, "query", "default/node/edge-node-1", Value::Null);
+    assert_eq!(a["content"]["kind"], "Node", "{a}");
+    assert!(
+        a["header"]["resourceversion"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{a}"
+    );
+
+    let patch = r#"{"status":{"conditions":[{"type":"MemoryPressure","status":"False","reason":"KubeletHasSufficientMemory"}]}}"#;
+    let a = ask(
+        &mut edge,
+        "patch",
+        "default/nodepatch/edge-node-1",
+        Value::String(patch.into()),
+    );
+    assert!(a["content"]["Err"].is_null(), "{a}");
+    let conditions = c.ok(&[
+        "get",
+        "node",
+        "edge-node-1",
+        "-o",
+        "jsonpath={.status.conditions[*].type}",
+    ]);
+    assert!(conditions.contains("MemoryPressure"), "{conditions}");
+
+    let a = ask(
+        &mut edge,
+        "query",
+        "kube-node-lease/lease/edge-node-1",
+        Value::Null,
+    );
+    assert_eq!(a["content"]["Err"]["ErrStatus"]["code"], 404, "{a}");
+    assert_eq!(
+        a["content"]["Err"]["ErrStatus"]["reason"], "NotFound",
+        "{a}"
+    );
+    let lease = serde_json::json!({"metadata": {"name": "edge-node-1", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "edge-node-1", "leaseDurationSeconds": 40,
+            "renewTime": "2026-11-26T05:00:00.000000Z"}});
+    let a = ask(
+        &mut edge,
+        "insert",
+        "kube-node-lease/lease/edge-node-1",
+        lease.clone(),
+    );
+    assert!(a["content"]["Err"].is_null(), "{a}");
+    let mut renewed = a["content"]["Object"].clone();
+    renewed["spec"]["renewTime"] = serde_json::json!("2026-11-26T05:00:10.000000Z");
+    let a = ask(
+        &mut edge,
+        "update",
+        "kube-node-lease/lease/edge-node-1",
+        renewed,
+    );
+    assert!(a["content"]["Err"].is_null(), "{a}");
+    let renew = c.ok(&[
+        "get",
+        "lease",
+        "-n",
+        "kube-node-lease",
+        "edge-node-1",
+        "-o",
+        "jsonpath={.spec.renewTime}",
+    ]);
+    assert!(renew.starts_with("2026-11-26T05:00:10"), "{renew}");
+
+    // Not its own: refused, nothing made.
+    for (op, resource) in [
+        ("query", "default/node/edge-node-2"),
+        ("insert", "kube-node-lease/lease/edge-node-2"),
+        ("insert", "default/lease/edge-node-1"),
+    ] {
+        let a = ask(&mut edge, op, resource, lease.clone());
+        assert_eq!(
+            a["content"]["Err"]["ErrStatus"]["code"], 403,
+            "{resource}: {a}"
+        );
+    }
+    let leases = c.ok(&["get", "lease", "-A", "-o", "name"]);
+    assert_eq!(
+        leases.trim(),
+        "lease.coordination.k8s.io/edge-node-1",
+        "{leases}"
+    );
+}
+
 /// Two nodes on one cloudcore: each is sent its own devices and none of the other's.
 #[tokio::test]
 async fn two_nodes_each_get_only_their_own_devices() {

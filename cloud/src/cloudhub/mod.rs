@@ -483,7 +483,10 @@ impl CloudHub {
             return;
         }
         let kind = msg.route.resource[own.len()..].split('/').nth(1);
-        let to = if matches!(kind, Some("podpatch" | "podstatus")) {
+        let to = if matches!(
+            kind,
+            Some("podpatch" | "podstatus" | "node" | "nodepatch" | "lease")
+        ) {
             self.pods.get()
         } else {
             self.upstream.get()

@@ -12,6 +12,10 @@
 //! `update`) is written to the pod's `status` subresource, only for pods bound to that node. A
 //! node reporting a pod that no longer exists (or exists under another uid) is told to delete
 //! it.
+//!
+//! A node's own Node and Lease, as KubeEdge's edge registers and renews them: [`node`].
+
+mod node;
 
 use crate::daemonset::watch;
 use api::bus::Hub;
@@ -455,6 +459,12 @@ async fn upstream(
         };
         // `node/{node}/{ns}/podpatch/{name}`
         let parts: Vec<&str> = msg.route.resource.splitn(5, '/').collect();
+        if let [_, _, ns, kind, name] = parts[..]
+            && node::handles(kind, &msg.route.operation)
+        {
+            node::handle(&client, &hub, &node, &msg, (ns, kind, name)).await;
+            continue;
+        }
         let [_, _, ns, _, name] = parts[..] else {
             hub.send(answer(
                 &node,
