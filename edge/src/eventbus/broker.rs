@@ -390,8 +390,9 @@ pub(crate) async fn start(
             move |stream, peer, cancel| {
                 let shared = shared.clone();
                 async move {
+                    let ack = ack_handle(&stream);
                     let (reader, writer) = stream.into_split();
-                    if let Err(e) = connection(reader, writer, None, shared, cancel).await {
+                    if let Err(e) = connection(reader, writer, ack, None, shared, cancel).await {
                         tracing::debug!(%peer, error = %e, "MQTT client disconnected");
                     }
                 }
@@ -408,6 +409,7 @@ pub(crate) async fn start(
             move |stream, peer, cancel| {
                 let (shared, acceptor) = (shared.clone(), acceptor.clone());
                 async move {
+                    let ack = ack_handle(&stream);
                     let handshake = tokio::time::timeout(
                         std::time::Duration::from_secs(10),
                         acceptor.accept(stream),
@@ -431,7 +433,7 @@ pub(crate) async fn start(
                         .and_then(|c| pki::subject(c))
                         .map(|(cn, _)| cn);
                     let (reader, writer) = tokio::io::split(stream);
-                    if let Err(e) = connection(reader, writer, user, shared, cancel).await {
+                    if let Err(e) = connection(reader, writer, ack, user, shared, cancel).await {
                         tracing::debug!(%peer, error = %e, "MQTT client disconnected");
                     }
                 }
@@ -517,6 +519,7 @@ enum Disconnect {
 async fn read_packet<R: tokio::io::AsyncRead + Unpin>(
     stream: &mut R,
     buf: &mut BytesMut,
+    ack: Option<&socket2::Socket>,
 ) -> Result<Option<Packet>, Disconnect> {
     loop {
         match Packet::read(buf, MAX_PAYLOAD) {
@@ -528,7 +531,34 @@ async fn read_packet<R: tokio::io::AsyncRead + Unpin>(
         if n == 0 {
             return Ok(None);
         }
+        quick_ack(ack);
     }
+}
+
+/// Acknowledges what was just read at once instead of up to 40 ms later (Linux's delayed ACK;
+/// the flag does not stay set, so it is set again after every read). A client that leaves
+/// Nagle's algorithm on (paho-mqtt, for one) holds each small write until its previous one is
+/// acknowledged: when the answer to a request goes out before the client's next packet arrives
+/// (edgecore answers in-process, faster than a client of Mosquitto can), nothing else would carry
+/// the ACK, and that client would wait 40 ms per request.
+fn quick_ack(socket: Option<&socket2::Socket>) {
+    #[cfg(target_os = "linux")]
+    if let Some(s) = socket {
+        let _ = s.set_tcp_quickack(true);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+}
+
+/// A second handle on a client's socket, for [`quick_ack`] (the read and write halves own the
+/// first).
+fn ack_handle(stream: &TcpStream) -> Option<socket2::Socket> {
+    use std::os::fd::AsFd;
+    stream
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(socket2::Socket::from)
 }
 
 /// Packets written to a client in one write, at most (about: the last one may pass it).
@@ -571,6 +601,7 @@ fn outgoing(packet: Packet, queued: &AtomicUsize, pending: &mut Option<Publish>)
 async fn connection<R, W>(
     mut reader: R,
     mut writer: W,
+    ack: Option<socket2::Socket>,
     identity: Option<String>,
     shared: Shared,
     cancel: CancellationToken,
@@ -582,7 +613,7 @@ where
     let mut buf = BytesMut::with_capacity(4096);
     let connect = match tokio::time::timeout(
         std::time::Duration::from_secs(10),
-        read_packet(&mut reader, &mut buf),
+        read_packet(&mut reader, &mut buf, ack.as_ref()),
     )
     .await
     {
@@ -730,8 +761,10 @@ where
     let result = loop {
         let read = async {
             match keep_alive {
-                Some(k) => tokio::time::timeout(k, read_packet(&mut reader, &mut buf)).await,
-                None => Ok(read_packet(&mut reader, &mut buf).await),
+                Some(k) => {
+                    tokio::time::timeout(k, read_packet(&mut reader, &mut buf, ack.as_ref())).await
+                }
+                None => Ok(read_packet(&mut reader, &mut buf, ack.as_ref()).await),
             }
         };
         let next = tokio::select! {
