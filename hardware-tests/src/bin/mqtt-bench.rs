@@ -1,11 +1,17 @@
 //! Figures of the MQTT `$hw` path (printed; see docs/benchmarks.md): an app sends QoS 1
 //! `$hw/events/device/default/dev-N/twin/update` (`{"twin":{"pK":{"actual":{"value":"..."}}}}`)
 //! to 1000 devices x 10 INT properties and waits for each `twin/update/result`, with 1 and with
-//! 64 requests outstanding, through the release edgecore on its embedded broker and on Mosquitto.
-//! The generator's ceiling is measured the same way against an echo responder (a client that
-//! answers every update on its result topic at once), so that the generator is shown not to be
-//! the limit. Prints the p50 and p99 round trip and the acknowledged updates per second, and
-//! edgecore's resident memory after the runs.
+//! 64 requests outstanding, through the release edgecore on its embedded broker and on Mosquitto
+//! (with and without `set_tcp_nodelay`), and through an echo responder on Mosquitto (a client
+//! that answers every update on its result topic at once: the client's own ceiling).
+//!
+//! Each path is measured with the clients users write their apps with, in one run: rumqttc
+//! (Rust), paho-mqtt (Python, `hardware-tests/sims/paho_twin_app.py`, in `.venv`; two processes
+//! of 32 for 64 outstanding), and Mosquitto's own `mosquitto_pub -l` (a burst of updates to one
+//! device, its results counted by `mosquitto_sub`). Each row gives the p50, p99 and largest
+//! round trip, the acknowledged updates per second, and its ratio to the same client's figure
+//! on Mosquitto (with `set_tcp_nodelay`) and on the echo responder; then edgecore's resident
+//! memory after the runs.
 //!
 //! `cargo run --release -p hardware-tests --bin mqtt-bench [-- --seconds 5]`
 
@@ -79,6 +85,15 @@ async fn echo(port: u16) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         .subscribe("$hw/events/device/+/+/twin/update", QoS::AtLeastOnce)
         .await
         .map_err(anyhow::Error::from)?;
+    // Subscribed before any request is sent: a request lost to the race would stall a run.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.poll()).await {
+            Ok(Ok(Event::Incoming(Packet::SubAck(_)))) => break,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(anyhow::anyhow!("the echo responder got no SUBACK")),
+        }
+    }
     Ok(tokio::spawn(async move {
         while let Ok(ev) = events.poll().await {
             if let Event::Incoming(Packet::Publish(p)) = ev {
@@ -94,14 +109,13 @@ async fn echo(port: u16) -> anyhow::Result<tokio::task::JoinHandle<()>> {
 struct Figures {
     p50_ms: f64,
     p99_ms: f64,
+    max_ms: f64,
     per_second: f64,
     /// CPU time of the process under test (edgecore, or Mosquitto) per acknowledged update, µs.
     cpu_us: Option<f64>,
-    /// CPU time of this generator per acknowledged update, µs.
-    generator_cpu_us: Option<f64>,
 }
 
-/// User plus system CPU time of process `pid` ("self" for this one), in seconds.
+/// User plus system CPU time of process `pid`, in seconds.
 fn cpu_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
@@ -162,10 +176,7 @@ async fn run(
     let mut cpu_from = None;
     while Instant::now() < end {
         if cpu_from.is_none() && Instant::now() >= measure_from {
-            cpu_from = Some((
-                pid.and_then(|p| cpu_seconds(&p.to_string())),
-                cpu_seconds("self"),
-            ));
+            cpu_from = Some(pid.and_then(|p| cpu_seconds(&p.to_string())));
         }
         let Ok(permit) = tokio::time::timeout(Duration::from_secs(10), permits.acquire()).await
         else {
@@ -189,10 +200,7 @@ async fn run(
             .await
             .map_err(anyhow::Error::from)?;
     }
-    let cpu_to = (
-        pid.and_then(|p| cpu_seconds(&p.to_string())),
-        cpu_seconds("self"),
-    );
+    let cpu_to = pid.and_then(|p| cpu_seconds(&p.to_string()));
     tokio::time::sleep(Duration::from_millis(200)).await;
     receiver.abort();
     let _ = client.disconnect().await;
@@ -209,14 +217,282 @@ async fn run(
     lat.sort_by(f64::total_cmp);
     let per_update =
         |from: Option<f64>, to: Option<f64>| Some((to? - from?) * 1e6 / (count.max(1) as f64));
-    let (from, gen_from) = cpu_from.unwrap_or((None, None));
+    let from = cpu_from.flatten();
     Ok(Figures {
         p50_ms: percentile(&lat, 50.0),
         p99_ms: percentile(&lat, 99.0),
+        max_ms: lat.last().copied().unwrap_or_default(),
         per_second: count as f64 / seconds,
-        cpu_us: per_update(from, cpu_to.0),
-        generator_cpu_us: per_update(gen_from, cpu_to.1),
+        cpu_us: per_update(from, cpu_to),
     })
+}
+
+/// The client libraries an app is written with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Rumqttc,
+    Paho,
+    MosquittoPub,
+}
+
+impl Client {
+    const ALL: [Client; 3] = [Client::Rumqttc, Client::Paho, Client::MosquittoPub];
+
+    fn name(self) -> &'static str {
+        match self {
+            Client::Rumqttc => "rumqttc",
+            Client::Paho => "paho-mqtt (Python)",
+            Client::MosquittoPub => "mosquitto_pub -l / mosquitto_sub",
+        }
+    }
+
+    /// Requests outstanding per run; 0: a burst (`mosquitto_pub -l` does not wait for answers).
+    fn outstanding(self) -> &'static [usize] {
+        match self {
+            Client::MosquittoPub => &[0],
+            _ => &[1, 64],
+        }
+    }
+}
+
+/// The paho-mqtt app (`hardware-tests/sims/paho_twin_app.py`): one process for 1 outstanding,
+/// two of 32 (each on its half of the devices) for 64, as an app spread over processes would.
+fn paho(port: u16, outstanding: usize, seconds: f64) -> anyhow::Result<Figures> {
+    let procs = if outstanding > 1 { 2 } else { 1 };
+    let children = (0..procs)
+        .map(|i| {
+            Command::new(sim::python())
+                .arg(sim::sims_dir().join("paho_twin_app.py"))
+                .args(["--port", &port.to_string()])
+                .args(["--outstanding", &(outstanding / procs).max(1).to_string()])
+                .args(["--seconds", &seconds.to_string()])
+                .args(["--devices", &(DEVICES / procs).to_string()])
+                .args(["--offset", &(i * DEVICES / procs).to_string()])
+                .args([
+                    "--client-id",
+                    &format!("paho-{outstanding}-{i}-{}", free_port()),
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| anyhow::anyhow!("paho app: {e} ({})", sim::SETUP_HINT))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut lat = Vec::new();
+    let mut per_second = 0.0;
+    for c in children {
+        let out = c.wait_with_output().map_err(anyhow::Error::from)?;
+        if !out.status.success() {
+            return Err(anyhow::anyhow!(
+                "paho app failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("paho app's output: {e}"))?;
+        per_second += v["acked"].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(1.0);
+        lat.extend(
+            v["latencies_ms"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_f64),
+        );
+    }
+    lat.sort_by(f64::total_cmp);
+    Ok(Figures {
+        p50_ms: percentile(&lat, 50.0),
+        p99_ms: percentile(&lat, 99.0),
+        max_ms: lat.last().copied().unwrap_or_default(),
+        per_second,
+        cpu_us: None,
+    })
+}
+
+/// `mosquitto_pub -q 1 -l` sends `count` updates of one device, 500 lines per run of it, as
+/// fast as it can, and `mosquitto_sub` counts the results: acknowledged updates per second.
+fn mosquitto_pub_burst(port: u16, count: usize) -> anyhow::Result<Figures> {
+    use std::io::{BufRead, Write};
+    let topic = "$hw/events/device/default/dev-7/twin/update";
+    let result = format!("{topic}/result");
+    let mut sub = Command::new("mosquitto_sub")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-q",
+            "1",
+            "-t",
+            &result,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("mosquitto_sub: {e} (apt-get install mosquitto-clients)"))?;
+    let lines = sub
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(lines).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    // Subscribed once a probe published on the result topic comes back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'probe: loop {
+        let _ = Command::new("mosquitto_pub")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-q",
+                "1",
+                "-t",
+                &result,
+            ])
+            .args(["-m", r#"{"event_id":"probe"}"#])
+            .status();
+        while let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            if l.contains("probe") {
+                break 'probe;
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = sub.kill();
+            return Err(anyhow::anyhow!("mosquitto_sub did not subscribe"));
+        }
+    }
+    while rx.try_recv().is_ok() {}
+    // Batches of BATCH lines, each waited for: a burst larger than a subscriber's queue (1000
+    // messages in Mosquitto and the embedded broker) would measure dropped results instead.
+    const BATCH: usize = 500;
+    let started = Instant::now();
+    let mut seen = 0;
+    while seen < count {
+        let mut publisher = Command::new("mosquitto_pub")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-q",
+                "1",
+                "-l",
+                "-t",
+                topic,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("mosquitto_pub: {e}"))?;
+        if let Some(mut stdin) = publisher.stdin.take() {
+            let body: String = (seen..seen + BATCH)
+                .map(|i| {
+                    format!(
+                        "{{\"event_id\":\"b{i}\",\"twin\":{{\"p{}\":{{\"actual\":{{\"value\":\"{i}\"}}}}}}}}\n",
+                        i % PROPS
+                    )
+                })
+                .collect();
+            stdin
+                .write_all(body.as_bytes())
+                .map_err(anyhow::Error::from)?;
+        }
+        let mut got = 0;
+        while got < BATCH {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(l) if l.contains("\"b") => got += 1,
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = sub.kill();
+                    return Err(anyhow::anyhow!(
+                        "only {} of {} results came",
+                        seen + got,
+                        seen + BATCH
+                    ));
+                }
+            }
+        }
+        let _ = publisher.wait();
+        seen += BATCH;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let _ = sub.kill();
+    let _ = sub.wait();
+    Ok(Figures {
+        p50_ms: f64::NAN,
+        p99_ms: f64::NAN,
+        max_ms: f64::NAN,
+        per_second: count as f64 / took,
+        cpu_us: None,
+    })
+}
+
+async fn measure(
+    client: Client,
+    port: u16,
+    outstanding: usize,
+    seconds: f64,
+    pid: Option<u32>,
+) -> anyhow::Result<Figures> {
+    match client {
+        Client::Rumqttc => run(port, outstanding, seconds, pid).await,
+        Client::Paho => tokio::task::spawn_blocking(move || paho(port, outstanding, seconds))
+            .await
+            .map_err(anyhow::Error::from)?,
+        Client::MosquittoPub => {
+            let count = ((seconds * 2000.0) as usize).div_ceil(500) * 500;
+            tokio::task::spawn_blocking(move || mosquitto_pub_burst(port, count))
+                .await
+                .map_err(anyhow::Error::from)?
+        }
+    }
+}
+
+/// One measured row: the path, the client, the requests outstanding, the figures.
+struct Row {
+    path: &'static str,
+    client: Client,
+    outstanding: usize,
+    figures: Figures,
+}
+
+const ECHO: &str = "echo responder on Mosquitto (the client's ceiling)";
+const MOSQUITTO: &str = "edgecore + Mosquitto (set_tcp_nodelay true)";
+const MOSQUITTO_NAGLE: &str = "edgecore + Mosquitto (default: Nagle on)";
+const EMBEDDED: &str = "edgecore, embedded broker";
+
+/// Measures `path` with every client and adds the rows.
+async fn measure_all(
+    rows: &mut Vec<Row>,
+    path: &'static str,
+    port: u16,
+    seconds: f64,
+    pid: Option<u32>,
+) -> anyhow::Result<()> {
+    for client in Client::ALL {
+        for &n in client.outstanding() {
+            let figures = measure(client, port, n, seconds, pid)
+                .await
+                .map_err(|e| anyhow::anyhow!("{path}, {}: {e}", client.name()))?;
+            let row = Row {
+                path,
+                client,
+                outstanding: n,
+                figures,
+            };
+            print_row(rows, &row);
+            rows.push(row);
+        }
+    }
+    Ok(())
 }
 
 /// `twin/get` round trips, one every 20 ms, while another client publishes `burst` QoS 1
@@ -368,13 +644,13 @@ async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> anyhow::Resul
     Ok((rss, sent))
 }
 
-fn mosquitto(dir: &Path, port: u16) -> anyhow::Result<std::process::Child> {
-    let conf = dir.join("mosquitto.conf");
+/// Mosquitto on `port`; `nodelay`: `set_tcp_nodelay true` (Mosquitto leaves Nagle's algorithm
+/// on by default, and many installations keep the default).
+fn mosquitto(dir: &Path, port: u16, nodelay: bool) -> anyhow::Result<std::process::Child> {
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
     std::fs::write(
         &conf,
-        // Mosquitto leaves Nagle's algorithm on unless told (set_tcp_nodelay, default false):
-        // every exchange would then wait for a delayed ACK, whatever the clients do.
-        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay true\n"),
+        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay {nodelay}\n"),
     )
     .map_err(anyhow::Error::from)?;
     let child = Command::new("mosquitto")
@@ -443,15 +719,41 @@ fn rss_mb(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn print_row(what: &str, outstanding: usize, f: &Figures) {
-    let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+/// Prints `row` with its ratio to the same client's figure on Mosquitto and on the echo
+/// responder (measured before it).
+fn print_row(rows: &[Row], row: &Row) {
+    let f = &row.figures;
+    let ms = |v: f64| {
+        if v.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{v:.2}")
+        }
+    };
+    let ratio = |path: &str| {
+        rows.iter()
+            .find(|r| r.path == path && r.client == row.client && r.outstanding == row.outstanding)
+            .filter(|r| r.path != row.path)
+            .map_or("-".to_string(), |r| {
+                format!("{:.2}", f.per_second / r.figures.per_second)
+            })
+    };
+    let n = if row.outstanding == 0 {
+        "burst".to_string()
+    } else {
+        row.outstanding.to_string()
+    };
     println!(
-        "| {what} | {outstanding} | {:.2} | {:.2} | {:.0} | {} | {} |",
-        f.p50_ms,
-        f.p99_ms,
+        "| {} | {} | {n} | {} | {} | {} | {:.0} | {} | {} | {} |",
+        row.path,
+        row.client.name(),
+        ms(f.p50_ms),
+        ms(f.p99_ms),
+        ms(f.max_ms),
         f.per_second,
-        us(f.cpu_us),
-        us(f.generator_cpu_us)
+        ratio(MOSQUITTO),
+        ratio(ECHO),
+        f.cpu_us.map_or("-".to_string(), |v| format!("{v:.0}")),
     );
 }
 
@@ -462,36 +764,38 @@ async fn main() -> ExitCode {
         eprintln!("building the release edgecore ...");
         let bins = sim::built_binaries(true)?;
         let dir = tempfile::tempdir().map_err(anyhow::Error::from)?;
-        println!("| path | outstanding | p50 ms | p99 ms | acknowledged updates/s | CPU µs/update (broker or edgecore) | generator CPU µs/update |");
-        println!("|---|---|---|---|---|---|---|");
-
+        println!("| path | client | outstanding | p50 ms | p99 ms | max ms | acknowledged updates/s | ÷ Mosquitto | ÷ echo | CPU µs/update (broker or edgecore; rumqttc runs) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
         let mut rss_external = 0.0;
         if !args.embedded_only && !args.burst_only {
-        // The generator's ceiling: an echo responder on Mosquitto.
-        let port = free_port();
-        let mut broker = mosquitto(dir.path(), port)?;
-        let responder = echo(port).await?;
-        for n in [1, 64] {
-            print_row("echo responder on Mosquitto (generator ceiling)", n, &run(port, n, args.seconds, Some(broker.id())).await?);
-        }
-        responder.abort();
+            // The clients' ceiling: an echo responder on Mosquitto.
+            let port = free_port();
+            let mut broker = mosquitto(dir.path(), port, true)?;
+            let responder = echo(port).await?;
+            measure_all(&mut rows, ECHO, port, args.seconds, Some(broker.id())).await?;
+            responder.abort();
 
-        // edgecore on Mosquitto.
-        let (core, _) = edgecore(&bins, &dir.path().join("external"), "external", port)?;
-        for n in [1, 64] {
-            print_row("edgecore + Mosquitto", n, &run(port, n, args.seconds, Some(core.child.id())).await?);
-        }
-        rss_external = rss_mb(core.child.id());
-        drop(core);
-        let _ = broker.kill();
-        let _ = broker.wait();
-
+            // edgecore on Mosquitto, as the bench's config and as Mosquitto comes.
+            let (core, _) = edgecore(&bins, &dir.path().join("external"), "external", port)?;
+            measure_all(&mut rows, MOSQUITTO, port, args.seconds, Some(core.child.id())).await?;
+            rss_external = rss_mb(core.child.id());
+            drop(core);
+            let _ = broker.kill();
+            let _ = broker.wait();
+            let port = free_port();
+            let mut broker = mosquitto(dir.path(), port, false)?;
+            let (core, _) = edgecore(&bins, &dir.path().join("external-nagle"), "external", port)?;
+            measure_all(&mut rows, MOSQUITTO_NAGLE, port, args.seconds, Some(core.child.id())).await?;
+            drop(core);
+            let _ = broker.kill();
+            let _ = broker.wait();
         }
         // edgecore on its embedded broker.
         let port = free_port();
         let (core, _) = edgecore(&bins, &dir.path().join("embedded"), "embedded", port)?;
-        for n in if args.burst_only { vec![] } else { vec![1, 64] } {
-            print_row("edgecore, embedded broker", n, &run(port, n, args.seconds, Some(core.child.id())).await?);
+        if !args.burst_only {
+            measure_all(&mut rows, EMBEDDED, port, args.seconds, Some(core.child.id())).await?;
         }
         let rss_embedded = rss_mb(core.child.id());
         let (p50, p99, max) = get_during_burst(port, 10_000).await?;
