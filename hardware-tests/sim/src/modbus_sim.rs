@@ -31,6 +31,15 @@ pub struct State {
     pub drop_after: Option<u32>,
     /// The holding register written last, and when.
     pub last_write: Option<(u16, std::time::Instant)>,
+    /// Every request is answered with this exception while set.
+    pub refuse_all: Option<ExceptionCode>,
+    /// This share (0 to 1) of requests is answered with the exception, evenly spread.
+    pub refuse_share: Option<(f64, ExceptionCode)>,
+    /// While set, requests get no answer (one arriving meanwhile is answered late, once it
+    /// clears, or never if the connection is gone by then).
+    pub silent: bool,
+    /// Bumped to drop every open connection at its next request.
+    pub epoch: u32,
 }
 
 /// A simulator: its state, and the switch for garbage answers.
@@ -84,6 +93,7 @@ impl Sim {
                     sim: sim.clone(),
                     served: Arc::new(AtomicU32::new(0)),
                     kill: kill.clone(),
+                    epoch: sim.edit(|s| s.epoch),
                 };
                 let transport = Garbling {
                     inner: stream,
@@ -136,6 +146,8 @@ struct Connection {
     served: Arc<AtomicU32>,
     /// Set when the connection must be dropped instead of answering.
     kill: Arc<AtomicBool>,
+    /// The state's `epoch` when the connection opened.
+    epoch: u32,
 }
 
 type Answer = Result<Option<Response>, ExceptionCode>;
@@ -210,15 +222,31 @@ impl tokio_modbus::server::Service for Connection {
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn call(&self, req: Self::Request) -> Self::Future {
-        self.sim.requests.fetch_add(1, Ordering::Relaxed);
+        let total = self.sim.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let n = self.served.fetch_add(1, Ordering::Relaxed) + 1;
-        let (delay, drop_after) = self.sim.edit(|s| (s.delay, s.drop_after));
-        let answer = self.answer(req);
-        if drop_after.is_some_and(|d| n > d) {
+        let (delay, drop_after, refuse, share, epoch) = self
+            .sim
+            .edit(|s| (s.delay, s.drop_after, s.refuse_all, s.refuse_share, s.epoch));
+        let shared_out = share.and_then(|(share, code)| {
+            // Evenly spread and the same on every run: request k is refused when the count of
+            // refusals due, k x share, steps up.
+            let due = |k: u32| (f64::from(k) * share).floor();
+            (due(total) > due(total - 1)).then_some(code)
+        });
+        let answer = match refuse.or(shared_out) {
+            Some(code) => Err(code),
+            None => self.answer(req),
+        };
+        if drop_after.is_some_and(|d| n > d) || epoch != self.epoch {
             // The answer's write fails, which closes the connection.
             self.kill.store(true, Ordering::Relaxed);
         }
+        let sim = self.sim.clone();
         Box::pin(async move {
+            let started = std::time::Instant::now();
+            while sim.edit(|s| s.silent) && started.elapsed() < Duration::from_secs(120) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }

@@ -1,0 +1,283 @@
+//! From manifests to simulated devices: each Modbus TCP `Device` with its model's properties,
+//! each property where its visitor says (read by the mapper's own parser, so that the simulator
+//! lays a register out exactly as `mapper-modbus` reads it), and every declaration that cannot
+//! work named with its field path.
+
+use api::manifest::{Object, parse_documents};
+use api::v1beta1::{AccessMode, Device, DeviceModel, PropertyType};
+use mapper_modbus::Table;
+use mapper_modbus::device::{Connection, ModelHints, Point, Transport};
+use std::collections::BTreeMap;
+
+/// A device to simulate.
+#[derive(Clone, Debug)]
+pub struct SimDevice {
+    /// `namespace/name`.
+    pub id: String,
+    /// `host:port` from `spec.protocol.configData` (`ip`, `port`).
+    pub address: String,
+    pub points: Vec<SimPoint>,
+}
+
+/// One property of a simulated device.
+#[derive(Clone, Debug)]
+pub struct SimPoint {
+    pub name: String,
+    pub point: Point,
+    /// The value it holds at the start: the desired value if the device declares one, else
+    /// zero, `false` or an empty string.
+    pub initial: String,
+    /// The model's `accessMode` is not `ReadOnly`.
+    pub writable: bool,
+}
+
+/// A declaration that cannot be simulated (or read by the mapper), with where it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {path}: {message}")]
+pub struct LayoutError {
+    /// `Device default/oven-1`, `document 3`.
+    pub object: String,
+    /// `spec.properties[temperature].visitors.configData.offset`.
+    pub path: String,
+    pub message: String,
+}
+
+/// Every problem found, one per line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct LayoutErrors(pub Vec<LayoutError>);
+
+fn id(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The Modbus TCP devices of `text` (one or more manifests, multi-document YAML), laid out.
+/// Devices of other protocols are skipped; every problem found is returned together.
+pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
+    let mut errors = Vec::new();
+    let mut devices: Vec<Device> = Vec::new();
+    let mut models: BTreeMap<String, DeviceModel> = BTreeMap::new();
+    for doc in parse_documents(text) {
+        for p in doc
+            .problems
+            .iter()
+            .filter(|p| p.severity == api::validate::Severity::Error)
+        {
+            errors.push(LayoutError {
+                object: format!("document {} ({} {})", doc.index + 1, doc.kind, doc.name),
+                path: p.path.clone(),
+                message: p.message.clone(),
+            });
+        }
+        match doc.object {
+            Some(Object::Device(d)) => devices.push(*d),
+            Some(Object::DeviceModel(m)) => {
+                models.insert(id(&m.metadata), *m);
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut addresses: BTreeMap<String, String> = BTreeMap::new();
+    for d in &devices {
+        let did = id(&d.metadata);
+        let object = format!("Device {did}");
+        let err = |path: &str, message: String| LayoutError {
+            object: object.clone(),
+            path: path.to_string(),
+            message,
+        };
+        if d.protocol_name() != Some(mapper_modbus::mapper::PROTOCOL) {
+            continue;
+        }
+        let ns = d.metadata.namespace.as_deref().unwrap_or("default");
+        let model_name = d.model_name().unwrap_or_default();
+        let Some(model) = models.get(&format!("{ns}/{model_name}")) else {
+            errors.push(err(
+                "spec.deviceModelRef.name",
+                format!("model {ns}/{model_name} is not in the manifests"),
+            ));
+            continue;
+        };
+        // The gateway's own checks first: what edgecore would refuse is not simulated.
+        let refused: Vec<_> = api::validate::validate_model(model)
+            .into_iter()
+            .map(|p| (format!("DeviceModel {ns}/{model_name}"), p))
+            .chain(
+                api::validate::validate_device(d, Some(model))
+                    .into_iter()
+                    .chain(api::validate::validate_config_data(d, Some(model)))
+                    .map(|p| (object.clone(), p)),
+            )
+            .filter(|(_, p)| p.is_error())
+            .collect();
+        // Properties already named are not laid out (one message per mistake).
+        let named: Vec<String> = refused.iter().map(|(_, p)| p.path.clone()).collect();
+        let fatal = refused
+            .iter()
+            .any(|(_, p)| !p.path.starts_with("spec.properties["));
+        errors.extend(refused.into_iter().map(|(object, p)| LayoutError {
+            object,
+            path: p.path,
+            message: p.message,
+        }));
+        if fatal {
+            continue;
+        }
+        let device = api::merge::effective_device(d, model);
+        let config = device
+            .spec
+            .protocol
+            .as_ref()
+            .and_then(|p| p.config_data.as_ref())
+            .map(|c| c.0.clone())
+            .unwrap_or_default();
+        let address = match Connection::from_config(&config) {
+            Ok(c) => match c.transport {
+                Transport::Tcp { address } => address,
+                Transport::Rtu(_) => {
+                    errors.push(err(
+                        "spec.protocol.configData.serialPort",
+                        "Modbus RTU devices are not simulated yet (only Modbus TCP)".into(),
+                    ));
+                    continue;
+                }
+            },
+            Err(e) => {
+                errors.push(err(
+                    &format!("spec.protocol.configData.{}", e.key),
+                    e.reason,
+                ));
+                continue;
+            }
+        };
+        if let Some(other) = addresses.insert(address.clone(), did.clone()) {
+            errors.push(err(
+                "spec.protocol.configData",
+                format!("{address} is also {other}'s: one simulated device per address"),
+            ));
+            continue;
+        }
+        let mut points: Vec<SimPoint> = Vec::new();
+        for (i, p) in device.spec.properties.iter().enumerate() {
+            let at = format!("spec.properties[{i}]");
+            if named
+                .iter()
+                .any(|n| n == &at || n.starts_with(&format!("{at}.")))
+            {
+                continue;
+            }
+            let Some(visitor) = p.visitors.as_ref().and_then(|v| v.config_data.as_ref()) else {
+                errors.push(err(
+                    &format!("{at}.visitors"),
+                    "no visitor: the mapper cannot read it".into(),
+                ));
+                continue;
+            };
+            let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+            let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
+            let hints = ModelHints {
+                value_type: mp.and_then(|m| m.type_).map(|t| t.as_str().to_string()),
+                minimum: num(mp.and_then(|m| m.minimum.as_ref())),
+                maximum: num(mp.and_then(|m| m.maximum.as_ref())),
+            };
+            let point = match Point::from_config(&p.name, &visitor.0, &hints) {
+                Ok(pt) => pt,
+                Err(e) => {
+                    errors.push(err(
+                        &format!("{at}.visitors.configData.{}", e.key),
+                        e.reason,
+                    ));
+                    continue;
+                }
+            };
+            if let Some(o) = points.iter().find(|o| overlaps(&o.point, &point)) {
+                errors.push(err(
+                    &format!("{at}.visitors.configData.offset"),
+                    format!(
+                        "{} {} overlaps property {} ({})",
+                        table_name(point.read.table),
+                        span(&point),
+                        o.name,
+                        span(&o.point)
+                    ),
+                ));
+                continue;
+            }
+            let initial = p
+                .desired
+                .as_ref()
+                .map(|d| d.value.clone())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| default_value(&point, mp.and_then(|m| m.type_)));
+            points.push(SimPoint {
+                name: p.name.clone(),
+                initial,
+                writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
+                point,
+            });
+        }
+        out.push(SimDevice {
+            id: did,
+            address,
+            points,
+        });
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(LayoutErrors(errors))
+    }
+}
+
+fn default_value(point: &Point, ty: Option<PropertyType>) -> String {
+    use mapper_modbus::codec::DataType;
+    match point.codec.data_type {
+        DataType::Bool => "false".into(),
+        DataType::String => String::new(),
+        _ if ty == Some(PropertyType::String) => String::new(),
+        _ => "0".into(),
+    }
+}
+
+fn table_name(t: Table) -> &'static str {
+    match t {
+        Table::Coil => "CoilRegister",
+        Table::DiscreteInput => "DiscreteInputRegister",
+        Table::InputRegister => "InputRegister",
+        Table::HoldingRegister => "HoldingRegister",
+    }
+}
+
+fn span(p: &Point) -> String {
+    let (a, n) = (u32::from(p.read.address), u32::from(p.read.count));
+    let bit = p.codec.bit.map(|b| format!(" bit {b}")).unwrap_or_default();
+    if n <= 1 {
+        format!("{a}{bit}")
+    } else {
+        format!("{a}-{}", a + n - 1)
+    }
+}
+
+/// Whether two properties claim the same registers or bits (two bits of one register do not).
+fn overlaps(a: &Point, b: &Point) -> bool {
+    if a.read.table != b.read.table {
+        return false;
+    }
+    let (a0, a1) = (
+        u32::from(a.read.address),
+        u32::from(a.read.address) + u32::from(a.read.count),
+    );
+    let (b0, b1) = (
+        u32::from(b.read.address),
+        u32::from(b.read.address) + u32::from(b.read.count),
+    );
+    if a0 >= b1 || b0 >= a1 {
+        return false;
+    }
+    !matches!((a.codec.bit, b.codec.bit), (Some(x), Some(y)) if x != y && a.read.count == 1 && b.read.count == 1)
+}

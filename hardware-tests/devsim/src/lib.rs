@@ -1,0 +1,17 @@
+//! `devsim`: simulated devices from the same `Device` and `DeviceModel` manifests the gateway
+//! uses (`kubectl apply` takes the same files), for hardware-in-the-loop tests without the
+//! hardware.
+//!
+//! - [`layout`]: each Modbus TCP device of the manifests, each property laid out in registers
+//!   or bits as `mapper-modbus` reads it (its own parser of visitors: type, scale, offset, byte
+//!   and word order, bits); a declaration that cannot work (overlapping registers, a type that
+//!   does not fit its `limit`, an unknown register table) is named with its field path.
+//! - [`scenario`]: what each device does over time (constants, ramps, sines, seeded random
+//!   walks, steps, a value following another) and its faults (exception codes, no answer, late
+//!   answers, garbage, disconnects, reboots), on a clock that can run faster.
+//! - [`run`]: each device served on its address (or on a host of your choice), the scenario
+//!   played every tick.
+
+pub mod layout;
+pub mod run;
+pub mod scenario;

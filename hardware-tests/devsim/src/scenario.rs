@@ -1,0 +1,300 @@
+//! What simulated devices do over time: a scenario file (YAML).
+//!
+//! ```yaml
+//! seed: 7                      # random walks and fault shares repeat with the same seed
+//! devices:
+//!   default/oven-1:            # namespace/name (or just name, in default)
+//!     properties:
+//!       temperature:
+//!         value: {follow: {property: setpoint, perSecond: 0.5, when: heater-on, otherwise: 20}}
+//!       setpoint: {writes: keep}             # keep (default): a write holds; ignore: it is undone
+//!       pressure: {value: {sine: {mean: 2.0, amplitude: 0.5, periodSeconds: 60}}}
+//!       level: {value: {randomWalk: {start: 50, step: 1, min: 0, max: 100}}}
+//!       speed: {value: {ramp: {from: 0, to: 1500, seconds: 30}}}
+//!       mode: {value: {steps: [{at: 0, value: 1}, {at: 20, value: 2}]}}
+//!       serial: {value: {constant: "SN-0042"}}
+//!     faults:                  # `at` and `seconds` on the scenario's clock, or `share` of requests
+//!       - {kind: exception, code: 4, at: 10, seconds: 5}
+//!       - {kind: exception, code: 6, share: 0.1}
+//!       - {kind: noAnswer, at: 20, seconds: 3}
+//!       - {kind: late, delayMs: 1500, at: 30, seconds: 5}
+//!       - {kind: garbage, at: 40, seconds: 2}
+//!       - {kind: disconnect, at: 50}
+//!       - {kind: reboot, at: 60, seconds: 3}   # no answer, then the start values again
+//! ```
+
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub devices: BTreeMap<String, DeviceScenario>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceScenario {
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyScenario>,
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PropertyScenario {
+    pub value: Option<Behaviour>,
+    #[serde(default)]
+    pub writes: Writes,
+}
+
+/// What happens to a value the mapper writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Writes {
+    /// The written value holds (and ends the property's behaviour).
+    #[default]
+    Keep,
+    /// The write is answered, and undone by the behaviour at the next tick.
+    Ignore,
+}
+
+/// How a value moves over time.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub enum Behaviour {
+    Constant(serde_json::Value),
+    #[serde(rename_all = "camelCase")]
+    Ramp {
+        from: f64,
+        to: f64,
+        seconds: f64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Sine {
+        mean: f64,
+        amplitude: f64,
+        period_seconds: f64,
+    },
+    #[serde(rename_all = "camelCase")]
+    RandomWalk {
+        start: f64,
+        step: f64,
+        min: f64,
+        max: f64,
+    },
+    Steps(Vec<Step>),
+    #[serde(rename_all = "camelCase")]
+    Follow {
+        property: String,
+        per_second: f64,
+        /// A boolean property that must be on for the value to follow.
+        when: Option<String>,
+        /// Where the value drifts while `when` is off.
+        otherwise: Option<f64>,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub at: f64,
+    pub value: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// Start, in seconds of the scenario's clock.
+    pub at: Option<f64>,
+    /// How long; none: an instant (`disconnect`) or for good.
+    pub seconds: Option<f64>,
+    /// Instead of a time: this share of requests (0 to 1), all along (`exception` only).
+    pub share: Option<f64>,
+    /// The exception code (1 to 255), for `exception`.
+    pub code: Option<u8>,
+    /// The delay before each answer, for `late`.
+    pub delay_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FaultKind {
+    Exception,
+    NoAnswer,
+    Late,
+    Garbage,
+    Disconnect,
+    Reboot,
+}
+
+/// Why a scenario cannot be used, with the field path.
+#[derive(Debug, thiserror::Error)]
+#[error("scenario: {path}: {message}")]
+pub struct ScenarioError {
+    pub path: String,
+    pub message: String,
+}
+
+impl Scenario {
+    /// Parses a scenario; an unknown key, a wrong type or an impossible fault names its path.
+    pub fn parse(text: &str) -> Result<Self, ScenarioError> {
+        // Through JSON's data model: YAML's own reads a one-key map as a tagged enum only from
+        // `!tag` syntax, and `{ramp: {...}}` is what people write.
+        let value: serde_json::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| ScenarioError {
+                path: String::new(),
+                message: e.to_string(),
+            })?;
+        let s: Scenario = serde_path_to_error::deserialize(value).map_err(|e| ScenarioError {
+            path: e.path().to_string(),
+            message: e.inner().to_string(),
+        })?;
+        for (d, ds) in &s.devices {
+            for (i, f) in ds.faults.iter().enumerate() {
+                let at = format!("devices.{d}.faults[{i}]");
+                let bad = |k: &str, m: &str| ScenarioError {
+                    path: format!("{at}.{k}"),
+                    message: m.into(),
+                };
+                match (f.at, f.share) {
+                    (Some(_), Some(_)) => {
+                        return Err(bad("share", "give `at` or `share`, not both"));
+                    }
+                    (None, None) => return Err(bad("at", "missing (or `share`)")),
+                    (None, Some(sh)) if !(0.0..=1.0).contains(&sh) => {
+                        return Err(bad("share", "must be 0 to 1"));
+                    }
+                    (None, Some(_)) if f.kind != FaultKind::Exception => {
+                        return Err(bad("share", "only an exception can be a share of requests"));
+                    }
+                    _ => {}
+                }
+                if f.kind == FaultKind::Exception && f.code.is_none_or(|c| c == 0) {
+                    return Err(bad("code", "an exception needs its code, 1 to 255"));
+                }
+                if f.kind == FaultKind::Late && f.delay_ms.is_none() {
+                    return Err(bad("delayMs", "a late answer needs its delay"));
+                }
+            }
+            for (p, ps) in &ds.properties {
+                if let Some(Behaviour::Ramp { seconds, .. }) = &ps.value
+                    && *seconds <= 0.0
+                {
+                    return Err(ScenarioError {
+                        path: format!("devices.{d}.properties.{p}.value.ramp.seconds"),
+                        message: "must be more than 0".into(),
+                    });
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// The scenario of device `id` (`namespace/name`; a bare name is in `default`).
+    pub fn device(&self, id: &str) -> Option<&DeviceScenario> {
+        self.devices.get(id).or_else(|| {
+            id.strip_prefix("default/")
+                .and_then(|name| self.devices.get(name))
+        })
+    }
+}
+
+/// A behaviour being played: its state between ticks.
+pub struct Player {
+    behaviour: Behaviour,
+    rng: rand::rngs::StdRng,
+    /// The last value of a walk or a follow.
+    current: Option<f64>,
+}
+
+fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+impl Player {
+    pub fn new(behaviour: Behaviour, seed: u64) -> Self {
+        Self {
+            behaviour,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            current: None,
+        }
+    }
+
+    /// The value at `t` seconds, `dt` after the previous tick. `look` reads another property's
+    /// current value (for `follow`); `now` is this property's current value.
+    pub fn value(
+        &mut self,
+        t: f64,
+        dt: f64,
+        now: Option<f64>,
+        look: impl Fn(&str) -> Option<String>,
+    ) -> Option<String> {
+        let number = |v: f64| {
+            let r = (v * 1e6).round() / 1e6;
+            if r.fract() == 0.0 && r.abs() < 1e15 {
+                format!("{}", r as i64)
+            } else {
+                format!("{r}")
+            }
+        };
+        Some(match &self.behaviour {
+            Behaviour::Constant(v) => text(v),
+            Behaviour::Ramp { from, to, seconds } => {
+                number(from + (to - from) * (t / seconds).clamp(0.0, 1.0))
+            }
+            Behaviour::Sine {
+                mean,
+                amplitude,
+                period_seconds,
+            } => number(
+                mean + amplitude * (t * std::f64::consts::TAU / period_seconds.max(1e-9)).sin(),
+            ),
+            Behaviour::RandomWalk {
+                start,
+                step,
+                min,
+                max,
+            } => {
+                let cur = self.current.unwrap_or(*start);
+                let next = if dt > 0.0 {
+                    (cur + self.rng.gen_range(-1.0..=1.0) * step).clamp(*min, *max)
+                } else {
+                    cur
+                };
+                self.current = Some(next);
+                number(next)
+            }
+            Behaviour::Steps(steps) => text(&steps.iter().rev().find(|s| s.at <= t)?.value),
+            Behaviour::Follow {
+                property,
+                per_second,
+                when,
+                otherwise,
+            } => {
+                let cur = self.current.or(now).unwrap_or(0.0);
+                let on = when
+                    .as_ref()
+                    .is_none_or(|w| look(w).is_some_and(|v| v == "true" || v == "1"));
+                let target = if on {
+                    look(property)?.parse::<f64>().ok()?
+                } else {
+                    otherwise.unwrap_or(cur)
+                };
+                let k = (per_second * dt).clamp(0.0, 1.0);
+                let next = cur + (target - cur) * k;
+                self.current = Some(next);
+                number(next)
+            }
+        })
+    }
+}
