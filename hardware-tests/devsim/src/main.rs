@@ -22,6 +22,9 @@ struct Args {
     /// Serve every device on this host (its port kept) instead of its `ip`, e.g. 127.0.0.1.
     #[arg(long)]
     bind: Option<String>,
+    /// Start each device's scenario clock at its first request (default: at the start).
+    #[arg(long)]
+    clock_from_first_request: bool,
     /// Only check the manifests and the scenario, and print the layout.
     #[arg(long)]
     check: bool,
@@ -71,6 +74,7 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
     let options = devsim::run::Options {
         speed: args.speed,
         bind: args.bind.clone(),
+        clock_from_first_request: args.clock_from_first_request,
         ..Default::default()
     };
     let served = devsim::run::start(devices, &scenario, &options).await?;

@@ -21,6 +21,9 @@ pub struct Options {
     pub port0: bool,
     /// How often values and faults are brought up to date.
     pub tick: Duration,
+    /// Each device's scenario clock starts at its first request rather than at the start, so
+    /// that a scenario plays the same however long the gateway takes to come up.
+    pub clock_from_first_request: bool,
 }
 
 impl Default for Options {
@@ -30,6 +33,7 @@ impl Default for Options {
             bind: None,
             port0: false,
             tick: Duration::from_millis(100),
+            clock_from_first_request: false,
         }
     }
 }
@@ -236,9 +240,14 @@ async fn play(sim: Sim, device: SimDevice, plan: DeviceScenario, seed: u64, opti
         })
         .collect();
     let mut last: Vec<Vec<u16>> = sim.edit(|s| device.points.iter().map(|p| raw(s, p)).collect());
+    let mut ticker = tokio::time::interval(options.tick);
+    if options.clock_from_first_request {
+        while sim.requests.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            ticker.tick().await;
+        }
+    }
     let started = Instant::now();
     let mut prev_t = -1.0f64;
-    let mut ticker = tokio::time::interval(options.tick);
     loop {
         ticker.tick().await;
         let t = started.elapsed().as_secs_f64() * options.speed;

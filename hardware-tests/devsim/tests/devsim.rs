@@ -291,12 +291,15 @@ fn scenario_values_and_faults_show_in_the_twin() {
         .replace("port: 5020", &format!("port: {port}"))
         .replace("nodeName: edge-node-1", "nodeName: test-node");
     let scenario = Scenario::parse(
-        "devices:\n  oven-1:\n    properties:\n      temperature: {value: {steps: [{at: 0, value: 42.5}, {at: 4, value: 43.5}]}}\n    faults:\n      - {kind: exception, code: 4, at: 6, seconds: 20}\n      - {kind: noAnswer, at: 26}\n",
+        "devices:\n  oven-1:\n    properties:\n      temperature: {value: {steps: [{at: 0, value: 42.5}, {at: 4, value: 43.5}]}}\n    faults:\n      - {kind: exception, code: 4, at: 8, seconds: 10}\n      - {kind: noAnswer, at: 18}\n",
     )
     .expect("scenario");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // The clock starts with the mapper's first read: the scenario plays the same however
+    // long edgecore and the mapper take to start.
     let options = Options {
         bind: Some("127.0.0.1".into()),
+        clock_from_first_request: true,
         ..Options::default()
     };
     let _served = rt
