@@ -62,6 +62,45 @@ enum Command {
         #[arg(long)]
         tail: Option<usize>,
     },
+    /// Hardware-in-the-loop runs without the hardware (runs `devsim hil`).
+    Hil {
+        #[command(subcommand)]
+        command: HilCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum HilCommand {
+    /// Serve the devices of a HIL file's manifests, start edgecore and mapper-modbus on them,
+    /// play its steps and check the twin: `kectl hil run FILE [--junit REPORT.xml] [--speed N]`.
+    Run {
+        /// The HIL file and `devsim hil`'s options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+}
+
+/// `devsim hil ARGS`: `devsim` beside this binary, else on PATH; its exit code.
+fn run_hil(args: &[std::ffi::OsString]) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("devsim")))
+        .filter(|p| p.exists());
+    let devsim = beside.unwrap_or_else(|| PathBuf::from("devsim"));
+    match std::process::Command::new(&devsim)
+        .arg("hil")
+        .args(args)
+        .status()
+    {
+        Ok(s) => ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
+        Err(e) => {
+            eprintln!(
+                "kectl hil: cannot run {} ({e}); it is built with `cargo build -p devsim` and found beside kectl or on PATH",
+                devsim.display()
+            );
+            ExitCode::from(2)
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -156,6 +195,9 @@ fn run_validate(files: &[PathBuf]) -> anyhow::Result<bool> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Hil {
+            command: HilCommand::Run { args },
+        } => return run_hil(args),
         Command::Validate { files } => run_validate(files),
         Command::Twin {
             server,

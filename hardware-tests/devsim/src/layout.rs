@@ -24,8 +24,8 @@ pub struct SimDevice {
 pub struct SimPoint {
     pub name: String,
     pub point: Point,
-    /// The value it holds at the start: the desired value if the device declares one, else
-    /// zero, `false` or an empty string.
+    /// The value it holds at the start: zero, `false` or an empty string (a scenario's
+    /// behaviour takes over from its first tick).
     pub initial: String,
     /// The model's `accessMode` is not `ReadOnly`.
     pub writable: bool,
@@ -208,12 +208,9 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                 ));
                 continue;
             }
-            let initial = p
-                .desired
-                .as_ref()
-                .map(|d| d.value.clone())
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| default_value(&point, mp.and_then(|m| m.type_)));
+            // Not the desired value: a device starts where it starts, and the mapper must write
+            // the desired value for it to land (a scenario's `constant` sets a start value).
+            let initial = default_value(&point, mp.and_then(|m| m.type_));
             points.push(SimPoint {
                 name: p.name.clone(),
                 initial,

@@ -1,5 +1,8 @@
 //! `devsim MANIFEST... [--scenario FILE] [--speed N] [--bind HOST]`: serves every Modbus TCP
 //! device of the manifests until Ctrl-C.
+//!
+//! `devsim hil FILE [--junit REPORT.xml] [--speed N]`: a hardware-in-the-loop run (see
+//! `devsim::hil`); exits 1 when a step fails, 2 when the file cannot be run.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -85,8 +88,80 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+#[derive(Parser)]
+#[command(
+    name = "devsim hil",
+    about = "Runs a hardware-in-the-loop file: simulated devices, edgecore, mapper-modbus, steps that check the twin"
+)]
+struct HilArgs {
+    /// The HIL file (YAML: manifests, device scenarios, steps).
+    file: std::path::PathBuf,
+    /// Write the steps' outcomes as JUnit XML here.
+    #[arg(long)]
+    junit: Option<std::path::PathBuf>,
+    /// Scenario seconds per real second.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+}
+
+fn hil(args: HilArgs) -> ExitCode {
+    let outcomes = match devsim::hil::run(&args.file, args.speed) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("devsim hil: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let failed = outcomes.iter().filter(|o| o.failure.is_some()).count();
+    println!(
+        "{} of {} steps passed{}",
+        outcomes.len() - failed,
+        outcomes.len(),
+        if failed > 0 {
+            "; the run stopped at the failed one"
+        } else {
+            ""
+        }
+    );
+    if let Some(path) = &args.junit {
+        let suite = args.file.display().to_string();
+        if let Err(e) = std::fs::write(path, devsim::hil::junit(&suite, &outcomes)) {
+            eprintln!("devsim hil: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "hil") {
+        argv.remove(1);
+        return hil(HilArgs::parse_from(argv));
+    }
+    let args = Args::parse_from(argv);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("devsim: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(main_inner(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("devsim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -94,11 +169,4 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match main_inner(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("devsim: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }

@@ -136,7 +136,7 @@ pub enum FaultKind {
 
 /// Why a scenario cannot be used, with the field path.
 #[derive(Debug, thiserror::Error)]
-#[error("scenario: {path}: {message}")]
+#[error("scenario{}: {message}", if path.is_empty() { String::new() } else { format!(": {path}") })]
 pub struct ScenarioError {
     pub path: String,
     pub message: String,
@@ -156,7 +156,13 @@ impl Scenario {
             path: e.path().to_string(),
             message: e.inner().to_string(),
         })?;
-        for (d, ds) in &s.devices {
+        s.check()?;
+        Ok(s)
+    }
+
+    /// What the types cannot say: a fault's timing and its arguments, a ramp's length.
+    pub fn check(&self) -> Result<(), ScenarioError> {
+        for (d, ds) in &self.devices {
             for (i, f) in ds.faults.iter().enumerate() {
                 let at = format!("devices.{d}.faults[{i}]");
                 let bad = |k: &str, m: &str| ScenarioError {
@@ -194,7 +200,7 @@ impl Scenario {
                 }
             }
         }
-        Ok(s)
+        Ok(())
     }
 
     /// The scenario of device `id` (`namespace/name`; a bare name is in `default`).

@@ -28,13 +28,13 @@ spec:
     - {name: i64, type: INT}
     - {name: text, type: STRING}
     - {name: scaled, type: FLOAT}
-    - {name: flag-bit3, type: BOOLEAN}
+    - {name: flag-bit3, type: BOOLEAN, accessMode: ReadOnly}
     - {name: coil, type: BOOLEAN}
     - {name: input, type: INT, accessMode: ReadOnly}
 ";
 
-/// One property of the matrix: name, visitor, desired value, and the words (or bit) it must
-/// hold, worked out by hand.
+/// One property of the matrix: name, visitor, value, and the words (or bit) it must hold,
+/// worked out by hand. The value is the desired value of the writable ones.
 const MATRIX: &[(&str, &str, &str, &[u16])] = &[
     (
         "i16",
@@ -126,19 +126,31 @@ const MATRIX: &[(&str, &str, &str, &[u16])] = &[
         &[0x0008],
     ),
     ("coil", "{register: CoilRegister, offset: 0}", "true", &[1]),
-    // ReadOnly: no desired value allowed, so it starts at 0.
     (
         "input",
         "{register: InputRegister, offset: 0, dataType: uint16}",
-        "",
-        &[0],
+        "4242",
+        &[4242],
     ),
 ];
+
+const READ_ONLY: &[&str] = &["flag-bit3", "input"];
+
+/// A scenario in which the given properties hold their matrix value from the start.
+fn constants(names: &[&str]) -> Scenario {
+    let mut text = String::from("devices:\n  matrix-1:\n    properties:\n");
+    for (name, _, value, _) in MATRIX.iter().filter(|m| names.contains(&m.0)) {
+        text.push_str(&format!(
+            "      {name}: {{value: {{constant: \"{value}\"}}}}\n"
+        ));
+    }
+    Scenario::parse(&text).expect("scenario")
+}
 
 fn matrix_manifest(port: u16) -> String {
     let mut props = String::new();
     for (name, visitor, desired, _) in MATRIX {
-        let desired = if desired.is_empty() {
+        let desired = if READ_ONLY.contains(name) {
             String::new()
         } else {
             format!("      desired: {{value: \"{desired}\"}}\n")
@@ -160,9 +172,16 @@ async fn every_type_and_byte_order_is_laid_out_as_declared() {
         port0: true,
         ..Options::default()
     };
-    let served = start(devices, &Scenario::default(), &options)
-        .await
-        .expect("served");
+    // Each property holds its value from the scenario (a constant).
+    let names: Vec<&str> = MATRIX.iter().map(|m| m.0).collect();
+    let scenario = constants(&names);
+    let served = start(devices, &scenario, &options).await.expect("served");
+    // The first tick has put the constants in.
+    let sim = served[0].sim.clone();
+    let coil = || sim.edit(|s| s.coils.get(&0).copied());
+    while coil() != Some(true) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let mut ctx = tcp::connect(served[0].address).await.expect("connected");
     for (name, visitor, _, words) in MATRIX {
         let offset: u16 = visitor
@@ -194,8 +213,8 @@ async fn every_type_and_byte_order_is_laid_out_as_declared() {
     }
 }
 
-/// The real mapper-modbus under the real edgecore reads every declared value back into the
-/// twin unchanged.
+/// The real mapper-modbus under the real edgecore writes every declared desired value to the
+/// simulated device and reads it back into the twin unchanged.
 #[test]
 fn mapper_modbus_reads_the_declared_values() {
     let port = free_port();
@@ -208,17 +227,14 @@ fn mapper_modbus_reads_the_declared_values() {
     let _served = rt
         .block_on(start(
             load(&manifest).expect("valid"),
-            &Scenario::default(),
+            &constants(READ_ONLY),
             &options,
         ))
         .expect("served");
     let node = Node::start(&manifest);
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     for (name, _, desired, _) in MATRIX {
-        let want = match *name {
-            "input" => "0".to_string(),
-            _ => desired.to_string(),
-        };
+        let want = desired.to_string();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let twin = node.twin("default/matrix-1").unwrap_or_default();

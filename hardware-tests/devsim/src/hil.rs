@@ -1,0 +1,507 @@
+//! `devsim hil FILE`: a hardware-in-the-loop run without the hardware. The file names the
+//! manifests, what the simulated devices do (a [`Scenario`]), and steps that act on the twin and
+//! check it. The run serves the devices, starts `edgecore` on embedded defaults with the
+//! manifests (each device pointed at its simulator) and `mapper-modbus`, plays the steps,
+//! prints each as it goes and writes JUnit XML for CI.
+//!
+//! ```yaml
+//! manifests: [../examples/modbus-tcp.yaml]   # relative to this file
+//! devices: {oven-1: {properties: {temperature: {value: {constant: 21.5}}}}}
+//! steps:
+//!   - name: the temperature reaches the twin
+//!     expect: {device: oven-1, property: temperature, reported: 21.5, tolerance: 0.05, within: 30}
+//!   - set: {device: oven-1, property: setpoint, desired: 90}
+//!   - expect: {device: oven-1, property: setpoint, onDevice: 90}   # landed on the register
+//!   - expect: {device: oven-1, state: online}
+//!   - wait: 2
+//!   - restartMapper: true
+//! ```
+
+use crate::layout::load;
+use crate::run::{Options, Served, start, value_of};
+use crate::scenario::{DeviceScenario, Scenario};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HilFile {
+    pub manifests: Vec<PathBuf>,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub devices: BTreeMap<String, DeviceScenario>,
+    pub steps: Vec<StepSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StepSpec {
+    pub name: Option<String>,
+    pub expect: Option<Expect>,
+    pub set: Option<Set>,
+    /// Seconds.
+    pub wait: Option<f64>,
+    pub restart_mapper: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Expect {
+    /// `namespace/name`, or a name in `default`.
+    pub device: String,
+    pub property: Option<String>,
+    /// The twin's reported value (numbers within `tolerance`).
+    pub reported: Option<Value>,
+    /// The value in the simulated device's registers (a desired value landed).
+    pub on_device: Option<Value>,
+    pub tolerance: Option<f64>,
+    /// The device's state: `online`, `offline`, `unhealthy`, `unknown`.
+    pub state: Option<String>,
+    /// Text the state's reason contains.
+    pub reason: Option<String>,
+    /// Seconds to wait for it (default 30).
+    pub within: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Set {
+    pub device: String,
+    pub property: String,
+    pub desired: Value,
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+fn device_id(d: &str) -> String {
+    if d.contains('/') {
+        d.to_string()
+    } else {
+        format!("default/{d}")
+    }
+}
+
+/// Why a HIL file cannot be run (as opposed to a step that fails).
+#[derive(Debug, thiserror::Error)]
+pub enum HilError {
+    #[error("{file}{}: {message}", if path.is_empty() { String::new() } else { format!(": {path}") })]
+    File {
+        file: String,
+        path: String,
+        message: String,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl HilFile {
+    /// Reads `file`; every mistake names its field path.
+    pub fn read(file: &Path) -> Result<Self, HilError> {
+        let name = file.display().to_string();
+        let bad = |path: String, message: String| HilError::File {
+            file: name.clone(),
+            path,
+            message,
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| bad(String::new(), format!("cannot read it: {e}")))?;
+        let value: Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| bad(String::new(), e.to_string()))?;
+        let h: HilFile = serde_path_to_error::deserialize(value)
+            .map_err(|e| bad(e.path().to_string(), e.inner().to_string()))?;
+        h.scenario()
+            .check()
+            .map_err(|e| bad(e.path.clone(), e.message.clone()))?;
+        for (i, s) in h.steps.iter().enumerate() {
+            let actions = [
+                s.expect.is_some(),
+                s.set.is_some(),
+                s.wait.is_some(),
+                s.restart_mapper.is_some(),
+            ];
+            if actions.iter().filter(|a| **a).count() != 1 {
+                return Err(bad(
+                    format!("steps[{i}]"),
+                    "give one of expect, set, wait, restartMapper".into(),
+                ));
+            }
+            if let Some(e) = &s.expect
+                && e.reported.is_none()
+                && e.on_device.is_none()
+                && e.state.is_none()
+                && e.reason.is_none()
+            {
+                return Err(bad(
+                    format!("steps[{i}].expect"),
+                    "expects nothing: give reported, onDevice, state or reason".into(),
+                ));
+            }
+            if let Some(e) = &s.expect
+                && (e.reported.is_some() || e.on_device.is_some())
+                && e.property.is_none()
+            {
+                return Err(bad(
+                    format!("steps[{i}].expect.property"),
+                    "missing: a value belongs to a property".into(),
+                ));
+            }
+        }
+        Ok(h)
+    }
+
+    pub fn scenario(&self) -> Scenario {
+        Scenario {
+            seed: self.seed,
+            devices: self.devices.clone(),
+        }
+    }
+}
+
+/// One step's outcome.
+pub struct Outcome {
+    pub name: String,
+    pub took: Duration,
+    /// Why it failed.
+    pub failure: Option<String>,
+}
+
+/// A child process killed when dropped.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16, HilError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| HilError::Setup(format!("no free port: {e}")))
+}
+
+/// A binary beside this one (where cargo and the release archive put them), else on PATH.
+fn binary(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Kid, HilError> {
+    let out = std::fs::File::create(dir.join(log))
+        .map_err(|e| HilError::Setup(format!("cannot write {log}: {e}")))?;
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .map(Kid)
+        .map_err(|e| HilError::Setup(format!("cannot run {}: {e}", bin.display())))
+}
+
+/// The manifests with every simulated device pointed at its simulator and at this node.
+fn rewrite(text: &str, served: &[Served], node: &str) -> Result<String, HilError> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| HilError::Setup(format!("manifests: {e}")))?;
+        if v.is_null() {
+            continue;
+        }
+        if v["kind"] == "Device" {
+            let id = format!(
+                "{}/{}",
+                v["metadata"]["namespace"].as_str().unwrap_or("default"),
+                v["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            if let Some(s) = served.iter().find(|s| s.id == id) {
+                v["spec"]["protocol"]["configData"]["ip"] = Value::String("127.0.0.1".into());
+                v["spec"]["protocol"]["configData"]["port"] = Value::from(s.address.port());
+            }
+            v["spec"]["nodeName"] = Value::String(node.into());
+        }
+        docs.push(v.to_string());
+    }
+    Ok(docs.join("\n---\n"))
+}
+
+/// Runs `file`; returns each step's outcome (the run stops at the first failed step).
+pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
+    let hil = HilFile::read(file)?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let mut manifests = String::new();
+    for m in &hil.manifests {
+        let p = base.join(m);
+        manifests.push_str(
+            &std::fs::read_to_string(&p)
+                .map_err(|e| HilError::Setup(format!("cannot read {}: {e}", p.display())))?,
+        );
+        manifests.push_str("\n---\n");
+    }
+    let devices = load(&manifests).map_err(|e| HilError::Setup(e.to_string()))?;
+    let rt =
+        tokio::runtime::Runtime::new().map_err(|e| HilError::Setup(format!("no runtime: {e}")))?;
+    let options = Options {
+        speed,
+        bind: Some("127.0.0.1".into()),
+        port0: true,
+        clock_from_first_request: true,
+        ..Options::default()
+    };
+    let served = rt
+        .block_on(start(devices, &hil.scenario(), &options))
+        .map_err(|e| HilError::Setup(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(|e| HilError::Setup(format!("no temp dir: {e}")))?;
+    let d = dir.path();
+    let pointed = rewrite(&manifests, &served, "hil")?;
+    std::fs::create_dir_all(d.join("manifests"))
+        .and_then(|()| std::fs::write(d.join("manifests/hil.yaml"), pointed))
+        .map_err(|e| HilError::Setup(format!("cannot write the manifests: {e}")))?;
+    let (http, mqtt) = (free_port()?, free_port()?);
+    std::fs::write(
+        d.join("edgecore.yaml"),
+        format!("nodeName: hil\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 200}}\nmqtt: {{address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n"),
+    )
+    .map_err(|e| HilError::Setup(format!("cannot write edgecore.yaml: {e}")))?;
+    let _edgecore = spawn(
+        &binary("edgecore"),
+        &["--config", "edgecore.yaml"],
+        d,
+        "edgecore.log",
+    )?;
+    let server = format!("http://127.0.0.1:{http}");
+    let client = kectl::twin::Client::new(&server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(d.join("dmi.sock").exists() && client.list().is_ok()) {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(d.join("edgecore.log")).unwrap_or_default();
+            return Err(HilError::Setup(format!("edgecore did not start:\n{log}")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mapper_config = format!(
+        "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n",
+        free_port()?
+    );
+    std::fs::write(d.join("mapper-modbus.yaml"), mapper_config)
+        .map_err(|e| HilError::Setup(format!("cannot write the mapper's config: {e}")))?;
+    let start_mapper = || {
+        spawn(
+            &binary("mapper-modbus"),
+            &["--config-file", "mapper-modbus.yaml"],
+            d,
+            "mapper-modbus.log",
+        )
+    };
+    let mut mapper = Some(start_mapper()?);
+    let mut outcomes = Vec::new();
+    for (i, step) in hil.steps.iter().enumerate() {
+        let name = step.name.clone().unwrap_or_else(|| describe(i, step));
+        println!("▶ {name}");
+        let started = Instant::now();
+        let failure = match (&step.expect, &step.set, step.wait, step.restart_mapper) {
+            (Some(e), ..) => expect(&client, &served, e),
+            (_, Some(s), ..) => {
+                let id = device_id(&s.device);
+                let (ns, n) = id.split_once('/').unwrap_or(("default", &id));
+                client
+                    .set(ns, n, &[(s.property.clone(), text(&s.desired))], None)
+                    .err()
+                    .map(|e| format!("{e:#}"))
+            }
+            (_, _, Some(w), _) => {
+                std::thread::sleep(Duration::from_secs_f64(w.max(0.0)));
+                None
+            }
+            _ => {
+                drop(mapper.take());
+                match start_mapper() {
+                    Ok(m) => {
+                        mapper = Some(m);
+                        None
+                    }
+                    Err(e) => Some(e.to_string()),
+                }
+            }
+        };
+        let took = started.elapsed();
+        match &failure {
+            None => println!("  ok ({:.1} s)", took.as_secs_f64()),
+            Some(f) => println!("  FAILED ({:.1} s): {f}", took.as_secs_f64()),
+        }
+        let failed = failure.is_some();
+        outcomes.push(Outcome {
+            name,
+            took,
+            failure,
+        });
+        if failed {
+            break;
+        }
+    }
+    Ok(outcomes)
+}
+
+fn describe(i: usize, s: &StepSpec) -> String {
+    if let Some(e) = &s.expect {
+        let mut parts = Vec::new();
+        if let Some(v) = &e.reported {
+            parts.push(format!("reported {}", text(v)));
+        }
+        if let Some(v) = &e.on_device {
+            parts.push(format!("{} on the device", text(v)));
+        }
+        if let Some(v) = &e.state {
+            parts.push(format!("state {v}"));
+        }
+        if let Some(v) = &e.reason {
+            parts.push(format!("reason with {v:?}"));
+        }
+        let what = e
+            .property
+            .as_deref()
+            .map(|p| format!(" {p}"))
+            .unwrap_or_default();
+        return format!("step {}: {}{what}: {}", i + 1, e.device, parts.join(", "));
+    }
+    if let Some(s) = &s.set {
+        return format!(
+            "step {}: set {} {} to {}",
+            i + 1,
+            s.device,
+            s.property,
+            text(&s.desired)
+        );
+    }
+    if let Some(w) = s.wait {
+        return format!("step {}: wait {w} s", i + 1);
+    }
+    format!("step {}: restart mapper-modbus", i + 1)
+}
+
+fn same(got: &str, want: &Value, tolerance: f64) -> bool {
+    let want = text(want);
+    match (got.trim().parse::<f64>(), want.trim().parse::<f64>()) {
+        (Ok(g), Ok(w)) => (g - w).abs() <= tolerance,
+        _ => got == want,
+    }
+}
+
+/// Polls the twin (and the simulator) until `e` holds or its time is up; `None` when it held.
+fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option<String> {
+    let id = device_id(&e.device);
+    let (ns, name) = id.split_once('/').unwrap_or(("default", &id));
+    let within = Duration::from_secs_f64(e.within.unwrap_or(30.0).max(0.0));
+    let tolerance = e.tolerance.unwrap_or(0.0);
+    let deadline = Instant::now() + within;
+    loop {
+        let twin = client.get(ns, name).ok();
+        let mut wrong = Vec::new();
+        let prop = e.property.as_deref().unwrap_or_default();
+        if let Some(want) = &e.reported {
+            let got = twin
+                .as_ref()
+                .and_then(|t| t["properties"][prop]["reported"]["value"].as_str())
+                .map(str::to_string);
+            if !got.as_deref().is_some_and(|g| same(g, want, tolerance)) {
+                wrong.push(format!(
+                    "{prop} reported {}{}, the twin shows {}",
+                    text(want),
+                    if tolerance > 0.0 {
+                        format!(" ± {tolerance}")
+                    } else {
+                        String::new()
+                    },
+                    got.unwrap_or_else(|| "nothing".into())
+                ));
+            }
+        }
+        if let Some(want) = &e.on_device {
+            let got = served.iter().find(|s| s.id == id).and_then(|s| {
+                let p = s.device.points.iter().find(|p| p.name == prop)?;
+                s.sim.edit(|st| value_of(st, p))
+            });
+            if !got.as_deref().is_some_and(|g| same(g, want, tolerance)) {
+                wrong.push(format!(
+                    "{prop} = {} on the device, it holds {}",
+                    text(want),
+                    got.unwrap_or_else(|| "nothing (no such simulated property)".into())
+                ));
+            }
+        }
+        let state = twin
+            .as_ref()
+            .and_then(|t| t["state"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let reason = twin
+            .as_ref()
+            .and_then(|t| t["stateReason"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        if let Some(want) = &e.state
+            && &state != want
+        {
+            wrong.push(format!("state {want}, the twin shows {state:?} ({reason})"));
+        }
+        if let Some(want) = &e.reason
+            && !reason.contains(want.as_str())
+        {
+            wrong.push(format!("a reason with {want:?}, the twin shows {reason:?}"));
+        }
+        if wrong.is_empty() {
+            return None;
+        }
+        if Instant::now() >= deadline {
+            if twin.is_none() {
+                wrong.push(format!("edgecore has no device {id}"));
+            }
+            return Some(format!(
+                "after {:.0} s: expected {}",
+                within.as_secs_f64(),
+                wrong.join("; ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The outcomes as JUnit XML (one test suite, a test case per step).
+pub fn junit(suite: &str, outcomes: &[Outcome]) -> String {
+    let mut report = quick_junit::Report::new("devsim-hil");
+    let mut s = quick_junit::TestSuite::new(suite);
+    for o in outcomes {
+        let status = match &o.failure {
+            None => quick_junit::TestCaseStatus::success(),
+            Some(f) => {
+                let mut st =
+                    quick_junit::TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
+                st.set_message(f.clone());
+                st
+            }
+        };
+        let mut case = quick_junit::TestCase::new(o.name.clone(), status);
+        case.set_time(o.took);
+        s.add_test_case(case);
+    }
+    report.add_test_suite(s);
+    report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- cannot write the report: {e} -->"))
+}

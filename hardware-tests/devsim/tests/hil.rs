@@ -1,0 +1,103 @@
+//! `devsim hil` as a user runs it: the binary on the oven's HIL file from `examples/hil` passes
+//! and writes JUnit XML that parses; the same run with a wrong expectation fails, naming what the
+//! twin showed; a file with a mistake is refused naming its field path.
+
+use std::path::Path;
+use std::process::Command;
+
+fn devsim(args: &[&str]) -> (i32, String) {
+    // The run starts edgecore and mapper-modbus from beside devsim: built if missing.
+    sim::bin("edgecore");
+    sim::bin("mapper-modbus");
+    let out = Command::new(env!("CARGO_BIN_EXE_devsim"))
+        .args(args)
+        .current_dir(sim::workspace_root())
+        .output()
+        .expect("devsim runs");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `(tests, failures, first failure message)` of a JUnit file, read by Python's own XML parser.
+fn junit(path: &Path) -> (u32, u32, String) {
+    let out = Command::new(sim::python())
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E\nr = E.parse(sys.argv[1]).getroot()\nf = r.find('.//failure')\nprint(r.get('tests'), r.get('failures'), '' if f is None else f.get('message'))",
+        ])
+        .arg(path)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut it = text.trim().splitn(3, ' ');
+    let n = |s: Option<&str>| s.and_then(|s| s.parse().ok()).unwrap_or(u32::MAX);
+    (
+        n(it.next()),
+        n(it.next()),
+        it.next().unwrap_or_default().to_string(),
+    )
+}
+
+#[test]
+fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("hil.xml");
+    let (code, out) = devsim(&[
+        "hil",
+        "examples/hil/oven.yaml",
+        "--junit",
+        report.to_str().expect("path"),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("6 of 6 steps passed"), "{out}");
+    assert_eq!(junit(&report), (6, 0, String::new()));
+
+    let manifest = sim::workspace_root().join("examples/modbus-tcp.yaml");
+    let wrong = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        format!(
+            "manifests: [{}]\ndevices: {{oven-1: {{properties: {{temperature: {{value: {{constant: 21.5}}}}}}}}}}\nsteps:\n  - expect: {{device: oven-1, property: temperature, reported: 21.5, within: 60}}\n  - expect: {{device: oven-1, property: temperature, reported: 55, tolerance: 0.5, within: 2}}\n  - expect: {{device: oven-1, state: online}}\n",
+            manifest.display()
+        ),
+    )
+    .expect("write");
+    let (code, out) = devsim(&[
+        "hil",
+        wrong.to_str().expect("path"),
+        "--junit",
+        report.to_str().expect("path"),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("1 of 2 steps passed"), "{out}");
+    let (tests, failures, message) = junit(&report);
+    assert_eq!((tests, failures), (2, 1), "{message}");
+    assert!(
+        message.contains("temperature reported 55 ± 0.5, the twin shows 21.5"),
+        "{message}"
+    );
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "manifests: [x.yaml]\nsteps:\n  - {wait: 1, set: {device: a, property: b, desired: 1}}\n",
+    )
+    .expect("write");
+    let (code, out) = devsim(&["hil", bad.to_str().expect("path")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("steps[0]: give one of expect, set, wait, restartMapper"),
+        "{out}"
+    );
+}
