@@ -11,10 +11,13 @@
 //!   answers, garbage, disconnects, reboots), on a clock that can run faster.
 //! - [`run`]: each device served on its address (or on a host of your choice), the scenario
 //!   played every tick.
+//! - [`record`]: a recording proxy between a mapper and a real device (pcap, for Wireshark
+//!   too), and a recording served back as a device.
 //! - [`hil`]: `devsim hil FILE` (and `kectl hil run FILE`): the devices served, edgecore and
 //!   mapper-modbus started on them, steps that set and check the twin, JUnit XML for CI.
 
 pub mod hil;
 pub mod layout;
+pub mod record;
 pub mod run;
 pub mod scenario;

@@ -3,6 +3,9 @@
 //!
 //! `devsim hil FILE [--junit REPORT.xml] [--speed N]`: a hardware-in-the-loop run (see
 //! `devsim::hil`); exits 1 when a step fails, 2 when the file cannot be run.
+//!
+//! `devsim record --listen ADDR --to DEVICE --out FILE.pcap`: a recording proxy;
+//! `devsim replay FILE.pcap --listen ADDR [--loop] [--no-timing]`: the recording as a device.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -137,14 +140,83 @@ fn hil(args: HilArgs) -> ExitCode {
     }
 }
 
-fn main() -> ExitCode {
-    init_logging();
-    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == "hil") {
-        argv.remove(1);
-        return hil(HilArgs::parse_from(argv));
+#[derive(Parser)]
+#[command(
+    name = "devsim record",
+    about = "A Modbus TCP proxy that records both directions to a pcap file (Wireshark reads it)"
+)]
+struct RecordArgs {
+    /// Where the mapper connects instead of the device (host:port).
+    #[arg(long)]
+    listen: String,
+    /// The device (host:port).
+    #[arg(long)]
+    to: String,
+    /// The recording to write (pcap).
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "devsim replay",
+    about = "Serves a recording as a device: each request answered as recorded, in order"
+)]
+struct ReplayArgs {
+    /// A pcap file of Modbus TCP (from devsim record, Wireshark or tcpdump).
+    file: std::path::PathBuf,
+    /// host:port to serve on.
+    #[arg(long)]
+    listen: String,
+    /// After the last recorded answer to a request, start over (default: hold the last).
+    #[arg(long = "loop")]
+    looping: bool,
+    /// Answer at once instead of after the recorded delays.
+    #[arg(long)]
+    no_timing: bool,
+}
+
+async fn record(args: RecordArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    println!(
+        "devsim: recording between {} and {} to {} (Ctrl-C ends it)",
+        args.listen,
+        args.to,
+        args.out.display()
+    );
+    tokio::select! {
+        r = devsim::record::proxy(listener, args.to.clone(), &args.out) => r?,
+        _ = tokio::signal::ctrl_c() => {}
     }
-    let args = Args::parse_from(argv);
+    Ok(())
+}
+
+async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let rec = devsim::record::Recording::read(&args.file)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    println!(
+        "devsim: replaying {} ({} requests, {} answers) on {}",
+        args.file.display(),
+        rec.exchanges.len(),
+        rec.answers(),
+        args.listen
+    );
+    let options = devsim::record::ReplayOptions {
+        looping: args.looping,
+        no_timing: args.no_timing,
+    };
+    tokio::select! {
+        r = devsim::record::serve(listener, rec, options) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(())
+}
+
+fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -152,13 +224,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(main_inner(args)) {
+    match rt.block_on(f) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("devsim: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let sub = argv
+        .get(1)
+        .and_then(|a| a.to_str())
+        .unwrap_or_default()
+        .to_string();
+    match sub.as_str() {
+        "hil" => {
+            argv.remove(1);
+            return hil(HilArgs::parse_from(argv));
+        }
+        "record" => {
+            argv.remove(1);
+            return block_on(record(RecordArgs::parse_from(argv)));
+        }
+        "replay" => {
+            argv.remove(1);
+            return block_on(replay(ReplayArgs::parse_from(argv)));
+        }
+        _ => {}
+    }
+    block_on(main_inner(Args::parse_from(argv)))
 }
 
 fn init_logging() {
