@@ -158,6 +158,19 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// VmRSS of process `pid` (`"self"` for this one), in KiB; 0 when it cannot be read.
+pub fn vm_rss_kb(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Polls `f` until it returns `Some`, for up to `secs` seconds.
 pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);

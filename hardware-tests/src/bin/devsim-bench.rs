@@ -27,15 +27,7 @@ struct Args {
 }
 
 fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    sim::vm_rss_kb("self")
 }
 
 fn manifests(devices: usize) -> (String, Scenario) {
@@ -62,7 +54,10 @@ fn manifests(devices: usize) -> (String, Scenario) {
             ));
         }
     }
-    (out, Scenario::parse(&scenario).expect("the bench's scenario"))
+    (
+        out,
+        Scenario::parse(&scenario).expect("the bench's scenario"),
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +123,9 @@ async fn main() -> ExitCode {
     let took = started.elapsed().as_secs_f64();
     let after = rss_kb();
     let n = reads.load(Ordering::Relaxed);
-    println!("| devices | clients | reads of 10 registers/s | registers/s | VmRSS serving | per device | VmRSS after the reads |");
+    println!(
+        "| devices | clients | reads of 10 registers/s | registers/s | VmRSS serving | per device | VmRSS after the reads |"
+    );
     println!("|---|---|---|---|---|---|---|");
     println!(
         "| {} | {} | {:.0} | {:.0} | {:.1} MB | {:.1} KB | {:.1} MB |",

@@ -309,23 +309,29 @@ fn paho(port: u16, outstanding: usize, seconds: f64) -> anyhow::Result<Figures> 
     })
 }
 
+/// `mosquitto_pub` or `mosquitto_sub` on the broker at `port`, QoS 1, on `topic`.
+fn mosquitto_client(tool: &str, port: u16, topic: &str) -> Command {
+    let mut c = Command::new(tool);
+    c.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-q",
+        "1",
+        "-t",
+        topic,
+    ]);
+    c
+}
+
 /// `mosquitto_pub -q 1 -l` sends `count` updates of one device, 500 lines per run of it, as
 /// fast as it can, and `mosquitto_sub` counts the results: acknowledged updates per second.
 fn mosquitto_pub_burst(port: u16, count: usize) -> anyhow::Result<Figures> {
     use std::io::{BufRead, Write};
     let topic = "$hw/events/device/default/dev-7/twin/update";
     let result = format!("{topic}/result");
-    let mut sub = Command::new("mosquitto_sub")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-q",
-            "1",
-            "-t",
-            &result,
-        ])
+    let mut sub = mosquitto_client("mosquitto_sub", port, &result)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -345,17 +351,7 @@ fn mosquitto_pub_burst(port: u16, count: usize) -> anyhow::Result<Figures> {
     // Subscribed once a probe published on the result topic comes back.
     let deadline = Instant::now() + Duration::from_secs(10);
     'probe: loop {
-        let _ = Command::new("mosquitto_pub")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-q",
-                "1",
-                "-t",
-                &result,
-            ])
+        let _ = mosquitto_client("mosquitto_pub", port, &result)
             .args(["-m", r#"{"event_id":"probe"}"#])
             .status();
         while let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
@@ -375,18 +371,8 @@ fn mosquitto_pub_burst(port: u16, count: usize) -> anyhow::Result<Figures> {
     let started = Instant::now();
     let mut seen = 0;
     while seen < count {
-        let mut publisher = Command::new("mosquitto_pub")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-q",
-                "1",
-                "-l",
-                "-t",
-                topic,
-            ])
+        let mut publisher = mosquitto_client("mosquitto_pub", port, topic)
+            .arg("-l")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
