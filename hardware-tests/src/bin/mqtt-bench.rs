@@ -632,23 +632,35 @@ async fn stalled_subscribers(port: u16, pid: u32, seconds: f64) -> anyhow::Resul
 
 /// Mosquitto on `port`; `nodelay`: `set_tcp_nodelay true` (Mosquitto leaves Nagle's algorithm
 /// on by default, and many installations keep the default).
-fn mosquitto(dir: &Path, port: u16, nodelay: bool) -> anyhow::Result<std::process::Child> {
+/// A Mosquitto killed when dropped, whatever ends the run.
+struct Broker(std::process::Child);
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mosquitto(dir: &Path, port: u16, nodelay: bool) -> anyhow::Result<Broker> {
     let conf = dir.join(format!("mosquitto-{port}.conf"));
     std::fs::write(
         &conf,
         format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nset_tcp_nodelay {nodelay}\n"),
     )
     .map_err(anyhow::Error::from)?;
-    let child = Command::new("mosquitto")
-        .arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("mosquitto: {e} (apt-get install mosquitto)"))?;
+    let broker = Broker(
+        Command::new("mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("mosquitto: {e} (apt-get install mosquitto)"))?,
+    );
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(child);
+            return Ok(broker);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -757,9 +769,9 @@ async fn main() -> ExitCode {
         if !args.embedded_only && !args.burst_only {
             // The clients' ceiling: an echo responder on Mosquitto.
             let port = free_port();
-            let mut broker = mosquitto(dir.path(), port, true)?;
+            let broker = mosquitto(dir.path(), port, true)?;
             let responder = echo(port).await?;
-            measure_all(&mut rows, ECHO, port, args.seconds, Some(broker.id())).await?;
+            measure_all(&mut rows, ECHO, port, args.seconds, Some(broker.0.id())).await?;
             responder.abort();
 
             // edgecore on Mosquitto, as the bench's config and as Mosquitto comes.
@@ -767,15 +779,13 @@ async fn main() -> ExitCode {
             measure_all(&mut rows, MOSQUITTO, port, args.seconds, Some(core.child.id())).await?;
             rss_external = rss_mb(core.child.id());
             drop(core);
-            let _ = broker.kill();
-            let _ = broker.wait();
+            drop(broker);
             let port = free_port();
-            let mut broker = mosquitto(dir.path(), port, false)?;
+            let broker = mosquitto(dir.path(), port, false)?;
             let (core, _) = edgecore(&bins, &dir.path().join("external-nagle"), "external", port)?;
             measure_all(&mut rows, MOSQUITTO_NAGLE, port, args.seconds, Some(core.child.id())).await?;
             drop(core);
-            let _ = broker.kill();
-            let _ = broker.wait();
+            drop(broker);
         }
         // edgecore on its embedded broker.
         let port = free_port();
