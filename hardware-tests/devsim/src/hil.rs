@@ -231,8 +231,14 @@ fn rewrite(text: &str, served: &[Served], node: &str) -> Result<String, HilError
                 v["metadata"]["name"].as_str().unwrap_or_default()
             );
             if let Some(s) = served.iter().find(|s| s.id == id) {
-                v["spec"]["protocol"]["configData"]["ip"] = Value::String("127.0.0.1".into());
-                v["spec"]["protocol"]["configData"]["port"] = Value::from(s.address.port());
+                let c = &mut v["spec"]["protocol"]["configData"];
+                match &s.line {
+                    Some(pty) => c["serialPort"] = Value::String(pty.display().to_string()),
+                    None => {
+                        c["ip"] = Value::String("127.0.0.1".into());
+                        c["port"] = Value::from(s.address.port());
+                    }
+                }
             }
             v["spec"]["nodeName"] = Value::String(node.into());
         }
@@ -257,18 +263,19 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
     let devices = load(&manifests).map_err(|e| HilError::Setup(e.to_string()))?;
     let rt =
         tokio::runtime::Runtime::new().map_err(|e| HilError::Setup(format!("no runtime: {e}")))?;
+    let dir = tempfile::tempdir().map_err(|e| HilError::Setup(format!("no temp dir: {e}")))?;
+    let d = dir.path();
     let options = Options {
         speed,
         bind: Some("127.0.0.1".into()),
         port0: true,
         clock_from_first_request: true,
+        pty_dir: d.join("lines"),
         ..Options::default()
     };
     let served = rt
         .block_on(start(devices, &hil.scenario(), &options))
         .map_err(|e| HilError::Setup(e.to_string()))?;
-    let dir = tempfile::tempdir().map_err(|e| HilError::Setup(format!("no temp dir: {e}")))?;
-    let d = dir.path();
     let pointed = rewrite(&manifests, &served, "hil")?;
     std::fs::create_dir_all(d.join("manifests"))
         .and_then(|()| std::fs::write(d.join("manifests/hil.yaml"), pointed))

@@ -1,4 +1,5 @@
-//! From manifests to simulated devices: each Modbus TCP `Device` with its model's properties,
+//! From manifests to simulated devices: each Modbus `Device` (TCP, or RTU on a serial line)
+//! with its model's properties,
 //! each property where its visitor says (read by the mapper's own parser, so that the simulator
 //! lays a register out exactly as `mapper-modbus` reads it), and every declaration that cannot
 //! work named with its field path.
@@ -14,9 +15,19 @@ use std::collections::BTreeMap;
 pub struct SimDevice {
     /// `namespace/name`.
     pub id: String,
-    /// `host:port` from `spec.protocol.configData` (`ip`, `port`).
+    /// `host:port` from `spec.protocol.configData` (`ip`, `port`); empty on a serial line.
     pub address: String,
+    /// On a serial line (Modbus RTU): `serialPort`, the slave id, the baud rate.
+    pub rtu: Option<Rtu>,
     pub points: Vec<SimPoint>,
+}
+
+/// Where a Modbus RTU device is: its line and its slave id on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rtu {
+    pub port: String,
+    pub slave: u8,
+    pub baud_rate: u32,
 }
 
 /// One property of a simulated device.
@@ -136,13 +147,17 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             .and_then(|p| p.config_data.as_ref())
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        let address = match Connection::from_config(&config) {
+        let (address, rtu) = match Connection::from_config(&config) {
             Ok(c) => match c.transport {
-                Transport::Tcp { address } => address,
-                Transport::Rtu(_) => {
-                    tracing::warn!(device = %did, "a Modbus RTU device: skipped (only Modbus TCP devices are simulated yet)");
-                    continue;
-                }
+                Transport::Tcp { address } => (address, None),
+                Transport::Rtu(serial) => (
+                    String::new(),
+                    Some(Rtu {
+                        port: serial.path,
+                        slave: c.slave,
+                        baud_rate: serial.baud_rate,
+                    }),
+                ),
             },
             Err(e) => {
                 errors.push(err(
@@ -152,10 +167,14 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                 continue;
             }
         };
-        if let Some(other) = addresses.insert(address.clone(), did.clone()) {
+        let place = match &rtu {
+            Some(r) => format!("slave {} on {}", r.slave, r.port),
+            None => address.clone(),
+        };
+        if let Some(other) = addresses.insert(place.clone(), did.clone()) {
             errors.push(err(
                 "spec.protocol.configData",
-                format!("{address} is also {other}'s: one simulated device per address"),
+                format!("{place} is also {other}'s: one simulated device per address"),
             ));
             continue;
         }
@@ -218,6 +237,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
         out.push(SimDevice {
             id: did,
             address,
+            rtu,
             points,
         });
     }

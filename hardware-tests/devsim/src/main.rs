@@ -28,6 +28,10 @@ struct Args {
     /// Serve every device on this host (its port kept) instead of its `ip`, e.g. 127.0.0.1.
     #[arg(long)]
     bind: Option<String>,
+    /// Where serial lines (Modbus RTU) are made as pty pairs: point the mapper's serialPort at
+    /// DIR/NAME (NAME: the last part of the device's serialPort).
+    #[arg(long, default_value = "devsim-pty")]
+    pty_dir: std::path::PathBuf,
     /// Start each device's scenario clock at its first request (default: at the start).
     #[arg(long)]
     clock_from_first_request: bool,
@@ -56,7 +60,10 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--speed must be more than 0");
     }
     for d in &devices {
-        println!("{} ({}):", d.id, d.address);
+        match &d.rtu {
+            Some(r) => println!("{} (slave {} on {}):", d.id, r.slave, r.port),
+            None => println!("{} ({}):", d.id, d.address),
+        }
         for p in &d.points {
             let r = &p.point.read;
             println!(
@@ -72,7 +79,7 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         }
     }
     if devices.is_empty() {
-        anyhow::bail!("no Modbus TCP device in the manifests");
+        anyhow::bail!("no Modbus device in the manifests");
     }
     if args.check {
         return Ok(());
@@ -81,11 +88,21 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         speed: args.speed,
         bind: args.bind.clone(),
         clock_from_first_request: args.clock_from_first_request,
+        pty_dir: args.pty_dir.clone(),
         ..Default::default()
     };
     let served = devsim::run::start(devices, &scenario, &options).await?;
     for s in &served {
-        println!("devsim: {} serving Modbus TCP on {}", s.id, s.address);
+        match (&s.line, &s.device.rtu) {
+            (Some(pty), Some(rtu)) => println!(
+                "devsim: {} serving Modbus RTU as slave {} on {} (its serialPort {})",
+                s.id,
+                rtu.slave,
+                pty.display(),
+                rtu.port
+            ),
+            _ => println!("devsim: {} serving Modbus TCP on {}", s.id, s.address),
+        }
     }
     tokio::signal::ctrl_c().await?;
     Ok(())

@@ -6,7 +6,9 @@ use crate::scenario::{DeviceScenario, FaultKind, Player, Scenario, Writes};
 use mapper_modbus::Table;
 use mapper_modbus::codec::{Codec, DataType};
 use sim::modbus_sim::{Sim, State};
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_modbus::ExceptionCode;
 
@@ -21,6 +23,9 @@ pub struct Options {
     pub port0: bool,
     /// How often values and faults are brought up to date.
     pub tick: Duration,
+    /// Where serial lines (Modbus RTU) are made: each line a pty pair, `DIR/NAME` for the
+    /// mapper (NAME: the last part of the device's `serialPort`) and `DIR/NAME.device`.
+    pub pty_dir: std::path::PathBuf,
     /// Each device's scenario clock starts at its first request rather than at the start, so
     /// that a scenario plays the same however long the gateway takes to come up.
     pub clock_from_first_request: bool,
@@ -34,6 +39,7 @@ impl Default for Options {
             port0: false,
             tick: Duration::from_millis(100),
             clock_from_first_request: false,
+            pty_dir: std::path::PathBuf::from("devsim-pty"),
         }
     }
 }
@@ -42,9 +48,95 @@ impl Default for Options {
 #[derive(Clone, Debug)]
 pub struct Served {
     pub id: String,
+    /// Where it is served: `host:port`, or (on a serial line) unspecified.
     pub address: SocketAddr,
+    /// On a serial line: the pty the mapper opens instead of the device's `serialPort`.
+    pub line: Option<std::path::PathBuf>,
     pub sim: Sim,
     pub device: SimDevice,
+    /// Keeps the line's pty pair while any of its devices is served.
+    _pty: Option<Arc<Pty>>,
+}
+
+/// A pty pair made by `socat`, gone when dropped.
+#[derive(Debug)]
+struct Pty(std::process::Child);
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The devices of one serial line, answering by slave id (others are not answered, as on a
+/// bus).
+struct Line(HashMap<u8, Sim>);
+
+impl tokio_modbus::server::Service for Line {
+    type Request = tokio_modbus::SlaveRequest<'static>;
+    type Response = Option<tokio_modbus::Response>;
+    type Exception = ExceptionCode;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = sim::modbus_sim::Answer> + Send>>;
+
+    fn call(&self, req: Self::Request) -> Self::Future {
+        match self.0.get(&req.slave) {
+            Some(sim) => sim.respond(req.request),
+            None => Box::pin(async { Ok(None) }),
+        }
+    }
+}
+
+/// A serial line being set up: its pty pair, its devices by slave id, its baud rate.
+struct LineSetup {
+    /// The devices' `serialPort`.
+    port: String,
+    pty: Arc<Pty>,
+    /// The mapper's end, and devsim's.
+    mapper: std::path::PathBuf,
+    device: std::path::PathBuf,
+    slaves: HashMap<u8, Sim>,
+    baud_rate: u32,
+}
+
+/// Makes the pty pair of a line: `(mapper's end, devsim's end, socat)`.
+fn pty_pair(
+    dir: &std::path::Path,
+    port: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf, Pty), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let name: String = port
+        .rsplit('/')
+        .next()
+        .unwrap_or("line")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let (mapper, device) = (dir.join(&name), dir.join(format!("{name}.device")));
+    let _ = std::fs::remove_file(&mapper);
+    let _ = std::fs::remove_file(&device);
+    let child = std::process::Command::new("socat")
+        .arg(format!("pty,raw,echo=0,link={}", device.display()))
+        .arg(format!("pty,raw,echo=0,link={}", mapper.display()))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run socat for the pty pair ({e}); apt-get install socat"))?;
+    let pty = Pty(child);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(mapper.exists() && device.exists()) {
+        if Instant::now() > deadline {
+            return Err("socat made no pty pair within 5 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((mapper, device, pty))
 }
 
 /// Why serving could not start.
@@ -57,6 +149,8 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("serial line {port}: {message}")]
+    Line { port: String, message: String },
     #[error("{id}: property {property}: {value:?} cannot be held: {message}")]
     Value {
         id: String,
@@ -153,6 +247,7 @@ pub async fn start(
     options: &Options,
 ) -> Result<Vec<Served>, RunError> {
     let mut out = Vec::new();
+    let mut lines: Vec<LineSetup> = Vec::new();
     for d in devices {
         let sim = Sim::default();
         sim.edit(|s| {
@@ -166,6 +261,47 @@ pub async fn start(
             }
             Ok::<(), RunError>(())
         })?;
+        let plan = scenario.device(&d.id).cloned().unwrap_or_default();
+        if let Some(rtu) = &d.rtu {
+            let at = match lines.iter().position(|l| l.port == rtu.port) {
+                Some(at) => at,
+                None => {
+                    let (mapper, device, pty) =
+                        pty_pair(&options.pty_dir, &rtu.port).map_err(|message| {
+                            RunError::Line {
+                                port: rtu.port.clone(),
+                                message,
+                            }
+                        })?;
+                    lines.push(LineSetup {
+                        port: rtu.port.clone(),
+                        pty: Arc::new(pty),
+                        mapper,
+                        device,
+                        slaves: HashMap::new(),
+                        baud_rate: rtu.baud_rate,
+                    });
+                    lines.len() - 1
+                }
+            };
+            lines[at].slaves.insert(rtu.slave, sim.clone());
+            tokio::spawn(play(
+                sim.clone(),
+                d.clone(),
+                plan,
+                scenario.seed,
+                options.clone(),
+            ));
+            out.push(Served {
+                id: d.id.clone(),
+                address: SocketAddr::from(([0, 0, 0, 0], 0)),
+                line: Some(lines[at].mapper.clone()),
+                sim,
+                device: d,
+                _pty: Some(lines[at].pty.clone()),
+            });
+            continue;
+        }
         let address = match &options.bind {
             Some(host) => {
                 let port = if options.port0 {
@@ -195,7 +331,6 @@ pub async fn start(
             source,
         })?;
         tokio::spawn(sim.clone().serve(listener));
-        let plan = scenario.device(&d.id).cloned().unwrap_or_default();
         tokio::spawn(play(
             sim.clone(),
             d.clone(),
@@ -206,8 +341,49 @@ pub async fn start(
         out.push(Served {
             id: d.id.clone(),
             address: local,
+            line: None,
             sim,
             device: d,
+            _pty: None,
+        });
+    }
+    for LineSetup {
+        port,
+        device,
+        slaves: sims,
+        baud_rate: baud,
+        ..
+    } in lines
+    {
+        // Opened once here, so that a line that cannot be opened is an error of the start.
+        let mut server = Some(
+            tokio_modbus::server::rtu::Server::new_from_path(&device, baud).map_err(|e| {
+                RunError::Line {
+                    port: port.clone(),
+                    message: format!("cannot open {}: {e}", device.display()),
+                }
+            })?,
+        );
+        tokio::spawn(async move {
+            loop {
+                // A frame that does not decode (noise, a master's half-sent request) ends the
+                // server: the line is opened again, as a device's UART recovers.
+                let s = match server.take() {
+                    Some(s) => s,
+                    None => match tokio_modbus::server::rtu::Server::new_from_path(&device, baud) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::warn!(%port, error = %e, "cannot open the serial line again");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue;
+                        }
+                    },
+                };
+                if let Err(e) = s.serve_forever(Line(sims.clone())).await {
+                    tracing::debug!(%port, error = %e, "serial line: a frame did not decode");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         });
     }
     Ok(out)

@@ -101,3 +101,16 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
         "{out}"
     );
 }
+
+/// Two Modbus RTU meters on one line (`examples/modbus-rtu.yaml`), the line a pty pair made by
+/// devsim: mapper-modbus reads each slave's value, in its word order.
+#[test]
+fn the_rtu_meters_hil_run_passes() {
+    if Command::new("socat").arg("-V").output().is_err() {
+        eprintln!("skipped: socat (Debian's socat package) is not there to make the serial line");
+        return;
+    }
+    let (code, out) = devsim(&["hil", "examples/hil/meters-rtu.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 of 4 steps passed"), "{out}");
+}

@@ -150,11 +150,12 @@ struct Connection {
     epoch: u32,
 }
 
-type Answer = Result<Option<Response>, ExceptionCode>;
+/// An answer to one request: a response (none: silence) or an exception.
+pub type Answer = Result<Option<Response>, ExceptionCode>;
 
-impl Connection {
+impl Sim {
     fn answer(&self, req: Request<'static>) -> Answer {
-        let mut s = self.sim.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let refused =
             |s: &State, a: u16, n: u16| (a..a.saturating_add(n)).any(|x| s.exceptions.contains(&x));
         let words = |m: &BTreeMap<u16, u16>, a: u16, n: u16| -> Result<Vec<u16>, ExceptionCode> {
@@ -222,11 +223,23 @@ impl tokio_modbus::server::Service for Connection {
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn call(&self, req: Self::Request) -> Self::Future {
-        let total = self.sim.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let n = self.served.fetch_add(1, Ordering::Relaxed) + 1;
-        let (delay, drop_after, refuse, share, epoch) = self
-            .sim
-            .edit(|s| (s.delay, s.drop_after, s.refuse_all, s.refuse_share, s.epoch));
+        let (drop_after, epoch) = self.sim.edit(|s| (s.drop_after, s.epoch));
+        if drop_after.is_some_and(|d| n > d) || epoch != self.epoch {
+            // The answer's write fails, which closes the connection.
+            self.kill.store(true, Ordering::Relaxed);
+        }
+        self.sim.respond(req)
+    }
+}
+
+impl Sim {
+    /// Answers `req` as this device does at the moment, over any transport: the exceptions,
+    /// the silence and the delay of its state applied (the faults of one connection are the
+    /// transport's).
+    pub fn respond(&self, req: Request<'static>) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        let total = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let (delay, refuse, share) = self.edit(|s| (s.delay, s.refuse_all, s.refuse_share));
         let shared_out = share.and_then(|(share, code)| {
             // Evenly spread and the same on every run: request k is refused when the count of
             // refusals due, k x share, steps up.
@@ -237,11 +250,7 @@ impl tokio_modbus::server::Service for Connection {
             Some(code) => Err(code),
             None => self.answer(req),
         };
-        if drop_after.is_some_and(|d| n > d) || epoch != self.epoch {
-            // The answer's write fails, which closes the connection.
-            self.kill.store(true, Ordering::Relaxed);
-        }
-        let sim = self.sim.clone();
+        let sim = self.clone();
         Box::pin(async move {
             let started = std::time::Instant::now();
             while sim.edit(|s| s.silent) && started.elapsed() < Duration::from_secs(120) {
