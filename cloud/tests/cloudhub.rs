@@ -563,6 +563,28 @@ async fn a_kubeedge_kubelet_registers_its_node_and_renews_its_lease() {
         "lease.coordination.k8s.io/edge-node-1",
         "{leases}"
     );
+
+    // What this cloudcore does not serve is answered at once, named, and not logged as a fault.
+    let a = ask(
+        &mut edge,
+        "query",
+        "default/serviceaccounttoken/builder",
+        Value::Null,
+    );
+    assert_eq!(a["route"]["operation"], "error", "{a}");
+    assert!(
+        a["content"]
+            .as_str()
+            .is_some_and(|m| m.contains("does not serve \"serviceaccounttoken\"")),
+        "{a}"
+    );
+    assert!(
+        !c.log()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("serviceaccounttoken")),
+        "{}",
+        c.log()
+    );
 }
 
 /// Two nodes on one cloudcore: each is sent its own devices and none of the other's.

@@ -482,14 +482,33 @@ impl CloudHub {
             self.deliver(node, None, answer, None);
             return;
         }
-        let kind = msg.route.resource[own.len()..].split('/').nth(1);
-        let to = if matches!(
+        let rest = &msg.route.resource[own.len()..];
+        let kind = rest.split('/').nth(1).unwrap_or_default();
+        let to = if rest.starts_with("device/") {
+            // `device/{ns}/{name}/twin/edge_updated`, `.../state/update`.
+            self.upstream.get()
+        } else if matches!(
             kind,
-            Some("podpatch" | "podstatus" | "node" | "nodepatch" | "lease")
+            "podpatch" | "podstatus" | "node" | "nodepatch" | "lease"
         ) {
             self.pods.get()
         } else {
-            self.upstream.get()
+            // What KubeEdge's kubelet may also ask (ServiceAccount tokens, volumes, CSRs,
+            // events): answered at once, so that its request fails instead of timing out.
+            tracing::debug!(%node, %kind, op = %msg.route.operation, "cloudhub: a request this cloudcore does not serve");
+            let mut answer = Message::new(
+                "cloudhub",
+                &msg.route.group,
+                "error",
+                msg.route.resource.clone(),
+                serde_json::Value::String(format!(
+                    "cloudcore does not serve {kind:?} requests ({})",
+                    msg.route.operation
+                )),
+            );
+            answer.header.parent_id = msg.header.id.clone();
+            self.deliver(node, None, answer, None);
+            return;
         };
         if let Some(up) = to {
             let _ = up.send((node.to_string(), msg)).await;
