@@ -38,6 +38,10 @@ pub struct Api {
     pub store: Store,
     registry: RwLock<Arc<Registry>>,
     pub max_body: usize,
+    /// KiB of request bodies being decoded and handled at once. A body's decoded form takes
+    /// tens of times its size (a 1.5 MiB CRD of small schemas took ~95 MB), so concurrent
+    /// large bodies wait for each other instead of adding up to the machine's memory.
+    body_budget: Arc<tokio::sync::Semaphore>,
     pub server_addr: String,
     pub bookmark_every: Duration,
     pub stop: CancellationToken,
@@ -91,6 +95,7 @@ impl Api {
             store,
             registry: RwLock::new(Arc::new(Registry::default())),
             max_body,
+            body_budget: Arc::new(tokio::sync::Semaphore::new(Self::budget_kib(max_body))),
             server_addr,
             bookmark_every,
             stop,
@@ -191,7 +196,7 @@ impl Api {
             return Err(Status::too_large(self.max_body));
         }
         if group == "authorization.k8s.io" && method == Method::POST {
-            let body = self.read_body(&headers, body).await?;
+            let (body, _budget) = self.read_body(&headers, body).await?;
             return self.review(user, version, rest, body);
         }
         let (ns, plural, name, sub) = match rest {
@@ -257,7 +262,7 @@ impl Api {
         if !authz::allowed(&self.store.read(), user, &attrs) {
             // A node's own Node or Lease: its name is in the body.
             if let Some(node) = authz::own_create(user, &attrs) {
-                let body = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, body).await?;
                 if body["metadata"]["name"].as_str() == Some(node) {
                     return self.create(&t, &query, &headers, body).await;
                 }
@@ -269,26 +274,26 @@ impl Api {
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept),
             (Method::GET, false) => self.list(&t, &query, accept),
             (Method::POST, false) => {
-                let body = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, body).await?;
                 self.create(&t, &query, &headers, body).await
             }
             (Method::PUT, true) => {
-                let body = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, body).await?;
                 self.update(&t, &query, &headers, body).await
             }
             (Method::PATCH, true) => {
                 let ct = header_str(&headers, header::CONTENT_TYPE).to_string();
                 let kind = PatchType::from_content_type(&ct)
                     .ok_or_else(|| Status::unsupported_media(&ct))?;
-                let raw = self.collect(body).await?;
+                let (raw, _budget) = self.collect(body).await?;
                 self.patch(&t, &query, &headers, kind, raw).await
             }
             (Method::DELETE, true) => {
-                let raw = self.collect(body).await?;
+                let (raw, _budget) = self.collect(body).await?;
                 self.delete(&t, &query, raw).await
             }
             (Method::DELETE, false) => {
-                let raw = self.collect(body).await?;
+                let (raw, _budget) = self.collect(body).await?;
                 self.delete_collection(&t, &query, raw).await
             }
             (m, _) => Err(Status::method_not_allowed(format!(
@@ -297,7 +302,29 @@ impl Api {
         }
     }
 
-    async fn collect(&self, mut body: Body) -> Result<Bytes, Status> {
+    /// One body of the largest size at once (thousands of ordinary ones).
+    fn budget_kib(max_body: usize) -> usize {
+        (max_body / 1024).clamp(1, u32::MAX as usize)
+    }
+
+    /// A request body, read whole, with its share of the body budget (held while the request
+    /// is handled: drop it when done).
+    async fn collect(
+        &self,
+        body: Body,
+    ) -> Result<(Bytes, tokio::sync::OwnedSemaphorePermit), Status> {
+        let raw = self.collect_bytes(body).await?;
+        let want = (raw.len() / 1024).clamp(1, Self::budget_kib(self.max_body)) as u32;
+        let permit = self
+            .body_budget
+            .clone()
+            .acquire_many_owned(want)
+            .await
+            .map_err(|_| Status::new(503, "ServiceUnavailable", "the server is stopping"))?;
+        Ok((raw, permit))
+    }
+
+    async fn collect_bytes(&self, mut body: Body) -> Result<Bytes, Status> {
         use http_body_util::BodyExt;
         let mut buf = BytesMut::new();
         while let Some(frame) = body.frame().await {
@@ -315,10 +342,14 @@ impl Api {
         Ok(buf.freeze())
     }
 
-    async fn read_body(&self, headers: &HeaderMap, body: Body) -> Result<Value, Status> {
+    async fn read_body(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<(Value, tokio::sync::OwnedSemaphorePermit), Status> {
         let ct = header_str(headers, header::CONTENT_TYPE).to_string();
-        let raw = self.collect(body).await?;
-        decode(&ct, &raw)
+        let (raw, permit) = self.collect(body).await?;
+        Ok((decode(&ct, &raw)?, permit))
     }
 
     fn ctx(&self, t: &Target, q: &Query, headers: &HeaderMap, name: String) -> WriteCtx {
@@ -433,4 +464,47 @@ fn selectors(t: &Target, q: &Query) -> Result<(Labels, Fields), Status> {
     )
     .map_err(|e| Status::bad_request(e.to_string()))?;
     Ok((labels, fields))
+}
+
+#[cfg(test)]
+mod body_budget {
+    use super::*;
+    use crate::store::StoreOptions;
+    use futures_util::FutureExt;
+
+    /// Bodies being handled share a budget of the largest body's size: one that does not fit
+    /// waits until the ones held are done, one that fits goes on.
+    #[tokio::test]
+    async fn large_bodies_wait_for_each_other_and_small_ones_go_on() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(
+            &dir.path().join("api.db"),
+            StoreOptions {
+                history: 10,
+                fsync: false,
+            },
+        )
+        .await
+        .expect("store");
+        let api = Api::new(
+            store,
+            64 * 1024,
+            "127.0.0.1:1".into(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        );
+        let body = |kib: usize| Body::from(vec![b'x'; kib * 1024]);
+        let (_, held) = api.collect(body(40)).await.expect("the first");
+        let small = api.collect(body(20)).now_or_never();
+        assert!(small.is_some(), "20 KiB beside 40 of 64 goes on");
+        drop(small);
+        let mut large = Box::pin(api.collect(body(40)));
+        assert!(
+            (&mut large).now_or_never().is_none(),
+            "40 KiB beside 40 of 64 waits"
+        );
+        drop(held);
+        let (raw, _) = large.await.expect("the second, once the first is done");
+        assert_eq!(raw.len(), 40 * 1024);
+    }
 }
