@@ -15,6 +15,8 @@
 //!   - expect: {device: oven-1, state: online}
 //!   - wait: 2
 //!   - restartMapper: true
+//!   - fault: {device: oven-1, kind: noAnswer, seconds: 10}   # kinds as in a scenario's faults
+//!   - expect: {device: oven-1, state: offline, reason: did not answer}
 //! ```
 
 use crate::layout::load;
@@ -47,6 +49,19 @@ pub struct StepSpec {
     /// Seconds.
     pub wait: Option<f64>,
     pub restart_mapper: Option<bool>,
+    /// A fault of a device from now on (for its `seconds`, or for good).
+    pub fault: Option<FaultStep>,
+}
+
+/// A fault injected by a step: a scenario fault without its time (it starts now).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FaultStep {
+    pub device: String,
+    pub kind: crate::scenario::FaultKind,
+    pub seconds: Option<f64>,
+    pub code: Option<u8>,
+    pub delay_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,12 +143,28 @@ impl HilFile {
                 s.set.is_some(),
                 s.wait.is_some(),
                 s.restart_mapper.is_some(),
+                s.fault.is_some(),
             ];
             if actions.iter().filter(|a| **a).count() != 1 {
                 return Err(bad(
                     format!("steps[{i}]"),
-                    "give one of expect, set, wait, restartMapper".into(),
+                    "give one of expect, set, wait, restartMapper, fault".into(),
                 ));
+            }
+            if let Some(f) = &s.fault {
+                use crate::scenario::FaultKind;
+                if f.kind == FaultKind::Exception && f.code.is_none_or(|c| c == 0) {
+                    return Err(bad(
+                        format!("steps[{i}].fault.code"),
+                        "an exception needs its code, 1 to 255".into(),
+                    ));
+                }
+                if f.kind == FaultKind::Late && f.delay_ms.is_none() {
+                    return Err(bad(
+                        format!("steps[{i}].fault.delayMs"),
+                        "a late answer needs its delay".into(),
+                    ));
+                }
             }
             if let Some(e) = &s.expect
                 && e.reported.is_none()
@@ -323,6 +354,23 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
         println!("▶ {name}");
         let started = Instant::now();
         let failure = match (&step.expect, &step.set, step.wait, step.restart_mapper) {
+            _ if step.fault.is_some() => step.fault.as_ref().and_then(|f| {
+                let id = device_id(&f.device);
+                match served.iter().find(|s| s.id == id) {
+                    Some(s) => {
+                        s.live.inject(crate::scenario::Fault {
+                            kind: f.kind,
+                            at: None,
+                            seconds: f.seconds,
+                            share: None,
+                            code: f.code,
+                            delay_ms: f.delay_ms,
+                        });
+                        None
+                    }
+                    None => Some(format!("no simulated device {id}")),
+                }
+            }),
             (Some(e), ..) => expect(&client, &served, e),
             (_, Some(s), ..) => {
                 let id = device_id(&s.device);
@@ -398,6 +446,9 @@ fn describe(i: usize, s: &StepSpec) -> String {
     }
     if let Some(w) = s.wait {
         return format!("step {}: wait {w} s", i + 1);
+    }
+    if let Some(f) = &s.fault {
+        return format!("step {}: {} {:?}", i + 1, f.device, f.kind);
     }
     format!("step {}: restart mapper-modbus", i + 1)
 }

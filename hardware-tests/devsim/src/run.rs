@@ -2,7 +2,7 @@
 //! and a tick that plays its scenario (values and faults) on the scenario's clock.
 
 use crate::layout::{SimDevice, SimPoint};
-use crate::scenario::{DeviceScenario, FaultKind, Player, Scenario, Writes};
+use crate::scenario::{DeviceScenario, Fault, FaultKind, Player, Scenario, Writes};
 use mapper_modbus::Table;
 use mapper_modbus::codec::{Codec, DataType};
 use sim::modbus_sim::{Sim, State};
@@ -54,6 +54,8 @@ pub struct Served {
     pub line: Option<std::path::PathBuf>,
     pub sim: Sim,
     pub device: SimDevice,
+    /// Its clock and the faults injected into it.
+    pub live: Live,
     /// Keeps the line's pty pair while any of its devices is served.
     _pty: Option<Arc<Pty>>,
 }
@@ -285,12 +287,14 @@ pub async fn start(
                 }
             };
             lines[at].slaves.insert(rtu.slave, sim.clone());
+            let live = Live::default();
             tokio::spawn(play(
                 sim.clone(),
                 d.clone(),
                 plan,
                 scenario.seed,
                 options.clone(),
+                live.clone(),
             ));
             out.push(Served {
                 id: d.id.clone(),
@@ -298,6 +302,7 @@ pub async fn start(
                 line: Some(lines[at].mapper.clone()),
                 sim,
                 device: d,
+                live,
                 _pty: Some(lines[at].pty.clone()),
             });
             continue;
@@ -331,12 +336,14 @@ pub async fn start(
             source,
         })?;
         tokio::spawn(sim.clone().serve(listener));
+        let live = Live::default();
         tokio::spawn(play(
             sim.clone(),
             d.clone(),
             plan,
             scenario.seed,
             options.clone(),
+            live.clone(),
         ));
         out.push(Served {
             id: d.id.clone(),
@@ -344,6 +351,7 @@ pub async fn start(
             line: None,
             sim,
             device: d,
+            live,
             _pty: None,
         });
     }
@@ -390,7 +398,38 @@ pub async fn start(
 }
 
 /// Plays one device's scenario, one tick at a time.
-async fn play(sim: Sim, device: SimDevice, plan: DeviceScenario, seed: u64, options: Options) {
+/// What a device's tick shares with the rest: the scenario time it is at, and faults injected
+/// since the start.
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    clock: Arc<std::sync::Mutex<f64>>,
+    injected: Arc<std::sync::Mutex<Vec<Fault>>>,
+}
+
+impl Live {
+    /// Starts `fault` now on the device's clock (its `at` is set), for its `seconds` (none: for
+    /// good; `disconnect` and `reboot` happen once).
+    pub fn inject(&self, mut fault: Fault) {
+        let now = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        // On the next tick: `crossed` takes what lies after the previous one.
+        fault.at = Some(now + 1e-6);
+        fault.share = None;
+        self.injected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(fault);
+    }
+}
+
+async fn play(
+    sim: Sim,
+    device: SimDevice,
+    plan: DeviceScenario,
+    seed: u64,
+    options: Options,
+    live: Live,
+) {
+    let Live { clock, injected } = live;
     let new_players = || -> Vec<Option<Player>> {
         device
             .points
@@ -432,42 +471,51 @@ async fn play(sim: Sim, device: SimDevice, plan: DeviceScenario, seed: u64, opti
         let active = |at: Option<f64>, secs: Option<f64>| {
             at.is_some_and(|a| a <= t && secs.is_none_or(|s| t < a + s))
         };
-        let rebooted = plan
+        *clock.lock().unwrap_or_else(|e| e.into_inner()) = t;
+        // The scenario's faults and those injected since (a HIL step's).
+        let faults: Vec<Fault> = plan
             .faults
+            .iter()
+            .cloned()
+            .chain(
+                injected
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned(),
+            )
+            .collect();
+        let rebooted = faults
             .iter()
             .any(|f| f.kind == FaultKind::Reboot && f.at.is_some_and(crossed));
         if rebooted {
             players = new_players();
         }
-        let garbage = plan
-            .faults
+        let garbage = faults
             .iter()
             .any(|f| f.kind == FaultKind::Garbage && active(f.at, f.seconds));
         sim.garbage
             .store(garbage, std::sync::atomic::Ordering::Relaxed);
         sim.edit(|s| {
-            s.refuse_all = plan
-                .faults
+            s.refuse_all = faults
                 .iter()
                 .find(|f| f.kind == FaultKind::Exception && active(f.at, f.seconds))
                 .and_then(|f| f.code)
                 .map(ExceptionCode::new);
-            s.refuse_share = plan
-                .faults
+            s.refuse_share = faults
                 .iter()
                 .find(|f| f.kind == FaultKind::Exception && f.share.is_some())
                 .and_then(|f| Some((f.share?, ExceptionCode::new(f.code?))));
-            s.silent = plan.faults.iter().any(|f| {
+            s.silent = faults.iter().any(|f| {
                 matches!(f.kind, FaultKind::NoAnswer | FaultKind::Reboot) && active(f.at, f.seconds)
             });
-            s.delay = plan
-                .faults
+            s.delay = faults
                 .iter()
                 .find(|f| f.kind == FaultKind::Late && active(f.at, f.seconds))
                 .and_then(|f| f.delay_ms)
                 .map(Duration::from_millis)
                 .unwrap_or_default();
-            if plan.faults.iter().any(|f| {
+            if faults.iter().any(|f| {
                 matches!(f.kind, FaultKind::Disconnect | FaultKind::Reboot) && f.at.is_some_and(crossed)
             }) {
                 s.epoch = s.epoch.wrapping_add(1);

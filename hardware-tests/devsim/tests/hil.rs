@@ -60,8 +60,8 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
         report.to_str().expect("path"),
     ]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("6 of 6 steps passed"), "{out}");
-    assert_eq!(junit(&report), (6, 0, String::new()));
+    assert!(out.contains("9 of 9 steps passed"), "{out}");
+    assert_eq!(junit(&report), (9, 0, String::new()));
 
     let manifest = sim::workspace_root().join("examples/modbus-tcp.yaml");
     let wrong = dir.path().join("wrong.yaml");
@@ -97,7 +97,7 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
     let (code, out) = devsim(&["hil", bad.to_str().expect("path")]);
     assert_eq!(code, 2, "{out}");
     assert!(
-        out.contains("steps[0]: give one of expect, set, wait, restartMapper"),
+        out.contains("steps[0]: give one of expect, set, wait, restartMapper, fault"),
         "{out}"
     );
 }
