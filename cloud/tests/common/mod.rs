@@ -8,7 +8,7 @@ mod harness;
 pub use harness::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A running cloudcore; kubectl as its admin through `Deref` (`cloud.ok(&["get", ...])`).
 pub struct Cloud {
@@ -84,7 +84,23 @@ impl Cloud {
         c
     }
 
+    /// Starts cloudcore; when a port picked for it was taken meanwhile (by another test's
+    /// outgoing connection, say), it starts again on new ports.
     fn spawn(&mut self) {
+        for _ in 0..5 {
+            if self.spawn_once() {
+                return;
+            }
+            self.port = free_port();
+            self.hub_port = free_port();
+            self.cert_port = free_port();
+        }
+        panic!("cloudcore found no free ports in 5 tries: {}", self.log());
+    }
+
+    /// Starts cloudcore and waits until it serves the API and cloudhub; false when it stopped
+    /// because an address was in use.
+    fn spawn_once(&mut self) -> bool {
         let config = self.dir.join("cloudcore.yaml");
         std::fs::write(
             &config,
@@ -133,10 +149,30 @@ impl Cloud {
             .spawn()
             .expect("cloudcore starts");
         self.process = Process(Some(child));
-        // cloudcore prints where its API is once it serves (CRDs installed).
-        let log = self.dir.join("cloudcore.log");
-        self.process
-            .wait_serving("cloudcore", &log, "cloudcore: API at", &mut self.starts);
+        // cloudcore prints where its API is once it serves (CRDs installed), then cloudhub.
+        let marker = "cloudcore: cloudhub at";
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.log();
+            let starts = text.matches(marker).count();
+            if starts > self.starts {
+                self.starts = starts;
+                return true;
+            }
+            if let Some(c) = self.process.0.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                if text.contains("in use") {
+                    return false;
+                }
+                panic!("cloudcore exited with {status}: {text}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cloudcore did not come up: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn log(&self) -> String {
