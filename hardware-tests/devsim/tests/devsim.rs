@@ -217,21 +217,21 @@ async fn every_type_and_byte_order_is_laid_out_as_declared() {
 /// simulated device and reads it back into the twin unchanged.
 #[test]
 fn mapper_modbus_reads_the_declared_values() {
-    let port = free_port();
-    let manifest = matrix_manifest(port);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // Served on a port the system picks; edgecore is told that one.
     let options = Options {
         bind: Some("127.0.0.1".into()),
+        port0: true,
         ..Options::default()
     };
-    let _served = rt
+    let served = rt
         .block_on(start(
-            load(&manifest).expect("valid"),
+            load(&matrix_manifest(5020)).expect("valid"),
             &constants(READ_ONLY),
             &options,
         ))
         .expect("served");
-    let node = Node::start(&manifest);
+    let node = Node::start(&matrix_manifest(served[0].address.port()));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     for (name, _, desired, _) in MATRIX {
         let want = desired.to_string();
@@ -301,11 +301,12 @@ fn scenario_mistakes_are_named_with_their_field_paths() {
 /// device that stops answering show as the device's state and reason.
 #[test]
 fn scenario_values_and_faults_show_in_the_twin() {
-    let port = free_port();
-    let manifest = std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
-        .expect("example")
-        .replace("port: 5020", &format!("port: {port}"))
-        .replace("nodeName: edge-node-1", "nodeName: test-node");
+    let manifest = |port: u16| {
+        std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
+            .expect("example")
+            .replace("port: 5020", &format!("port: {port}"))
+            .replace("nodeName: edge-node-1", "nodeName: test-node")
+    };
     let scenario = Scenario::parse(
         "devices:\n  oven-1:\n    properties:\n      temperature: {value: {steps: [{at: 0, value: 42.5}, {at: 4, value: 43.5}]}}\n    faults:\n      - {kind: exception, code: 4, at: 8, seconds: 10}\n      - {kind: noAnswer, at: 18}\n",
     )
@@ -315,13 +316,18 @@ fn scenario_values_and_faults_show_in_the_twin() {
     // long edgecore and the mapper take to start.
     let options = Options {
         bind: Some("127.0.0.1".into()),
+        port0: true,
         clock_from_first_request: true,
         ..Options::default()
     };
-    let _served = rt
-        .block_on(start(load(&manifest).expect("valid"), &scenario, &options))
+    let served = rt
+        .block_on(start(
+            load(&manifest(5020)).expect("valid"),
+            &scenario,
+            &options,
+        ))
         .expect("served");
-    let node = Node::start(&manifest);
+    let node = Node::start(&manifest(served[0].address.port()));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     let twin = || node.twin("default/oven-1").unwrap_or_default();
     eventually(60, "43.5 (the second step) in the twin", || {

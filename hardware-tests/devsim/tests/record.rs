@@ -25,10 +25,10 @@ fn a_recording_replays_to_the_same_twin_values() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
 
     // Recording: mapper -> proxy -> oven.
-    let proxy_port = free_port();
     let listener = rt
-        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", proxy_port)))
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("listen");
+    let proxy_port = listener.local_addr().expect("its port").port();
     let out = pcap.clone();
     let recording = rt.spawn(async move {
         let _ = proxy(listener, format!("127.0.0.1:{oven_port}"), &out).await;
@@ -57,10 +57,10 @@ fn a_recording_replays_to_the_same_twin_values() {
     // Replay: mapper -> the recording.
     let rec = Recording::read(&pcap).expect("a readable recording");
     assert!(rec.answers() >= 3, "{rec:?}");
-    let replay_port = free_port();
     let listener = rt
-        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", replay_port)))
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("listen");
+    let replay_port = listener.local_addr().expect("its port").port();
     rt.spawn(serve(listener, rec, ReplayOptions::default()));
     let node = Node::start(&oven_manifest(replay_port));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
