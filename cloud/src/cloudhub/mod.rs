@@ -469,17 +469,11 @@ impl CloudHub {
                 .refused_messages
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%node, resource = %msg.route.resource, "a node sent about another node; refused");
-            let mut answer = Message::new(
-                "cloudhub",
-                &msg.route.group,
-                "error",
-                msg.route.resource.clone(),
-                serde_json::Value::String(format!(
-                    "node {node} may only send about itself ({own}...)"
-                )),
+            self.refuse(
+                node,
+                &msg,
+                format!("node {node} may only send about itself ({own}...)"),
             );
-            answer.header.parent_id = msg.header.id.clone();
-            self.deliver(node, None, answer, None);
             return;
         }
         let rest = &msg.route.resource[own.len()..];
@@ -496,23 +490,32 @@ impl CloudHub {
             // What KubeEdge's kubelet may also ask (ServiceAccount tokens, volumes, CSRs,
             // events): answered at once, so that its request fails instead of timing out.
             tracing::debug!(%node, %kind, op = %msg.route.operation, "cloudhub: a request this cloudcore does not serve");
-            let mut answer = Message::new(
-                "cloudhub",
-                &msg.route.group,
-                "error",
-                msg.route.resource.clone(),
-                serde_json::Value::String(format!(
+            self.refuse(
+                node,
+                &msg,
+                format!(
                     "cloudcore does not serve {kind:?} requests ({})",
                     msg.route.operation
-                )),
+                ),
             );
-            answer.header.parent_id = msg.header.id.clone();
-            self.deliver(node, None, answer, None);
             return;
         };
         if let Some(up) = to {
             let _ = up.send((node.to_string(), msg)).await;
         }
+    }
+
+    /// Answers `msg` from `node` with an `error` saying `why`.
+    fn refuse(&self, node: &str, msg: &Message, why: String) {
+        let mut answer = Message::new(
+            "cloudhub",
+            &msg.route.group,
+            "error",
+            msg.route.resource.clone(),
+            serde_json::Value::String(why),
+        );
+        answer.header.parent_id = msg.header.id.clone();
+        self.deliver(node, None, answer, None);
     }
 
     fn deliver(&self, node: &str, ack: Option<AckKey>, message: Message, body: Option<Packed>) {

@@ -242,6 +242,38 @@ pub fn value_of(state: &State, p: &SimPoint) -> Option<String> {
     codec.decode_registers(&w).ok()
 }
 
+/// Starts playing `d`'s scenario on `sim`: the device served at `place` (its TCP address, or
+/// its line's pty and pair).
+fn launch(
+    sim: Sim,
+    d: SimDevice,
+    plan: DeviceScenario,
+    seed: u64,
+    options: &Options,
+    place: (SocketAddr, Option<(std::path::PathBuf, Arc<Pty>)>),
+) -> Served {
+    let live = Live::default();
+    tokio::spawn(play(
+        sim.clone(),
+        d.clone(),
+        plan,
+        seed,
+        options.clone(),
+        live.clone(),
+    ));
+    let (address, line) = place;
+    let (line, pty) = line.unzip();
+    Served {
+        id: d.id.clone(),
+        address,
+        line,
+        sim,
+        device: d,
+        live,
+        _pty: pty,
+    }
+}
+
 /// Serves `devices` and plays `scenario` until the runtime ends.
 pub async fn start(
     devices: Vec<SimDevice>,
@@ -287,24 +319,11 @@ pub async fn start(
                 }
             };
             lines[at].slaves.insert(rtu.slave, sim.clone());
-            let live = Live::default();
-            tokio::spawn(play(
-                sim.clone(),
-                d.clone(),
-                plan,
-                scenario.seed,
-                options.clone(),
-                live.clone(),
-            ));
-            out.push(Served {
-                id: d.id.clone(),
-                address: SocketAddr::from(([0, 0, 0, 0], 0)),
-                line: Some(lines[at].mapper.clone()),
-                sim,
-                device: d,
-                live,
-                _pty: Some(lines[at].pty.clone()),
-            });
+            let place = (
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                Some((lines[at].mapper.clone(), lines[at].pty.clone())),
+            );
+            out.push(launch(sim, d, plan, scenario.seed, options, place));
             continue;
         }
         let address = match &options.bind {
@@ -336,24 +355,7 @@ pub async fn start(
             source,
         })?;
         tokio::spawn(sim.clone().serve(listener));
-        let live = Live::default();
-        tokio::spawn(play(
-            sim.clone(),
-            d.clone(),
-            plan,
-            scenario.seed,
-            options.clone(),
-            live.clone(),
-        ));
-        out.push(Served {
-            id: d.id.clone(),
-            address: local,
-            line: None,
-            sim,
-            device: d,
-            live,
-            _pty: None,
-        });
+        out.push(launch(sim, d, plan, scenario.seed, options, (local, None)));
     }
     for LineSetup {
         port,
