@@ -77,14 +77,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     );
 
     // A desired value set with kubectl lands on the register.
-    cloud.ok(&[
-        "patch",
-        "device",
-        "oven-1",
-        "--type=json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"95"}]"#,
-    ]);
+    cloud.set_desired("oven-1", 1, "95");
     eventually(60, "setpoint 95 on the register", || {
         (read_holding(sim_port, 1) == 95).then_some(())
     });
@@ -171,14 +164,7 @@ fn after_a_cut_and_flapping_link_both_sides_converge() {
     let second_file = std::env::temp_dir().join(format!("oven-2-{sim_port}.yaml"));
     std::fs::write(&second_file, second).expect("write");
     cloud.ok(&["apply", "-f", second_file.to_str().expect("path")]);
-    cloud.ok(&[
-        "patch",
-        "device",
-        "oven-1",
-        "--type=json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"70"}]"#,
-    ]);
+    cloud.set_desired("oven-1", 1, "70");
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(node.twin("default/oven-2").is_none(), "the link is cut");
 

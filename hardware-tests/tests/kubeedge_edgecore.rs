@@ -171,18 +171,7 @@ fn kubeedges_edgecore_runs_our_mapper_under_our_cloudcore() {
     });
 
     // A desired value set with kubectl lands on the register, and comes back as reported.
-    let desire = |v: &str| {
-        cloud.ok(&[
-            "patch",
-            "device",
-            "oven-1",
-            "--type=json",
-            "-p",
-            &format!(
-                r#"[{{"op":"replace","path":"/spec/properties/1/desired/value","value":"{v}"}}]"#
-            ),
-        ]);
-    };
+    let desire = |v: &str| cloud.set_desired("oven-1", 1, v);
     desire("95");
     eventually(60, "setpoint 95 on the register", || {
         (read_holding(sim_port, 1) == 95).then_some(())

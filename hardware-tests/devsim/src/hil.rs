@@ -26,7 +26,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Deserialize)]
@@ -206,23 +205,6 @@ pub struct Outcome {
     pub failure: Option<String>,
 }
 
-/// A child process killed when dropped.
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> Result<u16, HilError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| HilError::Setup(format!("no free port: {e}")))
-}
-
 /// A binary beside this one (where cargo and the release archive put them), else on PATH.
 fn binary(name: &str) -> PathBuf {
     std::env::current_exe()
@@ -232,18 +214,8 @@ fn binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
-fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Kid, HilError> {
-    let out = std::fs::File::create(dir.join(log))
-        .map_err(|e| HilError::Setup(format!("cannot write {log}: {e}")))?;
-    Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .map(Kid)
-        .map_err(|e| HilError::Setup(format!("cannot run {}: {e}", bin.display())))
+fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<sim::Proc, HilError> {
+    sim::Proc::try_spawn(bin, args, dir, log, &[]).map_err(HilError::Setup)
 }
 
 /// The manifests with every simulated device pointed at its simulator and at this node.
@@ -311,7 +283,7 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
     std::fs::create_dir_all(d.join("manifests"))
         .and_then(|()| std::fs::write(d.join("manifests/hil.yaml"), pointed))
         .map_err(|e| HilError::Setup(format!("cannot write the manifests: {e}")))?;
-    let (http, mqtt) = (free_port()?, free_port()?);
+    let (http, mqtt) = (sim::free_port(), sim::free_port());
     std::fs::write(
         d.join("edgecore.yaml"),
         format!("nodeName: hil\ndataDir: data\nmanifests: {{dir: manifests, pollIntervalMs: 200}}\nmqtt: {{address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n"),
@@ -335,7 +307,7 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
     }
     let mapper_config = format!(
         "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n",
-        free_port()?
+        sim::free_port()
     );
     std::fs::write(d.join("mapper-modbus.yaml"), mapper_config)
         .map_err(|e| HilError::Setup(format!("cannot write the mapper's config: {e}")))?;

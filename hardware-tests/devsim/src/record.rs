@@ -123,39 +123,40 @@ pub async fn proxy(listener: TcpListener, device: String, out: &Path) -> Result<
             };
             let _ = client.set_nodelay(true);
             let _ = upstream.set_nodelay(true);
-            let flow = Arc::new(Flow {
+            let flow = Flow {
                 client: peer,
                 device: upstream
                     .peer_addr()
                     .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], MODBUS_PORT))),
                 seq: Mutex::new((1, 1)),
-            });
-            let (mut cr, mut cw) = client.into_split();
-            let (mut dr, mut dw) = upstream.into_split();
-            let (f1, w1) = (flow.clone(), writer.clone());
-            let up = async move {
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = cr.read(&mut buf).await {
-                    if n == 0 || dw.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    f1.write(&w1, true, &buf[..n]);
-                }
-                let _ = dw.shutdown().await;
             };
-            let down = async move {
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = dr.read(&mut buf).await {
-                    if n == 0 || cw.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    flow.write(&writer, false, &buf[..n]);
-                }
-                let _ = cw.shutdown().await;
-            };
-            tokio::join!(up, down);
+            let (cr, cw) = client.into_split();
+            let (dr, dw) = upstream.into_split();
+            tokio::join!(
+                pump(cr, dw, &flow, &writer, true),
+                pump(dr, cw, &flow, &writer, false)
+            );
         });
     }
+}
+
+/// Passes what `from` sends on to `to` as it comes, writing it to the recording; shuts `to`
+/// down when `from` ends.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    flow: &Flow,
+    out: &Writer,
+    to_device: bool,
+) {
+    let mut buf = vec![0u8; 4096];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        flow.write(out, to_device, &buf[..n]);
+    }
+    let _ = to.shutdown().await;
 }
 
 /// A Modbus TCP frame: transaction id, unit, PDU (function code first).

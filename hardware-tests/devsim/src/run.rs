@@ -57,18 +57,7 @@ pub struct Served {
     /// Its clock and the faults injected into it.
     pub live: Live,
     /// Keeps the line's pty pair while any of its devices is served.
-    _pty: Option<Arc<Pty>>,
-}
-
-/// A pty pair made by `socat`, gone when dropped.
-#[derive(Debug)]
-struct Pty(std::process::Child);
-
-impl Drop for Pty {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    _pty: Option<Arc<sim::PtyPair>>,
 }
 
 /// The devices of one serial line, answering by slave id (others are not answered, as on a
@@ -94,19 +83,15 @@ impl tokio_modbus::server::Service for Line {
 struct LineSetup {
     /// The devices' `serialPort`.
     port: String,
-    pty: Arc<Pty>,
-    /// The mapper's end, and devsim's.
-    mapper: std::path::PathBuf,
-    device: std::path::PathBuf,
+    /// `a`: devsim's end; `b`: the mapper's.
+    pty: Arc<sim::PtyPair>,
     slaves: HashMap<u8, Sim>,
     baud_rate: u32,
 }
 
-/// Makes the pty pair of a line: `(mapper's end, devsim's end, socat)`.
-fn pty_pair(
-    dir: &std::path::Path,
-    port: &str,
-) -> Result<(std::path::PathBuf, std::path::PathBuf, Pty), String> {
+/// Makes the pty pair of a line: the mapper's end `dir/NAME` (NAME: the last part of the
+/// device's `serialPort`) and devsim's `dir/NAME.device`.
+fn pty_pair(dir: &std::path::Path, port: &str) -> Result<sim::PtyPair, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     let name: String = port
         .rsplit('/')
@@ -121,24 +106,7 @@ fn pty_pair(
             }
         })
         .collect();
-    let (mapper, device) = (dir.join(&name), dir.join(format!("{name}.device")));
-    let _ = std::fs::remove_file(&mapper);
-    let _ = std::fs::remove_file(&device);
-    let child = std::process::Command::new("socat")
-        .arg(format!("pty,raw,echo=0,link={}", device.display()))
-        .arg(format!("pty,raw,echo=0,link={}", mapper.display()))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run socat for the pty pair ({e}); apt-get install socat"))?;
-    let pty = Pty(child);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !(mapper.exists() && device.exists()) {
-        if Instant::now() > deadline {
-            return Err("socat made no pty pair within 5 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((mapper, device, pty))
+    sim::PtyPair::link(dir.join(format!("{name}.device")), dir.join(&name))
 }
 
 /// Why serving could not start.
@@ -250,7 +218,7 @@ fn launch(
     plan: DeviceScenario,
     seed: u64,
     options: &Options,
-    place: (SocketAddr, Option<(std::path::PathBuf, Arc<Pty>)>),
+    place: (SocketAddr, Option<(std::path::PathBuf, Arc<sim::PtyPair>)>),
 ) -> Served {
     let live = Live::default();
     tokio::spawn(play(
@@ -300,18 +268,15 @@ pub async fn start(
             let at = match lines.iter().position(|l| l.port == rtu.port) {
                 Some(at) => at,
                 None => {
-                    let (mapper, device, pty) =
-                        pty_pair(&options.pty_dir, &rtu.port).map_err(|message| {
-                            RunError::Line {
-                                port: rtu.port.clone(),
-                                message,
-                            }
-                        })?;
+                    let pty = pty_pair(&options.pty_dir, &rtu.port).map_err(|message| {
+                        RunError::Line {
+                            port: rtu.port.clone(),
+                            message,
+                        }
+                    })?;
                     lines.push(LineSetup {
                         port: rtu.port.clone(),
                         pty: Arc::new(pty),
-                        mapper,
-                        device,
                         slaves: HashMap::new(),
                         baud_rate: rtu.baud_rate,
                     });
@@ -321,7 +286,7 @@ pub async fn start(
             lines[at].slaves.insert(rtu.slave, sim.clone());
             let place = (
                 SocketAddr::from(([0, 0, 0, 0], 0)),
-                Some((lines[at].mapper.clone(), lines[at].pty.clone())),
+                Some((lines[at].pty.b.clone(), lines[at].pty.clone())),
             );
             out.push(launch(sim, d, plan, scenario.seed, options, place));
             continue;
@@ -359,12 +324,12 @@ pub async fn start(
     }
     for LineSetup {
         port,
-        device,
+        pty,
         slaves: sims,
         baud_rate: baud,
-        ..
     } in lines
     {
+        let device = pty.a.clone();
         // Opened once here, so that a line that cannot be opened is an error of the start.
         let mut server = Some(
             tokio_modbus::server::rtu::Server::new_from_path(&device, baud).map_err(|e| {
@@ -474,50 +439,34 @@ async fn play(
             at.is_some_and(|a| a <= t && secs.is_none_or(|s| t < a + s))
         };
         *clock.lock().unwrap_or_else(|e| e.into_inner()) = t;
-        // The scenario's faults and those injected since (a HIL step's).
-        let faults: Vec<Fault> = plan
-            .faults
-            .iter()
-            .cloned()
-            .chain(
-                injected
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .cloned(),
-            )
-            .collect();
-        let rebooted = faults
-            .iter()
-            .any(|f| f.kind == FaultKind::Reboot && f.at.is_some_and(crossed));
+        // The scenario's faults and those injected since (a HIL step's; usually none, and then
+        // nothing is copied).
+        let extra: Vec<Fault> = injected.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let faults = || plan.faults.iter().chain(extra.iter());
+        let rebooted = faults().any(|f| f.kind == FaultKind::Reboot && f.at.is_some_and(crossed));
         if rebooted {
             players = new_players();
         }
-        let garbage = faults
-            .iter()
-            .any(|f| f.kind == FaultKind::Garbage && active(f.at, f.seconds));
+        let garbage = faults().any(|f| f.kind == FaultKind::Garbage && active(f.at, f.seconds));
         sim.garbage
             .store(garbage, std::sync::atomic::Ordering::Relaxed);
         sim.edit(|s| {
-            s.refuse_all = faults
-                .iter()
+            s.refuse_all = faults()
                 .find(|f| f.kind == FaultKind::Exception && active(f.at, f.seconds))
                 .and_then(|f| f.code)
                 .map(ExceptionCode::new);
-            s.refuse_share = faults
-                .iter()
+            s.refuse_share = faults()
                 .find(|f| f.kind == FaultKind::Exception && f.share.is_some())
                 .and_then(|f| Some((f.share?, ExceptionCode::new(f.code?))));
-            s.silent = faults.iter().any(|f| {
+            s.silent = faults().any(|f| {
                 matches!(f.kind, FaultKind::NoAnswer | FaultKind::Reboot) && active(f.at, f.seconds)
             });
-            s.delay = faults
-                .iter()
+            s.delay = faults()
                 .find(|f| f.kind == FaultKind::Late && active(f.at, f.seconds))
                 .and_then(|f| f.delay_ms)
                 .map(Duration::from_millis)
                 .unwrap_or_default();
-            if faults.iter().any(|f| {
+            if faults().any(|f| {
                 matches!(f.kind, FaultKind::Disconnect | FaultKind::Reboot) && f.at.is_some_and(crossed)
             }) {
                 s.epoch = s.epoch.wrapping_add(1);

@@ -202,17 +202,30 @@ impl Proc {
         log: &str,
         env: &[(&str, String)],
     ) -> Self {
+        Self::try_spawn(bin, args, dir, log, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Proc::spawn_env`], or why it could not start.
+    pub fn try_spawn(
+        bin: &Path,
+        args: &[&str],
+        dir: &Path,
+        log: &str,
+        env: &[(&str, String)],
+    ) -> Result<Self, String> {
         let log = dir.join(log);
+        let file = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot write {}: {e}", log.display()))?;
         let child = Command::new(bin)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(dir)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .stderr(Stdio::from(file))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        Self { child, log }
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        Ok(Self { child, log })
     }
 
     pub fn log_text(&self) -> String {
@@ -615,6 +628,7 @@ impl PyModbus {
 
 /// A pair of connected ptys (`socat`): a device emulator on one end, a mapper on the other.
 /// socat stops on drop.
+#[derive(Debug)]
 pub struct PtyPair {
     proc: Child,
     pub a: PathBuf,
@@ -625,16 +639,28 @@ impl PtyPair {
     /// The pair as `dir/NAME-a` and `dir/NAME-b`.
     pub fn start(dir: &Path, name: &str) -> Self {
         let (a, b) = (dir.join(format!("{name}-a")), dir.join(format!("{name}-b")));
+        Self::link(a, b).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The pair as the links `a` and `b` (made again if they are there), or why not.
+    pub fn link(a: PathBuf, b: PathBuf) -> Result<Self, String> {
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
         let proc = Command::new("socat")
             .arg(format!("pty,raw,echo=0,link={}", a.display()))
             .arg(format!("pty,raw,echo=0,link={}", b.display()))
             .stderr(Stdio::null())
             .spawn()
-            .expect("socat runs (apt-get install socat)");
-        eventually(5, "the pty pair", || {
-            (a.exists() && b.exists()).then_some(())
-        });
-        Self { proc, a, b }
+            .map_err(|e| format!("cannot run socat for a pty pair ({e}); apt-get install socat"))?;
+        let pair = Self { proc, a, b };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(pair.a.exists() && pair.b.exists()) {
+            if Instant::now() > deadline {
+                return Err("socat made no pty pair within 5 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(pair)
     }
 }
 

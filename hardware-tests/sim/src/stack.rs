@@ -85,6 +85,20 @@ impl Cloud {
         text
     }
 
+    /// `kubectl patch device NAME` setting the desired value of its `index`th property.
+    pub fn set_desired(&self, name: &str, index: usize, value: &str) {
+        self.ok(&[
+            "patch",
+            "device",
+            name,
+            "--type=json",
+            "-p",
+            &format!(
+                r#"[{{"op":"replace","path":"/spec/properties/{index}/desired/value","value":"{value}"}}]"#
+            ),
+        ]);
+    }
+
     /// `kubectl get devicestatus NAME -o json`.
     pub fn status(&self, name: &str) -> Value {
         serde_json::from_str(&self.ok(&["get", "devicestatus", name, "-o", "json"]))

@@ -45,12 +45,7 @@ fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Child> {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    sim::vm_rss_kb(&pid.to_string())
 }
 
 fn percentiles(mut v: Vec<f64>) -> String {
