@@ -5,7 +5,6 @@
 
 use sim::modbus_sim::Sim;
 use sim::{Node, agent, eventually, free_port, get, reported};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 fn device(name: &str, port: u16) -> String {
@@ -100,12 +99,12 @@ fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
     assert!(reconnected <= 1, "{}", mapper.log_text());
 
     // Garbage answers: errors and reconnects, never a crash; good answers again: online.
-    fast.garbage.store(true, Ordering::Relaxed);
+    fast.set_mangle(sim::modbus_sim::Mangle::Garbage);
     eventually(10, "fast offline on garbage", || {
         let t = node.twin("default/fast")?;
         (t["state"] == "offline").then_some(())
     });
-    fast.garbage.store(false, Ordering::Relaxed);
+    fast.set_mangle(sim::modbus_sim::Mangle::None);
     fast.edit(|s| s.holding.insert(0, 77));
     eventually(15, "fast back", || {
         (value("fast").as_deref() == Some("77")).then_some(())

@@ -1,6 +1,6 @@
 //! The project's own Modbus TCP simulator, on tokio-modbus's server, scriptable for faults:
 //! exceptions on chosen addresses, a delay before each answer, connections dropped after N
-//! requests, garbage frames, and registers that change over time. Used by the tests beside
+//! requests, garbage, duplicated or truncated frames, and registers that change over time. Used by the tests beside
 //! pymodbus, by the quickstart, and as the `modbus-sim` binary.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +8,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -40,14 +40,57 @@ pub struct State {
     pub silent: bool,
     /// Bumped to drop every open connection at its next request.
     pub epoch: u32,
+    /// Values of properties that are not in registers (devices with their own serial
+    /// protocols), by property name.
+    pub text: BTreeMap<String, String>,
 }
 
-/// A simulator: its state, and the switch for garbage answers.
+/// What happens to each answer's bytes on their way out (a line's or a device's fault).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mangle {
+    #[default]
+    None = 0,
+    /// Nonsense of the same length.
+    Garbage = 1,
+    /// Sent twice.
+    Duplicate = 2,
+    /// Only its first half sent.
+    Truncate = 3,
+}
+
+impl Mangle {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Garbage,
+            2 => Self::Duplicate,
+            3 => Self::Truncate,
+            _ => Self::None,
+        }
+    }
+
+    /// `frame` as this fault sends it.
+    pub fn apply(self, frame: &[u8]) -> Vec<u8> {
+        match self {
+            Self::None => frame.to_vec(),
+            // A wrong transaction id, protocol id and length (TCP); a wrong CRC (RTU).
+            Self::Garbage => frame
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ 0x5A ^ i as u8)
+                .collect(),
+            Self::Duplicate => [frame, frame].concat(),
+            Self::Truncate => frame[..frame.len() / 2].to_vec(),
+        }
+    }
+}
+
+/// A simulator: its state, and the switch for mangled answers.
 #[derive(Clone, Debug, Default)]
 pub struct Sim {
     pub state: Arc<Mutex<State>>,
-    /// While set, every answer's bytes are replaced by garbage of the same length.
-    pub garbage: Arc<AtomicBool>,
+    /// What happens to every answer's bytes ([`Mangle`]).
+    mangle: Arc<AtomicU8>,
     /// Requests answered, all connections together.
     pub requests: Arc<AtomicU32>,
 }
@@ -62,6 +105,15 @@ impl Sim {
     pub fn edit<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut s)
+    }
+
+    /// From now on, every answer is sent as `m` says.
+    pub fn set_mangle(&self, m: Mangle) {
+        self.mangle.store(m as u8, Ordering::Relaxed);
+    }
+
+    pub fn mangle(&self) -> Mangle {
+        Mangle::from_u8(self.mangle.load(Ordering::Relaxed))
     }
 
     pub fn holding(&self, address: u16) -> Option<u16> {
@@ -81,33 +133,9 @@ impl Sim {
         Ok((port, rt))
     }
 
-    /// Serves Modbus TCP on `listener` until the task is dropped.
+    /// Serves Modbus TCP on `listener` until the task is dropped, answering every unit id.
     pub async fn serve(self, listener: tokio::net::TcpListener) -> io::Result<()> {
-        let server = Server::new(listener);
-        let on_connected = |stream: tokio::net::TcpStream, _addr: SocketAddr| {
-            let sim = self.clone();
-            async move {
-                let _ = stream.set_nodelay(true);
-                let kill = Arc::new(AtomicBool::new(false));
-                let conn = Connection {
-                    sim: sim.clone(),
-                    served: Arc::new(AtomicU32::new(0)),
-                    kill: kill.clone(),
-                    epoch: sim.edit(|s| s.epoch),
-                };
-                let transport = Garbling {
-                    inner: stream,
-                    garbage: sim.garbage.clone(),
-                    kill,
-                };
-                Ok(Some((conn, transport)))
-            }
-        };
-        server
-            .serve(&on_connected, |e| {
-                tracing::debug!(error = %e, "simulator connection ended");
-            })
-            .await
+        serve_units(listener, Units::Any(self)).await
     }
 
     /// The quickstart's oven (`examples/modbus-tcp.yaml`): temperature in 0.1 degree steps at
@@ -142,12 +170,57 @@ impl Sim {
 }
 
 struct Connection {
-    sim: Sim,
+    units: Arc<Units>,
     served: Arc<AtomicU32>,
     /// Set when the connection must be dropped instead of answering.
     kill: Arc<AtomicBool>,
-    /// The state's `epoch` when the connection opened.
-    epoch: u32,
+    /// Each unit's `epoch` when it was first asked on this connection.
+    epochs: Mutex<BTreeMap<u8, u32>>,
+    /// How the answer being sent is mangled (the answering unit's [`Mangle`]).
+    mangle: Arc<AtomicU8>,
+}
+
+/// The devices behind one Modbus TCP address.
+#[derive(Debug)]
+pub enum Units {
+    /// One device answering every unit id.
+    Any(Sim),
+    /// A gateway: each device by its unit id; another id is answered with exception 11
+    /// (gateway target device failed to respond).
+    ById(BTreeMap<u8, Sim>),
+}
+
+/// Serves the devices `units` on `listener` until the task is dropped.
+pub async fn serve_units(listener: tokio::net::TcpListener, units: Units) -> io::Result<()> {
+    let server = Server::new(listener);
+    let units = Arc::new(units);
+    let on_connected = |stream: tokio::net::TcpStream, _addr: SocketAddr| {
+        let units = units.clone();
+        async move {
+            let _ = stream.set_nodelay(true);
+            let kill = Arc::new(AtomicBool::new(false));
+            let mangle = Arc::new(AtomicU8::new(0));
+            let conn = Connection {
+                units,
+                served: Arc::new(AtomicU32::new(0)),
+                kill: kill.clone(),
+                epochs: Mutex::default(),
+                mangle: mangle.clone(),
+            };
+            let transport = Garbling {
+                inner: stream,
+                mangle,
+                kill,
+                pending: Vec::new(),
+            };
+            Ok(Some((conn, transport)))
+        }
+    };
+    server
+        .serve(&on_connected, |e| {
+            tracing::debug!(error = %e, "simulator connection ended");
+        })
+        .await
 }
 
 /// An answer to one request: a response (none: silence) or an exception.
@@ -217,19 +290,36 @@ impl Sim {
 }
 
 impl tokio_modbus::server::Service for Connection {
-    type Request = Request<'static>;
+    type Request = tokio_modbus::SlaveRequest<'static>;
     type Response = Option<Response>;
     type Exception = ExceptionCode;
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn call(&self, req: Self::Request) -> Self::Future {
+        let sim = match &*self.units {
+            Units::Any(sim) => sim,
+            Units::ById(m) => match m.get(&req.slave) {
+                Some(sim) => sim,
+                None => {
+                    self.mangle.store(0, Ordering::Relaxed);
+                    return Box::pin(async { Err(ExceptionCode::GatewayTargetDevice) });
+                }
+            },
+        };
         let n = self.served.fetch_add(1, Ordering::Relaxed) + 1;
-        let (drop_after, epoch) = self.sim.edit(|s| (s.drop_after, s.epoch));
-        if drop_after.is_some_and(|d| n > d) || epoch != self.epoch {
+        let (drop_after, epoch) = sim.edit(|s| (s.drop_after, s.epoch));
+        let first = *self
+            .epochs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(req.slave)
+            .or_insert(epoch);
+        if drop_after.is_some_and(|d| n > d) || epoch != first {
             // The answer's write fails, which closes the connection.
             self.kill.store(true, Ordering::Relaxed);
         }
-        self.sim.respond(req)
+        self.mangle.store(sim.mangle() as u8, Ordering::Relaxed);
+        sim.respond(req.request)
     }
 }
 
@@ -264,12 +354,14 @@ impl Sim {
     }
 }
 
-/// A transport that replaces what is written by garbage while the switch is on, and fails
-/// once its connection is to be dropped.
+/// A transport that sends what is written as the simulator's [`Mangle`] says, and fails once
+/// its connection is to be dropped.
 struct Garbling {
     inner: tokio::net::TcpStream,
-    garbage: Arc<AtomicBool>,
+    mangle: Arc<AtomicU8>,
     kill: Arc<AtomicBool>,
+    /// The mangled bytes of the write under way, not yet all sent.
+    pending: Vec<u8>,
 }
 
 impl AsyncRead for Garbling {
@@ -291,16 +383,29 @@ impl AsyncWrite for Garbling {
         if self.kill.load(Ordering::Relaxed) {
             return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
         }
-        if self.garbage.load(Ordering::Relaxed) {
-            // Same length, nonsense content: a wrong transaction id, protocol id and length.
-            let junk: Vec<u8> = buf
-                .iter()
-                .enumerate()
-                .map(|(i, b)| b ^ 0x5A ^ i as u8)
-                .collect();
-            return Pin::new(&mut self.inner).poll_write(cx, &junk);
+        let mangle = Mangle::from_u8(self.mangle.load(Ordering::Relaxed));
+        if mangle == Mangle::None && self.pending.is_empty() {
+            return Pin::new(&mut self.inner).poll_write(cx, buf);
         }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        // The whole of `buf` counts as written once its mangled form is (a retry after
+        // `Pending` carries the same `buf`).
+        if self.pending.is_empty() {
+            self.pending = mangle.apply(buf);
+        }
+        let this = &mut *self;
+        while !this.pending.is_empty() {
+            match Pin::new(&mut this.inner).poll_write(cx, &this.pending) {
+                Poll::Ready(Ok(n)) => {
+                    this.pending.drain(..n);
+                }
+                Poll::Ready(Err(e)) => {
+                    this.pending.clear();
+                    return Poll::Ready(Err(e));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -81,8 +81,9 @@ fn main() -> ExitCode {
         s.delay = Duration::from_millis(args.delay_ms);
         s.drop_after = args.drop_after;
     });
-    sim.garbage
-        .store(args.garbage, std::sync::atomic::Ordering::Relaxed);
+    if args.garbage {
+        sim.set_mangle(sim::modbus_sim::Mangle::Garbage);
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
