@@ -1,7 +1,7 @@
 //! `devsim hil FILE`: a hardware-in-the-loop run without the hardware. The file names the
 //! manifests, what the simulated devices do (a [`Scenario`]), and steps that act on the twin and
 //! check it. The run serves the devices, starts `edgecore` on embedded defaults with the
-//! manifests (each device pointed at its simulator) and `mapper-modbus`, plays the steps,
+//! manifests (each device pointed at its simulator) and the mappers they need, plays the steps,
 //! prints each as it goes and writes JUnit XML for CI.
 //!
 //! ```yaml
@@ -305,21 +305,36 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mapper_config = format!(
-        "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n",
-        sim::free_port()
-    );
-    std::fs::write(d.join("mapper-modbus.yaml"), mapper_config)
-        .map_err(|e| HilError::Setup(format!("cannot write the mapper's config: {e}")))?;
-    let start_mapper = || {
-        spawn(
-            &binary("mapper-modbus"),
-            &["--config-file", "mapper-modbus.yaml"],
-            d,
-            "mapper-modbus.log",
-        )
+    // The mappers the devices need, each with its config.
+    let mut kinds = Vec::new();
+    if served.iter().any(|s| s.device.serial.is_none()) {
+        kinds.push("modbus");
+    }
+    if served.iter().any(|s| s.device.serial.is_some()) {
+        kinds.push("serial");
+    }
+    for k in &kinds {
+        let config = format!(
+            "grpc_server:\n  socket_path: {k}.sock\ncommon:\n  name: {k}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {k}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n",
+            sim::free_port()
+        );
+        std::fs::write(d.join(format!("mapper-{k}.yaml")), config)
+            .map_err(|e| HilError::Setup(format!("cannot write mapper-{k}'s config: {e}")))?;
+    }
+    let start_mappers = || -> Result<Vec<sim::Proc>, HilError> {
+        kinds
+            .iter()
+            .map(|k| {
+                spawn(
+                    &binary(&format!("mapper-{k}")),
+                    &["--config-file", &format!("mapper-{k}.yaml")],
+                    d,
+                    &format!("mapper-{k}.log"),
+                )
+            })
+            .collect()
     };
-    let mut mapper = Some(start_mapper()?);
+    let mut mappers = start_mappers()?;
     let mut outcomes = Vec::new();
     for (i, step) in hil.steps.iter().enumerate() {
         let name = step.name.clone().unwrap_or_else(|| describe(i, step));
@@ -357,10 +372,10 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
                 None
             }
             _ => {
-                drop(mapper.take());
-                match start_mapper() {
+                mappers.clear();
+                match start_mappers() {
                     Ok(m) => {
-                        mapper = Some(m);
+                        mappers = m;
                         None
                     }
                     Err(e) => Some(e.to_string()),
@@ -422,7 +437,7 @@ fn describe(i: usize, s: &StepSpec) -> String {
     if let Some(f) = &s.fault {
         return format!("step {}: {} {:?}", i + 1, f.device, f.kind);
     }
-    format!("step {}: restart mapper-modbus", i + 1)
+    format!("step {}: restart the mappers", i + 1)
 }
 
 fn same(got: &str, want: &Value, tolerance: f64) -> bool {

@@ -17,8 +17,13 @@ pub struct SimDevice {
     pub id: String,
     /// `host:port` from `spec.protocol.configData` (`ip`, `port`); empty on a serial line.
     pub address: String,
+    /// Its unit id (`slaveID`) at that address; several devices may share an address (a
+    /// gateway), each with its own.
+    pub unit: u8,
     /// On a serial line (Modbus RTU): `serialPort`, the slave id, the baud rate.
     pub rtu: Option<Rtu>,
+    /// A device with its own serial protocol (`mapper-serial`): its line's settings.
+    pub serial: Option<mapper_serial::device::Port>,
     pub points: Vec<SimPoint>,
 }
 
@@ -34,12 +39,21 @@ pub struct Rtu {
 #[derive(Clone, Debug)]
 pub struct SimPoint {
     pub name: String,
-    pub point: Point,
+    pub point: Visit,
     /// The value it holds at the start: zero, `false` or an empty string (a scenario's
     /// behaviour takes over from its first tick).
     pub initial: String,
     /// The model's `accessMode` is not `ReadOnly`.
     pub writable: bool,
+}
+
+/// Where a property is, as its mapper reads it.
+#[derive(Clone, Debug)]
+pub enum Visit {
+    /// Registers or bits (`mapper-modbus`).
+    Modbus(Point),
+    /// Its part of a reply on a serial line (`mapper-serial`).
+    Serial(mapper_serial::device::Point),
 }
 
 /// A declaration that cannot be simulated (or read by the mapper), with where it is.
@@ -102,9 +116,11 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             path: path.to_string(),
             message,
         };
-        if d.protocol_name() != Some(mapper_modbus::mapper::PROTOCOL) {
-            continue;
-        }
+        let serial = match d.protocol_name() {
+            Some(mapper_modbus::mapper::PROTOCOL) => false,
+            Some(mapper_serial::mapper::PROTOCOL) => true,
+            _ => continue,
+        };
         let ns = d.metadata.namespace.as_deref().unwrap_or("default");
         let model_name = d.model_name().unwrap_or_default();
         let Some(model) = models.get(&format!("{ns}/{model_name}")) else {
@@ -147,11 +163,22 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             .and_then(|p| p.config_data.as_ref())
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        let (address, rtu) = match Connection::from_config(&config) {
+        if serial {
+            match crate::serial::layout(&did, &device, model, &config, &named) {
+                Ok(sd) => out.push(sd),
+                Err(e) => errors.extend(
+                    e.into_iter()
+                        .map(|(path, message): (String, String)| err(&path, message)),
+                ),
+            }
+            continue;
+        }
+        let (address, unit, rtu) = match Connection::from_config(&config) {
             Ok(c) => match c.transport {
-                Transport::Tcp { address } => (address, None),
+                Transport::Tcp { address } => (address, c.slave, None),
                 Transport::Rtu(serial) => (
                     String::new(),
+                    c.slave,
                     Some(Rtu {
                         port: serial.path,
                         slave: c.slave,
@@ -169,12 +196,12 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
         };
         let place = match &rtu {
             Some(r) => format!("slave {} on {}", r.slave, r.port),
-            None => address.clone(),
+            None => format!("unit {unit} at {address}"),
         };
         if let Some(other) = addresses.insert(place.clone(), did.clone()) {
             errors.push(err(
                 "spec.protocol.configData",
-                format!("{place} is also {other}'s: one simulated device per address"),
+                format!("{place} is also {other}'s: the mapper could not tell them apart"),
             ));
             continue;
         }
@@ -211,7 +238,15 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                     continue;
                 }
             };
-            if let Some(o) = points.iter().find(|o| overlaps(&o.point, &point)) {
+            let modbus = |o: &SimPoint| match &o.point {
+                Visit::Modbus(p) => Some(p.clone()),
+                Visit::Serial(_) => None,
+            };
+            if let Some((o, op)) = points
+                .iter()
+                .filter_map(|o| modbus(o).map(|p| (o, p)))
+                .find(|(_, op)| overlaps(op, &point))
+            {
                 errors.push(err(
                     &format!("{at}.visitors.configData.offset"),
                     format!(
@@ -219,7 +254,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                         table_name(point.read.table),
                         span(&point),
                         o.name,
-                        span(&o.point)
+                        span(&op)
                     ),
                 ));
                 continue;
@@ -231,13 +266,15 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                 name: p.name.clone(),
                 initial,
                 writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
-                point,
+                point: Visit::Modbus(point),
             });
         }
         out.push(SimDevice {
             id: did,
             address,
+            unit,
             rtu,
+            serial: None,
             points,
         });
     }

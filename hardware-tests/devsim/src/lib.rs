@@ -2,22 +2,27 @@
 //! uses (`kubectl apply` takes the same files), for hardware-in-the-loop tests without the
 //! hardware.
 //!
-//! - [`layout`]: each Modbus TCP device of the manifests, each property laid out in registers
+//! - [`layout`]: each Modbus device (TCP, RTU) of the manifests, each property laid out in registers
 //!   or bits as `mapper-modbus` reads it (its own parser of visitors: type, scale, offset, byte
 //!   and word order, bits); a declaration that cannot work (overlapping registers, a type that
 //!   does not fit its `limit`, an unknown register table) is named with its field path.
 //! - [`scenario`]: what each device does over time (constants, ramps, sines, seeded random
 //!   walks, steps, a value following another) and its faults (exception codes, no answer, late
-//!   answers, garbage, disconnects, reboots), on a clock that can run faster.
+//!   answers, garbage, duplicated and truncated answers, disconnects, reboots), on a clock that can run faster.
+//! - [`serial`]: devices with their own serial protocols (`mapper-serial`), answered from
+//!   their visitors and checked with the mapper's own decoder.
+//! - [`rtu`]: Modbus RTU frames on a line, with the line's faults.
 //! - [`run`]: each device served on its address (or on a host of your choice), the scenario
 //!   played every tick.
 //! - [`record`]: a recording proxy between a mapper and a real device (pcap, for Wireshark
-//!   too), and a recording served back as a device.
+//!   too), an RTU tap on a serial line, and a recording served back as a device (TCP or RTU).
 //! - [`hil`]: `devsim hil FILE` (and `kectl hil run FILE`): the devices served, edgecore and
-//!   mapper-modbus started on them, steps that set and check the twin, JUnit XML for CI.
+//!   the mappers started on them, steps that set and check the twin, JUnit XML for CI.
 
 pub mod hil;
 pub mod layout;
 pub mod record;
+pub mod rtu;
 pub mod run;
 pub mod scenario;
+pub mod serial;

@@ -8,6 +8,7 @@
 //! `devsim replay FILE.pcap --listen ADDR [--loop] [--no-timing]`: the recording as a device.
 
 use clap::Parser;
+use devsim::layout::Visit;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -60,26 +61,34 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--speed must be more than 0");
     }
     for d in &devices {
-        match &d.rtu {
-            Some(r) => println!("{} (slave {} on {}):", d.id, r.slave, r.port),
-            None => println!("{} ({}):", d.id, d.address),
+        match (&d.rtu, &d.serial) {
+            (Some(r), _) => println!("{} (slave {} on {}):", d.id, r.slave, r.port),
+            (None, Some(p)) => println!("{} (own protocol on {}):", d.id, p.serial.path),
+            (None, None) => println!("{} (unit {} at {}):", d.id, d.unit, d.address),
         }
         for p in &d.points {
-            let r = &p.point.read;
-            println!(
-                "  {:<16} {:?} {} x{} {} scale {} = {:?}",
-                p.name,
-                r.table,
-                r.address,
-                r.count,
-                p.point.codec.data_type,
-                p.point.codec.scale,
-                p.initial
-            );
+            match &p.point {
+                Visit::Modbus(mp) => println!(
+                    "  {:<16} {:?} {} x{} {} scale {} = {:?}",
+                    p.name,
+                    mp.read.table,
+                    mp.read.address,
+                    mp.read.count,
+                    mp.codec.data_type,
+                    mp.codec.scale,
+                    p.initial
+                ),
+                Visit::Serial(sp) => println!(
+                    "  {:<16} request {:?} = {:?}",
+                    p.name,
+                    String::from_utf8_lossy(&sp.request).trim_end(),
+                    p.initial
+                ),
+            }
         }
     }
     if devices.is_empty() {
-        anyhow::bail!("no Modbus device in the manifests");
+        anyhow::bail!("no Modbus or serial device in the manifests");
     }
     if args.check {
         return Ok(());
@@ -93,15 +102,24 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
     };
     let served = devsim::run::start(devices, &scenario, &options).await?;
     for s in &served {
-        match (&s.line, &s.device.rtu) {
-            (Some(pty), Some(rtu)) => println!(
+        match (&s.line, &s.device.rtu, &s.device.serial) {
+            (Some(pty), Some(rtu), _) => println!(
                 "devsim: {} serving Modbus RTU as slave {} on {} (its serialPort {})",
                 s.id,
                 rtu.slave,
                 pty.display(),
                 rtu.port
             ),
-            _ => println!("devsim: {} serving Modbus TCP on {}", s.id, s.address),
+            (Some(pty), None, Some(port)) => println!(
+                "devsim: {} serving its own protocol on {} (its serialPort {})",
+                s.id,
+                pty.display(),
+                port.serial.path
+            ),
+            _ => println!(
+                "devsim: {} serving Modbus TCP as unit {} on {}",
+                s.id, s.device.unit, s.address
+            ),
         }
     }
     tokio::signal::ctrl_c().await?;
@@ -160,15 +178,24 @@ fn hil(args: HilArgs) -> ExitCode {
 #[derive(Parser)]
 #[command(
     name = "devsim record",
-    about = "A Modbus TCP proxy that records both directions to a pcap file (Wireshark reads it)"
+    about = "A Modbus TCP proxy, or a tap on a Modbus RTU line, that records both directions to a pcap file (Wireshark reads it)"
 )]
 struct RecordArgs {
-    /// Where the mapper connects instead of the device (host:port).
+    /// Modbus TCP: where the mapper connects instead of the device (host:port).
+    #[arg(long, requires = "to", conflicts_with = "serial")]
+    listen: Option<String>,
+    /// Modbus TCP: the device (host:port).
     #[arg(long)]
-    listen: String,
-    /// The device (host:port).
+    to: Option<String>,
+    /// Modbus RTU: the device's serial line (e.g. /dev/ttyUSB0); the mapper opens --pty instead.
+    #[arg(long, requires = "pty")]
+    serial: Option<String>,
+    /// Modbus RTU: the line's baud rate.
+    #[arg(long, default_value_t = 9600)]
+    baud: u32,
+    /// Modbus RTU: the pty made for the mapper (point its serialPort here).
     #[arg(long)]
-    to: String,
+    pty: Option<std::path::PathBuf>,
     /// The recording to write (pcap).
     #[arg(long)]
     out: std::path::PathBuf,
@@ -182,9 +209,15 @@ struct RecordArgs {
 struct ReplayArgs {
     /// A pcap file of Modbus TCP (from devsim record, Wireshark or tcpdump).
     file: std::path::PathBuf,
-    /// host:port to serve on.
+    /// host:port to serve on (Modbus TCP).
+    #[arg(long, required_unless_present = "line", conflicts_with = "line")]
+    listen: Option<String>,
+    /// Serve as Modbus RTU on a pty made here (point the mapper's serialPort at it).
     #[arg(long)]
-    listen: String,
+    line: Option<std::path::PathBuf>,
+    /// The baud rate of --line.
+    #[arg(long, default_value_t = 9600)]
+    baud: u32,
     /// After the last recorded answer to a request, start over (default: hold the last).
     #[arg(long = "loop")]
     looping: bool,
@@ -193,18 +226,52 @@ struct ReplayArgs {
     no_timing: bool,
 }
 
+/// A pty pair: the mapper's end at `path`, devsim's `path.device`, opened.
+fn pty_for_mapper(
+    path: &std::path::Path,
+    baud: u32,
+) -> anyhow::Result<(sim::PtyPair, tokio_serial::SerialStream)> {
+    let device = path.with_extension("device");
+    let pair = sim::PtyPair::link(device.clone(), path.to_path_buf())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let stream =
+        tokio_serial::SerialStream::open(&tokio_serial::new(device.to_string_lossy(), baud))
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", device.display()))?;
+    Ok((pair, stream))
+}
+
 async fn record(args: RecordArgs) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(&args.listen)
+    if let (Some(serial), Some(pty)) = (&args.serial, &args.pty) {
+        let device =
+            tokio_serial::SerialStream::open(&tokio_serial::new(serial.as_str(), args.baud))
+                .map_err(|e| anyhow::anyhow!("cannot open {serial}: {e}"))?;
+        let (_pair, mapper) = pty_for_mapper(pty, args.baud)?;
+        println!(
+            "devsim: tapping {serial} for a mapper on {} to {} (Ctrl-C ends it)",
+            pty.display(),
+            args.out.display()
+        );
+        tokio::select! {
+            r = devsim::record::tap(mapper, device, &args.out) => {
+                let c = r?;
+                println!("devsim: {} requests, {} answers, {} with a wrong CRC, {} incomplete", c.requests, c.answers, c.bad_crc, c.incomplete);
+            }
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        return Ok(());
+    }
+    let (Some(listen), Some(to)) = (&args.listen, &args.to) else {
+        anyhow::bail!("give --listen and --to (Modbus TCP), or --serial and --pty (Modbus RTU)");
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     println!(
-        "devsim: recording between {} and {} to {} (Ctrl-C ends it)",
-        args.listen,
-        args.to,
+        "devsim: recording between {listen} and {to} to {} (Ctrl-C ends it)",
         args.out.display()
     );
     tokio::select! {
-        r = devsim::record::proxy(listener, args.to.clone(), &args.out) => r?,
+        r = devsim::record::proxy(listener, to.clone(), &args.out) => r?,
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(())
@@ -212,20 +279,33 @@ async fn record(args: RecordArgs) -> anyhow::Result<()> {
 
 async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let rec = devsim::record::Recording::read(&args.file)?;
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
-    println!(
-        "devsim: replaying {} ({} requests, {} answers) on {}",
-        args.file.display(),
-        rec.exchanges.len(),
-        rec.answers(),
-        args.listen
-    );
     let options = devsim::record::ReplayOptions {
         looping: args.looping,
         no_timing: args.no_timing,
     };
+    let what = format!(
+        "{} ({} requests, {} answers)",
+        args.file.display(),
+        rec.exchanges.len(),
+        rec.answers()
+    );
+    if let Some(line) = &args.line {
+        let (_pair, stream) = pty_for_mapper(line, args.baud)?;
+        println!(
+            "devsim: replaying {what} as Modbus RTU on {}",
+            line.display()
+        );
+        tokio::select! {
+            r = devsim::record::serve_line(stream, rec, options) => r?,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        return Ok(());
+    }
+    let listen = args.listen.unwrap_or_default();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    println!("devsim: replaying {what} on {listen}");
     tokio::select! {
         r = devsim::record::serve(listener, rec, options) => r?,
         _ = tokio::signal::ctrl_c() => {}

@@ -1,7 +1,8 @@
 //! Recording a real device, and replaying the recording as a simulator, so that a problem seen
 //! in the field becomes a test.
 //!
-//! [`proxy`] is a transparent Modbus TCP proxy (put it between a mapper and a device): every
+//! [`tap`] does the same on a Modbus RTU line (frames written as Modbus/TCP, so that one
+//! reader and one replayer serve both). [`proxy`] is a transparent Modbus TCP proxy (put it between a mapper and a device): every
 //! byte each way is passed on at once and written, with its time, to a pcap file that Wireshark
 //! reads (Ethernet, IPv4 and TCP headers are made up around the Modbus TCP bytes; the device's
 //! side is written as port 502, so Wireshark decodes it as Modbus/TCP without being told).
@@ -98,18 +99,110 @@ impl Flow {
     }
 }
 
+/// A new pcap file.
+fn create(out: &Path) -> Result<Writer, RecordError> {
+    let bad = |e: String| RecordError::File {
+        path: out.display().to_string(),
+        message: e,
+    };
+    let file = std::fs::File::create(out).map_err(|e| bad(e.to_string()))?;
+    let writer = PcapWriter::new(file).map_err(|e| bad(e.to_string()))?;
+    Ok(Arc::new(Mutex::new(writer)))
+}
+
+/// A Modbus TCP frame (MBAP header, then the PDU).
+fn mbap(txid: u16, unit: u8, pdu: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(7 + pdu.len());
+    out.extend_from_slice(&txid.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&((pdu.len() + 1) as u16).to_be_bytes());
+    out.push(unit);
+    out.extend_from_slice(pdu);
+    out
+}
+
+/// Taps a Modbus RTU line: what the mapper writes on `mapper` (devsim's end of the pty pair
+/// the mapper opens) goes on to `device` (the real line) and back, at once; each frame is
+/// written to `out` as Modbus/TCP (the slave id as the unit id, the CRC checked and left out),
+/// so that Wireshark and `devsim replay` read it as a TCP recording. A frame with a wrong CRC
+/// (noise on the line) is passed on, logged and counted, not recorded. Runs until either side
+/// closes.
+pub async fn tap<M, D>(mut mapper: M, mut device: D, out: &Path) -> Result<TapCounts, RecordError>
+where
+    M: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    D: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use crate::rtu::{Framer, answer_len, crc_ok, request_len};
+    let writer = create(out)?;
+    let flow = Flow {
+        client: SocketAddr::from(([10, 0, 0, 1], 40000)),
+        device: SocketAddr::from(([10, 0, 0, 2], MODBUS_PORT)),
+        seq: Mutex::new((1, 1)),
+    };
+    let (mut requests, mut answers) = (Framer::default(), Framer::default());
+    let mut counts = TapCounts::default();
+    let mut txid: u16 = 0;
+    let (mut a, mut b) = ([0u8; 512], [0u8; 512]);
+    loop {
+        tokio::select! {
+            r = mapper.read(&mut a) => {
+                let n = r?;
+                if n == 0 { break; }
+                device.write_all(&a[..n]).await?;
+                requests.push(&a[..n]);
+                while let Some(f) = requests.next(request_len) {
+                    if crc_ok(&f) {
+                        txid = txid.wrapping_add(1);
+                        counts.requests += 1;
+                        flow.write(&writer, true, &mbap(txid, f[0], &f[1..f.len() - 2]));
+                    } else {
+                        counts.bad_crc += 1;
+                        tracing::warn!(frame = %mapper_serial::field::hex(&f), "a request with a wrong CRC");
+                    }
+                }
+            }
+            r = device.read(&mut b) => {
+                let n = r?;
+                if n == 0 { break; }
+                mapper.write_all(&b[..n]).await?;
+                answers.push(&b[..n]);
+                while let Some(f) = answers.next(answer_len) {
+                    if crc_ok(&f) {
+                        counts.answers += 1;
+                        flow.write(&writer, false, &mbap(txid, f[0], &f[1..f.len() - 2]));
+                    } else {
+                        counts.bad_crc += 1;
+                        tracing::warn!(frame = %mapper_serial::field::hex(&f), "an answer with a wrong CRC");
+                    }
+                }
+            }
+            () = tokio::time::sleep(crate::rtu::NOISE_GAP) => {
+                for (what, f) in [("request", &mut requests), ("answer", &mut answers)] {
+                    if !f.is_empty() {
+                        let bytes = f.clear();
+                        counts.incomplete += 1;
+                        tracing::warn!(what, bytes = %mapper_serial::field::hex(&bytes), "an incomplete frame on the line");
+                    }
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// What a tap saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TapCounts {
+    pub requests: u64,
+    pub answers: u64,
+    pub bad_crc: u64,
+    pub incomplete: u64,
+}
+
 /// Proxies every connection of `listener` to `device`, writing both directions to `out` (a new
 /// pcap file), until the task is dropped.
 pub async fn proxy(listener: TcpListener, device: String, out: &Path) -> Result<(), RecordError> {
-    let file = std::fs::File::create(out).map_err(|e| RecordError::File {
-        path: out.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let writer = PcapWriter::new(file).map_err(|e| RecordError::File {
-        path: out.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let writer: Writer = Arc::new(Mutex::new(writer));
+    let writer = create(out)?;
     loop {
         let (client, peer) = listener.accept().await?;
         let (device, writer) = (device.clone(), writer.clone());
@@ -289,19 +382,60 @@ pub struct ReplayOptions {
     pub no_timing: bool,
 }
 
-/// Serves `rec` on `listener` until the task is dropped. A request not in the recording is
-/// answered with exception 2 (illegal data address).
+/// A recording being served: the next answer of each request, shared by every connection.
+struct Replayer {
+    rec: Recording,
+    cursors: Mutex<HashMap<Request, usize>>,
+    options: ReplayOptions,
+}
+
+impl Replayer {
+    /// The answer PDU to `pdu` from `unit`, and the delay to answer it after: the next one
+    /// recorded; a request not in the recording gets exception 2 (illegal data address).
+    fn answer(&self, unit: u8, pdu: &[u8]) -> (Vec<u8>, Duration) {
+        let key = (unit, pdu.to_vec());
+        let answer = self.rec.exchanges.get(&key).map(|answers| {
+            let mut c = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
+            let i = c.entry(key.clone()).or_insert(0);
+            let a = answers[(*i).min(answers.len() - 1)].clone();
+            *i = if *i + 1 < answers.len() {
+                *i + 1
+            } else if self.options.looping {
+                0
+            } else {
+                *i
+            };
+            a
+        });
+        let (pdu, delay) = answer.unwrap_or_else(|| {
+            tracing::debug!(unit, "a request not in the recording");
+            (
+                vec![pdu.first().copied().unwrap_or(0) | 0x80, 2],
+                Duration::ZERO,
+            )
+        });
+        if self.options.no_timing {
+            (pdu, Duration::ZERO)
+        } else {
+            (pdu, delay)
+        }
+    }
+}
+
+/// Serves `rec` on `listener` (Modbus TCP) until the task is dropped.
 pub async fn serve(
     listener: TcpListener,
     rec: Recording,
     options: ReplayOptions,
 ) -> io::Result<()> {
-    // The next answer of each request, shared by every connection.
-    let cursors: Arc<Mutex<HashMap<Request, usize>>> = Arc::default();
-    let rec = Arc::new(rec);
+    let replayer = Arc::new(Replayer {
+        rec,
+        cursors: Mutex::default(),
+        options,
+    });
     loop {
         let (mut stream, _) = listener.accept().await?;
-        let (rec, cursors) = (rec.clone(), cursors.clone());
+        let replayer = replayer.clone();
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
             let mut buf = Vec::new();
@@ -313,41 +447,54 @@ pub async fn serve(
                 };
                 buf.extend_from_slice(&chunk[..n]);
                 for f in frames(&mut buf) {
-                    let key = (f.unit, f.pdu.clone());
-                    let answer = rec.exchanges.get(&key).map(|answers| {
-                        let mut c = cursors.lock().unwrap_or_else(|e| e.into_inner());
-                        let i = c.entry(key.clone()).or_insert(0);
-                        let a = answers[(*i).min(answers.len() - 1)].clone();
-                        *i = if *i + 1 < answers.len() {
-                            *i + 1
-                        } else if options.looping {
-                            0
-                        } else {
-                            *i
-                        };
-                        a
-                    });
-                    let (pdu, delay) = answer.unwrap_or_else(|| {
-                        tracing::debug!(unit = f.unit, "a request not in the recording");
-                        (
-                            vec![f.pdu.first().copied().unwrap_or(0) | 0x80, 2],
-                            Duration::ZERO,
-                        )
-                    });
-                    if !options.no_timing && !delay.is_zero() {
+                    let (pdu, delay) = replayer.answer(f.unit, &f.pdu);
+                    if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
-                    let mut out = Vec::with_capacity(7 + pdu.len());
-                    out.extend_from_slice(&f.txid.to_be_bytes());
-                    out.extend_from_slice(&[0, 0]);
-                    out.extend_from_slice(&((pdu.len() + 1) as u16).to_be_bytes());
-                    out.push(f.unit);
-                    out.extend_from_slice(&pdu);
-                    if stream.write_all(&out).await.is_err() {
+                    if stream.write_all(&mbap(f.txid, f.unit, &pdu)).await.is_err() {
                         return;
                     }
                 }
             }
         });
+    }
+}
+
+/// Serves `rec` as Modbus RTU on `line` (devsim's end of a pty pair, or a real serial port)
+/// until it closes: each request with a right CRC answered by its slave id as recorded.
+pub async fn serve_line<L>(mut line: L, rec: Recording, options: ReplayOptions) -> io::Result<()>
+where
+    L: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use crate::rtu::{Framer, crc_ok, request_len, with_crc};
+    let replayer = Replayer {
+        rec,
+        cursors: Mutex::default(),
+        options,
+    };
+    let mut framer = Framer::default();
+    let mut chunk = [0u8; 512];
+    loop {
+        match tokio::time::timeout(crate::rtu::NOISE_GAP, line.read(&mut chunk)).await {
+            Err(_) => {
+                framer.clear();
+                continue;
+            }
+            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(n)) => framer.push(&chunk[..n]),
+            Ok(Err(e)) => return Err(e),
+        }
+        while let Some(f) = framer.next(request_len) {
+            if !crc_ok(&f) {
+                continue;
+            }
+            let (pdu, delay) = replayer.answer(f[0], &f[1..f.len() - 2]);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            line.write_all(&with_crc([&[f[0]], &pdu[..]].concat()))
+                .await?;
+            line.flush().await?;
+        }
     }
 }

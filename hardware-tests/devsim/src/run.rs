@@ -1,11 +1,12 @@
 //! Serving simulated devices: each on its address with the Modbus TCP server of the `sim` crate,
 //! and a tick that plays its scenario (values and faults) on the scenario's clock.
 
-use crate::layout::{SimDevice, SimPoint};
+use crate::layout::{SimDevice, SimPoint, Visit};
 use crate::scenario::{DeviceScenario, Fault, FaultKind, Player, Scenario, Writes};
 use mapper_modbus::Table;
 use mapper_modbus::codec::{Codec, DataType};
-use sim::modbus_sim::{Sim, State};
+use mapper_modbus::device::Point;
+use sim::modbus_sim::{Mangle, Sim, State, Units, serve_units};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,25 +61,6 @@ pub struct Served {
     _pty: Option<Arc<sim::PtyPair>>,
 }
 
-/// The devices of one serial line, answering by slave id (others are not answered, as on a
-/// bus).
-struct Line(HashMap<u8, Sim>);
-
-impl tokio_modbus::server::Service for Line {
-    type Request = tokio_modbus::SlaveRequest<'static>;
-    type Response = Option<tokio_modbus::Response>;
-    type Exception = ExceptionCode;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = sim::modbus_sim::Answer> + Send>>;
-
-    fn call(&self, req: Self::Request) -> Self::Future {
-        match self.0.get(&req.slave) {
-            Some(sim) => sim.respond(req.request),
-            None => Box::pin(async { Ok(None) }),
-        }
-    }
-}
-
 /// A serial line being set up: its pty pair, its devices by slave id, its baud rate.
 struct LineSetup {
     /// The devices' `serialPort`.
@@ -86,6 +68,8 @@ struct LineSetup {
     /// `a`: devsim's end; `b`: the mapper's.
     pty: Arc<sim::PtyPair>,
     slaves: HashMap<u8, Sim>,
+    /// Devices with their own protocols (`mapper-serial`), in the order of the manifests.
+    own: Vec<crate::serial::LineDevice>,
     baud_rate: u32,
 }
 
@@ -132,17 +116,32 @@ pub enum RunError {
 
 /// The codec without the model's limits: a simulated device may well hold what the mapper
 /// would refuse to write.
-fn unlimited(p: &SimPoint) -> Codec {
-    let mut c = p.point.codec.clone();
+fn unlimited(p: &Point) -> Codec {
+    let mut c = p.codec.clone();
     c.minimum = None;
     c.maximum = None;
     c
 }
 
-/// Puts `value` into `p`'s registers or bit.
-pub fn hold(state: &mut State, p: &SimPoint, value: &str) -> Result<(), String> {
-    let codec = unlimited(p);
-    let r = &p.point.read;
+/// Puts `value` into `p`'s registers or bit, or its part of a serial reply (`port`: its
+/// line's settings).
+pub fn hold(
+    state: &mut State,
+    p: &SimPoint,
+    port: Option<&mapper_serial::device::Port>,
+    value: &str,
+) -> Result<(), String> {
+    let mp = match (&p.point, port) {
+        (Visit::Modbus(mp), _) => mp,
+        (Visit::Serial(sp), Some(port)) => {
+            let held = crate::serial::check(port, sp, value)?;
+            state.text.insert(p.name.clone(), held);
+            return Ok(());
+        }
+        (Visit::Serial(_), None) => return Err("a serial property off its line".into()),
+    };
+    let codec = unlimited(mp);
+    let r = &mp.read;
     match r.table {
         Table::Coil | Table::DiscreteInput => {
             let b = codec.encode_bit(value).map_err(|e| e.to_string())?;
@@ -178,9 +177,18 @@ pub fn hold(state: &mut State, p: &SimPoint, value: &str) -> Result<(), String> 
     Ok(())
 }
 
-/// The raw content of `p`'s registers or bit.
+/// The raw content of `p`'s registers or bit (a serial property's: its value's bytes).
 fn raw(state: &State, p: &SimPoint) -> Vec<u16> {
-    let r = &p.point.read;
+    let r = match &p.point {
+        Visit::Modbus(mp) => &mp.read,
+        Visit::Serial(_) => {
+            return state
+                .text
+                .get(&p.name)
+                .map(|v| v.bytes().map(u16::from).collect())
+                .unwrap_or_default();
+        }
+    };
     let bit = |m: &std::collections::BTreeMap<u16, bool>| {
         vec![u16::from(m.get(&r.address).copied().unwrap_or(false))]
     };
@@ -199,9 +207,13 @@ fn raw(state: &State, p: &SimPoint) -> Vec<u16> {
 
 /// `p`'s value as the mapper would read it.
 pub fn value_of(state: &State, p: &SimPoint) -> Option<String> {
-    let codec = unlimited(p);
+    let mp = match &p.point {
+        Visit::Modbus(mp) => mp,
+        Visit::Serial(_) => return state.text.get(&p.name).cloned(),
+    };
+    let codec = unlimited(mp);
     let w = raw(state, p);
-    if p.point.read.table.is_bits() {
+    if mp.read.table.is_bits() {
         return Some(codec.decode_bit(w.first().copied().unwrap_or(0) != 0));
     }
     if let (DataType::Bool, Some(bit)) = (codec.data_type, codec.bit) {
@@ -250,11 +262,14 @@ pub async fn start(
 ) -> Result<Vec<Served>, RunError> {
     let mut out = Vec::new();
     let mut lines: Vec<LineSetup> = Vec::new();
+    // By TCP address, in the order of the manifests: the devices there.
+    type AtAddress = (String, Vec<(SimDevice, Sim, DeviceScenario)>);
+    let mut tcp: Vec<AtAddress> = Vec::new();
     for d in devices {
         let sim = Sim::default();
         sim.edit(|s| {
             for p in &d.points {
-                hold(s, p, &p.initial).map_err(|message| RunError::Value {
+                hold(s, p, d.serial.as_ref(), &p.initial).map_err(|message| RunError::Value {
                     id: d.id.clone(),
                     property: p.name.clone(),
                     value: p.initial.clone(),
@@ -264,39 +279,100 @@ pub async fn start(
             Ok::<(), RunError>(())
         })?;
         let plan = scenario.device(&d.id).cloned().unwrap_or_default();
-        if let Some(rtu) = &d.rtu {
-            let at = match lines.iter().position(|l| l.port == rtu.port) {
+        let on_line = match (&d.rtu, &d.serial) {
+            (Some(rtu), _) => Some((rtu.port.clone(), rtu.baud_rate)),
+            (None, Some(port)) => Some((port.serial.path.clone(), port.serial.baud_rate)),
+            (None, None) => None,
+        };
+        if let Some((path, baud_rate)) = on_line {
+            let at = match lines.iter().position(|l| l.port == path) {
                 Some(at) => at,
                 None => {
-                    let pty = pty_pair(&options.pty_dir, &rtu.port).map_err(|message| {
-                        RunError::Line {
-                            port: rtu.port.clone(),
+                    let pty =
+                        pty_pair(&options.pty_dir, &path).map_err(|message| RunError::Line {
+                            port: path.clone(),
                             message,
-                        }
-                    })?;
+                        })?;
                     lines.push(LineSetup {
-                        port: rtu.port.clone(),
+                        port: path.clone(),
                         pty: Arc::new(pty),
                         slaves: HashMap::new(),
-                        baud_rate: rtu.baud_rate,
+                        own: Vec::new(),
+                        baud_rate,
                     });
                     lines.len() - 1
                 }
             };
-            lines[at].slaves.insert(rtu.slave, sim.clone());
+            let line = &mut lines[at];
+            match (&d.rtu, &d.serial) {
+                (Some(rtu), _) => {
+                    line.slaves.insert(rtu.slave, sim.clone());
+                }
+                (None, Some(port)) => {
+                    line.own.push(crate::serial::LineDevice {
+                        id: d.id.clone(),
+                        port: port.clone(),
+                        points: d
+                            .points
+                            .iter()
+                            .filter_map(|p| match &p.point {
+                                Visit::Serial(sp) => Some(sp.clone()),
+                                Visit::Modbus(_) => None,
+                            })
+                            .collect(),
+                        sim: sim.clone(),
+                    });
+                }
+                (None, None) => {}
+            }
+            if !line.slaves.is_empty() && !line.own.is_empty() {
+                return Err(RunError::Line {
+                    port: path,
+                    message: format!(
+                        "{} speaks its own protocol on a line with Modbus RTU devices",
+                        d.id
+                    ),
+                });
+            }
+            if let Some(f) = plan.faults.iter().find(|f| {
+                d.serial.is_some() && matches!(f.kind, FaultKind::Exception | FaultKind::Disconnect)
+            }) {
+                return Err(RunError::Line {
+                    port: path,
+                    message: format!(
+                        "{}: a {:?} fault is Modbus's; a device with its own protocol can be silent, late, garbled, duplicated, truncated or rebooted",
+                        d.id, f.kind
+                    ),
+                });
+            }
             let place = (
                 SocketAddr::from(([0, 0, 0, 0], 0)),
-                Some((lines[at].pty.b.clone(), lines[at].pty.clone())),
+                Some((line.pty.b.clone(), line.pty.clone())),
             );
             out.push(launch(sim, d, plan, scenario.seed, options, place));
             continue;
         }
+        let at = match tcp.iter().position(|(a, _)| *a == d.address) {
+            Some(at) => at,
+            None => {
+                tcp.push((d.address.clone(), Vec::new()));
+                tcp.len() - 1
+            }
+        };
+        tcp[at].1.push((d, sim, plan));
+    }
+    // Each TCP address once, with every device at it (by unit id when there are several).
+    for (address, group) in tcp {
+        let first = group
+            .first()
+            .map(|(d, ..)| d.id.clone())
+            .unwrap_or_default();
         let address = match &options.bind {
             Some(host) => {
                 let port = if options.port0 {
                     0
                 } else {
-                    d.address
+                    address
                         .rsplit(':')
                         .next()
                         .unwrap_or("0")
@@ -305,57 +381,67 @@ pub async fn start(
                 };
                 format!("{host}:{port}")
             }
-            None => d.address.clone(),
+            None => address,
+        };
+        let bind_error = |source| RunError::Bind {
+            id: first.clone(),
+            address: address.clone(),
+            source,
         };
         let listener = tokio::net::TcpListener::bind(&address)
             .await
-            .map_err(|source| RunError::Bind {
-                id: d.id.clone(),
-                address: address.clone(),
-                source,
-            })?;
-        let local = listener.local_addr().map_err(|source| RunError::Bind {
-            id: d.id.clone(),
-            address: address.clone(),
-            source,
-        })?;
-        tokio::spawn(sim.clone().serve(listener));
-        out.push(launch(sim, d, plan, scenario.seed, options, (local, None)));
+            .map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        let units = match group.as_slice() {
+            [(_, sim, _)] => Units::Any(sim.clone()),
+            _ => Units::ById(
+                group
+                    .iter()
+                    .map(|(d, sim, _)| (d.unit, sim.clone()))
+                    .collect(),
+            ),
+        };
+        tokio::spawn(serve_units(listener, units));
+        for (d, sim, plan) in group {
+            out.push(launch(sim, d, plan, scenario.seed, options, (local, None)));
+        }
     }
     for LineSetup {
         port,
         pty,
         slaves: sims,
+        own,
         baud_rate: baud,
     } in lines
     {
+        let own = Arc::new(own);
         let device = pty.a.clone();
+        let open = move || {
+            tokio_serial::SerialStream::open(&tokio_serial::new(device.to_string_lossy(), baud))
+                .map_err(|e| format!("cannot open {}: {e}", device.display()))
+        };
         // Opened once here, so that a line that cannot be opened is an error of the start.
-        let mut server = Some(
-            tokio_modbus::server::rtu::Server::new_from_path(&device, baud).map_err(|e| {
-                RunError::Line {
-                    port: port.clone(),
-                    message: format!("cannot open {}: {e}", device.display()),
-                }
-            })?,
-        );
+        let mut first = Some(open().map_err(|message| RunError::Line {
+            port: port.clone(),
+            message,
+        })?);
         tokio::spawn(async move {
             loop {
-                // A frame that does not decode (noise, a master's half-sent request) ends the
-                // server: the line is opened again, as a device's UART recovers.
-                let s = match server.take() {
-                    Some(s) => s,
-                    None => match tokio_modbus::server::rtu::Server::new_from_path(&device, baud) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            tracing::warn!(%port, error = %e, "cannot open the serial line again");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            continue;
-                        }
-                    },
+                let stream = match first.take().map_or_else(&open, Ok) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(%port, error = %e, "cannot open the serial line again");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
                 };
-                if let Err(e) = s.serve_forever(Line(sims.clone())).await {
-                    tracing::debug!(%port, error = %e, "serial line: a frame did not decode");
+                let served = if own.is_empty() {
+                    crate::rtu::serve_line(stream, sims.clone()).await
+                } else {
+                    crate::serial::serve(stream, own.clone()).await
+                };
+                if let Err(e) = served {
+                    tracing::debug!(%port, error = %e, "serial line failed; opened again");
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -447,9 +533,15 @@ async fn play(
         if rebooted {
             players = new_players();
         }
-        let garbage = faults().any(|f| f.kind == FaultKind::Garbage && active(f.at, f.seconds));
-        sim.garbage
-            .store(garbage, std::sync::atomic::Ordering::Relaxed);
+        let mangle = [
+            (FaultKind::Garbage, Mangle::Garbage),
+            (FaultKind::Duplicate, Mangle::Duplicate),
+            (FaultKind::Truncate, Mangle::Truncate),
+        ]
+        .into_iter()
+        .find(|(k, _)| faults().any(|f| f.kind == *k && active(f.at, f.seconds)))
+        .map_or(Mangle::None, |(_, m)| m);
+        sim.set_mangle(mangle);
         sim.edit(|s| {
             s.refuse_all = faults()
                 .find(|f| f.kind == FaultKind::Exception && active(f.at, f.seconds))
@@ -473,7 +565,7 @@ async fn play(
             }
             for (i, p) in device.points.iter().enumerate() {
                 if rebooted {
-                    let _ = hold(s, p, &p.initial);
+                    let _ = hold(s, p, device.serial.as_ref(), &p.initial);
                     last[i] = raw(s, p);
                     continue;
                 }
@@ -499,7 +591,7 @@ async fn play(
                 };
                 let now = values[i].as_deref().and_then(|v| v.parse::<f64>().ok());
                 if let Some(v) = player.value(t, dt, now, look)
-                    && let Err(e) = hold(s, p, &v)
+                    && let Err(e) = hold(s, p, device.serial.as_ref(), &v)
                 {
                     tracing::warn!(device = %device.id, property = %p.name, value = %v, error = %e, "a scenario value does not fit its register");
                 }

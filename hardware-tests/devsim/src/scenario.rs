@@ -19,6 +19,8 @@
 //!       - {kind: noAnswer, at: 20, seconds: 3}
 //!       - {kind: late, delayMs: 1500, at: 30, seconds: 5}
 //!       - {kind: garbage, at: 40, seconds: 2}
+//!       - {kind: duplicate, at: 42, seconds: 2}  # every answer sent twice
+//!       - {kind: truncate, at: 44, seconds: 2}   # only the first half of every answer
 //!       - {kind: disconnect, at: 50}
 //!       - {kind: reboot, at: 60, seconds: 3}   # no answer, then the start values again
 //! ```
@@ -130,6 +132,10 @@ pub enum FaultKind {
     NoAnswer,
     Late,
     Garbage,
+    /// Every answer sent twice.
+    Duplicate,
+    /// Only the first half of every answer sent.
+    Truncate,
     Disconnect,
     Reboot,
 }

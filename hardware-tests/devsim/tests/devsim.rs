@@ -362,3 +362,76 @@ fn scenario_values_and_faults_show_in_the_twin() {
         silent["state"], silent["stateReason"]
     );
 }
+
+fn gateway_device(name: &str, unit: u8, port: u16) -> String {
+    format!(
+        "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  deviceModelRef: {{name: matrix}}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: {port}, slaveID: {unit}}}}}\n  properties:\n    - {{name: u16, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0}}}}}}\n"
+    )
+}
+
+/// Several devices behind one Modbus TCP address (a gateway), each by its unit id; two with
+/// the same unit id at one address are named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_behind_one_gateway_answer_by_unit_id() {
+    use tokio_modbus::Slave;
+    let manifest = format!(
+        "{MODEL}{}{}",
+        gateway_device("left", 3, 5020),
+        gateway_device("right", 4, 5020)
+    );
+    let scenario = Scenario::parse(
+        "devices:\n  left: {properties: {u16: {value: {constant: 111}}}}\n  right: {properties: {u16: {value: {constant: 222}}}}\n",
+    )
+    .expect("scenario");
+    let options = Options {
+        bind: Some("127.0.0.1".into()),
+        port0: true,
+        ..Options::default()
+    };
+    let served = start(load(&manifest).expect("valid"), &scenario, &options)
+        .await
+        .expect("served");
+    assert_eq!(served[0].address, served[1].address, "one address");
+    for (unit, want) in [(3u8, 111u16), (4, 222)] {
+        let mut ctx = tcp::connect_slave(served[0].address, Slave(unit))
+            .await
+            .expect("connect");
+        let got = eventually(10, "the scenario's value", || {
+            let rt = tokio::runtime::Handle::current();
+            let r = tokio::task::block_in_place(|| rt.block_on(ctx.read_holding_registers(0, 1)));
+            match r {
+                Ok(Ok(w)) if w == [want] => Some(w),
+                _ => None,
+            }
+        });
+        assert_eq!(got, [want], "unit {unit}");
+    }
+    // A unit id nobody has: exception 11 (gateway target device failed to respond).
+    let mut ctx = tcp::connect_slave(served[0].address, Slave(9))
+        .await
+        .expect("connect");
+    let r = ctx.read_holding_registers(0, 1).await.expect("an answer");
+    assert_eq!(r, Err(tokio_modbus::ExceptionCode::GatewayTargetDevice));
+
+    let twice = format!(
+        "{MODEL}{}{}",
+        gateway_device("left", 3, 5020),
+        gateway_device("again", 3, 5020)
+    );
+    let e = load(&twice).expect_err("same unit").to_string();
+    assert!(
+        e.contains("Device default/again: spec.protocol.configData: unit 3 at 127.0.0.1:5020 is also default/left's"),
+        "{e}"
+    );
+}
+
+/// A serial declaration that cannot carry its type is named with its field path.
+#[test]
+fn a_serial_pattern_that_cannot_carry_its_value_is_named() {
+    let manifest = "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {name: probe, namespace: default}\nspec:\n  protocol: serial\n  properties:\n    - {name: temperature, type: FLOAT}\n---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: p, namespace: default}\nspec:\n  deviceModelRef: {name: probe}\n  protocol: {protocolName: serial, configData: {serialPort: /dev/ttyS9, baudRate: 9600}}\n  properties:\n    - {name: temperature, visitors: {protocolName: serial, configData: {request: 'T?', pattern: 'T=([a-z]+)'}}}\n";
+    let e = load(manifest).expect_err("letters for a float").to_string();
+    assert!(
+        e.contains("Device default/p: spec.properties[0].visitors.configData.pattern: devsim cannot make a reply that pattern \"T=([a-z]+)\" reads as \"0\""),
+        "{e}"
+    );
+}

@@ -9,6 +9,7 @@ fn devsim(args: &[&str]) -> (i32, String) {
     // The run starts edgecore and mapper-modbus from beside devsim: built if missing.
     sim::bin("edgecore");
     sim::bin("mapper-modbus");
+    sim::bin("mapper-serial");
     let out = Command::new(env!("CARGO_BIN_EXE_devsim"))
         .args(args)
         .current_dir(sim::workspace_root())
@@ -112,5 +113,39 @@ fn the_rtu_meters_hil_run_passes() {
     }
     let (code, out) = devsim(&["hil", "examples/hil/meters-rtu.yaml"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("4 of 4 steps passed"), "{out}");
+    assert!(out.contains("12 of 12 steps passed"), "{out}");
+}
+
+/// The serial devices of `examples/serial.yaml` (an ASCII probe and a binary flow meter, for
+/// mapper-serial) served from the manifest on pty pairs: every value read from its part of the
+/// reply, writes landing, truncated answers turning the meter offline with its reason and
+/// duplicated lines read right.
+#[test]
+fn the_serial_devices_hil_run_passes() {
+    if Command::new("socat").arg("-V").output().is_err() {
+        eprintln!("skipped: socat (Debian's socat package) is not there to make serial lines");
+        return;
+    }
+    let (code, out) = devsim(&["hil", "examples/hil/serial.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("16 of 16 steps passed"), "{out}");
+}
+
+/// Truncated, duplicated and garbled answers over Modbus TCP: what the twin shows.
+#[test]
+fn frame_faults_show_in_the_twin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("faults.yaml");
+    let example = sim::workspace_root().join("examples/modbus-tcp.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "manifests: [{example:?}]\ndevices:\n  oven-1:\n    properties:\n      temperature: {{value: {{constant: 42.5}}}}\nsteps:\n  - expect: {{device: oven-1, property: temperature, reported: 42.5, within: 30}}\n  - fault: {{device: oven-1, kind: truncate, seconds: 10}}\n  - expect: {{device: oven-1, state: offline, within: 30}}\n  - expect: {{device: oven-1, state: online, within: 60}}\n  - fault: {{device: oven-1, kind: duplicate, seconds: 10}}\n  - wait: 3\n  - expect: {{device: oven-1, property: temperature, reported: 42.5, within: 5}}\n  - expect: {{device: oven-1, state: online, within: 60}}\n  - fault: {{device: oven-1, kind: garbage, seconds: 10}}\n  - expect: {{device: oven-1, state: offline, within: 30}}\n  - expect: {{device: oven-1, state: online, within: 60}}\n",
+            example = example.display().to_string()
+        ),
+    )
+    .expect("write");
+    let (code, out) = devsim(&["hil", &file.display().to_string()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("11 of 11 steps passed"), "{out}");
 }
