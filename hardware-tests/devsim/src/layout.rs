@@ -206,20 +206,13 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             continue;
         }
         let mut points: Vec<SimPoint> = Vec::new();
-        for (i, p) in device.spec.properties.iter().enumerate() {
-            let at = format!("spec.properties[{i}]");
-            if named
-                .iter()
-                .any(|n| n == &at || n.starts_with(&format!("{at}.")))
-            {
-                continue;
-            }
-            let Some(visitor) = p.visitors.as_ref().and_then(|v| v.config_data.as_ref()) else {
-                errors.push(err(
-                    &format!("{at}.visitors"),
-                    "no visitor: the mapper cannot read it".into(),
-                ));
-                continue;
+        for (at, p, visitor) in visited(&device, &named) {
+            let visitor = match visitor {
+                Ok(v) => v,
+                Err((path, message)) => {
+                    errors.push(err(&path, message));
+                    continue;
+                }
             };
             let mp = model.spec.properties.iter().find(|m| m.name == p.name);
             let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
@@ -228,7 +221,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                 minimum: num(mp.and_then(|m| m.minimum.as_ref())),
                 maximum: num(mp.and_then(|m| m.maximum.as_ref())),
             };
-            let point = match Point::from_config(&p.name, &visitor.0, &hints) {
+            let point = match Point::from_config(&p.name, visitor, &hints) {
                 Ok(pt) => pt,
                 Err(e) => {
                     errors.push(err(
@@ -283,6 +276,48 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
     } else {
         Err(LayoutErrors(errors))
     }
+}
+
+/// A property's path, the property, and its visitor's `configData` (or why it has none, with
+/// the path).
+pub(crate) type Visited<'a> = (
+    String,
+    &'a api::v1beta1::DeviceProperty,
+    Result<&'a serde_json::Map<String, serde_json::Value>, (String, String)>,
+);
+
+/// Each property of `device` not already `named` (by the gateway's validators), with its path
+/// and its visitor's `configData`, or the error of having none.
+pub(crate) fn visited<'a>(
+    device: &'a Device,
+    named: &'a [String],
+) -> impl Iterator<Item = Visited<'a>> + 'a {
+    device
+        .spec
+        .properties
+        .iter()
+        .enumerate()
+        .filter_map(move |(i, p)| {
+            let at = format!("spec.properties[{i}]");
+            if named
+                .iter()
+                .any(|n| n == &at || n.starts_with(&format!("{at}.")))
+            {
+                return None;
+            }
+            let visitor = p
+                .visitors
+                .as_ref()
+                .and_then(|v| v.config_data.as_ref())
+                .map(|c| &c.0)
+                .ok_or_else(|| {
+                    (
+                        format!("{at}.visitors"),
+                        "no visitor: the mapper cannot read it".to_string(),
+                    )
+                });
+            Some((at, p, visitor))
+        })
 }
 
 fn default_value(point: &Point, ty: Option<PropertyType>) -> String {

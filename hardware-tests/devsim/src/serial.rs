@@ -487,20 +487,13 @@ pub fn layout(
         .map_err(|e| vec![(format!("spec.protocol.configData.{}", e.key), e.reason)])?;
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (i, p) in device.spec.properties.iter().enumerate() {
-        let at = format!("spec.properties[{i}]");
-        if named
-            .iter()
-            .any(|n| n == &at || n.starts_with(&format!("{at}.")))
-        {
-            continue;
-        }
-        let Some(visitor) = p.visitors.as_ref().and_then(|v| v.config_data.as_ref()) else {
-            errors.push((
-                format!("{at}.visitors"),
-                "no visitor: the mapper cannot read it".into(),
-            ));
-            continue;
+    for (at, p, visitor) in crate::layout::visited(device, named) {
+        let visitor = match visitor {
+            Ok(v) => v,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
         };
         let mp = model.spec.properties.iter().find(|m| m.name == p.name);
         let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
@@ -510,7 +503,7 @@ pub fn layout(
         let point = match Point::from_config(
             &port,
             &p.name,
-            &visitor.0,
+            visitor,
             ty.as_deref(),
             num(mp.and_then(|m| m.minimum.as_ref())),
             num(mp.and_then(|m| m.maximum.as_ref())),
