@@ -237,6 +237,10 @@ fn rewrite(text: &str, served: &[Served], node: &str) -> Result<String, HilError
                 let c = &mut v["spec"]["protocol"]["configData"];
                 match &s.line {
                     Some(pty) => c["serialPort"] = Value::String(pty.display().to_string()),
+                    None if s.device.opcua.is_some() => {
+                        c["url"] =
+                            Value::String(format!("opc.tcp://127.0.0.1:{}/", s.address.port()));
+                    }
                     None => {
                         c["ip"] = Value::String("127.0.0.1".into());
                         c["port"] = Value::from(s.address.port());
@@ -307,15 +311,30 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
     }
     // The mappers the devices need, each with its config.
     let mut kinds = Vec::new();
-    if served.iter().any(|s| s.device.serial.is_none()) {
+    if served
+        .iter()
+        .any(|s| s.device.serial.is_none() && s.device.opcua.is_none() && s.device.ble.is_none())
+    {
         kinds.push("modbus");
     }
     if served.iter().any(|s| s.device.serial.is_some()) {
         kinds.push("serial");
     }
+    if served.iter().any(|s| s.device.opcua.is_some()) {
+        kinds.push("opcua");
+    }
+    if served.iter().any(|s| s.device.ble.is_some()) {
+        kinds.push("ble");
+    }
+    // The BLE mapper finds BlueZ on devsim's bus.
+    let bus: Vec<(&str, String)> = served
+        .iter()
+        .find_map(|s| s.bus.clone())
+        .map(|b| vec![("DBUS_SYSTEM_BUS_ADDRESS", b)])
+        .unwrap_or_default();
     for k in &kinds {
         let config = format!(
-            "grpc_server:\n  socket_path: {k}.sock\ncommon:\n  name: {k}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {k}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n",
+            "grpc_server:\n  socket_path: {k}.sock\ncommon:\n  name: {k}-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: {k}\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n  data_dir: {k}-data\n",
             sim::free_port()
         );
         std::fs::write(d.join(format!("mapper-{k}.yaml")), config)
@@ -325,12 +344,14 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
         kinds
             .iter()
             .map(|k| {
-                spawn(
+                sim::Proc::try_spawn(
                     &binary(&format!("mapper-{k}")),
                     &["--config-file", &format!("mapper-{k}.yaml")],
                     d,
                     &format!("mapper-{k}.log"),
+                    &bus,
                 )
+                .map_err(HilError::Setup)
             })
             .collect()
     };

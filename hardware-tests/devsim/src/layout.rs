@@ -24,6 +24,11 @@ pub struct SimDevice {
     pub rtu: Option<Rtu>,
     /// A device with its own serial protocol (`mapper-serial`): its line's settings.
     pub serial: Option<mapper_serial::device::Port>,
+    /// An OPC UA device (`mapper-opcua`): its server's endpoint URL (`address` is its host and
+    /// port).
+    pub opcua: Option<String>,
+    /// A BLE device (`mapper-ble`): its MAC address and adapter.
+    pub ble: Option<crate::ble::Ble>,
     pub points: Vec<SimPoint>,
 }
 
@@ -54,6 +59,13 @@ pub enum Visit {
     Modbus(Point),
     /// Its part of a reply on a serial line (`mapper-serial`).
     Serial(mapper_serial::device::Point),
+    /// A variable of an OPC UA server (`mapper-opcua`), of its type.
+    OpcUa(
+        mapper_opcua::config::Point,
+        opcua::types::VariantScalarTypeId,
+    ),
+    /// Its part of a GATT characteristic (`mapper-ble`).
+    Ble(mapper_ble::config::Point),
 }
 
 /// A declaration that cannot be simulated (or read by the mapper), with where it is.
@@ -116,9 +128,13 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             path: path.to_string(),
             message,
         };
-        let serial = match d.protocol_name() {
-            Some(mapper_modbus::mapper::PROTOCOL) => false,
-            Some(mapper_serial::mapper::PROTOCOL) => true,
+        let kind = match d.protocol_name() {
+            Some(
+                p @ (mapper_modbus::mapper::PROTOCOL
+                | mapper_serial::mapper::PROTOCOL
+                | mapper_opcua::mapper::PROTOCOL
+                | mapper_ble::mapper::PROTOCOL),
+            ) => p,
             _ => continue,
         };
         let ns = d.metadata.namespace.as_deref().unwrap_or("default");
@@ -163,8 +179,14 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             .and_then(|p| p.config_data.as_ref())
             .map(|c| c.0.clone())
             .unwrap_or_default();
-        if serial {
-            match crate::serial::layout(&did, &device, model, &config, &named) {
+        let own = match kind {
+            mapper_serial::mapper::PROTOCOL => Some(crate::serial::layout as Layout),
+            mapper_opcua::mapper::PROTOCOL => Some(crate::opcua::layout as Layout),
+            mapper_ble::mapper::PROTOCOL => Some(crate::ble::layout as Layout),
+            _ => None,
+        };
+        if let Some(layout) = own {
+            match layout(&did, &device, model, &config, &named) {
                 Ok(sd) => out.push(sd),
                 Err(e) => errors.extend(
                     e.into_iter()
@@ -233,7 +255,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             };
             let modbus = |o: &SimPoint| match &o.point {
                 Visit::Modbus(p) => Some(p.clone()),
-                Visit::Serial(_) => None,
+                _ => None,
             };
             if let Some((o, op)) = points
                 .iter()
@@ -268,6 +290,8 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             unit,
             rtu,
             serial: None,
+            opcua: None,
+            ble: None,
             points,
         });
     }
@@ -277,6 +301,15 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
         Err(LayoutErrors(errors))
     }
 }
+
+/// How the devices of a protocol other than Modbus are laid out.
+type Layout = fn(
+    &str,
+    &Device,
+    &DeviceModel,
+    &serde_json::Map<String, serde_json::Value>,
+    &[String],
+) -> Result<SimDevice, Vec<(String, String)>>;
 
 /// A property's path, the property, and its visitor's `configData` (or why it has none, with
 /// the path).

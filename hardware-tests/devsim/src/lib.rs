@@ -12,6 +12,8 @@
 //! - [`serial`]: devices with their own serial protocols (`mapper-serial`), answered from
 //!   their visitors and checked with the mapper's own decoder.
 //! - [`rtu`]: Modbus RTU frames on a line, with the line's faults.
+//! - [`opcua`]: OPC UA servers with a variable at every property's node.
+//! - [`ble`]: BLE peripherals behind a scripted BlueZ.
 //! - [`run`]: each device served on its address (or on a host of your choice), the scenario
 //!   played every tick.
 //! - [`record`]: a recording proxy between a mapper and a real device (pcap, for Wireshark
@@ -19,8 +21,10 @@
 //! - [`hil`]: `devsim hil FILE` (and `kectl hil run FILE`): the devices served, edgecore and
 //!   the mappers started on them, steps that set and check the twin, JUnit XML for CI.
 
+pub mod ble;
 pub mod hil;
 pub mod layout;
+pub mod opcua;
 pub mod record;
 pub mod rtu;
 pub mod run;

@@ -62,6 +62,19 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
     }
     for d in &devices {
         match (&d.rtu, &d.serial) {
+            _ if d.ble.is_some() => println!(
+                "{} (BLE {}):",
+                d.id,
+                d.ble
+                    .as_ref()
+                    .map(|b| b.address.as_str())
+                    .unwrap_or_default()
+            ),
+            _ if d.opcua.is_some() => println!(
+                "{} (OPC UA at {}):",
+                d.id,
+                d.opcua.as_deref().unwrap_or_default()
+            ),
             (Some(r), _) => println!("{} (slave {} on {}):", d.id, r.slave, r.port),
             (None, Some(p)) => println!("{} (own protocol on {}):", d.id, p.serial.path),
             (None, None) => println!("{} (unit {} at {}):", d.id, d.unit, d.address),
@@ -78,6 +91,20 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
                     mp.codec.scale,
                     p.initial
                 ),
+                Visit::OpcUa(op, t) => println!(
+                    "  {:<16} node {} {:?} = {:?}",
+                    p.name,
+                    match &op.node.namespace_uri {
+                        Some(u) => format!("nsu={u};{}", op.node.id.identifier),
+                        None => op.node.id.to_string(),
+                    },
+                    t,
+                    p.initial
+                ),
+                Visit::Ble(bp) => println!(
+                    "  {:<16} characteristic {} {:?} = {:?}",
+                    p.name, bp.characteristic, bp.format, p.initial
+                ),
                 Visit::Serial(sp) => println!(
                     "  {:<16} request {:?} = {:?}",
                     p.name,
@@ -88,7 +115,7 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         }
     }
     if devices.is_empty() {
-        anyhow::bail!("no Modbus or serial device in the manifests");
+        anyhow::bail!("no Modbus, serial, OPC UA or BLE device in the manifests");
     }
     if args.check {
         return Ok(());
@@ -115,6 +142,16 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
                 s.id,
                 pty.display(),
                 port.serial.path
+            ),
+            _ if s.bus.is_some() => println!(
+                "devsim: {} serving BLE behind BlueZ on the D-Bus bus {} (give the mapper DBUS_SYSTEM_BUS_ADDRESS={})",
+                s.id,
+                s.bus.as_deref().unwrap_or_default(),
+                s.bus.as_deref().unwrap_or_default()
+            ),
+            _ if s.device.opcua.is_some() => println!(
+                "devsim: {} serving OPC UA on opc.tcp://{}/",
+                s.id, s.address
             ),
             _ => println!(
                 "devsim: {} serving Modbus TCP as unit {} on {}",

@@ -57,8 +57,10 @@ pub struct Served {
     pub device: SimDevice,
     /// Its clock and the faults injected into it.
     pub live: Live,
-    /// Keeps the line's pty pair while any of its devices is served.
-    _pty: Option<Arc<sim::PtyPair>>,
+    /// A BLE device: the D-Bus bus of its BlueZ (the mapper's `DBUS_SYSTEM_BUS_ADDRESS`).
+    pub bus: Option<String>,
+    /// Keeps what serves it (a line's pty pair, BlueZ) while any of its devices is served.
+    _keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A serial line being set up: its pty pair, its devices by slave id, its baud rate.
@@ -139,6 +141,16 @@ pub fn hold(
             return Ok(());
         }
         (Visit::Serial(_), None) => return Err("a serial property off its line".into()),
+        (Visit::Ble(bp), _) => {
+            let held = crate::ble::check(bp, value)?;
+            state.text.insert(p.name.clone(), held);
+            return Ok(());
+        }
+        (Visit::OpcUa(op, t), _) => {
+            let held = crate::opcua::check(op, *t, value)?;
+            state.text.insert(p.name.clone(), held);
+            return Ok(());
+        }
     };
     let codec = unlimited(mp);
     let r = &mp.read;
@@ -181,7 +193,7 @@ pub fn hold(
 fn raw(state: &State, p: &SimPoint) -> Vec<u16> {
     let r = match &p.point {
         Visit::Modbus(mp) => &mp.read,
-        Visit::Serial(_) => {
+        Visit::Serial(_) | Visit::OpcUa(..) | Visit::Ble(_) => {
             return state
                 .text
                 .get(&p.name)
@@ -209,7 +221,9 @@ fn raw(state: &State, p: &SimPoint) -> Vec<u16> {
 pub fn value_of(state: &State, p: &SimPoint) -> Option<String> {
     let mp = match &p.point {
         Visit::Modbus(mp) => mp,
-        Visit::Serial(_) => return state.text.get(&p.name).cloned(),
+        Visit::Serial(_) | Visit::OpcUa(..) | Visit::Ble(_) => {
+            return state.text.get(&p.name).cloned();
+        }
     };
     let codec = unlimited(mp);
     let w = raw(state, p);
@@ -222,15 +236,42 @@ pub fn value_of(state: &State, p: &SimPoint) -> Option<String> {
     codec.decode_registers(&w).ok()
 }
 
-/// Starts playing `d`'s scenario on `sim`: the device served at `place` (its TCP address, or
-/// its line's pty and pair).
+/// Where a device is served, and what serves it.
+struct Place {
+    address: SocketAddr,
+    line: Option<std::path::PathBuf>,
+    bus: Option<String>,
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Default for Place {
+    fn default() -> Self {
+        Self {
+            address: SocketAddr::from(([0, 0, 0, 0], 0)),
+            line: None,
+            bus: None,
+            keep: None,
+        }
+    }
+}
+
+impl Place {
+    fn at(address: SocketAddr) -> Self {
+        Self {
+            address,
+            ..Self::default()
+        }
+    }
+}
+
+/// Starts playing `d`'s scenario on `sim`: the device served at `place`.
 fn launch(
     sim: Sim,
     d: SimDevice,
     plan: DeviceScenario,
     seed: u64,
     options: &Options,
-    place: (SocketAddr, Option<(std::path::PathBuf, Arc<sim::PtyPair>)>),
+    place: Place,
 ) -> Served {
     let live = Live::default();
     tokio::spawn(play(
@@ -241,16 +282,36 @@ fn launch(
         options.clone(),
         live.clone(),
     ));
-    let (address, line) = place;
-    let (line, pty) = line.unzip();
     Served {
         id: d.id.clone(),
-        address,
-        line,
+        address: place.address,
+        line: place.line,
+        bus: place.bus,
         sim,
         device: d,
         live,
-        _pty: pty,
+        _keep: place.keep,
+    }
+}
+
+/// Where a device of `address` (`host:port`) is served: on `--bind`'s host (and a free port
+/// with `port0`), else on its own address.
+fn listen_address(options: &Options, address: &str) -> String {
+    match &options.bind {
+        Some(host) => {
+            let port = if options.port0 {
+                0
+            } else {
+                address
+                    .rsplit(':')
+                    .next()
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0)
+            };
+            format!("{host}:{port}")
+        }
+        None => address.to_string(),
     }
 }
 
@@ -265,6 +326,8 @@ pub async fn start(
     // By TCP address, in the order of the manifests: the devices there.
     type AtAddress = (String, Vec<(SimDevice, Sim, DeviceScenario)>);
     let mut tcp: Vec<AtAddress> = Vec::new();
+    let mut opc: Vec<AtAddress> = Vec::new();
+    let mut ble: Vec<(SimDevice, Sim, DeviceScenario)> = Vec::new();
     for d in devices {
         let sim = Sim::default();
         sim.edit(|s| {
@@ -317,7 +380,7 @@ pub async fn start(
                             .iter()
                             .filter_map(|p| match &p.point {
                                 Visit::Serial(sp) => Some(sp.clone()),
-                                Visit::Modbus(_) => None,
+                                _ => None,
                             })
                             .collect(),
                         sim: sim.clone(),
@@ -345,11 +408,51 @@ pub async fn start(
                     ),
                 });
             }
-            let place = (
-                SocketAddr::from(([0, 0, 0, 0], 0)),
-                Some((line.pty.b.clone(), line.pty.clone())),
-            );
+            let place = Place {
+                line: Some(line.pty.b.clone()),
+                keep: Some(line.pty.clone()),
+                ..Place::default()
+            };
             out.push(launch(sim, d, plan, scenario.seed, options, place));
+            continue;
+        }
+        if d.ble.is_some() {
+            if let Some(f) = plan.faults.iter().find(|f| {
+                !matches!(
+                    f.kind,
+                    FaultKind::NoAnswer | FaultKind::Reboot | FaultKind::Disconnect
+                )
+            }) {
+                return Err(RunError::Line {
+                    port: d.id.clone(),
+                    message: format!(
+                        "{}: a {:?} fault is Modbus's; a BLE device can go out of range (noAnswer), reboot or drop its connection",
+                        d.id, f.kind
+                    ),
+                });
+            }
+            ble.push((d, sim, plan));
+            continue;
+        }
+        if d.opcua.is_some() {
+            if let Some(f) = plan.faults.iter().find(|f| {
+                !matches!(
+                    f.kind,
+                    FaultKind::NoAnswer | FaultKind::Reboot | FaultKind::Disconnect
+                )
+            }) {
+                return Err(RunError::Line {
+                    port: d.address.clone(),
+                    message: format!(
+                        "{}: a {:?} fault is Modbus's; an OPC UA server can be silent (noAnswer), rebooted or disconnected",
+                        d.id, f.kind
+                    ),
+                });
+            }
+            match opc.iter().position(|(a, _)| *a == d.address) {
+                Some(at) => opc[at].1.push((d, sim, plan)),
+                None => opc.push((d.address.clone(), vec![(d, sim, plan)])),
+            }
             continue;
         }
         let at = match tcp.iter().position(|(a, _)| *a == d.address) {
@@ -367,22 +470,7 @@ pub async fn start(
             .first()
             .map(|(d, ..)| d.id.clone())
             .unwrap_or_default();
-        let address = match &options.bind {
-            Some(host) => {
-                let port = if options.port0 {
-                    0
-                } else {
-                    address
-                        .rsplit(':')
-                        .next()
-                        .unwrap_or("0")
-                        .parse()
-                        .unwrap_or(0)
-                };
-                format!("{host}:{port}")
-            }
-            None => address,
-        };
+        let address = listen_address(options, &address);
         let bind_error = |source| RunError::Bind {
             id: first.clone(),
             address: address.clone(),
@@ -403,7 +491,70 @@ pub async fn start(
         };
         tokio::spawn(serve_units(listener, units));
         for (d, sim, plan) in group {
-            out.push(launch(sim, d, plan, scenario.seed, options, (local, None)));
+            out.push(launch(
+                sim,
+                d,
+                plan,
+                scenario.seed,
+                options,
+                Place::at(local),
+            ));
+        }
+    }
+    // Every BLE device behind one BlueZ.
+    if !ble.is_empty() {
+        let (bus, running) =
+            crate::ble::start(ble.iter().map(|(d, s, _)| (d.clone(), s.clone())).collect())
+                .map_err(|message| RunError::Line {
+                    port: "BlueZ".into(),
+                    message,
+                })?;
+        let keep: Arc<dyn std::any::Any + Send + Sync> = Arc::new(running);
+        for (d, sim, plan) in ble {
+            let place = Place {
+                bus: Some(bus.clone()),
+                keep: Some(keep.clone()),
+                ..Place::default()
+            };
+            out.push(launch(sim, d, plan, scenario.seed, options, place));
+        }
+    }
+    // Each OPC UA server once, with the nodes of every device on it.
+    for (address, group) in opc {
+        let address = listen_address(options, &address);
+        let first = group
+            .first()
+            .map(|(d, ..)| d.id.clone())
+            .unwrap_or_default();
+        let bind_error = |source| RunError::Bind {
+            id: first.clone(),
+            address: address.clone(),
+            source,
+        };
+        // Bound here so that a port taken is an error of the start; the server binds it
+        // again (and again after each stop).
+        let local = tokio::net::TcpListener::bind(&address)
+            .await
+            .and_then(|l| l.local_addr())
+            .map_err(bind_error)?;
+        let pki = options.pty_dir.join(format!("opcua-pki-{}", local.port()));
+        let server = crate::opcua::Server {
+            devices: group
+                .iter()
+                .map(|(d, sim, _)| (d.clone(), sim.clone()))
+                .collect(),
+            pki,
+        };
+        tokio::spawn(crate::opcua::serve(local, server));
+        for (d, sim, plan) in group {
+            out.push(launch(
+                sim,
+                d,
+                plan,
+                scenario.seed,
+                options,
+                Place::at(local),
+            ));
         }
     }
     for LineSetup {

@@ -536,7 +536,7 @@ pub fn layout(
         .iter()
         .filter_map(|p| match &p.point {
             Visit::Serial(s) => Some((s, p.initial.clone())),
-            Visit::Modbus(_) => None,
+            _ => None,
         })
         .collect();
     for (k, (first, _)) in serial_points.iter().enumerate() {
@@ -577,6 +577,8 @@ pub fn layout(
         unit: 0,
         rtu: None,
         serial: Some(port),
+        opcua: None,
+        ble: None,
         points,
     })
 }

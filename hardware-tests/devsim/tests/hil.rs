@@ -10,6 +10,8 @@ fn devsim(args: &[&str]) -> (i32, String) {
     sim::bin("edgecore");
     sim::bin("mapper-modbus");
     sim::bin("mapper-serial");
+    sim::bin("mapper-opcua");
+    sim::bin("mapper-ble");
     let out = Command::new(env!("CARGO_BIN_EXE_devsim"))
         .args(args)
         .current_dir(sim::workspace_root())
@@ -148,4 +150,29 @@ fn frame_faults_show_in_the_twin() {
     let (code, out) = devsim(&["hil", &file.display().to_string()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("11 of 11 steps passed"), "{out}");
+}
+
+/// The packaging line of `examples/opcua.yaml` served as an OPC UA server from the manifest
+/// (`ns=2` and `nsu=` node ids): values read and subscribed, a desired speed written to its
+/// node, the server gone and back.
+#[test]
+fn the_opcua_line_hil_run_passes() {
+    let (code, out) = devsim(&["hil", "examples/hil/opcua.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("11 of 11 steps passed"), "{out}");
+}
+
+/// The environment sensor of `examples/ble.yaml` as a peripheral behind a scripted BlueZ:
+/// every characteristic's layout read as declared, the LED written, out of range and back.
+#[test]
+fn the_ble_sensor_hil_run_passes() {
+    if let Err(e) =
+        sim::bluez::BlueZ::try_start(&serde_json::json!({"adapter": "hci0", "devices": []}))
+    {
+        eprintln!("skipped: no scripted BlueZ here: {e}");
+        return;
+    }
+    let (code, out) = devsim(&["hil", "examples/hil/ble.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("10 of 10 steps passed"), "{out}");
 }

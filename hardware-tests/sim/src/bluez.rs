@@ -40,10 +40,15 @@ fn python() -> Option<std::path::PathBuf> {
 impl BlueZ {
     /// BlueZ with adapter `hci0` and the devices of `spec` (see `sims/ble_peripherals.py`).
     pub fn start(spec: &Value) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::try_start(spec).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`BlueZ::start`], or why it cannot start (what to install).
+    pub fn try_start(spec: &Value) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
         let socket = dir.path().join("bus");
         let bus = format!("unix:path={}", socket.display());
-        let daemon = Command::new("dbus-daemon")
+        let mut daemon = Command::new("dbus-daemon")
             .args([
                 "--session",
                 "--nofork",
@@ -54,44 +59,54 @@ impl BlueZ {
             // It warns that it cannot raise its file limit without root; harmless here.
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run dbus-daemon: {e} ({INSTALL})"));
+            .map_err(|e| format!("cannot run dbus-daemon: {e} ({INSTALL})"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "dbus-daemon did not listen on {bus}"
-            );
+            if Instant::now() > deadline {
+                let _ = daemon.kill();
+                return Err(format!("dbus-daemon did not listen on {bus}"));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         let spec_file = dir.path().join("spec.json");
-        std::fs::write(&spec_file, spec.to_string()).expect("spec");
-        let py = python().unwrap_or_else(|| panic!("no python3 with dbusmock ({INSTALL})"));
+        std::fs::write(&spec_file, spec.to_string()).map_err(|e| format!("spec: {e}"))?;
+        let Some(py) = python() else {
+            let _ = daemon.kill();
+            return Err(format!("no python3 with dbusmock ({INSTALL})"));
+        };
         let script = crate::sims_dir().join("ble_peripherals.py");
-        let mut sim = Command::new(py)
+        let mut sim = match Command::new(py)
             .arg(script)
             .arg(&spec_file)
             .env("DBUS_SYSTEM_BUS_ADDRESS", &bus)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("python runs");
-        let stdin = sim.stdin.take().expect("piped");
-        let mut stdout = BufReader::new(sim.stdout.take().expect("piped"));
+        {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = daemon.kill();
+                return Err(format!("python does not run: {e}"));
+            }
+        };
+        let (Some(stdin), Some(stdout)) = (sim.stdin.take(), sim.stdout.take()) else {
+            return Err("no pipes to the BLE simulator".into());
+        };
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
         let _ = stdout.read_line(&mut line);
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "ble_peripherals.py did not start ({INSTALL})"
-        );
-        Self {
+        let this = Self {
             bus,
             daemon,
             sim,
             stdin,
             stdout,
             _dir: dir,
+        };
+        if line.trim() != "ready" {
+            return Err(format!("ble_peripherals.py did not start ({INSTALL})"));
         }
+        Ok(this)
     }
 
     /// The environment that points a BlueZ client (the mapper) at this bus.
@@ -101,12 +116,19 @@ impl BlueZ {
 
     /// One command of `sims/ble_peripherals.py`; its answer after `ok`, or a panic.
     pub fn command(&mut self, line: &str) -> String {
-        writeln!(self.stdin, "{line}").expect("the BLE simulator takes commands");
+        self.try_command(line).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One command; its answer after `ok`, or what went wrong.
+    pub fn try_command(&mut self, line: &str) -> Result<String, String> {
+        writeln!(self.stdin, "{line}").map_err(|e| format!("BLE simulator gone: {e}"))?;
         let mut answer = String::new();
-        self.stdout.read_line(&mut answer).expect("an answer");
+        self.stdout
+            .read_line(&mut answer)
+            .map_err(|e| format!("BLE simulator gone: {e}"))?;
         match answer.trim().strip_prefix("ok") {
-            Some(rest) => rest.trim().to_string(),
-            None => panic!("BLE simulator: {line:?} failed: {answer}"),
+            Some(rest) => Ok(rest.trim().to_string()),
+            None => Err(format!("BLE simulator: {line:?} failed: {answer}")),
         }
     }
 
