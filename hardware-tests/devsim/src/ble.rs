@@ -105,15 +105,7 @@ pub fn layout(
     };
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, visitor) in crate::layout::visited(device, named) {
-        let visitor = match visitor {
-            Ok(v) => v,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
         let point = match Point::from_config(visitor, mp.and_then(|m| m.type_).map(|t| t.as_str()))
         {
             Ok(pt) => pt,
@@ -156,17 +148,11 @@ pub fn layout(
         return Err(errors);
     }
     Ok(SimDevice {
-        id: id.to_string(),
-        address: String::new(),
-        unit: 0,
-        rtu: None,
-        serial: None,
-        opcua: None,
         ble: Some(Ble {
             address,
             adapter: conn.adapter.unwrap_or_else(|| "hci0".into()),
         }),
-        points,
+        ..SimDevice::bare(id, points)
     })
 }
 

@@ -52,6 +52,22 @@ pub struct SimPoint {
     pub writable: bool,
 }
 
+impl SimDevice {
+    /// A device with `points` and nowhere yet (the caller says where: `address`, `rtu`, ...).
+    pub fn bare(id: &str, points: Vec<SimPoint>) -> Self {
+        Self {
+            id: id.to_string(),
+            address: String::new(),
+            unit: 0,
+            rtu: None,
+            serial: None,
+            opcua: None,
+            ble: None,
+            points,
+        }
+    }
+}
+
 /// Where a property is, as its mapper reads it.
 #[derive(Clone, Debug)]
 pub enum Visit {
@@ -228,15 +244,14 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             continue;
         }
         let mut points: Vec<SimPoint> = Vec::new();
-        for (at, p, visitor) in visited(&device, &named) {
-            let visitor = match visitor {
-                Ok(v) => v,
-                Err((path, message)) => {
-                    errors.push(err(&path, message));
-                    continue;
-                }
-            };
-            let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+        let mut missing = Vec::new();
+        let visited = properties(&device, model, &named, &mut missing);
+        errors.extend(
+            missing
+                .into_iter()
+                .map(|(path, message)| err(&path, message)),
+        );
+        for (at, p, mp, visitor) in visited {
             let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
             let hints = ModelHints {
                 value_type: mp.and_then(|m| m.type_).map(|t| t.as_str().to_string()),
@@ -311,46 +326,48 @@ type Layout = fn(
     &[String],
 ) -> Result<SimDevice, Vec<(String, String)>>;
 
-/// A property's path, the property, and its visitor's `configData` (or why it has none, with
-/// the path).
+/// A property to lay out: its path (`spec.properties[i]`), the device's property, the model's,
+/// and its visitor's `configData`.
 pub(crate) type Visited<'a> = (
     String,
     &'a api::v1beta1::DeviceProperty,
-    Result<&'a serde_json::Map<String, serde_json::Value>, (String, String)>,
+    Option<&'a api::v1beta1::ModelProperty>,
+    &'a serde_json::Map<String, serde_json::Value>,
 );
 
-/// Each property of `device` not already `named` (by the gateway's validators), with its path
-/// and its visitor's `configData`, or the error of having none.
-pub(crate) fn visited<'a>(
+/// Each property of `device` to lay out: those not already `named` (by the gateway's
+/// validators) and with a visitor; one without is added to `errors` with its path.
+pub(crate) fn properties<'a>(
     device: &'a Device,
-    named: &'a [String],
-) -> impl Iterator<Item = Visited<'a>> + 'a {
-    device
-        .spec
-        .properties
-        .iter()
-        .enumerate()
-        .filter_map(move |(i, p)| {
-            let at = format!("spec.properties[{i}]");
-            if named
-                .iter()
-                .any(|n| n == &at || n.starts_with(&format!("{at}.")))
-            {
-                return None;
-            }
-            let visitor = p
-                .visitors
-                .as_ref()
-                .and_then(|v| v.config_data.as_ref())
-                .map(|c| &c.0)
-                .ok_or_else(|| {
-                    (
-                        format!("{at}.visitors"),
-                        "no visitor: the mapper cannot read it".to_string(),
-                    )
-                });
-            Some((at, p, visitor))
-        })
+    model: &'a DeviceModel,
+    named: &[String],
+    errors: &mut Vec<(String, String)>,
+) -> Vec<Visited<'a>> {
+    let mut out = Vec::new();
+    for (i, p) in device.spec.properties.iter().enumerate() {
+        let at = format!("spec.properties[{i}]");
+        if named
+            .iter()
+            .any(|n| n == &at || n.starts_with(&format!("{at}.")))
+        {
+            continue;
+        }
+        let Some(visitor) = p
+            .visitors
+            .as_ref()
+            .and_then(|v| v.config_data.as_ref())
+            .map(|c| &c.0)
+        else {
+            errors.push((
+                format!("{at}.visitors"),
+                "no visitor: the mapper cannot read it".to_string(),
+            ));
+            continue;
+        };
+        let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+        out.push((at, p, mp, visitor));
+    }
+    out
 }
 
 fn default_value(point: &Point, ty: Option<PropertyType>) -> String {

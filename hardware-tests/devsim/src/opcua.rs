@@ -396,15 +396,7 @@ pub fn layout(
     })?;
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, visitor) in crate::layout::visited(device, named) {
-        let visitor = match visitor {
-            Ok(v) => v,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
         let point = match Point::from_config(visitor, Duration::from_secs(1)) {
             Ok(pt) => pt,
             Err(e) => {
@@ -434,13 +426,8 @@ pub fn layout(
         return Err(errors);
     }
     Ok(SimDevice {
-        id: id.to_string(),
         address: format!("{host}:{port}"),
-        unit: 0,
-        rtu: None,
-        serial: None,
         opcua: Some(conn.url),
-        ble: None,
-        points,
+        ..SimDevice::bare(id, points)
     })
 }

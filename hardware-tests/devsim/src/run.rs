@@ -105,6 +105,12 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{id}: a {kind:?} fault is Modbus's; {what}")]
+    Fault {
+        id: String,
+        kind: FaultKind,
+        what: &'static str,
+    },
     #[error("serial line {port}: {message}")]
     Line { port: String, message: String },
     #[error("{id}: property {property}: {value:?} cannot be held: {message}")]
@@ -294,6 +300,29 @@ fn launch(
     }
 }
 
+/// The faults a device that is not Modbus's can have, and how to say so; none for Modbus.
+fn other_faults(d: &SimDevice) -> Option<(&'static [FaultKind], &'static str)> {
+    use FaultKind::*;
+    if d.ble.is_some() {
+        Some((
+            &[NoAnswer, Reboot, Disconnect],
+            "a BLE device can go out of range (noAnswer), reboot or drop its connection",
+        ))
+    } else if d.opcua.is_some() {
+        Some((
+            &[NoAnswer, Reboot, Disconnect],
+            "an OPC UA server can be silent (noAnswer), rebooted or disconnected",
+        ))
+    } else if d.serial.is_some() {
+        Some((
+            &[NoAnswer, Late, Garbage, Duplicate, Truncate, Reboot],
+            "a device with its own protocol can be silent, late, garbled, duplicated, truncated or rebooted",
+        ))
+    } else {
+        None
+    }
+}
+
 /// Where a device of `address` (`host:port`) is served: on `--bind`'s host (and a free port
 /// with `port0`), else on its own address.
 fn listen_address(options: &Options, address: &str) -> String {
@@ -342,6 +371,15 @@ pub async fn start(
             Ok::<(), RunError>(())
         })?;
         let plan = scenario.device(&d.id).cloned().unwrap_or_default();
+        if let Some((ok, what)) = other_faults(&d)
+            && let Some(f) = plan.faults.iter().find(|f| !ok.contains(&f.kind))
+        {
+            return Err(RunError::Fault {
+                id: d.id.clone(),
+                kind: f.kind,
+                what,
+            });
+        }
         let on_line = match (&d.rtu, &d.serial) {
             (Some(rtu), _) => Some((rtu.port.clone(), rtu.baud_rate)),
             (None, Some(port)) => Some((port.serial.path.clone(), port.serial.baud_rate)),
@@ -397,17 +435,6 @@ pub async fn start(
                     ),
                 });
             }
-            if let Some(f) = plan.faults.iter().find(|f| {
-                d.serial.is_some() && matches!(f.kind, FaultKind::Exception | FaultKind::Disconnect)
-            }) {
-                return Err(RunError::Line {
-                    port: path,
-                    message: format!(
-                        "{}: a {:?} fault is Modbus's; a device with its own protocol can be silent, late, garbled, duplicated, truncated or rebooted",
-                        d.id, f.kind
-                    ),
-                });
-            }
             let place = Place {
                 line: Some(line.pty.b.clone()),
                 keep: Some(line.pty.clone()),
@@ -417,38 +444,10 @@ pub async fn start(
             continue;
         }
         if d.ble.is_some() {
-            if let Some(f) = plan.faults.iter().find(|f| {
-                !matches!(
-                    f.kind,
-                    FaultKind::NoAnswer | FaultKind::Reboot | FaultKind::Disconnect
-                )
-            }) {
-                return Err(RunError::Line {
-                    port: d.id.clone(),
-                    message: format!(
-                        "{}: a {:?} fault is Modbus's; a BLE device can go out of range (noAnswer), reboot or drop its connection",
-                        d.id, f.kind
-                    ),
-                });
-            }
             ble.push((d, sim, plan));
             continue;
         }
         if d.opcua.is_some() {
-            if let Some(f) = plan.faults.iter().find(|f| {
-                !matches!(
-                    f.kind,
-                    FaultKind::NoAnswer | FaultKind::Reboot | FaultKind::Disconnect
-                )
-            }) {
-                return Err(RunError::Line {
-                    port: d.address.clone(),
-                    message: format!(
-                        "{}: a {:?} fault is Modbus's; an OPC UA server can be silent (noAnswer), rebooted or disconnected",
-                        d.id, f.kind
-                    ),
-                });
-            }
             match opc.iter().position(|(a, _)| *a == d.address) {
                 Some(at) => opc[at].1.push((d, sim, plan)),
                 None => opc.push((d.address.clone(), vec![(d, sim, plan)])),

@@ -487,15 +487,7 @@ pub fn layout(
         .map_err(|e| vec![(format!("spec.protocol.configData.{}", e.key), e.reason)])?;
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, visitor) in crate::layout::visited(device, named) {
-        let visitor = match visitor {
-            Ok(v) => v,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        let mp = model.spec.properties.iter().find(|m| m.name == p.name);
+    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
         let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
         let ty = mp
             .and_then(|m| m.type_)
@@ -572,13 +564,7 @@ pub fn layout(
         return Err(errors);
     }
     Ok(SimDevice {
-        id: id.to_string(),
-        address: String::new(),
-        unit: 0,
-        rtu: None,
         serial: Some(port),
-        opcua: None,
-        ble: None,
-        points,
+        ..SimDevice::bare(id, points)
     })
 }

@@ -435,3 +435,29 @@ fn a_serial_pattern_that_cannot_carry_its_value_is_named() {
         "{e}"
     );
 }
+
+/// A fault a device cannot have (an exception code from an OPC UA server) is refused before
+/// anything is served, naming the device and what it can have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_the_protocol_cannot_have_is_named() {
+    let manifest = std::fs::read_to_string(sim::workspace_root().join("examples/opcua.yaml"))
+        .expect("example");
+    let scenario = Scenario::parse(
+        "devices:\n  line-1:\n    faults:\n      - {kind: exception, code: 4, at: 1}\n",
+    )
+    .expect("scenario");
+    let options = Options {
+        bind: Some("127.0.0.1".into()),
+        port0: true,
+        ..Options::default()
+    };
+    let e = start(load(&manifest).expect("valid"), &scenario, &options)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("default/line-1: a Exception fault is Modbus's; an OPC UA server can be silent (noAnswer), rebooted or disconnected"),
+        "{e}"
+    );
+}
