@@ -314,10 +314,14 @@ async fn run_once(
     }
 }
 
-/// Serves `server` on `address` (its port kept across stops) until the runtime ends: stopped
-/// while any of its devices is silent, started again (every session dropped) when a device's
-/// `epoch` moves.
-pub async fn serve(address: std::net::SocketAddr, server: Server) {
+/// Serves `server` on `listener` (its address kept across stops) until the runtime ends:
+/// stopped while any of its devices is silent, started again (every session dropped) when a
+/// device's `epoch` moves.
+pub async fn serve(listener: tokio::net::TcpListener, server: Server) {
+    let Ok(address) = listener.local_addr() else {
+        return;
+    };
+    let mut listener = Some(listener);
     let server = Arc::new(server);
     let state = |server: &Server| -> (bool, Vec<u32>) {
         let silent = server.devices.iter().any(|(_, s)| s.edit(|st| st.silent));
@@ -332,10 +336,16 @@ pub async fn serve(address: std::net::SocketAddr, server: Server) {
     loop {
         let (silent, epochs) = state(&server);
         if silent {
+            // The port closed while it is.
+            listener = None;
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        let listener = match tokio::net::TcpListener::bind(address).await {
+        let bound = match listener.take() {
+            Some(l) => Ok(l),
+            None => tokio::net::TcpListener::bind(address).await,
+        };
+        let listener = match bound {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(%address, error = %e, "cannot listen again; retrying");

@@ -323,6 +323,28 @@ fn other_faults(d: &SimDevice) -> Option<(&'static [FaultKind], &'static str)> {
     }
 }
 
+/// Listens where the devices `group` at `address` are served.
+async fn listen(
+    options: &Options,
+    address: &str,
+    group: &[(SimDevice, Sim, DeviceScenario)],
+) -> Result<(tokio::net::TcpListener, SocketAddr), RunError> {
+    let address = listen_address(options, address);
+    let bind_error = |source| RunError::Bind {
+        id: group
+            .first()
+            .map(|(d, ..)| d.id.clone())
+            .unwrap_or_default(),
+        address: address.clone(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
 /// Where a device of `address` (`host:port`) is served: on `--bind`'s host (and a free port
 /// with `port0`), else on its own address.
 fn listen_address(options: &Options, address: &str) -> String {
@@ -465,20 +487,7 @@ pub async fn start(
     }
     // Each TCP address once, with every device at it (by unit id when there are several).
     for (address, group) in tcp {
-        let first = group
-            .first()
-            .map(|(d, ..)| d.id.clone())
-            .unwrap_or_default();
-        let address = listen_address(options, &address);
-        let bind_error = |source| RunError::Bind {
-            id: first.clone(),
-            address: address.clone(),
-            source,
-        };
-        let listener = tokio::net::TcpListener::bind(&address)
-            .await
-            .map_err(bind_error)?;
-        let local = listener.local_addr().map_err(bind_error)?;
+        let (listener, local) = listen(options, &address, &group).await?;
         let units = match group.as_slice() {
             [(_, sim, _)] => Units::Any(sim.clone()),
             _ => Units::ById(
@@ -520,22 +529,9 @@ pub async fn start(
     }
     // Each OPC UA server once, with the nodes of every device on it.
     for (address, group) in opc {
-        let address = listen_address(options, &address);
-        let first = group
-            .first()
-            .map(|(d, ..)| d.id.clone())
-            .unwrap_or_default();
-        let bind_error = |source| RunError::Bind {
-            id: first.clone(),
-            address: address.clone(),
-            source,
-        };
         // Bound here so that a port taken is an error of the start; the server binds it
-        // again (and again after each stop).
-        let local = tokio::net::TcpListener::bind(&address)
-            .await
-            .and_then(|l| l.local_addr())
-            .map_err(bind_error)?;
+        // again after each stop.
+        let (listener, local) = listen(options, &address, &group).await?;
         let pki = options.pty_dir.join(format!("opcua-pki-{}", local.port()));
         let server = crate::opcua::Server {
             devices: group
@@ -544,7 +540,7 @@ pub async fn start(
                 .collect(),
             pki,
         };
-        tokio::spawn(crate::opcua::serve(local, server));
+        tokio::spawn(crate::opcua::serve(listener, server));
         for (d, sim, plan) in group {
             out.push(launch(
                 sim,

@@ -453,8 +453,7 @@ async fn a_fault_the_protocol_cannot_have_is_named() {
     };
     let e = start(load(&manifest).expect("valid"), &scenario, &options)
         .await
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(
         e.contains("default/line-1: a Exception fault is Modbus's; an OPC UA server can be silent (noAnswer), rebooted or disconnected"),
