@@ -225,7 +225,9 @@ async fn twin_response(s: &ApiState, id: &DeviceId) -> Response {
 }
 
 /// The twin document as the API shows it. A property whose last read failed carries
-/// `"error": {"message", "timestamp"}`; its reported value, and every reported value while the
+/// `"error": {"message", "timestamp", "kind": "read"}`, one whose desired value was refused
+/// `"writeError": {"message", "timestamp", "kind": "write", "desired"}` (and `"error"` the same
+/// when its read did not fail); its reported value, and every reported value while the
 /// device is `unknown` or `offline`, carries `"stale": true` and its age in milliseconds
 /// (`ageMs`): it is the last value read, not a live one.
 pub(crate) fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde_json::Value {
@@ -237,11 +239,9 @@ pub(crate) fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde
         else {
             continue;
         };
-        if let Some(e) = &p.error {
-            view.insert(
-                "error".into(),
-                json!({"message": e.value, "timestamp": e.timestamp}),
-            );
+        view.remove("writeError");
+        for (k, e) in p.error_fields() {
+            view.insert(k.into(), e);
         }
         if let Some(age) = p.stale_age(device_stale, now)
             && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")

@@ -185,6 +185,9 @@ pub struct Reported {
     /// Why the property could not be read: kept on the property with its time (the reported
     /// value stays the last good one) until a value comes.
     pub error: Option<String>,
+    /// A desired value the device refused for good, and why: kept on the property while that
+    /// is still its desired value.
+    pub write_error: Option<(String, String)>,
 }
 
 /// One changed property: its state before and after (`None` where it did not exist).
@@ -356,6 +359,7 @@ impl Engine {
                         value: value.clone(),
                         timestamp: now,
                     });
+                    prop.write_error = None;
                     prop.desired_version.cloud += 1;
                     desired_bumped = true;
                 }
@@ -440,6 +444,7 @@ impl Engine {
                 value: value.into(),
                 timestamp: now,
             });
+            p.write_error = None;
         }
         p.desired_version = version;
         if changed {
@@ -498,6 +503,7 @@ impl Engine {
                     value: value.clone(),
                     timestamp: now,
                 });
+                p.write_error = None;
                 p.desired_version.edge += 1;
                 changed = true;
             }
@@ -574,6 +580,26 @@ impl Engine {
                     });
                 }
                 (None, Some(_)) => p.error = None,
+                _ => {}
+            }
+            let desired = p.desired.as_ref().map(|d| d.value.as_str());
+            match &r.write_error {
+                // A refusal of what is no longer desired is old news.
+                Some((value, why))
+                    if desired == Some(value.as_str())
+                        && p.write_error.as_ref().map(|x| &x.value) != Some(why) =>
+                {
+                    p.write_error = Some(TwinValue {
+                        value: why.clone(),
+                        timestamp: now,
+                    });
+                }
+                _ if p.write_error.is_some()
+                    && desired.is_some()
+                    && p.observed_desired.as_ref().map(|x| x.value.as_str()) == desired =>
+                {
+                    p.write_error = None;
+                }
                 _ => {}
             }
         }

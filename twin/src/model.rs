@@ -73,6 +73,11 @@ pub struct PropertyTwin {
     /// value. The reported value, if any, is the last good one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<TwinValue>,
+    /// Why the device (or the mapper) refused the desired value for good (not of the
+    /// register's type, out of its range), and when; it stands until the desired value changes
+    /// or the device reports it applied. The refused value is the desired one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<TwinValue>,
 }
 
 impl PropertyTwin {
@@ -91,6 +96,7 @@ impl PropertyTwin {
             minimum: None,
             maximum: None,
             error: None,
+            write_error: None,
         }
     }
 
@@ -99,6 +105,34 @@ impl PropertyTwin {
     pub fn stale_age(&self, device_stale: bool, now: Millis) -> Option<Millis> {
         let r = self.reported.as_ref()?;
         (device_stale || self.error.is_some()).then(|| (now - r.timestamp).max(0))
+    }
+
+    /// The property's errors as the APIs show them: `error`, why its last read failed or, when
+    /// none did, why its desired value was refused (`kind` `read` or `write`); and
+    /// `writeError`, the refusal with the refused `desired` value, for a client that shows it
+    /// by the desired value.
+    pub fn error_fields(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let mut out = Vec::new();
+        let refusal = self.write_error.as_ref().map(|e| {
+            serde_json::json!({
+                "message": e.value,
+                "timestamp": e.timestamp,
+                "kind": "write",
+                "desired": self.desired.as_ref().map(|d| d.value.as_str()),
+            })
+        });
+        match (&self.error, &refusal) {
+            (Some(e), _) => out.push((
+                "error",
+                serde_json::json!({"message": e.value, "timestamp": e.timestamp, "kind": "read"}),
+            )),
+            (None, Some(r)) => out.push(("error", r.clone())),
+            (None, None) => {}
+        }
+        if let Some(r) = refusal {
+            out.push(("writeError", r));
+        }
+        out
     }
 
     /// Why `value` is outside the property's `minimum`/`maximum`, if it is (numbers only).

@@ -180,10 +180,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE twin ADD COLUMN maximum TEXT;
     ALTER TABLE twin ADD COLUMN error TEXT;
     ALTER TABLE twin ADD COLUMN error_ts INTEGER;",
+    // 6: why the desired value was refused for good (by the device or its mapper).
+    "ALTER TABLE twin ADD COLUMN write_error TEXT;
+    ALTER TABLE twin ADD COLUMN write_error_ts INTEGER;",
 ];
 
-const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts";
-const TWIN_PARAMS: usize = 20;
+const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts, write_error, write_error_ts";
+const TWIN_PARAMS: usize = 22;
 const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version, state_reason";
 const DEVICE_PARAMS: usize = 11;
 const OUTBOX_COLUMNS: &str =
@@ -1004,7 +1007,9 @@ async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Result<()> {
                 .bind(p.minimum.as_deref())
                 .bind(p.maximum.as_deref())
                 .bind(p.error.as_ref().map(|v| v.value.as_str()))
-                .bind(p.error.as_ref().map(|v| v.timestamp));
+                .bind(p.error.as_ref().map(|v| v.timestamp))
+                .bind(p.write_error.as_ref().map(|v| v.value.as_str()))
+                .bind(p.write_error.as_ref().map(|v| v.timestamp));
         }
         q.execute(&mut *tx).await?;
         pace.breathe().await;
@@ -1097,6 +1102,7 @@ fn property_from_row(r: &SqliteRow) -> Result<PropertyTwin> {
         minimum: r.try_get(16)?,
         maximum: r.try_get(17)?,
         error: value_at(r, 18, 19)?,
+        write_error: value_at(r, 20, 21)?,
     })
 }
 

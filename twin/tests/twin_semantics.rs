@@ -542,3 +542,42 @@ fn a_property_error_is_kept_with_its_time_until_a_value_comes() {
         None
     );
 }
+
+#[test]
+fn a_refused_desired_value_stands_until_the_desired_value_changes_or_lands() {
+    let mut e = engine();
+    let refusal = |value: &str| Reported {
+        property: "setpoint".into(),
+        write_error: Some((value.into(), format!("{value} does not fit"))),
+        ..Reported::default()
+    };
+    let write_error = |e: &Engine| {
+        e.get(&id())
+            .and_then(|t| t.properties["setpoint"].write_error.clone())
+            .map(|x| (x.value, x.timestamp))
+    };
+    // The desired value is 20 (the spec's): a refusal of another value is old news.
+    e.report(&id(), &[refusal("-5")], 2).expect("valid");
+    assert_eq!(write_error(&e), None);
+    e.report(&id(), &[refusal("20")], 3).expect("valid");
+    assert_eq!(write_error(&e), Some(("20 does not fit".into(), 3)));
+    // Reads go on: a reported value does not clear it.
+    e.report(&id(), &[report("setpoint", "7")], 4)
+        .expect("valid");
+    assert_eq!(write_error(&e), Some(("20 does not fit".into(), 3)));
+    // A new desired value clears it.
+    e.edge_desired(&id(), &[("setpoint".into(), "21".into())], None, 5)
+        .expect("valid");
+    assert_eq!(write_error(&e), None);
+    e.report(&id(), &[refusal("21")], 6).expect("valid");
+    assert_eq!(write_error(&e), Some(("21 does not fit".into(), 6)));
+    // The device saying it applied the desired value clears it too.
+    let applied = Reported {
+        property: "setpoint".into(),
+        value: Some("21".into()),
+        observed_desired: Some("21".into()),
+        ..Reported::default()
+    };
+    e.report(&id(), &[applied], 7).expect("valid");
+    assert_eq!(write_error(&e), None);
+}

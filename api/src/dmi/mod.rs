@@ -16,6 +16,19 @@ pub mod v1beta1 {
 /// names to why they could not be read. Not part of KubeEdge's DMI; its edgecore ignores it.
 pub const PROPERTY_ERRORS_HEADER: &str = "x-property-errors-bin";
 
+/// Request metadata of `ReportDeviceStatus` (binary): a JSON object of property names to the
+/// desired value the device refused for good and why, `{"setpoint": {"desired": "-321",
+/// "error": "-321 does not fit a uint16"}}`. Not part of KubeEdge's DMI; its edgecore ignores
+/// it.
+pub const WRITE_ERRORS_HEADER: &str = "x-write-errors-bin";
+
+/// One refused desired value of [`WRITE_ERRORS_HEADER`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteRefusal {
+    pub desired: String,
+    pub error: String,
+}
+
 /// Request metadata of `ReportDeviceStates` (binary): why the device is in the reported state.
 pub const STATE_REASON_HEADER: &str = "x-state-reason-bin";
 

@@ -200,7 +200,10 @@ pub fn format_twin(t: &Value) -> String {
     ]];
     if let Some(props) = t.get("properties").and_then(Value::as_object) {
         for (name, p) in props {
-            let desired = s(p, &["desired", "value"]);
+            let mut desired = s(p, &["desired", "value"]).to_string();
+            if let Some(e) = p.pointer("/writeError/message").and_then(Value::as_str) {
+                desired = format!("{desired} (refused: {e})");
+            }
             let mut reported = s(p, &["reported", "value"]).to_string();
             if p.pointer("/reported/stale").and_then(Value::as_bool) == Some(true) {
                 let age = p
@@ -209,11 +212,14 @@ pub fn format_twin(t: &Value) -> String {
                     .unwrap_or(0);
                 reported = format!("{reported} (stale, {})", age_text(age));
             }
-            if let Some(e) = p.pointer("/error/message").and_then(Value::as_str) {
+            if p.pointer("/error/kind").and_then(Value::as_str) != Some("write")
+                && let Some(e) = p.pointer("/error/message").and_then(Value::as_str)
+            {
                 reported = format!("{reported} (error: {e})").trim_start().to_string();
             }
             let reported = reported.as_str();
-            let delta = if !desired.is_empty() && desired != s(p, &["reported", "value"]) {
+            let wanted = s(p, &["desired", "value"]);
+            let delta = if !wanted.is_empty() && wanted != s(p, &["reported", "value"]) {
                 "*"
             } else {
                 ""
@@ -221,7 +227,7 @@ pub fn format_twin(t: &Value) -> String {
             rows.push([
                 name.clone(),
                 s(p, &["type"]).to_string(),
-                desired.to_string(),
+                desired,
                 reported.to_string(),
                 delta.to_string(),
             ]);

@@ -81,7 +81,16 @@ impl DmiServer {
         &self,
         request: Request<pb::ReportDeviceStatusRequest>,
     ) -> Result<Response<pb::ReportDeviceStatusResponse>, Status> {
-        let errors = property_errors(request.metadata())?;
+        let errors: std::collections::BTreeMap<String, String> = property_errors(
+            request.metadata(),
+            api::dmi::PROPERTY_ERRORS_HEADER,
+            "error texts",
+        )?;
+        let refusals: std::collections::BTreeMap<String, api::dmi::WriteRefusal> = property_errors(
+            request.metadata(),
+            api::dmi::WRITE_ERRORS_HEADER,
+            "{\"desired\", \"error\"}",
+        )?;
         let req = request.into_inner();
         let id = device_id(&req.device_namespace, &req.device_name)?;
         let status = req.reported_device.unwrap_or_default();
@@ -104,7 +113,7 @@ impl DmiServer {
                         .map(|d| d.value)
                         .filter(|v| !v.is_empty()),
                     value_type: Some(value_type),
-                    error: None,
+                    ..Reported::default()
                 }
             })
             .collect();
@@ -115,6 +124,17 @@ impl DmiServer {
                     error: Some(error),
                     ..Reported::default()
                 });
+            }
+        }
+        for (property, r) in refusals {
+            let refusal = Some((r.desired, r.error));
+            match reports.iter_mut().find(|x| x.property == property) {
+                Some(x) => x.write_error = refusal,
+                None => reports.push(Reported {
+                    property,
+                    write_error: refusal,
+                    ..Reported::default()
+                }),
             }
         }
         if reports.is_empty() {
@@ -167,22 +187,20 @@ impl DmiServer {
 }
 
 /// The property errors a mapper sent beside its values ([`api::dmi::PROPERTY_ERRORS_HEADER`]).
-fn property_errors(
+fn property_errors<T: serde::de::DeserializeOwned>(
     metadata: &tonic::metadata::MetadataMap,
-) -> Result<std::collections::BTreeMap<String, String>, Status> {
-    let Some(v) = metadata.get_bin(api::dmi::PROPERTY_ERRORS_HEADER) else {
+    header: &str,
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, T>, Status> {
+    let Some(v) = metadata.get_bin(header) else {
         return Ok(Default::default());
     };
-    let bytes = v.to_bytes().map_err(|e| {
-        Status::invalid_argument(format!(
-            "{} is not base64: {e}",
-            api::dmi::PROPERTY_ERRORS_HEADER
-        ))
-    })?;
+    let bytes = v
+        .to_bytes()
+        .map_err(|e| Status::invalid_argument(format!("{header} is not base64: {e}")))?;
     serde_json::from_slice(&bytes).map_err(|e| {
         Status::invalid_argument(format!(
-            "{} must be a JSON object of property names to error texts: {e}",
-            api::dmi::PROPERTY_ERRORS_HEADER
+            "{header} must be a JSON object of property names to {what}: {e}"
         ))
     })
 }

@@ -559,7 +559,7 @@ impl Bus {
                             observed_desired: None,
                             // An app may add a twin property by reporting it, as in KubeEdge.
                             value_type: Some(value_type.unwrap_or(PropertyType::String)),
-                            error: None,
+                            ..Reported::default()
                         });
                     }
                 }

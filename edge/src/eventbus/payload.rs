@@ -220,7 +220,9 @@ pub(crate) fn update_result(
 }
 
 /// `twin/get/result`: the whole twin, versions stripped. A property whose last read failed has
-/// `"error": {"message", "timestamp"}`; its `actual` value, and every one while the device is
+/// `"error": {"message", "timestamp", "kind": "read"}`, one whose desired value was refused
+/// `"writeError"` (and `"error"` with `"kind": "write"` when its read did not fail), see
+/// [`twin::PropertyTwin::error_fields`]; its `actual` value, and every one while the device is
 /// `unknown` or `offline`, also says `"stale": true` and its age in ms (`"age"`) in its metadata:
 /// it is the last value read, not a live one. KubeEdge's apps ignore these keys.
 pub(crate) fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<u8> {
@@ -230,11 +232,10 @@ pub(crate) fn get_result(event_id: &str, now: Millis, twin: &DeviceTwin) -> Vec<
         .iter()
         .map(|(k, p)| {
             let mut v = msg_twin(p, false);
-            if let (Some(e), Value::Object(m)) = (&p.error, &mut v) {
-                m.insert(
-                    "error".into(),
-                    json!({"message": e.value, "timestamp": e.timestamp}),
-                );
+            if let Value::Object(m) = &mut v {
+                for (k, e) in p.error_fields() {
+                    m.insert(k.into(), e);
+                }
             }
             if let Some(age) = p.stale_age(stale, now)
                 && let Some(Value::Object(meta)) =

@@ -604,6 +604,17 @@ impl<D: Driver> DeviceTask<D> {
                 Err(e) if e.kind == ErrorKind::Config => {
                     tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value refused");
                     self.props[i].rejected = Some(want.clone());
+                    // Into the twin, where kectl, apps, the cloud and the page see it.
+                    let _ = self
+                        .reports
+                        .send(Report::WriteRefused {
+                            namespace: self.namespace.clone(),
+                            name: self.name.clone(),
+                            property: name.clone(),
+                            desired: want.clone(),
+                            error: e.message.clone(),
+                        })
+                        .await;
                 }
                 Err(e) => {
                     tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value not written; will retry")

@@ -38,6 +38,14 @@ pub enum Report {
         name: String,
         twins: Vec<TwinReport>,
     },
+    /// A desired value the device (or the mapper's codec) refused for good, and why.
+    WriteRefused {
+        namespace: String,
+        name: String,
+        property: String,
+        desired: String,
+        error: String,
+    },
     State {
         namespace: String,
         name: String,
@@ -62,6 +70,8 @@ pub fn client(edgecore_sock: &str) -> DeviceManagerServiceClient<Channel> {
 #[derive(Default)]
 struct Pending {
     twins: BTreeMap<String, TwinReport>,
+    /// Refused desired values by property.
+    refused: BTreeMap<String, api::dmi::WriteRefusal>,
     state: Option<(&'static str, String)>,
 }
 
@@ -153,6 +163,9 @@ pub async fn run(
                     for (k, t) in p.twins {
                         slot.twins.entry(k).or_insert(t);
                     }
+                    for (k, r) in p.refused {
+                        slot.refused.entry(k).or_insert(r);
+                    }
                     if slot.state.is_none() {
                         slot.state = p.state;
                     }
@@ -179,6 +192,19 @@ fn merge(pending: &mut HashMap<(String, String), Pending>, r: Report) {
             for t in twins {
                 slot.twins.insert(t.property.clone(), t);
             }
+        }
+        Report::WriteRefused {
+            namespace,
+            name,
+            property,
+            desired,
+            error,
+        } => {
+            pending
+                .entry((namespace, name))
+                .or_default()
+                .refused
+                .insert(property, api::dmi::WriteRefusal { desired, error });
         }
         Report::State {
             namespace,
@@ -226,7 +252,7 @@ async fn send(
     p: &Pending,
 ) -> Result<String, tonic::Status> {
     let mut refused = String::new();
-    if !p.twins.is_empty() {
+    if !p.twins.is_empty() || !p.refused.is_empty() {
         // Errors go beside the values, in a header KubeEdge's edgecore ignores: an empty value
         // in the twin list would be taken as a value there.
         let errors: BTreeMap<&str, &str> = p
@@ -249,6 +275,14 @@ async fn send(
         {
             request.metadata_mut().insert_bin(
                 api::dmi::PROPERTY_ERRORS_HEADER,
+                tonic::metadata::MetadataValue::from_bytes(&json),
+            );
+        }
+        if !p.refused.is_empty()
+            && let Ok(json) = serde_json::to_vec(&p.refused)
+        {
+            request.metadata_mut().insert_bin(
+                api::dmi::WRITE_ERRORS_HEADER,
                 tonic::metadata::MetadataValue::from_bytes(&json),
             );
         }
