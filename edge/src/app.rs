@@ -187,6 +187,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             .await
             .with_context(|| format!("cannot listen on http.address {}", config.http.address))?;
         let state = http::ApiState {
+            node: config.node_name.as_str().into(),
             twin: twin.clone(),
             metrics: metrics.clone(),
             mappers,

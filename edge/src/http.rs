@@ -12,6 +12,9 @@
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
+//! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length |
+//! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind |
+//! | `GET /ui` | the gateway's web page (no token needed to load it; it asks for the token the API needs) |
 
 use crate::dmi::mappers::Mappers;
 use crate::metrics::Metrics;
@@ -42,6 +45,8 @@ pub(crate) struct ApiState {
     pub pod_log_dir: Option<std::path::PathBuf>,
     /// The token requests must carry (`http.tokenFile`), if any.
     pub token: Option<Arc<str>>,
+    /// The node's name.
+    pub node: Arc<str>,
 }
 
 /// Refuses (401) a request without the API's token, when it has one.
@@ -171,6 +176,10 @@ async fn readyz(State(s): State<ApiState>) -> Response {
 
 pub(crate) fn router(state: ApiState) -> Router {
     let open = Router::new()
+        .route("/ui", get(crate::ui::page))
+        .route("/ui/", get(crate::ui::page))
+        .route("/ui/app.js", get(crate::ui::script))
+        .route("/ui/style.css", get(crate::ui::style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
     Router::new()
@@ -184,12 +193,84 @@ pub(crate) fn router(state: ApiState) -> Router {
             axum::routing::put(set_desired),
         )
         .route("/api/v1/mappers", get(mappers))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/events", get(events))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
         ))
         .merge(open)
         .with_state(state)
+}
+
+/// The node, the twin store's health and what waits for the cloud.
+async fn status(State(s): State<ApiState>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let outbox = s.twin.store().outbox_len().await.ok();
+    Json(json!({
+        "node": &*s.node,
+        "version": env!("CARGO_PKG_VERSION"),
+        "store": match s.twin.stats().degraded() {
+            None => "ok".to_string(),
+            Some(reason) => format!("degraded: {reason}"),
+        },
+        "outbox": outbox,
+    }))
+    .into_response()
+}
+
+/// Each twin change as it is stored: `event: device`, data `{"id", "removed", "row", "properties"}`
+/// (the device row when it changed; each changed property as the twin document shows it, `null`
+/// when it was removed). A reader that falls behind the twin's event queue gets `event: resync`
+/// (read everything again) instead of what it missed; nothing waits for a slow reader.
+async fn events(State(s): State<ApiState>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let rx = s.twin.subscribe();
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        loop {
+            let event = match rx.recv().await {
+                Ok(applied) => {
+                    let Some(id) = &applied.device else { continue };
+                    if applied.is_noop() {
+                        continue;
+                    }
+                    let now = twin::now_millis();
+                    let stale = applied
+                        .row
+                        .as_ref()
+                        .is_some_and(|r| matches!(r.state.as_str(), "unknown" | "offline"));
+                    let properties: serde_json::Map<String, serde_json::Value> = applied
+                        .changes
+                        .iter()
+                        .map(|c| {
+                            let v = c
+                                .current
+                                .as_ref()
+                                .map(|p| property_view(p, stale, now))
+                                .unwrap_or(serde_json::Value::Null);
+                            (c.name.clone(), v)
+                        })
+                        .collect();
+                    let data = json!({
+                        "id": id.to_string(),
+                        "removed": applied.removed,
+                        "row": applied.row,
+                        "properties": properties,
+                    });
+                    Event::default().event("device").data(data.to_string())
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    Event::default().event("resync").data("{}")
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            };
+            return Some((Ok::<_, std::convert::Infallible>(event), rx));
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {
@@ -234,21 +315,33 @@ pub(crate) fn twin_view(t: &twin::DeviceTwin, now: twin::model::Millis) -> serde
     let mut v = serde_json::to_value(t).unwrap_or_default();
     let device_stale = t.values_stale();
     for (name, p) in &t.properties {
-        let Some(serde_json::Value::Object(view)) =
-            v.get_mut("properties").and_then(|ps| ps.get_mut(name))
-        else {
-            continue;
-        };
-        view.remove("writeError");
-        for (k, e) in p.error_fields() {
-            view.insert(k.into(), e);
+        if let Some(view) = v.get_mut("properties").and_then(|ps| ps.get_mut(name)) {
+            *view = property_view(p, device_stale, now);
         }
-        if let Some(age) = p.stale_age(device_stale, now)
-            && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")
-        {
-            reported.insert("stale".into(), true.into());
-            reported.insert("ageMs".into(), age.into());
-        }
+    }
+    v
+}
+
+/// One property as the twin document shows it (see [`twin_view`]).
+pub(crate) fn property_view(
+    p: &twin::PropertyTwin,
+    device_stale: bool,
+    now: twin::model::Millis,
+) -> serde_json::Value {
+    let mut v = serde_json::to_value(p).unwrap_or_default();
+    let Some(view) = v.as_object_mut() else {
+        return v;
+    };
+    view.remove("writeError");
+    view.remove("error");
+    for (k, e) in p.error_fields() {
+        view.insert(k.into(), e);
+    }
+    if let Some(age) = p.stale_age(device_stale, now)
+        && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")
+    {
+        reported.insert("stale".into(), true.into());
+        reported.insert("ageMs".into(), age.into());
     }
     v
 }

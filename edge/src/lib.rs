@@ -30,3 +30,4 @@ mod listeners;
 mod manifests;
 mod meta;
 pub mod metrics;
+mod ui;

@@ -1,0 +1,343 @@
+// The gateway's page: devices, their twins live (server-sent events), desired values, mappers,
+// pods and health, from edgecore's HTTP API. No build step, no dependencies.
+"use strict";
+
+const S = {
+  token: sessionStorage.getItem("edgecore-token") || "",
+  devices: new Map(),   // "ns/name" -> device row
+  twin: null,           // the twin shown, with its id
+  history: new Map(),   // "ns/name/property" -> [[ms, number], ...] (recent numeric values)
+  live: false,
+  status: null,
+  dirtyList: true,
+  dirtyDevice: false,
+  errors: new Map(),    // property -> the API's answer to the last desired value set here
+};
+const HISTORY = 60;
+const $ = (id) => document.getElementById(id);
+const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const idOf = (r) => `${r.namespace}/${r.name}`;
+
+async function api(path, opts = {}) {
+  const headers = Object.assign({}, opts.headers || {});
+  if (S.token) headers.Authorization = `Bearer ${S.token}`;
+  const r = await fetch(path, Object.assign({}, opts, { headers }));
+  if (r.status === 401) {
+    showLogin("");
+    throw new Error("unauthorized");
+  }
+  return r;
+}
+
+function showLogin(message) {
+  $("login").hidden = false;
+  $("app").hidden = true;
+  $("login-error").textContent = message;
+  $("token").focus();
+}
+
+$("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  S.token = $("token").value.trim();
+  sessionStorage.setItem("edgecore-token", S.token);
+  $("login").hidden = true;
+  $("app").hidden = false;
+  start();
+});
+
+function remember(id, name, p) {
+  const r = p && p.reported;
+  if (!r) return;
+  const n = Number(r.value);
+  if (r.value === "" || !Number.isFinite(n)) return;
+  const key = `${id}/${name}`;
+  const h = S.history.get(key) || [];
+  if (h.length && h[h.length - 1][0] === r.timestamp) return;
+  h.push([r.timestamp, n]);
+  if (h.length > HISTORY) h.shift();
+  S.history.set(key, h);
+}
+
+function spark(id, name) {
+  const h = S.history.get(`${id}/${name}`) || [];
+  if (h.length < 2) return "";
+  const vs = h.map((x) => x[1]);
+  const lo = Math.min(...vs), hi = Math.max(...vs), span = hi - lo || 1;
+  const pts = h.map((x, i) => `${(i * 118 / (h.length - 1) + 1).toFixed(1)},${(26 - (x[1] - lo) * 24 / span).toFixed(1)}`).join(" ");
+  return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(name)}: last ${h.length} values, ${lo} to ${hi}"><polyline points="${pts}"/></svg>`;
+}
+
+function age(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  return `${Math.round(s / 3600)} h`;
+}
+
+function stateCell(state, reason) {
+  const st = state || "unknown";
+  return `<span class="state-${esc(st)}">${esc(st)}</span>${reason ? ` <span class="muted">${esc(reason)}</span>` : ""}`;
+}
+
+function renderList() {
+  S.dirtyList = false;
+  const q = $("search").value.trim().toLowerCase();
+  const want = $("state-filter").value;
+  const rows = [...S.devices.values()]
+    .filter((r) => !want || (r.state || "unknown") === want)
+    .filter((r) => !q || `${idOf(r)} ${r.model} ${r.protocol}`.toLowerCase().includes(q))
+    .sort((a, b) => idOf(a).localeCompare(idOf(b)));
+  $("device-rows").innerHTML = rows.map((r) => `<tr data-device="${esc(idOf(r))}"><td><a href="#/device/${esc(idOf(r))}">${esc(idOf(r))}</a></td><td>${stateCell(r.state, r.stateReason)}</td><td>${esc(r.model)}</td><td>${esc(r.protocol)}</td></tr>`).join("");
+  $("device-count").textContent = `${rows.length} of ${S.devices.size} devices`;
+}
+
+let renderedProps = "";
+function renderDevice() {
+  S.dirtyDevice = false;
+  const t = S.twin;
+  if (!t) return;
+  const row = S.devices.get(t.id) || t;
+  $("device-title").textContent = t.id;
+  $("device-state").innerHTML = `${stateCell(row.state, row.stateReason)} · model ${esc(t.model)} · protocol ${esc(t.protocol)}`;
+  const now = Date.now();
+  const names = Object.keys(t.properties || {}).sort();
+  // The rows (and their forms) are made again only when the properties change, so that a
+  // field being typed in or a button being pressed stays where it is while values move.
+  const shape = `${t.id}|` + names.map((n) => `${n}:${t.properties[n].writable}`).join(",");
+  if (shape !== renderedProps) {
+    renderedProps = shape;
+    $("property-rows").innerHTML = names.map((name) => {
+      const p = t.properties[name];
+      const fid = `desired-${name}`;
+      const form = p.writable
+        ? `<form class="desired" data-prop="${esc(name)}"><label for="${esc(fid)}">Set ${esc(name)}</label><input id="${esc(fid)}" name="value" data-prop="${esc(name)}" autocomplete="off" aria-describedby="${esc(fid)}-error ${esc(fid)}-refused"><button type="submit">Set</button><p class="error" id="${esc(fid)}-error" role="alert"></p></form>`
+        : `<span class="muted">read-only</span>`;
+      return `<tr data-prop="${esc(name)}"><th scope="row">${esc(name)} <span class="muted">${esc(p.type)}</span></th><td class="rep"></td><td class="spark"></td><td><div class="des"></div>${form}</td></tr>`;
+    }).join("");
+  }
+  for (const name of names) {
+    const p = t.properties[name];
+    const tr = $("property-rows").querySelector(`tr[data-prop="${CSS.escape(name)}"]`);
+    if (!tr) continue;
+    const r = p.reported;
+    let reported = r ? `<span data-value>${esc(r.value)}</span> <span class="muted">${age(now - r.timestamp)} ago</span>` : `<span class="muted">none yet</span>`;
+    if (r && r.stale) reported += ` <span class="stale">stale</span>`;
+    if (p.error && p.error.kind !== "write") reported += `<div class="error">read failed: ${esc(p.error.message)}</div>`;
+    const d = p.desired ? p.desired.value : "";
+    let desired = d !== "" ? `<span data-desired>${esc(d)}</span>` : (p.writable ? `<span class="muted">none</span>` : "");
+    const landed = d !== "" && ((p.observedDesired && p.observedDesired.value === d) || (r && r.value === d));
+    if (d !== "") desired += landed ? ` <span class="landed">landed</span>` : (p.writeError ? "" : ` <span class="muted">pending</span>`);
+    if (p.writeError) desired += `<p class="error" id="desired-${esc(name)}-refused" role="alert">refused: ${esc(p.writeError.message)}</p>`;
+    const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
+    set(".rep", reported);
+    set(".spark", spark(t.id, name));
+    set(".des", desired);
+    const said = tr.querySelector(".desired p.error");
+    if (said) said.textContent = S.errors.get(name) || "";
+  }
+}
+
+let frame = 0;
+function schedule() {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    if (S.dirtyList && !$("devices").hidden) renderList();
+    if (S.dirtyDevice && !$("device").hidden) renderDevice();
+  });
+}
+
+$("property-rows").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const form = e.target;
+  const name = form.dataset.prop;
+  const value = form.elements.value.value;
+  const [ns, dn] = S.twin.id.split("/");
+  S.errors.delete(name);
+  try {
+    const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(dn)}/desired`, {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ [name]: value }),
+    });
+    if (!r.ok) {
+      const body = await r.json().catch(() => ({}));
+      S.errors.set(name, body.error || `${r.status} ${r.statusText}`);
+    } else {
+      form.elements.value.value = "";
+    }
+  } catch (err) {
+    S.errors.set(name, String(err.message || err));
+  }
+  await openDevice(S.twin.id);
+  S.dirtyDevice = true;
+  schedule();
+});
+
+async function openDevice(id) {
+  const [ns, name] = id.split("/");
+  const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
+  if (!r.ok) {
+    $("device-title").textContent = id;
+    $("device-state").textContent = `not found (${r.status})`;
+    $("property-rows").innerHTML = "";
+    return;
+  }
+  const t = await r.json();
+  t.id = id;
+  for (const [k, p] of Object.entries(t.properties || {})) remember(id, k, p);
+  S.twin = t;
+  renderDevice();
+}
+
+function onDeviceEvent(ev) {
+  const id = ev.id;
+  if (ev.removed) {
+    S.devices.delete(id);
+  } else if (ev.row) {
+    S.devices.set(id, ev.row);
+  }
+  S.dirtyList = true;
+  for (const [k, p] of Object.entries(ev.properties || {})) {
+    if (p) remember(id, k, p);
+  }
+  if (S.twin && S.twin.id === id) {
+    if (ev.row) Object.assign(S.twin, { state: ev.row.state, stateReason: ev.row.stateReason });
+    for (const [k, p] of Object.entries(ev.properties || {})) {
+      if (p) S.twin.properties[k] = p; else delete S.twin.properties[k];
+    }
+    // A device's state changes the staleness of all its values: read it whole again.
+    if (ev.row) openDevice(id); else S.dirtyDevice = true;
+  }
+  schedule();
+}
+
+async function loadDevices() {
+  const r = await api("/api/v1/devices");
+  const rows = await r.json();
+  S.devices = new Map(rows.map((x) => [idOf(x), x]));
+  S.dirtyList = true;
+  schedule();
+}
+
+// Server-sent events over fetch (EventSource cannot send the token).
+async function listen() {
+  for (;;) {
+    try {
+      const r = await api("/api/v1/events", { headers: { accept: "text/event-stream" } });
+      S.live = true;
+      showHealth();
+      await loadDevices();
+      if (S.twin) await openDevice(S.twin.id);
+      const reader = r.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          let event = "message", data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) event = line.slice(6).trim();
+            else if (line.startsWith("data:")) data += line.slice(5).trim();
+          }
+          if (event === "device") onDeviceEvent(JSON.parse(data));
+          else if (event === "resync") { await loadDevices(); if (S.twin) await openDevice(S.twin.id); }
+        }
+      }
+    } catch (err) {
+      if (String(err.message) === "unauthorized") return;
+    }
+    S.live = false;
+    showHealth();
+    await new Promise((ok) => setTimeout(ok, 2000));
+  }
+}
+
+function showHealth() {
+  const s = S.status;
+  const parts = [S.live ? "live" : "reconnecting…"];
+  if (s) {
+    parts.push(s.store === "ok" ? "twin store ok" : `twin store ${s.store}`);
+    if (s.outbox !== null && s.outbox !== undefined) parts.push(`${s.outbox} waiting for the cloud`);
+  }
+  $("health").textContent = parts.join(" · ");
+}
+
+async function poll() {
+  try {
+    const r = await api("/api/v1/status");
+    S.status = await r.json();
+    $("node").textContent = `${S.status.node} · edgecore ${S.status.version}`;
+    document.title = `${S.status.node} · edgecore`;
+  } catch (_) { /* shown as not live */ }
+  showHealth();
+  if (!$("mappers").hidden) {
+    try {
+      const ms = await (await api("/api/v1/mappers")).json();
+      $("mapper-rows").innerHTML = ms.map((m) => `<tr><td>${esc(m.name)}</td><td>${esc(m.protocol)}</td><td>${stateCell(m.state, m.error ? `${m.since || ""} ${m.error}` : "")}</td><td>${esc((m.devices || []).join(", "))}</td></tr>`).join("") || `<tr><td colspan="4" class="muted">no mapper registered</td></tr>`;
+    } catch (_) { /* next time */ }
+  }
+  if (!$("pods").hidden) {
+    try {
+      const r = await api("/api/v1/pods");
+      const list = r.ok ? await r.json() : { pods: [], runtimeError: (await r.json()).error };
+      $("pod-rows").innerHTML = (list.pods || []).map((p) => {
+        const cs = (p.containers || []).map((c) => `${esc(c.name)}: ${esc(c.state)}${c.reason ? ` (${esc(c.reason)})` : ""}, ${c.restartCount || 0} restarts`).join("<br>");
+        const logs = (p.containers || []).map((c) => `<button type="button" data-log="${esc(p.namespace)}/${esc(p.name)}/${esc(c.name)}">log of ${esc(c.name)}</button>`).join(" ");
+        return `<tr><td>${esc(p.namespace)}/${esc(p.name)}</td><td>${stateCell(p.phase, p.reason || p.message)}</td><td>${cs}</td><td>${logs}</td></tr>`;
+      }).join("") || `<tr><td colspan="4" class="muted">${esc(list.runtimeError || "no pods")}</td></tr>`;
+    } catch (_) { /* next time */ }
+  }
+}
+
+$("pod-rows").addEventListener("click", async (e) => {
+  const b = e.target.closest("button[data-log]");
+  if (!b) return;
+  const [ns, pod, c] = b.dataset.log.split("/");
+  const r = await api(`/api/v1/pods/${encodeURIComponent(ns)}/${encodeURIComponent(pod)}/log?container=${encodeURIComponent(c)}&tailLines=200`);
+  const pre = $("pod-log");
+  pre.hidden = false;
+  pre.textContent = await r.text();
+  pre.focus();
+});
+
+function route() {
+  const h = location.hash.replace(/^#\/?/, "");
+  for (const s of ["devices", "device", "mappers", "pods"]) $(s).hidden = true;
+  if (h.startsWith("device/")) {
+    $("device").hidden = false;
+    S.errors.clear();
+    openDevice(decodeURIComponent(h.slice(7)));
+  } else if (h === "mappers" || h === "pods") {
+    $(h).hidden = false;
+    poll();
+  } else {
+    $("devices").hidden = false;
+    S.twin = null;
+    S.dirtyList = true;
+    schedule();
+  }
+}
+
+$("search").addEventListener("input", () => { S.dirtyList = true; schedule(); });
+$("state-filter").addEventListener("change", () => { S.dirtyList = true; schedule(); });
+window.addEventListener("hashchange", route);
+
+let started = false;
+function start() {
+  route();
+  listen();
+  poll();
+  if (started) return;
+  started = true;
+  setInterval(poll, 5000);
+  // Ages move on.
+  setInterval(() => { if (S.twin) { S.dirtyDevice = true; schedule(); } }, 1000);
+}
+
+start();
