@@ -121,6 +121,8 @@ pub struct PropertyDecl {
     /// The model's `minimum` and `maximum` (numeric properties).
     pub minimum: Option<String>,
     pub maximum: Option<String>,
+    /// The model's `unit`.
+    pub unit: Option<String>,
 }
 
 /// A device as its manifest declares it: what membership needs.
@@ -156,6 +158,9 @@ impl DeviceDecl {
                         .filter(|v| !v.trim().is_empty()),
                     maximum: mp
                         .and_then(|m| m.maximum.clone())
+                        .filter(|v| !v.trim().is_empty()),
+                    unit: mp
+                        .and_then(|m| m.unit.clone())
                         .filter(|v| !v.trim().is_empty()),
                 }
             })
@@ -350,6 +355,7 @@ impl Engine {
             prop.optional = false;
             prop.minimum.clone_from(&p.minimum);
             prop.maximum.clone_from(&p.maximum);
+            prop.unit.clone_from(&p.unit);
             if prop.spec_desired != p.desired {
                 prop.spec_desired.clone_from(&p.desired);
                 if let Some(value) = &p.desired

@@ -69,6 +69,9 @@ pub struct PropertyTwin {
     /// The model's `maximum`, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<String>,
+    /// The model's `unit` (`Celsius`), for those who read the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
     /// Why the last read (or write) of the property failed, and when; cleared by the next good
     /// value. The reported value, if any, is the last good one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +98,7 @@ impl PropertyTwin {
             observed_desired: None,
             minimum: None,
             maximum: None,
+            unit: None,
             error: None,
             write_error: None,
         }

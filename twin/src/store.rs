@@ -183,10 +183,12 @@ pub const MIGRATIONS: &[&str] = &[
     // 6: why the desired value was refused for good (by the device or its mapper).
     "ALTER TABLE twin ADD COLUMN write_error TEXT;
     ALTER TABLE twin ADD COLUMN write_error_ts INTEGER;",
+    // 7: the model's unit.
+    "ALTER TABLE twin ADD COLUMN unit TEXT;",
 ];
 
-const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts, write_error, write_error_ts";
-const TWIN_PARAMS: usize = 22;
+const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts, write_error, write_error_ts, unit";
+const TWIN_PARAMS: usize = 23;
 const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version, state_reason";
 const DEVICE_PARAMS: usize = 11;
 const OUTBOX_COLUMNS: &str =
@@ -1009,7 +1011,8 @@ async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Result<()> {
                 .bind(p.error.as_ref().map(|v| v.value.as_str()))
                 .bind(p.error.as_ref().map(|v| v.timestamp))
                 .bind(p.write_error.as_ref().map(|v| v.value.as_str()))
-                .bind(p.write_error.as_ref().map(|v| v.timestamp));
+                .bind(p.write_error.as_ref().map(|v| v.timestamp))
+                .bind(p.unit.as_deref());
         }
         q.execute(&mut *tx).await?;
         pace.breathe().await;
@@ -1103,6 +1106,7 @@ fn property_from_row(r: &SqliteRow) -> Result<PropertyTwin> {
         maximum: r.try_get(17)?,
         error: value_at(r, 18, 19)?,
         write_error: value_at(r, 20, 21)?,
+        unit: r.try_get(22)?,
     })
 }
 

@@ -28,6 +28,7 @@ fn decl(n: usize) -> DeviceDecl {
                 desired: None,
                 minimum: Some("0".into()),
                 maximum: Some("1000".into()),
+                unit: Some("C".into()),
             })
             .collect(),
     }

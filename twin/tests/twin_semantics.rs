@@ -23,6 +23,7 @@ fn decl(desired: Option<&str>) -> DeviceDecl {
                 desired: None,
                 minimum: None,
                 maximum: None,
+                unit: None,
             },
             PropertyDecl {
                 name: "setpoint".into(),
@@ -31,6 +32,7 @@ fn decl(desired: Option<&str>) -> DeviceDecl {
                 desired: desired.map(Into::into),
                 minimum: None,
                 maximum: None,
+                unit: None,
             },
         ],
     }

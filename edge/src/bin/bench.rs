@@ -37,6 +37,7 @@ fn decl(n: usize) -> DeviceDecl {
                 desired: None,
                 minimum: None,
                 maximum: None,
+                unit: None,
             })
             .collect(),
     }

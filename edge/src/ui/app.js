@@ -52,7 +52,8 @@ function remember(id, name, p) {
   if (r.value === "" || !Number.isFinite(n)) return;
   const key = `${id}/${name}`;
   const h = S.history.get(key) || [];
-  if (h.length && h[h.length - 1][0] === r.timestamp) return;
+  // Answers and events may cross: only a newer value than the last one kept is added.
+  if (h.length && h[h.length - 1][0] >= r.timestamp) return;
   h.push([r.timestamp, n]);
   if (h.length > HISTORY) h.shift();
   S.history.set(key, h);
@@ -120,11 +121,12 @@ function renderDevice() {
     const tr = $("property-rows").querySelector(`tr[data-prop="${CSS.escape(name)}"]`);
     if (!tr) continue;
     const r = p.reported;
-    let reported = r ? `<span data-value>${esc(r.value)}</span> <span class="muted">${age(now - r.timestamp)} ago</span>` : `<span class="muted">none yet</span>`;
+    const unit = p.unit ? ` ${esc(p.unit)}` : "";
+    let reported = r ? `<span data-value>${esc(r.value)}</span>${unit} <span class="muted">${age(now - r.timestamp)} ago</span>` : `<span class="muted">none yet</span>`;
     if (r && r.stale) reported += ` <span class="stale">stale</span>`;
     if (p.error && p.error.kind !== "write") reported += `<div class="error">read failed: ${esc(p.error.message)}</div>`;
     const d = p.desired ? p.desired.value : "";
-    let desired = d !== "" ? `<span data-desired>${esc(d)}</span>` : (p.writable ? `<span class="muted">none</span>` : "");
+    let desired = d !== "" ? `<span data-desired>${esc(d)}</span>${unit}` : (p.writable ? `<span class="muted">none</span>` : "");
     const landed = d !== "" && ((p.observedDesired && p.observedDesired.value === d) || (r && r.value === d));
     if (d !== "") desired += landed ? ` <span class="landed">landed</span>` : (p.writeError ? "" : ` <span class="muted">pending</span>`);
     if (p.writeError) desired += `<p class="error" id="desired-${esc(name)}-refused" role="alert">refused: ${esc(p.writeError.message)}</p>`;
