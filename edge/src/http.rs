@@ -178,8 +178,7 @@ pub(crate) fn router(state: ApiState) -> Router {
     let open = Router::new()
         .route("/ui", get(crate::ui::page))
         .route("/ui/", get(crate::ui::page))
-        .route("/ui/app.js", get(crate::ui::script))
-        .route("/ui/style.css", get(crate::ui::style))
+        .route("/ui/{file}", get(crate::ui::page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
     Router::new()

@@ -28,5 +28,6 @@ pub mod ratelimit;
 pub mod secret;
 pub mod sys;
 pub mod transport;
+pub mod ui;
 
 pub use backoff::Backoff;

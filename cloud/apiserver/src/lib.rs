@@ -30,6 +30,7 @@ mod selector;
 mod status;
 mod store;
 mod table;
+mod ui;
 
 use anyhow::{Context, Result};
 use api::{Api, Query, json_response};
@@ -350,6 +351,9 @@ fn router(api: Arc<Api>, tokens: Vec<(String, User)>, revoked: Option<Revocation
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(ok))
+        .route("/ui", get(ui::page))
+        .route("/ui/", get(ui::page))
+        .route("/ui/{file}", get(ui::page))
         .fallback(authenticated)
         .with_state(state)
 }

@@ -3,7 +3,6 @@
 "use strict";
 
 const S = {
-  token: sessionStorage.getItem("edgecore-token") || "",
   devices: new Map(),   // "ns/name" -> device row
   twin: null,           // the twin shown, with its id
   history: new Map(),   // "ns/name/property" -> [[ms, number], ...] (recent numeric values)
@@ -14,36 +13,7 @@ const S = {
   errors: new Map(),    // property -> the API's answer to the last desired value set here
 };
 const HISTORY = 60;
-const $ = (id) => document.getElementById(id);
-const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const idOf = (r) => `${r.namespace}/${r.name}`;
-
-async function api(path, opts = {}) {
-  const headers = Object.assign({}, opts.headers || {});
-  if (S.token) headers.Authorization = `Bearer ${S.token}`;
-  const r = await fetch(path, Object.assign({}, opts, { headers }));
-  if (r.status === 401) {
-    showLogin("");
-    throw new Error("unauthorized");
-  }
-  return r;
-}
-
-function showLogin(message) {
-  $("login").hidden = false;
-  $("app").hidden = true;
-  $("login-error").textContent = message;
-  $("token").focus();
-}
-
-$("login").addEventListener("submit", (e) => {
-  e.preventDefault();
-  S.token = $("token").value.trim();
-  sessionStorage.setItem("edgecore-token", S.token);
-  $("login").hidden = true;
-  $("app").hidden = false;
-  start();
-});
 
 function remember(id, name, p) {
   const r = p && p.reported;
@@ -66,18 +36,6 @@ function spark(id, name) {
   const lo = Math.min(...vs), hi = Math.max(...vs), span = hi - lo || 1;
   const pts = h.map((x, i) => `${(i * 118 / (h.length - 1) + 1).toFixed(1)},${(26 - (x[1] - lo) * 24 / span).toFixed(1)}`).join(" ");
   return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(name)}: last ${h.length} values, ${lo} to ${hi}"><polyline points="${pts}"/></svg>`;
-}
-
-function age(ms) {
-  const s = Math.max(0, Math.round(ms / 1000));
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.round(s / 60)} min`;
-  return `${Math.round(s / 3600)} h`;
-}
-
-function stateCell(state, reason) {
-  const st = state || "unknown";
-  return `<span class="state-${esc(st)}">${esc(st)}</span>${reason ? ` <span class="muted">${esc(reason)}</span>` : ""}`;
 }
 
 function renderList() {
@@ -330,6 +288,7 @@ $("search").addEventListener("input", () => { S.dirtyList = true; schedule(); })
 $("state-filter").addEventListener("change", () => { S.dirtyList = true; schedule(); });
 window.addEventListener("hashchange", route);
 
+UI.onLogin = () => start();
 let started = false;
 function start() {
   route();

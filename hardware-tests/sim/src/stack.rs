@@ -22,6 +22,8 @@ pub fn kubectl_bin() -> PathBuf {
 pub struct Cloud {
     pub dir: tempfile::TempDir,
     pub proc: Option<Proc>,
+    /// The embedded API's port (HTTPS).
+    pub api: u16,
     pub hub: u16,
     pub certs: u16,
 }
@@ -38,6 +40,7 @@ impl Cloud {
         let mut c = Self {
             dir,
             proc: None,
+            api,
             hub,
             certs,
         };
@@ -103,6 +106,16 @@ impl Cloud {
     pub fn status(&self, name: &str) -> Value {
         serde_json::from_str(&self.ok(&["get", "devicestatus", name, "-o", "json"]))
             .unwrap_or(Value::Null)
+    }
+
+    /// The admin's bearer token of the embedded API (the first field of `tokens.csv`).
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("data/tokens.csv"))
+            .expect("tokens.csv")
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub fn token(&self) -> String {

@@ -1,10 +1,15 @@
-//! The gateway's page (`/ui` on edgecore's HTTP listener) in a real browser: Debian's
-//! `chromium`, driven through `chromedriver` (WebDriver) with fantoccini, against the real
-//! edgecore and mapper-modbus on the quickstart's oven. The page shows the temperature
-//! changing, a desired set point typed into its form lands on the simulated register and
-//! shows as reported, a value the twin API refuses shows its error by the field, and a killed
-//! mapper turns the device `unknown` with its reason. Screenshots go to `target/screenshots/`
-//! (and to `docs/screenshots/` with `UPDATE_SCREENSHOTS=1`, where the README takes them from).
+//! The web pages in a real browser: Debian's `chromium`, driven through `chromedriver`
+//! (WebDriver) with fantoccini. Screenshots go to `target/screenshots/` (and to
+//! `docs/screenshots/` with `UPDATE_SCREENSHOTS=1`, where the README takes them from).
+//!
+//! - The gateway's page (`/ui` on edgecore's HTTP listener), against the real edgecore and
+//!   mapper-modbus on the quickstart's oven: the temperature changing, a desired set point typed
+//!   into its form landing on the simulated register and shown as reported, a value the twin
+//!   API refuses shown with its error by the field, a killed mapper turning the device
+//!   `unknown` with its reason.
+//! - The fleet's page (`/ui` on cloudcore's API), with two edgecores joined: both nodes Ready
+//!   with their devices, a device's values from DeviceStatus, and a desired value set on the
+//!   page landing on that node's register.
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use sim::modbus_sim::Sim;
@@ -50,11 +55,13 @@ fn chromedriver() -> Option<(Driver, u16)> {
 }
 
 async fn browser(port: u16) -> Client {
+    // cloudcore's API serves HTTPS with a certificate of its own CA.
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
-        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,800"]}),
+        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,800", "--ignore-certificate-errors"]}),
     );
+    caps.insert("acceptInsecureCerts".into(), true.into());
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{port}"))
@@ -216,6 +223,144 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         )
         .await;
         screenshot(&c, "gateway-oven-unknown.png").await;
+        c.close().await.expect("closed");
+    });
+}
+
+fn oven_on(name: &str, node: &str, port: u16) -> String {
+    std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
+        .expect("example")
+        .replace("port: 5020", &format!("port: {port}"))
+        .replace("nodeName: edge-node-1", &format!("nodeName: {node}"))
+        .replace("name: oven-1", &format!("name: {name}"))
+}
+
+#[test]
+fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
+    use sim::stack::Cloud;
+    let Some((_driver, driver_port)) = chromedriver() else {
+        return;
+    };
+    let cloud = Cloud::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ovens: Vec<(Sim, u16, tokio::runtime::Runtime)> = (0..2)
+        .map(|_| {
+            let oven = Sim::oven();
+            let (port, rt) = oven.start("127.0.0.1:0").expect("an oven");
+            (oven, port, rt)
+        })
+        .collect();
+    for (i, (_, port, _)) in ovens.iter().enumerate() {
+        let file = dir.path().join(format!("oven-{i}.yaml"));
+        std::fs::write(
+            &file,
+            oven_on(
+                &format!("oven-{}", i + 1),
+                &format!("edge-{}", i + 1),
+                *port,
+            ),
+        )
+        .expect("manifest");
+        cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
+    }
+    let edgecore = sim::bin("edgecore");
+    let bins = edgecore
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .expect("bin dir");
+    let nodes: Vec<Node> = (1..=2)
+        .map(|i| Node::start_named(&bins, &format!("edge-{i}"), "", &cloud.edge_config()))
+        .collect();
+    let _mappers: Vec<_> = nodes
+        .iter()
+        .map(|n| n.mapper("mapper-modbus", "modbus", free_port()))
+        .collect();
+    let token = cloud.admin_token();
+    let url = format!("https://127.0.0.1:{}/ui", cloud.api);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let c = browser(driver_port).await;
+        c.goto(&url).await.expect("the page");
+        // No token yet: the page asks for one.
+        c.find(Locator::Css("#token"))
+            .await
+            .expect("the token's field")
+            .send_keys(&token)
+            .await
+            .expect("typed");
+        c.find(Locator::Css("#login button"))
+            .await
+            .expect("its button")
+            .click()
+            .await
+            .expect("clicked");
+        for i in 1..=2 {
+            wait_text(
+                &c,
+                &format!(r#"tr[data-node="edge-{i}"]"#),
+                60,
+                "the node Ready with its device",
+                |t| t.contains("Ready") && !t.contains("NotReady") && t.contains('1'),
+            )
+            .await;
+        }
+        screenshot(&c, "fleet-nodes.png").await;
+        c.goto(&format!("{url}#/devices")).await.expect("devices");
+        for i in 1..=2 {
+            wait_text(
+                &c,
+                &format!(r#"tr[data-device="default/oven-{i}"]"#),
+                60,
+                "the device on its node, online",
+                |t| t.contains(&format!("edge-{i}")) && t.contains("online"),
+            )
+            .await;
+        }
+        c.goto(&format!("{url}#/device/default/oven-2"))
+            .await
+            .expect("oven-2's page");
+        wait_text(
+            &c,
+            r#"tr[data-prop="temperature"] [data-value]"#,
+            60,
+            "oven-2's temperature from DeviceStatus",
+            |t| !t.is_empty(),
+        )
+        .await;
+        c.find(Locator::Css("#desired-setpoint"))
+            .await
+            .expect("the set point's field")
+            .send_keys("70")
+            .await
+            .expect("typed");
+        c.find(Locator::Css(r#"form[data-prop="setpoint"] button"#))
+            .await
+            .expect("its button")
+            .click()
+            .await
+            .expect("clicked");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while ovens[1].0.holding(1) != Some(70) {
+            assert!(
+                Instant::now() < deadline,
+                "70 never reached oven-2's register"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(
+            ovens[0].0.holding(1),
+            Some(80),
+            "oven-1 keeps its set point"
+        );
+        wait_text(
+            &c,
+            r#"tr[data-prop="setpoint"]"#,
+            60,
+            "70 reported and landed",
+            |t| t.contains("70") && t.contains("landed"),
+        )
+        .await;
+        screenshot(&c, "fleet-device.png").await;
         c.close().await.expect("closed");
     });
 }
