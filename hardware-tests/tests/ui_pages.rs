@@ -11,110 +11,14 @@
 //!   with their devices, a device's values from DeviceStatus, and a desired value set on the
 //!   page landing on that node's register.
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use sim::browser::{browser, chromedriver, screenshot, submit, wait_text};
 use sim::modbus_sim::Sim;
 use sim::{Node, free_port};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// chromedriver on a free port, once it answers; none (the test is skipped) without it.
-fn chromedriver() -> Option<(Driver, u16)> {
-    if Command::new("chromium").arg("--version").output().is_err() {
-        eprintln!("skipped: no chromium (apt-get install chromium chromium-driver)");
-        return None;
-    }
-    let port = free_port();
-    let child = match Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: no chromedriver ({e}; apt-get install chromium-driver)");
-            return None;
-        }
-    };
-    let driver = Driver(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "chromedriver did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some((driver, port))
-}
-
-async fn browser(port: u16) -> Client {
-    // cloudcore's API serves HTTPS with a certificate of its own CA.
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,800", "--ignore-certificate-errors"]}),
-    );
-    caps.insert("acceptInsecureCerts".into(), true.into());
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("a browser session")
-}
-
-/// The text of the first element `css` matches, `""` when there is none.
-async fn text(c: &Client, css: &str) -> String {
-    match c.find(Locator::Css(css)).await {
-        Ok(e) => e.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    }
-}
-
-/// Polls `css`'s text until `ok` holds; returns it, or panics naming what was shown.
-async fn wait_text(
-    c: &Client,
-    css: &str,
-    secs: u64,
-    what: &str,
-    ok: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let t = text(c, css).await;
-        if ok(&t) {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: after {secs} s the page shows {t:?} at {css}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn screenshot(c: &Client, name: &str) {
-    let png = c.screenshot().await.expect("a screenshot");
-    let root = sim::workspace_root();
-    let dir = root.join("target/screenshots");
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join(name), &png);
-    if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
-        let docs = root.join("docs/screenshots");
-        let _ = std::fs::create_dir_all(&docs);
-        let _ = std::fs::write(docs.join(name), &png);
-    }
-}
 
 #[test]
 fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
-    let Some((_driver, driver_port)) = chromedriver() else {
+    let Some(driver) = chromedriver() else {
         return;
     };
     let oven = Sim::oven();
@@ -131,7 +35,7 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
     let mapper = node.mapper("mapper-modbus", "modbus", free_port());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async move {
-        let c = browser(driver_port).await;
+        let c = browser(&driver).await;
 
         // The device list, then the oven's page.
         c.goto(&format!("{}/ui", node.http))
@@ -154,17 +58,13 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         eprintln!("temperature on the page: {first} then {moved}");
 
         // A set point typed into the form lands on the register and comes back as reported.
-        let input = c
-            .find(Locator::Css("#desired-setpoint"))
-            .await
-            .expect("the set point's field");
-        input.send_keys("65").await.expect("typed");
-        c.find(Locator::Css(r#"form[data-prop="setpoint"] button"#))
-            .await
-            .expect("its button")
-            .click()
-            .await
-            .expect("clicked");
+        submit(
+            &c,
+            "#desired-setpoint",
+            r#"form[data-prop="setpoint"] button"#,
+            "65",
+        )
+        .await;
         let deadline = Instant::now() + Duration::from_secs(30);
         while oven.holding(1) != Some(65) {
             assert!(Instant::now() < deadline, "65 never reached the register");
@@ -185,17 +85,13 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         screenshot(&c, "gateway-oven.png").await;
 
         // A value above the model's maximum: the twin API's error, by the field.
-        let input = c
-            .find(Locator::Css("#desired-setpoint"))
-            .await
-            .expect("the set point's field");
-        input.send_keys("500").await.expect("typed");
-        c.find(Locator::Css(r#"form[data-prop="setpoint"] button"#))
-            .await
-            .expect("its button")
-            .click()
-            .await
-            .expect("clicked");
+        submit(
+            &c,
+            "#desired-setpoint",
+            r#"form[data-prop="setpoint"] button"#,
+            "500",
+        )
+        .await;
         wait_text(
             &c,
             "#desired-setpoint-error",
@@ -238,7 +134,7 @@ fn oven_on(name: &str, node: &str, port: u16) -> String {
 #[test]
 fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
     use sim::stack::Cloud;
-    let Some((_driver, driver_port)) = chromedriver() else {
+    let Some(driver) = chromedriver() else {
         return;
     };
     let cloud = Cloud::start();
@@ -279,21 +175,10 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
     let url = format!("https://127.0.0.1:{}/ui", cloud.api);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let c = browser(driver_port).await;
+        let c = browser(&driver).await;
         c.goto(&url).await.expect("the page");
         // No token yet: the page asks for one.
-        c.find(Locator::Css("#token"))
-            .await
-            .expect("the token's field")
-            .send_keys(&token)
-            .await
-            .expect("typed");
-        c.find(Locator::Css("#login button"))
-            .await
-            .expect("its button")
-            .click()
-            .await
-            .expect("clicked");
+        submit(&c, "#token", "#login button", &token).await;
         for i in 1..=2 {
             wait_text(
                 &c,
@@ -327,18 +212,13 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
             |t| !t.is_empty(),
         )
         .await;
-        c.find(Locator::Css("#desired-setpoint"))
-            .await
-            .expect("the set point's field")
-            .send_keys("70")
-            .await
-            .expect("typed");
-        c.find(Locator::Css(r#"form[data-prop="setpoint"] button"#))
-            .await
-            .expect("its button")
-            .click()
-            .await
-            .expect("clicked");
+        submit(
+            &c,
+            "#desired-setpoint",
+            r#"form[data-prop="setpoint"] button"#,
+            "70",
+        )
+        .await;
         let deadline = Instant::now() + Duration::from_secs(60);
         while ovens[1].0.holding(1) != Some(70) {
             assert!(

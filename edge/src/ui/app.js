@@ -152,22 +152,25 @@ async function openDevice(id) {
 
 function onDeviceEvent(ev) {
   const id = ev.id;
+  const old = S.devices.get(id);
+  // The list shows states: a new value alone does not make it again.
+  const moved = !old || !ev.row || old.state !== ev.row.state || old.stateReason !== ev.row.stateReason;
   if (ev.removed) {
     S.devices.delete(id);
+    S.dirtyList = true;
   } else if (ev.row) {
     S.devices.set(id, ev.row);
+    if (moved) S.dirtyList = true;
   }
-  S.dirtyList = true;
   for (const [k, p] of Object.entries(ev.properties || {})) {
     if (p) remember(id, k, p);
   }
   if (S.twin && S.twin.id === id) {
-    if (ev.row) Object.assign(S.twin, { state: ev.row.state, stateReason: ev.row.stateReason });
     for (const [k, p] of Object.entries(ev.properties || {})) {
       if (p) S.twin.properties[k] = p; else delete S.twin.properties[k];
     }
     // A device's state changes the staleness of all its values: read it whole again.
-    if (ev.row) openDevice(id); else S.dirtyDevice = true;
+    if (ev.row && moved) openDevice(id); else S.dirtyDevice = true;
   }
   schedule();
 }

@@ -7,6 +7,7 @@
 //! quickstart is a crate of its own.
 
 pub mod bluez;
+pub mod browser;
 pub mod containerd;
 pub mod modbus_sim;
 pub mod opcua_sim;

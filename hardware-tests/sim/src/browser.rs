@@ -1,0 +1,125 @@
+//! A real browser for the web pages' tests and bench: Debian's `chromium`, headless, driven
+//! through `chromedriver` (WebDriver) with fantoccini.
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use fantoccini;
+
+/// chromedriver, stopped on drop.
+pub struct Driver {
+    child: Child,
+    pub port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// chromedriver on a free port, once it answers; none, saying why, without chromium or it.
+pub fn chromedriver() -> Option<Driver> {
+    if Command::new("chromium").arg("--version").output().is_err() {
+        eprintln!("skipped: no chromium (apt-get install chromium chromium-driver)");
+        return None;
+    }
+    let port = crate::free_port();
+    let child = match Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skipped: no chromedriver ({e}; apt-get install chromium-driver)");
+            return None;
+        }
+    };
+    let driver = Driver { child, port };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(driver)
+}
+
+/// A new headless browser session (certificates of the project's own CAs accepted).
+pub async fn browser(driver: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,800", "--ignore-certificate-errors"]}),
+    );
+    caps.insert("acceptInsecureCerts".into(), true.into());
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a browser session")
+}
+
+/// The text of the first element `css` matches, `""` when there is none.
+pub async fn text(c: &Client, css: &str) -> String {
+    match c.find(Locator::Css(css)).await {
+        Ok(e) => e.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Polls `css`'s text until `ok` holds; returns it, or panics naming what was shown.
+pub async fn wait_text(
+    c: &Client,
+    css: &str,
+    secs: u64,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let t = text(c, css).await;
+        if ok(&t) {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: after {secs} s the page shows {t:?} at {css}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Types `value` into the field `css` and presses the button of its form.
+pub async fn submit(c: &Client, field: &str, button: &str, value: &str) {
+    c.find(Locator::Css(field))
+        .await
+        .unwrap_or_else(|e| panic!("no {field}: {e}"))
+        .send_keys(value)
+        .await
+        .expect("typed");
+    c.find(Locator::Css(button))
+        .await
+        .unwrap_or_else(|e| panic!("no {button}: {e}"))
+        .click()
+        .await
+        .expect("clicked");
+}
+
+/// A screenshot to `target/screenshots/NAME` (and `docs/screenshots/NAME` with
+/// `UPDATE_SCREENSHOTS=1`).
+pub async fn screenshot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("a screenshot");
+    let root = crate::workspace_root();
+    let dir = root.join("target/screenshots");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(name), &png);
+    if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+        let docs = root.join("docs/screenshots");
+        let _ = std::fs::create_dir_all(&docs);
+        let _ = std::fs::write(docs.join(name), &png);
+    }
+}
