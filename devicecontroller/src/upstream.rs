@@ -57,6 +57,9 @@ impl Stamped {
 pub struct Plan {
     pub reported: BTreeMap<String, Stamped>,
     pub observed: BTreeMap<String, Stamped>,
+    /// Why a property's read failed and why its desired value was refused (`""`: none), as
+    /// the edge last said.
+    pub errors: BTreeMap<String, (String, String)>,
     pub state: Option<(String, String)>,
     /// The messages this patch answers: `(node, message id)`.
     pub acks: Vec<(String, String)>,
@@ -70,7 +73,10 @@ pub struct Plan {
 impl Plan {
     /// Nothing to write (its reports were all older than what is stored).
     pub fn is_empty(&self) -> bool {
-        self.reported.is_empty() && self.observed.is_empty() && self.state.is_none()
+        self.reported.is_empty()
+            && self.observed.is_empty()
+            && self.errors.is_empty()
+            && self.state.is_none()
     }
 
     /// Folds `newer` in: each property keeps its newest value.
@@ -95,6 +101,7 @@ impl Plan {
                 }
             }
         }
+        self.errors.extend(newer.errors);
         if newer.state.is_some() {
             self.state = newer.state;
         }
@@ -232,6 +239,11 @@ impl Upstream {
                     && !older(&s, "observed")
                 {
                     plan.observed.insert(name.clone(), s);
+                }
+                if let Some(e) = t.get("errors").filter(|e| e.is_object()) {
+                    let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                    plan.errors
+                        .insert(name.clone(), (text("read"), text("write")));
                 }
             }
         } else {
@@ -418,9 +430,17 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
         })
         .collect();
     let mut set = |name: &str, field: &str, s: &Stamped| {
-        let v = json!({"value": s.value, "metadata": {"timestamp": s.timestamp.to_string(), "type": s.kind}});
+        let mut v = json!({"value": s.value, "metadata": {"timestamp": s.timestamp.to_string(), "type": s.kind}});
         match twins.iter_mut().find(|t| t["propertyName"] == json!(name)) {
-            Some(t) => t[field] = v,
+            Some(t) => {
+                // A new value keeps the errors the edge said stand (it says when they clear).
+                for key in ["error", "writeError"] {
+                    if let Some(e) = t[field]["metadata"].get(key).cloned() {
+                        v["metadata"][key] = e;
+                    }
+                }
+                t[field] = v;
+            }
             None => twins.push(json!({"propertyName": name, field: v})),
         }
     };
@@ -429,6 +449,24 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
     }
     for (k, s) in &plan.observed {
         set(k, "observedDesired", s);
+    }
+    // Errors ride in the reported value's metadata (a map of strings in KubeEdge's schema):
+    // `error` for a failed read, `writeError` for a refused desired value.
+    for (k, (read, write)) in &plan.errors {
+        let Some(meta) = twins
+            .iter_mut()
+            .find(|t| t["propertyName"] == json!(k))
+            .and_then(|t| t["reported"]["metadata"].as_object_mut())
+        else {
+            continue;
+        };
+        for (key, text) in [("error", read), ("writeError", write)] {
+            if text.is_empty() {
+                meta.remove(key);
+            } else {
+                meta.insert(key.into(), json!(text));
+            }
+        }
     }
     let mut status = json!({"twins": twins});
     if let Some((state, online)) = &plan.state {

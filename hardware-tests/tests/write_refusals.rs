@@ -108,3 +108,64 @@ fn a_refused_desired_value_shows_in_the_twin_until_a_value_that_fits() {
     });
     assert!(t["properties"]["level"]["error"].is_null(), "{t}");
 }
+
+/// The same refusal reaches the cloud: with the device declared through cloudcore's API and the
+/// desired value set with kubectl, DeviceStatus shows it in the reported value's metadata
+/// (`writeError`) until a value that fits lands.
+#[test]
+fn a_refused_desired_value_reaches_devicestatus() {
+    use sim::stack::Cloud;
+    let device = Sim::with(|s| {
+        s.holding.insert(0, 5);
+    });
+    let (port, _rt) = device.start("127.0.0.1:0").expect("simulator");
+    let cloud = Cloud::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("dial.yaml");
+    std::fs::write(
+        &file,
+        MANIFEST
+            .replace("PORT", &port.to_string())
+            .replace("nodeName: test-node", "nodeName: edge-node-1"),
+    )
+    .expect("manifest");
+    cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
+    let edgecore = sim::bin("edgecore");
+    let bins = edgecore
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .expect("bin dir");
+    let node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config());
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let meta = |st: &serde_json::Value| {
+        st["status"]["twins"]
+            .as_array()
+            .and_then(|a| a.iter().find(|t| t["propertyName"] == "level"))
+            .map(|t| t["reported"]["metadata"].clone())
+            .unwrap_or_default()
+    };
+    eventually(60, "level 5 in DeviceStatus", || {
+        sim::stack::reported(&cloud.status("dial-1"), "level").filter(|v| v == "5")
+    });
+    cloud.set_desired_value("dial-1", 0, "-321");
+    let m = eventually(60, "the refusal in DeviceStatus", || {
+        let m = meta(&cloud.status("dial-1"));
+        m["writeError"].is_string().then_some(m)
+    });
+    assert!(
+        m["writeError"]
+            .as_str()
+            .is_some_and(|e| e.contains("-321 does not fit a uint16")),
+        "{m}"
+    );
+    assert_eq!(device.holding(0), Some(5));
+    cloud.set_desired_value("dial-1", 0, "42");
+    eventually(60, "42 on the register", || {
+        (device.holding(0) == Some(42)).then_some(())
+    });
+    eventually(60, "the refusal gone from DeviceStatus", || {
+        meta(&cloud.status("dial-1"))["writeError"]
+            .is_null()
+            .then_some(())
+    });
+}

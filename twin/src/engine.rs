@@ -378,12 +378,13 @@ impl Engine {
             twin.row.desired_version += 1;
         }
         self.check_document(&twin)?;
-        let mut applied = diff(&before, &twin, added);
-        if !applied.is_noop() {
-            applied.delta = twin_delta(&twin);
-            self.devices.insert(decl.id.clone(), twin);
+        let applied = diff(&before, &twin, added);
+        if applied.is_noop() {
+            return Ok(applied);
         }
-        Ok(applied)
+        self.devices.insert(decl.id.clone(), twin);
+        // A new desired value clears a refusal: the cloud hears that too.
+        Ok(self.record(applied, false))
     }
 
     /// Removes a device and its twin.
@@ -800,6 +801,28 @@ impl Engine {
                     c.name.clone(),
                     Section::Reported,
                     r.clone(),
+                    cur.reported_version,
+                ));
+            }
+            let errors = |p: &PropertyTwin| (p.error.clone(), p.write_error.clone());
+            if last.map(errors) != Some(errors(cur))
+                && (cur.error.is_some() || cur.write_error.is_some() || last.is_some())
+            {
+                let text =
+                    |v: &Option<TwinValue>| v.as_ref().map(|x| x.value.clone()).unwrap_or_default();
+                let at = [&cur.error, &cur.write_error]
+                    .into_iter()
+                    .flatten()
+                    .map(|x| x.timestamp)
+                    .max()
+                    .unwrap_or_else(crate::now_millis);
+                outbox.push((
+                    c.name.clone(),
+                    Section::Errors,
+                    TwinValue {
+                        value: serde_json::json!({"read": text(&cur.error), "write": text(&cur.write_error)}).to_string(),
+                        timestamp: at,
+                    },
                     cur.reported_version,
                 ));
             }

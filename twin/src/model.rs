@@ -283,6 +283,9 @@ pub enum Section {
     Reported,
     /// The device state; the entry's property is empty.
     State,
+    /// Why a property's read failed and why its desired value was refused: the entry's value
+    /// is `{"read": "...", "write": "..."}` (empty strings when none).
+    Errors,
 }
 
 impl Section {
@@ -291,6 +294,7 @@ impl Section {
             Self::Desired => "desired",
             Self::Reported => "reported",
             Self::State => "state",
+            Self::Errors => "errors",
         }
     }
 
@@ -299,6 +303,7 @@ impl Section {
             "desired" => Some(Self::Desired),
             "reported" => Some(Self::Reported),
             "state" => Some(Self::State),
+            "errors" => Some(Self::Errors),
             _ => None,
         }
     }

@@ -528,7 +528,18 @@ fn a_property_error_is_kept_with_its_time_until_a_value_comes() {
     let a = e
         .report(&id(), std::slice::from_ref(&failed), 3)
         .expect("valid");
-    assert!(a.outbox.is_empty(), "an error is not a value for the cloud");
+    assert!(
+        a.outbox.iter().all(|e| e.section == Section::Errors),
+        "an error is not a value for the cloud: {:?}",
+        a.outbox
+    );
+    assert!(
+        a.outbox[0]
+            .value
+            .contains("exception 2 (illegal data address)"),
+        "{:?}",
+        a.outbox
+    );
     let p = &e.get(&id()).expect("twin").properties["temperature"];
     assert_eq!(p.reported.as_ref().map(|r| r.value.as_str()), Some("21"));
     assert_eq!(

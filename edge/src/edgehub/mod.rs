@@ -460,7 +460,7 @@ impl EdgeHub {
             // Reported values and states the device keeps local; desired values set here go up.
             let stays = match e.section {
                 Section::State => only_here.state,
-                Section::Reported => only_here.properties.contains(&e.property),
+                Section::Reported | Section::Errors => only_here.properties.contains(&e.property),
                 _ => false,
             };
             if stays {
@@ -500,6 +500,11 @@ impl EdgeHub {
                 let slot = twin
                     .entry(e.property.clone())
                     .or_insert_with(|| json!({"metadata": {"type": kind}}));
+                if e.section == Section::Errors {
+                    // Beside KubeEdge's keys, which its cloud reads alone.
+                    slot["errors"] = serde_json::from_str(&e.value).unwrap_or_default();
+                    continue;
+                }
                 let (value_key, version_key) = match e.section {
                     Section::Reported => ("actual", "actual_version"),
                     _ => ("expected", "expected_version"),

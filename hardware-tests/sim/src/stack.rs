@@ -102,6 +102,21 @@ impl Cloud {
         ]);
     }
 
+    /// `kubectl patch device NAME` giving its `index`th property the desired value `value`,
+    /// whether or not it had one.
+    pub fn set_desired_value(&self, name: &str, index: usize, value: &str) {
+        self.ok(&[
+            "patch",
+            "device",
+            name,
+            "--type=json",
+            "-p",
+            &format!(
+                r#"[{{"op":"add","path":"/spec/properties/{index}/desired","value":{{"value":"{value}"}}}}]"#
+            ),
+        ]);
+    }
+
     /// `kubectl get devicestatus NAME -o json`.
     pub fn status(&self, name: &str) -> Value {
         serde_json::from_str(&self.ok(&["get", "devicestatus", name, "-o", "json"]))
