@@ -188,6 +188,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             .with_context(|| format!("cannot listen on http.address {}", config.http.address))?;
         let state = http::ApiState {
             node: config.node_name.as_str().into(),
+            cloud: config.cloud.is_some(),
             twin: twin.clone(),
             metrics: metrics.clone(),
             mappers,
@@ -227,6 +228,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             sync: sync.clone(),
             meta: meta.clone(),
             pods: config.edged.is_some().then(|| cloud_pods.clone()),
+            metrics: metrics.clone(),
         };
         tasks.spawn(hub.run(cancel.clone()));
     }

@@ -12,7 +12,7 @@
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
-//! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length |
+//! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length, the cloud link (`none`, `connected`, `cut`) |
 //! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind |
 //! | `GET /ui` | the gateway's web page (no token needed to load it; it asks for the token the API needs) |
 
@@ -47,6 +47,8 @@ pub(crate) struct ApiState {
     pub token: Option<Arc<str>>,
     /// The node's name.
     pub node: Arc<str>,
+    /// Whether edgecore is joined to a cloud (`cloud:` in its config).
+    pub cloud: bool,
 }
 
 /// Refuses (401) a request without the API's token, when it has one.
@@ -214,6 +216,13 @@ async fn status(State(s): State<ApiState>) -> Response {
             Some(reason) => format!("degraded: {reason}"),
         },
         "outbox": outbox,
+        "cloud": if !s.cloud {
+            "none"
+        } else if s.metrics.cloud_connected.load(Ordering::Relaxed) == 1 {
+            "connected"
+        } else {
+            "cut"
+        },
     }))
     .into_response()
 }

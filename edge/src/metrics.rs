@@ -14,6 +14,8 @@ pub struct Metrics {
     pub mqtt_bad_payloads: AtomicU64,
     pub mqtt_connected: AtomicI64,
     pub mqtt_connection_errors: AtomicU64,
+    /// 1 while edgehub holds a session with the cloud.
+    pub cloud_connected: AtomicI64,
     /// QoS 0 requests dropped because the request queue was full.
     pub mqtt_requests_dropped: AtomicU64,
     /// The embedded broker's counters, when it runs.
@@ -119,6 +121,11 @@ impl Metrics {
             "edgecore_mqtt_connected",
             "1 while connected to the MQTT broker.",
             gi(&self.mqtt_connected),
+        );
+        o.gauge(
+            "edgecore_cloud_connected",
+            "1 while edgehub holds a session with the cloud.",
+            gi(&self.cloud_connected),
         );
         o.counter(
             "edgecore_mqtt_connection_errors",

@@ -41,6 +41,10 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         c.goto(&format!("{}/ui", node.http))
             .await
             .expect("the page");
+        wait_text(&c, "#health", 30, "the store's health", |t| {
+            t.contains("live") && t.contains("twin store ok") && !t.contains("cloud")
+        })
+        .await;
         wait_text(&c, "#device-rows", 30, "the oven in the list", |t| {
             t.contains("default/oven-1") && t.contains("online")
         })
@@ -137,7 +141,7 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
     let Some(driver) = chromedriver() else {
         return;
     };
-    let cloud = Cloud::start();
+    let mut cloud = Cloud::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let ovens: Vec<(Sim, u16, tokio::runtime::Runtime)> = (0..2)
         .map(|_| {
@@ -241,6 +245,19 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         )
         .await;
         screenshot(&c, "fleet-device.png").await;
+        // A gateway's own page says whether its cloud link holds.
+        c.goto(&format!("{}/ui", nodes[0].http))
+            .await
+            .expect("edge-1's page");
+        wait_text(&c, "#health", 30, "the cloud link up", |t| {
+            t.contains("cloud connected")
+        })
+        .await;
+        drop(cloud.proc.take());
+        wait_text(&c, "#health", 60, "the cloud link cut", |t| {
+            t.contains("cloud link cut")
+        })
+        .await;
         c.close().await.expect("closed");
     });
 }

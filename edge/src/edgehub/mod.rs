@@ -46,6 +46,7 @@ pub(crate) struct EdgeHub {
     pub meta: crate::meta::store::MetaStore,
     /// edged's pods from the cloud, when edged runs.
     pub pods: Option<CloudPods>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl EdgeHub {
@@ -59,6 +60,9 @@ impl EdgeHub {
                 _ = cancel.cancelled() => return,
                 r = self.connect_once(&cancel, &mut renewal_tried) => r,
             };
+            self.metrics
+                .cloud_connected
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             match r {
                 Ok(why) => tracing::warn!(reason = %why, "edgehub: session ended; reconnecting"),
                 Err(e) => tracing::warn!(
@@ -154,6 +158,9 @@ impl EdgeHub {
             .await
             .context("websocket handshake with cloudhub failed")?;
         tracing::info!(server = %self.cloud.server, "edgehub: connected");
+        self.metrics
+            .cloud_connected
+            .store(1, std::sync::atomic::Ordering::Relaxed);
         let (mut sink, mut frames) = ws.split();
         let mut heartbeat =
             tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));

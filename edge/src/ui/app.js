@@ -226,7 +226,9 @@ function showHealth() {
   const parts = [S.live ? "live" : "reconnecting…"];
   if (s) {
     parts.push(s.store === "ok" ? "twin store ok" : `twin store ${s.store}`);
-    if (s.outbox !== null && s.outbox !== undefined) parts.push(`${s.outbox} waiting for the cloud`);
+    if (s.cloud === "connected") parts.push("cloud connected");
+    else if (s.cloud === "cut") parts.push("cloud link cut (working offline)");
+    if (s.cloud !== "none" && s.outbox !== null && s.outbox !== undefined) parts.push(`${s.outbox} waiting for the cloud`);
   }
   $("health").textContent = parts.join(" · ");
 }

@@ -96,10 +96,12 @@ function renderDevice() {
     const unit = mp(p.name).unit ? ` ${esc(mp(p.name).unit)}` : "";
     let rep = r ? `<span data-value>${esc(r.value)}</span>${unit}${ts ? ` <span class="muted">${age(now - ts)} ago</span>` : ""}` : `<span class="muted">none yet</span>`;
     if (r && r.metadata && r.metadata.error) rep += `<div class="error">read failed: ${esc(r.metadata.error)}</div>`;
+    const refused = r && r.metadata && r.metadata.writeError;
     const want = p.desired && p.desired.value;
     let des = want !== undefined && want !== "" ? `<span data-desired>${esc(want)}</span>${unit}` : (writable(p.name) ? `<span class="muted">none</span>` : "");
     const od = t.observedDesired && t.observedDesired.value;
-    if (want) des += (od === want || (r && r.value === want)) ? ` <span class="landed">landed</span>` : ` <span class="muted">pending</span>`;
+    if (want) des += (od === want || (r && r.value === want)) ? ` <span class="landed">landed</span>` : (refused ? "" : ` <span class="muted">pending</span>`);
+    if (refused) des += `<p class="error" role="alert">refused by the device: ${esc(refused)}</p>`;
     const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
     set(".rep", rep);
     set(".des", des);
