@@ -50,6 +50,14 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         })
         .await;
         screenshot(&c, "gateway-devices.png").await;
+        // The mappers: the one serving the oven, alive, with its device.
+        c.goto(&format!("{}/ui#/mappers", node.http))
+            .await
+            .expect("the mappers");
+        wait_text(&c, "#mapper-rows", 30, "the mapper alive with its device", |t| {
+            t.contains("modbus") && t.contains("alive") && t.contains("default/oven-1")
+        })
+        .await;
         c.goto(&format!("{}/ui#/device/default/oven-1", node.http))
             .await
             .expect("the oven's page");
@@ -123,6 +131,25 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         )
         .await;
         screenshot(&c, "gateway-oven-unknown.png").await;
+
+        // On a phone's screen: nothing wider than it, the form still there.
+        c.set_window_size(390, 844).await.expect("a phone's size");
+        let wide = c
+            .execute(
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+                vec![],
+            )
+            .await
+            .expect("measured");
+        assert!(
+            wide.as_i64().unwrap_or(1) <= 0,
+            "the page is {wide} px wider than a phone's screen"
+        );
+        wait_text(&c, r#"form[data-prop="setpoint"]"#, 10, "the form", |t| {
+            t.contains("Set setpoint")
+        })
+        .await;
+        screenshot(&c, "gateway-oven-phone.png").await;
         c.close().await.expect("closed");
     });
 }
