@@ -49,6 +49,8 @@ pub(crate) struct ApiState {
     pub node: Arc<str>,
     /// Whether edgecore is joined to a cloud (`cloud:` in its config).
     pub cloud: bool,
+    /// The twin's changes for `GET /api/v1/events`.
+    pub events: Feed,
 }
 
 /// Refuses (401) a request without the API's token, when it has one.
@@ -233,52 +235,86 @@ async fn status(State(s): State<ApiState>) -> Response {
 /// (read everything again) instead of what it missed; nothing waits for a slow reader.
 async fn events(State(s): State<ApiState>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
+    use tokio::sync::broadcast::error::RecvError;
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    let rx = s.twin.subscribe();
+    let rx = s.events.subscribe();
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        loop {
-            let event = match rx.recv().await {
-                Ok(applied) => {
-                    let Some(id) = &applied.device else { continue };
-                    if applied.is_noop() {
-                        continue;
-                    }
-                    let now = twin::now_millis();
-                    let stale = applied
-                        .row
-                        .as_ref()
-                        .is_some_and(|r| matches!(r.state.as_str(), "unknown" | "offline"));
-                    let properties: serde_json::Map<String, serde_json::Value> = applied
-                        .changes
-                        .iter()
-                        .map(|c| {
-                            let v = c
-                                .current
-                                .as_ref()
-                                .map(|p| property_view(p, stale, now))
-                                .unwrap_or(serde_json::Value::Null);
-                            (c.name.clone(), v)
-                        })
-                        .collect();
-                    let data = json!({
-                        "id": id.to_string(),
-                        "removed": applied.removed,
-                        "row": applied.row,
-                        "properties": properties,
-                    });
-                    Event::default().event("device").data(data.to_string())
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    Event::default().event("resync").data("{}")
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            };
-            return Some((Ok::<_, std::convert::Infallible>(event), rx));
-        }
+        let event = match rx.recv().await {
+            Ok(Some(data)) => Event::default().event("device").data(&*data),
+            Ok(None) | Err(RecvError::Lagged(_)) => Event::default().event("resync").data("{}"),
+            Err(RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, std::convert::Infallible>(event), rx))
     });
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// Each stored twin change as the event stream's data, made once for all its readers (and not
+/// at all while there are none); `None` when the feed fell behind the twin's events (its
+/// readers read everything again).
+pub(crate) type Feed = tokio::sync::broadcast::Sender<Option<Arc<str>>>;
+
+/// The feed of `twin`'s changes, until `cancel`.
+pub(crate) fn event_feed(twin: &TwinService, cancel: CancellationToken) -> Feed {
+    use tokio::sync::broadcast::error::RecvError;
+    let (feed, _) = tokio::sync::broadcast::channel(1024);
+    let mut rx = twin.subscribe();
+    let out = feed.clone();
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = rx.recv() => r,
+            };
+            let data = match next {
+                Ok(applied) if out.receiver_count() > 0 => match event_data(&applied) {
+                    Some(d) => Some(Arc::from(d)),
+                    None => continue,
+                },
+                Ok(_) => continue,
+                Err(RecvError::Lagged(_)) => None,
+                Err(RecvError::Closed) => return,
+            };
+            let _ = out.send(data);
+        }
+    });
+    feed
+}
+
+/// The event stream's data of one change: `{"id", "removed", "row", "properties"}`.
+fn event_data(applied: &twin::engine::Applied) -> Option<String> {
+    let id = applied.device.as_ref()?;
+    if applied.is_noop() {
+        return None;
+    }
+    let now = twin::now_millis();
+    let stale = applied
+        .row
+        .as_ref()
+        .is_some_and(|r| matches!(r.state.as_str(), "unknown" | "offline"));
+    let properties: serde_json::Map<String, serde_json::Value> = applied
+        .changes
+        .iter()
+        .map(|c| {
+            let v = c
+                .current
+                .as_ref()
+                .map(|p| property_view(p, stale, now))
+                .unwrap_or(serde_json::Value::Null);
+            (c.name.clone(), v)
+        })
+        .collect();
+    Some(
+        json!({
+            "id": id.to_string(),
+            "removed": applied.removed,
+            "row": applied.row,
+            "properties": properties,
+        })
+        .to_string(),
+    )
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {

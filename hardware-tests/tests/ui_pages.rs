@@ -190,11 +190,7 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         .expect("manifest");
         cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
     }
-    let edgecore = sim::bin("edgecore");
-    let bins = edgecore
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .expect("bin dir");
+    let bins = sim::bin_dir();
     let nodes: Vec<Node> = (1..=2)
         .map(|i| Node::start_named(&bins, &format!("edge-{i}"), "", &cloud.edge_config()))
         .collect();

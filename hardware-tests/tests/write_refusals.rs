@@ -130,11 +130,7 @@ fn a_refused_desired_value_reaches_devicestatus() {
     )
     .expect("manifest");
     cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
-    let edgecore = sim::bin("edgecore");
-    let bins = edgecore
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .expect("bin dir");
+    let bins = sim::bin_dir();
     let node = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config());
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     let meta = |st: &serde_json::Value| {
@@ -147,7 +143,7 @@ fn a_refused_desired_value_reaches_devicestatus() {
     eventually(60, "level 5 in DeviceStatus", || {
         sim::stack::reported(&cloud.status("dial-1"), "level").filter(|v| v == "5")
     });
-    cloud.set_desired_value("dial-1", 0, "-321");
+    cloud.set_desired("dial-1", 0, "-321");
     let m = eventually(60, "the refusal in DeviceStatus", || {
         let m = meta(&cloud.status("dial-1"));
         m["writeError"].is_string().then_some(m)
@@ -159,7 +155,7 @@ fn a_refused_desired_value_reaches_devicestatus() {
         "{m}"
     );
     assert_eq!(device.holding(0), Some(5));
-    cloud.set_desired_value("dial-1", 0, "42");
+    cloud.set_desired("dial-1", 0, "42");
     eventually(60, "42 on the register", || {
         (device.holding(0) == Some(42)).then_some(())
     });

@@ -30,17 +30,26 @@ pub fn content_type(name: &str) -> &'static str {
 }
 
 /// The page file `name` (`""` or `index.html` for the page itself) from the page's own files
-/// `own` (`index.html`, `app.js`) and the shared ones, with its headers; none for another name.
-pub fn file(name: &str, own: &[(&str, &'static str)]) -> Option<http::Response<String>> {
+/// `own` (`index.html`, `app.js`) and the shared ones, with its headers; 404 for another name.
+pub fn file(name: &str, own: &[(&str, &'static str)]) -> http::Response<String> {
     let name = if name.is_empty() { "index.html" } else { name };
-    let body = own
+    let found = own
         .iter()
         .chain([("common.js", COMMON_JS), ("style.css", STYLE)].iter())
-        .find(|(n, _)| *n == name)?
-        .1;
-    let mut r = http::Response::builder().header(http::header::CONTENT_TYPE, content_type(name));
-    for (k, v) in HEADERS {
-        r = r.header(k, v);
-    }
-    r.body(body.to_string()).ok()
+        .find(|(n, _)| *n == name);
+    let mut r = http::Response::builder();
+    let body = match found {
+        Some((_, body)) => {
+            r = r.header(http::header::CONTENT_TYPE, content_type(name));
+            for (k, v) in HEADERS {
+                r = r.header(k, v);
+            }
+            body.to_string()
+        }
+        None => {
+            r = r.status(http::StatusCode::NOT_FOUND);
+            format!("no page file {name}")
+        }
+    };
+    r.body(body).unwrap_or_default()
 }

@@ -4,8 +4,6 @@
 //! token the user gives it (its requests are authorized as that user's); loading it needs none.
 
 use axum::extract::Path;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 
 const OWN: &[(&str, &str)] = &[
     ("index.html", include_str!("ui/index.html")),
@@ -13,10 +11,6 @@ const OWN: &[(&str, &str)] = &[
 ];
 
 /// `GET /ui` and `GET /ui/{file}`.
-pub(crate) async fn page(file: Option<Path<String>>) -> Response {
-    let name = file.map(|Path(f)| f).unwrap_or_default();
-    match rt::ui::file(&name, OWN) {
-        Some(r) => r.into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
-    }
+pub(crate) async fn page(file: Option<Path<String>>) -> axum::http::Response<String> {
+    rt::ui::file(file.as_ref().map_or("", |Path(f)| f), OWN)
 }

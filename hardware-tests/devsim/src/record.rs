@@ -473,17 +473,7 @@ where
         options,
     };
     let mut framer = Framer::default();
-    let mut chunk = [0u8; 512];
-    loop {
-        match tokio::time::timeout(crate::rtu::NOISE_GAP, line.read(&mut chunk)).await {
-            Err(_) => {
-                framer.clear();
-                continue;
-            }
-            Ok(Ok(0)) => return Ok(()),
-            Ok(Ok(n)) => framer.push(&chunk[..n]),
-            Ok(Err(e)) => return Err(e),
-        }
+    while framer.fill(&mut line).await? {
         while let Some(f) = framer.next(request_len) {
             if !crc_ok(&f) {
                 continue;
@@ -497,4 +487,5 @@ where
             line.flush().await?;
         }
     }
+    Ok(())
 }

@@ -84,6 +84,31 @@ impl Framer {
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
+
+    /// Reads what `port` sends next into the framer: `false` once it closed. Bytes left with
+    /// no new byte for [`NOISE_GAP`] are dropped as noise first.
+    pub async fn fill<P: AsyncRead + Unpin>(&mut self, port: &mut P) -> std::io::Result<bool> {
+        let mut chunk = [0u8; 512];
+        loop {
+            match tokio::time::timeout(NOISE_GAP, port.read(&mut chunk)).await {
+                Err(_) => {
+                    if !self.is_empty() {
+                        let noise = self.clear();
+                        tracing::debug!(
+                            bytes = noise.len(),
+                            "serial line: an incomplete frame dropped"
+                        );
+                    }
+                }
+                Ok(Ok(0)) => return Ok(false),
+                Ok(Ok(n)) => {
+                    self.push(&chunk[..n]);
+                    return Ok(true);
+                }
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+    }
 }
 
 fn words(out: &mut Vec<u8>, ws: &[u16]) {
@@ -146,23 +171,7 @@ where
     P: AsyncRead + AsyncWrite + Unpin,
 {
     let mut framer = Framer::default();
-    let mut chunk = [0u8; 512];
-    loop {
-        match tokio::time::timeout(NOISE_GAP, port.read(&mut chunk)).await {
-            Err(_) => {
-                if !framer.is_empty() {
-                    let noise = framer.clear();
-                    tracing::debug!(
-                        bytes = noise.len(),
-                        "serial line: an incomplete frame dropped"
-                    );
-                }
-                continue;
-            }
-            Ok(Ok(0)) => return Ok(()),
-            Ok(Ok(n)) => framer.push(&chunk[..n]),
-            Ok(Err(e)) => return Err(e),
-        }
+    while framer.fill(&mut port).await? {
         while let Some(frame) = framer.next(request_len) {
             if !crc_ok(&frame) {
                 tracing::debug!("serial line: a request with a wrong CRC ignored");
@@ -189,4 +198,5 @@ where
             port.flush().await?;
         }
     }
+    Ok(())
 }

@@ -498,16 +498,11 @@ pub async fn start(
             ),
         };
         tokio::spawn(serve_units(listener, units));
-        for (d, sim, plan) in group {
-            out.push(launch(
-                sim,
-                d,
-                plan,
-                scenario.seed,
-                options,
-                Place::at(local),
-            ));
-        }
+        out.extend(
+            group.into_iter().map(|(d, sim, plan)| {
+                launch(sim, d, plan, scenario.seed, options, Place::at(local))
+            }),
+        );
     }
     // Every BLE device behind one BlueZ.
     if !ble.is_empty() {
@@ -541,16 +536,11 @@ pub async fn start(
             pki,
         };
         tokio::spawn(crate::opcua::serve(listener, server));
-        for (d, sim, plan) in group {
-            out.push(launch(
-                sim,
-                d,
-                plan,
-                scenario.seed,
-                options,
-                Place::at(local),
-            ));
-        }
+        out.extend(
+            group.into_iter().map(|(d, sim, plan)| {
+                launch(sim, d, plan, scenario.seed, options, Place::at(local))
+            }),
+        );
     }
     for LineSetup {
         port,

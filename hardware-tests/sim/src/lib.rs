@@ -39,6 +39,14 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The directory of the workspace's binaries ([`bin`]'s, built if missing).
+pub fn bin_dir() -> PathBuf {
+    bin("edgecore")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
 /// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -91,7 +99,7 @@ pub fn property_error(http_port: u16, device: &str, property: &str) -> Option<St
         .map(str::to_string)
 }
 
-/// `cargo build` of `edgecore`, the mappers, `kectl` and `cloudcore` in the workspace at `root`,
+/// `cargo build` of `edgecore`, the mappers, `devsim`, `kectl` and `cloudcore` in the workspace at `root`,
 /// with `--release` when `release`. `hardware-tests` is in the set (and depends on each of
 /// them), so the features are those of `cargo run -p hardware-tests`, and the environment is
 /// the shell's: a bench that calls this after `cargo run` rebuilds nothing.
@@ -114,6 +122,10 @@ pub fn build_binaries(root: &Path, release: bool) -> bool {
         "mapper-serial",
         "-p",
         "mapper-opcua",
+        "-p",
+        "mapper-ble",
+        "-p",
+        "devsim",
         "-p",
         "kectl",
         "-p",

@@ -88,23 +88,9 @@ impl Cloud {
         text
     }
 
-    /// `kubectl patch device NAME` setting the desired value of its `index`th property.
-    pub fn set_desired(&self, name: &str, index: usize, value: &str) {
-        self.ok(&[
-            "patch",
-            "device",
-            name,
-            "--type=json",
-            "-p",
-            &format!(
-                r#"[{{"op":"replace","path":"/spec/properties/{index}/desired/value","value":"{value}"}}]"#
-            ),
-        ]);
-    }
-
     /// `kubectl patch device NAME` giving its `index`th property the desired value `value`,
     /// whether or not it had one.
-    pub fn set_desired_value(&self, name: &str, index: usize, value: &str) {
+    pub fn set_desired(&self, name: &str, index: usize, value: &str) {
         self.ok(&[
             "patch",
             "device",
