@@ -13,6 +13,10 @@
 //!     maxBodyBytes: 3145728          # larger request bodies get 413
 //!     bookmarkIntervalSeconds: 60
 //!     fsync: false                   # true: fsync every commit (survives power loss)
+//!     etcd:                          # keep the objects in etcd instead of SQLite (replicas)
+//!       endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
+//!       prefix: /cloudcore/          # the keys' prefix (several fleets can share one etcd)
+//!       compactEverySeconds: 300     # etcd's history is compacted to where it was one period ago
 //!   deviceController:                # devices to their nodes, reports into DeviceStatus
 //!     enable: true
 //!     patchIntervalMs: 100           # at most one DeviceStatus patch per device per interval
@@ -188,6 +192,27 @@ pub struct ApiServer {
     pub max_body_bytes: usize,
     pub bookmark_interval_seconds: u64,
     pub fsync: bool,
+    /// etcd instead of the SQLite file: what several replicas share.
+    pub etcd: Option<Etcd>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Etcd {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub compact_every_seconds: u64,
+}
+
+impl Default for Etcd {
+    fn default() -> Self {
+        let d = apiserver::EtcdOptions::default();
+        Self {
+            endpoints: d.endpoints,
+            prefix: d.prefix,
+            compact_every_seconds: d.compact_every.as_secs(),
+        }
+    }
 }
 
 impl Default for ApiServer {
@@ -201,6 +226,7 @@ impl Default for ApiServer {
             max_body_bytes: d.max_body,
             bookmark_interval_seconds: d.bookmark_every.as_secs(),
             fsync: false,
+            etcd: None,
         }
     }
 }
@@ -249,6 +275,20 @@ impl Config {
                 "must be at least 1".into(),
             ));
         }
+        if let Some(e) = &a.etcd {
+            if e.endpoints.is_empty() {
+                return Err(invalid(
+                    "modules.apiserver.etcd.endpoints".into(),
+                    "give at least one member's client URL (http://HOST:2379)".into(),
+                ));
+            }
+            if !e.prefix.starts_with('/') {
+                return Err(invalid(
+                    "modules.apiserver.etcd.prefix".into(),
+                    format!("{:?} must start with /", e.prefix),
+                ));
+            }
+        }
         if config.modules.device_controller.max_in_flight == 0 {
             return Err(invalid(
                 "modules.deviceController.maxInFlight".into(),
@@ -283,6 +323,12 @@ impl Config {
             bookmark_every: std::time::Duration::from_secs(a.bookmark_interval_seconds),
             fsync: a.fsync,
             install,
+            etcd: a.etcd.as_ref().map(|e| apiserver::EtcdOptions {
+                endpoints: e.endpoints.clone(),
+                prefix: e.prefix.clone(),
+                compact_every: std::time::Duration::from_secs(e.compact_every_seconds),
+            }),
+            leader: None,
             revoked: None,
         }
     }

@@ -13,8 +13,9 @@ use std::time::Duration;
 const CRD_KEY: &str = "customresourcedefinitions.apiextensions.k8s.io";
 const CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 
-pub(crate) async fn run(api: Arc<Api>) {
+pub(crate) async fn run(api: Arc<Api>, leader: Option<tokio::sync::watch::Receiver<bool>>) {
     let mut rx = api.store.subscribe();
+    let leading = || leader.as_ref().is_none_or(|l| *l.borrow());
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
         let wake = tokio::select! {
@@ -28,10 +29,16 @@ pub(crate) async fn run(api: Arc<Api>) {
                     batch.iter().any(|e| e.obj.deleting || e.kind == crate::store::EventType::Deleted)
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                // The store's view was loaded again (etcd): follow the new feed.
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    rx = api.store.subscribe();
+                    api.refresh_registry();
+                    true
+                }
             },
         };
-        if wake {
+        // The registry follows the CRDs on every server; what deletes runs on the leader only.
+        if wake && leading() {
             sweep(&api).await;
         }
     }

@@ -55,6 +55,8 @@ use tokio_util::sync::CancellationToken;
 /// The Kubernetes version the API reports (`/version`) and follows.
 pub const KUBE_VERSION: &str = "v1.33.0";
 
+pub use store::EtcdOptions;
+
 /// Settings of the embedded API.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -72,6 +74,12 @@ pub struct Config {
     /// Objects created at start when absent, or updated when their spec differs (the project's
     /// CRDs).
     pub install: Vec<Value>,
+    /// etcd instead of the SQLite file in `data_dir` (several servers can share it).
+    pub etcd: Option<store::EtcdOptions>,
+    /// Whether this server runs the controllers that must run once (namespace and CRD
+    /// cleanup, garbage collection): always when `None`; when given, while it says `true`
+    /// (cloudcore's replicas elect one with a Lease).
+    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
     /// Which client certificates were revoked (cloudcore's node certificates), if anyone
     /// revokes them: a revoked one authenticates nobody.
     pub revoked: Option<RevocationCheck>,
@@ -98,6 +106,8 @@ impl Default for Config {
             bookmark_every: Duration::from_secs(60),
             fsync: false,
             install: Vec::new(),
+            etcd: None,
+            leader: None,
             revoked: None,
         }
     }
@@ -179,8 +189,10 @@ pub async fn start(config: Config) -> Result<Running> {
         )
     })?;
     let database = config.data_dir.join("api.db");
-    rt::fs::private_database(&database)
-        .with_context(|| format!("cannot make {} private", database.display()))?;
+    if config.etcd.is_none() {
+        rt::fs::private_database(&database)
+            .with_context(|| format!("cannot make {} private", database.display()))?;
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -199,6 +211,7 @@ pub async fn start(config: Config) -> Result<Running> {
         store::StoreOptions {
             history: config.history,
             fsync: config.fsync,
+            etcd: config.etcd.clone(),
         },
     )
     .await?;
@@ -212,7 +225,7 @@ pub async fn start(config: Config) -> Result<Running> {
     ));
     bootstrap(&api, &config.install).await?;
     let tls = tls_config(&pki)?;
-    tokio::spawn(controllers::run(api.clone()));
+    tokio::spawn(controllers::run(api.clone(), config.leader.clone()));
     let app = router(api.clone(), pki.tokens.clone(), config.revoked.clone());
     let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), app, stop.clone()));
     tracing::info!(%url, kubeconfig = %pki.kubeconfig.display(), "embedded API serving");

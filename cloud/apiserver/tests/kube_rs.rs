@@ -328,6 +328,7 @@ async fn a_watch_resumes_across_a_restart_and_relists_after_410() {
             .expect("filler update");
         }
     }
+    c.forget_history();
     c.restart();
     let cms = Api::<ConfigMap>::namespaced(c.client().await, "default");
     wait_for(&mut rx, "init".into()).await;

@@ -9,6 +9,7 @@
 pub mod bluez;
 pub mod browser;
 pub mod containerd;
+pub mod etcd;
 pub mod modbus_sim;
 pub mod opcua_sim;
 pub mod stack;

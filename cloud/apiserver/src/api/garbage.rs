@@ -127,7 +127,7 @@ fn fixture() -> Fixture {
         .expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
     let api = rt.block_on(async {
-        let store = Store::open(&dir.path().join("api.db"), StoreOptions { history: 1000, fsync: false })
+        let store = Store::open(&dir.path().join("api.db"), StoreOptions { history: 1000, fsync: false, etcd: None })
             .await
             .expect("store");
         let api = Arc::new(Api::new(store, 64 * 1024, "127.0.0.1:1".into(), Duration::from_secs(60), CancellationToken::new()));

@@ -482,6 +482,7 @@ mod body_budget {
             StoreOptions {
                 history: 10,
                 fsync: false,
+                etcd: None,
             },
         )
         .await

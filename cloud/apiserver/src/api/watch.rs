@@ -39,7 +39,10 @@ impl Api {
                 Some(rv) if !initial_events => match tables.events_since(rv) {
                     Some(evs) => (
                         evs.into_iter()
-                            .filter(|e| e.key.res == t.res.store_key)
+                            .filter(|e| {
+                                e.key.res == t.res.store_key
+                                    && (t.ns.is_empty() || e.key.ns == t.ns)
+                            })
                             .map(|e| (e.kind, e.obj, None))
                             .collect::<Vec<_>>(),
                         tables.rv.max(rv),
@@ -68,6 +71,7 @@ impl Api {
         let ns = t.ns.clone();
         let stop = self.stop.clone();
         let bookmark_every = self.bookmark_every;
+        let store = self.store.clone();
         tokio::spawn(async move {
             let w = Watcher {
                 res,
@@ -77,11 +81,27 @@ impl Api {
                 fields,
                 as_table,
             };
-            if let Some((rv, compacted)) = expired {
-                let s = Status::gone(format!("too old resource version: {rv} ({compacted})"));
-                let line = format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", s.to_json());
-                let _ = tx.send(Ok(Bytes::from(line))).await;
-                return;
+            // Older than the view's history: from etcd's own history when the store is on etcd
+            // and it still has it, else 410 Gone.
+            let mut first = first;
+            if let Some((rv, _)) = expired {
+                match store.replay(&w.res.store_key, rv).await {
+                    Ok((evs, upto)) => {
+                        first = evs
+                            .into_iter()
+                            .filter(|e| w.ns.is_empty() || e.key.ns == w.ns)
+                            .map(|e| (e.kind, e.obj, e.prev))
+                            .collect();
+                        last_rv = last_rv.max(upto);
+                    }
+                    Err(compacted) => {
+                        let s =
+                            Status::gone(format!("too old resource version: {rv} ({compacted})"));
+                        let line = format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", s.to_json());
+                        let _ = tx.send(Ok(Bytes::from(line))).await;
+                        return;
+                    }
+                }
             }
             for (kind, obj, prev) in first {
                 if let Some(b) = w.line(kind, &obj, prev.as_deref())

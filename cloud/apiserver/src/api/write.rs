@@ -68,7 +68,7 @@ impl Api {
                             &c2.name,
                         ));
                     }
-                    finish(&c2, None, body, true)
+                    finish(&c2, None, body.clone(), true)
                 }),
             )
             .await?;
@@ -101,7 +101,7 @@ impl Api {
                 dry_run(q)?,
                 Box::new(move |old, _| match old {
                     None => Err(Status::not_found(&c2.res.group, &c2.res.plural, &c2.name)),
-                    Some(old) => finish(&c2, Some(&old), body, true),
+                    Some(old) => finish(&c2, Some(&old), body.clone(), true),
                 }),
             )
             .await?;
@@ -165,7 +165,7 @@ impl Api {
                     let now = meta::now_rfc3339();
                     match (kind, old) {
                         (PatchType::Apply, None) => {
-                            let mut obj = body;
+                            let mut obj = body.clone();
                             if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                                 m.insert("name".into(), json!(c.name));
                             }

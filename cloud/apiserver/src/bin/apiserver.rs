@@ -34,6 +34,13 @@ struct Args {
     /// Largest request body accepted (413 beyond).
     #[arg(long)]
     max_body_bytes: Option<usize>,
+    /// Keep the objects in etcd instead of SQLite: the members' client URLs, comma-separated
+    /// (`http://127.0.0.1:2379,http://127.0.0.1:22379`).
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// The etcd keys' prefix.
+    #[arg(long, default_value = "/cloudcore/")]
+    etcd_prefix: String,
 }
 
 fn objects(files: &[PathBuf]) -> Result<Vec<serde_json::Value>, String> {
@@ -70,6 +77,11 @@ fn main() -> ExitCode {
         history: args.watch_history.unwrap_or(defaults.history),
         max_body: args.max_body_bytes.unwrap_or(defaults.max_body),
         install,
+        etcd: (!args.etcd.is_empty()).then(|| apiserver::EtcdOptions {
+            endpoints: args.etcd.clone(),
+            prefix: args.etcd_prefix.clone(),
+            ..apiserver::EtcdOptions::default()
+        }),
         ..defaults
     };
     rt::bootstrap::run(

@@ -1,5 +1,9 @@
 //! Runs the crate's own `apiserver` binary on a temporary data directory, with the project's
 //! CRDs installed (as cloudcore installs them), and the real `kubectl` against it.
+//!
+//! With `APISERVER_STORE=etcd` every server keeps its objects in a real etcd of its own
+//! (Debian's `etcd-server`) instead of SQLite: the same tests, on the other store
+//! (`scripts/test` runs them both ways).
 #![allow(dead_code)]
 
 pub mod cases;
@@ -37,7 +41,16 @@ pub struct Server {
     args: Vec<String>,
     starts: usize,
     process: Process,
+    /// The etcd the server keeps its objects in, on the etcd store.
+    pub etcd: Option<sim::etcd::EtcdCluster>,
+    /// Its members' URLs (of `etcd`, or of one shared with other servers).
+    etcd_urls: Vec<String>,
     _tmp: tempfile::TempDir,
+}
+
+/// Whether these tests run on the etcd store (`APISERVER_STORE=etcd`).
+pub fn on_etcd() -> bool {
+    std::env::var("APISERVER_STORE").is_ok_and(|s| s == "etcd")
 }
 
 impl std::ops::Deref for Server {
@@ -55,6 +68,23 @@ impl Server {
 
     /// Starts with extra command-line `args` (`--watch-history 100`).
     pub fn start_with(args: &[&str]) -> Self {
+        let etcd = on_etcd().then(|| sim::etcd::EtcdCluster::start(1).expect("etcd starts"));
+        Self::start_on(args, etcd, Vec::new())
+    }
+
+    /// Starts on an etcd shared with other servers.
+    pub fn start_shared(etcd: &sim::etcd::EtcdCluster) -> Self {
+        Self::start_on(&[], None, etcd.endpoints())
+    }
+
+    fn start_on(
+        args: &[&str],
+        etcd: Option<sim::etcd::EtcdCluster>,
+        mut etcd_urls: Vec<String>,
+    ) -> Self {
+        if let Some(e) = &etcd {
+            etcd_urls = e.endpoints();
+        }
         let tmp = tempfile::tempdir().expect("temp dir");
         write_crds(&tmp.path().join("crds.yaml"));
         let dir = tmp.path().to_path_buf();
@@ -70,6 +100,8 @@ impl Server {
             args: args.iter().map(|a| a.to_string()).collect(),
             starts: 0,
             process: Process::default(),
+            etcd,
+            etcd_urls,
             _tmp: tmp,
         };
         c.spawn();
@@ -90,6 +122,12 @@ impl Server {
             .arg("--install")
             .arg(self.dir.join("crds.yaml"))
             .args(&self.args)
+            .args(
+                (!self.etcd_urls.is_empty())
+                    .then(|| ["--etcd".to_string(), self.etcd_urls.join(",")])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -100,6 +138,14 @@ impl Server {
         let log = self.dir.join("apiserver.log");
         self.process
             .wait_serving("apiserver", &log, "apiserver: API at", &mut self.starts);
+    }
+
+    /// Makes the store forget its history up to now: etcd compacted (on SQLite the tests
+    /// write past `--watch-history` instead).
+    pub fn forget_history(&self) {
+        if let Some(e) = &self.etcd {
+            e.compact().expect("etcd compacts");
+        }
     }
 
     pub fn log(&self) -> String {

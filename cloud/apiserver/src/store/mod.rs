@@ -8,6 +8,9 @@
 //! Watch history: the events of the last `history` writes are kept in memory and in the database
 //! (so a watch resumes across a restart). A watch from a version older than the kept history is
 //! answered `410 Gone`, as etcd's compaction makes a kube-apiserver do.
+//!
+//! Or the same view over etcd (`etcd`): several API servers share one etcd cluster, each keeps
+//! the objects in memory from etcd's watch, and writes go to etcd as transactions.
 
 use crate::status::Status;
 use api::packed::Packed;
@@ -21,6 +24,11 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
+
+mod client;
+mod etcd;
+
+pub use etcd::EtcdOptions;
 
 /// A stored object: its serialized JSON and what selectors and controllers look at.
 #[derive(Debug)]
@@ -155,7 +163,10 @@ pub enum Outcome {
 }
 
 /// The function a mutation runs in the writer, given the current object.
-pub(crate) type MutateFn = Box<dyn FnOnce(Option<Value>, u64) -> Result<Outcome, Status> + Send>;
+///
+/// On etcd it may run more than once: again on the newer object when another server changed it
+/// first.
+pub(crate) type MutateFn = Box<dyn FnMut(Option<Value>, u64) -> Result<Outcome, Status> + Send>;
 
 /// What a committed mutation answers.
 #[derive(Debug, Clone)]
@@ -192,6 +203,45 @@ impl Tables {
             .and_then(|m| m.get(&(key.ns.clone(), key.name.clone())))
     }
 
+    /// Brings the objects and the history to the end of `events` (committed, in order).
+    fn apply(&mut self, rv: u64, events: &[Event]) {
+        self.rv = rv;
+        for e in events {
+            let map = self.objects.entry(e.key.res.clone()).or_default();
+            let k = (e.key.ns.clone(), e.key.name.clone());
+            if e.kind == EventType::Deleted {
+                map.remove(&k);
+            } else {
+                map.insert(k, e.obj.clone());
+            }
+        }
+        self.history.extend(events.iter().map(|e| Event {
+            prev: None,
+            ..e.clone()
+        }));
+    }
+
+    /// Where the history is cut for it to keep `keep` events once `incoming` are added.
+    fn compact_point(&self, incoming: &[Event], keep: usize) -> Option<u64> {
+        let kept = self.history.len() + incoming.len();
+        let drop = kept.saturating_sub(keep);
+        if drop == 0 {
+            None
+        } else if drop <= self.history.len() {
+            Some(self.history[drop - 1].rv)
+        } else {
+            Some(incoming[drop - self.history.len() - 1].rv)
+        }
+    }
+
+    /// Forgets the events up to `rv`.
+    fn trim(&mut self, rv: u64) {
+        while self.history.front().is_some_and(|e| e.rv <= rv) {
+            self.history.pop_front();
+        }
+        self.compacted = self.compacted.max(rv);
+    }
+
     /// Events after `rv`, or `None` when some of them are no longer kept.
     pub fn events_since(&self, rv: u64) -> Option<Vec<Event>> {
         if rv < self.compacted {
@@ -205,8 +255,42 @@ impl Tables {
 #[derive(Clone)]
 pub struct Store {
     tables: Arc<RwLock<Tables>>,
-    tx: mpsc::Sender<Mutation>,
-    events: broadcast::Sender<Arc<Vec<Event>>>,
+    backend: Backend,
+    events: Feed,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(mpsc::Sender<Mutation>),
+    Etcd(Arc<etcd::EtcdStore>),
+}
+
+/// The committed changes, to every watcher. When the view is loaded again from scratch (etcd
+/// compacted past what it had seen) the feed is replaced: the watchers see it close and resume,
+/// or relist on `410 Gone`.
+#[derive(Clone)]
+pub(crate) struct Feed(Arc<RwLock<broadcast::Sender<Arc<Vec<Event>>>>>);
+
+impl Feed {
+    fn new() -> Self {
+        Self(Arc::new(RwLock::new(broadcast::channel(1024).0)))
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Arc<Vec<Event>>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).subscribe()
+    }
+
+    fn send(&self, batch: Vec<Event>) {
+        let _ = self
+            .0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Arc::new(batch));
+    }
+
+    fn reset(&self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = broadcast::channel(1024).0;
+    }
 }
 
 /// Store settings.
@@ -217,10 +301,21 @@ pub struct StoreOptions {
     /// `full`: fsync at every commit (survives power loss); otherwise WAL `normal` (survives a
     /// killed process).
     pub fsync: bool,
+    /// etcd instead of the SQLite file.
+    pub etcd: Option<EtcdOptions>,
 }
 
 impl Store {
     pub async fn open(path: &Path, opts: StoreOptions) -> anyhow::Result<Self> {
+        if let Some(e) = &opts.etcd {
+            let events = Feed::new();
+            let (tables, backend) = etcd::EtcdStore::open(e, opts.history, events.clone()).await?;
+            return Ok(Self {
+                tables,
+                backend: Backend::Etcd(backend),
+                events,
+            });
+        }
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -318,7 +413,7 @@ impl Store {
             compacted: compacted as u64,
         }));
         let (tx, rx) = mpsc::channel(4096);
-        let (events, _) = broadcast::channel(1024);
+        let events = Feed::new();
         let writer = Writer {
             conn,
             opts: options,
@@ -327,7 +422,11 @@ impl Store {
             history: opts.history.max(100),
         };
         tokio::spawn(writer.run(rx));
-        Ok(Self { tables, tx, events })
+        Ok(Self {
+            tables,
+            backend: Backend::Sqlite(tx),
+            events,
+        })
     }
 
     pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Tables> {
@@ -338,18 +437,36 @@ impl Store {
         self.events.subscribe()
     }
 
+    /// The events of resource `res` after `rv` that the view no longer keeps in memory, up to
+    /// where it is: from etcd's own history when it still has them. `Err` with the oldest
+    /// version that can be resumed from when they are gone (`410 Gone`).
+    pub async fn replay(&self, res: &Arc<str>, rv: u64) -> Result<(Vec<Event>, u64), u64> {
+        match &self.backend {
+            Backend::Sqlite(_) => Err(self.read().compacted),
+            Backend::Etcd(e) => e.replay(res, rv).await,
+        }
+    }
+
+    /// Whether the objects live in etcd (shared with other servers).
+    pub fn shared(&self) -> bool {
+        matches!(self.backend, Backend::Etcd(_))
+    }
+
     /// Runs `f` in the writer on the current object at `key`, and answers once it is durable.
     pub async fn mutate(&self, key: Key, dry_run: bool, f: MutateFn) -> Result<Done, Status> {
+        let tx = match &self.backend {
+            Backend::Sqlite(tx) => tx,
+            Backend::Etcd(e) => return e.mutate(&self.tables, key, dry_run, f).await,
+        };
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Mutation {
-                key,
-                f,
-                dry_run,
-                reply,
-            })
-            .await
-            .map_err(|_| Status::unavailable("the store is shutting down"))?;
+        tx.send(Mutation {
+            key,
+            f,
+            dry_run,
+            reply,
+        })
+        .await
+        .map_err(|_| Status::unavailable("the store is shutting down"))?;
         rx.await
             .map_err(|_| Status::internal("the store's writer stopped"))?
     }
@@ -359,7 +476,7 @@ struct Writer {
     conn: SqliteConnection,
     opts: SqliteConnectOptions,
     tables: Arc<RwLock<Tables>>,
-    events: broadcast::Sender<Arc<Vec<Event>>>,
+    events: Feed,
     history: usize,
 }
 
@@ -388,7 +505,7 @@ impl Writer {
             let next_rv = rv + 1;
             let old = current.as_ref().map(|o| o.value());
             // A bug in a mutation must not take the writer (and every later write) down.
-            let f = m.f;
+            let mut f = m.f;
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
                 f(old, next_rv)
             }))
@@ -457,46 +574,17 @@ impl Writer {
         if events.is_empty() {
             return;
         }
-        let compact_to = {
-            let t = self.read();
-            let kept = t.history.len() + events.len();
-            let drop = kept.saturating_sub(self.history);
-            if drop == 0 {
-                None
-            } else if drop <= t.history.len() {
-                Some(t.history[drop - 1].rv)
-            } else {
-                Some(events[drop - t.history.len() - 1].rv)
-            }
-        };
+        let compact_to = self.read().compact_point(&events, self.history);
         match self.commit(&events, rv, compact_to).await {
             Ok(()) => {
                 {
                     let mut t = self.tables.write().unwrap_or_else(|e| e.into_inner());
-                    t.rv = rv;
-                    for (key, obj) in overlay {
-                        let map = t.objects.entry(key.res.clone()).or_default();
-                        match obj {
-                            Some(o) => {
-                                map.insert((key.ns, key.name), o);
-                            }
-                            None => {
-                                map.remove(&(key.ns, key.name));
-                            }
-                        }
-                    }
-                    t.history.extend(events.iter().map(|e| Event {
-                        prev: None,
-                        ..e.clone()
-                    }));
+                    t.apply(rv, &events);
                     if let Some(c) = compact_to {
-                        while t.history.front().is_some_and(|e| e.rv <= c) {
-                            t.history.pop_front();
-                        }
-                        t.compacted = c;
+                        t.trim(c);
                     }
                 }
-                let _ = self.events.send(Arc::new(events));
+                self.events.send(events);
                 for (reply, done) in waiting {
                     let _ = reply.send(Ok(done));
                 }

@@ -1,0 +1,260 @@
+//! A small etcd v3 client on the gRPC code generated from `proto/etcd/v3.proto`: the calls the
+//! etcd store makes, over several members' addresses. A call that cannot reach a member (refused,
+//! reset, or no answer within [`CALL_TIMEOUT`]) goes to the next one, so a stopped member costs a
+//! reconnect, not an error.
+//!
+//! Why not the `etcd-client` crate: it compiles etcd's protobuf files with a system `protoc` at
+//! build time, and a fresh clone of this project builds with no `protoc` (its protobuf is
+//! compiled by the pure-Rust `protox`, as the DMI's is).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
+
+#[allow(clippy::all, unreachable_pub)]
+pub(crate) mod pb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+use pb::kv_client::KvClient;
+use pb::watch_client::WatchClient;
+
+/// The longest a unary call waits for a member before trying the next.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Clients of the members, and the one in use.
+pub(crate) struct Etcd {
+    members: Vec<(String, Channel)>,
+    current: AtomicUsize,
+}
+
+/// What a failed call says: its member and gRPC status.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdError {
+    pub member: String,
+    pub status: tonic::Status,
+}
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "etcd at {}: {} ({:?})",
+            self.member,
+            self.status.message(),
+            self.status.code()
+        )
+    }
+}
+
+impl Etcd {
+    /// Clients of `endpoints` (`http://host:2379` or `host:2379`), connected when first used.
+    pub(crate) fn new(endpoints: &[String]) -> anyhow::Result<Self> {
+        if endpoints.is_empty() {
+            anyhow::bail!("no etcd endpoints given");
+        }
+        let mut members = Vec::new();
+        for e in endpoints {
+            let url = if e.contains("://") {
+                e.clone()
+            } else {
+                format!("http://{e}")
+            };
+            if url.starts_with("https://") {
+                anyhow::bail!(
+                    "etcd endpoint {e}: TLS to etcd is not supported yet; reach etcd on a private address (see the README)"
+                );
+            }
+            let ep = Endpoint::from_shared(url.clone())
+                .map_err(|err| anyhow::anyhow!("etcd endpoint {e} is not a URL: {err}"))?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_timeout(Duration::from_secs(5))
+                .keep_alive_while_idle(true);
+            members.push((url, ep.connect_lazy()));
+        }
+        Ok(Self {
+            members,
+            current: AtomicUsize::new(0),
+        })
+    }
+
+    /// Runs `call` on the member in use, then on each other member while the failure says the
+    /// member could not be reached.
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let start = self.current.load(Ordering::Relaxed);
+        let n = self.members.len();
+        let mut last = None;
+        for i in 0..n {
+            let at = (start + i) % n;
+            let (url, ch) = &self.members[at];
+            let status = match tokio::time::timeout(CALL_TIMEOUT, call(ch.clone())).await {
+                Ok(Ok(r)) => {
+                    if i > 0 {
+                        self.current.store(at, Ordering::Relaxed);
+                        tracing::info!(member = %url, "etcd: using this member");
+                    }
+                    return Ok(r.into_inner());
+                }
+                Ok(Err(s)) => s,
+                Err(_) => {
+                    tonic::Status::deadline_exceeded(format!("no answer within {CALL_TIMEOUT:?}"))
+                }
+            };
+            let retry = unreachable(&status);
+            last = Some(EtcdError {
+                member: url.clone(),
+                status,
+            });
+            if !retry {
+                break;
+            }
+        }
+        Err(last.unwrap_or_else(|| EtcdError {
+            member: String::new(),
+            status: tonic::Status::unavailable("no etcd member"),
+        }))
+    }
+
+    pub(crate) async fn range(
+        &self,
+        req: pb::RangeRequest,
+    ) -> Result<pb::RangeResponse, EtcdError> {
+        self.call(|ch| {
+            let req = req.clone();
+            async move {
+                KvClient::new(ch)
+                    .max_decoding_message_size(64 << 20)
+                    .range(req)
+                    .await
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse, EtcdError> {
+        self.call(|ch| {
+            let req = req.clone();
+            async move {
+                KvClient::new(ch)
+                    .max_decoding_message_size(64 << 20)
+                    .txn(req)
+                    .await
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        self.call(|ch| async move {
+            KvClient::new(ch)
+                .compact(pb::CompactionRequest {
+                    revision,
+                    physical: false,
+                })
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// A watch: the sender of further requests (kept open while the watch is) and the stream of
+    /// its responses.
+    pub(crate) async fn watch(
+        &self,
+        create: pb::WatchCreateRequest,
+    ) -> Result<
+        (
+            mpsc::Sender<pb::WatchRequest>,
+            tonic::Streaming<pb::WatchResponse>,
+        ),
+        EtcdError,
+    > {
+        let first = pb::WatchRequest {
+            request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
+        };
+        let start = self.current.load(Ordering::Relaxed);
+        let n = self.members.len();
+        let mut last = None;
+        for i in 0..n {
+            let at = (start + i) % n;
+            let (url, ch) = &self.members[at];
+            let (tx, rx) = mpsc::channel(4);
+            // The first request is in the channel before the call: etcd answers once it has it.
+            let _ = tx.try_send(first.clone());
+            let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
+            let mut client = WatchClient::new(ch.clone()).max_decoding_message_size(64 << 20);
+            let call = client.watch(requests);
+            let status = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+                Ok(Ok(r)) => {
+                    self.current.store(at, Ordering::Relaxed);
+                    return Ok((tx, r.into_inner()));
+                }
+                Ok(Err(s)) => s,
+                Err(_) => {
+                    tonic::Status::deadline_exceeded(format!("no answer within {CALL_TIMEOUT:?}"))
+                }
+            };
+            let retry = unreachable(&status);
+            last = Some(EtcdError {
+                member: url.clone(),
+                status,
+            });
+            if !retry {
+                break;
+            }
+        }
+        Err(last.unwrap_or_else(|| EtcdError {
+            member: String::new(),
+            status: tonic::Status::unavailable("no etcd member"),
+        }))
+    }
+
+    /// Moves to the next member (after a watch on the current one broke).
+    pub(crate) fn next_member(&self) {
+        let n = self.members.len();
+        let _ = self
+            .current
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some((c + 1) % n));
+    }
+}
+
+/// The failures that say a member could not be reached (another may answer).
+fn unreachable(s: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
+    ) || s.message().contains("no leader")
+}
+
+/// The end of the key range that holds every key starting with `prefix` (etcd's "prefix"
+/// range: the prefix with its last byte plus one).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_range_ends_after_every_key_of_the_prefix() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+}

@@ -1,0 +1,588 @@
+//! The store on etcd: the same in-memory view as on SQLite, filled from etcd and kept current by
+//! one etcd watch, so that several API servers (cloudcore replicas) serve one set of objects.
+//!
+//! - An object is the key `{prefix}{resource}/{namespace}/{name}` (namespace empty when
+//!   cluster-scoped), its value the object's JSON without `resourceVersion`: the
+//!   resourceVersion is etcd's revision of the key's last change (`mod_revision`), as a
+//!   kube-apiserver gives it.
+//! - A write is a transaction that compares the key's `mod_revision` with the version the
+//!   write was decided on (or that the key is absent, for a create): when another server
+//!   changed the object first, the write is decided again on the newer object (at most
+//!   [`ATTEMPTS`] times, then `409 Conflict`). It answers once this server's view holds it
+//!   (read your writes), so its answer and every later read agree.
+//! - Watches are served from the view's recent history; one from an older version is served
+//!   from etcd's own history (a watch on the resource's keys from that revision), and gets
+//!   `410 Gone` once etcd compacted it. Every `compactEvery` the store compacts etcd to the
+//!   revision it had reached one period before, as a kube-apiserver does every five minutes.
+
+use super::client::{Etcd, EtcdError, pb, prefix_end};
+use super::{Done, Event, EventType, Feed, Key, MutateFn, Obj, Objects, Outcome, Tables};
+use crate::status::Status;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Where the store's etcd is and how it is used (`modules.apiserver.etcd` in cloudcore's
+/// config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdOptions {
+    /// Client URLs of the members (`http://10.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// The keys' prefix: several independent fleets can share an etcd cluster.
+    pub prefix: String,
+    /// How often etcd's history is compacted (to where it was one period before).
+    pub compact_every: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/cloudcore/".into(),
+            compact_every: Duration::from_secs(300),
+        }
+    }
+}
+
+/// How many times a write is decided again after other servers changed its object first.
+const ATTEMPTS: usize = 16;
+
+/// The longest a write waits for this server's view to hold it before answering anyway.
+const CATCH_UP: Duration = Duration::from_secs(10);
+
+/// The replay's marker, after a resource's prefix: a "namespace" that starts with a NUL, which
+/// no object's can.
+const MARKER: &str = "\u{0}replay/";
+
+/// Keys read per request while loading.
+const PAGE: i64 = 500;
+
+pub(super) struct EtcdStore {
+    client: Etcd,
+    prefix: String,
+    /// The revision the view holds (every change up to it applied).
+    applied: watch::Sender<u64>,
+}
+
+type Shared = Arc<RwLock<Tables>>;
+
+impl EtcdStore {
+    pub(super) async fn open(
+        opts: &EtcdOptions,
+        history: usize,
+        events: Feed,
+    ) -> anyhow::Result<(Shared, Arc<Self>)> {
+        let client = Etcd::new(&opts.endpoints)?;
+        let mut prefix = opts.prefix.clone();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        let store = Arc::new(Self {
+            client,
+            prefix,
+            applied: watch::channel(0).0,
+        });
+        let (objects, rev) = store.load().await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read the objects from etcd ({}): {e}",
+                opts.endpoints.join(", ")
+            )
+        })?;
+        tracing::info!(
+            revision = rev,
+            objects = objects.values().map(|m| m.len()).sum::<usize>(),
+            prefix = %store.prefix,
+            "store: loaded from etcd"
+        );
+        let tables = Arc::new(RwLock::new(Tables {
+            rv: rev,
+            objects,
+            history: VecDeque::new(),
+            compacted: rev,
+        }));
+        store.applied.send_replace(rev);
+        tokio::spawn(
+            store
+                .clone()
+                .follow(tables.clone(), events, history.max(100)),
+        );
+        tokio::spawn(store.clone().compact(opts.compact_every));
+        Ok((tables, store))
+    }
+
+    fn key(&self, k: &Key) -> Vec<u8> {
+        format!("{}{}/{}/{}", self.prefix, k.res, k.ns, k.name).into_bytes()
+    }
+
+    /// The store key of an etcd key under the prefix.
+    fn parse_key(&self, raw: &[u8], names: &mut HashMap<String, Arc<str>>) -> Option<Key> {
+        let s = std::str::from_utf8(raw).ok()?.strip_prefix(&self.prefix)?;
+        let mut parts = s.splitn(3, '/');
+        let (res, ns, name) = (parts.next()?, parts.next()?, parts.next()?);
+        if ns.starts_with('\u{0}') {
+            return None;
+        }
+        let res = names
+            .entry(res.to_string())
+            .or_insert_with(|| Arc::from(res))
+            .clone();
+        Some(Key {
+            res,
+            ns: ns.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Every object under the prefix, read page by page at one revision, and that revision.
+    async fn load(&self) -> Result<(HashMap<Arc<str>, Objects>, u64), EtcdError> {
+        let end = prefix_end(self.prefix.as_bytes());
+        let mut from = self.prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut objects: HashMap<Arc<str>, Objects> = HashMap::new();
+        let mut names = HashMap::new();
+        loop {
+            let r = self
+                .client
+                .range(pb::RangeRequest {
+                    key: from.clone(),
+                    range_end: end.clone(),
+                    limit: PAGE,
+                    revision,
+                    ..Default::default()
+                })
+                .await?;
+            if revision == 0 {
+                revision = r.header.as_ref().map_or(0, |h| h.revision);
+            }
+            for kv in &r.kvs {
+                let Some(key) = self.parse_key(&kv.key, &mut names) else {
+                    continue;
+                };
+                let obj = object(&kv.value, kv.mod_revision as u64);
+                objects
+                    .entry(key.res)
+                    .or_default()
+                    .insert((key.ns, key.name), Arc::new(obj));
+            }
+            match (r.more, r.kvs.last()) {
+                (true, Some(last)) => {
+                    from = last.key.clone();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok((objects, revision.max(0) as u64))
+    }
+
+    /// Follows etcd's watch of the prefix into the view, for as long as the process runs: a
+    /// broken watch is made again from the next revision (on another member when its own is
+    /// gone); when etcd compacted past it, the view is loaded again and the watchers resume.
+    async fn follow(self: Arc<Self>, tables: Shared, events: Feed, keep: usize) {
+        let end = prefix_end(self.prefix.as_bytes());
+        let mut names = HashMap::new();
+        let mut backoff =
+            rt::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let from = *self.applied.borrow() + 1;
+            let (_requests, mut stream) = match self
+                .client
+                .watch(pb::WatchCreateRequest {
+                    key: self.prefix.as_bytes().to_vec(),
+                    range_end: end.clone(),
+                    start_revision: from as i64,
+                    prev_kv: true,
+                    ..Default::default()
+                })
+                .await
+            {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "store: cannot watch etcd; trying again");
+                    self.client.next_member();
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+            };
+            loop {
+                let resp = match stream.message().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => {
+                        tracing::warn!("store: etcd ended the watch; watching again");
+                        break;
+                    }
+                    Err(s) => {
+                        tracing::warn!(error = %s.message(), "store: the etcd watch broke; watching again");
+                        self.client.next_member();
+                        break;
+                    }
+                };
+                if resp.compact_revision > 0 {
+                    tracing::warn!(
+                        compacted = resp.compact_revision,
+                        "store: etcd compacted past this server's view; loading it again"
+                    );
+                    self.reload(&tables, &events).await;
+                    break;
+                }
+                if resp.canceled {
+                    tracing::warn!(reason = %resp.cancel_reason, "store: etcd cancelled the watch; watching again");
+                    break;
+                }
+                if resp.events.is_empty() {
+                    continue;
+                }
+                backoff.reset();
+                let batch = self.events_of(&resp.events, &tables, &mut names);
+                let Some(last) = resp.events.last().and_then(|e| e.kv.as_ref()) else {
+                    continue;
+                };
+                let rv = last.mod_revision as u64;
+                {
+                    let mut t = tables.write().unwrap_or_else(|e| e.into_inner());
+                    let cut = t.compact_point(&batch, keep);
+                    t.apply(rv, &batch);
+                    if let Some(c) = cut {
+                        t.trim(c);
+                    }
+                }
+                self.applied.send_replace(rv);
+                events.send(batch);
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
+    /// The view's events of one watch response (`prev`: the view's object before).
+    fn events_of(
+        &self,
+        evs: &[pb::Event],
+        tables: &Shared,
+        names: &mut HashMap<String, Arc<str>>,
+    ) -> Vec<Event> {
+        let t = tables.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::with_capacity(evs.len());
+        for e in evs {
+            let Some(kv) = &e.kv else { continue };
+            let Some(key) = self.parse_key(&kv.key, names) else {
+                continue;
+            };
+            let rv = kv.mod_revision as u64;
+            let prev = t.get(&key).cloned();
+            let (kind, obj) = if e.r#type == 1 {
+                // A delete: the last state, at the delete's revision.
+                let last = match (&e.prev_kv, &prev) {
+                    (Some(p), _) => object(&p.value, rv),
+                    (None, Some(p)) => with_rv(p.value(), rv),
+                    (None, None) => with_rv(
+                        serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}),
+                        rv,
+                    ),
+                };
+                (EventType::Deleted, last)
+            } else if kv.version == 1 {
+                (EventType::Added, object(&kv.value, rv))
+            } else {
+                (EventType::Modified, object(&kv.value, rv))
+            };
+            out.push(Event {
+                rv,
+                key,
+                kind,
+                obj: Arc::new(obj),
+                prev,
+            });
+        }
+        out
+    }
+
+    /// Loads every object again (after etcd compacted past the view): the history starts
+    /// over, and the watchers are closed for them to resume (or relist on `410 Gone`).
+    async fn reload(&self, tables: &Shared, events: &Feed) {
+        loop {
+            match self.load().await {
+                Ok((objects, rev)) => {
+                    {
+                        let mut t = tables.write().unwrap_or_else(|e| e.into_inner());
+                        t.objects = objects;
+                        t.history.clear();
+                        t.rv = rev;
+                        t.compacted = rev;
+                    }
+                    self.applied.send_replace(rev);
+                    events.reset();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "store: cannot load from etcd; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Compacts etcd every `every` to the revision reached one period before (another
+    /// server's compaction to the same point is no error).
+    async fn compact(self: Arc<Self>, every: Duration) {
+        if every.is_zero() {
+            return;
+        }
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        let mut previous = *self.applied.borrow();
+        loop {
+            tick.tick().await;
+            let now = *self.applied.borrow();
+            if previous > 0 {
+                match self.client.compact(previous as i64).await {
+                    Ok(()) => tracing::debug!(revision = previous, "store: etcd compacted"),
+                    Err(e) if e.status.message().contains("compacted") => {}
+                    Err(e) => tracing::warn!(error = %e, "store: cannot compact etcd"),
+                }
+            }
+            previous = now;
+        }
+    }
+
+    pub(super) async fn mutate(
+        &self,
+        tables: &Shared,
+        key: Key,
+        dry_run: bool,
+        mut f: MutateFn,
+    ) -> Result<Done, Status> {
+        let ekey = self.key(&key);
+        let mut current = tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        for _ in 0..ATTEMPTS {
+            let old = current.as_ref().map(|o| o.value());
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(old, 0)))
+                .unwrap_or_else(|_| {
+                    tracing::error!(key = ?key, "a write failed with a panic; it was refused");
+                    Err(Status::internal(
+                        "the write failed inside the server; nothing was changed",
+                    ))
+                })?;
+            let (op, mut value, deleted) = match out {
+                Outcome::Unchanged(v) => {
+                    return Ok(Done {
+                        value: v,
+                        deleted: false,
+                        created: false,
+                    });
+                }
+                Outcome::Put(v) => {
+                    let mut stored = v.clone();
+                    if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.remove("resourceVersion");
+                    }
+                    let body = serde_json::to_vec(&stored)
+                        .map_err(|e| Status::internal(format!("cannot encode the object: {e}")))?;
+                    let op = pb::request_op::Request::RequestPut(pb::PutRequest {
+                        key: ekey.clone(),
+                        value: body,
+                        ..Default::default()
+                    });
+                    (op, v, false)
+                }
+                Outcome::Delete(v) => {
+                    let op = pb::request_op::Request::RequestDeleteRange(pb::DeleteRangeRequest {
+                        key: ekey.clone(),
+                        ..Default::default()
+                    });
+                    (op, v, true)
+                }
+            };
+            let created = current.is_none() && !deleted;
+            if dry_run {
+                return Ok(Done {
+                    value,
+                    deleted,
+                    created,
+                });
+            }
+            let compare = match &current {
+                Some(c) => pb::Compare {
+                    result: 0,
+                    target: 2,
+                    key: ekey.clone(),
+                    target_union: Some(pb::compare::TargetUnion::ModRevision(c.rv as i64)),
+                },
+                None => pb::Compare {
+                    result: 0,
+                    target: 1,
+                    key: ekey.clone(),
+                    target_union: Some(pb::compare::TargetUnion::CreateRevision(0)),
+                },
+            };
+            let r = self
+                .client
+                .txn(pb::TxnRequest {
+                    compare: vec![compare],
+                    success: vec![pb::RequestOp { request: Some(op) }],
+                    failure: vec![pb::RequestOp {
+                        request: Some(pb::request_op::Request::RequestRange(pb::RangeRequest {
+                            key: ekey.clone(),
+                            ..Default::default()
+                        })),
+                    }],
+                })
+                .await
+                .map_err(write_error)?;
+            if r.succeeded {
+                let rev = r.header.as_ref().map_or(0, |h| h.revision).max(0) as u64;
+                self.caught_up(rev).await;
+                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), Value::String(rev.to_string()));
+                }
+                return Ok(Done {
+                    value,
+                    deleted,
+                    created,
+                });
+            }
+            // Another server changed it first: decide again on what etcd holds now.
+            current = r
+                .responses
+                .into_iter()
+                .find_map(|op| match op.response {
+                    Some(pb::response_op::Response::ResponseRange(rr)) => Some(rr.kvs),
+                    _ => None,
+                })
+                .and_then(|kvs| kvs.into_iter().next())
+                .map(|kv| Arc::new(object(&kv.value, kv.mod_revision as u64)));
+        }
+        Err(Status::conflict(
+            "",
+            &key.res,
+            &key.name,
+            "other servers kept changing it; please apply your changes to the latest version and try again",
+        ))
+    }
+
+    /// Waits (at most [`CATCH_UP`]) until the view holds revision `rev`.
+    async fn caught_up(&self, rev: u64) {
+        let mut rx = self.applied.subscribe();
+        let waited = tokio::time::timeout(CATCH_UP, rx.wait_for(|a| *a >= rev)).await;
+        if waited.is_err() {
+            tracing::warn!(
+                revision = rev,
+                "store: a write is answered before this server's view holds it (the etcd watch is behind)"
+            );
+        }
+    }
+
+    /// The events of `res` after `rv` from etcd's history, up to where etcd is; `Err` with the
+    /// revision etcd compacted to when they are gone.
+    pub(super) async fn replay(&self, res: &Arc<str>, rv: u64) -> Result<(Vec<Event>, u64), u64> {
+        let prefix = format!("{}{}/", self.prefix, res).into_bytes();
+        let gone = |c: u64| Err(c.max(rv + 1));
+        let Ok((requests, mut stream)) = self
+            .client
+            .watch(pb::WatchCreateRequest {
+                key: prefix.clone(),
+                range_end: prefix_end(&prefix),
+                start_revision: rv as i64 + 1,
+                prev_kv: true,
+                ..Default::default()
+            })
+            .await
+        else {
+            return gone(rv + 1);
+        };
+        // etcd gives no reliable "caught up" mark on a watch of past revisions, so the replay
+        // writes one: a marker key in the resource's range (under a namespace no object can
+        // have), whose change comes after every earlier event. The view never loads it.
+        let marker = [prefix.as_slice(), MARKER.as_bytes()].concat();
+        let put = pb::TxnRequest {
+            success: vec![pb::RequestOp {
+                request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
+                    key: marker.clone(),
+                    value: Vec::new(),
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        };
+        if self.client.txn(put).await.is_err() {
+            return gone(rv + 1);
+        }
+        let mut names = HashMap::new();
+        let mut out = Vec::new();
+        let deadline = tokio::time::sleep(Duration::from_secs(30));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return gone(rv + 1),
+                msg = stream.message() => {
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        _ => return gone(rv + 1),
+                    };
+                    if resp.compact_revision > 0 {
+                        return gone(resp.compact_revision as u64);
+                    }
+                    if resp.canceled {
+                        return gone(rv + 1);
+                    }
+                    for e in &resp.events {
+                        let Some(kv) = &e.kv else { continue };
+                        if kv.key == marker {
+                            drop(requests);
+                            return Ok((out, (kv.mod_revision as u64).max(rv)));
+                        }
+                        let Some(key) = self.parse_key(&kv.key, &mut names) else {
+                            continue;
+                        };
+                        let rv = kv.mod_revision as u64;
+                        let (kind, obj) = match (e.r#type, &e.prev_kv) {
+                            (1, Some(p)) => (EventType::Deleted, object(&p.value, rv)),
+                            (1, None) => (
+                                EventType::Deleted,
+                                with_rv(serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}), rv),
+                            ),
+                            _ if kv.version == 1 => (EventType::Added, object(&kv.value, rv)),
+                            _ => (EventType::Modified, object(&kv.value, rv)),
+                        };
+                        let prev = e.prev_kv.as_ref().map(|p| Arc::new(object(&p.value, p.mod_revision as u64)));
+                        out.push(Event { rv, key, kind, obj: Arc::new(obj), prev });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stored value as the view's object, at resourceVersion `rv`.
+fn object(value: &[u8], rv: u64) -> Obj {
+    let v: Value = serde_json::from_slice(value).unwrap_or(Value::Null);
+    with_rv(v, rv)
+}
+
+fn with_rv(mut v: Value, rv: u64) -> Obj {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+    Obj::from_value(&v, rv)
+}
+
+/// A failed write's answer: nothing was changed (or, when the answer was lost, the client
+/// reads to find out).
+fn write_error(e: EtcdError) -> Status {
+    let msg = e.status.message();
+    if msg.contains("too large") {
+        return Status::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the object is larger than etcd accepts ({e})"),
+        );
+    }
+    Status::unavailable(format!(
+        "storage error, the write may not have been made: {e}"
+    ))
+}

@@ -1,0 +1,224 @@
+//! A real etcd cluster on loopback (Debian's `etcd-server`): one member or several, each its own
+//! process and data directory, for the API's store tests and cloudcore's replica tests. Members
+//! can be killed and started again; etcd's history can be compacted.
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether the `etcd` binary is here (`scripts/test` installs it).
+pub fn available() -> bool {
+    Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+/// A running etcd cluster; stopped (and its data removed) when dropped.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    dir: tempfile::TempDir,
+}
+
+impl EtcdCluster {
+    /// `n` members on free loopback ports, healthy (a leader elected) when this returns.
+    pub fn start(n: usize) -> Result<Self> {
+        let mut last = None;
+        // A port taken between choosing it and etcd binding it: start over on others.
+        for _ in 0..3 {
+            match Self::try_start(n) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("etcd did not start")))
+    }
+
+    fn try_start(n: usize) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: crate::free_port(),
+                peer: crate::free_port(),
+                child: None,
+            })
+            .collect();
+        let mut c = Self { members, dir };
+        for i in 0..n {
+            c.spawn(i, true)?;
+        }
+        c.wait_healthy(Duration::from_secs(60))?;
+        Ok(c)
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, i: usize, new: bool) -> Result<()> {
+        let cluster = self.initial_cluster();
+        let dir = self.dir.path().to_path_buf();
+        let m = &mut self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{}.log", m.name)))?;
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(dir.join(&m.name))
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", m.client),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", m.client),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", m.peer),
+                "--initial-cluster",
+                &cluster,
+                "--initial-cluster-token",
+                "sim",
+                "--initial-cluster-state",
+                if new { "new" } else { "existing" },
+                // A busy test machine: slower heartbeats than the defaults keep one leader.
+                "--heartbeat-interval",
+                "200",
+                "--election-timeout",
+                "2000",
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot run etcd (apt-get install etcd-server)")?;
+        m.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until every running member answers `/health` with a leader.
+    fn wait_healthy(&mut self, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut all = true;
+            for m in &mut self.members {
+                let Some(child) = m.child.as_mut() else {
+                    continue;
+                };
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!(
+                        "etcd member {} exited with {status}: {}",
+                        m.name,
+                        std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
+                            .unwrap_or_default()
+                    );
+                }
+                let healthy = ureq::get(&format!("http://127.0.0.1:{}/health", m.client))
+                    .call()
+                    .ok()
+                    .and_then(|mut r| r.body_mut().read_to_string().ok())
+                    .is_some_and(|b| b.contains("\"true\""));
+                all &= healthy;
+            }
+            if all {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("etcd did not become healthy within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The members' client URLs.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect()
+    }
+
+    /// `kill -9` of member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data, and waits until the cluster is healthy.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.kill(i);
+        self.spawn(i, false)?;
+        self.wait_healthy(Duration::from_secs(60))
+    }
+
+    /// Compacts etcd's history to its current revision (what a long-running cluster does);
+    /// returns that revision.
+    pub fn compact(&self) -> Result<u64> {
+        let url = self
+            .members
+            .iter()
+            .find(|m| m.child.is_some())
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .context("no etcd member is running")?;
+        // etcd's JSON gateway: bytes are base64 (`AA==` is the key "\0", any key will do).
+        let r: Value = ureq::post(&format!("{url}/v3/kv/range"))
+            .send_json(json!({"key": "AA=="}))?
+            .body_mut()
+            .read_json()?;
+        let rev: u64 = r["header"]["revision"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .context("etcd's range answer has no revision")?;
+        ureq::post(&format!("{url}/v3/kv/compaction"))
+            .send_json(json!({"revision": rev.to_string(), "physical": true}))?;
+        Ok(rev)
+    }
+
+    /// The data directory (members' logs are `m{i}.log` in it).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The members' logs, for a failed test's message.
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let p: PathBuf = self.dir.path().join(format!("{}.log", m.name));
+                format!(
+                    "--- {} ---\n{}",
+                    m.name,
+                    std::fs::read_to_string(p).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
