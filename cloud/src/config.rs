@@ -34,6 +34,13 @@
 //!     resendSeconds: 5               # unacknowledged messages are sent again after this
 //!     tokenTtlHours: 24              # validity of `cloudcore gettoken` tokens
 //!     edgeCertDays: 365
+//!   leaderElection:                  # replicas: who runs the controllers that run once
+//!     enable: auto                   # auto: on with `etcd` or `kubeconfig`; true; false
+//!     namespace: kubeedge            # the coordination.k8s.io Lease...
+//!     name: cloudcore                # ...and its name
+//!     identity: ""                   # this replica's holderIdentity (default: host name + a random id)
+//!     leaseDurationSeconds: 15       # a leader silent this long is replaced
+//!     renewSeconds: 5                # the leader renews this often
 //!   metrics:
 //!     listen: "127.0.0.1:9091"       # Prometheus /metrics (plain HTTP); "" turns it off
 //! ```
@@ -72,7 +79,62 @@ pub struct Modules {
     pub edge_controller: Switch,
     pub daemon_set_controller: Switch,
     pub cloud_hub: CloudHub,
+    pub leader_election: LeaderElection,
     pub metrics: MetricsModule,
+}
+
+/// Leader election among replicas (`modules.leaderElection`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LeaderElection {
+    /// `auto` (on when the objects are shared: `etcd` or `kubeconfig`), `true` or `false`.
+    pub enable: Auto,
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration_seconds: u64,
+    pub renew_seconds: u64,
+}
+
+/// `auto`, `true` or `false`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Auto {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for Auto {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(Self::On),
+            Raw::Bool(false) => Ok(Self::Off),
+            Raw::Text(t) if t == "auto" => Ok(Self::Auto),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "{t:?}: expected auto, true or false"
+            ))),
+        }
+    }
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        Self {
+            enable: Auto::Auto,
+            namespace: "kubeedge".into(),
+            name: "cloudcore".into(),
+            identity: String::new(),
+            lease_duration_seconds: 15,
+            renew_seconds: 5,
+        }
+    }
 }
 
 /// A module that is on unless `enable: false`.
@@ -289,6 +351,16 @@ impl Config {
                 ));
             }
         }
+        let le = &config.modules.leader_election;
+        if le.renew_seconds == 0 || le.renew_seconds * 2 > le.lease_duration_seconds {
+            return Err(invalid(
+                "modules.leaderElection.renewSeconds".into(),
+                format!(
+                    "{} must be at least 1 and at most half of leaseDurationSeconds ({})",
+                    le.renew_seconds, le.lease_duration_seconds
+                ),
+            ));
+        }
         if config.modules.device_controller.max_in_flight == 0 {
             return Err(invalid(
                 "modules.deviceController.maxInFlight".into(),
@@ -309,6 +381,36 @@ impl Config {
             ));
         }
         Ok(config)
+    }
+
+    /// Whether replicas elect a leader: on `auto`, when the objects are shared with other
+    /// replicas (etcd, or a cluster).
+    pub fn elects_leader(&self) -> bool {
+        match self.modules.leader_election.enable {
+            Auto::On => true,
+            Auto::Off => false,
+            Auto::Auto => self.kubeconfig.is_some() || self.modules.apiserver.etcd.is_some(),
+        }
+    }
+
+    /// The election's settings; the identity is the host name and a random id unless set.
+    pub fn leader_settings(&self) -> crate::leader::Settings {
+        let le = &self.modules.leader_election;
+        let identity = if le.identity.is_empty() {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "cloudcore".into());
+            format!("{host}_{}", uuid::Uuid::new_v4())
+        } else {
+            le.identity.clone()
+        };
+        crate::leader::Settings {
+            namespace: le.namespace.clone(),
+            name: le.name.clone(),
+            identity,
+            lease_duration: std::time::Duration::from_secs(le.lease_duration_seconds),
+            renew_every: std::time::Duration::from_secs(le.renew_seconds),
+        }
     }
 
     /// The embedded API's settings, with the CRDs cloudcore installs.

@@ -6,6 +6,7 @@ pub mod cloudhub;
 pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
+pub mod leader;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -43,6 +44,9 @@ pub fn crds() -> Result<Vec<Value>> {
 /// Runs until `cancel`.
 pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()> {
     let crds = crds()?;
+    // Replicas: whether this one runs the controllers that run once. Always, alone.
+    let elects = config.elects_leader();
+    let (leading_tx, leading) = tokio::sync::watch::channel(!elects);
     let (client, running) = match &config.kubeconfig {
         Some(path) => {
             let client = cluster_client(path).await?;
@@ -52,6 +56,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         }
         None => {
             let mut api_config = config.apiserver(crds);
+            api_config.leader = Some(leading.clone());
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.
             let book = cloudhub::joins::Book::new(&config.data_dir);
@@ -69,6 +74,14 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         }
     };
     let stop = CancellationToken::new();
+    let election = elects.then(|| {
+        leader::start(
+            client.clone(),
+            config.leader_settings(),
+            leading_tx,
+            stop.clone(),
+        )
+    });
     let hub_cfg = &config.modules.cloud_hub;
     let cloudhub = if hub_cfg.enable {
         Some(start_cloudhub(&config, client.clone(), stop.clone()).await?)
@@ -86,7 +99,10 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         devicecontroller::controller::start(
             client.clone(),
             hub,
-            config.modules.device_controller.config(),
+            devicecontroller::controller::Config {
+                leader: Some(leading.clone()),
+                ..config.modules.device_controller.config()
+            },
             stop.clone(),
         )
     });
@@ -102,7 +118,29 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     }
     // On a real cluster its own DaemonSet controller does this.
     if running.is_some() && config.modules.daemon_set_controller.enable {
-        tokio::spawn(daemonset::run(client.clone(), stop.clone()));
+        let c = client.clone();
+        leader::while_leading(leading.clone(), stop.clone(), move |token| {
+            daemonset::run(c.clone(), token)
+        });
+    }
+    // Join tokens and node certificates given out or revoked through any replica hold on all.
+    if cloudhub.is_some() && elects {
+        tokio::spawn(cloudhub::joins::share(
+            client.clone(),
+            cloudhub::joins::Book::new(&config.data_dir),
+            stop.clone(),
+        ));
+    }
+    // Acknowledgements made through other replicas (their ObjectSync records) clear what this
+    // one keeps for the same nodes, so that a node moving here is not sent them again.
+    if let Some(h) = &cloudhub
+        && elects
+    {
+        tokio::spawn(cloudhub::objectsync::follow(
+            client.clone(),
+            h.clone(),
+            stop.clone(),
+        ));
     }
     let metrics = controller.as_ref().map(|c| c.metrics.clone());
     if !config.modules.metrics.listen.is_empty() {
@@ -120,6 +158,10 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     stop.cancel();
     if let Some(c) = controller {
         let _ = tokio::time::timeout(Duration::from_secs(2), c.task).await;
+    }
+    // The Lease given up before the API goes, for another replica to lead at once.
+    if let Some(e) = election {
+        let _ = tokio::time::timeout(Duration::from_secs(3), e).await;
     }
     if let Some(r) = running {
         r.shutdown(Duration::from_secs(5)).await;

@@ -176,6 +176,10 @@ pub struct Config {
     pub profile_interval: Duration,
     /// Write the per-node profile ConfigMaps at all.
     pub profiles: bool,
+    /// Replicas: whether this one leads. Only the leader creates DeviceStatus objects and
+    /// writes profile ConfigMaps; every replica sends its own nodes their messages and writes
+    /// their reports. `None`: alone, always.
+    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Default for Config {
@@ -185,6 +189,7 @@ impl Default for Config {
             max_in_flight: 64,
             profile_interval: Duration::from_millis(200),
             profiles: true,
+            leader: None,
         }
     }
 }
@@ -359,6 +364,7 @@ impl State {
         .default_backoff()
         .boxed();
         let mut done_rx = self.done_rx.take().unwrap_or_else(|| mpsc::channel(1).1);
+        let mut leader = self.config.leader.clone();
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -370,6 +376,10 @@ impl State {
                 Some(ev) = nodes.next() => self.node_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
                 Some(done) = done_rx.recv() => self.done(done),
+                Some(Ok(())) = async { match leader.as_mut() {
+                    Some(l) => Some(l.changed().await),
+                    None => std::future::pending().await,
+                } } => self.leadership_changed(),
                 _ = tick.tick() => self.flush(),
             }
         }
@@ -628,6 +638,24 @@ impl State {
         }
     }
 
+    fn leading(&self) -> bool {
+        self.config.leader.as_ref().is_none_or(|l| *l.borrow())
+    }
+
+    /// Became leader: every device's DeviceStatus is checked and every node's profile written
+    /// (what the previous leader left undone).
+    fn leadership_changed(&mut self) {
+        if !self.leading() {
+            return;
+        }
+        tracing::info!(
+            "device controller: leading; DeviceStatus objects and profiles are written here"
+        );
+        self.ensure_all_statuses();
+        let nodes = self.down.nodes();
+        self.dirty_nodes.extend(nodes.iter().map(|n| n.to_string()));
+    }
+
     fn ensure_all_statuses(&mut self) {
         for k in self.down.device_keys() {
             self.ensure_status(&k);
@@ -679,6 +707,9 @@ impl State {
 
     /// Spawns DeviceStatus creates from the queue while fewer than `max_in_flight` writes run.
     fn pump_creates(&mut self) {
+        if !self.leading() {
+            return;
+        }
         while self.writes_active < self.config.max_in_flight.max(1) {
             let Some(k) = self.create_queue.pop_front() else {
                 return;
@@ -910,6 +941,9 @@ impl State {
     }
 
     fn write_profiles(&mut self) {
+        if !self.leading() {
+            return;
+        }
         // Nodes whose profile is being written now: dirty again after this round.
         let mut later = Vec::new();
         while self.profile_active < PROFILE_WRITES {

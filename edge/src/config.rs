@@ -21,6 +21,11 @@
 //! # join a cloudcore (edgehub; none: local manifests only); the token (cloudcore gettoken) is
 //! # needed only until the node has its certificate ({dataDir}/certs)
 //! cloud: {server: "wss://cloud.example.com:10000", certServer: "https://cloud.example.com:10002", token: "TOKEN", heartbeatSeconds: 15}
+//! # cloudcore replicas: more addresses, tried in turn (or one name that resolves to several);
+//! # the node returns to its own replica (picked by its name) within rebalanceSeconds
+//! #   servers: [wss://cloud-b:10000, wss://cloud-c:10000]
+//! #   certServers: [https://cloud-b:10002, https://cloud-c:10002]
+//! #   rebalanceSeconds: 300
 //! # run the static pods of a directory (default {dataDir}/pods) on containerd through CRI
 //! edged: {runtimeEndpoint: "unix:///run/containerd/containerd.sock", staticPodPath: pods}
 //! ```
@@ -64,6 +69,14 @@ pub struct Cloud {
     pub server: String,
     /// The certificate server: `https://host:10002`.
     pub cert_server: String,
+    /// More cloudcore replicas (after `server`): tried in turn when one cannot be reached.
+    pub servers: Vec<String>,
+    /// Their certificate servers, in the same order (after `certServer`).
+    pub cert_servers: Vec<String>,
+    /// Connected to another replica than its own (the one its name picks among them), the node
+    /// goes back to its own once it answers again, at a random moment within this many seconds
+    /// (so that the nodes of a replica that comes back return gradually, not all at once).
+    pub rebalance_seconds: u64,
     /// From `cloudcore gettoken`; needed only until the node has its certificate.
     pub token: String,
     pub project_id: String,
@@ -76,11 +89,33 @@ pub struct Cloud {
     pub renew_before_days: u64,
 }
 
+impl Cloud {
+    /// Every replica's websocket and certificate servers, `server` first.
+    pub fn replicas(&self) -> Vec<(String, String)> {
+        let mut out = vec![(self.server.clone(), self.cert_server.clone())];
+        for (i, s) in self.servers.iter().enumerate() {
+            if *s == self.server {
+                continue;
+            }
+            let cert = self
+                .cert_servers
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| self.cert_server.clone());
+            out.push((s.clone(), cert));
+        }
+        out
+    }
+}
+
 impl Default for Cloud {
     fn default() -> Self {
         Self {
             server: String::new(),
             cert_server: String::new(),
+            servers: Vec::new(),
+            cert_servers: Vec::new(),
+            rebalance_seconds: 300,
             token: String::new(),
             project_id: "e632aba927ea4ac2b575ec1603d56f10".into(),
             heartbeat_seconds: 15,
@@ -429,6 +464,25 @@ impl Config {
                 return Err((
                     "cloud.certServer",
                     format!("{:?} is not https://host:port", c.cert_server),
+                ));
+            }
+            if let Some(s) = c.servers.iter().find(|s| !s.starts_with("wss://")) {
+                return Err(("cloud.servers", format!("{s:?} is not wss://host:port")));
+            }
+            if let Some(s) = c.cert_servers.iter().find(|s| !s.starts_with("https://")) {
+                return Err((
+                    "cloud.certServers",
+                    format!("{s:?} is not https://host:port"),
+                ));
+            }
+            if !c.cert_servers.is_empty() && c.cert_servers.len() != c.servers.len() {
+                return Err((
+                    "cloud.certServers",
+                    format!(
+                        "{} certificate servers for {} servers: give one per server, in the same order (or none: certServer serves them all)",
+                        c.cert_servers.len(),
+                        c.servers.len()
+                    ),
                 ));
             }
             if c.heartbeat_seconds == 0 || c.qps == 0 || c.burst == 0 {

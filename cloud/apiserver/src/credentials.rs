@@ -145,3 +145,68 @@ pub(crate) fn parse_tokens(text: &str) -> Result<Vec<(String, crate::User)>> {
     }
     Ok(out)
 }
+
+/// The files every replica of a fleet must share (on etcd): the CA that signs every
+/// certificate and token, and the bearer tokens; in the Secret `kube-system/cloudcore-pki`
+/// (as KubeEdge keeps its CA in a Secret), made by the first replica.
+const FLEET_FILES: [(&str, &str); 3] = [
+    ("ca.crt", "pki/ca.crt"),
+    ("ca.key", "pki/ca.key"),
+    ("tokens.csv", "tokens.csv"),
+];
+
+pub(crate) const FLEET_SECRET: (&str, &str) = ("kube-system", "cloudcore-pki");
+
+/// Takes the fleet's files from its Secret into `data_dir` (those missing are written; one
+/// that differs is an error naming it). `false` when there is no Secret yet (this replica is
+/// the first).
+pub(crate) fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
+    let key = crate::store::Key {
+        res: std::sync::Arc::from("secrets"),
+        ns: FLEET_SECRET.0.into(),
+        name: FLEET_SECRET.1.into(),
+    };
+    let Some(secret) = store.read().get(&key).map(|o| o.value()) else {
+        return Ok(false);
+    };
+    rt::fs::private_dir(&data_dir.join("pki"))?;
+    for (field, file) in FLEET_FILES {
+        let text = secret["data"][field]
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            .with_context(|| {
+                format!(
+                    "the Secret {}/{} has no {field}",
+                    FLEET_SECRET.0, FLEET_SECRET.1
+                )
+            })?;
+        let path = data_dir.join(file);
+        match read(&path)? {
+            None => write_private(&path, &text)?,
+            Some(local) if local == text => {}
+            Some(_) => anyhow::bail!(
+                "{} is not the fleet's (the Secret {}/{} in etcd): this data directory was made for another fleet (or another replica started first at the same time); give this replica an empty data directory and it takes the fleet's CA and tokens",
+                path.display(),
+                FLEET_SECRET.0,
+                FLEET_SECRET.1
+            ),
+        }
+    }
+    Ok(true)
+}
+
+/// The fleet's Secret made from `data_dir`'s files (the first replica's).
+pub(crate) fn fleet_secret(data_dir: &Path) -> Result<serde_json::Value> {
+    let mut data = serde_json::Map::new();
+    for (field, file) in FLEET_FILES {
+        let path = data_dir.join(file);
+        let text = read(&path)?.with_context(|| format!("{} is missing", path.display()))?;
+        data.insert(field.into(), serde_json::Value::String(b64(&text)));
+    }
+    Ok(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": FLEET_SECRET.1, "namespace": FLEET_SECRET.0},
+        "data": data,
+    }))
+}

@@ -205,7 +205,6 @@ pub async fn start(config: Config) -> Result<Running> {
         addr.ip().to_string()
     };
     let url = format!("https://{host}:{}", addr.port());
-    let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     let store = store::Store::open(
         &database,
         store::StoreOptions {
@@ -215,6 +214,14 @@ pub async fn start(config: Config) -> Result<Running> {
         },
     )
     .await?;
+    // Replicas on etcd share one CA and the tokens: the first one's, kept in etcd.
+    let shared = store.shared();
+    let adopted = shared && credentials::adopt_fleet(&store, &config.data_dir)?;
+    let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
+    let mut install = config.install.clone();
+    if shared && !adopted {
+        install.push(credentials::fleet_secret(&config.data_dir)?);
+    }
     let stop = CancellationToken::new();
     let api = Arc::new(Api::new(
         store,
@@ -223,7 +230,10 @@ pub async fn start(config: Config) -> Result<Running> {
         config.bookmark_every,
         stop.clone(),
     ));
-    bootstrap(&api, &config.install).await?;
+    bootstrap(&api, &install).await?;
+    if shared && !credentials::adopt_fleet(&api.store, &config.data_dir)? {
+        anyhow::bail!("the fleet's Secret was not made in etcd");
+    }
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone(), config.leader.clone()));
     let app = router(api.clone(), pki.tokens.clone(), config.revoked.clone());
@@ -318,6 +328,7 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
             }
             Some(_) => continue,
         };
+        let creating = method == Method::POST;
         let r = api
             .clone()
             .dispatch(
@@ -329,6 +340,10 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
                 Body::from(body.to_string()),
             )
             .await;
+        // Another replica starting at the same time made it first.
+        if creating && r.status() == StatusCode::CONFLICT {
+            continue;
+        }
         if !r.status().is_success() {
             use http_body_util::BodyExt;
             let code = r.status();

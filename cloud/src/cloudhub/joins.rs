@@ -73,7 +73,7 @@ pub struct Book {
     file: PathBuf,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Records {
     tokens: Vec<Token>,
@@ -82,6 +82,38 @@ struct Records {
     /// Serials of revoked node certificates, with their expiry (forgotten once expired).
     #[serde(default)]
     revoked: std::collections::BTreeMap<String, i64>,
+}
+
+impl Records {
+    /// Takes in another replica's records: every token (the larger join count, revoked if
+    /// either revoked it), every revocation, and each node's newer certificate unless revoked.
+    /// Merging is the same whichever replica merges first, so replicas converge.
+    fn merge(&mut self, other: &Records) {
+        for t in &other.tokens {
+            match self.tokens.iter_mut().find(|m| m.id == t.id) {
+                Some(m) => {
+                    m.joins = m.joins.max(t.joins);
+                    m.revoked |= t.revoked;
+                }
+                None => self.tokens.push(t.clone()),
+            }
+        }
+        self.tokens.sort_by(|a, b| a.id.cmp(&b.id));
+        for (serial, until) in &other.revoked {
+            let e = self.revoked.entry(serial.clone()).or_insert(*until);
+            *e = (*e).max(*until);
+        }
+        for (node, c) in &other.nodes {
+            match self.nodes.get(node) {
+                Some(m) if m.not_after >= c.not_after => {}
+                _ => {
+                    self.nodes.insert(node.clone(), c.clone());
+                }
+            }
+        }
+        let revoked = &self.revoked;
+        self.nodes.retain(|_, c| !revoked.contains_key(&c.serial));
+    }
 }
 
 fn now() -> u64 {
@@ -242,9 +274,105 @@ impl Book {
         })
     }
 
+    /// Merges another replica's records (their JSON) into this book; the merged JSON, and
+    /// whether this book changed.
+    fn merge_text(&self, remote: Option<&str>) -> Result<(String, bool)> {
+        let theirs: Records = match remote {
+            Some(t) => serde_json::from_str(t).context("the shared join records do not parse")?,
+            None => Records::default(),
+        };
+        self.with(|r| {
+            let before = r.clone();
+            r.merge(&theirs);
+            let text = serde_json::to_string(&*r).unwrap_or_default();
+            let changed = *r != before;
+            ((text, changed), changed)
+        })
+    }
+
     /// Whether the certificate with `serial` was revoked.
     pub fn is_revoked(&self, serial: &str) -> Result<bool> {
         self.with(|r| (r.revoked.contains_key(serial), false))
+    }
+}
+
+/// The Secret the replicas of a fleet share their join records in.
+pub const SHARED: (&str, &str) = ("kube-system", "cloudcore-joins");
+
+/// Replicas: keeps this replica's book and the fleet's (the Secret [`SHARED`]) merged, every
+/// second: a token made or revoked, a join counted, a certificate given or revoked on one
+/// replica reaches the others within seconds. Runs until `stop`.
+pub async fn share(client: kube::Client, book: Book, stop: tokio_util::sync::CancellationToken) {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, ObjectMeta, PostParams};
+    let api: Api<Secret> = Api::namespaced(client, SHARED.0);
+    let field = "join-tokens.json";
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let remote = match api.get_opt(SHARED.1).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "join records: cannot read the shared ones");
+                continue;
+            }
+        };
+        let remote_text = remote
+            .as_ref()
+            .and_then(|s| s.data.as_ref()?.get(field))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        let book2 = book.clone();
+        let theirs = remote_text.clone();
+        let merged = tokio::task::spawn_blocking(move || book2.merge_text(theirs.as_deref())).await;
+        let (text, _) = match merged {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "join records: cannot merge the shared ones"
+                );
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let same = remote_text
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<Records>(t).ok())
+            .zip(serde_json::from_str::<Records>(&text).ok())
+            .is_some_and(|(a, b)| a == b);
+        if same {
+            continue;
+        }
+        let data =
+            std::collections::BTreeMap::from([(field.to_string(), ByteString(text.into_bytes()))]);
+        let r = match remote {
+            Some(mut s) => {
+                s.data = Some(data);
+                api.replace(SHARED.1, &PostParams::default(), &s)
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                let s = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(SHARED.1.into()),
+                        namespace: Some(SHARED.0.into()),
+                        ..Default::default()
+                    },
+                    data: Some(data),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &s).await.map(|_| ())
+            }
+        };
+        // 409: another replica wrote first; merged again next round.
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "join records: the shared ones were not written this round");
+        }
     }
 }
 
@@ -302,5 +430,42 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn replicas_records_merge_the_same_whichever_merges_first() {
+        let a_dir = tempfile::tempdir().expect("dir");
+        let b_dir = tempfile::tempdir().expect("dir");
+        let (a, b) = (Book::new(a_dir.path()), Book::new(b_dir.path()));
+        let t = a.create(3600, None, Some(2)).expect("created on a");
+        a.issued("n1", "s1".into(), i64::MAX).expect("issued");
+        // b learns a's records, counts a join with the token, revokes n1's certificate.
+        let (text, changed) = b
+            .merge_text(Some(&a.merge_text(None).expect("a").0))
+            .expect("b");
+        assert!(changed);
+        assert!(text.contains(&t.id));
+        assert_eq!(b.admit(&t.id, "n2").expect("read"), Ok(()));
+        assert!(b.revoke_node("n1").expect("revoked"));
+        // a merges b's: the join counts, n1's certificate is revoked there too; merging again
+        // changes nothing, and b merging a's back changes nothing either.
+        let b_text = b.merge_text(None).expect("b").0;
+        let (a_text, changed) = a.merge_text(Some(&b_text)).expect("a");
+        assert!(changed);
+        assert!(a.is_revoked("s1").expect("read"));
+        assert_eq!(a.admit(&t.id, "n3").expect("read"), Ok(()));
+        let (_, b_changed) = b
+            .merge_text(Some(&a.merge_text(None).expect("a").0))
+            .expect("b");
+        assert!(b_changed, "b takes a's count of n3's join");
+        let (_, again) = a
+            .merge_text(Some(&b.merge_text(None).expect("b").0))
+            .expect("a");
+        assert!(!again, "converged: {a_text}");
+        // The token's two joins are used, on either replica.
+        assert!(matches!(
+            b.admit(&t.id, "n4").expect("read"),
+            Err(Refused::Used { .. })
+        ));
     }
 }

@@ -54,6 +54,8 @@ pub struct HubMetrics {
     pub frames_out: AtomicU64,
     pub resent: AtomicU64,
     pub acked: AtomicU64,
+    /// Kept messages dropped because the node acknowledged them through another replica.
+    pub acked_elsewhere: AtomicU64,
     pub dropped: AtomicU64,
     pub refused_messages: AtomicU64,
     pub bad_frames: AtomicU64,
@@ -100,6 +102,11 @@ impl HubMetrics {
             "cloudhub_acked",
             "Messages the nodes acknowledged.",
             g(&self.acked),
+        )
+        .counter(
+            "cloudhub_acked_elsewhere",
+            "Kept messages dropped because their node acknowledged them through another replica.",
+            g(&self.acked_elsewhere),
         )
         .counter(
             "cloudhub_dropped",
@@ -289,6 +296,15 @@ impl Pending {
             ..MessageRoute::default()
         };
         frame(&header, &route, &self.body.bytes())
+    }
+}
+
+/// Whether resourceVersion `a` is not newer than `b` (numbers compared as numbers, as the
+/// API's and etcd's are; otherwise only an equal one).
+fn not_newer(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => x <= y,
+        _ => a == b,
     }
 }
 
@@ -577,6 +593,40 @@ impl CloudHub {
                 self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
                 p.sent = Some(now);
             }
+        }
+    }
+
+    /// An acknowledgement recorded through another replica (an ObjectSync): what this hub
+    /// keeps for the same object of `node`, at that version or older, is dropped (and a delete,
+    /// once its record is gone). `rv: None`: the record was deleted.
+    pub fn acknowledged_elsewhere(
+        &self,
+        node: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        rv: Option<&str>,
+    ) {
+        let mut nodes = self.lock();
+        let Some(st) = nodes.get_mut(node) else {
+            return;
+        };
+        let before = st.unacked.len();
+        st.unacked.retain(|k, p| {
+            if k.0 != kind || &*k.1 != namespace || &*k.2 != name || &*p.uid != uid {
+                return true;
+            }
+            match rv {
+                None => !p.is_delete(),
+                Some(rv) => p.is_delete() || !not_newer(&p.rv, rv),
+            }
+        });
+        let dropped = before - st.unacked.len();
+        if dropped > 0 {
+            self.metrics
+                .acked_elsewhere
+                .fetch_add(dropped as u64, Ordering::Relaxed);
         }
     }
 

@@ -108,3 +108,83 @@ async fn write(api: &Api<DynamicObject>, r: &Record) -> Result<(), kube::Error> 
     .await
     .map(|_| ())
 }
+
+/// Follows every ObjectSync record (replicas): an acknowledgement a node gave through another
+/// replica clears what `hub` keeps for it. Runs until `stop`.
+pub async fn follow(
+    client: kube::Client,
+    hub: Arc<super::CloudHub>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use futures_util::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "reliablesyncs.kubeedge.io",
+        "v1alpha1",
+        "ObjectSync",
+    ));
+    let api = Api::<DynamicObject>::all_with(client, &ar);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.next() => ev,
+        };
+        match ev {
+            None => return,
+            Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => {
+                seen(&hub, &o, true)
+            }
+            Some(Ok(watcher::Event::Delete(o))) => seen(&hub, &o, false),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => tracing::debug!(error = %e, "ObjectSync watch: retrying"),
+        }
+    }
+}
+
+/// The record's node, object and version, handed to the hub.
+fn seen(hub: &super::CloudHub, o: &DynamicObject, live: bool) {
+    let (Some(name), Some(ns)) = (o.metadata.name.as_deref(), o.metadata.namespace.as_deref())
+    else {
+        return;
+    };
+    let Some((node, uid)) = split_name(name) else {
+        return;
+    };
+    let kind = match o.data["spec"]["objectKind"].as_str() {
+        Some("Device") => "device",
+        Some("DeviceModel") => "devicemodel",
+        Some("Pod") => "pod",
+        Some("ConfigMap") => "configmap",
+        Some("Secret") => "secret",
+        _ => return,
+    };
+    let Some(object) = o.data["spec"]["objectName"].as_str() else {
+        return;
+    };
+    let rv = o.data["status"]["objectResourceVersion"].as_str();
+    if live && rv.is_none() {
+        return;
+    }
+    hub.acknowledged_elsewhere(node, kind, ns, object, uid, if live { rv } else { None });
+}
+
+/// `{node}.{uid}`: a node name may have dots, a uid (a UUID) has none.
+fn split_name(name: &str) -> Option<(&str, &str)> {
+    let (node, uid) = name.rsplit_once('.')?;
+    (!node.is_empty() && !uid.is_empty()).then_some((node, uid))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_record_name_splits_at_its_last_dot() {
+        assert_eq!(
+            super::split_name("edge.site-1.0f8e9c2a-1b2c-4d5e-8f90-123456789abc"),
+            Some(("edge.site-1", "0f8e9c2a-1b2c-4d5e-8f90-123456789abc"))
+        );
+        assert_eq!(super::split_name("nodot"), None);
+    }
+}

@@ -3,6 +3,10 @@
 //! - Joins by token once ([`join`]), then connects to `{server}/{projectID}/{node}/events` with
 //!   its certificate, sends a keepalive every `heartbeatSeconds`, and reconnects with backoff
 //!   and jitter when the link drops.
+//! - Replicas (`cloud.servers`): the node's own replica is the one its name picks among them
+//!   (spreading the nodes evenly); when a session ends or a replica cannot be reached, the next
+//!   is tried at once (the same certificate, no new join). Away from its own, the node checks
+//!   at a random moment within `rebalanceSeconds` whether its own answers again, and moves back.
 //! - Downstream (metamanager): a Device or DeviceModel sent by the cloud is persisted in the
 //!   twin store before it is acknowledged (`response`, `parent_msg_id`, `"OK"`), then joins the
 //!   catalog beside the local manifests (a local manifest wins for the same `namespace/name`).
@@ -54,21 +58,60 @@ impl EdgeHub {
     pub(crate) async fn run(self, cancel: CancellationToken) {
         let mut backoff = rt::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
         let mut renewal_tried = None;
+        let replicas = self.cloud.replicas();
+        let home = home_of(&self.node, replicas.len());
+        let mut at = home;
+        // Failures in a row: every replica tried once before the backoff grows.
+        let mut failures = 0usize;
         loop {
             let started = Instant::now();
+            let back_home = (at != home).then(|| {
+                let window = self.cloud.rebalance_seconds.max(1) * 1000;
+                Instant::now()
+                    + Duration::from_millis(window / 2 + u64::from(rand_u16()) * window / 2 / 65536)
+            });
             let r = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = self.connect_once(&cancel, &mut renewal_tried) => r,
+                r = self.connect_once(&cancel, &mut renewal_tried, &replicas[at], back_home.map(|t| (t, &replicas[home].0))) => r,
             };
             self.metrics
                 .cloud_connected
                 .store(0, std::sync::atomic::Ordering::Relaxed);
+            let moving_home = matches!(&r, Ok(why) if why == MOVING_HOME);
+            if moving_home {
+                tracing::info!(server = %replicas[home].0, "edgehub: this node's own replica answers again; moving back to it");
+                at = home;
+                continue;
+            }
             match r {
-                Ok(why) => tracing::warn!(reason = %why, "edgehub: session ended; reconnecting"),
+                Ok(why) => {
+                    tracing::warn!(server = %replicas[at].0, reason = %why, "edgehub: session ended; reconnecting")
+                }
                 Err(e) => tracing::warn!(
+                    server = %replicas[at].0,
                     error = format!("{e:#}"),
                     "edgehub: cannot reach the cloud; retrying"
                 ),
+            }
+            let served = started.elapsed() > Duration::from_secs(10);
+            if served {
+                failures = 0;
+            } else {
+                failures += 1;
+            }
+            if replicas.len() > 1 {
+                at = (at + 1) % replicas.len();
+                // The next replica at once, while some have not been tried since the last
+                // working session.
+                if served || failures < replicas.len() {
+                    tracing::info!(server = %replicas[at].0, "edgehub: trying the next replica");
+                    let pause = Duration::from_millis(200 + u64::from(rand_u16()) % 800);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    continue;
+                }
             }
             if started.elapsed() > Duration::from_secs(60) {
                 backoff.reset();
@@ -86,7 +129,12 @@ impl EdgeHub {
 
     /// Renews the node certificate when it is due, at most once an hour (a failure is logged
     /// and the current certificate kept).
-    async fn renew_if_due(&self, creds: &mut join::Credentials, tried: &mut Option<Instant>) {
+    async fn renew_if_due(
+        &self,
+        cert_server: &str,
+        creds: &mut join::Credentials,
+        tried: &mut Option<Instant>,
+    ) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
@@ -100,7 +148,7 @@ impl EdgeHub {
         let dir = self.data_dir.join("certs");
         match tokio::time::timeout(
             Duration::from_secs(20),
-            join::renew(&dir, &self.cloud.cert_server, &self.node, creds),
+            join::renew(&dir, cert_server, &self.node, creds),
         )
         .await
         {
@@ -119,23 +167,26 @@ impl EdgeHub {
         &self,
         cancel: &CancellationToken,
         renewal_tried: &mut Option<Instant>,
+        (server, cert_server): &(String, String),
+        back_home: Option<(Instant, &String)>,
     ) -> Result<String> {
         let mut creds = join::credentials(
             &self.data_dir.join("certs"),
-            &self.cloud.cert_server,
+            cert_server,
             &self.node,
             &self.cloud.token,
         )
         .await?;
-        self.renew_if_due(&mut creds, renewal_tried).await;
-        let (authority, host) = join::host_port(&self.cloud.server)?;
+        self.renew_if_due(cert_server, &mut creds, renewal_tried)
+            .await;
+        let (authority, host) = join::host_port(server)?;
         let tcp = tokio::time::timeout(
             Duration::from_secs(10),
             tokio::net::TcpStream::connect(&authority),
         )
         .await
         .context("connect timed out")?
-        .with_context(|| format!("cannot connect to {}", self.cloud.server))?;
+        .with_context(|| format!("cannot connect to {server}"))?;
         let _ = tcp.set_nodelay(true);
         let tls = tokio_rustls::TlsConnector::from(creds.client_config()?)
             .connect(join::server_name(&host)?, tcp)
@@ -143,7 +194,7 @@ impl EdgeHub {
             .context("TLS with cloudhub failed")?;
         let url = format!(
             "{}/{}/{}/events",
-            self.cloud.server.trim_end_matches('/'),
+            server.trim_end_matches('/'),
             self.cloud.project_id,
             self.node
         );
@@ -157,11 +208,12 @@ impl EdgeHub {
         let (ws, _) = tokio_tungstenite::client_async(req, tls)
             .await
             .context("websocket handshake with cloudhub failed")?;
-        tracing::info!(server = %self.cloud.server, "edgehub: connected");
+        tracing::info!(%server, "edgehub: connected");
         self.metrics
             .cloud_connected
             .store(1, std::sync::atomic::Ordering::Relaxed);
         let (mut sink, mut frames) = ws.split();
+        let mut home_check = back_home.map(|(t, _)| t);
         let mut heartbeat =
             tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));
         // The outbox is read when the twin committed something (checked every 20 ms), and
@@ -189,7 +241,17 @@ impl EdgeHub {
                     let _ = sink.close().await;
                     return Ok("edgecore stops".into());
                 }
-                _ = renewal.tick() => self.renew_if_due(&mut creds, renewal_tried).await,
+                _ = renewal.tick() => self.renew_if_due(cert_server, &mut creds, renewal_tried).await,
+                _ = sleep_until_some(home_check) => {
+                    if let Some((_, home)) = back_home
+                        && reachable(home).await
+                    {
+                        let _ = sink.close().await;
+                        return Ok(MOVING_HOME.into());
+                    }
+                    // Not yet: checked again half a window later.
+                    home_check = Some(Instant::now() + Duration::from_secs(self.cloud.rebalance_seconds.max(2) / 2));
+                }
                 _ = heartbeat.tick() => {
                     let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
                     sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;
@@ -594,6 +656,42 @@ impl EdgeHub {
 }
 
 /// A few random bits for jitter (the clock's nanoseconds: no generator needed for this).
+/// What a session that ends to go back to the node's own replica says.
+const MOVING_HOME: &str = "moving back to this node's own replica";
+
+/// The node's own replica among `n`: a hash of its name (FNV-1a), the same at every start.
+fn home_of(node: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % n.max(1) as u64) as usize
+}
+
+/// Sleeps until `t`; never, for `None`.
+async fn sleep_until_some(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether `server` (`wss://host:port`) takes a TCP connection within 2 s.
+async fn reachable(server: &str) -> bool {
+    let Ok((authority, _)) = join::host_port(server) else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(&authority)
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
 fn rand_u16() -> u16 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -48,6 +48,38 @@ impl Cloud {
         c
     }
 
+    /// One replica of a fleet on etcd (`endpoints`), named `identity` in the leader Lease
+    /// (short lease times, for tests to see a leader replaced within seconds).
+    pub fn start_replica(endpoints: &[String], identity: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (api, hub, certs) = (free_port(), free_port(), free_port());
+        std::fs::write(
+            dir.path().join("cloudcore.yaml"),
+            format!(
+                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n    etcd:\n      endpoints: [{}]\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  leaderElection:\n    identity: {identity}\n    leaseDurationSeconds: 6\n    renewSeconds: 2\n  metrics:\n    listen: \"\"\n",
+                endpoints.join(", ")
+            ),
+        )
+        .expect("config");
+        let mut c = Self {
+            dir,
+            proc: None,
+            api,
+            hub,
+            certs,
+        };
+        c.spawn();
+        c
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
     pub fn spawn(&mut self) {
         let p = Proc::spawn(
             &bin("cloudcore"),
@@ -131,6 +163,27 @@ impl Cloud {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// An edge's config for a fleet of replicas: each one's websocket and certificate server,
+    /// this one's token.
+    pub fn edge_config_replicas(&self, replicas: &[&Cloud], rebalance_seconds: u64) -> String {
+        let hubs: Vec<String> = replicas
+            .iter()
+            .map(|r| format!("wss://127.0.0.1:{}", r.hub))
+            .collect();
+        let certs: Vec<String> = replicas
+            .iter()
+            .map(|r| format!("https://127.0.0.1:{}", r.certs))
+            .collect();
+        format!(
+            "cloud:\n  server: {}\n  certServer: {}\n  servers: [{}]\n  certServers: [{}]\n  rebalanceSeconds: {rebalance_seconds}\n  token: \"{}\"\n  heartbeatSeconds: 2\n",
+            hubs[0],
+            certs[0],
+            hubs.join(", "),
+            certs.join(", "),
+            self.token()
+        )
     }
 
     pub fn edge_config(&self) -> String {
