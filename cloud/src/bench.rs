@@ -69,6 +69,11 @@ impl Drop for Server {
 /// Starts the release `cloudcore` beside this program on a fresh data directory, with `modules`
 /// YAML (indented by 2) under `modules`.
 pub fn start_server(modules: &str) -> Result<Server> {
+    start_server_on(modules, "")
+}
+
+/// [`start_server`] with more lines (indented by 4) under `modules.apiserver` (`etcd:`).
+pub fn start_server_on(modules: &str, apiserver: &str) -> Result<Server> {
     let exe = std::env::current_exe()?
         .parent()
         .context("no directory")?
@@ -86,7 +91,7 @@ pub fn start_server(modules: &str) -> Result<Server> {
     std::fs::write(
         &config,
         format!(
-            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hport}\"\n    certListen: \"127.0.0.1:{cport}\"\n{hub_extra}  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
+            "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{port}\"\n{apiserver}  cloudHub:\n    listen: \"127.0.0.1:{hport}\"\n    certListen: \"127.0.0.1:{cport}\"\n{hub_extra}  metrics:\n    listen: \"127.0.0.1:{mport}\"\n{modules}"
         ),
     )?;
     let log = std::fs::File::create(dir.path().join("log"))?;
@@ -204,6 +209,11 @@ impl Server {
     }
 }
 
+/// Raises this process's open-files limit to the hard one; returns the limit.
+pub fn raise_nofile() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0)
+}
+
 /// A metric's value from the text of `/metrics`.
 pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
@@ -279,6 +289,9 @@ pub fn node_tls(
         .with_client_auth_cert(certs, key)?,
     ))
 }
+
+/// A simulated edge node's TLS client configuration.
+pub type NodeTls = Arc<tokio_rustls::rustls::ClientConfig>;
 
 /// A simulated edge node's websocket session.
 pub type NodeSession =

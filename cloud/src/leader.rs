@@ -75,7 +75,7 @@ async fn run(
     leading: watch::Sender<bool>,
     stop: CancellationToken,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &s.namespace);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &s.namespace);
     // The other holder's last renewal as this replica saw it, and when it saw it change.
     let mut observed: Option<(Option<String>, Option<MicroTime>)> = None;
     let mut observed_at = Instant::now();
@@ -136,6 +136,27 @@ async fn run(
                         "leader election: another replica holds the Lease; stopping the controllers that run once"
                     );
                     leading.send_replace(false);
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                // A cluster without the Lease's namespace: made, and tried again.
+                let ns = k8s_openapi::api::core::v1::Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(s.namespace.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                match Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                    .create(&PostParams::default(), &ns)
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(namespace = %s.namespace, "leader election: made the Lease's namespace")
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace = %s.namespace, error = %e, "leader election: the Lease's namespace is missing and cannot be made")
+                    }
                 }
             }
             Err(e) => {

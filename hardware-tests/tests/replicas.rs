@@ -188,4 +188,3 @@ fn three_replicas_on_etcd_serve_one_fleet_through_kills() {
         (read_holding(sim_port, 1) == 66).then_some(())
     });
 }
-

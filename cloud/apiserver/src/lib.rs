@@ -4,7 +4,8 @@
 //! Its surface is small: [`start`] (or [`serve`] on a listener of the caller's) with a
 //! [`Config`], the [`Running`] server and the client [`Identity`] each request carries. Inside, all private:
 //! - `store`: objects in memory and SQLite, one resourceVersion, batched durable writes, watch
-//!   history.
+//!   history; or the same view over etcd (`store::etcd`, with its own small v3 client), which
+//!   several servers share (cloudcore's replicas).
 //! - `api`: the REST verbs (`read`, `watch`, `write`, the body codecs of `encode` and the
 //!   built-in kinds' rules of `builtin`); `discovery`: discovery and OpenAPI; `table`:
 //!   `kubectl get`'s tables; `schema`: CRD schemas; `patch` and `managed`: patches and

@@ -3,8 +3,10 @@
 //! clients in this process.
 //!
 //! ```sh
-//! cargo build --release -p cloud && target/release/cloud-bench [--objects 10000] [--concurrency 32] [--watchers 100]
+//! cargo build --release -p cloud && target/release/cloud-bench [--objects 10000] [--concurrency 32] [--watchers 100] [--etcd http://127.0.0.1:2379,...]
 //! ```
+//!
+//! `--etcd`: the embedded API on that etcd (a fresh key prefix) instead of SQLite.
 //!
 //! Prints: creates/s and JSON-merge-patches/s of Device objects from concurrent clients; a list
 //! of every device (time, bytes); watch fan-out (events/s delivered to the watchers); the
@@ -12,7 +14,7 @@
 
 use anyhow::{Context, Result};
 use api::v1beta1::{Device, DeviceModel, DeviceModelSpec, DeviceSpec};
-use cloud::bench::{rss_kib, run, start_server};
+use cloud::bench::{rss_kib, run};
 use futures_util::StreamExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
@@ -24,6 +26,7 @@ struct Args {
     objects: usize,
     concurrency: usize,
     watchers: usize,
+    etcd: Option<String>,
 }
 
 fn args() -> Result<Args> {
@@ -31,10 +34,20 @@ fn args() -> Result<Args> {
         objects: 10_000,
         concurrency: 32,
         watchers: 100,
+        etcd: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < argv.len() {
+        if argv[i] == "--etcd" {
+            a.etcd = Some(
+                argv.get(i + 1)
+                    .context("--etcd needs the members' URLs")?
+                    .clone(),
+            );
+            i += 2;
+            continue;
+        }
         let v = argv
             .get(i + 1)
             .with_context(|| format!("{} needs a value", argv[i]))?
@@ -68,7 +81,14 @@ fn device(i: usize) -> Device {
 #[tokio::main]
 async fn main() -> Result<()> {
     let a = args()?;
-    let server = start_server("  deviceController:\n    enable: false\n")?;
+    let store = match &a.etcd {
+        Some(urls) => format!(
+            "    etcd:\n      endpoints: [{urls}]\n      prefix: /bench-{}/\n",
+            std::process::id()
+        ),
+        None => String::new(),
+    };
+    let server = cloud::bench::start_server_on("  deviceController:\n    enable: false\n", &store)?;
     let pid = server.child.id();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
@@ -76,8 +96,10 @@ async fn main() -> Result<()> {
     let devices: Api<Device> = Api::namespaced(client.clone(), "default");
     let models: Api<DeviceModel> = Api::namespaced(client.clone(), "default");
     println!(
-        "cloudcore embedded API, {} objects, {} concurrent kube-rs clients over HTTPS",
-        a.objects, a.concurrency
+        "cloudcore embedded API on {}, {} objects, {} concurrent kube-rs clients over HTTPS",
+        if a.etcd.is_some() { "etcd" } else { "SQLite" },
+        a.objects,
+        a.concurrency
     );
     let d2 = devices.clone();
     let creates = run(a.objects, a.concurrency, move |i| {
