@@ -473,4 +473,33 @@ mod tests {
         let e = parse("modules:\n  apiserver:\n    watchHistory: 5\n").expect_err("tiny");
         assert!(e.to_string().contains("watchHistory"), "{e}");
     }
+
+    #[test]
+    fn etcd_and_leader_election() {
+        let c = parse("modules:\n  apiserver:\n    etcd:\n      endpoints: [http://a:2379]\n")
+            .expect("etcd");
+        assert!(c.elects_leader(), "auto is on with etcd");
+        let api = c.apiserver(Vec::new());
+        assert_eq!(api.etcd.expect("etcd").prefix, "/cloudcore/");
+        assert!(
+            !parse("").expect("defaults").elects_leader(),
+            "alone: no election"
+        );
+        let off = parse("modules:\n  apiserver:\n    etcd: {endpoints: [http://a:2379]}\n  leaderElection: {enable: false}\n").expect("off");
+        assert!(!off.elects_leader());
+        let e =
+            parse("modules:\n  apiserver:\n    etcd: {endpoints: []}\n").expect_err("no members");
+        assert!(
+            e.to_string().contains("modules.apiserver.etcd.endpoints"),
+            "{e}"
+        );
+        let e = parse("modules:\n  leaderElection: {enable: maybe}\n").expect_err("not auto");
+        assert!(
+            e.to_string().contains("expected auto, true or false"),
+            "{e}"
+        );
+        let e =
+            parse("modules:\n  leaderElection: {renewSeconds: 10}\n").expect_err("renew too slow");
+        assert!(e.to_string().contains("renewSeconds"), "{e}");
+    }
 }

@@ -46,6 +46,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let crds = crds()?;
     // Replicas: whether this one runs the controllers that run once. Always, alone.
     let elects = config.elects_leader();
+    let leader_settings = config.leader_settings();
     let (leading_tx, leading) = tokio::sync::watch::channel(!elects);
     let (client, running) = match &config.kubeconfig {
         Some(path) => {
@@ -77,14 +78,15 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let election = elects.then(|| {
         leader::start(
             client.clone(),
-            config.leader_settings(),
+            leader_settings.clone(),
             leading_tx,
             stop.clone(),
         )
     });
     let hub_cfg = &config.modules.cloud_hub;
     let cloudhub = if hub_cfg.enable {
-        Some(start_cloudhub(&config, client.clone(), stop.clone()).await?)
+        let replica = elects.then(|| leader_settings.identity.clone());
+        Some(start_cloudhub(&config, client.clone(), replica, stop.clone()).await?)
     } else {
         None
     };
@@ -221,6 +223,7 @@ async fn serve_metrics(
 async fn start_cloudhub(
     config: &config::Config,
     client: kube::Client,
+    replica: Option<String>,
     stop: CancellationToken,
 ) -> Result<Arc<cloudhub::CloudHub>> {
     let c = &config.modules.cloud_hub;
@@ -256,6 +259,7 @@ async fn start_cloudhub(
         node_burst: c.node_burst,
         resend: Duration::from_secs(c.resend_seconds),
         noack_limit: 100,
+        replica,
     });
     hub.spawn_resender(stop.clone());
     hub.set_records(cloudhub::objectsync::Writer::start(client.clone()));

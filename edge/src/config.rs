@@ -614,4 +614,27 @@ mod tests {
         assert_eq!(c.database(), Path::new("/etc/data/edgecore.db"));
         assert_eq!(c.manifests_dir(), Path::new("/srv/m"));
     }
+
+    #[test]
+    fn replicas_are_listed_in_order_with_their_certificate_servers() {
+        let c = parse(
+            "cloud:\n  server: wss://a:10000\n  certServer: https://a:10002\n  servers: [wss://a:10000, wss://b:10000, wss://c:10000]\n  certServers: [https://a:10002, https://b:10002, https://c:10002]\n",
+        )
+        .expect("replicas");
+        let r = c.cloud.expect("cloud").replicas();
+        assert_eq!(
+            r,
+            vec![
+                ("wss://a:10000".to_string(), "https://a:10002".to_string()),
+                ("wss://b:10000".to_string(), "https://b:10002".to_string()),
+                ("wss://c:10000".to_string(), "https://c:10002".to_string()),
+            ]
+        );
+        let e = parse("cloud:\n  server: wss://a:10000\n  certServer: https://a:10002\n  servers: [wss://b:10000, wss://c:10000]\n  certServers: [https://b:10002]\n")
+            .expect_err("one certificate server for two");
+        assert!(e.to_string().contains("cloud.certServers"), "{e}");
+        let e = parse("cloud:\n  server: wss://a:10000\n  certServer: https://a:10002\n  servers: [http://b:10000]\n")
+            .expect_err("not wss");
+        assert!(e.to_string().contains("cloud.servers"), "{e}");
+    }
 }

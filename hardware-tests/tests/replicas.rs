@@ -112,8 +112,37 @@ fn three_replicas_on_etcd_serve_one_fleet_through_kills() {
     // kill -9 of the replica that holds the session; meanwhile a desired value is set through
     // another, and the register changes.
     let other = (holder + 1) % 3;
+    // Writes through that replica while it is killed: every one it acknowledged is kept.
+    let kubeconfig = r(&replicas, holder).kubeconfig();
+    let writer = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for i in 0..1000 {
+            let name = format!("acked-{i}");
+            let out = std::process::Command::new(sim::stack::kubectl_bin())
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["create", "configmap", &name, "-n", "default"])
+                .output()
+                .expect("kubectl runs");
+            if !out.status.success() {
+                break;
+            }
+            acked.push(name);
+        }
+        acked
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     let mut killed = replicas[holder].take().expect("the holder");
     killed.kill9();
+    let acked = writer.join().expect("the writer");
+    assert!(!acked.is_empty(), "no write acknowledged before the kill");
+    let stored = r(&replicas, other).ok(&["get", "configmaps", "-n", "default", "-o", "name"]);
+    for name in &acked {
+        assert!(
+            stored.contains(&format!("configmap/{name}\n")),
+            "{name} was acknowledged by the killed replica and is gone: {stored}"
+        );
+    }
     r(&replicas, other).set_desired("oven-1", 1, "95");
     write_holdings(sim_port, 0, &[333]);
     let moved = eventually(60, "the node connected to another replica", || {
@@ -183,6 +212,23 @@ fn three_replicas_on_etcd_serve_one_fleet_through_kills() {
     eventually(60, "the node back on its own replica", || {
         session_holder(&node, &replicas).filter(|h| *h == holder)
     });
+    // The replica it left marks nothing: the node stays Ready, named on its own replica.
+    let ready = |via: &Cloud| {
+        via.kubectl(&[
+            "get",
+            "node",
+            "edge-node-1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.metadata.annotations.cloudcore\\.kubeedge\\.io/session}",
+        ])
+        .1
+    };
+    let want = format!("True replica-{holder}");
+    eventually(30, "the node Ready on its own replica", || {
+        (ready(r(&replicas, holder)).trim() == want).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(ready(r(&replicas, survivor)).trim(), want);
     r(&replicas, holder).set_desired("oven-1", 1, "66");
     eventually(60, "setpoint 66 on the register", || {
         (read_holding(sim_port, 1) == 66).then_some(())

@@ -42,6 +42,8 @@ pub struct Settings {
     pub resend: Duration,
     /// Messages without acknowledgement kept per node while it has no session.
     pub noack_limit: usize,
+    /// This replica's name, when there are replicas (its Lease identity).
+    pub replica: Option<String>,
 }
 
 /// Counters for `/metrics`.

@@ -23,7 +23,7 @@ pub async fn serve(
     client: kube::Client,
     stop: CancellationToken,
 ) {
-    let nodes = NodeStatus::start(client, stop.clone());
+    let nodes = NodeStatus::start(client, hub.settings.replica.clone(), stop.clone());
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -273,13 +273,14 @@ struct NodeStatus {
 impl NodeStatus {
     const WORKERS: usize = 4;
 
-    fn start(client: kube::Client, stop: CancellationToken) -> Arc<Self> {
+    fn start(client: kube::Client, replica: Option<String>, stop: CancellationToken) -> Arc<Self> {
         let me = Arc::new(Self {
             pending: Mutex::default(),
             wake: tokio::sync::Notify::new(),
         });
         for _ in 0..Self::WORKERS {
             let (me, client, stop) = (me.clone(), client.clone(), stop.clone());
+            let replica = replica.clone();
             tokio::spawn(async move {
                 loop {
                     let next = me
@@ -288,7 +289,9 @@ impl NodeStatus {
                         .unwrap_or_else(|e| e.into_inner())
                         .pop_first();
                     match next {
-                        Some((node, ready)) => node_ready(&client, &node, ready).await,
+                        Some((node, ready)) => {
+                            node_ready(&client, &node, ready, replica.as_deref()).await
+                        }
                         None => tokio::select! {
                             _ = stop.cancelled() => return,
                             _ = me.wake.notified() => {}
@@ -309,15 +312,35 @@ impl NodeStatus {
     }
 }
 
-/// Makes the node's `Node` object if it has none, and sets its Ready condition.
-async fn node_ready(client: &kube::Client, node: &str, ready: bool) {
+/// The annotation of a `Node` naming the replica that holds its session (replicas only).
+pub const SESSION_ANNOTATION: &str = "cloudcore.kubeedge.io/session";
+
+/// Makes the node's `Node` object if it has none, and sets its Ready condition. With replicas
+/// (`replica`: this one's name), a connected node's Node names the replica holding its session,
+/// and only that replica marks it not ready when the session ends: a node that moved to another
+/// replica meanwhile stays Ready.
+async fn node_ready(client: &kube::Client, node: &str, ready: bool, replica: Option<&str>) {
     let api: Api<Node> = Api::all(client.clone());
-    let obj: Result<Node, _> = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node, "labels": {"node-role.kubernetes.io/edge": "", "kubernetes.io/hostname": node}}}));
+    let mut meta = json!({"name": node, "labels": {"node-role.kubernetes.io/edge": "", "kubernetes.io/hostname": node}});
+    if let (true, Some(r)) = (ready, replica) {
+        meta["annotations"] = json!({ SESSION_ANNOTATION: r });
+    }
+    let obj: Result<Node, _> =
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": meta}));
     if let Ok(obj) = obj {
         match api.create(&PostParams::default(), &obj).await {
             Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                if let (true, Some(r)) = (ready, replica) {
+                    let p = json!({"metadata": {"annotations": { SESSION_ANNOTATION: r }}});
+                    if let Err(e) = api
+                        .patch(node, &PatchParams::default(), &Patch::Merge(&p))
+                        .await
+                    {
+                        tracing::warn!(%node, error = %e, "cloudhub: cannot name this replica on the Node");
+                    }
+                }
+            }
             Err(e) => {
                 tracing::warn!(%node, error = %e, "cloudhub: cannot create the Node object");
                 return;
@@ -334,13 +357,41 @@ async fn node_ready(client: &kube::Client, node: &str, ready: bool) {
             "edge is not connected to cloudhub",
         )
     };
-    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status,
+    let mut patch = json!({"status": {"conditions": [{"type": "Ready", "status": status,
         "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-    if let Err(e) = api
-        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        tracing::warn!(%node, error = %e, "cloudhub: cannot set the Node's Ready condition");
+    for _ in 0..3 {
+        if let (false, Some(r)) = (ready, replica) {
+            // Not ready only while the Node still names this replica, at the version read.
+            let current = match api.get_opt(node).await {
+                Ok(Some(n)) => n,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(%node, error = %e, "cloudhub: cannot read the Node");
+                    return;
+                }
+            };
+            let holder = current
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SESSION_ANNOTATION));
+            if holder.is_some_and(|h| h != r) {
+                tracing::debug!(%node, "cloudhub: the node's session is on another replica now; its Node stays as it is");
+                return;
+            }
+            patch["metadata"] = json!({"resourceVersion": current.metadata.resource_version});
+        }
+        match api
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cloudhub: cannot set the Node's Ready condition");
+                return;
+            }
+        }
     }
 }
 
