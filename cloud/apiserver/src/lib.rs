@@ -218,6 +218,13 @@ pub async fn start(config: Config) -> Result<Running> {
     // Replicas on etcd share one CA and the tokens: the first one's, kept in etcd.
     let shared = store.shared();
     let adopted = shared && credentials::adopt_fleet(&store, &config.data_dir)?;
+    if adopted {
+        tracing::info!("replicas: this server uses the fleet's CA and tokens, from etcd");
+    } else if shared {
+        tracing::info!(
+            "replicas: the first server of the fleet; its CA and tokens go into etcd for the others"
+        );
+    }
     let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     let mut install = config.install.clone();
     if shared && !adopted {
@@ -341,8 +348,10 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
                 Body::from(body.to_string()),
             )
             .await;
-        // Another replica starting at the same time made it first.
-        if creating && r.status() == StatusCode::CONFLICT {
+        // Another replica starting at the same time made or updated it first (with the same
+        // objects: every replica installs the same).
+        if r.status() == StatusCode::CONFLICT {
+            tracing::debug!(%kind, %name, creating, "bootstrap: written by another server first");
             continue;
         }
         if !r.status().is_success() {
