@@ -15,6 +15,8 @@ const CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 pub(crate) async fn run(api: Arc<Api>, leader: Option<tokio::sync::watch::Receiver<bool>>) {
     let mut rx = api.store.subscribe();
+    // CRDs another server installed while this one started (etcd) are served from now on.
+    api.refresh_registry();
     let leading = || leader.as_ref().is_none_or(|l| *l.borrow());
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {

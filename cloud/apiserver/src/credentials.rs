@@ -196,6 +196,24 @@ pub(crate) fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Resul
     Ok(true)
 }
 
+/// Removes the credentials this replica made (its CA lost the race to be the fleet's).
+pub(crate) fn forget(data_dir: &Path) -> Result<()> {
+    for f in ["pki", "tokens.csv", "admin.kubeconfig"] {
+        let p = data_dir.join(f);
+        let r = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        match r {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", p.display())),
+        }
+    }
+    Ok(())
+}
+
 /// The fleet's Secret made from `data_dir`'s files (the first replica's).
 pub(crate) fn fleet_secret(data_dir: &Path) -> Result<serde_json::Value> {
     let mut data = serde_json::Map::new();

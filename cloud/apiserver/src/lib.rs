@@ -225,7 +225,9 @@ pub async fn start(config: Config) -> Result<Running> {
             "replicas: the first server of the fleet; its CA and tokens go into etcd for the others"
         );
     }
-    let pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
+    // Whether this start makes the CA (nothing of this replica's was there before).
+    let fresh = !config.data_dir.join("pki/ca.crt").exists();
+    let mut pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     let mut install = config.install.clone();
     if shared && !adopted {
         install.push(credentials::fleet_secret(&config.data_dir)?);
@@ -239,8 +241,18 @@ pub async fn start(config: Config) -> Result<Running> {
         stop.clone(),
     ));
     bootstrap(&api, &install).await?;
-    if shared && !credentials::adopt_fleet(&api.store, &config.data_dir)? {
-        anyhow::bail!("the fleet's Secret was not made in etcd");
+    if shared && !adopted {
+        // Replicas started at the same time on an empty etcd: one made the fleet's Secret
+        // first. The others drop the CA they just made and take the fleet's.
+        if fresh && credentials::adopt_fleet(&api.store, &config.data_dir).is_err() {
+            tracing::info!("replicas: another server made the fleet's CA first; using it");
+            credentials::forget(&config.data_dir)?;
+            credentials::adopt_fleet(&api.store, &config.data_dir)?;
+            pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
+        }
+        if !credentials::adopt_fleet(&api.store, &config.data_dir)? {
+            anyhow::bail!("the fleet's Secret was not made in etcd");
+        }
     }
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone(), config.leader.clone()));
@@ -312,18 +324,15 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
             _ => String::new(),
         };
         let path = format!("{base}{ns_part}/{}", res.plural);
-        let existing = api
-            .store
-            .read()
-            .get(&store::Key {
-                res: res.store_key.clone(),
-                ns: obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                name: name.clone(),
-            })
-            .map(|o| o.value());
+        let key = store::Key {
+            res: res.store_key.clone(),
+            ns: obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            name: name.clone(),
+        };
+        let existing = api.store.read().get(&key).map(|o| o.value());
         let mut headers = HeaderMap::new();
         headers.insert(header::CONTENT_TYPE, "application/json".parse()?);
         headers.insert(header::USER_AGENT, "cloudcore".parse()?);
@@ -352,6 +361,13 @@ async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
         // objects: every replica installs the same).
         if r.status() == StatusCode::CONFLICT {
             tracing::debug!(%kind, %name, creating, "bootstrap: written by another server first");
+            // What follows may need it (a namespace): wait until this server's view has it.
+            for _ in 0..250 {
+                if api.store.read().get(&key).is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             continue;
         }
         if !r.status().is_success() {

@@ -123,3 +123,31 @@ async fn two_servers_on_one_etcd_serve_the_same_objects_and_lose_no_write() {
         "both servers agree"
     );
 }
+
+/// Three servers started at the same time on an empty etcd: one makes the fleet's CA, the others
+/// take it (the one each made is dropped); all three serve the CRDs that one of them installed.
+#[test]
+fn servers_started_together_on_an_empty_etcd_share_one_ca() {
+    let Some(etcd) = etcd() else { return };
+    let servers: Vec<Server> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| Server::start_shared(&etcd)))
+            .collect();
+        started
+            .into_iter()
+            .map(|h| h.join().expect("a server starts"))
+            .collect()
+    });
+    let ca = |s: &Server| std::fs::read_to_string(s.data().join("pki/ca.crt")).expect("ca.crt");
+    assert_eq!(ca(&servers[0]), ca(&servers[1]));
+    assert_eq!(ca(&servers[0]), ca(&servers[2]));
+    for s in &servers {
+        let out = s.ok(&["get", "devicemodels", "-A"]);
+        assert!(!out.contains("error"), "{out}");
+        // The admin token of one is the admin token of all.
+        assert_eq!(
+            std::fs::read_to_string(s.data().join("tokens.csv")).expect("tokens"),
+            std::fs::read_to_string(servers[0].data().join("tokens.csv")).expect("tokens")
+        );
+    }
+}
