@@ -736,4 +736,61 @@ mod tests {
         m.header.id = "not-a-uuid".into();
         assert!(Pending::new(&m, &ack, Packed::new(&content), None).is_none());
     }
+
+    /// A message kept for a node away from this replica is dropped once the node acknowledged
+    /// that version (or a newer one) through another replica; an older acknowledgement, or
+    /// another object's, leaves it.
+    #[test]
+    fn an_acknowledgement_through_another_replica_clears_what_is_kept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let hub = CloudHub::new(Settings {
+            joins: joins::Book::new(dir.path()),
+            node_limit: 10,
+            max_frame_bytes: 1 << 20,
+            keepalive: Duration::from_secs(30),
+            node_qps: 30,
+            node_burst: 60,
+            resend: Duration::from_secs(5),
+            noack_limit: 10,
+            replica: Some("r1".into()),
+        });
+        let send = |name: &str, rv: &str| {
+            let m = Message::new(
+                "devicecontroller",
+                "resource",
+                "update",
+                format!("node/n1/default/device/{name}"),
+                serde_json::json!({"metadata": {"name": name}}),
+            )
+            .with_resource_version(rv.to_string());
+            hub.send(Outbound {
+                node: "n1".into(),
+                message: m,
+                ack: Some(AckKey {
+                    kind: "device",
+                    namespace: "default".into(),
+                    name: name.into(),
+                    uid: format!("uid-{name}"),
+                    resource_version: rv.into(),
+                }),
+                body: None,
+            });
+        };
+        send("d1", "12");
+        send("d2", "7");
+        assert_eq!(hub.pending(), 2);
+        hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-d1", Some("11"));
+        assert_eq!(
+            hub.pending(),
+            2,
+            "an older version acknowledged: still to send"
+        );
+        hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-other", Some("12"));
+        assert_eq!(hub.pending(), 2, "another object of the same name");
+        hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-d1", Some("12"));
+        assert_eq!(hub.pending(), 1, "acknowledged elsewhere: not sent again");
+        hub.acknowledged_elsewhere("n2", "device", "default", "d2", "uid-d2", Some("9"));
+        assert_eq!(hub.pending(), 1, "another node's acknowledgement");
+        assert_eq!(hub.metrics.acked_elsewhere.load(Ordering::Relaxed), 1);
+    }
 }
