@@ -321,6 +321,27 @@ pub async fn connect_node(
     Ok(ws)
 }
 
+/// Holds a simulated node's session as edgehub does (a keepalive every 15 s) until it ends.
+pub async fn hold_session(ws: &mut NodeSession) {
+    use futures_util::{SinkExt, StreamExt};
+    let mut beat = tokio::time::interval(Duration::from_secs(15));
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {
+                let ping = api::message::Message::new("websocket", "resource", "keepalive", "node", serde_json::json!("ping"));
+                let text = serde_json::to_string(&ping).unwrap_or_default();
+                if ws.send(tokio_tungstenite::tungstenite::Message::text(text)).await.is_err() {
+                    return;
+                }
+            }
+            f = ws.next() => match f {
+                Some(Ok(_)) => {}
+                _ => return,
+            },
+        }
+    }
+}
+
 /// `--name N` from the command line, or `default`.
 pub fn arg(name: &str, default: usize) -> Result<usize> {
     let argv: Vec<String> = std::env::args().collect();

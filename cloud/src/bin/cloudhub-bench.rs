@@ -18,12 +18,10 @@
 
 use anyhow::Result;
 use cloud::bench::{metric, rss_kib, scrape, start_server};
-use futures_util::{SinkExt, StreamExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio_rustls::rustls;
-use tokio_tungstenite::tungstenite::Message as Frame;
 
 /// One edge node: connects, sends a keepalive every 15 s, and reconnects (1 s plus jitter)
 /// whenever its session ends.
@@ -31,22 +29,7 @@ async fn node(name: String, hub: String, tls: Arc<rustls::ClientConfig>, up: Arc
     loop {
         if let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls.clone()).await {
             up.fetch_add(1, Ordering::Relaxed);
-            let mut beat = tokio::time::interval(Duration::from_secs(15));
-            loop {
-                tokio::select! {
-                    _ = beat.tick() => {
-                        let ping = api::message::Message::new("websocket", "resource", "keepalive", "node", serde_json::json!("ping"));
-                        let text = serde_json::to_string(&ping).unwrap_or_default();
-                        if ws.send(Frame::text(text)).await.is_err() {
-                            break;
-                        }
-                    }
-                    f = ws.next() => match f {
-                        Some(Ok(_)) => {}
-                        _ => break,
-                    },
-                }
-            }
+            cloud::bench::hold_session(&mut ws).await;
             up.fetch_sub(1, Ordering::Relaxed);
         }
         let jitter = u64::from(

@@ -30,11 +30,17 @@ pub struct Cloud {
 
 impl Cloud {
     pub fn start() -> Self {
+        Self::start_with("", "")
+    }
+
+    /// Started with more lines under `modules.apiserver` (indented by 4) and under `modules`
+    /// (indented by 2).
+    fn start_with(apiserver: &str, modules: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let (api, hub, certs) = (free_port(), free_port(), free_port());
         std::fs::write(
             dir.path().join("cloudcore.yaml"),
-            format!("dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"),
+            format!("dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n{apiserver}  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n{modules}  metrics:\n    listen: \"\"\n"),
         )
         .expect("config");
         let mut c = Self {
@@ -51,25 +57,12 @@ impl Cloud {
     /// One replica of a fleet on etcd (`endpoints`), named `identity` in the leader Lease
     /// (short lease times, for tests to see a leader replaced within seconds).
     pub fn start_replica(endpoints: &[String], identity: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (api, hub, certs) = (free_port(), free_port(), free_port());
-        std::fs::write(
-            dir.path().join("cloudcore.yaml"),
-            format!(
-                "dataDir: data\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n    etcd:\n      endpoints: [{}]\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  leaderElection:\n    identity: {identity}\n    leaseDurationSeconds: 6\n    renewSeconds: 2\n  metrics:\n    listen: \"\"\n",
-                endpoints.join(", ")
+        Self::start_with(
+            &format!("    etcd:\n      endpoints: [{}]\n", endpoints.join(", ")),
+            &format!(
+                "  leaderElection:\n    identity: {identity}\n    leaseDurationSeconds: 6\n    renewSeconds: 2\n"
             ),
         )
-        .expect("config");
-        let mut c = Self {
-            dir,
-            proc: None,
-            api,
-            hub,
-            certs,
-        };
-        c.spawn();
-        c
     }
 
     /// `kill -9`.

@@ -17,11 +17,9 @@
 
 use anyhow::{Context, Result};
 use cloud::bench::{arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on};
-use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio_tungstenite::tungstenite::Message as Frame;
 
 /// Where a simulated node is: the replica of its session, or [`DOWN`].
 const DOWN: usize = usize::MAX;
@@ -52,22 +50,7 @@ async fn node(i: usize, name: String, tls: cloud::bench::NodeTls, fleet: Arc<Fle
                     .unwrap_or_else(|e| e.into_inner())
                     .push(t.elapsed());
             }
-            let mut beat = tokio::time::interval(Duration::from_secs(15));
-            loop {
-                tokio::select! {
-                    _ = beat.tick() => {
-                        let ping = api::message::Message::new("websocket", "resource", "keepalive", "node", serde_json::json!("ping"));
-                        let text = serde_json::to_string(&ping).unwrap_or_default();
-                        if ws.send(Frame::text(text)).await.is_err() {
-                            break;
-                        }
-                    }
-                    f = ws.next() => match f {
-                        Some(Ok(_)) => {}
-                        _ => break,
-                    },
-                }
-            }
+            cloud::bench::hold_session(&mut ws).await;
             fleet.at[i].store(DOWN, Ordering::Relaxed);
         }
         at = (at + 1) % n;

@@ -179,41 +179,20 @@ impl Etcd {
         let first = pb::WatchRequest {
             request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
         };
-        let start = self.current.load(Ordering::Relaxed);
-        let n = self.members.len();
-        let mut last = None;
-        for i in 0..n {
-            let at = (start + i) % n;
-            let (url, ch) = &self.members[at];
+        self.call(|ch| {
             let (tx, rx) = mpsc::channel(4);
             // The first request is in the channel before the call: etcd answers once it has it.
             let _ = tx.try_send(first.clone());
             let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
-            let mut client = WatchClient::new(ch.clone()).max_decoding_message_size(64 << 20);
-            let call = client.watch(requests);
-            let status = match tokio::time::timeout(CALL_TIMEOUT, call).await {
-                Ok(Ok(r)) => {
-                    self.current.store(at, Ordering::Relaxed);
-                    return Ok((tx, r.into_inner()));
-                }
-                Ok(Err(s)) => s,
-                Err(_) => {
-                    tonic::Status::deadline_exceeded(format!("no answer within {CALL_TIMEOUT:?}"))
-                }
-            };
-            let retry = unreachable(&status);
-            last = Some(EtcdError {
-                member: url.clone(),
-                status,
-            });
-            if !retry {
-                break;
+            async move {
+                let mut client = WatchClient::new(ch).max_decoding_message_size(64 << 20);
+                client
+                    .watch(requests)
+                    .await
+                    .map(|r| r.map(|stream| (tx, stream)))
             }
-        }
-        Err(last.unwrap_or_else(|| EtcdError {
-            member: String::new(),
-            status: tonic::Status::unavailable("no etcd member"),
-        }))
+        })
+        .await
     }
 
     /// Moves to the next member (after a watch on the current one broke).
