@@ -52,6 +52,9 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         Some(path) => {
             let client = cluster_client(path).await?;
             install_on_cluster(&client, &crds).await?;
+            if elects && config.modules.cloud_hub.enable {
+                cloudhub::certs::share_on_cluster(&client, &config.data_dir).await?;
+            }
             tracing::info!(kubeconfig = %path.display(), "using the cluster of the kubeconfig; the embedded API is off");
             (client, None)
         }

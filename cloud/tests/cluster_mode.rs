@@ -81,3 +81,57 @@ fn a_bad_kubeconfig_is_named() {
         "{err}"
     );
 }
+
+/// Two replicas against one cluster (`kubeconfig:`): the first one's CA is the fleet's (a
+/// Secret in the cluster), the second takes it; one of them holds the leader Lease.
+#[test]
+fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
+    let cluster = Cloud::start();
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut children = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let config = format!(
+            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{}\"\n  leaderElection:\n    identity: replica-{i}\n  metrics:\n    listen: \"\"\n",
+            path_str(&cluster.kubeconfig),
+            common::free_port(),
+            common::free_port(),
+        );
+        children.push(run_with(dir.path(), &config));
+        // The first makes the fleet's CA before the second looks for it.
+        let ca = dir.path().join("cloudcore-data/pki/ca.crt");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ca.exists() {
+            assert!(Instant::now() < deadline, "replica {i} made no CA");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let holder = loop {
+        let out = cluster.kubectl(&[
+            "get",
+            "lease",
+            "-n",
+            "kubeedge",
+            "cloudcore",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        let h = String::from_utf8_lossy(&out.stdout).to_string();
+        if h.starts_with("replica-") {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "no leader: {h}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(holder == "replica-0" || holder == "replica-1", "{holder}");
+    let ca = |d: &tempfile::TempDir| {
+        std::fs::read_to_string(d.path().join("cloudcore-data/pki/ca.crt")).expect("ca.crt")
+    };
+    assert_eq!(ca(&dirs[0]), ca(&dirs[1]), "one CA for the fleet");
+    for mut c in children {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let _ = c.wait();
+    }
+}

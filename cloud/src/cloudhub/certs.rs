@@ -24,6 +24,84 @@ pub struct Ca {
     secret: Vec<u8>,
 }
 
+/// The Secret replicas against a cluster share the CA in (as KubeEdge keeps its CA in a
+/// Secret): the same name the embedded API's replicas use.
+pub const SHARED_CA: (&str, &str) = ("kube-system", "cloudcore-pki");
+
+/// Replicas against a cluster (`kubeconfig:`): the first one's CA goes into the Secret
+/// [`SHARED_CA`]; the others take it (a replica with no CA of its own yet takes it, one whose
+/// own differs refuses to start, naming the file).
+pub async fn share_on_cluster(client: &kube::Client, data_dir: &Path) -> Result<()> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, ObjectMeta, PostParams};
+    let api: Api<Secret> = Api::namespaced(client.clone(), SHARED_CA.0);
+    let dir = data_dir.join("pki");
+    rt::fs::private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let files = [
+        ("ca.crt", dir.join("ca.crt")),
+        ("ca.key", dir.join("ca.key")),
+    ];
+    let fresh = !files[0].1.exists();
+    for _ in 0..3 {
+        let shared = api
+            .get_opt(SHARED_CA.1)
+            .await
+            .context("cannot read the fleet's CA from the cluster")?;
+        let Some(secret) = shared else {
+            let (pem, key) = pki::load_or_make_ca(&dir)?;
+            let data = [("ca.crt", pem), ("ca.key", key)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+                .collect();
+            let s = Secret {
+                metadata: ObjectMeta {
+                    name: Some(SHARED_CA.1.into()),
+                    namespace: Some(SHARED_CA.0.into()),
+                    ..Default::default()
+                },
+                data: Some(data),
+                ..Default::default()
+            };
+            match api.create(&PostParams::default(), &s).await {
+                Ok(_) => {
+                    tracing::info!(
+                        "replicas: this replica's CA is the fleet's now (Secret {}/{})",
+                        SHARED_CA.0,
+                        SHARED_CA.1
+                    );
+                    return Ok(());
+                }
+                // Another replica made it first: read it again.
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => return Err(e).context("cannot keep the fleet's CA in the cluster"),
+            }
+        };
+        let data = secret.data.unwrap_or_default();
+        for (field, path) in &files {
+            let text = data
+                .get(*field)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .with_context(|| {
+                    format!("the Secret {}/{} has no {field}", SHARED_CA.0, SHARED_CA.1)
+                })?;
+            match pki::read(path)? {
+                Some(local) if local == text => {}
+                Some(_) if !fresh => anyhow::bail!(
+                    "{} is not the fleet's CA (the Secret {}/{}): give this replica an empty data directory and it takes the fleet's",
+                    path.display(),
+                    SHARED_CA.0,
+                    SHARED_CA.1
+                ),
+                _ => pki::write_private(path, &text)?,
+            }
+        }
+        tracing::info!("replicas: using the fleet's CA from the cluster");
+        return Ok(());
+    }
+    anyhow::bail!("the fleet's CA Secret kept changing in the cluster")
+}
+
 impl Ca {
     /// The CA of a data directory (the embedded API's, in `{dataDir}/pki`), made on first use.
     pub fn load(data_dir: &Path) -> Result<Self> {
