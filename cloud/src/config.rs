@@ -17,6 +17,9 @@
 //!       endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379, http://10.0.0.3:2379]
 //!       prefix: /cloudcore/          # the keys' prefix (several fleets can share one etcd)
 //!       compactEverySeconds: 300     # etcd's history is compacted to where it was one period ago
+//!       caFile: etcd-ca.crt          # https:// endpoints: etcd's CA, and this replica's client
+//!       certFile: etcd-client.crt    #   certificate and key (etcd's --client-cert-auth)
+//!       keyFile: etcd-client.key
 //!   deviceController:                # devices to their nodes, reports into DeviceStatus
 //!     enable: true
 //!     patchIntervalMs: 100           # at most one DeviceStatus patch per device per interval
@@ -264,6 +267,10 @@ pub struct Etcd {
     pub endpoints: Vec<String>,
     pub prefix: String,
     pub compact_every_seconds: u64,
+    /// TLS to etcd: its CA, and this replica's client certificate and key (PEM files).
+    pub ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for Etcd {
@@ -273,6 +280,9 @@ impl Default for Etcd {
             endpoints: d.endpoints,
             prefix: d.prefix,
             compact_every_seconds: d.compact_every.as_secs(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
         }
     }
 }
@@ -318,6 +328,14 @@ impl Config {
         if let Some(k) = &config.kubeconfig {
             config.kubeconfig = Some(abs(k));
         }
+        if let Some(e) = config.modules.apiserver.etcd.as_mut() {
+            for f in [&mut e.ca_file, &mut e.cert_file, &mut e.key_file]
+                .into_iter()
+                .flatten()
+            {
+                *f = abs(f);
+            }
+        }
         let a = &config.modules.apiserver;
         if a.watch_history < 100 {
             return Err(invalid(
@@ -342,6 +360,20 @@ impl Config {
                 return Err(invalid(
                     "modules.apiserver.etcd.endpoints".into(),
                     "give at least one member's client URL (http://HOST:2379)".into(),
+                ));
+            }
+            if e.cert_file.is_some() != e.key_file.is_some() {
+                return Err(invalid(
+                    "modules.apiserver.etcd.certFile".into(),
+                    "certFile and keyFile go together".into(),
+                ));
+            }
+            if (e.cert_file.is_some() || e.endpoints.iter().any(|u| u.starts_with("https://")))
+                && e.ca_file.is_none()
+            {
+                return Err(invalid(
+                    "modules.apiserver.etcd.caFile".into(),
+                    "TLS to etcd needs the CA that signed etcd's certificate".into(),
                 ));
             }
             if !e.prefix.starts_with('/') {
@@ -413,10 +445,32 @@ impl Config {
         }
     }
 
-    /// The embedded API's settings, with the CRDs cloudcore installs.
-    pub fn apiserver(&self, install: Vec<serde_json::Value>) -> apiserver::Config {
+    /// The embedded API's settings, with the CRDs cloudcore installs (the etcd TLS files read).
+    pub fn apiserver(
+        &self,
+        install: Vec<serde_json::Value>,
+    ) -> Result<apiserver::Config, ConfigError> {
         let a = &self.modules.apiserver;
-        apiserver::Config {
+        let read = |key: &str, p: &Option<PathBuf>| -> Result<Option<String>, ConfigError> {
+            p.as_ref()
+                .map(|p| {
+                    std::fs::read_to_string(p).map_err(|e| ConfigError::Invalid {
+                        file: p.clone(),
+                        key: format!("modules.apiserver.etcd.{key}"),
+                        message: format!("cannot read {}: {e}", p.display()),
+                    })
+                })
+                .transpose()
+        };
+        let tls = match &a.etcd {
+            Some(e) if e.ca_file.is_some() => Some(apiserver::EtcdTls {
+                ca: read("caFile", &e.ca_file)?.unwrap_or_default(),
+                cert: read("certFile", &e.cert_file)?,
+                key: read("keyFile", &e.key_file)?,
+            }),
+            _ => None,
+        };
+        Ok(apiserver::Config {
             data_dir: self.data_dir.clone(),
             listen: a.listen,
             sans: a.sans.clone(),
@@ -429,10 +483,11 @@ impl Config {
                 endpoints: e.endpoints.clone(),
                 prefix: e.prefix.clone(),
                 compact_every: std::time::Duration::from_secs(e.compact_every_seconds),
+                tls: tls.clone(),
             }),
             leader: None,
             revoked: None,
-        }
+        })
     }
 }
 
@@ -479,7 +534,7 @@ mod tests {
         let c = parse("modules:\n  apiserver:\n    etcd:\n      endpoints: [http://a:2379]\n")
             .expect("etcd");
         assert!(c.elects_leader(), "auto is on with etcd");
-        let api = c.apiserver(Vec::new());
+        let api = c.apiserver(Vec::new()).expect("apiserver config");
         assert_eq!(api.etcd.expect("etcd").prefix, "/cloudcore/");
         assert!(
             !parse("").expect("defaults").elects_leader(),

@@ -59,7 +59,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
             (client, None)
         }
         None => {
-            let mut api_config = config.apiserver(crds);
+            let mut api_config = config.apiserver(crds)?;
             api_config.leader = Some(leading.clone());
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.

@@ -56,7 +56,7 @@ use tokio_util::sync::CancellationToken;
 /// The Kubernetes version the API reports (`/version`) and follows.
 pub const KUBE_VERSION: &str = "v1.33.0";
 
-pub use store::EtcdOptions;
+pub use store::{EtcdOptions, EtcdTls};
 
 /// Settings of the embedded API.
 #[derive(Debug, Clone)]

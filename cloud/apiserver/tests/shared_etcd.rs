@@ -151,3 +151,73 @@ fn servers_started_together_on_an_empty_etcd_share_one_ca() {
         );
     }
 }
+
+/// etcd with TLS and client certificates (`--client-cert-auth`): the server reaches it with
+/// its client certificate; without one, etcd refuses it and the server says so and stops.
+#[test]
+fn the_store_reaches_etcd_over_tls_with_a_client_certificate() {
+    if !sim::etcd::available() {
+        eprintln!("SKIPPED: no etcd binary (scripts/test installs Debian's etcd-server)");
+        return;
+    }
+    let certs = tempfile::tempdir().expect("dir");
+    let dir = certs.path();
+    let (ca, ca_key) = pki::load_or_make_ca(dir).expect("a CA");
+    let (cert, key) = pki::sign_leaf(&ca, &ca_key, "etcd", None, &["127.0.0.1".into()], true, 1)
+        .expect("etcd's certificate");
+    let (client, client_key) =
+        pki::sign_leaf(&ca, &ca_key, "apiserver", None, &[], false, 1).expect("a client's");
+    for (f, text) in [
+        ("etcd.crt", &cert),
+        ("etcd.key", &key),
+        ("client.crt", &client),
+        ("client.key", &client_key),
+    ] {
+        pki::write_private(&dir.join(f), text).expect("written");
+    }
+    let etcd = sim::etcd::EtcdCluster::start_with(
+        1,
+        Some(sim::etcd::Tls {
+            cert: dir.join("etcd.crt"),
+            key: dir.join("etcd.key"),
+            client_ca: dir.join("ca.crt"),
+        }),
+    )
+    .expect("etcd with TLS");
+    let path = |f: &str| dir.join(f).display().to_string();
+    let (ca_file, cert_file, key_file) = (path("ca.crt"), path("client.crt"), path("client.key"));
+    let s = Server::start_shared_with(
+        &etcd,
+        &[
+            "--etcd-ca",
+            &ca_file,
+            "--etcd-cert",
+            &cert_file,
+            "--etcd-key",
+            &key_file,
+        ],
+    );
+    s.ok(&["create", "configmap", "over-tls"]);
+    assert!(
+        s.ok(&["get", "configmap", "over-tls", "-o", "name"])
+            .contains("over-tls")
+    );
+
+    // No client certificate: refused by etcd, and the server names etcd in its error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_apiserver"))
+        .arg("--data-dir")
+        .arg(dir.join("no-cert"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--etcd",
+            &etcd.endpoints()[0],
+            "--etcd-ca",
+            &ca_file,
+        ])
+        .output()
+        .expect("apiserver runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read the objects from etcd"), "{err}");
+}

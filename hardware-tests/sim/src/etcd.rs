@@ -22,22 +22,40 @@ struct Member {
     name: String,
     client: u16,
     peer: u16,
+    /// Plain HTTP `/health` (and metrics), beside TLS client URLs.
+    metrics: u16,
     child: Option<Child>,
+}
+
+/// TLS of the client URLs: etcd's certificate and key, and the CA its clients' certificates
+/// must be signed by (`--client-cert-auth`); PEM files.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
 }
 
 /// A running etcd cluster; stopped (and its data removed) when dropped.
 pub struct EtcdCluster {
     members: Vec<Member>,
+    tls: Option<Tls>,
     dir: tempfile::TempDir,
 }
 
 impl EtcdCluster {
     /// `n` members on free loopback ports, healthy (a leader elected) when this returns.
     pub fn start(n: usize) -> Result<Self> {
+        Self::start_with(n, None)
+    }
+
+    /// [`EtcdCluster::start`] with TLS on the client URLs (`https://`), clients authenticated by
+    /// certificate.
+    pub fn start_with(n: usize, tls: Option<Tls>) -> Result<Self> {
         let mut last = None;
         // A port taken between choosing it and etcd binding it: start over on others.
         for _ in 0..3 {
-            match Self::try_start(n) {
+            match Self::try_start(n, tls.clone()) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
@@ -45,17 +63,18 @@ impl EtcdCluster {
         Err(last.unwrap_or_else(|| anyhow::anyhow!("etcd did not start")))
     }
 
-    fn try_start(n: usize) -> Result<Self> {
+    fn try_start(n: usize, tls: Option<Tls>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client: crate::free_port(),
                 peer: crate::free_port(),
+                metrics: crate::free_port(),
                 child: None,
             })
             .collect();
-        let mut c = Self { members, dir };
+        let mut c = Self { members, tls, dir };
         for i in 0..n {
             c.spawn(i, true)?;
         }
@@ -74,6 +93,19 @@ impl EtcdCluster {
     fn spawn(&mut self, i: usize, new: bool) -> Result<()> {
         let cluster = self.initial_cluster();
         let dir = self.dir.path().to_path_buf();
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut tls_args: Vec<String> = Vec::new();
+        if let Some(t) = &self.tls {
+            for (flag, p) in [
+                ("--cert-file", &t.cert),
+                ("--key-file", &t.key),
+                ("--trusted-ca-file", &t.client_ca),
+            ] {
+                tls_args.push(flag.into());
+                tls_args.push(p.display().to_string());
+            }
+            tls_args.push("--client-cert-auth".into());
+        }
         let m = &mut self.members[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -85,9 +117,11 @@ impl EtcdCluster {
             .arg(dir.join(&m.name))
             .args([
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{}", m.client),
+                &format!("{scheme}://127.0.0.1:{}", m.client),
                 "--advertise-client-urls",
-                &format!("http://127.0.0.1:{}", m.client),
+                &format!("{scheme}://127.0.0.1:{}", m.client),
+                "--listen-metrics-urls",
+                &format!("http://127.0.0.1:{}", m.metrics),
                 "--listen-peer-urls",
                 &format!("http://127.0.0.1:{}", m.peer),
                 "--initial-advertise-peer-urls",
@@ -106,6 +140,7 @@ impl EtcdCluster {
                 "--log-level",
                 "warn",
             ])
+            .args(&tls_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -131,7 +166,7 @@ impl EtcdCluster {
                             .unwrap_or_default()
                     );
                 }
-                let healthy = ureq::get(&format!("http://127.0.0.1:{}/health", m.client))
+                let healthy = ureq::get(&format!("http://127.0.0.1:{}/health", m.metrics))
                     .call()
                     .ok()
                     .and_then(|mut r| r.body_mut().read_to_string().ok())
@@ -150,9 +185,10 @@ impl EtcdCluster {
 
     /// The members' client URLs.
     pub fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{scheme}://127.0.0.1:{}", m.client))
             .collect()
     }
 
@@ -172,7 +208,7 @@ impl EtcdCluster {
     }
 
     /// Compacts etcd's history to its current revision (what a long-running cluster does);
-    /// returns that revision.
+    /// returns that revision. Plain HTTP clusters only.
     pub fn compact(&self) -> Result<u64> {
         let url = self
             .members

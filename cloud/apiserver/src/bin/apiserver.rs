@@ -41,6 +41,14 @@ struct Args {
     /// The etcd keys' prefix.
     #[arg(long, default_value = "/cloudcore/")]
     etcd_prefix: String,
+    /// TLS to etcd (`https://` endpoints): the CA of etcd's certificate (PEM file).
+    #[arg(long)]
+    etcd_ca: Option<PathBuf>,
+    /// This server's client certificate and key for etcd (PEM files).
+    #[arg(long, requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    #[arg(long, requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
 }
 
 fn objects(files: &[PathBuf]) -> Result<Vec<serde_json::Value>, String> {
@@ -70,6 +78,27 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let read = |p: &Option<PathBuf>| -> Result<Option<String>, String> {
+        p.as_ref()
+            .map(|p| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())))
+            .transpose()
+    };
+    let tls = match (
+        read(&args.etcd_ca),
+        read(&args.etcd_cert),
+        read(&args.etcd_key),
+    ) {
+        (Ok(Some(ca)), Ok(cert), Ok(key)) => Some(apiserver::EtcdTls { ca, cert, key }),
+        (Ok(None), Ok(None), Ok(None)) => None,
+        (Ok(None), _, _) => {
+            eprintln!("apiserver: --etcd-cert and --etcd-key need --etcd-ca");
+            return ExitCode::from(2);
+        }
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            eprintln!("apiserver: cannot read {e}");
+            return ExitCode::from(2);
+        }
+    };
     let defaults = apiserver::Config::default();
     let config = apiserver::Config {
         data_dir: args.data_dir,
@@ -80,6 +109,7 @@ fn main() -> ExitCode {
         etcd: (!args.etcd.is_empty()).then(|| apiserver::EtcdOptions {
             endpoints: args.etcd.clone(),
             prefix: args.etcd_prefix.clone(),
+            tls: tls.clone(),
             ..apiserver::EtcdOptions::default()
         }),
         ..defaults

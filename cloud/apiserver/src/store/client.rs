@@ -49,8 +49,12 @@ impl std::fmt::Display for EtcdError {
 }
 
 impl Etcd {
-    /// Clients of `endpoints` (`http://host:2379` or `host:2379`), connected when first used.
-    pub(crate) fn new(endpoints: &[String]) -> anyhow::Result<Self> {
+    /// Clients of `endpoints` (`http://host:2379`, `https://host:2379` with `tls`, or
+    /// `host:2379`), connected when first used.
+    pub(crate) fn new(
+        endpoints: &[String],
+        tls: Option<&super::etcd::EtcdTls>,
+    ) -> anyhow::Result<Self> {
         if endpoints.is_empty() {
             anyhow::bail!("no etcd endpoints given");
         }
@@ -58,21 +62,37 @@ impl Etcd {
         for e in endpoints {
             let url = if e.contains("://") {
                 e.clone()
+            } else if tls.is_some() {
+                format!("https://{e}")
             } else {
                 format!("http://{e}")
             };
-            if url.starts_with("https://") {
-                anyhow::bail!(
-                    "etcd endpoint {e}: TLS to etcd is not supported yet; reach etcd on a private address (see the README)"
-                );
-            }
-            let ep = Endpoint::from_shared(url.clone())
+            let mut ep = Endpoint::from_shared(url.clone())
                 .map_err(|err| anyhow::anyhow!("etcd endpoint {e} is not a URL: {err}"))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_timeout(Duration::from_secs(5))
                 .keep_alive_while_idle(true);
+            match (url.starts_with("https://"), tls) {
+                (true, Some(t)) => {
+                    let mut c = tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(tonic::transport::Certificate::from_pem(&t.ca));
+                    if let (Some(cert), Some(key)) = (&t.cert, &t.key) {
+                        c = c.identity(tonic::transport::Identity::from_pem(cert, key));
+                    }
+                    ep = ep
+                        .tls_config(c)
+                        .map_err(|err| anyhow::anyhow!("etcd endpoint {e}: {err}"))?;
+                }
+                (true, None) => anyhow::bail!(
+                    "etcd endpoint {e} is https: give the CA that signed etcd's certificate (etcd.caFile)"
+                ),
+                (false, Some(_)) => anyhow::bail!(
+                    "etcd endpoint {e} is plain http but TLS is configured: use https://"
+                ),
+                (false, None) => {}
+            }
             members.push((url, ep.connect_lazy()));
         }
         Ok(Self {

@@ -34,6 +34,25 @@ pub struct EtcdOptions {
     pub prefix: String,
     /// How often etcd's history is compacted (to where it was one period before).
     pub compact_every: Duration,
+    /// TLS to etcd (`https://` endpoints): the CA that signed etcd's certificates, and this
+    /// client's certificate and key for etcd's `--client-cert-auth`, as PEM text.
+    pub tls: Option<EtcdTls>,
+}
+
+/// The PEM texts of TLS to etcd.
+#[derive(Clone, PartialEq)]
+pub struct EtcdTls {
+    pub ca: String,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.cert.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for EtcdOptions {
@@ -42,6 +61,7 @@ impl Default for EtcdOptions {
             endpoints: vec!["http://127.0.0.1:2379".into()],
             prefix: "/cloudcore/".into(),
             compact_every: Duration::from_secs(300),
+            tls: None,
         }
     }
 }
@@ -74,7 +94,7 @@ impl EtcdStore {
         history: usize,
         events: Feed,
     ) -> anyhow::Result<(Shared, Arc<Self>)> {
-        let client = Etcd::new(&opts.endpoints)?;
+        let client = Etcd::new(&opts.endpoints, opts.tls.as_ref())?;
         let mut prefix = opts.prefix.clone();
         if !prefix.ends_with('/') {
             prefix.push('/');

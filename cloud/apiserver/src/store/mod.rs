@@ -28,7 +28,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 mod client;
 mod etcd;
 
-pub use etcd::EtcdOptions;
+pub use etcd::{EtcdOptions, EtcdTls};
 
 /// A stored object: its serialized JSON and what selectors and controllers look at.
 #[derive(Debug)]

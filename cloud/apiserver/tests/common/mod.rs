@@ -77,6 +77,11 @@ impl Server {
         Self::start_on(&[], None, etcd.endpoints())
     }
 
+    /// [`Server::start_shared`] with more command-line `args`.
+    pub fn start_shared_with(etcd: &sim::etcd::EtcdCluster, args: &[&str]) -> Self {
+        Self::start_on(args, None, etcd.endpoints())
+    }
+
     fn start_on(
         args: &[&str],
         etcd: Option<sim::etcd::EtcdCluster>,
