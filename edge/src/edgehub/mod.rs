@@ -180,13 +180,9 @@ impl EdgeHub {
         self.renew_if_due(cert_server, &mut creds, renewal_tried)
             .await;
         let (authority, host) = join::host_port(server)?;
-        let tcp = tokio::time::timeout(
-            Duration::from_secs(10),
-            tokio::net::TcpStream::connect(&authority),
-        )
-        .await
-        .context("connect timed out")?
-        .with_context(|| format!("cannot connect to {server}"))?;
+        let tcp = connect_spread(&authority, &self.node)
+            .await
+            .with_context(|| format!("cannot connect to {server}"))?;
         let _ = tcp.set_nodelay(true);
         let tls = tokio_rustls::TlsConnector::from(creds.client_config()?)
             .connect(join::server_name(&host)?, tcp)
@@ -667,6 +663,35 @@ fn home_of(node: &str, n: usize) -> usize {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     (h % n.max(1) as u64) as usize
+}
+
+/// Connects to `authority`; a name that resolves to several addresses (replicas behind one
+/// name) is tried address by address, starting at the one this node's name picks, so that
+/// nodes spread over them.
+async fn connect_spread(authority: &str, node: &str) -> Result<tokio::net::TcpStream> {
+    let mut addrs: Vec<std::net::SocketAddr> = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::net::lookup_host(authority),
+    )
+    .await
+    .context("resolving timed out")??
+    .collect();
+    addrs.sort();
+    addrs.dedup();
+    anyhow::ensure!(!addrs.is_empty(), "{authority} resolves to no address");
+    let start = home_of(node, addrs.len());
+    let mut last = None;
+    for k in 0..addrs.len() {
+        let addr = addrs[(start + k) % addrs.len()];
+        match tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(addr))
+            .await
+        {
+            Ok(Ok(tcp)) => return Ok(tcp),
+            Ok(Err(e)) => last = Some(anyhow::anyhow!("{addr}: {e}")),
+            Err(_) => last = Some(anyhow::anyhow!("{addr}: connect timed out")),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no address")))
 }
 
 /// Sleeps until `t`; never, for `None`.
