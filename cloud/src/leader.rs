@@ -58,11 +58,13 @@ where
             tokio::select! {
                 _ = stop.cancelled() => return,
                 open = async { leader.wait_for(|l| !*l).await.is_ok() } => {
-                    token.cancel();
-                    let _ = task.await;
                     if !open {
+                        // Nobody elects (one cloudcore alone): it leads until it stops.
+                        stop.cancelled().await;
                         return;
                     }
+                    token.cancel();
+                    let _ = task.await;
                 }
             }
         }
@@ -219,5 +221,74 @@ async fn release(api: &Api<Lease>, s: &Settings) {
     match api.replace(&s.name, &PostParams::default(), &current).await {
         Ok(_) => tracing::info!("leader election: Lease given up"),
         Err(e) => tracing::warn!(error = %e, "leader election: could not give the Lease up"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// Counts running copies of the work: +1 at start, -1 when cancelled.
+    fn counting(
+        running: Arc<AtomicI32>,
+    ) -> impl Fn(
+        CancellationToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+    + Send
+    + 'static {
+        move |token| {
+            let running = running.clone();
+            Box::pin(async move {
+                running.fetch_add(1, Ordering::SeqCst);
+                token.cancelled().await;
+                running.fetch_sub(1, Ordering::SeqCst);
+            })
+        }
+    }
+
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out: {what}");
+    }
+
+    #[tokio::test]
+    async fn work_runs_while_leading_and_alone_until_stopped() {
+        // Elected: starts when leading, stops when not, starts again.
+        let (tx, rx) = watch::channel(false);
+        let stop = CancellationToken::new();
+        let running = Arc::new(AtomicI32::new(0));
+        while_leading(rx, stop.clone(), counting(running.clone()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(running.load(Ordering::SeqCst), 0, "not leading yet");
+        tx.send_replace(true);
+        until("started", || running.load(Ordering::SeqCst) == 1).await;
+        tx.send_replace(false);
+        until("stopped", || running.load(Ordering::SeqCst) == 0).await;
+        tx.send_replace(true);
+        until("started again", || running.load(Ordering::SeqCst) == 1).await;
+        stop.cancel();
+        until("stopped with the process", || {
+            running.load(Ordering::SeqCst) == 0
+        })
+        .await;
+
+        // Alone: leading from the start, and nobody ever says otherwise (the sender gone).
+        let (tx, rx) = watch::channel(true);
+        drop(tx);
+        let stop = CancellationToken::new();
+        let running = Arc::new(AtomicI32::new(0));
+        while_leading(rx, stop.clone(), counting(running.clone()));
+        until("started alone", || running.load(Ordering::SeqCst) == 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(running.load(Ordering::SeqCst), 1, "still running alone");
+        stop.cancel();
+        until("stopped alone", || running.load(Ordering::SeqCst) == 0).await;
     }
 }

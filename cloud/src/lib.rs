@@ -78,14 +78,18 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         }
     };
     let stop = CancellationToken::new();
-    let election = elects.then(|| {
-        leader::start(
+    let (election, _alone) = if elects {
+        let task = leader::start(
             client.clone(),
             leader_settings.clone(),
             leading_tx,
             stop.clone(),
-        )
-    });
+        );
+        (Some(task), None)
+    } else {
+        // Alone, it always leads: the sender stays, saying so.
+        (None, Some(leading_tx))
+    };
     let hub_cfg = &config.modules.cloud_hub;
     let cloudhub = if hub_cfg.enable {
         let replica = elects.then(|| leader_settings.identity.clone());

@@ -669,13 +669,11 @@ fn home_of(node: &str, n: usize) -> usize {
 /// name) is tried address by address, starting at the one this node's name picks, so that
 /// nodes spread over them.
 async fn connect_spread(authority: &str, node: &str) -> Result<tokio::net::TcpStream> {
-    let mut addrs: Vec<std::net::SocketAddr> = tokio::time::timeout(
-        Duration::from_secs(10),
-        tokio::net::lookup_host(authority),
-    )
-    .await
-    .context("resolving timed out")??
-    .collect();
+    let mut addrs: Vec<std::net::SocketAddr> =
+        tokio::time::timeout(Duration::from_secs(10), tokio::net::lookup_host(authority))
+            .await
+            .context("resolving timed out")??
+            .collect();
     addrs.sort();
     addrs.dedup();
     anyhow::ensure!(!addrs.is_empty(), "{authority} resolves to no address");
@@ -683,8 +681,11 @@ async fn connect_spread(authority: &str, node: &str) -> Result<tokio::net::TcpSt
     let mut last = None;
     for k in 0..addrs.len() {
         let addr = addrs[(start + k) % addrs.len()];
-        match tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(addr))
-            .await
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
         {
             Ok(Ok(tcp)) => return Ok(tcp),
             Ok(Err(e)) => last = Some(anyhow::anyhow!("{addr}: {e}")),
