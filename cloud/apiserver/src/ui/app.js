@@ -31,8 +31,10 @@ function renderNodes() {
     const st = r.status === "True" ? "Ready" : "NotReady";
     const beat = r.lastHeartbeatTime ? `${age(now - Date.parse(r.lastHeartbeatTime))} ago` : "never";
     const info = (n.status || {}).nodeInfo || {};
-    return `<tr data-node="${esc(n.metadata.name)}"><td>${esc(n.metadata.name)}</td><td><span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}</td><td>${esc(beat)}</td><td><a href="#/devices?node=${encodeURIComponent(n.metadata.name)}">${count.get(n.metadata.name) || 0}</a></td><td>${esc(info.kubeletVersion || "")}</td></tr>`;
-  }).join("") || `<tr><td colspan="5" class="muted">no node has joined</td></tr>`;
+    // With cloudcore replicas: the one holding the node's session (its Lease identity).
+    const replica = st === "Ready" ? ((n.metadata.annotations || {})["cloudcore.kubeedge.io/session"] || "") : "";
+    return `<tr data-node="${esc(n.metadata.name)}"><td>${esc(n.metadata.name)}</td><td><span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}</td><td>${esc(beat)}</td><td><a href="#/devices?node=${encodeURIComponent(n.metadata.name)}">${count.get(n.metadata.name) || 0}</a></td><td>${esc(info.kubeletVersion || "")}</td><td>${esc(replica)}</td></tr>`;
+  }).join("") || `<tr><td colspan="6" class="muted">no node has joined</td></tr>`;
 }
 
 function stateOf(id) {
