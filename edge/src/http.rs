@@ -225,6 +225,8 @@ async fn status(State(s): State<ApiState>) -> Response {
         } else {
             "cut"
         },
+        // The cloudcore (replica) of the session, or of the last one.
+        "cloudServer": s.metrics.cloud_server.lock().map(|g| g.clone()).unwrap_or_default(),
     }))
     .into_response()
 }

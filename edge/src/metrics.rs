@@ -16,6 +16,8 @@ pub struct Metrics {
     pub mqtt_connection_errors: AtomicU64,
     /// 1 while edgehub holds a session with the cloud.
     pub cloud_connected: AtomicI64,
+    /// The cloud server (replica) of that session.
+    pub cloud_server: std::sync::Mutex<String>,
     /// QoS 0 requests dropped because the request queue was full.
     pub mqtt_requests_dropped: AtomicU64,
     /// The embedded broker's counters, when it runs.

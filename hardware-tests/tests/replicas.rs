@@ -13,16 +13,16 @@ use sim::stack::{Cloud, oven_manifest, reported};
 use sim::{Node, PyModbus, bin, eventually, free_port, read_holding, write_holdings};
 use std::path::Path;
 
-/// The replica whose cloudhub port the node's edgecore last said it connected to.
+/// The replica whose cloudhub holds the node's session, as edgecore's status says.
 fn session_holder(node: &Node, replicas: &[Option<Cloud>]) -> Option<usize> {
-    let log = node.edgecore.log_text();
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("edgehub: connected"))?;
+    let (code, status) = node.get("/api/v1/status");
+    if code != 200 || status["cloud"] != "connected" {
+        return None;
+    }
+    let server = status["cloudServer"].as_str()?.to_string();
     replicas.iter().position(|r| {
         r.as_ref()
-            .is_some_and(|r| line.contains(&format!("127.0.0.1:{}", r.hub)))
+            .is_some_and(|r| server == format!("wss://127.0.0.1:{}", r.hub))
     })
 }
 

@@ -205,6 +205,11 @@ impl EdgeHub {
             .await
             .context("websocket handshake with cloudhub failed")?;
         tracing::info!(%server, "edgehub: connected");
+        *self
+            .metrics
+            .cloud_server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = server.clone();
         self.metrics
             .cloud_connected
             .store(1, std::sync::atomic::Ordering::Relaxed);

@@ -226,7 +226,7 @@ function showHealth() {
   const parts = [S.live ? "live" : "reconnecting…"];
   if (s) {
     parts.push(s.store === "ok" ? "twin store ok" : `twin store ${s.store}`);
-    if (s.cloud === "connected") parts.push("cloud connected");
+    if (s.cloud === "connected") parts.push(s.cloudServer ? `cloud connected (${s.cloudServer})` : "cloud connected");
     else if (s.cloud === "cut") parts.push("cloud link cut (working offline)");
     if (s.cloud !== "none" && s.outbox !== null && s.outbox !== undefined) parts.push(`${s.outbox} waiting for the cloud`);
   }
