@@ -221,3 +221,21 @@ fn the_store_reaches_etcd_over_tls_with_a_client_certificate() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read the objects from etcd"), "{err}");
 }
+
+/// An object larger than etcd takes (its default 1.5 MiB request limit) is refused with 413 and
+/// a reason naming etcd; the server goes on.
+#[test]
+fn an_object_larger_than_etcd_takes_is_refused_by_name() {
+    let Some(etcd) = etcd() else { return };
+    let s = Server::start_shared(&etcd);
+    let big = s.dir.join("big.txt");
+    std::fs::write(&big, "x".repeat(2 * 1024 * 1024)).expect("written");
+    let out = s.fails(&[
+        "create",
+        "configmap",
+        "big",
+        &format!("--from-file=big={}", big.display()),
+    ]);
+    assert!(out.contains("larger than etcd accepts"), "{out}");
+    s.ok(&["create", "configmap", "small", "--from-literal=a=b"]);
+}

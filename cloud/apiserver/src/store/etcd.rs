@@ -595,7 +595,12 @@ fn with_rv(mut v: Value, rv: u64) -> Obj {
 /// reads to find out).
 fn write_error(e: EtcdError) -> Status {
     let msg = e.status.message();
-    if msg.contains("too large") {
+    // etcd's own limit (`request is too large`, 1.5 MiB by default) or its gRPC server's
+    // (`received message larger than max`, 2 MiB): a refusal, nothing was written.
+    if msg.contains("too large")
+        || msg.contains("larger than max")
+        || e.status.code() == tonic::Code::ResourceExhausted
+    {
         return Status::new(
             413,
             "RequestEntityTooLarge",
