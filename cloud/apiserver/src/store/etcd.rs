@@ -76,6 +76,9 @@ const CATCH_UP: Duration = Duration::from_secs(10);
 /// no object's can.
 const MARKER: &str = "\u{0}replay/";
 
+/// The most events a replay from etcd's history gathers; beyond, the watch gets `410 Gone`.
+const REPLAY_MAX: usize = 50_000;
+
 /// Keys read per request while loading.
 const PAGE: i64 = 500;
 
@@ -571,6 +574,10 @@ impl EtcdStore {
                         };
                         let prev = e.prev_kv.as_ref().map(|p| Arc::new(object(&p.value, p.mod_revision as u64)));
                         out.push(Event { rv, key, kind, obj: Arc::new(obj), prev });
+                        if out.len() > REPLAY_MAX {
+                            // A list is cheaper than this many events: the client relists.
+                            return gone(rv);
+                        }
                     }
                 }
             }
