@@ -182,15 +182,13 @@ pub(crate) fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Resul
                 )
             })?;
         let path = data_dir.join(file);
-        match read(&path)? {
-            None => write_private(&path, &text)?,
-            Some(local) if local == text => {}
-            Some(_) => anyhow::bail!(
+        if !pki::adopt_shared(&path, &text, false)? {
+            anyhow::bail!(
                 "{} is not the fleet's (the Secret {}/{} in etcd): this data directory was made for another fleet (or another replica started first at the same time); give this replica an empty data directory and it takes the fleet's CA and tokens",
                 path.display(),
                 FLEET_SECRET.0,
                 FLEET_SECRET.1
-            ),
+            );
         }
     }
     Ok(true)

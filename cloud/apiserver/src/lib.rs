@@ -244,14 +244,16 @@ pub async fn start(config: Config) -> Result<Running> {
     if shared && !adopted {
         // Replicas started at the same time on an empty etcd: one made the fleet's Secret
         // first. The others drop the CA they just made and take the fleet's.
-        if fresh && credentials::adopt_fleet(&api.store, &config.data_dir).is_err() {
-            tracing::info!("replicas: another server made the fleet's CA first; using it");
-            credentials::forget(&config.data_dir)?;
-            credentials::adopt_fleet(&api.store, &config.data_dir)?;
-            pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
-        }
-        if !credentials::adopt_fleet(&api.store, &config.data_dir)? {
-            anyhow::bail!("the fleet's Secret was not made in etcd");
+        match credentials::adopt_fleet(&api.store, &config.data_dir) {
+            Ok(true) => {}
+            Ok(false) => anyhow::bail!("the fleet's Secret was not made in etcd"),
+            Err(_) if fresh => {
+                tracing::info!("replicas: another server made the fleet's CA first; using it");
+                credentials::forget(&config.data_dir)?;
+                credentials::adopt_fleet(&api.store, &config.data_dir)?;
+                pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
+            }
+            Err(e) => return Err(e),
         }
     }
     let tls = tls_config(&pki)?;

@@ -115,6 +115,17 @@ pub fn load_or_make_ca(dir: &Path) -> Result<(String, String)> {
     Ok((cert.pem(), key_pair.serialize_pem()))
 }
 
+/// Takes a file a fleet of replicas shares (its CA, its tokens) into `path`: written when
+/// missing (or when `replace`, for a replica whose own was made at this start), kept when it is
+/// the same; `false` when this replica has another one (made for another fleet).
+pub fn adopt_shared(path: &Path, shared: &str, replace: bool) -> Result<bool> {
+    match read(path)? {
+        Some(local) if local == shared => Ok(true),
+        Some(_) if !replace => Ok(false),
+        _ => write_private(path, shared).map(|()| true),
+    }
+}
+
 /// Signs a new leaf certificate with the CA; returns (certificate PEM, key PEM).
 pub fn sign_leaf(
     ca_pem: &str,

@@ -85,15 +85,13 @@ pub async fn share_on_cluster(client: &kube::Client, data_dir: &Path) -> Result<
                 .with_context(|| {
                     format!("the Secret {}/{} has no {field}", SHARED_CA.0, SHARED_CA.1)
                 })?;
-            match pki::read(path)? {
-                Some(local) if local == text => {}
-                Some(_) if !fresh => anyhow::bail!(
+            if !pki::adopt_shared(path, &text, fresh)? {
+                anyhow::bail!(
                     "{} is not the fleet's CA (the Secret {}/{}): give this replica an empty data directory and it takes the fleet's",
                     path.display(),
                     SHARED_CA.0,
                     SHARED_CA.1
-                ),
-                _ => pki::write_private(path, &text)?,
+                );
             }
         }
         tracing::info!("replicas: using the fleet's CA from the cluster");

@@ -294,22 +294,7 @@ impl EtcdStore {
             };
             let rv = kv.mod_revision as u64;
             let prev = t.get(&key).cloned();
-            let (kind, obj) = if e.r#type == 1 {
-                // A delete: the last state, at the delete's revision.
-                let last = match (&e.prev_kv, &prev) {
-                    (Some(p), _) => object(&p.value, rv),
-                    (None, Some(p)) => with_rv(p.value(), rv),
-                    (None, None) => with_rv(
-                        serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}),
-                        rv,
-                    ),
-                };
-                (EventType::Deleted, last)
-            } else if kv.version == 1 {
-                (EventType::Added, object(&kv.value, rv))
-            } else {
-                (EventType::Modified, object(&kv.value, rv))
-            };
+            let (kind, obj) = change(e, kv, &key, prev.as_deref());
             out.push(Event {
                 rv,
                 key,
@@ -563,16 +548,8 @@ impl EtcdStore {
                             continue;
                         };
                         let rv = kv.mod_revision as u64;
-                        let (kind, obj) = match (e.r#type, &e.prev_kv) {
-                            (1, Some(p)) => (EventType::Deleted, object(&p.value, rv)),
-                            (1, None) => (
-                                EventType::Deleted,
-                                with_rv(serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}), rv),
-                            ),
-                            _ if kv.version == 1 => (EventType::Added, object(&kv.value, rv)),
-                            _ => (EventType::Modified, object(&kv.value, rv)),
-                        };
                         let prev = e.prev_kv.as_ref().map(|p| Arc::new(object(&p.value, p.mod_revision as u64)));
+                        let (kind, obj) = change(e, kv, &key, prev.as_deref());
                         out.push(Event { rv, key, kind, obj: Arc::new(obj), prev });
                         if out.len() > REPLAY_MAX {
                             // A list is cheaper than this many events: the client relists.
@@ -582,6 +559,28 @@ impl EtcdStore {
                 }
             }
         }
+    }
+}
+
+/// What etcd event `e` (of `kv`, at `key`) is to watchers: its kind, and the object at the
+/// event's revision. A delete carries the last state: etcd's `prev_kv`, else `prev` (the view's
+/// object before), else only the name.
+fn change(e: &pb::Event, kv: &pb::KeyValue, key: &Key, prev: Option<&Obj>) -> (EventType, Obj) {
+    let rv = kv.mod_revision as u64;
+    if e.r#type == 1 {
+        let last = match (&e.prev_kv, prev) {
+            (Some(p), _) => object(&p.value, rv),
+            (None, Some(p)) => with_rv(p.value(), rv),
+            (None, None) => with_rv(
+                serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}),
+                rv,
+            ),
+        };
+        (EventType::Deleted, last)
+    } else if kv.version == 1 {
+        (EventType::Added, object(&kv.value, rv))
+    } else {
+        (EventType::Modified, object(&kv.value, rv))
     }
 }
 
