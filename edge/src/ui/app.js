@@ -134,6 +134,13 @@ $("property-rows").addEventListener("submit", async (e) => {
   schedule();
 });
 
+// Whether twin version vector `a` ({cloud, edge}, KubeEdge's) is at least `b` in both counts.
+function atLeast(a, b) {
+  if (!b) return true;
+  if (!a) return false;
+  return a.cloud >= b.cloud && a.edge >= b.edge;
+}
+
 async function openDevice(id) {
   const [ns, name] = id.split("/");
   const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
@@ -145,6 +152,17 @@ async function openDevice(id) {
   }
   const t = await r.json();
   t.id = id;
+  // Events that arrived while this answer was on its way may be newer than it: a property the
+  // page already has at newer versions than the answer's is kept (at the same versions, the
+  // answer's view wins: it says whether the values are stale now).
+  if (S.twin && S.twin.id === id) {
+    for (const [k, p] of Object.entries(t.properties || {})) {
+      const cur = S.twin.properties && S.twin.properties[k];
+      const newer = cur && atLeast(cur.reportedVersion, p.reportedVersion) && atLeast(cur.desiredVersion, p.desiredVersion)
+        && !(atLeast(p.reportedVersion, cur.reportedVersion) && atLeast(p.desiredVersion, cur.desiredVersion));
+      if (newer) t.properties[k] = cur;
+    }
+  }
   for (const [k, p] of Object.entries(t.properties || {})) remember(id, k, p);
   S.twin = t;
   renderDevice();
