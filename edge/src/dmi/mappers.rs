@@ -28,14 +28,14 @@
 
 use super::placement::{DeviceFacts, Failover, MapperView, Placement};
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
-use crate::meta::store::MetaStore;
+use crate::meta::store::{MapperRecord, MetaStore};
 use crate::metrics::Metrics;
 use api::dmi::v1beta1 as pb;
 use api::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
 use api::dmi::{device_to_dmi, model_to_dmi};
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, TwinProperty};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -68,23 +68,6 @@ impl Default for Liveness {
             failures: 2,
         }
     }
-}
-
-/// A registered mapper, as stored.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MapperRecord {
-    pub name: String,
-    pub protocol: String,
-    /// The mapper's own Unix socket.
-    pub address: String,
-    pub version: String,
-    pub api_version: String,
-    /// Devices assigned to it (`namespace/name`).
-    pub devices: BTreeSet<String>,
-    /// Devices moved away from it while it could not be told: removed from it as soon as it
-    /// answers again.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub retired: BTreeSet<String>,
 }
 
 /// How a mapper is doing, for the HTTP API.

@@ -4,11 +4,12 @@
 //! edged, and the mappers' registrations. Each record's kind and key are spelled here only.
 
 use crate::catalog::{CloudObjects, object_id};
-use crate::dmi::mappers::MapperRecord;
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel};
 use edged::CloudPods;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 const CLOUD_DEVICE: &str = "cloud-device";
 const CLOUD_MODEL: &str = "cloud-model";
@@ -16,6 +17,23 @@ const CLOUD_POD: &str = "cloud-pod";
 const CLOUD_CONFIGMAP: &str = "cloud-configmap";
 const CLOUD_SECRET: &str = "cloud-secret";
 const MAPPER: &str = "devicemapper";
+
+/// A registered mapper, as stored.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MapperRecord {
+    pub name: String,
+    pub protocol: String,
+    /// The mapper's own Unix socket.
+    pub address: String,
+    pub version: String,
+    pub api_version: String,
+    /// Devices assigned to it (`namespace/name`).
+    pub devices: BTreeSet<String>,
+    /// Devices moved away from it while it could not be told: removed from it as soon as it
+    /// answers again.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retired: BTreeSet<String>,
+}
 
 /// Why metadata could not be stored or read.
 #[derive(Debug, thiserror::Error)]

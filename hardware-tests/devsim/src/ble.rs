@@ -7,7 +7,7 @@
 //! Faults: `noAnswer` and `reboot` take the device out of range for their seconds (its
 //! connection dropped), `disconnect` drops its connection; the others are Modbus's.
 
-use crate::layout::{SimDevice, SimPoint, Visit};
+use crate::device::{Ble, SimDevice, SimPoint, Visit};
 use mapper_ble::config::{Format, Point};
 use serde_json::{Value, json};
 use sim::modbus_sim::Sim;
@@ -105,7 +105,7 @@ pub fn layout(
     };
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
+    for (at, p, mp, visitor) in crate::device::properties(device, model, named, &mut errors) {
         let point = match Point::from_config(visitor, mp.and_then(|m| m.type_).map(|t| t.as_str()))
         {
             Ok(pt) => pt,
@@ -154,14 +154,6 @@ pub fn layout(
         }),
         ..SimDevice::bare(id, points)
     })
-}
-
-/// Where a BLE device is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ble {
-    /// Its MAC address, upper case.
-    pub address: String,
-    pub adapter: String,
 }
 
 /// The characteristics of one device with the properties in each.

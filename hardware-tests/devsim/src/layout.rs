@@ -10,79 +10,7 @@ use mapper_modbus::Table;
 use mapper_modbus::device::{Connection, ModelHints, Point, Transport};
 use std::collections::BTreeMap;
 
-/// A device to simulate.
-#[derive(Clone, Debug)]
-pub struct SimDevice {
-    /// `namespace/name`.
-    pub id: String,
-    /// `host:port` from `spec.protocol.configData` (`ip`, `port`); empty on a serial line.
-    pub address: String,
-    /// Its unit id (`slaveID`) at that address; several devices may share an address (a
-    /// gateway), each with its own.
-    pub unit: u8,
-    /// On a serial line (Modbus RTU): `serialPort`, the slave id, the baud rate.
-    pub rtu: Option<Rtu>,
-    /// A device with its own serial protocol (`mapper-serial`): its line's settings.
-    pub serial: Option<mapper_serial::device::Port>,
-    /// An OPC UA device (`mapper-opcua`): its server's endpoint URL (`address` is its host and
-    /// port).
-    pub opcua: Option<String>,
-    /// A BLE device (`mapper-ble`): its MAC address and adapter.
-    pub ble: Option<crate::ble::Ble>,
-    pub points: Vec<SimPoint>,
-}
-
-/// Where a Modbus RTU device is: its line and its slave id on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rtu {
-    pub port: String,
-    pub slave: u8,
-    pub baud_rate: u32,
-}
-
-/// One property of a simulated device.
-#[derive(Clone, Debug)]
-pub struct SimPoint {
-    pub name: String,
-    pub point: Visit,
-    /// The value it holds at the start: zero, `false` or an empty string (a scenario's
-    /// behaviour takes over from its first tick).
-    pub initial: String,
-    /// The model's `accessMode` is not `ReadOnly`.
-    pub writable: bool,
-}
-
-impl SimDevice {
-    /// A device with `points` and nowhere yet (the caller says where: `address`, `rtu`, ...).
-    pub fn bare(id: &str, points: Vec<SimPoint>) -> Self {
-        Self {
-            id: id.to_string(),
-            address: String::new(),
-            unit: 0,
-            rtu: None,
-            serial: None,
-            opcua: None,
-            ble: None,
-            points,
-        }
-    }
-}
-
-/// Where a property is, as its mapper reads it.
-#[derive(Clone, Debug)]
-pub enum Visit {
-    /// Registers or bits (`mapper-modbus`).
-    Modbus(Point),
-    /// Its part of a reply on a serial line (`mapper-serial`).
-    Serial(mapper_serial::device::Point),
-    /// A variable of an OPC UA server (`mapper-opcua`), of its type.
-    OpcUa(
-        mapper_opcua::config::Point,
-        opcua::types::VariantScalarTypeId,
-    ),
-    /// Its part of a GATT characteristic (`mapper-ble`).
-    Ble(mapper_ble::config::Point),
-}
+pub use crate::device::{Rtu, SimDevice, SimPoint, Visit};
 
 /// A declaration that cannot be simulated (or read by the mapper), with where it is.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -245,7 +173,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
         }
         let mut points: Vec<SimPoint> = Vec::new();
         let mut missing = Vec::new();
-        let visited = properties(&device, model, &named, &mut missing);
+        let visited = crate::device::properties(&device, model, &named, &mut missing);
         errors.extend(
             missing
                 .into_iter()
@@ -325,50 +253,6 @@ type Layout = fn(
     &serde_json::Map<String, serde_json::Value>,
     &[String],
 ) -> Result<SimDevice, Vec<(String, String)>>;
-
-/// A property to lay out: its path (`spec.properties[i]`), the device's property, the model's,
-/// and its visitor's `configData`.
-pub(crate) type Visited<'a> = (
-    String,
-    &'a api::v1beta1::DeviceProperty,
-    Option<&'a api::v1beta1::ModelProperty>,
-    &'a serde_json::Map<String, serde_json::Value>,
-);
-
-/// Each property of `device` to lay out: those not already `named` (by the gateway's
-/// validators) and with a visitor; one without is added to `errors` with its path.
-pub(crate) fn properties<'a>(
-    device: &'a Device,
-    model: &'a DeviceModel,
-    named: &[String],
-    errors: &mut Vec<(String, String)>,
-) -> Vec<Visited<'a>> {
-    let mut out = Vec::new();
-    for (i, p) in device.spec.properties.iter().enumerate() {
-        let at = format!("spec.properties[{i}]");
-        if named
-            .iter()
-            .any(|n| n == &at || n.starts_with(&format!("{at}.")))
-        {
-            continue;
-        }
-        let Some(visitor) = p
-            .visitors
-            .as_ref()
-            .and_then(|v| v.config_data.as_ref())
-            .map(|c| &c.0)
-        else {
-            errors.push((
-                format!("{at}.visitors"),
-                "no visitor: the mapper cannot read it".to_string(),
-            ));
-            continue;
-        };
-        let mp = model.spec.properties.iter().find(|m| m.name == p.name);
-        out.push((at, p, mp, visitor));
-    }
-    out
-}
 
 fn default_value(point: &Point, ty: Option<PropertyType>) -> String {
     use mapper_modbus::codec::DataType;

@@ -2,6 +2,7 @@
 //! uses (`kubectl apply` takes the same files), for hardware-in-the-loop tests without the
 //! hardware.
 //!
+//! - [`device`]: a simulated device and where each of its points is, as its mapper reads it.
 //! - [`layout`]: each Modbus device (TCP, RTU) of the manifests, each property laid out in registers
 //!   or bits as `mapper-modbus` reads it (its own parser of visitors: type, scale, offset, byte
 //!   and word order, bits); a declaration that cannot work (overlapping registers, a type that
@@ -22,6 +23,7 @@
 //!   the mappers started on them, steps that set and check the twin, JUnit XML for CI.
 
 pub mod ble;
+pub mod device;
 pub mod hil;
 pub mod layout;
 pub mod opcua;

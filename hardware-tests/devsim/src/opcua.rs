@@ -8,7 +8,7 @@
 //! Faults: `noAnswer` and `reboot` stop the server for their seconds (connections dropped, the
 //! port closed), `disconnect` restarts it (every session dropped); the others are Modbus's.
 
-use crate::layout::{SimDevice, SimPoint, Visit};
+use crate::device::{SimDevice, SimPoint, Visit};
 use mapper_opcua::config::Point;
 use mapper_opcua::value::{from_twin, to_twin};
 use opcua::crypto::SecurityPolicy;
@@ -406,7 +406,7 @@ pub fn layout(
     })?;
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
+    for (at, p, mp, visitor) in crate::device::properties(device, model, named, &mut errors) {
         let point = match Point::from_config(visitor, Duration::from_secs(1)) {
             Ok(pt) => pt,
             Err(e) => {

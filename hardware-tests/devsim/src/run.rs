@@ -1,7 +1,7 @@
 //! Serving simulated devices: each on its address with the Modbus TCP server of the `sim` crate,
 //! and a tick that plays its scenario (values and faults) on the scenario's clock.
 
-use crate::layout::{SimDevice, SimPoint, Visit};
+use crate::device::{SimDevice, SimPoint, Visit};
 use crate::scenario::{DeviceScenario, Fault, FaultKind, Player, Scenario, Writes};
 use mapper_modbus::Table;
 use mapper_modbus::codec::{Codec, DataType};

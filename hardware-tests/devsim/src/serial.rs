@@ -481,13 +481,13 @@ pub fn layout(
     model: &api::v1beta1::DeviceModel,
     config: &serde_json::Map<String, serde_json::Value>,
     named: &[String],
-) -> Result<crate::layout::SimDevice, Vec<(String, String)>> {
-    use crate::layout::{SimDevice, SimPoint, Visit};
+) -> Result<crate::device::SimDevice, Vec<(String, String)>> {
+    use crate::device::{SimDevice, SimPoint, Visit};
     let port = Port::from_config(config)
         .map_err(|e| vec![(format!("spec.protocol.configData.{}", e.key), e.reason)])?;
     let mut errors = Vec::new();
     let mut points: Vec<SimPoint> = Vec::new();
-    for (at, p, mp, visitor) in crate::layout::properties(device, model, named, &mut errors) {
+    for (at, p, mp, visitor) in crate::device::properties(device, model, named, &mut errors) {
         let num = |s: Option<&String>| s.and_then(|v| v.trim().parse::<f64>().ok());
         let ty = mp
             .and_then(|m| m.type_)

@@ -3,6 +3,7 @@
 //! only when its `reportCycle` has passed, writes desired values when they change (then reads
 //! them back), and tracks the device's state from its transport.
 
+use crate::clock::now_ms;
 use crate::driver::{DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, Reading};
 use crate::metrics::Metrics;
 use crate::push::Pusher;
@@ -11,7 +12,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -78,13 +79,6 @@ pub enum Command {
     /// Say the device's state again: edgecore told the device again (after it found this mapper
     /// unreachable for a while, it set the state `unknown` itself).
     ResendState,
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
 }
 
 struct Prop {

@@ -14,6 +14,7 @@
 //! - pushes values to the property's `pushMethod` targets ([`push`]);
 //! - serves a REST API and Prometheus metrics ([`rest`], [`metrics`]).
 
+pub mod clock;
 pub mod config;
 pub mod configdata;
 pub mod device;

@@ -12,7 +12,8 @@
 //!
 //! A request's `X-Correlation-ID` header is echoed back.
 
-use crate::device::{Command, now_ms};
+use crate::clock::now_ms;
+use crate::device::Command;
 use crate::mapper::Devices;
 use crate::metrics::Metrics;
 use axum::extract::{Path, Request, State};

@@ -51,10 +51,7 @@ impl std::fmt::Display for EtcdError {
 impl Etcd {
     /// Clients of `endpoints` (`http://host:2379`, `https://host:2379` with `tls`, or
     /// `host:2379`), connected when first used.
-    pub(crate) fn new(
-        endpoints: &[String],
-        tls: Option<&super::etcd::EtcdTls>,
-    ) -> anyhow::Result<Self> {
+    pub(crate) fn new(endpoints: &[String], tls: Option<&super::EtcdTls>) -> anyhow::Result<Self> {
         if endpoints.is_empty() {
             anyhow::bail!("no etcd endpoints given");
         }

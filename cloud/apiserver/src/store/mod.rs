@@ -28,7 +28,47 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 mod client;
 mod etcd;
 
-pub use etcd::{EtcdOptions, EtcdTls};
+/// Where the store's etcd is and how it is used (`modules.apiserver.etcd` in cloudcore's
+/// config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdOptions {
+    /// Client URLs of the members (`http://10.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// The keys' prefix: several independent fleets can share an etcd cluster.
+    pub prefix: String,
+    /// How often etcd's history is compacted (to where it was one period before).
+    pub compact_every: Duration,
+    /// TLS to etcd (`https://` endpoints): the CA that signed etcd's certificates, and this
+    /// client's certificate and key for etcd's `--client-cert-auth`, as PEM text.
+    pub tls: Option<EtcdTls>,
+}
+
+/// The PEM texts of TLS to etcd.
+#[derive(Clone, PartialEq)]
+pub struct EtcdTls {
+    pub ca: String,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("client_certificate", &self.cert.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/cloudcore/".into(),
+            compact_every: Duration::from_secs(300),
+            tls: None,
+        }
+    }
+}
 
 /// A stored object: its serialized JSON and what selectors and controllers look at.
 #[derive(Debug)]

@@ -77,6 +77,6 @@ pub(super) async fn run(
 fn uuid_like() -> String {
     format!(
         "{:x}",
-        super::super::device::now_ms() ^ u64::from(std::process::id())
+        crate::clock::now_ms() ^ u64::from(std::process::id())
     )
 }
