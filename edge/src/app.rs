@@ -141,7 +141,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 config.mqtt.allow_anonymous,
             )?;
             let tls = match &config.mqtt.tls {
-                Some(t) => Some(mqtt_tls(t).await?),
+                Some(t) => Some(eventbus::broker::TlsListener::load(t).await?),
                 None => None,
             };
             let broker = eventbus::broker::start(addr, tls, limits, auth, cancel.clone()).await?;
@@ -247,37 +247,4 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     twin.store().close().await;
     tracing::info!("edgecore stopped");
     Ok(())
-}
-
-/// The embedded broker's TLS listener from `mqtt.tls`: its files read, its address resolved.
-async fn mqtt_tls(t: &crate::config::MqttTls) -> anyhow::Result<eventbus::broker::TlsListener> {
-    use pki::tls::ClientCerts;
-    let read = |key: &str, path: &std::path::Path| {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("mqtt.tls.{key}: cannot read {}", path.display()))
-    };
-    let cert = read("certFile", &t.cert_file)?;
-    let key = read("keyFile", &t.key_file)?;
-    let ca = match &t.ca_file {
-        Some(p) => Some(read("caFile", p)?),
-        None => None,
-    };
-    let mode = if t.require_certificate {
-        ClientCerts::Required
-    } else {
-        ClientCerts::Optional
-    };
-    let config = pki::tls::server_config(&cert, &key, ca.as_deref().map(|c| (c, mode)), &[])
-        .context("mqtt.tls")?;
-    let (host, port) = split_host_port(&t.address, None)
-        .with_context(|| format!("mqtt.tls.address {}", t.address))?;
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await?
-        .next()
-        .with_context(|| format!("mqtt.tls.address {} does not resolve", t.address))?;
-    Ok(eventbus::broker::TlsListener {
-        addr,
-        config,
-        use_identity_as_username: t.use_identity_as_username,
-    })
 }

@@ -262,23 +262,33 @@ impl Auth {
         let Some(acl) = &self.acl else {
             return true;
         };
+        if !Self::plain_identity(user, client_id) {
+            return false;
+        }
         let own = acl
             .topics
             .get(&user.map(str::to_string))
             .into_iter()
             .flatten()
-            .any(|(a, f)| a.allows(write) && super::broker::topic_matches(f, topic));
+            .any(|(a, f)| a.allows(write) && super::topics::topic_matches(f, topic));
         own || acl.patterns.iter().any(|(a, p)| {
             let f = p
                 .replace("%u", user.unwrap_or_default())
                 .replace("%c", client_id);
-            a.allows(write) && super::broker::topic_matches(&f, topic)
+            a.allows(write) && super::topics::topic_matches(&f, topic)
         })
     }
 
-    /// Whether an ACL is in force (delivery checks are skipped when not).
-    pub(crate) fn has_acl(&self) -> bool {
-        self.acl.is_some()
+    /// Whether a client may be served at all under the ACL: a user name or client id with a
+    /// wildcard (`+`, `#`) would widen a `%u` or `%c` pattern to other clients' topics, so
+    /// such a client is granted nothing (Mosquitto's rule) and its CONNECT is refused.
+    pub(crate) fn admits(&self, user: Option<&str>, client_id: &str) -> bool {
+        self.acl.is_none() || Self::plain_identity(user, client_id)
+    }
+
+    fn plain_identity(user: Option<&str>, client_id: &str) -> bool {
+        let wild = |s: &str| s.contains(['+', '#']);
+        !wild(client_id) && !user.is_some_and(wild)
     }
 }
 
@@ -379,5 +389,30 @@ mod tests {
             true
         ));
         assert!(Auth::open().allows(None, "c", "anything", true));
+    }
+
+    #[test]
+    fn a_client_id_or_user_with_a_wildcard_is_granted_nothing_under_an_acl() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("acl");
+        std::fs::write(
+            &file,
+            "pattern readwrite clients/%c/#\npattern read users/%u/#\n",
+        )
+        .expect("written");
+        let auth = Auth::load(None, Some(&file), None).expect("loaded");
+        // `%c` = `#` would make the pattern `clients/#/#`: every client's topics.
+        assert!(!auth.allows(None, "#", "clients/other/x", true));
+        assert!(!auth.allows(None, "+", "clients/other/x", false));
+        assert!(!auth.allows(Some("a+"), "c1", "clients/c1/x", true));
+        assert!(!auth.admits(None, "#"));
+        assert!(!auth.admits(Some("#"), "c1"));
+        assert!(auth.admits(Some("app"), "c1"));
+        assert!(auth.allows(Some("app"), "c1", "clients/c1/x", true));
+        assert!(auth.allows(Some("app"), "c1", "users/app/y", false));
+        assert!(
+            Auth::open().admits(Some("#"), "+"),
+            "no ACL, nothing to widen"
+        );
     }
 }

@@ -5,6 +5,7 @@
 pub(crate) mod auth;
 pub(crate) mod broker;
 pub(crate) mod payload;
+pub(crate) mod topics;
 
 use crate::metrics::Metrics;
 use api::paths::{DeviceId, DeviceTopicKind, NodeTopicKind, Topic};

@@ -8,15 +8,21 @@
 //! MQTT requires, do not match `$` topics at the first level), PUBLISH at QoS 0 and 1 (QoS 2 is
 //! accepted and delivered at most at QoS 1), retained messages, PINGREQ, and the last will of a
 //! client that drops; users of a Mosquitto password file and topics of a Mosquitto ACL file
-//! (`auth`). No persistent sessions or TLS: for those, run a full broker and set
-//! `mqtt.mode: external`. Packets are parsed by rumqttc's MQTT codec; a client
+//! (`auth`), applied in [`session`]; a TLS listener beside the plain one, client certificates
+//! optionally being users ([`TlsListener`]). No persistent sessions: for those, run a full
+//! broker and set `mqtt.mode: external`. Packets are parsed by rumqttc's MQTT codec; a client
 //! that sends a malformed packet is disconnected, never the broker.
+//!
+//! This module is the IO: listeners, the accept loop, and per client a pump that reads
+//! packets, asks its [`session::Session`] what to do, and does it, and a writer task. Every
+//! decision (login, ACL, subscriptions, acknowledgements, the will) is in `session`.
 
+mod session;
+
+use super::topics::topic_matches;
 use bytes::BytesMut;
-use rumqttc::{
-    ConnAck, ConnectReturnCode, Packet, PubAck, PubComp, PubRec, Publish, QoS, SubAck,
-    SubscribeReasonCode, UnsubAck,
-};
+use rumqttc::{ConnAck, ConnectReturnCode, Packet, Publish, QoS};
+use session::{Disconnect, Out, Session, Subscriber};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -35,6 +41,17 @@ pub(crate) enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("mqtt.tls.{key}: cannot read {}: {source}", path.display())]
+    TlsFile {
+        key: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("mqtt.tls: {0}")]
+    Tls(#[from] pki::tls::TlsError),
+    #[error("mqtt.tls.address {address}: {why}")]
+    TlsAddress { address: String, why: String },
 }
 
 /// Largest MQTT packet accepted and sent (a whole twin document fits).
@@ -70,35 +87,6 @@ impl Default for Limits {
 /// The queue of edgecore's own in-process client ([`Broker::link`]); its reader keeps a window
 /// of its own of what it has taken and not yet handled.
 const LINK_QUEUE: usize = 8;
-
-/// Whether `filter` matches `topic` (MQTT 3.1.1 section 4.7).
-pub(crate) fn topic_matches(filter: &str, topic: &str) -> bool {
-    if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
-        return false;
-    }
-    let mut t = topic.split('/');
-    for f in filter.split('/') {
-        if f == "#" {
-            return true;
-        }
-        match t.next() {
-            Some(_) if f == "+" => {}
-            Some(level) if level == f => {}
-            _ => return false,
-        }
-    }
-    t.next().is_none()
-}
-
-fn valid_filter(filter: &str) -> bool {
-    if filter.is_empty() {
-        return false;
-    }
-    let levels: Vec<&str> = filter.split('/').collect();
-    levels.iter().enumerate().all(|(i, l)| {
-        (*l == "#" && i == levels.len() - 1) || *l == "+" || (!l.contains('#') && !l.contains('+'))
-    })
-}
 
 struct Client {
     client_id: String,
@@ -189,32 +177,19 @@ impl Shared {
                     .insert(publish.topic.clone(), publish.clone());
             }
         }
-        let acl = self.auth.has_acl();
         for client in state.clients.values() {
-            if acl
-                && !client.link
-                && !self.auth.allows(
-                    client.user.as_deref(),
-                    &client.client_id,
-                    &publish.topic,
-                    false,
-                )
-            {
-                continue;
-            }
-            let granted = client
-                .filters
-                .iter()
-                .filter(|(f, _)| topic_matches(f, &publish.topic))
-                .map(|(_, q)| *q)
-                .max_by_key(|q| *q as u8);
-            if let Some(q) = granted {
+            let to = Subscriber {
+                client_id: &client.client_id,
+                user: client.user.as_deref(),
+                filters: &client.filters,
+                link: client.link,
+            };
+            if let Some(qos) = session::delivery(publish, &to, &self.auth) {
                 let mut out = publish.clone();
-                out.qos = min_qos(publish.qos, q);
+                out.qos = qos;
                 out.retain = false;
                 out.dup = false;
                 let size = out.payload.len() + out.topic.len();
-                let qos = out.qos;
                 let over_bytes =
                     client.queued_bytes.load(Ordering::Relaxed) + size > limits.max_queued_bytes;
                 if client.link {
@@ -235,15 +210,6 @@ impl Shared {
             }
         }
         waiting
-    }
-}
-
-fn min_qos(a: QoS, b: QoS) -> QoS {
-    let m = (a as u8).min(b as u8).min(1);
-    if m == 0 {
-        QoS::AtMostOnce
-    } else {
-        QoS::AtLeastOnce
     }
 }
 
@@ -354,6 +320,48 @@ pub(crate) struct TlsListener {
     pub config: Arc<tokio_rustls::rustls::ServerConfig>,
     /// A client certificate's common name is the client's user name.
     pub use_identity_as_username: bool,
+}
+
+impl TlsListener {
+    /// The listener `mqtt.tls` describes: its files read, its address resolved.
+    pub(crate) async fn load(t: &crate::config::MqttTls) -> Result<Self, BrokerError> {
+        use pki::tls::ClientCerts;
+        let read = |key: &'static str, path: &std::path::Path| {
+            std::fs::read_to_string(path).map_err(|source| BrokerError::TlsFile {
+                key,
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let cert = read("certFile", &t.cert_file)?;
+        let key = read("keyFile", &t.key_file)?;
+        let ca = match &t.ca_file {
+            Some(p) => Some(read("caFile", p)?),
+            None => None,
+        };
+        let mode = if t.require_certificate {
+            ClientCerts::Required
+        } else {
+            ClientCerts::Optional
+        };
+        let config = pki::tls::server_config(&cert, &key, ca.as_deref().map(|c| (c, mode)), &[])?;
+        let address = |why: String| BrokerError::TlsAddress {
+            address: t.address.clone(),
+            why,
+        };
+        let (host, port) =
+            rt::address::split_host_port(&t.address, None).map_err(|e| address(e.to_string()))?;
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| address(e.to_string()))?
+            .next()
+            .ok_or_else(|| address("does not resolve".into()))?;
+        Ok(Self {
+            addr,
+            config,
+            use_identity_as_username: t.use_identity_as_username,
+        })
+    }
 }
 
 /// Binds `addr` (and the TLS listener, if any) and serves MQTT until `cancel`, serving at most
@@ -492,29 +500,6 @@ async fn accept<F, Fut>(
     }
 }
 
-/// Why the broker ended a client's connection (logged at debug level).
-#[derive(Debug, thiserror::Error)]
-enum Disconnect {
-    #[error("malformed MQTT packet: {0}")]
-    Malformed(rumqttc::Error),
-    #[error("read failed: {0}")]
-    Read(std::io::Error),
-    #[error("first packet is not CONNECT: {0}")]
-    NotConnect(String),
-    #[error("no CONNECT within 10 s")]
-    NoConnect,
-    #[error("its queue overflowed")]
-    Overflow,
-    #[error("keep-alive timeout")]
-    KeepAlive,
-    #[error("invalid topic name {0:?}")]
-    InvalidTopic(String),
-    #[error("second CONNECT")]
-    SecondConnect,
-    #[error("CONNECT refused: {0:?}")]
-    Refused(ConnectReturnCode),
-}
-
 /// Reads the next packet, or `None` at end of stream.
 async fn read_packet<R: tokio::io::AsyncRead + Unpin>(
     stream: &mut R,
@@ -596,8 +581,8 @@ fn outgoing(packet: Packet, queued: &AtomicUsize, pending: &mut Option<Publish>)
     }
 }
 
-/// Serves one client; `identity` is the user its TLS certificate names, when certificates are
-/// users (no password is asked then).
+/// Serves one client: reads its packets, has its [`Session`] decide, and carries that out;
+/// `identity` is the user its TLS certificate names, when certificates are users.
 async fn connection<R, W>(
     mut reader: R,
     mut writer: W,
@@ -627,12 +612,9 @@ where
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(Disconnect::NoConnect),
     };
-    let login = match identity {
-        Some(name) => Ok(Some(name)),
-        None => shared.auth.login(connect.login.as_ref()),
-    };
-    let user = match login {
-        Ok(u) => u,
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let session = match Session::connect(&connect, identity, &shared.auth, id) {
+        Ok(s) => s,
         Err(code) => {
             shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             let mut out = BytesMut::new();
@@ -640,12 +622,6 @@ where
             let _ = writer.write_all(&out).await;
             return Err(Disconnect::Refused(code));
         }
-    };
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let client_id = if connect.client_id.is_empty() {
-        format!("anonymous-{id}")
-    } else {
-        connect.client_id.clone()
     };
     let limits = shared.limits.clone();
     // Room for the queued publishes and the control packets (acks, pings) besides them.
@@ -670,12 +646,12 @@ where
         // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4).
         state
             .clients
-            .retain(|_, c| c.link || c.client_id != client_id);
+            .retain(|_, c| c.link || c.client_id != session.client_id);
         state.clients.insert(
             id,
             Client {
-                client_id: client_id.clone(),
-                user: user.clone(),
+                client_id: session.client_id.clone(),
+                user: session.user.clone(),
                 tx: tx.clone(),
                 filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
@@ -754,13 +730,9 @@ where
             }
         }
     });
-    // MQTT 3.1.1 section 3.1.2.10: a client that sends nothing for one and a half times its
-    // keep-alive is disconnected; a keep-alive of 0 turns this off.
-    let keep_alive = (connect.keep_alive > 0)
-        .then(|| std::time::Duration::from_millis(u64::from(connect.keep_alive) * 1500));
-    let result = loop {
+    let result = 'read: loop {
         let read = async {
-            match keep_alive {
+            match session.keep_alive {
                 Some(k) => {
                     tokio::time::timeout(k, read_packet(&mut reader, &mut buf, ack.as_ref())).await
                 }
@@ -768,7 +740,7 @@ where
             }
         };
         let next = tokio::select! {
-            _ = cancel.cancelled() => break Ok(false),
+            _ = cancel.cancelled() => break Err(Disconnect::Shutdown),
             _ = overflow.cancelled() => break Err(Disconnect::Overflow),
             r = read => r,
         };
@@ -780,101 +752,59 @@ where
                     .fetch_add(1, Ordering::Relaxed);
                 break Err(Disconnect::KeepAlive);
             }
+            Ok(Ok(None)) => break Err(Disconnect::Closed),
             Ok(Err(e)) => break Err(e),
-            Ok(Ok(None)) => break Ok(false),
             Ok(Ok(Some(p))) => p,
         };
-        match packet {
-            Packet::Publish(p) => {
-                if p.topic.is_empty() || p.topic.contains(['+', '#']) {
-                    break Err(Disconnect::InvalidTopic(p.topic.chars().take(80).collect()));
+        for out in session.on_packet(packet, &shared.auth) {
+            match out {
+                Out::Reply(p) => {
+                    let _ = ctl.send(p).await;
                 }
-                match p.qos {
-                    QoS::AtMostOnce => {}
-                    QoS::AtLeastOnce => {
-                        let _ = ctl.send(Packet::PubAck(PubAck::new(p.pkid))).await;
-                    }
-                    QoS::ExactlyOnce => {
-                        let _ = ctl.send(Packet::PubRec(PubRec::new(p.pkid))).await;
-                    }
-                }
-                if shared
-                    .auth
-                    .allows(user.as_deref(), &client_id, &p.topic, true)
-                {
-                    shared.route(&p).await;
-                } else {
+                Out::Route(p) => shared.route(&p).await,
+                Out::Denied(topic) => {
                     shared.stats.denied.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(client = %client_id, topic = %p.topic, "MQTT publish not granted by the ACL; dropped");
+                    tracing::debug!(client = %session.client_id, %topic, "MQTT publish not granted by the ACL; dropped");
                 }
-            }
-            Packet::PubRel(r) => {
-                let _ = ctl.send(Packet::PubComp(PubComp::new(r.pkid))).await;
-            }
-            Packet::Subscribe(s) => {
-                let mut codes = Vec::with_capacity(s.filters.len());
-                let mut retained = Vec::new();
-                {
-                    let mut state = shared.lock();
-                    for f in &s.filters {
-                        if !valid_filter(&f.path) {
-                            codes.push(SubscribeReasonCode::Failure);
-                            continue;
-                        }
-                        let q = min_qos(f.qos, QoS::AtLeastOnce);
-                        codes.push(SubscribeReasonCode::Success(q));
+                Out::Subscribe(filters) => {
+                    let retained = {
+                        let mut state = shared.lock();
                         if let Some(c) = state.clients.get_mut(&id) {
-                            c.filters.retain(|(x, _)| x != &f.path);
-                            c.filters.push((f.path.clone(), q));
-                        }
-                        for r in state.retained.values() {
-                            if topic_matches(&f.path, &r.topic)
-                                && shared
-                                    .auth
-                                    .allows(user.as_deref(), &client_id, &r.topic, false)
-                            {
-                                let mut r = r.clone();
-                                r.qos = min_qos(r.qos, q);
-                                retained.push(r);
+                            for (f, q) in &filters {
+                                c.filters.retain(|(x, _)| x != f);
+                                c.filters.push((f.clone(), *q));
                             }
                         }
+                        session.retained(&filters, &state.retained, &shared.auth)
+                    };
+                    // The SUBACK (next) goes out through `ctl`, ahead of these.
+                    for r in retained {
+                        let size = r.payload.len() + r.topic.len();
+                        queued.fetch_add(size, Ordering::Relaxed);
+                        if tx.send(Packet::Publish(r)).await.is_err() {
+                            queued.fetch_sub(size, Ordering::Relaxed);
+                        }
                     }
                 }
-                let _ = ctl.send(Packet::SubAck(SubAck::new(s.pkid, codes))).await;
-                for mut r in retained {
-                    r.retain = true;
-                    let size = r.payload.len() + r.topic.len();
-                    queued.fetch_add(size, Ordering::Relaxed);
-                    if tx.send(Packet::Publish(r)).await.is_err() {
-                        queued.fetch_sub(size, Ordering::Relaxed);
+                Out::Unsubscribe(topics) => {
+                    if let Some(c) = shared.lock().clients.get_mut(&id) {
+                        c.filters.retain(|(f, _)| !topics.contains(f));
                     }
                 }
-            }
-            Packet::Unsubscribe(u) => {
-                if let Some(c) = shared.lock().clients.get_mut(&id) {
-                    c.filters.retain(|(f, _)| !u.topics.contains(f));
+                Out::Acked => {
+                    if inflight.available_permits() < window {
+                        inflight.add_permits(1);
+                    }
                 }
-                let _ = ctl.send(Packet::UnsubAck(UnsubAck::new(u.pkid))).await;
+                Out::Close(end) => break 'read end,
             }
-            Packet::PingReq => {
-                let _ = ctl.send(Packet::PingResp).await;
-            }
-            Packet::PubAck(_) if inflight.available_permits() < window => {
-                inflight.add_permits(1);
-            }
-            Packet::Disconnect => break Ok(true),
-            Packet::Connect(_) => break Err(Disconnect::SecondConnect),
-            _ => {}
         }
     };
     shared.lock().clients.remove(&id);
-    // The will is published when a client goes away without DISCONNECT.
-    if !matches!(result, Ok(true))
-        && let Some(will) = &connect.last_will
-    {
-        let mut p = Publish::new(will.topic.clone(), will.qos, will.message.to_vec());
-        p.retain = will.retain;
-        shared.route(&p).await;
+    // The will is published when a client goes away without DISCONNECT (the broker's own
+    // shutdown included, as Mosquitto does).
+    if let Some(will) = session.will(&result) {
+        shared.route(&will).await;
     }
     drop(tx);
     drop(ctl);
@@ -887,42 +817,8 @@ where
     {
         writer_task.abort();
     }
-    result.map(|_| ())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn filters_match_as_mqtt_says() {
-        assert!(topic_matches(
-            "$hw/events/device/+/+/twin/update",
-            "$hw/events/device/default/a/twin/update"
-        ));
-        assert!(!topic_matches(
-            "$hw/events/device/+/+/twin/update",
-            "$hw/events/device/default/a/twin/update/result"
-        ));
-        assert!(topic_matches(
-            "$hw/events/device/#",
-            "$hw/events/device/default/a/twin/update/result"
-        ));
-        assert!(
-            !topic_matches("#", "$hw/events/x"),
-            "wildcards do not match $ topics"
-        );
-        assert!(!topic_matches("+/events/x", "$hw/events/x"));
-        assert!(topic_matches("a/#", "a"));
-        assert!(topic_matches("a/+", "a/b"));
-        assert!(!topic_matches("a/+", "a/b/c"));
-    }
-
-    #[test]
-    fn invalid_filters_are_refused() {
-        assert!(valid_filter("$hw/#"));
-        assert!(!valid_filter("a/#/b"));
-        assert!(!valid_filter("a/b+"));
-        assert!(!valid_filter(""));
+    match result {
+        Err(Disconnect::Closed | Disconnect::Shutdown) => Ok(()),
+        other => other,
     }
 }
