@@ -3,9 +3,6 @@
 use super::CloudHub;
 use api::message::Message;
 use futures_util::{SinkExt, StreamExt};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -290,7 +287,13 @@ impl NodeStatus {
                         .pop_first();
                     match next {
                         Some((node, ready)) => {
-                            node_ready(&client, &node, ready, replica.as_deref()).await
+                            crate::edgecontroller::set_ready(
+                                &client,
+                                &node,
+                                ready,
+                                replica.as_deref(),
+                            )
+                            .await
                         }
                         None => tokio::select! {
                             _ = stop.cancelled() => return,
@@ -310,96 +313,6 @@ impl NodeStatus {
             .insert(node.to_string(), ready);
         self.wake.notify_one();
     }
-}
-
-/// The annotation of a `Node` naming the replica that holds its session (replicas only).
-pub const SESSION_ANNOTATION: &str = "cloudcore.kubeedge.io/session";
-
-/// Makes the node's `Node` object if it has none, and sets its Ready condition. With replicas
-/// (`replica`: this one's name), a connected node's Node names the replica holding its session,
-/// and only that replica marks it not ready when the session ends: a node that moved to another
-/// replica meanwhile stays Ready.
-async fn node_ready(client: &kube::Client, node: &str, ready: bool, replica: Option<&str>) {
-    let api: Api<Node> = Api::all(client.clone());
-    let mut meta = json!({"name": node, "labels": {"node-role.kubernetes.io/edge": "", "kubernetes.io/hostname": node}});
-    if let (true, Some(r)) = (ready, replica) {
-        meta["annotations"] = json!({ SESSION_ANNOTATION: r });
-    }
-    let obj: Result<Node, _> =
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "metadata": meta}));
-    if let Ok(obj) = obj {
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                if let (true, Some(r)) = (ready, replica) {
-                    let p = json!({"metadata": {"annotations": { SESSION_ANNOTATION: r }}});
-                    if let Err(e) = api
-                        .patch(node, &PatchParams::default(), &Patch::Merge(&p))
-                        .await
-                    {
-                        tracing::warn!(%node, error = %e, "cloudhub: cannot name this replica on the Node");
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(%node, error = %e, "cloudhub: cannot create the Node object");
-                return;
-            }
-        }
-    }
-    let now = chrono_now();
-    let (status, reason, message) = if ready {
-        ("True", "EdgeReady", "edge is connected to cloudhub")
-    } else {
-        (
-            "Unknown",
-            "NodeStatusUnknown",
-            "edge is not connected to cloudhub",
-        )
-    };
-    let mut patch = json!({"status": {"conditions": [{"type": "Ready", "status": status,
-        "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
-    for _ in 0..3 {
-        if let (false, Some(r)) = (ready, replica) {
-            // Not ready only while the Node still names this replica, at the version read.
-            let current = match api.get_opt(node).await {
-                Ok(Some(n)) => n,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(%node, error = %e, "cloudhub: cannot read the Node");
-                    return;
-                }
-            };
-            let holder = current
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(SESSION_ANNOTATION));
-            if holder.is_some_and(|h| h != r) {
-                tracing::debug!(%node, "cloudhub: the node's session is on another replica now; its Node stays as it is");
-                return;
-            }
-            patch["metadata"] = json!({"resourceVersion": current.metadata.resource_version});
-        }
-        match api
-            .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => {
-                tracing::warn!(%node, error = %e, "cloudhub: cannot set the Node's Ready condition");
-                return;
-            }
-        }
-    }
-}
-
-/// Now as RFC 3339 with seconds, as Kubernetes writes times.
-fn chrono_now() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-    now.format(&f).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -17,6 +17,9 @@
 
 mod node;
 
+pub use node::SESSION_ANNOTATION;
+pub(crate) use node::set_ready;
+
 use crate::daemonset::watch;
 use api::bus::Hub;
 use api::bus::{AckKey, Outbound};

@@ -12,11 +12,18 @@
 //!   makes it).
 //!
 //! A node reaches its own Node and Lease only (`{name}` must be the node's).
+//!
+//! And the Node's Ready condition as cloudhub's sessions set it ([`set_ready`]): a node that
+//! connects gets its Node made if it has none, and is Ready. With replicas, its Node names the
+//! replica holding its session ([`SESSION_ANNOTATION`]), and when a session ends only the replica
+//! the Node names (or any, when it names none) marks it not ready, at the version it read: a node
+//! that moved to another replica meanwhile stays Ready.
 
 use super::answer;
 use api::bus::Hub;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -209,6 +216,114 @@ async fn register(client: &kube::Client, node: &str, mut sent: Value) -> Result<
     }
 }
 
+/// The annotation of a `Node` naming the replica that holds its session (replicas only).
+pub const SESSION_ANNOTATION: &str = "cloudcore.kubeedge.io/session";
+
+/// The metadata of the Node made for a node that connects (or that leaves before it had one).
+fn new_node(node: &str, ready: bool, replica: Option<&str>) -> Value {
+    let mut meta = json!({"name": node, "labels": {"node-role.kubernetes.io/edge": "", "kubernetes.io/hostname": node}});
+    if let Some(p) = session_annotation(ready, replica) {
+        meta["annotations"] = p;
+    }
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": meta})
+}
+
+/// The annotations naming this replica on the Node of a node that connected to it (replicas
+/// only; a session that ends names nobody new).
+fn session_annotation(ready: bool, replica: Option<&str>) -> Option<Value> {
+    match (ready, replica) {
+        (true, Some(r)) => Some(json!({ SESSION_ANNOTATION: r })),
+        _ => None,
+    }
+}
+
+/// The status patch of the Node's Ready condition, as KubeEdge's cloudhub words it.
+fn ready_patch(ready: bool, now: &Time) -> Value {
+    let (status, reason, message) = if ready {
+        ("True", "EdgeReady", "edge is connected to cloudhub")
+    } else {
+        (
+            "Unknown",
+            "NodeStatusUnknown",
+            "edge is not connected to cloudhub",
+        )
+    };
+    json!({"status": {"conditions": [{"type": "Ready", "status": status,
+        "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+}
+
+/// Whether `replica`, whose session with the node ended, may mark `current` not ready: only
+/// while the Node names it, or names no replica.
+fn may_mark_unready(current: &Node, replica: &str) -> bool {
+    current
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SESSION_ANNOTATION))
+        .is_none_or(|holder| holder == replica)
+}
+
+/// Makes the node's `Node` object if it has none, and sets its Ready condition; `replica` is
+/// this replica's name when there are replicas.
+pub(crate) async fn set_ready(
+    client: &kube::Client,
+    node: &str,
+    ready: bool,
+    replica: Option<&str>,
+) {
+    let api: Api<Node> = Api::all(client.clone());
+    if let Ok(obj) = serde_json::from_value::<Node>(new_node(node, ready, replica)) {
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                if let Some(a) = session_annotation(ready, replica) {
+                    let p = json!({"metadata": {"annotations": a}});
+                    if let Err(e) = api
+                        .patch(node, &PatchParams::default(), &Patch::Merge(&p))
+                        .await
+                    {
+                        tracing::warn!(%node, error = %e, "cloudhub: cannot name this replica on the Node");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cloudhub: cannot create the Node object");
+                return;
+            }
+        }
+    }
+    let mut patch = ready_patch(ready, &Time(k8s_openapi::jiff::Timestamp::now()));
+    for _ in 0..3 {
+        if let (false, Some(r)) = (ready, replica) {
+            // Not ready only while the Node still names this replica, at the version read.
+            let current = match api.get_opt(node).await {
+                Ok(Some(n)) => n,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(%node, error = %e, "cloudhub: cannot read the Node");
+                    return;
+                }
+            };
+            if !may_mark_unready(&current, r) {
+                tracing::debug!(%node, "cloudhub: the node's session is on another replica now; its Node stays as it is");
+                return;
+            }
+            patch["metadata"] = json!({"resourceVersion": current.metadata.resource_version});
+        }
+        match api
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "cloudhub: cannot set the Node's Ready condition");
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +346,75 @@ mod tests {
         );
         assert!(handles("lease", "update") && handles("nodepatch", "patch"));
         assert!(!handles("node", "delete") && !handles("pod", "query"));
+    }
+}
+
+#[cfg(test)]
+mod ready_tests {
+    use super::*;
+
+    fn named(replica: Option<&str>) -> Node {
+        let mut n: Node =
+            serde_json::from_value(new_node("edge-1", true, replica)).expect("a Node");
+        n.metadata.resource_version = Some("7".into());
+        n
+    }
+
+    #[test]
+    fn a_node_that_connects_to_a_replica_is_named_on_it_and_alone_names_none() {
+        let n = named(Some("cloudcore-a"));
+        assert_eq!(
+            n.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SESSION_ANNOTATION)),
+            Some(&"cloudcore-a".to_string())
+        );
+        assert_eq!(
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("node-role.kubernetes.io/edge")),
+            Some(&String::new()),
+            "labelled an edge node, as KubeEdge's"
+        );
+        assert_eq!(named(None).metadata.annotations, None);
+        assert_eq!(
+            session_annotation(false, Some("cloudcore-a")),
+            None,
+            "leaving names nobody"
+        );
+    }
+
+    #[test]
+    fn only_the_replica_the_node_names_or_any_when_none_marks_it_not_ready() {
+        assert!(may_mark_unready(&named(Some("a")), "a"));
+        assert!(
+            !may_mark_unready(&named(Some("b")), "a"),
+            "the node moved to b: a's ended session leaves it Ready"
+        );
+        assert!(may_mark_unready(&named(None), "a"));
+    }
+
+    #[test]
+    fn the_ready_condition_is_worded_as_kubeedges() {
+        let now = Time(k8s_openapi::jiff::Timestamp::from_second(0).expect("a time"));
+        let up = ready_patch(true, &now);
+        let c = &up["status"]["conditions"][0];
+        assert_eq!(
+            (
+                c["type"].as_str(),
+                c["status"].as_str(),
+                c["reason"].as_str()
+            ),
+            (Some("Ready"), Some("True"), Some("EdgeReady"))
+        );
+        assert_eq!(c["lastHeartbeatTime"], "1970-01-01T00:00:00Z");
+        let down = ready_patch(false, &now);
+        let c = &down["status"]["conditions"][0];
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("Unknown"), Some("NodeStatusUnknown"))
+        );
     }
 }

@@ -26,6 +26,8 @@
 //! The placement rules are pure code in [`super::placement`], tested there; this module is the
 //! actor that takes its decisions and carries them out with DMI calls.
 
+pub use super::liveness::Liveness;
+use super::liveness::{Probes, Verdict};
 use super::placement::{DeviceFacts, Failover, MapperView, Placement};
 use crate::catalog::{Change, SharedCatalog, StoredDevice, object_id};
 use crate::meta::store::{MapperRecord, MetaStore};
@@ -41,8 +43,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use twin::model::rfc3339;
@@ -51,24 +54,6 @@ use twin::{TwinEvent, TwinService};
 
 /// A device annotation naming the mapper that must serve it.
 pub const MAPPER_ANNOTATION: &str = "edgecore.kubeedge.io/mapper";
-
-/// How mappers are watched (`dmi.probeIntervalMs`, `dmi.probeTimeoutMs`, `dmi.probeFailures`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Liveness {
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub failures: u32,
-}
-
-impl Default for Liveness {
-    fn default() -> Self {
-        Self {
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            failures: 2,
-        }
-    }
-}
 
 /// How a mapper is doing, for the HTTP API.
 #[derive(Clone, Debug, Serialize)]
@@ -94,12 +79,7 @@ pub struct MapperStatus {
 struct Entry {
     record: MapperRecord,
     client: Option<DeviceMapperServiceClient<Channel>>,
-    alive: bool,
-    /// Failed probes in a row.
-    failures: u32,
-    /// A probe is under way.
-    probing: bool,
-    next_probe: Instant,
+    probes: Probes,
     /// When it became unreachable (ms since the epoch), while it is.
     down_since: twin::model::Millis,
     last_error: String,
@@ -201,10 +181,7 @@ fn entry(record: MapperRecord, generation: u64, liveness: Liveness) -> Entry {
     Entry {
         record,
         client,
-        alive: true,
-        failures: 0,
-        probing: false,
-        next_probe: Instant::now() + liveness.interval,
+        probes: Probes::new(Instant::now(), &liveness),
         down_since: 0,
         last_error: String::new(),
         generation,
@@ -334,14 +311,18 @@ impl Manager {
                 name: e.record.name.clone(),
                 protocol: e.record.protocol.clone(),
                 address: e.record.address.clone(),
-                state: if e.alive { "alive" } else { "unreachable" },
-                reachable: e.alive,
-                since: if e.alive {
+                state: if e.probes.alive() {
+                    "alive"
+                } else {
+                    "unreachable"
+                },
+                reachable: e.probes.alive(),
+                since: if e.probes.alive() {
                     String::new()
                 } else {
                     rfc3339(e.down_since)
                 },
-                error: if e.alive {
+                error: if e.probes.alive() {
                     String::new()
                 } else {
                     e.last_error.clone()
@@ -356,7 +337,7 @@ impl Manager {
         self.metrics
             .mappers_registered
             .store(self.mappers.len() as i64, Ordering::Relaxed);
-        let up = self.mappers.values().filter(|e| e.alive).count();
+        let up = self.mappers.values().filter(|e| e.probes.alive()).count();
         self.metrics
             .mappers_connected
             .store(up as i64, Ordering::Relaxed);
@@ -379,7 +360,7 @@ impl Manager {
     }
 
     fn alive(&self, name: &str) -> bool {
-        self.mappers.get(name).is_some_and(|e| e.alive)
+        self.mappers.get(name).is_some_and(|e| e.probes.alive())
     }
 
     fn devices(&self) -> Vec<Device> {
@@ -406,7 +387,7 @@ impl Manager {
                 .map(|(n, e)| {
                     let view = MapperView {
                         protocol: e.record.protocol.clone(),
-                        alive: e.alive,
+                        alive: e.probes.alive(),
                         devices: Cow::Borrowed(&e.record.devices),
                     };
                     (n.clone(), view)
@@ -709,10 +690,9 @@ impl Manager {
         let now = Instant::now();
         let timeout = self.liveness.timeout;
         for e in self.mappers.values_mut() {
-            if e.probing || e.next_probe > now {
+            if !e.probes.start(now, &self.liveness) {
                 continue;
             }
-            e.next_probe = now + self.liveness.interval;
             let tx = self.probe_tx.clone();
             let name = e.record.name.clone();
             let generation = e.generation;
@@ -724,7 +704,6 @@ impl Manager {
                 });
                 continue;
             };
-            e.probing = true;
             tokio::spawn(async move {
                 let request = pb::GetDeviceRequest {
                     device_name: "edgecore-liveness-probe".into(),
@@ -747,30 +726,20 @@ impl Manager {
     }
 
     async fn on_probe(&mut self, p: ProbeResult) {
-        let threshold = self.liveness.failures;
         let Some(e) = self.mappers.get_mut(&p.name) else {
             return;
         };
         if e.generation != p.generation {
             return;
         }
-        e.probing = false;
-        match p.result {
-            Ok(()) => {
-                e.failures = 0;
-                if !e.alive {
-                    self.revive(&p.name).await;
-                }
-            }
-            Err(error) => {
-                e.failures += 1;
-                if e.alive && e.failures >= threshold {
-                    let error = format!("{error} ({} probes in a row failed)", e.failures);
-                    self.mark_down(&p.name, error);
-                } else if !e.alive {
-                    e.last_error = error.to_string();
-                }
-            }
+        match e
+            .probes
+            .answered(p.result.map_err(|f| f.to_string()), &self.liveness)
+        {
+            Verdict::Same => {}
+            Verdict::Revived => self.revive(&p.name).await,
+            Verdict::Down(error) => self.mark_down(&p.name, error),
+            Verdict::StillDown(error) => e.last_error = error,
         }
     }
 
@@ -779,10 +748,9 @@ impl Manager {
         let Some(e) = self.mappers.get_mut(name) else {
             return;
         };
-        if !e.alive {
+        if !e.probes.down() {
             return;
         }
-        e.alive = false;
         e.down_since = twin::now_millis();
         e.last_error = error;
         self.metrics.mapper_failures.fetch_add(1, Ordering::Relaxed);
@@ -797,7 +765,7 @@ impl Manager {
             let Some(e) = self.mappers.get(&name) else {
                 continue;
             };
-            if e.alive {
+            if e.probes.alive() {
                 continue;
             }
             let since = rfc3339(e.down_since);
@@ -856,8 +824,7 @@ impl Manager {
     async fn revive(&mut self, name: &str) {
         let retired = match self.mappers.get_mut(name) {
             Some(e) => {
-                e.alive = true;
-                e.failures = 0;
+                e.probes.up();
                 e.down_since = 0;
                 e.last_error.clear();
                 e.record.retired.clone()
