@@ -270,24 +270,7 @@ pub fn node_tls(
     cert: &str,
     key: &str,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio_rustls::rustls;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c?)?;
-    }
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>()?;
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes())?;
-    Ok(Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)?,
-    ))
+    Ok(pki::tls::client_config(ca_pem, Some((cert, key)))?)
 }
 
 /// A simulated edge node's TLS client configuration.

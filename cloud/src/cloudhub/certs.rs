@@ -118,7 +118,7 @@ impl Ca {
 
     /// `sha256hex(CA DER)`, the first part of a token.
     pub fn hash(&self) -> String {
-        pki::hex(ring::digest::digest(&ring::digest::SHA256, &self.der).as_ref())
+        pki::node::ca_hash(&self.der)
     }
 
     /// A join token valid for `ttl`, with `id` as its `jti`.
@@ -297,7 +297,7 @@ impl CertServer {
                 Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
             }
         }
-        match pki::sign_node_csr(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {
+        match pki::node::sign(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {
             Ok(der) => {
                 if let Some((serial, not_after)) = pki::serial_and_expiry(&der)
                     && let Err(e) = self.book.issued(&node, serial, not_after)

@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use std::path::Path;
 use std::sync::Arc;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 /// The node's credentials: the cloud CA and its own certificate and key (PEM).
 #[derive(Clone)]
@@ -29,34 +29,15 @@ pub(crate) struct Credentials {
 impl Credentials {
     /// A TLS client configuration trusting the cloud CA and presenting the node's certificate.
     pub(crate) fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
-            roots.add(c?)?;
-        }
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes()).collect::<Result<_, _>>()?;
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)?;
-        Ok(Arc::new(cfg))
+        Ok(pki::tls::client_config(
+            &self.ca_pem,
+            Some((&self.cert_pem, &self.key_pem)),
+        )?)
     }
-}
 
-impl Credentials {
     /// The certificate's validity: not before, not after (Unix seconds).
     pub(crate) fn validity(&self) -> Result<(i64, i64)> {
-        use rustls::pki_types::pem::PemObject;
-        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
-            .context("the node certificate is not PEM")?;
-        let (_, cert) = x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| anyhow::anyhow!("the node certificate cannot be parsed: {e}"))?;
-        let v = cert.validity();
-        Ok((v.not_before.timestamp(), v.not_after.timestamp()))
+        pki::validity_of(&self.cert_pem).context("the node certificate")
     }
 
     /// Whether the certificate is due for renewal at `now` (Unix seconds): less than a fifth of
@@ -72,13 +53,11 @@ impl Credentials {
         }
     }
 
-    /// `sha256hex` of the CA's DER.
+    /// KubeEdge's hash of the CA (a token's first part).
     fn ca_hash(&self) -> Option<String> {
-        use rustls::pki_types::pem::PemObject;
-        let der = CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).ok()?;
-        Some(hex(
-            ring::digest::digest(&ring::digest::SHA256, &der).as_ref()
-        ))
+        pki::pem_to_der(&self.ca_pem)
+            .ok()
+            .map(|der| pki::node::ca_hash(&der))
     }
 }
 
@@ -146,29 +125,15 @@ pub(crate) async fn credentials(
     if status != 200 {
         bail!("{cert_server}/ca.crt answered {status}");
     }
-    let hash = hex(ring::digest::digest(&ring::digest::SHA256, &ca_der).as_ref());
+    let hash = pki::node::ca_hash(&ca_der);
     if hash != parts[0] {
         bail!(
             "failed to validate the CA certificate of {cert_server}: the token names CA {}, the server's is {hash}",
             parts[0]
         );
     }
-    let ca_pem = pem_of("CERTIFICATE", &ca_der);
-    let verified = {
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots.add(c?)?;
-        }
-        Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-        )
-    };
+    let ca_pem = pki::certificate_pem(&ca_der);
+    let verified = pki::tls::client_config(&ca_pem, None)?;
     let bearer = format!("Bearer {}", parts[1..].join("."));
     let creds = request_certificate(
         cert_server,
@@ -192,18 +157,8 @@ async fn request_certificate(
     headers: &[(&str, &str)],
     ca_pem: String,
 ) -> Result<Credentials> {
-    let key_pair = rcgen::KeyPair::generate().context("cannot generate a key")?;
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    let csr = params
-        .serialize_request(&key_pair)
-        .context("cannot make a certificate request")?;
-    let (status, body) = get(cert_server, "/edge.crt", tls, headers, csr.der().to_vec()).await?;
+    let request = pki::node::request(node)?;
+    let (status, body) = get(cert_server, "/edge.crt", tls, headers, request.csr_der).await?;
     if status != 200 {
         bail!(
             "{cert_server}/edge.crt refused the certificate request ({status}): {}",
@@ -212,8 +167,8 @@ async fn request_certificate(
     }
     Ok(Credentials {
         ca_pem,
-        cert_pem: pem_of("CERTIFICATE", &body),
-        key_pem: key_pair.serialize_pem(),
+        cert_pem: pki::certificate_pem(&body),
+        key_pem: request.key_pem,
     })
 }
 
@@ -222,9 +177,9 @@ async fn request_certificate(
 /// next start finds that and joins again with the token.
 fn keep(dir: &Path, creds: &Credentials) -> Result<()> {
     rt::fs::private_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    write_private(&dir.join("ca.crt"), &creds.ca_pem)?;
-    write_private(&dir.join("edge.key"), &creds.key_pem)?;
-    write_private(&dir.join("edge.crt"), &creds.cert_pem)?;
+    pki::write_private(&dir.join("ca.crt"), &creds.ca_pem)?;
+    pki::write_private(&dir.join("edge.key"), &creds.key_pem)?;
+    pki::write_private(&dir.join("edge.crt"), &creds.cert_pem)?;
     Ok(())
 }
 
@@ -252,31 +207,6 @@ pub(crate) async fn renew(
         }
     }
     Ok(creds)
-}
-
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
-}
-
-fn pem_of(tag: &str, der: &[u8]) -> String {
-    pem::encode(&pem::Pem::new(tag, der.to_vec()))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// `host:port` and the host of a `scheme://host:port[/...]` address.
@@ -399,25 +329,25 @@ fn insecure() -> Result<Arc<rustls::ClientConfig>> {
 mod tests {
     use super::*;
 
-    fn creds(from: (i32, u8, u8), to: (i32, u8, u8)) -> Credentials {
-        let key = rcgen::KeyPair::generate().expect("key");
-        let mut p = rcgen::CertificateParams::new(vec!["n".into()]).expect("params");
-        p.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
-        p.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
-        let cert = p.self_signed(&key).expect("cert");
+    /// A node certificate valid for a year (from an hour ago), signed by a CA in `dir`.
+    fn creds(dir: &Path) -> Credentials {
+        let (ca, ca_key) = pki::load_or_make_ca(dir).expect("a CA");
+        let request = pki::node::request("n").expect("a request");
+        let der = pki::node::sign(&ca, &ca_key, &request.csr_der, "n", 365).expect("signed");
         Credentials {
-            ca_pem: cert.pem(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            ca_pem: ca,
+            cert_pem: pki::certificate_pem(&der),
+            key_pem: request.key_pem,
         }
     }
 
     #[test]
     fn a_certificate_is_due_in_the_last_fifth_of_its_life_or_its_last_days() {
-        // 2030-01-01 .. 2031-01-01: a fifth is 73 days, so due from about 2030-10-20.
-        let c = creds((2030, 1, 1), (2031, 1, 1));
+        // A year and an hour: a fifth is 73 days and 12 minutes, so due from about day 292.
+        let dir = tempfile::tempdir().expect("dir");
+        let c = creds(dir.path());
         let (from, to) = c.validity().expect("validity");
-        assert_eq!(to - from, 365 * 86_400);
+        assert_eq!(to - from, 365 * 86_400 + 3600);
         let day = |n: i64| from + n * 86_400;
         assert!(!c.renewal_due(day(0), 0));
         assert!(!c.renewal_due(day(290), 0));

@@ -1,8 +1,10 @@
-//! The project's certificates: a CA kept in a directory, leaf certificates signed by it, edge
-//! nodes' certificate requests signed as KubeEdge's cloudhub signs them, and the PEM/DER and
-//! X.509 helpers around them; [`tls`]: the rustls server configurations of every listener.
-//! Shared by the embedded API (its serving and admin certificates), cloudhub (node
-//! certificates) and the edge's MQTT broker (client certificates as users).
+//! The project's one X.509 and TLS stack, shared by the cloud and the edge: a CA kept in a
+//! directory, leaf certificates signed by it, the PEM/DER and X.509 helpers around them;
+//! [`node`]: both halves of a node's join (the edge's key and certificate request, cloudhub's
+//! signature); [`tls`]: the rustls configurations of every listener and client. Used by the
+//! embedded API (its serving and admin certificates), cloudhub (node certificates), edgehub
+//! (joining, renewing, its session's client) and the edge's MQTT broker (client certificates
+//! as users).
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -11,6 +13,7 @@ use rcgen::{
 use std::path::{Path, PathBuf};
 use time::{Duration, OffsetDateTime};
 
+pub mod node;
 pub mod tls;
 
 /// Why a certificate or key could not be read, made or signed.
@@ -35,13 +38,15 @@ pub enum PkiError {
     BadSignature(String),
     #[error("the certificate request is for {asked:?}, not {want:?} (the NodeName header)")]
     WrongNode { asked: String, want: String },
+    #[error("not an X.509 certificate: {0}")]
+    NotACertificate(String),
     #[error("not a PEM certificate: {0}")]
     NotPem(#[from] pem::PemError),
 }
 
 pub type Result<T, E = PkiError> = std::result::Result<T, E>;
 
-fn crypto(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
+pub(crate) fn crypto(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
     move |source| PkiError::Crypto { what, source }
 }
 
@@ -83,7 +88,7 @@ pub fn read(path: &Path) -> Result<Option<String>> {
     }
 }
 
-fn validity(params: &mut CertificateParams, days: i64) {
+pub(crate) fn validity(params: &mut CertificateParams, days: i64) {
     let now = OffsetDateTime::now_utc();
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(days);
@@ -225,55 +230,18 @@ pub fn common_name(der: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Signs an edge node's certificate request (DER), as KubeEdge's cloudhub does: the subject is
-/// `CN=system:node:{node}, O=system:nodes` whatever the request asked, client auth only, valid
-/// `days`. The request must name that node and carry a valid signature. Returns the DER.
-pub fn sign_node_csr(
-    ca_pem: &str,
-    ca_key_pem: &str,
-    csr_der: &[u8],
-    node: &str,
-    days: i64,
-) -> Result<Vec<u8>> {
-    let want = format!("system:node:{node}");
-    use x509_parser::prelude::FromDer;
-    let (_, req) = x509_parser::certification_request::X509CertificationRequest::from_der(csr_der)
-        .map_err(|e| PkiError::NotACertificateRequest(e.to_string()))?;
-    req.verify_signature()
-        .map_err(|e| PkiError::BadSignature(e.to_string()))?;
-    let cn = req
-        .certification_request_info
-        .subject
-        .iter_common_name()
-        .next()
-        .and_then(|c| c.as_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    if cn != want {
-        return Err(PkiError::WrongNode { asked: cn, want });
-    }
-    let csr = rcgen::CertificateSigningRequestParams::from_der(&csr_der.to_vec().into())
-        .map_err(crypto("the certificate request does not parse"))?;
-    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(crypto("the CA key does not parse"))?;
-    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key)
-        .map_err(crypto("the CA certificate does not parse"))?;
-    let mut params = CertificateParams::default();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, want.as_str());
-    params
-        .distinguished_name
-        .push(DnType::OrganizationName, "system:nodes");
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    validity(&mut params, days);
-    let cert = params
-        .signed_by(&csr.public_key, &issuer)
-        .map_err(crypto("cannot sign the node certificate"))?;
-    Ok(cert.der().to_vec())
+/// A DER certificate as PEM.
+pub fn certificate_pem(der: &[u8]) -> String {
+    pem::encode(&pem::Pem::new("CERTIFICATE", der.to_vec()))
+}
+
+/// The validity of a PEM certificate: not before, not after (Unix seconds).
+pub fn validity_of(pem_text: &str) -> Result<(i64, i64)> {
+    let der = pem_to_der(pem_text)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| PkiError::NotACertificate(e.to_string()))?;
+    let v = cert.validity();
+    Ok((v.not_before.timestamp(), v.not_after.timestamp()))
 }
 
 /// The DER of the first certificate of a PEM text.
@@ -284,17 +252,6 @@ pub fn pem_to_der(pem_text: &str) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn csr(cn: &str) -> Vec<u8> {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params
-            .serialize_request(&key)
-            .expect("request")
-            .der()
-            .to_vec()
-    }
 
     #[test]
     fn the_ca_is_made_once_and_kept_private() {
@@ -311,20 +268,6 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-    }
-
-    #[test]
-    fn a_node_gets_a_client_certificate_in_its_own_name_only() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ca, key) = load_or_make_ca(dir.path()).expect("ca");
-        let der =
-            sign_node_csr(&ca, &key, &csr("system:node:edge-1"), "edge-1", 365).expect("signed");
-        assert_eq!(common_name(&der).as_deref(), Some("system:node:edge-1"));
-        let e = sign_node_csr(&ca, &key, &csr("system:node:edge-2"), "edge-1", 365)
-            .expect_err("another node's name");
-        assert!(matches!(e, PkiError::WrongNode { .. }), "{e}");
-        let e = sign_node_csr(&ca, &key, b"garbage", "edge-1", 365).expect_err("garbage");
-        assert!(matches!(e, PkiError::NotACertificateRequest(_)), "{e}");
     }
 
     #[test]
