@@ -487,6 +487,7 @@ impl Config {
             }),
             leader: None,
             revoked: None,
+            pages: Some(crate::ui::pages()),
         })
     }
 }

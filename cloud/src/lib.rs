@@ -1,12 +1,24 @@
-//! `cloudcore`: the embedded Kubernetes-compatible API (or a real cluster through kube-rs) and,
-//! as they are built, the cloud controllers that reach it through kube-rs only.
+//! `cloudcore`: the embedded Kubernetes-compatible API (`apiserver`, or a real cluster through
+//! kube-rs) and the cloud controllers, which reach it through kube-rs only:
+//!
+//! - [`config`]: `cloudcore.yaml` (KubeEdge's layout), checked with the key path of every error;
+//! - [`cloudhub`]: one TLS websocket per edge node in KubeEdge's format, the certificate port
+//!   where nodes join by token, ObjectSync records of what each node acknowledged;
+//! - [`edgecontroller`]: pods, ConfigMaps and Secrets to their nodes, pod status back, and the
+//!   Nodes (their Ready condition as sessions come and go, KubeEdge kubelets' own requests);
+//! - [`daemonset`]: the DaemonSet controller of the embedded API;
+//! - [`leader`]: the Lease election of replicas, for what runs once;
+//! - `ui`: the fleet's page, which the API serves at `/ui`.
+//!
+//! [`run`] wires them on a config; the device controller is the `devicecontroller` crate.
+#![warn(unreachable_pub)]
 
-pub mod bench;
 pub mod cloudhub;
 pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
 pub mod leader;
+mod ui;
 
 use anyhow::{Context, Result};
 use serde_json::Value;

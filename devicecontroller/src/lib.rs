@@ -3,6 +3,7 @@
 //! DeviceStatus for every Device and writes what the nodes report into it ([`upstream`]). The
 //! runtime ([`controller`]) reaches the API through kube-rs only. It also holds the generator of
 //! the CRD YAMLs committed under `devicecontroller/crds/`.
+#![warn(unreachable_pub)]
 
 pub mod controller;
 pub mod downstream;

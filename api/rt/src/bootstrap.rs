@@ -19,11 +19,18 @@ pub fn init_tracing(default_filter: &str) {
 }
 
 /// Raises the soft limit of open files to the hard limit, as servers commonly do (every
-/// session, connection and database holds descriptors; the soft limit is often 1024).
-pub fn raise_nofile_limit() {
+/// session, connection and database holds descriptors; the soft limit is often 1024). Returns
+/// the limit now in force (0 when it cannot be read).
+pub fn raise_nofile_limit() -> u64 {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::debug!(limit = n, "open files limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+        Ok(n) => {
+            tracing::debug!(limit = n, "open files limit");
+            n
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open files limit");
+            0
+        }
     }
 }
 

@@ -31,7 +31,6 @@ mod selector;
 mod status;
 mod store;
 mod table;
-mod ui;
 
 use anyhow::{Context, Result};
 use api::{Api, Query, json_response};
@@ -84,6 +83,9 @@ pub struct Config {
     /// Which client certificates were revoked (cloudcore's node certificates), if anyone
     /// revokes them: a revoked one authenticates nobody.
     pub revoked: Option<RevocationCheck>,
+    /// Pages served beside the API without authentication (cloudcore's fleet page at `/ui`):
+    /// they hold no data of their own and read the API with the user's token.
+    pub pages: Option<Router>,
 }
 
 /// Whether the client certificate with a serial number (hex) was revoked.
@@ -110,6 +112,7 @@ impl Default for Config {
             etcd: None,
             leader: None,
             revoked: None,
+            pages: None,
         }
     }
 }
@@ -258,7 +261,10 @@ pub async fn start(config: Config) -> Result<Running> {
     }
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone(), config.leader.clone()));
-    let app = router(api.clone(), pki.tokens.clone(), config.revoked.clone());
+    let mut app = router(api.clone(), pki.tokens.clone(), config.revoked.clone());
+    if let Some(pages) = config.pages.clone() {
+        app = app.merge(pages);
+    }
     let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), app, stop.clone()));
     tracing::info!(%url, kubeconfig = %pki.kubeconfig.display(), "embedded API serving");
     Ok(Running {
@@ -407,9 +413,6 @@ fn router(api: Arc<Api>, tokens: Vec<(String, User)>, revoked: Option<Revocation
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(ok))
-        .route("/ui", get(ui::page))
-        .route("/ui/", get(ui::page))
-        .route("/ui/{file}", get(ui::page))
         .fallback(authenticated)
         .with_state(state)
 }

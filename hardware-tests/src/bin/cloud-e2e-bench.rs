@@ -71,7 +71,7 @@ fn percentiles(mut v: Vec<f64>) -> String {
     )
 }
 
-use cloud::bench::arg;
+use hardware_tests::bench::arg;
 
 fn main() -> Result<()> {
     // The simulator runs on a runtime of its own, started outside the bench's.
@@ -216,10 +216,10 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     );
     for n in 0..load_nodes {
         let name = format!("load-{n:02}");
-        let tls = cloud::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
+        let tls = hardware_tests::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
         let hub = format!("127.0.0.1:{hub}");
         tokio::spawn(async move {
-            let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls).await else {
+            let Ok(mut ws) = hardware_tests::bench::connect_node(&name, &hub, tls).await else {
                 return;
             };
             let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -104,7 +104,7 @@ async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
     Ok(rss)
 }
 
-use cloud::bench::arg;
+use hardware_tests::bench::arg;
 
 fn main() -> Result<()> {
     tokio::runtime::Runtime::new()?.block_on(run())

@@ -16,7 +16,9 @@
 //!    session on another replica again (p50, p99, max).
 
 use anyhow::{Context, Result};
-use cloud::bench::{arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on};
+use hardware_tests::bench::{
+    arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,12 +37,14 @@ struct Fleet {
 
 /// One simulated edge node: its own replica first, the next when a session ends or cannot be
 /// made (after 200-1000 ms), a keepalive every 15 s.
-async fn node(i: usize, name: String, tls: cloud::bench::NodeTls, fleet: Arc<Fleet>) {
+async fn node(i: usize, name: String, tls: hardware_tests::bench::NodeTls, fleet: Arc<Fleet>) {
     let n = fleet.hubs.len();
     let mut at = i % n;
     let mut seed = i as u64 * 7919 + 17;
     loop {
-        if let Ok(mut ws) = cloud::bench::connect_node(&name, &fleet.hubs[at], tls.clone()).await {
+        if let Ok(mut ws) =
+            hardware_tests::bench::connect_node(&name, &fleet.hubs[at], tls.clone()).await
+        {
             let was_down = fleet.at[i].swap(at, Ordering::Relaxed) == DOWN;
             if was_down && let Some(t) = *fleet.killed_at.lock().unwrap_or_else(|e| e.into_inner())
             {
@@ -50,7 +54,7 @@ async fn node(i: usize, name: String, tls: cloud::bench::NodeTls, fleet: Arc<Fle
                     .unwrap_or_else(|e| e.into_inner())
                     .push(t.elapsed());
             }
-            cloud::bench::hold_session(&mut ws).await;
+            hardware_tests::bench::hold_session(&mut ws).await;
             fleet.at[i].store(DOWN, Ordering::Relaxed);
         }
         at = (at + 1) % n;

@@ -17,7 +17,7 @@
 //! (`net.ipv4.ip_local_port_range`), all to one server port, so 10,000 sessions fit.
 
 use anyhow::Result;
-use cloud::bench::{metric, rss_kib, scrape, start_server};
+use hardware_tests::bench::{metric, rss_kib, scrape, start_server};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -27,9 +27,9 @@ use tokio_rustls::rustls;
 /// whenever its session ends.
 async fn node(name: String, hub: String, tls: Arc<rustls::ClientConfig>, up: Arc<AtomicUsize>) {
     loop {
-        if let Ok(mut ws) = cloud::bench::connect_node(&name, &hub, tls.clone()).await {
+        if let Ok(mut ws) = hardware_tests::bench::connect_node(&name, &hub, tls.clone()).await {
             up.fetch_add(1, Ordering::Relaxed);
-            cloud::bench::hold_session(&mut ws).await;
+            hardware_tests::bench::hold_session(&mut ws).await;
             up.fetch_sub(1, Ordering::Relaxed);
         }
         let jitter = u64::from(
@@ -56,13 +56,13 @@ async fn until_up(up: &AtomicUsize, n: usize, limit: Duration) -> Result<Duratio
     Ok(t0.elapsed())
 }
 
-use cloud::bench::arg;
+use hardware_tests::bench::arg;
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let n = arg("--sessions", 10_000)?;
     let idle = arg("--idle-seconds", 20)?;
-    let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
+    let limit = hardware_tests::bench::raise_nofile();
     println!(
         "cloudhub: {n} simulated edge nodes over TLS websockets on loopback (open files limit {limit})"
     );
@@ -78,7 +78,7 @@ async fn main() -> Result<()> {
     let mut configs = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("bench-{i:05}");
-        let tls = cloud::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
+        let tls = hardware_tests::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
         configs.push((name, tls));
     }
     println!(

@@ -14,8 +14,8 @@
 
 use anyhow::{Context, Result};
 use api::v1beta1::{Device, DeviceModel, DeviceModelSpec, DeviceSpec};
-use cloud::bench::{rss_kib, run};
 use futures_util::StreamExt;
+use hardware_tests::bench::{rss_kib, run};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 use std::sync::Arc;
@@ -88,7 +88,8 @@ async fn main() -> Result<()> {
         ),
         None => String::new(),
     };
-    let server = cloud::bench::start_server_on("  deviceController:\n    enable: false\n", &store)?;
+    let server =
+        hardware_tests::bench::start_server_on("  deviceController:\n    enable: false\n", &store)?;
     let pid = server.child.id();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);

@@ -17,8 +17,8 @@
 use anyhow::{Context, Result};
 use api::bus::MemoryHub;
 use api::message::Message;
-use cloud::bench::{metric, rss_kib, run, scrape, start_server};
 use devicecontroller::controller;
+use hardware_tests::bench::{metric, rss_kib, run, scrape, start_server};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::json;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ fn ar(kind: &str) -> ApiResource {
 
 const PROPS: usize = 10;
 
-use cloud::bench::arg;
+use hardware_tests::bench::arg;
 
 #[tokio::main]
 async fn main() -> Result<()> {

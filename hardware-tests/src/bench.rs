@@ -1,5 +1,7 @@
-//! Pieces the bench programs share (`cloud-bench`, `devicecontroller-bench`).
-#![doc(hidden)]
+//! Pieces the cloud bench programs share (`cloud-bench`, `cloudhub-bench`,
+//! `devicecontroller-bench`, `replicas-bench`, `cloud-e2e-bench`, `pods-bench`): a release
+//! `cloudcore` started on a fresh data directory, `/metrics` scraped, simulated edge nodes
+//! holding cloudhub sessions as KubeEdge's edgehub does.
 
 use anyhow::{Context, Result};
 use std::process::{Child, Command, Stdio};
@@ -7,16 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// The resident memory of process `pid`, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    sim::vm_rss_kb(&pid.to_string())
 }
 
 /// The lines of a `  cloudHub:` block of `modules` (without its header), and the rest.
@@ -211,7 +206,7 @@ impl Server {
 
 /// Raises this process's open-files limit to the hard one; returns the limit.
 pub fn raise_nofile() -> u64 {
-    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0)
+    rt::bootstrap::raise_nofile_limit()
 }
 
 /// A metric's value from the text of `/metrics`.
