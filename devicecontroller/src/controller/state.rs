@@ -1,7 +1,7 @@
-//! The device controller's runtime on kube-rs: watchers on Device, DeviceModel and DeviceStatus
-//! feed the pure [`Downstream`] and [`Upstream`]; messages go to a [`Hub`] (cloudhub implements
-//! it; `api::bus::MemoryHub` keeps them in memory); DeviceStatus objects, their patches and the
-//! per-node profile ConfigMaps are written through kube-rs, at most `max_in_flight` at once.
+//! The controller's state and its one task: watch events in, messages to the hub, DeviceStatus
+//! creates and patches and profile ConfigMaps out (at most `max_in_flight` writes at once),
+//! what each write came back with folded in. The decisions are the pure `Downstream` and
+//! `Upstream`; this module keeps their inputs current and carries their outputs out.
 
 use crate::downstream::Downstream;
 use crate::profile;
@@ -11,225 +11,19 @@ use api::message::Message;
 use api::packed::Packed;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-type Key = (String, String);
-
-/// What the controller reads of a Node: its metadata.
-type NodeMeta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>;
-
-/// The label of a profile ConfigMap: the node it is for.
-pub const PROFILE_LABEL: &str = "devices.kubeedge.io/profile-node";
-
+use super::objectsync::{Delivered, list_delivered};
+use super::{Config, Key, Metrics, NodeMeta, PROFILE_LABEL, gvk};
 use api::bus::Hub;
-
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub devices: AtomicU64,
-    pub nodes: AtomicU64,
-    pub messages_sent: AtomicU64,
-    pub status_patches: AtomicU64,
-    pub status_reports_coalesced: AtomicU64,
-    pub status_patch_failures: AtomicU64,
-    pub upstream_refused: AtomicU64,
-    pub profiles_written: AtomicU64,
-    /// The last full reconcile (first list to messages), in microseconds.
-    pub reconcile_micros: AtomicU64,
-    /// Reports waiting to be written.
-    pub upstream_pending: AtomicU64,
-    /// Node objects in the API.
-    pub nodes_registered: AtomicU64,
-    /// Devices bound to a node that has no Node object (once Nodes are listed).
-    pub devices_on_unregistered_nodes: AtomicU64,
-    /// How long each Device or DeviceModel change took from its watch event to its messages.
-    pub reconcile: Histogram,
-}
-
-/// A histogram of durations (prometheus-client's), in seconds, with its count at hand.
-#[derive(Debug)]
-pub struct Histogram {
-    seconds: rt::metrics::Histogram,
-    count: AtomicU64,
-}
-
-impl Default for Histogram {
-    fn default() -> Self {
-        Self {
-            seconds: rt::metrics::Histogram::new([
-                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
-            ]),
-            count: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Histogram {
-    pub fn observe(&self, d: Duration) {
-        self.seconds.observe(d.as_secs_f64());
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-}
-
-impl Metrics {
-    /// Adds these to a scrape of `/metrics`.
-    pub fn scrape(&self, o: &mut rt::metrics::Scrape) {
-        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        o.gauge(
-            "devicecontroller_devices",
-            "Devices the controller knows.",
-            g(&self.devices),
-        )
-        .gauge(
-            "devicecontroller_nodes",
-            "Nodes with devices bound to them.",
-            g(&self.nodes),
-        )
-        .counter(
-            "devicecontroller_messages_sent",
-            "Messages sent to the nodes (device and model changes).",
-            g(&self.messages_sent),
-        )
-        .counter(
-            "devicecontroller_status_patches",
-            "DeviceStatus patches written.",
-            g(&self.status_patches),
-        )
-        .counter(
-            "devicecontroller_status_reports_coalesced",
-            "Reported values folded into a later patch of the same device.",
-            g(&self.status_reports_coalesced),
-        )
-        .counter(
-            "devicecontroller_status_patch_failures",
-            "DeviceStatus patches that failed (retried).",
-            g(&self.status_patch_failures),
-        )
-        .counter(
-            "devicecontroller_upstream_refused",
-            "Reports from nodes refused (malformed, or of a device not theirs).",
-            g(&self.upstream_refused),
-        )
-        .gauge(
-            "devicecontroller_upstream_pending",
-            "Reports waiting to be written.",
-            g(&self.upstream_pending),
-        )
-        .counter(
-            "devicecontroller_profiles_written",
-            "Per-node profile ConfigMaps written.",
-            g(&self.profiles_written),
-        )
-        .gauge_f64(
-            "devicecontroller_reconcile_seconds",
-            "The last full reconcile, from the first list to the messages.",
-            g(&self.reconcile_micros) as f64 / 1e6,
-        )
-        .gauge(
-            "devicecontroller_nodes_registered",
-            "Node objects in the API.",
-            g(&self.nodes_registered),
-        )
-        .gauge(
-            "devicecontroller_devices_on_unregistered_nodes",
-            "Devices bound to a node that has no Node object.",
-            g(&self.devices_on_unregistered_nodes),
-        )
-        .histogram(
-            "devicecontroller_reconcile_duration_seconds",
-            "From a Device or DeviceModel change to its messages.",
-            &self.reconcile.seconds,
-        );
-    }
-
-    /// The text of [`Self::scrape`] alone.
-    pub fn render(&self) -> String {
-        let mut o = rt::metrics::Scrape::default();
-        self.scrape(&mut o);
-        o.render()
-    }
-}
-
-/// Settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// At most one DeviceStatus patch per device per this interval.
-    pub patch_interval: Duration,
-    /// API writes in flight at once.
-    pub max_in_flight: usize,
-    /// Per-node profile ConfigMaps are rewritten at most this often.
-    pub profile_interval: Duration,
-    /// Write the per-node profile ConfigMaps at all.
-    pub profiles: bool,
-    /// Replicas: whether this one leads. Only the leader creates DeviceStatus objects and
-    /// writes profile ConfigMaps; every replica sends its own nodes their messages and writes
-    /// their reports. `None`: alone, always.
-    pub leader: Option<tokio::sync::watch::Receiver<bool>>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            patch_interval: Duration::from_millis(100),
-            max_in_flight: 64,
-            profile_interval: Duration::from_millis(200),
-            profiles: true,
-            leader: None,
-        }
-    }
-}
-
-/// A running controller.
-pub struct Controller {
-    /// Messages from nodes: `(node, message)`.
-    pub upstream: mpsc::Sender<(String, Message)>,
-    pub metrics: Arc<Metrics>,
-    pub task: tokio::task::JoinHandle<()>,
-}
-
-fn gvk(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "devices.kubeedge.io",
-        "v1beta1",
-        kind,
-    ))
-}
-
-/// Starts the controller.
-pub fn start(
-    client: kube::Client,
-    hub: Arc<dyn Hub>,
-    config: Config,
-    cancel: CancellationToken,
-) -> Controller {
-    let (tx, rx) = mpsc::channel(4096);
-    let metrics = Arc::new(Metrics::default());
-    let m = metrics.clone();
-    let task = tokio::spawn(async move {
-        let state = State::new(client, hub, config, m);
-        state.run(rx, cancel).await;
-    });
-    Controller {
-        upstream: tx,
-        metrics,
-        task,
-    }
-}
 
 /// The kinds whose watches feed the downstream logic.
 #[derive(Clone, Copy, Debug)]
@@ -256,7 +50,7 @@ enum Done {
     ExistingProfiles(Vec<(String, String)>),
 }
 
-struct State {
+pub(super) struct State {
     client: kube::Client,
     hub: Arc<dyn Hub>,
     config: Config,
@@ -309,7 +103,12 @@ fn key_of(v: &Value) -> Option<Key> {
 }
 
 impl State {
-    fn new(client: kube::Client, hub: Arc<dyn Hub>, config: Config, metrics: Arc<Metrics>) -> Self {
+    pub(super) fn new(
+        client: kube::Client,
+        hub: Arc<dyn Hub>,
+        config: Config,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (done_tx, done_rx) = mpsc::channel(4096);
         Self {
             client,
@@ -341,7 +140,7 @@ impl State {
         }
     }
 
-    async fn run(
+    pub(super) async fn run(
         mut self,
         mut up_rx: mpsc::Receiver<(String, Message)>,
         cancel: CancellationToken,
@@ -1028,76 +827,6 @@ impl State {
     }
 }
 
-/// An object a node acknowledged, from its ObjectSync record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Delivered {
-    pub node: String,
-    pub kind: &'static str,
-    pub key: Key,
-    pub uid: String,
-    pub resource_version: String,
-}
-
-/// Reads an ObjectSync record (`{node}.{uid}`; a node name may hold dots, a uid does not).
-pub fn delivered_of(v: &Value) -> Option<Delivered> {
-    let name = v["metadata"]["name"].as_str()?;
-    let (node, uid) = name.rsplit_once('.')?;
-    let kind = match v["spec"]["objectKind"].as_str()? {
-        "Device" => "device",
-        "DeviceModel" => "devicemodel",
-        _ => return None,
-    };
-    Some(Delivered {
-        node: node.to_string(),
-        kind,
-        key: (
-            v["metadata"]["namespace"].as_str()?.to_string(),
-            v["spec"]["objectName"].as_str()?.to_string(),
-        ),
-        uid: uid.to_string(),
-        resource_version: v["status"]["objectResourceVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    })
-}
-
-/// Every ObjectSync record of devices and models. On an error, none: every node is then sent
-/// everything it must hold (harmless), but deletions made while the controller was down do not
-/// reach nodes that were away; logged.
-async fn list_delivered(client: &kube::Client) -> Vec<Delivered> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "reliablesyncs.kubeedge.io",
-        "v1alpha1",
-        "ObjectSync",
-    ));
-    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-    let mut out = Vec::new();
-    let mut lp = kube::api::ListParams::default().limit(500);
-    loop {
-        match api.list(&lp).await {
-            Ok(list) => {
-                out.extend(
-                    list.items
-                        .iter()
-                        .filter_map(|o| serde_json::to_value(o).ok())
-                        .filter_map(|v| delivered_of(&v)),
-                );
-                match list.metadata.continue_ {
-                    Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-                    _ => break,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list ObjectSync records: every node is sent everything again, and deletions made while cloudcore was down may not reach nodes that were away");
-                return Vec::new();
-            }
-        }
-    }
-    tracing::info!(records = out.len(), "ObjectSync records read");
-    out
-}
-
 /// Profile ConfigMap writes at once.
 const PROFILE_WRITES: usize = 2;
 
@@ -1140,4 +869,43 @@ fn rv_num(v: &Value) -> u64 {
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_without_a_namespace_is_in_default_and_one_without_a_name_has_no_key() {
+        assert_eq!(
+            key_of(&json!({"metadata": {"name": "oven-1"}})),
+            Some(("default".into(), "oven-1".into()))
+        );
+        assert_eq!(
+            key_of(&json!({"metadata": {"name": "oven-1", "namespace": "plant"}})),
+            Some(("plant".into(), "oven-1".into()))
+        );
+        assert_eq!(key_of(&json!({"metadata": {"namespace": "plant"}})), None);
+    }
+
+    #[test]
+    fn a_status_is_kept_as_its_version_and_its_twins_only() {
+        let twins = json!([{"propertyName": "temperature", "reported": {"value": "21.5"}}]);
+        let v = json!({
+            "metadata": {"name": "oven-1", "resourceVersion": "17", "labels": {"a": "b"}},
+            "spec": {"big": "x".repeat(1000)},
+            "status": {"twins": twins, "state": "online"}
+        });
+        let e = StatusEntry::of(&v);
+        assert_eq!(e.rv, 17);
+        assert_eq!(e.value(), json!({"status": {"twins": twins}}));
+        assert_eq!(rv_num(&json!({"metadata": {"resourceVersion": "x"}})), 0);
+        assert_eq!(rv_num(&json!({})), 0);
+    }
+
+    #[test]
+    fn a_profile_is_rewritten_only_when_its_text_changes() {
+        assert_eq!(text_hash("{\"a\":1}"), text_hash("{\"a\":1}"));
+        assert_ne!(text_hash("{\"a\":1}"), text_hash("{\"a\":2}"));
+    }
 }
