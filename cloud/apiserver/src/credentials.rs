@@ -160,7 +160,7 @@ pub(crate) const FLEET_SECRET: (&str, &str) = ("kube-system", "cloudcore-pki");
 /// Takes the fleet's files from its Secret into `data_dir` (those missing are written; one
 /// that differs is an error naming it). `false` when there is no Secret yet (this replica is
 /// the first).
-pub(crate) fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
+fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
     let key = crate::store::Key {
         res: std::sync::Arc::from("secrets"),
         ns: FLEET_SECRET.0.into(),
@@ -194,8 +194,69 @@ pub(crate) fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Resul
     Ok(true)
 }
 
+/// Where this server stands among replicas sharing one etcd (one CA and one `tokens.csv`, the
+/// first replica's, kept in the Secret `kube-system/cloudcore-pki`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fleet {
+    /// No etcd: nothing is shared.
+    Alone,
+    /// The fleet's CA and tokens were in etcd, and are now this server's.
+    Adopted,
+    /// None in etcd yet: this server offers its own (the Secret goes into its install).
+    /// `fresh`: its CA is made at this start, so it can drop it if another server wins.
+    Offering { fresh: bool },
+}
+
+impl Fleet {
+    /// Before this server's credentials are prepared: takes the fleet's when there are.
+    pub(crate) fn join(store: &crate::store::Store, data_dir: &Path) -> Result<Self> {
+        if !store.shared() {
+            return Ok(Self::Alone);
+        }
+        if adopt_fleet(store, data_dir)? {
+            tracing::info!("replicas: this server uses the fleet's CA and tokens, from etcd");
+            return Ok(Self::Adopted);
+        }
+        tracing::info!(
+            "replicas: the first server of the fleet; its CA and tokens go into etcd for the others"
+        );
+        Ok(Self::Offering {
+            fresh: !data_dir.join("pki/ca.crt").exists(),
+        })
+    }
+
+    /// The fleet's Secret this server offers in its install, if it offers one.
+    pub(crate) fn secret(self, data_dir: &Path) -> Result<Option<serde_json::Value>> {
+        match self {
+            Self::Offering { .. } => fleet_secret(data_dir).map(Some),
+            Self::Alone | Self::Adopted => Ok(None),
+        }
+    }
+
+    /// After the install: replicas started together on an empty etcd all offered theirs, and
+    /// one Secret was made first. A server whose CA was made at this start drops it and takes
+    /// the fleet's (`true`: its credentials changed); one whose CA was there before refuses to
+    /// start (its data directory is another fleet's).
+    pub(crate) fn settle(self, store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
+        let Self::Offering { fresh } = self else {
+            return Ok(false);
+        };
+        match adopt_fleet(store, data_dir) {
+            Ok(true) => Ok(false),
+            Ok(false) => anyhow::bail!("the fleet's Secret was not made in etcd"),
+            Err(_) if fresh => {
+                tracing::info!("replicas: another server made the fleet's CA first; using it");
+                forget(data_dir)?;
+                adopt_fleet(store, data_dir)?;
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Removes the credentials this replica made (its CA lost the race to be the fleet's).
-pub(crate) fn forget(data_dir: &Path) -> Result<()> {
+fn forget(data_dir: &Path) -> Result<()> {
     for f in ["pki", "tokens.csv", "admin.kubeconfig"] {
         let p = data_dir.join(f);
         let r = if p.is_dir() {
@@ -213,7 +274,7 @@ pub(crate) fn forget(data_dir: &Path) -> Result<()> {
 }
 
 /// The fleet's Secret made from `data_dir`'s files (the first replica's).
-pub(crate) fn fleet_secret(data_dir: &Path) -> Result<serde_json::Value> {
+fn fleet_secret(data_dir: &Path) -> Result<serde_json::Value> {
     let mut data = serde_json::Map::new();
     for (field, file) in FLEET_FILES {
         let path = data_dir.join(file);
