@@ -124,11 +124,7 @@ impl SmallDisk {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            assert!(
-                std::env::var("CI").is_err(),
-                "CI runs as root and must be able to mount a tmpfs"
-            );
-            eprintln!("skipped: cannot mount a tmpfs (not root)");
+            sim::skip("cannot mount a tmpfs (not root)");
             return None;
         }
         Some(Self(dir.to_path_buf()))

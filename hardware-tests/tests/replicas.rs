@@ -61,7 +61,7 @@ fn leader(via: &Cloud) -> Option<usize> {
 #[test]
 fn three_replicas_on_etcd_serve_one_fleet_through_kills() {
     if !sim::etcd::available() {
-        eprintln!("SKIPPED: no etcd binary (scripts/test installs Debian's etcd-server)");
+        sim::skip("no etcd binary (scripts/test installs Debian's etcd-server)");
         return;
     }
     let mut etcd = EtcdCluster::start(3).expect("a three-member etcd cluster");

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 fn etcd() -> Option<sim::etcd::EtcdCluster> {
     if !sim::etcd::available() {
-        eprintln!("SKIPPED: no etcd binary (scripts/test installs Debian's etcd-server)");
+        sim::skip("no etcd binary (scripts/test installs Debian's etcd-server)");
         return None;
     }
     Some(sim::etcd::EtcdCluster::start(1).expect("etcd starts"))

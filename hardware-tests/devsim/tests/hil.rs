@@ -110,7 +110,7 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
 #[test]
 fn the_rtu_meters_hil_run_passes() {
     if Command::new("socat").arg("-V").output().is_err() {
-        eprintln!("skipped: socat (Debian's socat package) is not there to make the serial line");
+        sim::skip("socat (Debian's socat package) is not there to make the serial line");
         return;
     }
     let (code, out) = devsim(&["hil", "examples/hil/meters-rtu.yaml"]);
@@ -125,7 +125,7 @@ fn the_rtu_meters_hil_run_passes() {
 #[test]
 fn the_serial_devices_hil_run_passes() {
     if Command::new("socat").arg("-V").output().is_err() {
-        eprintln!("skipped: socat (Debian's socat package) is not there to make serial lines");
+        sim::skip("socat (Debian's socat package) is not there to make serial lines");
         return;
     }
     let (code, out) = devsim(&["hil", "examples/hil/serial.yaml"]);
@@ -171,7 +171,7 @@ fn the_ble_sensor_hil_run_passes() {
     if let Err(e) =
         sim::bluez::BlueZ::try_start(&serde_json::json!({"adapter": "hci0", "devices": []}))
     {
-        eprintln!("skipped: no scripted BlueZ here: {e}");
+        sim::skip(&format!("no scripted BlueZ here: {e}"));
         return;
     }
     let (code, out) = devsim(&["hil", "examples/hil/ble.yaml"]);

@@ -109,7 +109,7 @@ fn an_rtu_tap_recording_replays_to_the_same_twin_values() {
         .output()
         .is_err()
     {
-        eprintln!("skipped: socat (Debian's socat package) is not there to make serial lines");
+        sim::skip("socat (Debian's socat package) is not there to make serial lines");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -23,7 +23,7 @@ impl Drop for Driver {
 /// chromedriver on a free port, once it answers; none, saying why, without chromium or it.
 pub fn chromedriver() -> Option<Driver> {
     if Command::new("chromium").arg("--version").output().is_err() {
-        eprintln!("skipped: no chromium (apt-get install chromium chromium-driver)");
+        crate::skip("no chromium (apt-get install chromium chromium-driver)");
         return None;
     }
     let port = crate::free_port();
@@ -35,7 +35,9 @@ pub fn chromedriver() -> Option<Driver> {
     {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("skipped: no chromedriver ({e}; apt-get install chromium-driver)");
+            crate::skip(&format!(
+                "no chromedriver ({e}; apt-get install chromium-driver)"
+            ));
             return None;
         }
     };

@@ -185,6 +185,17 @@ pub fn vm_rss_kb(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A test that cannot run for want of something `scripts/test` installs (a Debian package,
+/// root for a mount): skipped on a developer's machine, saying why; a failure under `CI`, where
+/// everything is installed, so that a broken install step cannot pass as a skip.
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI installs what this test needs, yet: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// Polls `f` until it returns `Some`, for up to `secs` seconds.
 pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
