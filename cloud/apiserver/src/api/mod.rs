@@ -269,6 +269,14 @@ impl Api {
             }
             return Err(authz::forbidden(user, &attrs));
         }
+        // A read of the latest objects (no resourceVersion, as kubectl and controllers read)
+        // sees every write acknowledged before it, through any server.
+        if method == Method::GET
+            && !is_watch
+            && query.get("resourceVersion").is_none_or(|v| v.is_empty())
+        {
+            self.store.fresh().await;
+        }
         match (method, t.name.is_some()) {
             (Method::GET, true) => self.get(&t, accept),
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept),

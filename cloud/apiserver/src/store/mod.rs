@@ -488,6 +488,15 @@ impl Store {
     }
 
     /// Whether the objects live in etcd (shared with other servers).
+    /// Before a read of the latest objects (a get or list without `resourceVersion`): on etcd,
+    /// waits for the view to hold what etcd had committed, so that a write made through another
+    /// server is seen. On SQLite the view is always current.
+    pub async fn fresh(&self) {
+        if let Backend::Etcd(e) = &self.backend {
+            e.fresh().await;
+        }
+    }
+
     pub fn shared(&self) -> bool {
         matches!(self.backend, Backend::Etcd(_))
     }
