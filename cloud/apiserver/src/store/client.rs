@@ -30,30 +30,27 @@ pub(crate) struct Etcd {
 }
 
 /// What a failed call says: its member and gRPC status.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("etcd at {member}: {} ({:?})", status.message(), status.code())]
 pub(crate) struct EtcdError {
     pub member: String,
     pub status: tonic::Status,
 }
 
-impl std::fmt::Display for EtcdError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "etcd at {}: {} ({:?})",
-            self.member,
-            self.status.message(),
-            self.status.code()
-        )
-    }
-}
-
 impl Etcd {
     /// Clients of `endpoints` (`http://host:2379`, `https://host:2379` with `tls`, or
     /// `host:2379`), connected when first used.
-    pub(crate) fn new(endpoints: &[String], tls: Option<&super::EtcdTls>) -> anyhow::Result<Self> {
+    pub(crate) fn new(
+        endpoints: &[String],
+        tls: Option<&super::EtcdTls>,
+    ) -> Result<Self, super::OpenError> {
+        use super::OpenError;
+        let bad = |endpoint: &str, why: String| OpenError::Endpoint {
+            endpoint: endpoint.to_string(),
+            why,
+        };
         if endpoints.is_empty() {
-            anyhow::bail!("no etcd endpoints given");
+            return Err(OpenError::NoEndpoints);
         }
         let mut members = Vec::new();
         for e in endpoints {
@@ -65,7 +62,7 @@ impl Etcd {
                 format!("http://{e}")
             };
             let mut ep = Endpoint::from_shared(url.clone())
-                .map_err(|err| anyhow::anyhow!("etcd endpoint {e} is not a URL: {err}"))?
+                .map_err(|err| bad(e, format!("not a URL: {err}")))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
@@ -78,16 +75,20 @@ impl Etcd {
                     if let (Some(cert), Some(key)) = (&t.cert, &t.key) {
                         c = c.identity(tonic::transport::Identity::from_pem(cert, key));
                     }
-                    ep = ep
-                        .tls_config(c)
-                        .map_err(|err| anyhow::anyhow!("etcd endpoint {e}: {err}"))?;
+                    ep = ep.tls_config(c).map_err(|err| bad(e, err.to_string()))?;
                 }
-                (true, None) => anyhow::bail!(
-                    "etcd endpoint {e} is https: give the CA that signed etcd's certificate (etcd.caFile)"
-                ),
-                (false, Some(_)) => anyhow::bail!(
-                    "etcd endpoint {e} is plain http but TLS is configured: use https://"
-                ),
+                (true, None) => {
+                    return Err(bad(
+                        e,
+                        "https: give the CA that signed etcd's certificate (etcd.caFile)".into(),
+                    ));
+                }
+                (false, Some(_)) => {
+                    return Err(bad(
+                        e,
+                        "plain http but TLS is configured: use https://".into(),
+                    ));
+                }
                 (false, None) => {}
             }
             members.push((url, ep.connect_lazy()));
@@ -252,5 +253,38 @@ mod tests {
         assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
         assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
         assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+    use crate::store::{EtcdTls, OpenError};
+
+    #[tokio::test]
+    async fn endpoints_that_cannot_work_are_refused_by_name() {
+        assert!(matches!(Etcd::new(&[], None), Err(OpenError::NoEndpoints)));
+        let https = Etcd::new(&["https://127.0.0.1:2379".into()], None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            https.contains("https://127.0.0.1:2379") && https.contains("etcd.caFile"),
+            "{https}"
+        );
+        let tls = EtcdTls {
+            ca: String::new(),
+            cert: None,
+            key: None,
+        };
+        let plain = Etcd::new(&["http://127.0.0.1:2379".into()], Some(&tls))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(plain.contains("use https://"), "{plain}");
+        assert!(
+            Etcd::new(&["127.0.0.1:2379".into()], None).is_ok(),
+            "a bare host:port is http"
+        );
     }
 }

@@ -59,7 +59,7 @@ impl EtcdStore {
         opts: &EtcdOptions,
         history: usize,
         events: Feed,
-    ) -> anyhow::Result<(Shared, Arc<Self>)> {
+    ) -> Result<(Shared, Arc<Self>), super::OpenError> {
         let client = Etcd::new(&opts.endpoints, opts.tls.as_ref())?;
         let mut prefix = opts.prefix.clone();
         if !prefix.ends_with('/') {
@@ -70,12 +70,13 @@ impl EtcdStore {
             prefix,
             applied: watch::channel(0).0,
         });
-        let (objects, rev) = store.load().await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read the objects from etcd ({}): {e}",
-                opts.endpoints.join(", ")
-            )
-        })?;
+        let (objects, rev) = store
+            .load()
+            .await
+            .map_err(|source| super::OpenError::Load {
+                endpoints: opts.endpoints.join(", "),
+                source,
+            })?;
         tracing::info!(
             revision = rev,
             objects = objects.values().map(|m| m.len()).sum::<usize>(),

@@ -335,7 +335,7 @@ impl Feed {
 
 /// Store settings.
 #[derive(Debug, Clone)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// Events kept for watches to resume from.
     pub history: usize,
     /// `full`: fsync at every commit (survives power loss); otherwise WAL `normal` (survives a
@@ -345,8 +345,48 @@ pub struct StoreOptions {
     pub etcd: Option<EtcdOptions>,
 }
 
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error("no etcd endpoints given")]
+    NoEndpoints,
+    #[error("etcd endpoint {endpoint}: {why}")]
+    Endpoint { endpoint: String, why: String },
+    #[error("cannot read the objects from etcd ({endpoints}): {source}")]
+    Load {
+        endpoints: String,
+        #[source]
+        source: client::EtcdError,
+    },
+    #[error("cannot open {}: {source}", path.display())]
+    Sqlite {
+        path: std::path::PathBuf,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("{}: stored object {res} is not JSON: {source}", path.display())]
+    NotJson {
+        path: std::path::PathBuf,
+        res: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What can go wrong reading the SQLite file, before its path is added.
+enum SqliteLoad {
+    Sql(sqlx::Error),
+    NotJson(String, serde_json::Error),
+}
+
+impl From<sqlx::Error> for SqliteLoad {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Sql(e)
+    }
+}
+
 impl Store {
-    pub async fn open(path: &Path, opts: StoreOptions) -> anyhow::Result<Self> {
+    pub(crate) async fn open(path: &Path, opts: StoreOptions) -> Result<Self, OpenError> {
         if let Some(e) = &opts.etcd {
             let events = Feed::new();
             let (tables, backend) = etcd::EtcdStore::open(e, opts.history, events.clone()).await?;
@@ -356,6 +396,20 @@ impl Store {
                 events,
             });
         }
+        Self::open_sqlite(path, opts).await.map_err(|e| match e {
+            SqliteLoad::Sql(source) => OpenError::Sqlite {
+                path: path.to_path_buf(),
+                source,
+            },
+            SqliteLoad::NotJson(res, source) => OpenError::NotJson {
+                path: path.to_path_buf(),
+                res,
+                source,
+            },
+        })
+    }
+
+    async fn open_sqlite(path: &Path, opts: StoreOptions) -> Result<Self, SqliteLoad> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -366,10 +420,7 @@ impl Store {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(Duration::from_secs(5));
-        let mut conn = options
-            .connect()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        let mut conn = options.connect().await?;
         for stmt in [
             "CREATE TABLE IF NOT EXISTS objects (res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL, rv INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (res, ns, name)) WITHOUT ROWID",
             "CREATE TABLE IF NOT EXISTS events (rv INTEGER PRIMARY KEY, res TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL, type INTEGER NOT NULL, body BLOB NOT NULL)",
@@ -399,9 +450,8 @@ impl Store {
                     .or_insert_with(|| Arc::from(res.as_str()))
                     .clone();
                 let body: Vec<u8> = r.try_get(4)?;
-                let v: Value = serde_json::from_slice(&body).map_err(|e| {
-                    anyhow::anyhow!("{}: stored object {res} is not JSON: {e}", path.display())
-                })?;
+                let v: Value = serde_json::from_slice(&body)
+                    .map_err(|e| SqliteLoad::NotJson(res.to_string(), e))?;
                 let orv: i64 = r.try_get(3)?;
                 objects.entry(res).or_default().insert(
                     (r.try_get(1)?, r.try_get(2)?),
