@@ -310,3 +310,164 @@ impl Player {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn play(b: Behaviour, ticks: &[(f64, f64)]) -> Vec<Option<String>> {
+        let mut p = Player::new(b, 7);
+        ticks
+            .iter()
+            .map(|&(t, dt)| p.value(t, dt, None, |_| None))
+            .collect()
+    }
+
+    fn some(v: &[&str]) -> Vec<Option<String>> {
+        v.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    #[test]
+    fn a_ramp_goes_from_its_start_to_its_end_in_its_seconds_and_stays() {
+        let ramp = Behaviour::Ramp {
+            from: 0.0,
+            to: 1500.0,
+            seconds: 30.0,
+        };
+        assert_eq!(
+            play(
+                ramp,
+                &[(0.0, 0.0), (15.0, 15.0), (30.0, 15.0), (45.0, 15.0)]
+            ),
+            some(&["0", "750", "1500", "1500"])
+        );
+    }
+
+    #[test]
+    fn a_sine_swings_around_its_mean_by_its_amplitude_over_its_period() {
+        let sine = Behaviour::Sine {
+            mean: 2.0,
+            amplitude: 0.5,
+            period_seconds: 60.0,
+        };
+        assert_eq!(
+            play(
+                sine,
+                &[(0.0, 0.0), (15.0, 15.0), (45.0, 30.0), (60.0, 15.0)]
+            ),
+            some(&["2", "2.5", "1.5", "2"])
+        );
+    }
+
+    #[test]
+    fn steps_hold_the_last_value_whose_time_has_come_and_nothing_before_the_first() {
+        let steps = || {
+            Behaviour::Steps(vec![
+                Step {
+                    at: 5.0,
+                    value: json!(1),
+                },
+                Step {
+                    at: 20.0,
+                    value: json!("two"),
+                },
+            ])
+        };
+        assert_eq!(
+            play(
+                steps(),
+                &[(0.0, 0.0), (5.0, 5.0), (19.9, 14.9), (20.0, 0.1)]
+            ),
+            vec![None, Some("1".into()), Some("1".into()), Some("two".into())]
+        );
+    }
+
+    #[test]
+    fn a_random_walk_stays_in_its_bounds_moves_at_most_a_step_and_repeats_with_its_seed() {
+        let walk = || Behaviour::RandomWalk {
+            start: 50.0,
+            step: 1.0,
+            min: 49.0,
+            max: 51.5,
+        };
+        let ticks: Vec<(f64, f64)> = (0..500).map(|i| (f64::from(i), 1.0)).collect();
+        let a = play(walk(), &ticks);
+        assert_eq!(a, play(walk(), &ticks), "the same seed, the same walk");
+        let values: Vec<f64> = a
+            .iter()
+            .map(|v| v.as_deref().and_then(|s| s.parse().ok()).expect("a number"))
+            .collect();
+        assert!(
+            values.iter().all(|v| (49.0..=51.5).contains(v)),
+            "{values:?}"
+        );
+        assert!(values.windows(2).all(|w| (w[1] - w[0]).abs() <= 1.0 + 1e-9));
+        assert!(values.iter().any(|v| *v != 50.0), "it moves");
+        assert_eq!(
+            play(walk(), &[(0.0, 0.0)]),
+            some(&["50"]),
+            "no time passed: no step"
+        );
+    }
+
+    #[test]
+    fn a_follower_closes_on_its_target_while_its_condition_holds_and_drifts_back_otherwise() {
+        let mut p = Player::new(
+            Behaviour::Follow {
+                property: "setpoint".into(),
+                per_second: 0.5,
+                when: Some("heater".into()),
+                otherwise: Some(20.0),
+            },
+            1,
+        );
+        let on = |k: &str| match k {
+            "setpoint" => Some("80".to_string()),
+            "heater" => Some("true".to_string()),
+            _ => None,
+        };
+        let off = |k: &str| match k {
+            "setpoint" => Some("80".to_string()),
+            "heater" => Some("false".to_string()),
+            _ => None,
+        };
+        // Half the way each second: 20 -> 50 -> 65.
+        assert_eq!(p.value(1.0, 1.0, Some(20.0), on).as_deref(), Some("50"));
+        assert_eq!(p.value(2.0, 1.0, None, on).as_deref(), Some("65"));
+        // Heater off: back toward 20: 65 -> 42.5.
+        assert_eq!(p.value(3.0, 1.0, None, off).as_deref(), Some("42.5"));
+        // A long tick never overshoots.
+        assert_eq!(p.value(13.0, 10.0, None, on).as_deref(), Some("80"));
+    }
+
+    #[test]
+    fn a_scenario_names_the_path_of_what_is_wrong() {
+        let err = |text: &str| Scenario::parse(text).expect_err("refused").to_string();
+        let e = err("devices:\n  oven:\n    faults:\n      - {kind: exception, at: 1}\n");
+        assert!(e.contains("devices.oven.faults[0].code"), "{e}");
+        let e = err("devices:\n  oven:\n    faults:\n      - {kind: noAnswer, share: 0.5}\n");
+        assert!(e.contains("only an exception"), "{e}");
+        let e =
+            err("devices:\n  oven:\n    faults:\n      - {kind: exception, code: 4, share: 2}\n");
+        assert!(e.contains("must be 0 to 1"), "{e}");
+        let e = err("devices:\n  oven:\n    faults:\n      - {kind: late, at: 1}\n");
+        assert!(e.contains("delayMs"), "{e}");
+        let e = err(
+            "devices:\n  oven:\n    properties:\n      speed: {value: {ramp: {from: 0, to: 1, seconds: 0}}}\n",
+        );
+        assert!(
+            e.contains("devices.oven.properties.speed.value.ramp.seconds"),
+            "{e}"
+        );
+        let e = err("devices:\n  oven:\n    properties:\n      speed: {value: {rampp: {}}}\n");
+        assert!(e.contains("devices.oven.properties.speed.value"), "{e}");
+        let s = Scenario::parse("devices:\n  oven: {}\n  plant/pump: {}\n").expect("a scenario");
+        assert!(
+            s.device("default/oven").is_some(),
+            "a bare name is in default"
+        );
+        assert!(s.device("plant/pump").is_some());
+        assert!(s.device("plant/oven").is_none());
+    }
+}
