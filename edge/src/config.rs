@@ -269,7 +269,7 @@ pub struct Dmi {
 
 impl Default for Dmi {
     fn default() -> Self {
-        let liveness = crate::dmi::mappers::Liveness::default();
+        let liveness = crate::dmi::liveness::Liveness::default();
         Self {
             socket: None,
             max_connections: 256,
@@ -282,8 +282,8 @@ impl Default for Dmi {
 
 impl Dmi {
     /// The mapper liveness settings.
-    pub fn liveness(&self) -> crate::dmi::mappers::Liveness {
-        crate::dmi::mappers::Liveness {
+    pub fn liveness(&self) -> crate::dmi::liveness::Liveness {
+        crate::dmi::liveness::Liveness {
             interval: std::time::Duration::from_millis(self.probe_interval_ms),
             timeout: std::time::Duration::from_millis(self.probe_timeout_ms),
             failures: self.probe_failures,

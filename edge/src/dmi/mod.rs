@@ -4,7 +4,7 @@
 //! There is no rate limit (KubeEdge allows 1 request/s with a burst of 100, shared by all
 //! mappers): a report that changes nothing costs a map lookup and writes nothing.
 
-mod liveness;
+pub(crate) mod liveness;
 pub mod mappers;
 mod placement;
 
