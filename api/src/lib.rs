@@ -1,6 +1,17 @@
 //! Types of the device layer, shared by every other crate; no IO.
 //!
-//! - [`v1beta1`]: the `devices.kubeedge.io/v1beta1` custom resources.
+//! - [`v1beta1`]: the `devices.kubeedge.io/v1beta1` custom resources (`Device`,
+//!   `DeviceModel`, `DeviceStatus`), with KubeEdge's JSON names; [`crd`]: their
+//!   `CustomResourceDefinition`s as KubeEdge installs them.
+//! - [`manifest`]: multi-document YAML or JSON text into typed objects, each with its problems;
+//!   [`validate`]: every problem of a `Device` or `DeviceModel` at once, with its field path;
+//!   [`merge`]: the effective device, its model's defaults merged in.
+//! - [`dmi`]: the DMI v1beta1 gRPC API between edgecore and mappers, and conversions between
+//!   its messages and the CRD types.
+//! - [`message`]: KubeEdge's cloud-edge message (beehive's `model.Message`); [`paths`]: the
+//!   resource paths of those messages and the `$hw` MQTT topics, built and parsed from one
+//!   definition each; [`bus`]: the cloud's message bus between the controllers and cloudhub.
+//! - [`packed`]: text kept LZ4-compressed in memory when large.
 pub mod bus;
 pub mod crd;
 pub mod dmi;

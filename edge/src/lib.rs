@@ -13,7 +13,8 @@
 //!   directory, watched; `listeners`: the HTTP listener's bounds; `meta`: KubeEdge's
 //!   metamanager: the one place catalog changes are published, and the typed records kept
 //!   besides the twins.
-//! - [`metrics`]: counters for `/metrics`.
+//! - [`metrics`]: counters for `/metrics`; `ui`: the gateway's page at `/ui` on the HTTP
+//!   listener.
 //!
 //! The twin itself is the `twin` crate, pods are the `edged` crate, and process plumbing is
 //! `rt`'s.

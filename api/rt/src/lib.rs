@@ -13,6 +13,8 @@
 //! - [`secret`]: secrets compared in constant time.
 //! - [`ratelimit`]: a token bucket for message rates.
 //! - [`sys`]: the allocator's tuning: the only unsafe code of the project.
+//! - [`ui`]: what the two web pages (edgecore's and cloudcore's) share: the style sheet, the
+//!   common script, the security headers of every file served.
 //!
 //! `api` stays types only; this crate is the IO under it, as kube-client is to kube-core.
 
