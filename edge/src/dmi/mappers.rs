@@ -23,8 +23,9 @@
 //!
 //! Registrations and assignments are stored, so they survive a restart.
 //!
-//! The placement rules are pure code in [`super::placement`], tested there; this module is the
-//! actor that takes its decisions and carries them out with DMI calls.
+//! The placement rules are pure code in `super::placement`, and when a mapper is unreachable is
+//! `super::liveness`, each tested there; this module is the actor that takes their decisions
+//! and carries them out with DMI calls.
 
 pub use super::liveness::Liveness;
 use super::liveness::{Probes, Verdict};
