@@ -16,7 +16,7 @@ mod state;
 
 pub use metrics::{Histogram, Metrics};
 pub use objectsync::{Delivered, delivered_of};
-use state::State;
+use state::Reconciler;
 
 type Key = (String, String);
 
@@ -84,7 +84,7 @@ pub fn start(
     let metrics = Arc::new(Metrics::default());
     let m = metrics.clone();
     let task = tokio::spawn(async move {
-        let state = State::new(client, hub, config, m);
+        let state = Reconciler::new(client, hub, config, m);
         state.run(rx, cancel).await;
     });
     Controller {

@@ -42,7 +42,7 @@ impl Watched {
 }
 
 /// What an API write spawned by the controller came back with.
-enum Done {
+enum WriteDone {
     StatusCreated(Key, Option<Value>),
     Patched(Key, Plan, Result<Value, kube::Error>),
     Profile((String, String), Option<String>),
@@ -50,7 +50,7 @@ enum Done {
     ExistingProfiles(Vec<(String, String)>),
 }
 
-pub(super) struct State {
+pub(super) struct Reconciler {
     client: kube::Client,
     hub: Arc<dyn Hub>,
     config: Config,
@@ -87,8 +87,8 @@ pub(super) struct State {
     /// their visitors): at most [`PROFILE_WRITES`] at once, and a profile's text is made only
     /// when its write starts, so that texts of every node do not pile up.
     profile_active: usize,
-    done_tx: mpsc::Sender<Done>,
-    done_rx: Option<mpsc::Receiver<Done>>,
+    done_tx: mpsc::Sender<WriteDone>,
+    done_rx: Option<mpsc::Receiver<WriteDone>>,
     started: Instant,
 }
 
@@ -102,7 +102,7 @@ fn key_of(v: &Value) -> Option<Key> {
     ))
 }
 
-impl State {
+impl Reconciler {
     pub(super) fn new(
         client: kube::Client,
         hub: Arc<dyn Hub>,
@@ -392,7 +392,7 @@ impl State {
                             Some((ns, node))
                         })
                         .collect();
-                    let _ = done.send(Done::ExistingProfiles(found)).await;
+                    let _ = done.send(WriteDone::ExistingProfiles(found)).await;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list the profile ConfigMaps of an earlier run")
@@ -549,7 +549,7 @@ impl State {
                         None
                     }
                 };
-                let _ = done.send(Done::StatusCreated(key, r)).await;
+                let _ = done.send(WriteDone::StatusCreated(key, r)).await;
             });
         }
     }
@@ -563,7 +563,7 @@ impl State {
                 .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await
                 .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
-            let _ = done.send(Done::Patched(key, plan, r)).await;
+            let _ = done.send(WriteDone::Patched(key, plan, r)).await;
         });
     }
 
@@ -604,9 +604,9 @@ impl State {
             .store(self.up.pending() as u64, Ordering::Relaxed);
     }
 
-    fn done(&mut self, d: Done) {
+    fn done(&mut self, d: WriteDone) {
         match d {
-            Done::StatusCreated(k, v) => {
+            WriteDone::StatusCreated(k, v) => {
                 self.writes_active -= 1;
                 self.status_inflight.remove(&k);
                 if let Some(v) = v {
@@ -614,7 +614,7 @@ impl State {
                 }
                 self.pump_creates();
             }
-            Done::Patched(k, plan, r) => {
+            WriteDone::Patched(k, plan, r) => {
                 self.writes_active -= 1;
                 self.status_inflight.remove(&k);
                 match r {
@@ -657,7 +657,7 @@ impl State {
                     }
                 }
             }
-            Done::ExistingProfiles(found) => {
+            WriteDone::ExistingProfiles(found) => {
                 for (ns, node) in found {
                     // An unknown hash: the next round rewrites it, or deletes it if its node has
                     // no devices in that namespace any more.
@@ -665,7 +665,7 @@ impl State {
                     self.dirty_nodes.insert(node);
                 }
             }
-            Done::Profile(k, text) => {
+            WriteDone::Profile(k, text) => {
                 self.profile_active -= 1;
                 self.profile_inflight.remove(&k);
                 match text {
@@ -819,7 +819,7 @@ impl State {
                             None
                         }
                     };
-                    let _ = done.send(Done::Profile(k, outcome)).await;
+                    let _ = done.send(WriteDone::Profile(k, outcome)).await;
                 });
             }
         }

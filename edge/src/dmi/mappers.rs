@@ -77,7 +77,7 @@ pub struct MapperStatus {
     pub retired: Vec<String>,
 }
 
-struct Entry {
+struct Registered {
     record: MapperRecord,
     client: Option<DeviceMapperServiceClient<Channel>>,
     probes: Probes,
@@ -177,9 +177,9 @@ pub async fn start(
     Mappers { tx }
 }
 
-fn entry(record: MapperRecord, generation: u64, liveness: Liveness) -> Entry {
+fn entry(record: MapperRecord, generation: u64, liveness: Liveness) -> Registered {
     let client = connect(&record.address);
-    Entry {
+    Registered {
         record,
         client,
         probes: Probes::new(Instant::now(), &liveness),
@@ -205,7 +205,7 @@ fn connect(address: &str) -> Option<DeviceMapperServiceClient<Channel>> {
 }
 
 struct Manager {
-    mappers: BTreeMap<String, Entry>,
+    mappers: BTreeMap<String, Registered>,
     twin: TwinService,
     meta: MetaStore,
     catalog: SharedCatalog,

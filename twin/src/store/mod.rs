@@ -93,11 +93,11 @@ const JOURNAL_CHECKPOINT: u32 = 1000;
 /// The twin database. Cheap to clone: clones share the connections.
 #[derive(Clone, Debug)]
 pub struct Store {
-    inner: Arc<Inner>,
+    inner: Arc<Connections>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct Connections {
     /// The tables.
     pool: SqlitePool,
     /// The journal, read (by folds, which read it in short chunks, so a fold holds no long
@@ -161,7 +161,7 @@ impl Store {
             .await?;
         let next = u(last.unwrap_or(0)).max(folded) + 1;
         let store = Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Connections {
                 pool,
                 journal,
                 journal_writer: tokio::sync::Mutex::new(Some(journal_writer)),

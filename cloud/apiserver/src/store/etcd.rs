@@ -52,14 +52,14 @@ pub(super) struct EtcdStore {
     applied: watch::Sender<u64>,
 }
 
-type Shared = Arc<RwLock<Tables>>;
+type View = Arc<RwLock<Tables>>;
 
 impl EtcdStore {
     pub(super) async fn open(
         opts: &EtcdOptions,
         history: usize,
         events: Feed,
-    ) -> Result<(Shared, Arc<Self>), super::OpenError> {
+    ) -> Result<(View, Arc<Self>), super::OpenError> {
         let client = Etcd::new(&opts.endpoints, opts.tls.as_ref())?;
         let mut prefix = opts.prefix.clone();
         if !prefix.ends_with('/') {
@@ -167,7 +167,7 @@ impl EtcdStore {
     /// Follows etcd's watch of the prefix into the view, for as long as the process runs: a
     /// broken watch is made again from the next revision (on another member when its own is
     /// gone); when etcd compacted past it, the view is loaded again and the watchers resume.
-    async fn follow(self: Arc<Self>, tables: Shared, events: Feed, keep: usize) {
+    async fn follow(self: Arc<Self>, tables: View, events: Feed, keep: usize) {
         let end = prefix_end(self.prefix.as_bytes());
         let mut names = HashMap::new();
         let mut backoff =
@@ -246,7 +246,7 @@ impl EtcdStore {
     fn events_of(
         &self,
         evs: &[pb::Event],
-        tables: &Shared,
+        tables: &View,
         names: &mut HashMap<String, Arc<str>>,
     ) -> Vec<Event> {
         let t = tables.read().unwrap_or_else(|e| e.into_inner());
@@ -272,7 +272,7 @@ impl EtcdStore {
 
     /// Loads every object again (after etcd compacted past the view): the history starts
     /// over, and the watchers are closed for them to resume (or relist on `410 Gone`).
-    async fn reload(&self, tables: &Shared, events: &Feed) {
+    async fn reload(&self, tables: &View, events: &Feed) {
         loop {
             match self.load().await {
                 Ok((objects, rev)) => {
@@ -320,7 +320,7 @@ impl EtcdStore {
 
     pub(super) async fn mutate(
         &self,
-        tables: &Shared,
+        tables: &View,
         key: Key,
         dry_run: bool,
         mut f: MutateFn,

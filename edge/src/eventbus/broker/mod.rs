@@ -105,7 +105,7 @@ struct Client {
 }
 
 #[derive(Default)]
-struct State {
+struct Routing {
     clients: HashMap<u64, Client>,
     retained: HashMap<String, Publish>,
 }
@@ -128,8 +128,8 @@ pub struct BrokerStats {
 }
 
 #[derive(Clone, Default)]
-struct Shared {
-    state: Arc<Mutex<State>>,
+struct Core {
+    state: Arc<Mutex<Routing>>,
     next_id: Arc<AtomicU64>,
     stats: Arc<BrokerStats>,
     /// Fixed at start.
@@ -138,8 +138,8 @@ struct Shared {
     auth: Arc<super::auth::Auth>,
 }
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+impl Core {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Routing> {
         match self.state.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -216,7 +216,7 @@ impl Shared {
 /// A running embedded broker.
 pub(crate) struct Broker {
     pub stats: Arc<BrokerStats>,
-    shared: Shared,
+    shared: Core,
 }
 
 impl Broker {
@@ -292,7 +292,7 @@ impl Drop for Link {
 /// Publishes into the embedded broker from the same process.
 #[derive(Clone)]
 pub(crate) struct LinkPublisher {
-    shared: Shared,
+    shared: Core,
 }
 
 impl LinkPublisher {
@@ -379,10 +379,10 @@ pub(crate) async fn start(
         Some(t) => Some((bind(t.addr).await?, t)),
         None => None,
     };
-    let shared = Shared {
+    let shared = Core {
         limits: Arc::new(limits),
         auth: Arc::new(auth),
-        ..Shared::default()
+        ..Core::default()
     };
     let broker = Broker {
         stats: shared.stats.clone(),
@@ -588,7 +588,7 @@ async fn connection<R, W>(
     mut writer: W,
     ack: Option<socket2::Socket>,
     identity: Option<String>,
-    shared: Shared,
+    shared: Core,
     cancel: CancellationToken,
 ) -> Result<(), Disconnect>
 where
