@@ -350,3 +350,89 @@ pub fn signed_node_tls(
     )?;
     node_tls(ca_pem, &cert, &key)
 }
+
+/// Processes killed (and waited for) when this is dropped.
+pub struct Kill(pub Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `bin` with `args` in `dir`, its standard error in `dir/{log}`.
+pub fn spawn(
+    bin: &std::path::Path,
+    args: &[&str],
+    dir: &std::path::Path,
+    log: &str,
+) -> Result<Child> {
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log))?)
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))
+}
+
+/// A `cloudcore` of the built binaries, serving from `dir` (data in `dir/cloud`).
+pub struct Cloud {
+    /// cloudhub's websocket port and its certificate port.
+    pub hub: u16,
+    pub certs: u16,
+    /// A client of its API, as its admin.
+    pub client: kube::Client,
+    /// A join token for edge nodes.
+    pub token: String,
+}
+
+/// Starts `cloudcore` from `bins` in `dir` (killed with `kill`), once its API and certificate
+/// port answer.
+pub async fn start_cloud(
+    bins: &std::path::Path,
+    dir: &std::path::Path,
+    kill: &mut Kill,
+) -> Result<Cloud> {
+    let free = sim::free_port;
+    let (api, hub, certs) = (free(), free(), free());
+    std::fs::write(
+        dir.join("cloudcore.yaml"),
+        format!(
+            "dataDir: cloud\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"
+        ),
+    )?;
+    kill.0.push(spawn(
+        &bins.join("cloudcore"),
+        &["--config", "cloudcore.yaml"],
+        dir,
+        "cloudcore.log",
+    )?);
+    let kubeconfig = dir.join("cloud/admin.kubeconfig");
+    let t0 = Instant::now();
+    while !(kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", certs)).is_ok()) {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "cloudcore did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = cloud::cluster_client(&kubeconfig).await?;
+    let token = String::from_utf8(
+        Command::new(bins.join("cloudcore"))
+            .args(["gettoken", "--config"])
+            .arg(dir.join("cloudcore.yaml"))
+            .output()?
+            .stdout,
+    )?;
+    Ok(Cloud {
+        hub,
+        certs,
+        client,
+        token,
+    })
+}

@@ -15,38 +15,16 @@
 //!
 //! each `--rounds` times, and prints p50, p99 and max.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use futures_util::SinkExt;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::json;
 use sim::modbus_sim::Sim;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Kill(Vec<Child>);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Child> {
-    Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(log))?)
-        .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))
-}
+use hardware_tests::bench::{Cloud, Kill, spawn, start_cloud};
 
 fn ar(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -88,38 +66,14 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     let load_nodes = arg("--load-nodes", 99)?;
     let bins = sim::built_binaries(!cfg!(debug_assertions))?;
     let dir = tempfile::tempdir()?;
-    let free = sim::free_port;
-    let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
-    std::fs::write(
-        dir.path().join("cloudcore.yaml"),
-        format!(
-            "dataDir: cloud\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"
-        ),
-    )?;
+    let (http, mqtt) = (sim::free_port(), sim::free_port());
     let mut kill = Kill(Vec::new());
-    kill.0.push(spawn(
-        &bins.join("cloudcore"),
-        &["--config", "cloudcore.yaml"],
-        dir.path(),
-        "cloudcore.log",
-    )?);
-    let kubeconfig = dir.path().join("cloud/admin.kubeconfig");
-    let t0 = Instant::now();
-    while !(kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", certs)).is_ok()) {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(60),
-            "cloudcore did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let client = cloud::cluster_client(&kubeconfig).await?;
-    let token = String::from_utf8(
-        Command::new(bins.join("cloudcore"))
-            .args(["gettoken", "--config"])
-            .arg(dir.path().join("cloudcore.yaml"))
-            .output()?
-            .stdout,
-    )?;
+    let Cloud {
+        hub,
+        certs,
+        client,
+        token,
+    } = start_cloud(&bins, dir.path(), &mut kill).await?;
 
     // The load: 10 devices of 10 properties on each simulated node.
     let props: Vec<_> = (0..10)
@@ -198,7 +152,7 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
         dir.path().join("mapper.yaml"),
         format!(
             "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n  data_dir: mapper-data\n",
-            free()
+            sim::free_port()
         ),
     )?;
     kill.0.push(spawn(

@@ -13,36 +13,15 @@
 //! - `--pods` busybox pods created at once on the node: until all are Running in the API, and
 //!   edgecore's RSS with them running.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use sim::containerd::{Containerd, binary_image};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Kill(Vec<Child>);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn spawn(bin: &Path, args: &[&str], dir: &Path, log: &str) -> Result<Child> {
-    Command::new(bin)
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join(log))?)
-        .spawn()
-        .with_context(|| format!("cannot start {}", bin.display()))
-}
+use hardware_tests::bench::{Cloud, Kill, spawn, start_cloud};
 
 fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
@@ -125,38 +104,14 @@ async fn run() -> Result<()> {
         rt.socket.display()
     );
 
-    let free = sim::free_port;
-    let (api, hub, certs, http, mqtt) = (free(), free(), free(), free(), free());
-    std::fs::write(
-        dir.path().join("cloudcore.yaml"),
-        format!(
-            "dataDir: cloud\nmodules:\n  apiserver:\n    listen: \"127.0.0.1:{api}\"\n  cloudHub:\n    listen: \"127.0.0.1:{hub}\"\n    certListen: \"127.0.0.1:{certs}\"\n  metrics:\n    listen: \"\"\n"
-        ),
-    )?;
+    let (http, mqtt) = (sim::free_port(), sim::free_port());
     let mut kill = Kill(Vec::new());
-    kill.0.push(spawn(
-        &bins.join("cloudcore"),
-        &["--config", "cloudcore.yaml"],
-        dir.path(),
-        "cloudcore.log",
-    )?);
-    let kubeconfig = dir.path().join("cloud/admin.kubeconfig");
-    let t0 = Instant::now();
-    while !(kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", certs)).is_ok()) {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(60),
-            "cloudcore did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let client = cloud::cluster_client(&kubeconfig).await?;
-    let token = String::from_utf8(
-        Command::new(bins.join("cloudcore"))
-            .args(["gettoken", "--config"])
-            .arg(dir.path().join("cloudcore.yaml"))
-            .output()?
-            .stdout,
-    )?;
+    let Cloud {
+        hub,
+        certs,
+        client,
+        token,
+    } = start_cloud(&bins, dir.path(), &mut kill).await?;
     std::fs::write(
         dir.path().join("edgecore.yaml"),
         format!(
@@ -182,7 +137,7 @@ async fn run() -> Result<()> {
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(json!({"metadata": {"name": "mapper-config"},
-            "data": {"config.yaml": format!("grpc_server:\n  socket_path: {sock}/modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: {sock}/dmi.sock\n  http_port: {}\n  data_dir: /var/lib/mapper\n", free())}}))?,
+            "data": {"config.yaml": format!("grpc_server:\n  socket_path: {sock}/modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: {sock}/dmi.sock\n  http_port: {}\n  data_dir: /var/lib/mapper\n", sim::free_port())}}))?,
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
