@@ -10,13 +10,13 @@ use sim::stack::{Cloud, oven_manifest, reported};
 use sim::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, read_holding, write_holdings};
 use std::path::Path;
 
-#[test]
-fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
-    let cloud = Cloud::start();
+/// A pymodbus oven (temperature 21.5, set point 40) and its manifest applied in the cloud, its
+/// heater-on kept on the gateway (`reportToCloud: false`): its port, the simulator and the
+/// manifest's file.
+fn oven_applied(cloud: &Cloud) -> (u16, PyModbus, std::path::PathBuf) {
     let sim_port = free_port();
-    let _sim = PyModbus::start(sim_port);
+    let sim = PyModbus::start(sim_port);
     write_holdings(sim_port, 0, &[215, 40]);
-    // heater-on stays on the gateway: `reportToCloud: false`.
     let manifest = oven_manifest(sim_port);
     let text = std::fs::read_to_string(&manifest).expect("manifest");
     let local = text.replacen(
@@ -27,6 +27,13 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     assert_ne!(local, text, "the example's heater-on changed shape");
     std::fs::write(&manifest, local).expect("write");
     cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
+    (sim_port, sim, manifest)
+}
+
+#[test]
+fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
+    let cloud = Cloud::start();
+    let (sim_port, _sim, _) = oven_applied(&cloud);
 
     let edgecore = bin("edgecore");
     let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
@@ -114,20 +121,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
 #[test]
 fn after_a_cut_and_flapping_link_both_sides_converge() {
     let cloud = Cloud::start();
-    let sim_port = free_port();
-    let _sim = PyModbus::start(sim_port);
-    write_holdings(sim_port, 0, &[215, 40]);
-    // heater-on stays on the gateway: `reportToCloud: false`.
-    let manifest = oven_manifest(sim_port);
-    let text = std::fs::read_to_string(&manifest).expect("manifest");
-    let local = text.replacen(
-        "reportToCloud: true\n      pushMethod:",
-        "reportToCloud: false\n      pushMethod:",
-        1,
-    );
-    assert_ne!(local, text, "the example's heater-on changed shape");
-    std::fs::write(&manifest, local).expect("write");
-    cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
+    let (sim_port, _sim, manifest) = oven_applied(&cloud);
     let proxy = Proxy::start(cloud.hub);
     let edgecore = bin("edgecore");
     let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
