@@ -391,6 +391,11 @@ mod tests {
         until("stopped alone", || running.load(Ordering::SeqCst) == 0).await;
     }
 
+    /// What `e` does with `lease` read now.
+    fn now(e: &mut Election, lease: Option<Seen>) -> Step {
+        e.step(lease, Instant::now())
+    }
+
     fn settings() -> Settings {
         Settings {
             namespace: "kubeedge".into(),
@@ -414,37 +419,34 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_lease_is_created_and_one_held_by_this_replica_is_renewed() {
         let mut e = Election::new(&settings());
-        assert_eq!(e.step(None, Instant::now()), Step::Create);
-        assert_eq!(e.step(held_by("me", 1), Instant::now()), Step::Renew);
+        assert_eq!(now(&mut e, None), Step::Create);
+        assert_eq!(now(&mut e, held_by("me", 1)), Step::Renew);
         tokio::time::advance(Duration::from_secs(3600)).await;
-        assert_eq!(e.step(held_by("me", 1), Instant::now()), Step::Renew);
+        assert_eq!(now(&mut e, held_by("me", 1)), Step::Renew);
     }
 
     #[tokio::test(start_paused = true)]
     async fn another_takes_over_once_it_saw_the_same_renewal_for_a_whole_lease_duration() {
         let mut e = Election::new(&settings());
-        assert_eq!(e.step(held_by("other", 100), Instant::now()), Step::StandBy);
+        assert_eq!(now(&mut e, held_by("other", 100)), Step::StandBy);
         tokio::time::advance(Duration::from_millis(14_999)).await;
-        assert_eq!(e.step(held_by("other", 100), Instant::now()), Step::StandBy);
+        assert_eq!(now(&mut e, held_by("other", 100)), Step::StandBy);
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(
-            e.step(held_by("other", 100), Instant::now()),
-            Step::TakeOver
-        );
+        assert_eq!(now(&mut e, held_by("other", 100)), Step::TakeOver);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_new_renewal_restarts_the_count_whatever_time_it_names() {
         let mut e = Election::new(&settings());
-        e.step(held_by("other", 100), Instant::now());
+        now(&mut e, held_by("other", 100));
         tokio::time::advance(Duration::from_secs(10)).await;
         // Renewed, with a renewTime far in the past (the writer's clock is not trusted):
         // a change is what counts, seen by this replica's clock.
-        assert_eq!(e.step(held_by("other", 5), Instant::now()), Step::StandBy);
+        assert_eq!(now(&mut e, held_by("other", 5)), Step::StandBy);
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(e.step(held_by("other", 5), Instant::now()), Step::StandBy);
+        assert_eq!(now(&mut e, held_by("other", 5)), Step::StandBy);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(e.step(held_by("other", 5), Instant::now()), Step::TakeOver);
+        assert_eq!(now(&mut e, held_by("other", 5)), Step::TakeOver);
     }
 
     #[tokio::test(start_paused = true)]
@@ -454,11 +456,11 @@ mod tests {
         if let Some(l) = long.as_mut() {
             l.duration = Some(Duration::from_secs(60));
         }
-        e.step(long.clone(), Instant::now());
+        now(&mut e, long.clone());
         tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(e.step(long.clone(), Instant::now()), Step::StandBy);
+        assert_eq!(now(&mut e, long.clone()), Step::StandBy);
         tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(e.step(long, Instant::now()), Step::TakeOver);
+        assert_eq!(now(&mut e, long), Step::TakeOver);
     }
 
     #[tokio::test(start_paused = true)]
@@ -468,12 +470,12 @@ mod tests {
             holder: None,
             ..held_by("x", 1).unwrap_or_default()
         });
-        assert_eq!(e.step(given_up, Instant::now()), Step::TakeOver);
+        assert_eq!(now(&mut e, given_up), Step::TakeOver);
         let empty_name = Seen::of(&LeaseSpec {
             holder_identity: Some(String::new()),
             ..Default::default()
         });
-        assert_eq!(e.step(Some(empty_name), Instant::now()), Step::TakeOver);
+        assert_eq!(now(&mut e, Some(empty_name)), Step::TakeOver);
     }
 
     #[tokio::test(start_paused = true)]
@@ -510,9 +512,6 @@ mod tests {
             identity: "next".into(),
             ..settings()
         });
-        assert_eq!(
-            next.step(Some(Seen::of(&released)), Instant::now()),
-            Step::TakeOver
-        );
+        assert_eq!(now(&mut next, Some(Seen::of(&released))), Step::TakeOver);
     }
 }

@@ -94,10 +94,16 @@ mod tests {
     use super::*;
     use crate::{certificate_pem, load_or_make_ca, subject as names, tls, validity_of};
 
+    /// A CA in a directory of its own: the directory, the certificate and the key.
+    fn ca() -> (tempfile::TempDir, String, String) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ca, key) = load_or_make_ca(dir.path()).expect("ca");
+        (dir, ca, key)
+    }
+
     #[test]
     fn a_request_signed_by_the_ca_is_a_client_certificate_the_node_can_present() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ca, ca_key) = load_or_make_ca(dir.path()).expect("ca");
+        let (_dir, ca, ca_key) = ca();
         let req = request("edge-1").expect("a request");
         let der = sign(&ca, &ca_key, &req.csr_der, "edge-1", 30).expect("signed");
         assert_eq!(
@@ -114,8 +120,7 @@ mod tests {
 
     #[test]
     fn a_request_is_signed_in_its_own_node_s_name_only() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ca, key) = load_or_make_ca(dir.path()).expect("ca");
+        let (_dir, ca, key) = ca();
         let other = request("edge-2").expect("a request");
         let e = sign(&ca, &key, &other.csr_der, "edge-1", 365).expect_err("another node's name");
         assert!(matches!(e, PkiError::WrongNode { .. }), "{e}");

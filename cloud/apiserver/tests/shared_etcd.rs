@@ -31,13 +31,21 @@ fn configmap(name: &str) -> ConfigMap {
     }
 }
 
+/// Two servers on `etcd`, and a client of ConfigMaps in `default` through each.
+async fn two_servers(
+    etcd: &sim::etcd::EtcdCluster,
+) -> (Server, Server, Api<ConfigMap>, Api<ConfigMap>) {
+    let a = Server::start_shared(etcd);
+    let b = Server::start_shared(etcd);
+    let ca = Api::namespaced(a.client().await, "default");
+    let cb = Api::namespaced(b.client().await, "default");
+    (a, b, ca, cb)
+}
+
 #[tokio::test]
 async fn two_servers_on_one_etcd_serve_the_same_objects_and_lose_no_write() {
     let Some(etcd) = etcd() else { return };
-    let a = Server::start_shared(&etcd);
-    let b = Server::start_shared(&etcd);
-    let ca: Api<ConfigMap> = Api::namespaced(a.client().await, "default");
-    let cb: Api<ConfigMap> = Api::namespaced(b.client().await, "default");
+    let (_a, _b, ca, cb) = two_servers(&etcd).await;
 
     // A watch through B, from before the writes through A.
     let start = cb
@@ -159,10 +167,7 @@ fn servers_started_together_on_an_empty_etcd_share_one_ca() {
 #[tokio::test]
 async fn a_write_through_one_server_is_read_through_the_other_at_once() {
     let Some(etcd) = etcd() else { return };
-    let a = Server::start_shared(&etcd);
-    let b = Server::start_shared(&etcd);
-    let ca: Api<ConfigMap> = Api::namespaced(a.client().await, "default");
-    let cb: Api<ConfigMap> = Api::namespaced(b.client().await, "default");
+    let (_a, _b, ca, cb) = two_servers(&etcd).await;
     ca.create(&PostParams::default(), &configmap("fresh"))
         .await
         .expect("create through a");

@@ -344,16 +344,20 @@ mod tests {
         assert!(e.to_string().contains("line 1"), "{e}");
     }
 
-    #[test]
-    fn the_acl_grants_per_user_per_pattern_and_nothing_else() {
+    /// The ACL file `text`, loaded (its directory lives as long as the first half).
+    fn acl_of(text: &str) -> (tempfile::TempDir, Auth) {
         let dir = tempfile::tempdir().expect("dir");
         let file = dir.path().join("acl");
-        std::fs::write(
-            &file,
-            "topic read $SYS/#\nuser app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\npattern readwrite clients/%c/#\n",
-        )
-        .expect("written");
+        std::fs::write(&file, text).expect("written");
         let auth = Auth::load(None, Some(&file), None).expect("loaded");
+        (dir, auth)
+    }
+
+    #[test]
+    fn the_acl_grants_per_user_per_pattern_and_nothing_else() {
+        let (_dir, auth) = acl_of(
+            "topic read $SYS/#\nuser app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\npattern readwrite clients/%c/#\n",
+        );
         let app = Some("app");
         assert!(auth.allows(
             app,
@@ -393,14 +397,7 @@ mod tests {
 
     #[test]
     fn a_client_id_or_user_with_a_wildcard_is_granted_nothing_under_an_acl() {
-        let dir = tempfile::tempdir().expect("dir");
-        let file = dir.path().join("acl");
-        std::fs::write(
-            &file,
-            "pattern readwrite clients/%c/#\npattern read users/%u/#\n",
-        )
-        .expect("written");
-        let auth = Auth::load(None, Some(&file), None).expect("loaded");
+        let (_dir, auth) = acl_of("pattern readwrite clients/%c/#\npattern read users/%u/#\n");
         // `%c` = `#` would make the pattern `clients/#/#`: every client's topics.
         assert!(!auth.allows(None, "#", "clients/other/x", true));
         assert!(!auth.allows(None, "+", "clients/other/x", false));

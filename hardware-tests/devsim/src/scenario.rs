@@ -329,35 +329,30 @@ mod tests {
     }
 
     #[test]
-    fn a_ramp_goes_from_its_start_to_its_end_in_its_seconds_and_stays() {
+    fn a_ramp_reaches_its_end_in_its_seconds_and_a_sine_swings_by_its_amplitude() {
         let ramp = Behaviour::Ramp {
             from: 0.0,
             to: 1500.0,
             seconds: 30.0,
         };
-        assert_eq!(
-            play(
-                ramp,
-                &[(0.0, 0.0), (15.0, 15.0), (30.0, 15.0), (45.0, 15.0)]
-            ),
-            some(&["0", "750", "1500", "1500"])
-        );
-    }
-
-    #[test]
-    fn a_sine_swings_around_its_mean_by_its_amplitude_over_its_period() {
         let sine = Behaviour::Sine {
             mean: 2.0,
             amplitude: 0.5,
             period_seconds: 60.0,
         };
+        // t: 0, 15, 30 (and 45), 60.
+        let ticks = [
+            (0.0, 0.0),
+            (15.0, 15.0),
+            (30.0, 15.0),
+            (45.0, 15.0),
+            (60.0, 15.0),
+        ];
         assert_eq!(
-            play(
-                sine,
-                &[(0.0, 0.0), (15.0, 15.0), (45.0, 30.0), (60.0, 15.0)]
-            ),
-            some(&["2", "2.5", "1.5", "2"])
+            play(ramp, &ticks),
+            some(&["0", "750", "1500", "1500", "1500"])
         );
+        assert_eq!(play(sine, &ticks), some(&["2", "2.5", "2", "1.5", "2"]));
     }
 
     #[test]
@@ -422,16 +417,15 @@ mod tests {
             },
             1,
         );
-        let on = |k: &str| match k {
-            "setpoint" => Some("80".to_string()),
-            "heater" => Some("true".to_string()),
-            _ => None,
+        // The set point is 80; the heater on or off.
+        let heater = |state: &'static str| {
+            move |k: &str| match k {
+                "setpoint" => Some("80".to_string()),
+                "heater" => Some(state.to_string()),
+                _ => None,
+            }
         };
-        let off = |k: &str| match k {
-            "setpoint" => Some("80".to_string()),
-            "heater" => Some("false".to_string()),
-            _ => None,
-        };
+        let (on, off) = (heater("true"), heater("false"));
         // Half the way each second: 20 -> 50 -> 65.
         assert_eq!(p.value(1.0, 1.0, Some(20.0), on).as_deref(), Some("50"));
         assert_eq!(p.value(2.0, 1.0, None, on).as_deref(), Some("65"));

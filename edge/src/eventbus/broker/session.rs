@@ -286,30 +286,23 @@ mod tests {
     const OVEN_2: &str = "$hw/events/device/default/oven-2/twin/update";
 
     #[test]
-    fn a_publish_the_acl_grants_is_acknowledged_and_routed() {
+    fn a_publish_is_acknowledged_and_routed_only_where_the_acl_grants_it() {
         let (_d, auth) = acl();
         let s = session(&auth, "c1", Some("app"));
-        let mut p = Publish::new(OVEN_1, QoS::AtLeastOnce, "{}");
-        p.pkid = 7;
-        assert_eq!(
-            s.on_packet(Packet::Publish(p.clone()), &auth),
-            vec![Out::Reply(Packet::PubAck(PubAck::new(7))), Out::Route(p)]
-        );
-    }
-
-    #[test]
-    fn a_publish_the_acl_does_not_grant_is_acknowledged_and_dropped() {
-        let (_d, auth) = acl();
-        let s = session(&auth, "c1", Some("app"));
-        let mut p = Publish::new(OVEN_2, QoS::AtLeastOnce, "{}");
-        p.pkid = 8;
-        assert_eq!(
-            s.on_packet(Packet::Publish(p), &auth),
-            vec![
-                Out::Reply(Packet::PubAck(PubAck::new(8))),
-                Out::Denied(OVEN_2.into())
-            ]
-        );
+        for (topic, pkid, granted) in [(OVEN_1, 7, true), (OVEN_2, 8, false)] {
+            let mut p = Publish::new(topic, QoS::AtLeastOnce, "{}");
+            p.pkid = pkid;
+            let then = if granted {
+                Out::Route(p.clone())
+            } else {
+                Out::Denied(topic.into())
+            };
+            assert_eq!(
+                s.on_packet(Packet::Publish(p), &auth),
+                vec![Out::Reply(Packet::PubAck(PubAck::new(pkid))), then],
+                "{topic}"
+            );
+        }
         let anonymous = session(&auth, "c2", None);
         let p = Publish::new(OVEN_1, QoS::AtMostOnce, "{}");
         assert_eq!(
