@@ -212,12 +212,8 @@ impl Reconciler {
     /// A Node watch event. A node whose Node object is deleted starts over: when it is back,
     /// it is sent everything it must hold (a reinstalled gateway has nothing).
     fn node_event(&mut self, ev: Result<watcher::Event<NodeMeta>, watcher::Error>) {
-        let ev = match ev {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "Node watch failed; it retries");
-                return;
-            }
+        let Some(ev) = event("Node", ev) else {
+            return;
         };
         let name = |o: &NodeMeta| o.metadata.name.clone().unwrap_or_default();
         match ev {
@@ -275,12 +271,8 @@ impl Reconciler {
         kind: Watched,
         ev: Result<watcher::Event<DynamicObject>, watcher::Error>,
     ) {
-        let ev = match ev {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(kind = kind.name(), error = %e, "watch failed; it retries");
-                return;
-            }
+        let Some(ev) = event(kind.name(), ev) else {
+            return;
         };
         let i = kind as usize;
         let t0 = Instant::now();
@@ -402,12 +394,8 @@ impl Reconciler {
     }
 
     fn status_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
-        let ev = match ev {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(error = %e, "DeviceStatus watch failed; it retries");
-                return;
-            }
+        let Some(ev) = event("DeviceStatus", ev) else {
+            return;
         };
         match ev {
             watcher::Event::Init => self.statuses.clear(),
@@ -869,6 +857,16 @@ fn rv_num(v: &Value) -> u64 {
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
+}
+
+/// A watch's event, or `None` when the watch failed (said in the log; kube-rs's watcher
+/// retries by itself).
+fn event<T>(
+    what: &str,
+    ev: Result<watcher::Event<T>, watcher::Error>,
+) -> Option<watcher::Event<T>> {
+    ev.map_err(|e| tracing::warn!(kind = what, error = %e, "watch failed; it retries"))
+        .ok()
 }
 
 #[cfg(test)]
