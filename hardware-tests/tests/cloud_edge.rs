@@ -30,6 +30,16 @@ fn oven_applied(cloud: &Cloud) -> (u16, PyModbus, std::path::PathBuf) {
     (sim_port, sim, manifest)
 }
 
+/// edgecore started again in the node's directory, logging to `log` there.
+fn edgecore_again(bins: &Path, node: &Node, log: &str) -> Proc {
+    Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        node.dir.path(),
+        log,
+    )
+}
+
 #[test]
 fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     let cloud = Cloud::start();
@@ -94,12 +104,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     let mut node = node;
     node.edgecore.signal("-TERM");
     let _ = node.edgecore.child.wait();
-    node.edgecore = Proc::spawn(
-        &bins.join("edgecore"),
-        &["--config", "edgecore.yaml"],
-        node.dir.path(),
-        "edgecore-offline.log",
-    );
+    node.edgecore = edgecore_again(&bins, &node, "edgecore-offline.log");
     eventually(30, "edgecore back", || {
         (node.get("/healthz").0 == 200).then_some(())
     });
@@ -205,12 +210,7 @@ fn kill_9_of_either_side_loses_nothing_acknowledged() {
             // edgecore dies at once; its outbox and what the cloud sent are on disk.
             let _ = node.edgecore.child.kill();
             let _ = node.edgecore.child.wait();
-            node.edgecore = Proc::spawn(
-                &bins.join("edgecore"),
-                &["--config", "edgecore.yaml"],
-                node.dir.path(),
-                &format!("edgecore-{round}.log"),
-            );
+            node.edgecore = edgecore_again(&bins, &node, &format!("edgecore-{round}.log"));
         } else {
             cloud.proc = None;
             cloud.spawn();
@@ -269,12 +269,7 @@ fn the_node_certificate_is_renewed_with_itself_and_a_new_cloud_is_joined_by_toke
     std::fs::write(&yaml, text.replace(&token, "")).expect("config");
     node.edgecore.signal("-TERM");
     let _ = node.edgecore.child.wait();
-    node.edgecore = Proc::spawn(
-        &bins.join("edgecore"),
-        &["--config", "edgecore.yaml"],
-        node.dir.path(),
-        "edgecore-2.log",
-    );
+    node.edgecore = edgecore_again(&bins, &node, "edgecore-2.log");
     eventually(30, "renewed without a token", || {
         let log = node.edgecore.log_text();
         (log.contains("node certificate renewed") && log.contains("edgehub: connected"))
@@ -299,12 +294,7 @@ fn the_node_certificate_is_renewed_with_itself_and_a_new_cloud_is_joined_by_toke
         ),
     )
     .expect("config");
-    node.edgecore = Proc::spawn(
-        &bins.join("edgecore"),
-        &["--config", "edgecore.yaml"],
-        node.dir.path(),
-        "edgecore-3.log",
-    );
+    node.edgecore = edgecore_again(&bins, &node, "edgecore-3.log");
     eventually(30, "joined the rebuilt cloud", || {
         let log = node.edgecore.log_text();
         (log.contains("another CA") && log.contains("edgehub: connected")).then_some(())

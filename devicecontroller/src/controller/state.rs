@@ -555,6 +555,18 @@ impl Reconciler {
         });
     }
 
+    /// Answers the nodes whose reports a plan took (written, or older than what is stored).
+    fn acknowledge(&self, acks: &[(String, String)]) {
+        for (node, msg) in acks {
+            self.hub.send(Outbound {
+                node: node.clone(),
+                message: upstream::ack(node, msg),
+                ack: None,
+                body: None,
+            });
+        }
+    }
+
     fn report(&mut self, node: &str, msg: Message) {
         let down = &self.down;
         let r = self.up.accept(node, &msg, |ns, name| {
@@ -615,14 +627,7 @@ impl Reconciler {
                                 .status_reports_coalesced
                                 .fetch_add(plan.coalesced, Ordering::Relaxed);
                         }
-                        for (node, msg) in &plan.acks {
-                            self.hub.send(Outbound {
-                                node: node.clone(),
-                                message: upstream::ack(node, msg),
-                                ack: None,
-                                body: None,
-                            });
-                        }
+                        self.acknowledge(&plan.acks);
                         if v.is_object() {
                             self.statuses.insert(k, StatusEntry::of(&v));
                         }
@@ -680,14 +685,7 @@ impl Reconciler {
         for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
             if plan.is_empty() {
                 // Only reports older than what is stored: answered, nothing to write.
-                for (node, msg) in &plan.acks {
-                    self.hub.send(Outbound {
-                        node: node.clone(),
-                        message: upstream::ack(node, msg),
-                        ack: None,
-                        body: None,
-                    });
-                }
+                self.acknowledge(&plan.acks);
                 continue;
             }
             if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
