@@ -633,8 +633,8 @@ where
         limits.max_queued_messages.max(1),
         limits.max_inflight_messages.max(1),
     );
-    let (tx, mut rx) = mpsc::channel::<Packet>(queue);
-    let (ctl, mut ctl_rx) = mpsc::channel::<Packet>(64);
+    let (tx, rx) = mpsc::channel::<Packet>(queue);
+    let (ctl, ctl_rx) = mpsc::channel::<Packet>(64);
     let queued_bytes = Arc::new(AtomicUsize::new(0));
     let queued = queued_bytes.clone();
     let overflow = cancel.child_token();
@@ -665,71 +665,13 @@ where
         ConnectReturnCode::Success,
         false,
     )));
-    let writer_inflight = inflight.clone();
-    let writer_task = tokio::spawn(async move {
-        let mut out = BytesMut::with_capacity(4096);
-        let mut pkid: u16 = 0;
-        // A QoS 1 publish waiting for an in-flight permit.
-        let mut pending: Option<Publish> = None;
-        loop {
-            // Each branch is cancel-safe: a message received is written in this iteration, and
-            // an unused permit is given back.
-            let packet = tokio::select! {
-                biased;
-                c = ctl_rx.recv() => match c {
-                    Some(p) => p,
-                    None => return,
-                },
-                permit = writer_inflight.acquire(), if pending.is_some() => {
-                    let Ok(permit) = permit else { return };
-                    permit.forget();
-                    let Some(p) = pending.take() else { continue };
-                    numbered(p, &mut pkid)
-                }
-                d = rx.recv(), if pending.is_none() => match d {
-                    Some(p) => match outgoing(p, &queued_bytes, &mut pending) {
-                        Some(p) => p,
-                        None => continue,
-                    },
-                    None => return,
-                },
-            };
-            out.clear();
-            encode(&packet, &mut out);
-            // Whatever else is ready goes out in the same write: one system call (and one TCP
-            // segment) for a burst of answers and acknowledgements instead of one each.
-            while out.len() < WRITE_BATCH {
-                let next = if let Ok(p) = ctl_rx.try_recv() {
-                    p
-                } else if pending.is_some() {
-                    let Ok(permit) = writer_inflight.try_acquire() else {
-                        break;
-                    };
-                    permit.forget();
-                    let Some(p) = pending.take() else { break };
-                    numbered(p, &mut pkid)
-                } else if let Ok(p) = rx.try_recv() {
-                    match outgoing(p, &queued_bytes, &mut pending) {
-                        Some(p) => p,
-                        None => continue,
-                    }
-                } else {
-                    break;
-                };
-                encode(&next, &mut out);
-            }
-            if out.is_empty() {
-                continue;
-            }
-            if writer.write_all(&out).await.is_err() {
-                return;
-            }
-            if out.capacity() > 4 * WRITE_BATCH {
-                // A large publish grew the buffer; do not keep it.
-                out = BytesMut::with_capacity(4096);
-            }
-        }
-    });
+    let writer_task = tokio::spawn(write_out(
+        writer,
+        ctl_rx,
+        rx,
+        inflight.clone(),
+        queued_bytes.clone(),
+    ));
     let result = 'read: loop {
         let read = async {
             match session.keep_alive {
@@ -820,5 +762,80 @@ where
     match result {
         Err(Disconnect::Closed | Disconnect::Shutdown) => Ok(()),
         other => other,
+    }
+}
+
+/// Writes a client's packets: the answers to its own packets (`ctl`) first and never behind a
+/// publish, then the publishes queued for it (`queue`), QoS 1 ones only while an in-flight
+/// permit is free (`inflight`, given back by its PUBACKs); whatever is ready goes out in one
+/// write. Ends when both queues are closed or the client stops reading.
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
+    mut writer: W,
+    mut ctl_rx: mpsc::Receiver<Packet>,
+    mut rx: mpsc::Receiver<Packet>,
+    inflight: Arc<tokio::sync::Semaphore>,
+    queued_bytes: Arc<AtomicUsize>,
+) {
+    let mut out = BytesMut::with_capacity(4096);
+    let mut pkid: u16 = 0;
+    // A QoS 1 publish waiting for an in-flight permit.
+    let mut pending: Option<Publish> = None;
+    loop {
+        // Each branch is cancel-safe: a message received is written in this iteration, and
+        // an unused permit is given back.
+        let packet = tokio::select! {
+            biased;
+            c = ctl_rx.recv() => match c {
+                Some(p) => p,
+                None => return,
+            },
+            permit = inflight.acquire(), if pending.is_some() => {
+                let Ok(permit) = permit else { return };
+                permit.forget();
+                let Some(p) = pending.take() else { continue };
+                numbered(p, &mut pkid)
+            }
+            d = rx.recv(), if pending.is_none() => match d {
+                Some(p) => match outgoing(p, &queued_bytes, &mut pending) {
+                    Some(p) => p,
+                    None => continue,
+                },
+                None => return,
+            },
+        };
+        out.clear();
+        encode(&packet, &mut out);
+        // Whatever else is ready goes out in the same write: one system call (and one TCP
+        // segment) for a burst of answers and acknowledgements instead of one each.
+        while out.len() < WRITE_BATCH {
+            let next = if let Ok(p) = ctl_rx.try_recv() {
+                p
+            } else if pending.is_some() {
+                let Ok(permit) = inflight.try_acquire() else {
+                    break;
+                };
+                permit.forget();
+                let Some(p) = pending.take() else { break };
+                numbered(p, &mut pkid)
+            } else if let Ok(p) = rx.try_recv() {
+                match outgoing(p, &queued_bytes, &mut pending) {
+                    Some(p) => p,
+                    None => continue,
+                }
+            } else {
+                break;
+            };
+            encode(&next, &mut out);
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if writer.write_all(&out).await.is_err() {
+            return;
+        }
+        if out.capacity() > 4 * WRITE_BATCH {
+            // A large publish grew the buffer; do not keep it.
+            out = BytesMut::with_capacity(4096);
+        }
     }
 }
