@@ -348,13 +348,7 @@ mod tests {
     }
 
     async fn until(what: &str, f: impl Fn() -> bool) {
-        for _ in 0..500 {
-            if f() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("timed out: {what}");
+        sim::poll::eventually_async(5, what, async || f().then_some(())).await
     }
 
     #[tokio::test]

@@ -5,7 +5,6 @@ mod common;
 
 use common::{Cloud, path_str};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn run_with(dir: &std::path::Path, config: &str) -> std::process::Child {
     let file = dir.join("cluster-mode.yaml");
@@ -37,18 +36,12 @@ fn installs_its_crds_on_the_cluster_of_its_kubeconfig() {
             path_str(&cluster.kubeconfig)
         ),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cluster
-        .kubectl(&["get", "crd", "objectsyncs.reliablesyncs.kubeedge.io"])
-        .status
-        .success()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "cloudcore did not install its CRDs on the cluster"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    sim::poll::eventually(20, "cloudcore's CRDs on the cluster", || {
+        (cluster.kubectl(&["get", "crd", "objectsyncs.reliablesyncs.kubeedge.io"]))
+            .status
+            .success()
+            .then_some(())
+    });
     assert!(
         !dir.path().join("cloudcore-data").exists(),
         "no embedded API data made"
@@ -99,14 +92,11 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
         children.push(run_with(dir.path(), &config));
         // The first makes the fleet's CA before the second looks for it.
         let ca = dir.path().join("cloudcore-data/pki/ca.crt");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ca.exists() {
-            assert!(Instant::now() < deadline, "replica {i} made no CA");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        sim::poll::eventually(30, &format!("replica {i}'s CA"), || {
+            ca.exists().then_some(())
+        });
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let holder = loop {
+    let holder = sim::poll::eventually_or(30, "a leader", || {
         let out = cluster.kubectl(&[
             "get",
             "lease",
@@ -118,11 +108,11 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
         ]);
         let h = String::from_utf8_lossy(&out.stdout).to_string();
         if h.starts_with("replica-") {
-            break h;
+            Ok(h)
+        } else {
+            Err(h)
         }
-        assert!(Instant::now() < deadline, "no leader: {h}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert!(holder == "replica-0" || holder == "replica-1", "{holder}");
     let ca = |d: &tempfile::TempDir| {
         std::fs::read_to_string(d.path().join("cloudcore-data/pki/ca.crt")).expect("ca.crt")

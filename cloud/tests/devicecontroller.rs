@@ -44,21 +44,16 @@ impl Rig {
 
     /// Collects what the hub got until `done` holds for it, or panics after 20 s.
     async fn until(&mut self, what: &str, done: impl Fn(&BTreeMap<String, Vec<Outbound>>) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        sim::poll::eventually_async_or(20, what, async || {
             for (n, v) in self.hub.take() {
                 self.seen.entry(n).or_default().extend(v);
             }
-            if done(&self.seen) {
-                return;
+            match done(&self.seen) {
+                true => Ok(()),
+                false => Err(format!("{:#?}", summary(&self.seen))),
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {:#?}",
-                summary(&self.seen)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     fn kubectl(&self, args: &[&str]) -> String {

@@ -106,20 +106,19 @@ async fn device_controller_against_kmock() {
     };
     let ctl = controller::start(client.clone(), hub.clone(), config, stop);
     let mut seen: Vec<String> = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !seen.iter().any(|l| l == "insert node/n1/default/device/d1") {
+    sim::poll::eventually_async_or(20, "the device sent to n1", async || {
         for (_, msgs) in hub.take() {
             seen.extend(
                 msgs.iter()
                     .map(|o| format!("{} {}", o.message.route.operation, o.message.route.resource)),
             );
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "messages so far: {seen:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        match seen.iter().any(|l| l == "insert node/n1/default/device/d1") {
+            true => Ok(()),
+            false => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
     assert_eq!(
         &seen[..3],
         [
@@ -132,14 +131,10 @@ async fn device_controller_against_kmock() {
     // Upstream: the DeviceStatus is made, a report lands in it, and the node gets its answer.
     let statuses: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "default", &ar("DeviceStatus"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while statuses.get_opt("d1").await.ok().flatten().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no DeviceStatus d1 on kmock"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    sim::poll::eventually_async(20, "DeviceStatus d1 on kmock", async || {
+        statuses.get_opt("d1").await.ok().flatten()
+    })
+    .await;
     // The device has no properties in its spec: give it one first, or the report is ignored.
     Api::<DynamicObject>::namespaced_with(client.clone(), "default", &ar("Device"))
         .patch(

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use sim::containerd::Containerd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PODS: &str = r#"apiVersion: v1
 kind: Pod
@@ -63,19 +63,10 @@ fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
 
 /// Polls `f` for up to 60 s (containers take seconds to start on a loaded machine).
 fn wait<T>(e: &Edgecore, what: &str, mut f: impl FnMut(&Value) -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    sim::poll::eventually_or(60, what, || {
         let (_, list) = e.get("/api/v1/pods");
-        if let Some(v) = f(&list) {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {list}\n{}",
-            e.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        f(&list).ok_or_else(|| format!("{list}\n{}", e.log()))
+    })
 }
 
 /// The pod's main container runs and is `main_id`, never restarted.
@@ -264,15 +255,14 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
             .is_some_and(|p| p.is_empty())
             .then_some(())
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !rt.containers().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "containers left: {:?}",
-            rt.containers()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    sim::poll::eventually_or(30, "no containers left", || {
+        let left = rt.containers();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    });
 }
 
 const PROBED: &str = r#"apiVersion: v1

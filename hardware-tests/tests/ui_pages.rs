@@ -14,7 +14,7 @@
 use sim::browser::{browser, chromedriver, screenshot, submit, wait_text};
 use sim::modbus_sim::Sim;
 use sim::{Node, free_port};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
@@ -77,11 +77,10 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
             "65",
         )
         .await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while oven.holding(1) != Some(65) {
-            assert!(Instant::now() < deadline, "65 never reached the register");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        sim::poll::eventually_async(30, "65 in the register", async || {
+            (oven.holding(1) == Some(65)).then_some(())
+        })
+        .await;
         wait_text(
             &c,
             r#"tr[data-prop="setpoint"] [data-value]"#,
@@ -246,14 +245,10 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
             "70",
         )
         .await;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while ovens[1].0.holding(1) != Some(70) {
-            assert!(
-                Instant::now() < deadline,
-                "70 never reached oven-2's register"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        sim::poll::eventually_async(60, "70 in oven-2's register", async || {
+            (ovens[1].0.holding(1) == Some(70)).then_some(())
+        })
+        .await;
         assert_eq!(
             ovens[0].0.holding(1),
             Some(80),

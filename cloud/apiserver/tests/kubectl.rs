@@ -366,18 +366,14 @@ fn namespaces_finalizers_and_built_in_kinds() {
     );
     assert!(o.status.success(), "{}", text(&o));
     c.ok(&["delete", "namespace", "plant", "--wait=false"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    sim::poll::eventually_or(10, "the namespace's contents deleted", || {
         let cms = c.ok(&["get", "configmaps,secrets", "-n", "plant", "-o", "name"]);
         if cms.trim().is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(cms)
         }
-        assert!(
-            Instant::now() < deadline,
-            "namespace contents not deleted: {cms}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     let ns = c.ok(&[
         "get",
         "namespace",
@@ -416,14 +412,9 @@ fn namespaces_finalizers_and_built_in_kinds() {
         "-p",
         r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
     ]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.kubectl(&["get", "namespace", "plant"]).status.success() {
-        assert!(
-            Instant::now() < deadline,
-            "namespace not gone after its last object"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    sim::poll::eventually(10, "the namespace gone after its last object", || {
+        (!c.kubectl(&["get", "namespace", "plant"]).status.success()).then_some(())
+    });
 }
 
 #[test]

@@ -10,7 +10,7 @@ use api::dmi::v1beta1::device_mapper_service_server::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -303,19 +303,10 @@ impl TestMapper {
 
     /// Waits up to 10 s for a call matching `f`, and returns it.
     pub fn wait_for(&self, what: &str, f: impl Fn(&Seen) -> bool) -> Seen {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(s) = self.seen().into_iter().find(|s| f(s)) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mapper {} never saw {what}; it saw {:?}",
-                self.name,
-                self.keys()
-            );
-            std::thread::sleep(Duration::from_millis(30));
-        }
+        let what = format!("mapper {} to see {what}", self.name);
+        sim::poll::eventually_or(10, &what, || {
+            (self.seen().into_iter().find(|s| f(s))).ok_or_else(|| format!("{:?}", self.keys()))
+        })
     }
 }
 

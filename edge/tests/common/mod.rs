@@ -258,14 +258,7 @@ impl Edgecore {
 
     /// Polls `f` until it returns `Some`, for up to 10 s.
     pub fn eventually<T>(&self, what: &str, mut f: impl FnMut(&Self) -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(v) = f(self) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        sim::poll::eventually(10, what, || f(self))
     }
 }
 

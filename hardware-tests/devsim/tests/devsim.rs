@@ -235,18 +235,13 @@ fn mapper_modbus_reads_the_declared_values() {
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     for (name, _, desired, _) in MATRIX {
         let want = desired.to_string();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
+        sim::poll::eventually_or(60, &format!("{name} = {want} in the twin"), || {
             let twin = node.twin("default/matrix-1").unwrap_or_default();
-            if sim::reported(&twin, name).as_deref() == Some(want.as_str()) {
-                break;
+            match sim::reported(&twin, name).as_deref() == Some(want.as_str()) {
+                true => Ok(()),
+                false => Err(format!("{twin:#}")),
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{name}: not {want} in the twin: {twin:#}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        });
     }
 }
 

@@ -12,7 +12,10 @@ pub mod containerd;
 pub mod etcd;
 pub mod modbus_sim;
 pub mod opcua_sim;
+pub mod poll;
 pub mod stack;
+
+pub use poll::eventually;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -194,18 +197,6 @@ pub fn skip(why: &str) {
         "CI installs what this test needs, yet: {why}"
     );
     eprintln!("skipped: {why}");
-}
-
-/// Polls `f` until it returns `Some`, for up to `secs` seconds.
-pub fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A child process killed on drop, with its log in the test directory.

@@ -45,14 +45,15 @@ async fn node(name: String, hub: String, tls: Arc<rustls::ClientConfig>, up: Arc
 
 async fn until_up(up: &AtomicUsize, n: usize, limit: Duration) -> Result<Duration> {
     let t0 = Instant::now();
-    while up.load(Ordering::Relaxed) < n {
-        anyhow::ensure!(
-            t0.elapsed() < limit,
-            "only {} of {n} sessions after {limit:?}",
-            up.load(Ordering::Relaxed)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("{n} sessions");
+    sim::poll::until_async(
+        limit.as_secs(),
+        Duration::from_millis(50),
+        &what,
+        async || (up.load(Ordering::Relaxed) >= n).then_some(()),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: only {}", up.load(Ordering::Relaxed)))?;
     Ok(t0.elapsed())
 }
 

@@ -38,16 +38,12 @@ fn percentiles(mut v: Vec<f64>) -> String {
     )
 }
 
+/// Polls `f` every 10 ms (the grain of the figures this bench prints) until it holds.
 async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) -> Result<()> {
-    let t0 = Instant::now();
-    while !f().await {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "timed out: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
+    sim::poll::until_async(secs, Duration::from_millis(10), what, async || {
+        f().await.then_some(())
+    })
+    .await
 }
 
 fn running(p: &Pod) -> bool {
