@@ -15,6 +15,7 @@
 //! decided once the body is read ([`own_create`]), as NodeRestriction does.
 
 use crate::User;
+use crate::selector::Fields;
 use crate::status::{Status, qualified};
 use crate::store::{Key, Tables};
 use serde_json::{Value, json};
@@ -30,8 +31,9 @@ pub(crate) struct Attributes<'a> {
     pub sub: Option<&'a str>,
     pub ns: &'a str,
     pub name: Option<&'a str>,
-    /// The `fieldSelector` of a list or watch: a node may list what is bound to it by selector.
-    pub field_selector: Option<&'a str>,
+    /// The parsed `fieldSelector` of a list or watch, the very one the list or watch then
+    /// filters with: a node may list what it pins to itself.
+    pub field_selector: Option<&'a Fields>,
 }
 
 const NODE_PREFIX: &str = "system:node:";
@@ -87,12 +89,9 @@ fn object(t: &Tables, store_key: &str, ns: &str, name: &str) -> Option<Value> {
     .map(|o| o.value())
 }
 
-/// The value of `field=value` (or `==`) in a field selector.
-fn selected<'a>(selector: Option<&'a str>, field: &str) -> Option<&'a str> {
-    selector?.split(',').find_map(|term| {
-        let (k, v) = term.split_once("==").or_else(|| term.split_once('='))?;
-        (k.trim() == field && !k.ends_with('!')).then_some(v.trim())
-    })
+/// Whether the selector keeps a list or watch to objects with `value` at `path`.
+fn pinned(selector: Option<&Fields>, path: &str, value: &str) -> bool {
+    selector.is_some_and(|f| f.pins(path, value))
 }
 
 fn bound_to(obj: &Value, node: &str) -> bool {
@@ -163,7 +162,7 @@ fn node_allows(t: &Tables, user: &User, a: &Attributes) -> bool {
     match (a.group, a.resource) {
         ("", "nodes") => match a.name {
             Some(n) => n == node && matches!(a.verb, "get" | "watch" | "update" | "patch"),
-            None => listed && selected(a.field_selector, "metadata.name") == Some(node),
+            None => listed && pinned(a.field_selector, "metadata.name", node),
         },
         ("coordination.k8s.io", "leases") => {
             a.ns == "kube-node-lease"
@@ -180,19 +179,22 @@ fn node_allows(t: &Tables, user: &User, a: &Attributes) -> bool {
                         Some(_) => false,
                     }
             }
-            None => listed && selected(a.field_selector, "spec.nodeName") == Some(node),
+            None => listed && pinned(a.field_selector, "spec.nodeName", node),
         },
         ("", kind @ ("configmaps" | "secrets")) => {
             let secret = kind == "secrets";
-            let name = match a.name {
-                Some(n) if matches!(a.verb, "get" | "watch") => n,
-                None if listed => match selected(a.field_selector, "metadata.name") {
-                    Some(n) => n,
-                    None => return false,
-                },
-                _ => return false,
-            };
-            pods_of(t, a.ns, node).any(|p| pod_names(&p, secret, name))
+            let named = |name: &str| pods_of(t, a.ns, node).any(|p| pod_names(&p, secret, name));
+            match a.name {
+                Some(n) => matches!(a.verb, "get" | "watch") && named(n),
+                // A list of one name: the selector pins `metadata.name` to a name the node's
+                // pods name.
+                None => {
+                    listed
+                        && (a.field_selector.into_iter())
+                            .flat_map(|f| f.pinned("metadata.name"))
+                            .any(named)
+                }
+            }
         }
         (DEVICES, "devices") => match a.name {
             Some(name) => {

@@ -132,6 +132,40 @@ fn a_nodes_certificate_reaches_only_its_own_objects() {
     assert_eq!(mine.trim(), "pod/p1");
     may(&["get", "device", "d1"]);
     may(&["get", "devicemodel", "m1"]);
+    // Selectors crafted so that a second reading of their text would pin them to n1 while the
+    // list served everything (the hole of 2026-11-27): refused, as kube-apiserver's grammar
+    // has no parentheses, or answered with n1's own only.
+    for crafted in [
+        "spec.nodeName!=(,spec.nodeName=n1,)",
+        "spec.nodeName!=(spec.nodeName=n1,spec.nodeName=n1 ",
+    ] {
+        for verb in [
+            &["get", "pods", "-A"][..],
+            &["get", "pods", "-A", "--watch"],
+        ] {
+            let mut args = verb.to_vec();
+            args.extend([
+                "--field-selector",
+                crafted,
+                "-o",
+                "name",
+                "--request-timeout=5s",
+            ]);
+            let (ok, out) = as_user(&s, &node, &args);
+            assert!(!ok && !out.contains("p2"), "{args:?}: {out}");
+            assert!(
+                out.contains("(BadRequest)") || out.contains("(Forbidden)"),
+                "{args:?}: {out}"
+            );
+        }
+    }
+    for crafted in [
+        "metadata.name!=(,metadata.name=s1,)",
+        "metadata.name=s1,metadata.name=s2",
+    ] {
+        let (_, out) = as_user(&s, &node, &["get", "secrets", "--field-selector", crafted]);
+        assert!(!out.contains("s2"), "{crafted}: {out}");
+    }
     // Another node's, and anything listed wholesale.
     may_not(
         &["get", "secret", "s2"],

@@ -162,23 +162,9 @@ async fn call(
     ct: &str,
     body: Vec<u8>,
 ) -> (u16, Vec<u8>) {
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(ct) {
-        headers.insert(header::CONTENT_TYPE, v);
-    }
     let mut q = Query::new();
     q.insert("fieldManager".into(), "fuzz".into());
-    let r = api
-        .clone()
-        .dispatch(
-            &crate::User::server(),
-            method,
-            path,
-            q,
-            headers,
-            Body::from(body),
-        )
-        .await;
+    let r = call_as(api, &crate::User::server(), method, path, q, ct, body).await;
     let code = r.status().as_u16();
     let bytes = r
         .into_body()
@@ -187,6 +173,25 @@ async fn call(
         .map(|b| b.to_bytes().to_vec())
         .unwrap_or_default();
     (code, bytes)
+}
+
+/// One request to `api` as `user`, in process.
+pub(super) async fn call_as(
+    api: &Arc<Api>,
+    user: &crate::User,
+    method: Method,
+    path: &str,
+    query: Query,
+    ct: &str,
+    body: Vec<u8>,
+) -> axum::response::Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(ct) {
+        headers.insert(header::CONTENT_TYPE, v);
+    }
+    (api.clone())
+        .dispatch(user, method, path, query, headers, Body::from(body))
+        .await
 }
 
 fn keep(api: &Arc<Api>, rt: &tokio::runtime::Runtime) -> Vec<u8> {

@@ -23,6 +23,8 @@ mod builtin;
 mod encode;
 #[cfg(test)]
 mod garbage;
+#[cfg(test)]
+mod node_reach;
 mod read;
 mod review;
 mod watch;
@@ -250,6 +252,11 @@ impl Api {
             (&Method::DELETE, false) => "deletecollection",
             _ => "",
         };
+        // The selectors are parsed once, here: the authorizer decides on the very terms the
+        // list, watch or deletecollection then filters with. One that does not parse is
+        // refused (400) once the request is allowed without it.
+        let selected =
+            matches!(verb, "list" | "watch" | "deletecollection").then(|| selectors(&t, &query));
         let attrs = authz::Attributes {
             verb,
             group: &t.res.group,
@@ -257,7 +264,10 @@ impl Api {
             sub: t.sub.as_deref(),
             ns: &t.ns,
             name: t.name.as_deref(),
-            field_selector: query.get("fieldSelector").map(String::as_str),
+            field_selector: selected
+                .as_ref()
+                .and_then(|s| s.as_ref().ok())
+                .map(|(_, f)| f),
         };
         if !authz::allowed(&self.store.read(), user, &attrs) {
             // A node's own Node or Lease: its name is in the body.
@@ -269,6 +279,7 @@ impl Api {
             }
             return Err(authz::forbidden(user, &attrs));
         }
+        let (labels, fields) = selected.transpose()?.unwrap_or_default();
         // A read of the latest objects (no resourceVersion, as kubectl and controllers read)
         // sees every write acknowledged before it, through any server.
         if method == Method::GET
@@ -279,8 +290,8 @@ impl Api {
         }
         match (method, t.name.is_some()) {
             (Method::GET, true) => self.get(&t, accept),
-            (Method::GET, false) if is_watch => self.watch(&t, &query, accept),
-            (Method::GET, false) => self.list(&t, &query, accept),
+            (Method::GET, false) if is_watch => self.watch(&t, &query, accept, labels, fields),
+            (Method::GET, false) => self.list(&t, &query, accept, &labels, &fields),
             (Method::POST, false) => {
                 let (body, _budget) = self.read_body(&headers, body).await?;
                 self.create(&t, &query, &headers, body).await
@@ -302,7 +313,8 @@ impl Api {
             }
             (Method::DELETE, false) => {
                 let (raw, _budget) = self.collect(body).await?;
-                self.delete_collection(&t, &query, raw).await
+                self.delete_collection(&t, &query, raw, &labels, &fields)
+                    .await
             }
             (m, _) => Err(Status::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({m})"

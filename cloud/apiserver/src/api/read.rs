@@ -28,8 +28,14 @@ impl Api {
         Ok(json_response(StatusCode::OK, &v))
     }
 
-    pub(super) fn list(&self, t: &Target, q: &Query, accept: &str) -> Result<Response, Status> {
-        let (labels, fields) = selectors(t, q)?;
+    pub(super) fn list(
+        &self,
+        t: &Target,
+        q: &Query,
+        accept: &str,
+        labels: &Labels,
+        fields: &Fields,
+    ) -> Result<Response, Status> {
         let limit: usize = match q.get("limit") {
             Some(l) => l
                 .parse::<i64>()

@@ -7,6 +7,7 @@
 use super::*;
 use crate::User;
 use crate::authz::{self, Attributes};
+use crate::selector::Fields;
 use serde_json::json;
 
 /// Paths every authenticated user may read (kube-apiserver's `system:discovery` and
@@ -106,6 +107,10 @@ fn access(t: &crate::store::Tables, user: &User, spec: &Value, ns: Option<&str>)
     let r = &spec["resourceAttributes"];
     let text = |k: &str| r[k].as_str().unwrap_or_default();
     let name = text("name");
+    // A selector that does not parse selects nothing the authorizer can rely on.
+    let fields = r["fieldSelector"]["rawSelector"]
+        .as_str()
+        .and_then(|raw| Fields::parse_any(raw).ok());
     let attrs = Attributes {
         verb: text("verb"),
         group: text("group"),
@@ -113,7 +118,7 @@ fn access(t: &crate::store::Tables, user: &User, spec: &Value, ns: Option<&str>)
         sub: Some(text("subresource")).filter(|s| !s.is_empty()),
         ns: ns.unwrap_or(text("namespace")),
         name: Some(name).filter(|n| !n.is_empty()),
-        field_selector: r["fieldSelector"]["rawSelector"].as_str(),
+        field_selector: fields.as_ref(),
     };
     if authz::allowed(t, user, &attrs) {
         json!({"allowed": true})

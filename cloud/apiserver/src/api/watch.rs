@@ -15,8 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 impl Api {
-    pub(super) fn watch(&self, t: &Target, q: &Query, accept: &str) -> Result<Response, Status> {
-        let (labels, fields) = selectors(t, q)?;
+    pub(super) fn watch(
+        &self,
+        t: &Target,
+        q: &Query,
+        accept: &str,
+        labels: Labels,
+        fields: Fields,
+    ) -> Result<Response, Status> {
         let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
         let initial_events = q.get("sendInitialEvents").map(String::as_str) == Some("true");
         let timeout = q

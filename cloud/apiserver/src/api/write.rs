@@ -263,8 +263,9 @@ impl Api {
         t: &Target,
         q: &Query,
         raw: Bytes,
+        labels: &Labels,
+        fields: &Fields,
     ) -> Result<Response, Status> {
-        let (labels, fields) = selectors(t, q)?;
         let names: Vec<(String, String)> = {
             let tables = self.store.read();
             tables
