@@ -37,12 +37,7 @@ spec:
       visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
 "#;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use sim::free_port;
 
 pub struct Edgecore {
     pub child: Child,
@@ -135,7 +130,7 @@ impl Edgecore {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("edgecore exited early: {status}");
+                panic!("edgecore exited early: {status}; its log:\n{}", self.log());
             }
             if self.get("/healthz").0 == 200 && self.socket.exists() {
                 return;

@@ -168,7 +168,28 @@ pub fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// A loopback TCP port nothing listens on, for a server a test is about to start.
+///
+/// Taken below the kernel's range of ephemeral ports (32768-60999 on Linux): a port the kernel
+/// hands out for `:0` is also one it hands out as the source port of the next client
+/// connection, and on a busy machine one of the other tests' clients took it before the server
+/// bound it (the server then exits on "address in use"). Spread by process id, so that test
+/// binaries running side by side try different ports first.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7_919);
+    for _ in 0..COUNT {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // 8,729 and 12,000 are coprime: every port of the range comes once per cycle.
+        let port = FIRST + base.wrapping_add(n.wrapping_mul(8_729)) % COUNT;
+        let port = u16::try_from(port).unwrap_or(u16::MAX);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -31,12 +31,7 @@ pub fn kubectl_bin() -> PathBuf {
     PathBuf::from("kubectl")
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use sim::free_port;
 
 pub fn examples() -> PathBuf {
     workspace().join("examples")
