@@ -7,6 +7,7 @@
 
 pub mod configdata;
 pub mod names;
+pub mod node;
 pub mod schema;
 pub mod set;
 

@@ -74,7 +74,7 @@ pub(crate) fn forbidden(user: &User, a: &Attributes) -> Status {
 }
 
 /// The node a user is, when it is one.
-fn node_of(user: &User) -> Option<&str> {
+pub(crate) fn node_of(user: &User) -> Option<&str> {
     user.name
         .strip_prefix(NODE_PREFIX)
         .filter(|n| !n.is_empty() && user.in_group("system:nodes"))
@@ -291,7 +291,8 @@ fn rule_allows(rule: &Value, a: &Attributes) -> bool {
     }
 }
 
-fn rules_of(t: &Tables, role_ref: &Value, binding_ns: &str) -> Vec<Value> {
+/// The rules of the role a binding in `binding_ns` refers to (`roleRef`).
+pub(crate) fn role_rules(t: &Tables, role_ref: &Value, binding_ns: &str) -> Vec<Value> {
     let name = role_ref["name"].as_str().unwrap_or_default();
     let role = match role_ref["kind"].as_str() {
         Some("ClusterRole") => object(t, &format!("clusterroles.{RBAC}"), "", name),
@@ -315,7 +316,7 @@ pub(crate) fn rbac_rules(t: &Tables, user: &User, ns: &str) -> Vec<Value> {
         let b = b.value();
         let subjects = b["subjects"].as_array().into_iter().flatten();
         if subjects.into_iter().any(|s| subject_is(s, bns, user)) {
-            rules.extend(rules_of(t, &b["roleRef"], ""));
+            rules.extend(role_rules(t, &b["roleRef"], ""));
         }
     }
     if !ns.is_empty() {
@@ -326,7 +327,7 @@ pub(crate) fn rbac_rules(t: &Tables, user: &User, ns: &str) -> Vec<Value> {
             let b = b.value();
             let subjects = b["subjects"].as_array().into_iter().flatten();
             if subjects.into_iter().any(|s| subject_is(s, bns, user)) {
-                rules.extend(rules_of(t, &b["roleRef"], bns));
+                rules.extend(role_rules(t, &b["roleRef"], bns));
             }
         }
     }
@@ -377,7 +378,8 @@ pub(crate) fn rules_review(t: &Tables, user: &User, ns: &str) -> (Vec<Value>, bo
 
 /// The ClusterRoles and the binding kube-apiserver makes at start (RBAC's bootstrap policy),
 /// as far as this API serves: `cluster-admin` (bound to `system:masters`), `admin`, `edit` and
-/// `view`, which a RoleBinding gives in one namespace.
+/// `view`, which a RoleBinding gives in one namespace. As Kubernetes aggregates them, `admin`
+/// holds all of `edit`, and `edit` all of `view`, so a namespace admin may bind either.
 pub(crate) fn bootstrap_roles() -> Vec<Value> {
     let role = |name: &str, rules: Value| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -426,7 +428,8 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
                 {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
                 {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
                 {"verbs": write, "apiGroups": [RBAC], "resources": ["roles", "rolebindings"]},
-                {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"]}
+                {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"]},
+                {"verbs": read, "apiGroups": [""], "resources": core_viewable}
             ]),
         ),
         role(
@@ -436,7 +439,8 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
                 {"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]},
                 {"verbs": write, "apiGroups": ["apps"], "resources": apps},
                 {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
-                {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
+                {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
+                {"verbs": read, "apiGroups": [""], "resources": core_viewable}
             ]),
         ),
         role(

@@ -21,6 +21,7 @@
 
 #![warn(unreachable_pub)]
 
+mod admission;
 mod api;
 mod authn;
 mod authz;

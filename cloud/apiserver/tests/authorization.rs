@@ -324,3 +324,253 @@ fn rbac_bindings_grant_and_take_away_access_at_once() {
     let (ok, out) = as_user(&s, &alice, &["get", "devices"]);
     assert!(!ok && out.contains("forbidden"), "{out}");
 }
+
+/// NodeRestriction's label rules, with kubectl as the node: its own labels and the kubelet's
+/// yes, `node-restriction.kubernetes.io/` and `node-role` no, neither at a create nor after.
+#[test]
+fn a_node_sets_only_the_labels_a_kubelet_may_set_on_its_own_node() {
+    let s = Server::start();
+    let node = kubeconfig_for(&s, "system:node:n1", Some("system:nodes"));
+    let file = s.dir.join("n1.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {node-restriction.kubernetes.io/site: b}\n",
+    )
+    .expect("manifest");
+    let (ok, out) = as_user(&s, &node, &["create", "-f", file.to_str().expect("utf-8")]);
+    assert!(
+        !ok && out.contains("Error from server (Forbidden): error when creating") && out.contains(
+            "nodes \"n1\" is forbidden: is not allowed to set the following labels: node-restriction.kubernetes.io/site"
+        ),
+        "{out}"
+    );
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {kubernetes.io/hostname: n1}\n",
+    )
+    .expect("manifest");
+    let (ok, out) = as_user(&s, &node, &["create", "-f", file.to_str().expect("utf-8")]);
+    assert!(ok, "{out}");
+    s.ok(&[
+        "label",
+        "node",
+        "n1",
+        "node-restriction.kubernetes.io/site=a",
+    ]);
+    for (label, ok_wanted) in [
+        ("site=plant-3", true),
+        ("kubernetes.io/arch=amd64", true),
+        ("node.kubernetes.io/instance-type=gw", true),
+        ("node-restriction.kubernetes.io/site=b", false),
+        ("node-restriction.kubernetes.io/site-", false),
+        ("node-role.kubernetes.io/control-plane=", false),
+        ("x.k8s.io/y=1", false),
+    ] {
+        let (ok, out) = as_user(&s, &node, &["label", "node", "n1", label, "--overwrite"]);
+        assert_eq!(ok, ok_wanted, "{label}: {out}");
+        if !ok_wanted {
+            let key = label.split(['=', '-']).next().unwrap_or_default();
+            assert!(
+                out.contains("Error from server (Forbidden): nodes \"n1\" is forbidden: is not allowed to modify labels: ")
+                    && out.contains(key),
+                "{label}: {out}"
+            );
+        }
+    }
+    let labels = s.ok(&["get", "node", "n1", "-o", "jsonpath={.metadata.labels}"]);
+    assert!(
+        labels.contains("\"node-restriction.kubernetes.io/site\":\"a\"")
+            && labels.contains("plant-3"),
+        "{labels}"
+    );
+    assert!(!labels.contains("control-plane"), "{labels}");
+}
+
+/// RBAC's escalation check, as Kubernetes' own tests make it: a user who may only create
+/// bindings cannot bind cluster-admin; a namespace admin cannot bind cluster-admin or make a
+/// `*` Role there, yet binds `edit` and makes Roles it holds; `bind` and `escalate` lift it.
+#[test]
+fn roles_and_bindings_grant_no_more_than_their_author_holds() {
+    let s = Server::start();
+    s.ok(&["create", "namespace", "plant"]);
+    s.ok(&[
+        "create",
+        "clusterrole",
+        "binder",
+        "--verb=create,get,list",
+        "--resource=clusterrolebindings,rolebindings",
+    ]);
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "alice-binder",
+        "--clusterrole=binder",
+        "--user=alice",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "bob-admin",
+        "-n",
+        "plant",
+        "--clusterrole=admin",
+        "--user=bob",
+    ]);
+    let alice = kubeconfig_for(&s, "alice", None);
+    let bob = kubeconfig_for(&s, "bob", None);
+    let refused = |who: &std::path::Path, args: &[&str], what: &str| {
+        let (ok, out) = as_user(&s, who, args);
+        assert!(!ok, "{args:?} should be refused: {out}");
+        assert!(
+            out.contains(&format!("{what} is forbidden: user \""))
+                && out.contains("is attempting to grant RBAC permissions not currently held:"),
+            "{args:?}: {out}"
+        );
+        out
+    };
+    let out = refused(
+        &alice,
+        &[
+            "create",
+            "clusterrolebinding",
+            "pwn",
+            "--clusterrole=cluster-admin",
+            "--user=alice",
+        ],
+        "clusterrolebindings.rbac.authorization.k8s.io \"pwn\"",
+    );
+    assert!(
+        out.contains(r#"{APIGroups:["*"], Resources:["*"], Verbs:["*"]}"#),
+        "{out}"
+    );
+    refused(
+        &bob,
+        &[
+            "create",
+            "rolebinding",
+            "pwn",
+            "-n",
+            "plant",
+            "--clusterrole=cluster-admin",
+            "--user=bob",
+        ],
+        "rolebindings.rbac.authorization.k8s.io \"pwn\"",
+    );
+    refused(
+        &bob,
+        &[
+            "create",
+            "role",
+            "star",
+            "-n",
+            "plant",
+            "--verb=*",
+            "--resource=*.*",
+        ],
+        "roles.rbac.authorization.k8s.io \"star\"",
+    );
+    let may = |who: &std::path::Path, args: &[&str]| {
+        let (ok, out) = as_user(&s, who, args);
+        assert!(ok, "{args:?}: {out}");
+    };
+    may(
+        &bob,
+        &[
+            "create",
+            "role",
+            "reader",
+            "-n",
+            "plant",
+            "--verb=get",
+            "--resource=pods",
+        ],
+    );
+    may(
+        &bob,
+        &[
+            "create",
+            "rolebinding",
+            "carol-edit",
+            "-n",
+            "plant",
+            "--clusterrole=edit",
+            "--user=carol",
+        ],
+    );
+    // The refusals left nothing behind.
+    let bindings = s.ok(&[
+        "get",
+        "clusterrolebindings,rolebindings",
+        "-A",
+        "-o",
+        "name",
+    ]);
+    assert!(!bindings.contains("pwn"), "{bindings}");
+    // `bind` on one role lifts the check for that role only; `escalate` for Roles.
+    s.ok(&[
+        "create",
+        "clusterrole",
+        "bind-view",
+        "--verb=bind",
+        "--resource=clusterroles",
+        "--resource-name=view",
+    ]);
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "alice-bind-view",
+        "--clusterrole=bind-view",
+        "--user=alice",
+    ]);
+    may(
+        &alice,
+        &[
+            "create",
+            "clusterrolebinding",
+            "dave-view",
+            "--clusterrole=view",
+            "--user=dave",
+        ],
+    );
+    refused(
+        &alice,
+        &[
+            "create",
+            "clusterrolebinding",
+            "dave-admin",
+            "--clusterrole=admin",
+            "--user=dave",
+        ],
+        "clusterrolebindings.rbac.authorization.k8s.io \"dave-admin\"",
+    );
+    s.ok(&[
+        "create",
+        "role",
+        "escalator",
+        "-n",
+        "plant",
+        "--verb=escalate",
+        "--resource=roles",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "bob-escalate",
+        "-n",
+        "plant",
+        "--role=escalator",
+        "--user=bob",
+    ]);
+    may(
+        &bob,
+        &[
+            "create",
+            "role",
+            "star",
+            "-n",
+            "plant",
+            "--verb=*",
+            "--resource=*.*",
+        ],
+    );
+}

@@ -186,10 +186,9 @@ pub(super) async fn handle(
 async fn register(client: &kube::Client, node: &str, mut sent: Value) -> Result<Node, NodeError> {
     let api = Api::<Node>::all(client.clone());
     sent["metadata"]["name"] = json!(node);
-    if sent["metadata"]["labels"].is_object() {
-        sent["metadata"]["labels"][super::EDGE_LABEL] = json!("");
-    } else {
-        sent["metadata"]["labels"] = json!({super::EDGE_LABEL: ""});
+    let refused = own_labels(&mut sent["metadata"]["labels"]);
+    if !refused.is_empty() {
+        tracing::warn!(%node, labels = ?refused, "edgecontroller: a node's registration set labels a node may not set on its Node (NodeRestriction); they were left out");
     }
     let status = sent.get("status").cloned();
     let created = match serde_json::from_value::<Node>(sent.clone()) {
@@ -214,6 +213,29 @@ async fn register(client: &kube::Client, node: &str, mut sent: Value) -> Result<
             .await?),
         _ => Ok(api.get(node).await?),
     }
+}
+
+/// The labels of a registration as they are written: those a node may set on its own Node
+/// (NodeRestriction, [`api::validate::node::may_set_label`]) and KubeEdge's role labels, which
+/// every edge node carries; the others (`node-restriction.kubernetes.io/...`, other
+/// `node-role`s) are taken out and returned. cloudcore writes them with its own credentials,
+/// so this is the only place they can be refused.
+fn own_labels(labels: &mut Value) -> Vec<String> {
+    const KUBEEDGE_ROLES: [&str; 2] = [super::EDGE_LABEL, "node-role.kubernetes.io/agent"];
+    let mut refused = Vec::new();
+    match labels.as_object_mut() {
+        Some(m) => m.retain(|k, _| {
+            let keep =
+                KUBEEDGE_ROLES.contains(&k.as_str()) || api::validate::node::may_set_label(k);
+            if !keep {
+                refused.push(k.clone());
+            }
+            keep
+        }),
+        None => *labels = json!({}),
+    }
+    labels[super::EDGE_LABEL] = json!("");
+    refused
 }
 
 /// The annotation of a `Node` naming the replica that holds its session (replicas only).
@@ -416,5 +438,28 @@ mod ready_tests {
             (c["status"].as_str(), c["reason"].as_str()),
             (Some("Unknown"), Some("NodeStatusUnknown"))
         );
+    }
+
+    #[test]
+    fn a_registration_keeps_the_labels_a_node_may_set_and_kubeedges_roles() {
+        let mut labels = json!({"site": "a", "kubernetes.io/arch": "amd64",
+            "node-role.kubernetes.io/agent": "", "node-role.kubernetes.io/control-plane": "",
+            "node-restriction.kubernetes.io/site": "b"});
+        let refused = own_labels(&mut labels);
+        assert_eq!(
+            refused,
+            [
+                "node-restriction.kubernetes.io/site",
+                "node-role.kubernetes.io/control-plane"
+            ]
+        );
+        assert_eq!(
+            labels,
+            json!({"site": "a", "kubernetes.io/arch": "amd64", "node-role.kubernetes.io/agent": "",
+                "node-role.kubernetes.io/edge": ""})
+        );
+        let mut none = Value::Null;
+        assert!(own_labels(&mut none).is_empty());
+        assert_eq!(none, json!({"node-role.kubernetes.io/edge": ""}));
     }
 }

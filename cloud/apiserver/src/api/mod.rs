@@ -51,6 +51,14 @@ pub struct Api {
 
 pub(crate) type Query = HashMap<String, String>;
 
+/// The store keys of RBAC's four kinds.
+const RBAC_KEYS: [&str; 4] = [
+    "roles.rbac.authorization.k8s.io",
+    "clusterroles.rbac.authorization.k8s.io",
+    "rolebindings.rbac.authorization.k8s.io",
+    "clusterrolebindings.rbac.authorization.k8s.io",
+];
+
 type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
 
 /// An event a watch sends: its type, the object, the object before.
@@ -83,6 +91,8 @@ struct WriteCtx {
     manager: String,
     sub: String,
     warnings: Mutex<Vec<String>>,
+    /// Who writes, for the checks of [`crate::admission`].
+    author: crate::admission::Author,
 }
 
 impl Api {
@@ -274,7 +284,7 @@ impl Api {
             if let Some(node) = authz::own_create(user, &attrs) {
                 let (body, _budget) = self.read_body(&headers, body).await?;
                 if body["metadata"]["name"].as_str() == Some(node) {
-                    return self.create(&t, &query, &headers, body).await;
+                    return self.create(user, &t, &query, &headers, body).await;
                 }
             }
             return Err(authz::forbidden(user, &attrs));
@@ -294,18 +304,18 @@ impl Api {
             (Method::GET, false) => self.list(&t, &query, accept, &labels, &fields),
             (Method::POST, false) => {
                 let (body, _budget) = self.read_body(&headers, body).await?;
-                self.create(&t, &query, &headers, body).await
+                self.create(user, &t, &query, &headers, body).await
             }
             (Method::PUT, true) => {
                 let (body, _budget) = self.read_body(&headers, body).await?;
-                self.update(&t, &query, &headers, body).await
+                self.update(user, &t, &query, &headers, body).await
             }
             (Method::PATCH, true) => {
                 let ct = header_str(&headers, header::CONTENT_TYPE).to_string();
                 let kind = PatchType::from_content_type(&ct)
                     .ok_or_else(|| Status::unsupported_media(&ct))?;
                 let (raw, _budget) = self.collect(body).await?;
-                self.patch(&t, &query, &headers, kind, raw).await
+                self.patch(user, &t, &query, &headers, kind, raw).await
             }
             (Method::DELETE, true) => {
                 let (raw, _budget) = self.collect(body).await?;
@@ -372,7 +382,14 @@ impl Api {
         Ok((decode(&ct, &raw)?, permit))
     }
 
-    fn ctx(&self, t: &Target, q: &Query, headers: &HeaderMap, name: String) -> WriteCtx {
+    fn ctx(
+        &self,
+        user: &User,
+        t: &Target,
+        q: &Query,
+        headers: &HeaderMap,
+        name: String,
+    ) -> WriteCtx {
         let validation = match q.get("fieldValidation").map(String::as_str) {
             Some("Strict") => Validation::Strict,
             Some("Ignore") => Validation::Ignore,
@@ -395,6 +412,12 @@ impl Api {
             manager,
             sub: t.sub.clone().unwrap_or_default(),
             warnings: Mutex::new(Vec::new()),
+            author: crate::admission::Author {
+                user: user.clone(),
+                rbac: (t.res.group == "rbac.authorization.k8s.io"
+                    && !user.in_group("system:masters"))
+                .then(|| self.store.read().only(&RBAC_KEYS)),
+            },
         }
     }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 impl Api {
     pub(super) async fn create(
         &self,
+        user: &User,
         t: &Target,
         q: &Query,
         headers: &HeaderMap,
@@ -52,7 +53,7 @@ impl Api {
             return Err(Status::invalid(&t.res.kind, &t.res.group, &name, vec![c]));
         }
         self.check_namespace(t, &name)?;
-        let ctx = Arc::new(self.ctx(t, q, headers, name.clone()));
+        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
         let c2 = ctx.clone();
         let dry = dry_run(q)?;
         let done = self
@@ -78,6 +79,7 @@ impl Api {
 
     pub(super) async fn update(
         &self,
+        user: &User,
         t: &Target,
         q: &Query,
         headers: &HeaderMap,
@@ -92,7 +94,7 @@ impl Api {
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
-        let ctx = Arc::new(self.ctx(t, q, headers, name.clone()));
+        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
         let c2 = ctx.clone();
         let done = self
             .store
@@ -111,6 +113,7 @@ impl Api {
 
     pub(super) async fn patch(
         &self,
+        user: &User,
         t: &Target,
         q: &Query,
         headers: &HeaderMap,
@@ -153,7 +156,7 @@ impl Api {
         }
         let force = q.get("force").map(String::as_str) == Some("true");
         let max_body = self.max_body;
-        let ctx = Arc::new(self.ctx(t, q, headers, name.clone()));
+        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
         let c2 = ctx.clone();
         let done = self
             .store
@@ -447,6 +450,8 @@ pub(super) fn finish(
         }
     }
     builtin_rules(c, old, &mut new)?;
+    let what = (c.res.group.as_str(), c.res.plural.as_str());
+    crate::admission::admit(&c.author, what, &c.ns, &c.name, old, &new)?;
     let mut causes = meta::check_meta(&new["metadata"]);
     if let Some(schema_v) = c.res.version(&c.version).and_then(|v| v.schema.as_ref()) {
         let f = schema::apply(&mut new, schema_v);

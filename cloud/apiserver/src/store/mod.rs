@@ -237,6 +237,19 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// A copy holding only the objects of the resources `keys` (their store keys), no history.
+    pub(crate) fn only(&self, keys: &[&str]) -> Tables {
+        Tables {
+            rv: self.rv,
+            objects: (self.objects.iter())
+                .filter(|(k, _)| keys.contains(&k.as_ref()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            history: VecDeque::new(),
+            compacted: self.compacted,
+        }
+    }
+
     pub fn get(&self, key: &Key) -> Option<&Arc<Obj>> {
         self.objects
             .get(&key.res)
