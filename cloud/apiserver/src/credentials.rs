@@ -147,30 +147,43 @@ pub(crate) fn parse_tokens(text: &str) -> Result<Vec<(String, crate::User)>> {
 }
 
 /// The files every replica of a fleet must share (on etcd): the CA that signs every
-/// certificate and token, and the bearer tokens; in the Secret `kube-system/cloudcore-pki`
-/// (as KubeEdge keeps its CA in a Secret), made by the first replica.
+/// certificate and token, and the bearer tokens; made by the first replica.
+///
+/// They are kept aside in etcd ([`FLEET_ASIDE`]), outside the objects the API serves, so no
+/// request of any user reaches the CA key, whatever its authorization decides (an older fleet
+/// kept them in the Secret [`FLEET_SECRET`], which a node could read through a hole in the
+/// authorizer: it is moved aside, then deleted, at the first start of this version).
 const FLEET_FILES: [(&str, &str); 3] = [
     ("ca.crt", "pki/ca.crt"),
     ("ca.key", "pki/ca.key"),
     ("tokens.csv", "tokens.csv"),
 ];
 
+/// The name the fleet's files are kept aside under (JSON: field -> text).
+const FLEET_ASIDE: &str = "fleet-pki";
+
+/// Where an older fleet kept its files.
 pub(crate) const FLEET_SECRET: (&str, &str) = ("kube-system", "cloudcore-pki");
 
-/// Takes the fleet's files from its Secret into `data_dir` (those missing are written; one
-/// that differs is an error naming it). `false` when there is no Secret yet (this replica is
-/// the first).
-fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
+type Files = std::collections::BTreeMap<String, String>;
+
+/// The fleet's files kept aside in etcd, moved there first from the Secret of an older fleet.
+async fn fleet_files(store: &crate::store::Store) -> Result<Option<Files>> {
+    if let Some(raw) = store.aside(FLEET_ASIDE).await? {
+        let files: Files =
+            serde_json::from_slice(&raw).context("the fleet's files in etcd do not parse")?;
+        return Ok(Some(files));
+    }
     let key = crate::store::Key {
         res: std::sync::Arc::from("secrets"),
         ns: FLEET_SECRET.0.into(),
         name: FLEET_SECRET.1.into(),
     };
     let Some(secret) = store.read().get(&key).map(|o| o.value()) else {
-        return Ok(false);
+        return Ok(None);
     };
-    rt::fs::private_dir(&data_dir.join("pki"))?;
-    for (field, file) in FLEET_FILES {
+    let mut files = Files::new();
+    for (field, _) in FLEET_FILES {
         let text = secret["data"][field]
             .as_str()
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
@@ -181,39 +194,85 @@ fn adopt_fleet(store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
                     FLEET_SECRET.0, FLEET_SECRET.1
                 )
             })?;
-        let path = data_dir.join(file);
-        if !pki::adopt_shared(&path, &text, false)? {
-            anyhow::bail!(
-                "{} is not the fleet's (the Secret {}/{} in etcd): this data directory was made for another fleet (or another replica started first at the same time); give this replica an empty data directory and it takes the fleet's CA and tokens",
-                path.display(),
+        files.insert(field.to_string(), text);
+    }
+    let (kept, _) = store
+        .aside_first(FLEET_ASIDE, serde_json::to_vec(&files)?)
+        .await?;
+    let files: Files = serde_json::from_slice(&kept).context("the fleet's files do not parse")?;
+    store
+        .mutate(
+            key,
+            false,
+            Box::new(|old, _| {
+                Ok(match old {
+                    Some(v) => crate::store::Outcome::Delete(v),
+                    None => crate::store::Outcome::Unchanged(serde_json::Value::Null),
+                })
+            }),
+        )
+        .await
+        .map_err(|s| {
+            anyhow::anyhow!(
+                "cannot delete the Secret {}/{}: {}",
                 FLEET_SECRET.0,
-                FLEET_SECRET.1
-            );
+                FLEET_SECRET.1,
+                s.message
+            )
+        })?;
+    tracing::info!(
+        "replicas: the fleet's CA and tokens moved from the Secret {}/{} to where no request reaches them",
+        FLEET_SECRET.0,
+        FLEET_SECRET.1
+    );
+    Ok(Some(files))
+}
+
+/// Writes the fleet's files into `data_dir` (those missing are written; `false` when one
+/// differs: this data directory is another fleet's).
+fn adopt_fleet(files: &Files, data_dir: &Path) -> Result<bool> {
+    rt::fs::private_dir(&data_dir.join("pki"))?;
+    for (field, file) in FLEET_FILES {
+        let text = files
+            .get(field)
+            .with_context(|| format!("the fleet's files in etcd have no {field}"))?;
+        if !pki::adopt_shared(&data_dir.join(file), text, false)? {
+            return Ok(false);
         }
     }
     Ok(true)
 }
 
+fn not_the_fleets(data_dir: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is not the fleet's (the one in etcd): this data directory was made for another fleet (or another replica started first at the same time); give this replica an empty data directory and it takes the fleet's CA and tokens",
+        data_dir.join("pki/ca.crt").display()
+    )
+}
+
 /// Where this server stands among replicas sharing one etcd (one CA and one `tokens.csv`, the
-/// first replica's, kept in the Secret `kube-system/cloudcore-pki`).
+/// first replica's, kept aside in etcd).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fleet {
     /// No etcd: nothing is shared.
     Alone,
     /// The fleet's CA and tokens were in etcd, and are now this server's.
     Adopted,
-    /// None in etcd yet: this server offers its own (the Secret goes into its install).
+    /// None in etcd yet: this server offers its own ([`Fleet::settle`]).
     /// `fresh`: its CA is made at this start, so it can drop it if another server wins.
     Offering { fresh: bool },
 }
 
 impl Fleet {
     /// Before this server's credentials are prepared: takes the fleet's when there are.
-    pub(crate) fn join(store: &crate::store::Store, data_dir: &Path) -> Result<Self> {
+    pub(crate) async fn join(store: &crate::store::Store, data_dir: &Path) -> Result<Self> {
         if !store.shared() {
             return Ok(Self::Alone);
         }
-        if adopt_fleet(store, data_dir)? {
+        if let Some(files) = fleet_files(store).await? {
+            if !adopt_fleet(&files, data_dir)? {
+                return Err(not_the_fleets(data_dir));
+            }
             tracing::info!("replicas: this server uses the fleet's CA and tokens, from etcd");
             return Ok(Self::Adopted);
         }
@@ -225,33 +284,41 @@ impl Fleet {
         })
     }
 
-    /// The fleet's Secret this server offers in its install, if it offers one.
-    pub(crate) fn secret(self, data_dir: &Path) -> Result<Option<serde_json::Value>> {
-        match self {
-            Self::Offering { .. } => fleet_secret(data_dir).map(Some),
-            Self::Alone | Self::Adopted => Ok(None),
-        }
-    }
-
-    /// After the install: replicas started together on an empty etcd all offered theirs, and
-    /// one Secret was made first. A server whose CA was made at this start drops it and takes
-    /// the fleet's (`true`: its credentials changed); one whose CA was there before refuses to
+    /// Once this server's credentials are prepared: an offering server puts its files in
+    /// etcd unless another did first. Replicas started together on an empty etcd all offer
+    /// theirs and one wins; a server whose CA was made at this start drops it and takes the
+    /// fleet's (`true`: its credentials changed); one whose CA was there before refuses to
     /// start (its data directory is another fleet's).
-    pub(crate) fn settle(self, store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
+    pub(crate) async fn settle(self, store: &crate::store::Store, data_dir: &Path) -> Result<bool> {
         let Self::Offering { fresh } = self else {
             return Ok(false);
         };
-        match adopt_fleet(store, data_dir) {
-            Ok(true) => Ok(false),
-            Ok(false) => anyhow::bail!("the fleet's Secret was not made in etcd"),
-            Err(_) if fresh => {
-                tracing::info!("replicas: another server made the fleet's CA first; using it");
-                forget(data_dir)?;
-                adopt_fleet(store, data_dir)?;
-                Ok(true)
-            }
-            Err(e) => Err(e),
+        let mut ours = Files::new();
+        for (field, file) in FLEET_FILES {
+            let path = data_dir.join(file);
+            let text = read(&path)?.with_context(|| format!("{} is missing", path.display()))?;
+            ours.insert(field.to_string(), text);
         }
+        let (kept, put) = store
+            .aside_first(FLEET_ASIDE, serde_json::to_vec(&ours)?)
+            .await?;
+        if put {
+            return Ok(false);
+        }
+        let theirs: Files =
+            serde_json::from_slice(&kept).context("the fleet's files in etcd do not parse")?;
+        if theirs == ours {
+            return Ok(false);
+        }
+        if !fresh {
+            return Err(not_the_fleets(data_dir));
+        }
+        tracing::info!("replicas: another server made the fleet's CA first; using it");
+        forget(data_dir)?;
+        if !adopt_fleet(&theirs, data_dir)? {
+            return Err(not_the_fleets(data_dir));
+        }
+        Ok(true)
     }
 }
 
@@ -271,19 +338,4 @@ fn forget(data_dir: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The fleet's Secret made from `data_dir`'s files (the first replica's).
-fn fleet_secret(data_dir: &Path) -> Result<serde_json::Value> {
-    let mut data = serde_json::Map::new();
-    for (field, file) in FLEET_FILES {
-        let path = data_dir.join(file);
-        let text = read(&path)?.with_context(|| format!("{} is missing", path.display()))?;
-        data.insert(field.into(), serde_json::Value::String(b64(&text)));
-    }
-    Ok(serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": FLEET_SECRET.1, "namespace": FLEET_SECRET.0},
-        "data": data,
-    }))
 }

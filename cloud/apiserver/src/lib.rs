@@ -185,10 +185,11 @@ pub async fn start(config: Config) -> Result<Running> {
     )
     .await?;
     // Replicas on etcd share one CA and the tokens: the first one's, kept in etcd.
-    let fleet = credentials::Fleet::join(&store, &config.data_dir)?;
+    let fleet = credentials::Fleet::join(&store, &config.data_dir).await?;
     let mut pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
-    let mut install = config.install.clone();
-    install.extend(fleet.secret(&config.data_dir)?);
+    if fleet.settle(&store, &config.data_dir).await? {
+        pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
+    }
     let stop = CancellationToken::new();
     let api = Arc::new(Api::new(
         store,
@@ -197,10 +198,7 @@ pub async fn start(config: Config) -> Result<Running> {
         config.bookmark_every,
         stop.clone(),
     ));
-    install::bootstrap(&api, &install).await?;
-    if fleet.settle(&api.store, &config.data_dir)? {
-        pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
-    }
+    install::bootstrap(&api, &config.install).await?;
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone(), config.leader.clone()));
     let mut app = routes::router(api.clone(), pki.tokens.clone(), config.revoked.clone());

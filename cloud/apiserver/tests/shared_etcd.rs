@@ -160,6 +160,42 @@ fn servers_started_together_on_an_empty_etcd_share_one_ca() {
     }
 }
 
+/// The fleet's CA key is shared through etcd, yet no request reaches it: not a node's, not
+/// even the admin's. Every resource the API lists is read whole through both servers, and the
+/// key is in none of it (defence in depth: a hole in the authorizer exposes no CA key).
+#[test]
+fn no_request_of_any_user_reads_the_fleets_ca_key() {
+    let Some(etcd) = etcd() else { return };
+    let a = Server::start_shared(&etcd);
+    let b = Server::start_shared(&etcd);
+    let key = std::fs::read_to_string(a.data().join("pki/ca.key")).expect("ca.key");
+    assert_eq!(
+        key,
+        std::fs::read_to_string(b.data().join("pki/ca.key")).expect("b's ca.key"),
+        "the replicas share one CA"
+    );
+    let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
+    let b64 = |t: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(t)
+    };
+    let resources = a.ok(&["api-resources", "--verbs=list", "-o", "name"]);
+    assert!(resources.contains("secrets"), "{resources}");
+    for s in [&a, &b] {
+        for r in resources.lines().filter(|r| !r.trim().is_empty()) {
+            let out = s.ok(&["get", r.trim(), "-A", "-o", "json"]);
+            for needle in [&body[..40], &b64(&key)[..40]] {
+                assert!(!out.contains(needle), "the CA key is readable in {r}");
+            }
+        }
+        let (ok, out) = {
+            let o = s.kubectl(&["get", "secret", "-n", "kube-system", "cloudcore-pki"]);
+            (o.status.success(), common::text(&o))
+        };
+        assert!(!ok && out.contains("NotFound"), "{out}");
+    }
+}
+
 /// A write acknowledged by one server is seen by a read through the other right after, as a
 /// kube-apiserver's consistent reads give it: a get or list without `resourceVersion` waits
 /// for the server's view to hold what etcd had committed (each round writes through one and

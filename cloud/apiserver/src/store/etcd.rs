@@ -99,6 +99,68 @@ impl EtcdStore {
         Ok((tables, store))
     }
 
+    /// The etcd key of a value kept aside: `{prefix without its '/'}.aside/{name}`, outside
+    /// the range of objects (`.` sorts before `/`), so no list, watch or get of the API can
+    /// reach it, whatever its authorization decides.
+    fn aside_key(&self, name: &str) -> Vec<u8> {
+        format!("{}.aside/{name}", self.prefix.trim_end_matches('/')).into_bytes()
+    }
+
+    /// The value kept aside under `name`, if any.
+    pub(super) async fn aside(&self, name: &str) -> Result<Option<Vec<u8>>, EtcdError> {
+        let r = (self.client)
+            .range(pb::RangeRequest {
+                key: self.aside_key(name),
+                ..Default::default()
+            })
+            .await?;
+        Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+    }
+
+    /// Keeps `value` aside under `name` unless a value is there already; the value kept
+    /// (`value` if this call put it, the earlier one if not) and whether this call put it.
+    pub(super) async fn aside_first(
+        &self,
+        name: &str,
+        value: Vec<u8>,
+    ) -> Result<(Vec<u8>, bool), EtcdError> {
+        let key = self.aside_key(name);
+        let r = (self.client)
+            .txn(pb::TxnRequest {
+                compare: vec![pb::Compare {
+                    result: 0,
+                    target: 1,
+                    key: key.clone(),
+                    target_union: Some(pb::compare::TargetUnion::CreateRevision(0)),
+                }],
+                success: vec![pb::RequestOp {
+                    request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
+                        key: key.clone(),
+                        value: value.clone(),
+                        ..Default::default()
+                    })),
+                }],
+                failure: vec![pb::RequestOp {
+                    request: Some(pb::request_op::Request::RequestRange(pb::RangeRequest {
+                        key,
+                        ..Default::default()
+                    })),
+                }],
+            })
+            .await?;
+        if r.succeeded {
+            return Ok((value, true));
+        }
+        let kept = (r.responses.into_iter())
+            .find_map(|op| match op.response {
+                Some(pb::response_op::Response::ResponseRange(rr)) => rr.kvs.into_iter().next(),
+                _ => None,
+            })
+            .map(|kv| kv.value)
+            .unwrap_or_default();
+        Ok((kept, false))
+    }
+
     fn key(&self, k: &Key) -> Vec<u8> {
         format!("{}{}/{}/{}", self.prefix, k.res, k.ns, k.name).into_bytes()
     }

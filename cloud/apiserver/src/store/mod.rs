@@ -564,6 +564,28 @@ impl Store {
         matches!(self.backend, Backend::Etcd(_))
     }
 
+    /// On etcd, the value kept aside under `name`: outside the objects, served by no request
+    /// (`None` on SQLite, which no other server shares).
+    pub(crate) async fn aside(&self, name: &str) -> Result<Option<Vec<u8>>, client::EtcdError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(None),
+            Backend::Etcd(e) => e.aside(name).await,
+        }
+    }
+
+    /// On etcd, keeps `value` aside under `name` unless there is one: the value kept and
+    /// whether it is `value` (on SQLite: `value`, kept nowhere).
+    pub(crate) async fn aside_first(
+        &self,
+        name: &str,
+        value: Vec<u8>,
+    ) -> Result<(Vec<u8>, bool), client::EtcdError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok((value, true)),
+            Backend::Etcd(e) => e.aside_first(name, value).await,
+        }
+    }
+
     /// Runs `f` in the writer on the current object at `key`, and answers once it is durable.
     pub async fn mutate(&self, key: Key, dry_run: bool, f: MutateFn) -> Result<Done, Status> {
         let tx = match &self.backend {
