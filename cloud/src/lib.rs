@@ -76,9 +76,11 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.
             let book = cloudhub::joins::Book::new(&config.data_dir);
-            api_config.revoked = Some(apiserver::RevocationCheck(Arc::new(move |serial| {
-                book.is_revoked(serial).unwrap_or(true)
-            })));
+            let changes = book.changes();
+            api_config.revoked = Some(apiserver::RevocationCheck(
+                Arc::new(move |serial| book.is_revoked(serial).unwrap_or(true)),
+                Some(changes),
+            ));
             let running = apiserver::start(api_config).await?;
             let client = cluster_client(&running.kubeconfig).await?;
             eprintln!(

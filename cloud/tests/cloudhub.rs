@@ -855,6 +855,15 @@ async fn join_tokens_are_limited_listed_and_revoked() {
         assert!(!out.status.success(), "{node} joined");
         common::text(&out)
     };
+    // A name that is no Node's name gets no certificate (CN=system:node:system:masters).
+    let any = token(&c);
+    for bad in ["system:masters", "a/b", "Edge-A"] {
+        let why = refused(bad, &any);
+        assert!(
+            why.contains("code: 400") && why.contains("is not a valid Node name"),
+            "{bad}: {why}"
+        );
+    }
     let one = cloudcore_token(&c, &["create", "--node", "edge-a", "--joins", "1"]);
     let why = refused("edge-b", &one);
     assert!(
@@ -870,7 +879,6 @@ async fn join_tokens_are_limited_listed_and_revoked() {
         "{why}"
     );
 
-    let any = token(&c);
     let listed = cloudcore_token(&c, &["list"]);
     assert!(
         listed.contains("edge-a") && listed.contains("1/1"),
@@ -916,22 +924,35 @@ async fn a_join_cannot_take_over_a_joined_node_until_its_certificate_is_revoked(
         "{why}"
     );
     drop(first);
-    // The node's certificate on the embedded API: its own Node, as the Node authorizer allows.
+    // It renews its certificate with itself, as edgehub does before expiry, and holds a
+    // session on the new one.
+    let mut renewed = Edge::start_args(&c, "edge-node-1", &token, &["--renew"]);
+    renewed.until("renewal", |v| v["renewed"].is_string());
+    renewed.until("session", |v| v["connected"] == "edge-node-1");
+    // Its certificates on the embedded API (its own Node, as the Node authorizer allows),
+    // the one from before the renewal and the new one.
     let state = c.dir.join("edge-edge-node-1");
-    let as_node = || {
-        let out = Command::new(common::kubectl_bin())
-            .arg(format!("--server=https://127.0.0.1:{}", c.port))
+    let kubectl_as = |name: &str, args: &[&str]| {
+        let mut cmd = Command::new(common::kubectl_bin());
+        cmd.arg(format!("--server=https://127.0.0.1:{}", c.port))
             .arg(format!(
                 "--certificate-authority={}",
                 state.join("ca.crt").display()
             ))
             .arg(format!(
                 "--client-certificate={}",
-                state.join("edge.crt").display()
+                state.join(format!("{name}.crt")).display()
             ))
-            .arg(format!("--client-key={}", state.join("edge.key").display()))
-            .args(["auth", "can-i", "get", "nodes/edge-node-1"])
-            .env("HOME", &c.dir)
+            .arg(format!(
+                "--client-key={}",
+                state.join(format!("{name}.key")).display()
+            ))
+            .args(args)
+            .env("HOME", &c.dir);
+        cmd
+    };
+    let as_node = |name: &str| {
+        let out = kubectl_as(name, &["auth", "can-i", "get", "nodes/edge-node-1"])
             .output()
             .expect("kubectl runs");
         (
@@ -939,16 +960,64 @@ async fn a_join_cannot_take_over_a_joined_node_until_its_certificate_is_revoked(
             common::text(&out),
         )
     };
-    assert_eq!(as_node().0, "yes");
+    for name in ["edge", "edge-before-renewal"] {
+        assert_eq!(as_node(name).0, "yes", "{name}");
+    }
+    // A watch of its Node held open with its certificate.
+    let mut watch = kubectl_as(
+        "edge",
+        &[
+            "get",
+            "node",
+            "edge-node-1",
+            "--watch",
+            "--request-timeout=0",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("kubectl watch runs");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(matches!(watch.try_wait(), Ok(None)), "the watch is open");
     let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
         .args(["node", "revoke", "edge-node-1", "--config"])
         .arg(c.dir.join("cloudcore.yaml"))
         .output()
         .expect("cloudcore node revoke runs");
     assert!(out.status.success(), "{}", common::text(&out));
-    // The revoked certificate authenticates nobody on the API, and opens no session.
-    let (_, refused) = as_node();
-    assert!(refused.contains("Unauthorized"), "{refused}");
+    // Both certificates authenticate nobody on the API; the open session and the open watch
+    // end at once; neither certificate renews; a new session is refused.
+    for name in ["edge", "edge-before-renewal"] {
+        let (_, refused) = as_node(name);
+        assert!(refused.contains("Unauthorized"), "{name}: {refused}");
+    }
+    renewed.until("the session ended by the revocation", |v| {
+        v["closed"].is_string() || v["refused"].is_string()
+    });
+    sim::poll::eventually(20, "the node's watch ended", || {
+        watch.try_wait().ok().flatten()
+    });
+    let out = Command::new(common::python())
+        .arg(common::workspace().join("cloud/tests/edge/edge.py"))
+        .args(["--cert-url", &format!("https://127.0.0.1:{}", c.cert_port)])
+        .args(["--hub-url", &format!("wss://127.0.0.1:{}", c.hub_port)])
+        .args([
+            "--node",
+            "edge-node-1",
+            "--token",
+            &token,
+            "--renew",
+            "--state",
+        ])
+        .arg(&state)
+        .output()
+        .expect("python");
+    let why = common::text(&out);
+    assert!(
+        !out.status.success() && why.contains("code: 401") && why.contains("was revoked"),
+        "{why}"
+    );
     let mut revoked = Edge::start(&c, "edge-node-1", &token);
     revoked.until("the refused session", |v| {
         v["closed"].is_string() || v["refused"].is_string()

@@ -160,8 +160,8 @@ mod tests {
             vec!["system:nodes".into()],
         )));
         let t = tokens();
-        let revoke_all = RevocationCheck(Arc::new(|_| true));
-        let revoke_none = RevocationCheck(Arc::new(|_| false));
+        let revoke_all = RevocationCheck(Arc::new(|_| true), None);
+        let revoke_none = RevocationCheck(Arc::new(|_| false), None);
         let who = |id: &Identity, check: &RevocationCheck| {
             authenticate(Some(id), Some(&der), Some("Bearer s3cret"), &t, Some(check))
                 .map(|u| u.name)

@@ -94,9 +94,14 @@ pub struct Config {
     pub pages: Option<Router>,
 }
 
-/// Whether the client certificate with a serial number (hex) was revoked.
+/// Whether the client certificate with a serial number (hex) was revoked; and, when given, a
+/// count that goes up when revocations may have changed: a watch open with a node's
+/// certificate ends as soon as that certificate is revoked.
 #[derive(Clone)]
-pub struct RevocationCheck(pub Arc<dyn Fn(&str) -> bool + Send + Sync>);
+pub struct RevocationCheck(
+    pub Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    pub Option<tokio::sync::watch::Receiver<u64>>,
+);
 
 impl std::fmt::Debug for RevocationCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

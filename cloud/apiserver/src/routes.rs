@@ -42,6 +42,38 @@ async fn ok() -> &'static str {
     "ok"
 }
 
+fn is_watch(q: &Query) -> bool {
+    matches!(q.get("watch").map(String::as_str), Some("true" | "1"))
+}
+
+/// The serial of the certificate a node authenticated with.
+fn node_serial(user: &User, cert: Option<&ClientCertificate>) -> Option<String> {
+    if !user.in_group("system:nodes") {
+        return None;
+    }
+    pki::serial_and_expiry(&cert?.0).map(|(serial, _)| serial)
+}
+
+/// `response`, whose body ends as soon as `check` says the certificate `serial` is revoked
+/// (checked each time its count of changes goes up).
+fn until_revoked(response: Response, serial: String, check: RevocationCheck) -> Response {
+    let RevocationCheck(revoked, Some(mut changes)) = check else {
+        return response;
+    };
+    let (parts, body) = response.into_parts();
+    let ended = async move {
+        while changes.changed().await.is_ok() {
+            if revoked(&serial) {
+                tracing::info!(%serial, "a watch of a revoked node certificate ended");
+                return;
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    let stream = futures_util::StreamExt::take_until(body.into_data_stream(), Box::pin(ended));
+    Response::from_parts(parts, axum::body::Body::from_stream(stream))
+}
+
 async fn authenticated(
     State(state): State<AppState>,
     AxQuery(query): AxQuery<Query>,
@@ -102,9 +134,18 @@ async fn authenticated(
     }
     if path == "/api" || path.starts_with("/api/") || path == "/apis" || path.starts_with("/apis/")
     {
-        return api
+        // A watch opened with a node's certificate ends when that certificate is revoked.
+        let revocable = is_watch(&query)
+            .then(|| node_serial(&user, req.extensions().get::<ClientCertificate>()))
+            .flatten()
+            .zip(state.revoked.clone());
+        let response = api
             .dispatch(&user, method, &path, query, headers, req.into_body())
             .await;
+        return match revocable {
+            Some((serial, check)) => until_revoked(response, serial, check),
+            None => response,
+        };
     }
     Status::no_route(&path).into_response()
 }

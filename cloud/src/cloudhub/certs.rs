@@ -231,6 +231,14 @@ impl CertServer {
             return refuse(StatusCode::BAD_REQUEST, "no NodeName header".into());
         };
         let node = node.to_string();
+        // A Node's name, as Kubernetes checks it: `system:masters` or `a/b` name no node, and
+        // the certificate's `system:node:NAME` must not be made for one.
+        if let Err(e) = api::validate::node::check_name(&node) {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("the node name {node:?} is not a valid Node name: {e}"),
+            );
+        }
         let by = if ident.is_some() {
             "certificate"
         } else {

@@ -7,8 +7,9 @@
 //!
 //! It also keeps the certificate each node was last given (serial and expiry), so that a join
 //! by token cannot take over the name of a node that is joined: a name with a certificate that
-//! is valid and not revoked joins again only after `cloudcore node revoke NAME`, which also
-//! makes cloudhub and the certificate port refuse that certificate.
+//! is valid and not revoked joins again only after `cloudcore node revoke NAME`. That revokes
+//! every certificate the node was ever given and that has not expired (its renewals too, each
+//! recorded as it is issued): the API, cloudhub and the certificate port refuse them all.
 //!
 //! The file is read and written whole under an exclusive lock, by the running cloudcore (a join
 //! counts) and by the `cloudcore token` and `node` commands alike.
@@ -82,6 +83,19 @@ struct Records {
     /// Serials of revoked node certificates, with their expiry (forgotten once expired).
     #[serde(default)]
     revoked: std::collections::BTreeMap<String, i64>,
+    /// Every certificate given to a node that has not expired, by serial: what a revocation
+    /// of the node revokes.
+    #[serde(default)]
+    issued: std::collections::BTreeMap<String, Issued>,
+}
+
+/// A certificate given to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Issued {
+    node: String,
+    /// Unix seconds.
+    not_after: i64,
 }
 
 impl Records {
@@ -111,8 +125,37 @@ impl Records {
                 }
             }
         }
+        for (serial, i) in &other.issued {
+            self.issued
+                .entry(serial.clone())
+                .or_insert_with(|| i.clone());
+        }
         let revoked = &self.revoked;
         self.nodes.retain(|_, c| !revoked.contains_key(&c.serial));
+        self.issued
+            .retain(|serial, _| !revoked.contains_key(serial));
+    }
+
+    /// Revokes every certificate `node` was given; whether there was one.
+    fn revoke_node(&mut self, node: &str, now: i64) -> bool {
+        self.revoked.retain(|_, until| *until > now);
+        self.issued.retain(|_, i| i.not_after > now);
+        let mut any = false;
+        if let Some(c) = self.nodes.remove(node) {
+            self.revoked.insert(c.serial, c.not_after);
+            any = true;
+        }
+        let theirs: Vec<String> = (self.issued.iter())
+            .filter(|(_, i)| i.node == node)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for serial in theirs {
+            if let Some(i) = self.issued.remove(&serial) {
+                self.revoked.insert(serial, i.not_after);
+                any = true;
+            }
+        }
+        any
     }
 }
 
@@ -255,22 +298,28 @@ impl Book {
     /// Records the certificate `node` was given.
     pub fn issued(&self, node: &str, serial: String, not_after: i64) -> Result<()> {
         self.with(|r| {
+            let now = i64::try_from(now()).unwrap_or(i64::MAX);
+            r.issued.retain(|_, i| i.not_after > now);
+            r.issued.insert(
+                serial.clone(),
+                Issued {
+                    node: node.to_string(),
+                    not_after,
+                },
+            );
             r.nodes
                 .insert(node.to_string(), NodeCert { serial, not_after });
             ((), true)
         })
     }
 
-    /// Revokes the certificate `node` was last given; `false` when it has none recorded.
+    /// Revokes every certificate `node` was given (renewals included); `false` when it has
+    /// none recorded.
     pub fn revoke_node(&self, node: &str) -> Result<bool> {
-        self.with(|r| match r.nodes.remove(node) {
-            Some(c) => {
-                let now = i64::try_from(now()).unwrap_or(i64::MAX);
-                r.revoked.retain(|_, until| *until > now);
-                r.revoked.insert(c.serial, c.not_after);
-                (true, true)
-            }
-            None => (false, false),
+        self.with(|r| {
+            let now = i64::try_from(now()).unwrap_or(i64::MAX);
+            let any = r.revoke_node(node, now);
+            (any, any)
         })
     }
 
@@ -293,6 +342,53 @@ impl Book {
     /// Whether the certificate with `serial` was revoked.
     pub fn is_revoked(&self, serial: &str) -> Result<bool> {
         self.with(|r| (r.revoked.contains_key(serial), false))
+    }
+
+    /// A count that goes up each time the records change (a revocation by `cloudcore node
+    /// revoke` in another process, a merge from another replica): what holds a session or a
+    /// watch open checks its certificate again at each. The file's size and modification time
+    /// are looked at every quarter second, for as long as a receiver is left.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let file = self.file.clone();
+        let stamp = move || {
+            std::fs::metadata(&file)
+                .ok()
+                .map(|m| (m.len(), m.modified().ok()))
+        };
+        tokio::spawn(async move {
+            let mut last = stamp();
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            while !tx.is_closed() {
+                tick.tick().await;
+                let now = stamp();
+                if now != last {
+                    last = now;
+                    tx.send_modify(|n| *n += 1);
+                }
+            }
+        });
+        rx
+    }
+
+    /// Returns once the certificate with `serial` is revoked, as `changes` tells it (never,
+    /// when there is no serial).
+    pub async fn until_revoked(
+        &self,
+        serial: Option<&str>,
+        mut changes: tokio::sync::watch::Receiver<u64>,
+    ) {
+        let Some(serial) = serial else {
+            return std::future::pending().await;
+        };
+        loop {
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if self.is_revoked(serial).unwrap_or(false) {
+                return;
+            }
+        }
     }
 }
 
@@ -379,6 +475,33 @@ pub async fn share(client: kube::Client, book: Book, stop: tokio_util::sync::Can
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node that renewed holds two valid certificates: revoking the node revokes both, and
+    /// a replica that merges the records later refuses both as well.
+    #[test]
+    fn revoking_a_node_revokes_every_certificate_it_was_given() {
+        let dir = tempfile::tempdir().expect("dir");
+        let book = Book::new(dir.path());
+        let far = i64::MAX / 2;
+        book.issued("n1", "01".into(), far).expect("joined");
+        book.issued("n1", "02".into(), far).expect("renewed");
+        book.issued("n2", "03".into(), far).expect("another node");
+        book.issued("n1", "04".into(), 1).expect("an expired one");
+        let mut other = Records::default();
+        other.merge(&book.with(|r| (r.clone(), false)).expect("read"));
+        assert!(book.revoke_node("n1").expect("revoked"));
+        for serial in ["01", "02"] {
+            assert!(book.is_revoked(serial).expect("read"), "{serial}");
+        }
+        assert!(
+            !book.is_revoked("03").expect("read"),
+            "another node's stands"
+        );
+        assert!(!book.revoke_node("n1").expect("nothing left"));
+        other.merge(&book.with(|r| (r.clone(), false)).expect("read"));
+        assert!(other.revoked.contains_key("01") && other.revoked.contains_key("02"));
+        assert!(!other.nodes.contains_key("n1") && other.nodes.contains_key("n2"));
+    }
 
     #[test]
     fn tokens_are_limited_counted_and_revoked() {

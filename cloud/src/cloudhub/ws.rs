@@ -21,6 +21,7 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let nodes = NodeStatus::start(client, hub.settings.replica.clone(), stop.clone());
+    let revocations = hub.settings.joins.changes();
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -36,6 +37,7 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let (hub, tls, nodes, stop) = (hub.clone(), tls.clone(), nodes.clone(), stop.clone());
+        let revocations = revocations.clone();
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(Duration::from_secs(10), tls.accept(tcp)).await
             {
@@ -67,7 +69,7 @@ pub async fn serve(
                 tracing::warn!(%peer, %cn, serial = %s, "cloudhub: a revoked certificate; refused");
                 return;
             }
-            session(hub, stream, cn, peer, nodes, stop).await;
+            session(hub, stream, (cn, serial), peer, nodes, stop, revocations).await;
         });
     }
 }
@@ -111,13 +113,16 @@ enum HandshakeError {
     Certificate { cn: String, node: String },
 }
 
+/// One node's session. `(cn, serial)`: its certificate's common name and serial number; the
+/// session ends as soon as that certificate is revoked (`revocations` counts the changes).
 async fn session(
     hub: Arc<CloudHub>,
     stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-    cn: String,
+    (cn, serial): (String, Option<String>),
     peer: std::net::SocketAddr,
     nodes: Arc<NodeStatus>,
     stop: CancellationToken,
+    revocations: tokio::sync::watch::Receiver<u64>,
 ) {
     let named: Arc<Mutex<Option<String>>> = Arc::default();
     let slot = named.clone();
@@ -207,9 +212,16 @@ async fn session(
     let mut bucket = rt::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
     heartbeat.tick().await;
+    let book = hub.settings.joins.clone();
+    let revoked = book.until_revoked(serial.as_deref(), revocations);
+    tokio::pin!(revoked);
     let why = loop {
         let next = tokio::select! {
             _ = stop.cancelled() => break "cloudcore stops".to_string(),
+            _ = &mut revoked => {
+                hub.metrics.sessions_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                break "its certificate was revoked (cloudcore node revoke)".to_string();
+            }
             _ = end.cancelled() => break "replaced by a newer connection".to_string(),
             _ = stalled.cancelled() => {
                 hub.metrics.stalled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

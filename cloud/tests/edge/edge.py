@@ -9,6 +9,9 @@ Join: GET /ca.crt (DER), its SHA-256 checked against the token's first part; a P
 DER certificate request (CN=system:node:{node}, O=system:nodes) sent with GET /edge.crt and
 headers `Authorization: Bearer {jwt}`, `NodeName`; the DER certificate comes back.
 
+Renewal (--renew, with a certificate kept in --state): the same request, authenticated with the
+kept certificate instead of a token, as edgehub renews before expiry.
+
 Session: wss://.../{projectID}/{node}/events with headers node_id and project_id. Every frame
 received is printed as one JSON line on stdout; a message with a resourceversion is answered
 as metamanager does (`response`, parent_msg_id, content "OK") unless --no-ack. Each stdin line
@@ -55,6 +58,14 @@ def join(cert_url, node, token):
     if digest != parts[0]:
         fail(f"failed to validate CA certificate. tokenCAhash: {parts[0]}, CAhash: {digest}")
     ca_pem = x509.load_der_x509_certificate(ca).public_bytes(serialization.Encoding.PEM)
+    cert, key = request_certificate(
+        cert_url, node, ca_pem, {"Authorization": "Bearer " + ".".join(parts[1:])})
+    return ca_pem, cert, key
+
+
+def request_certificate(cert_url, node, ca_pem, headers, client=None):
+    """A new key and a certificate for it, asked with `headers` (a token) or with the
+    certificate `client` (a (cert file, key file) pair: a renewal, as edgehub renews)."""
     key = ec.generate_private_key(ec.SECP256R1())
     csr = (
         x509.CertificateSigningRequestBuilder()
@@ -71,18 +82,28 @@ def join(cert_url, node, token):
     )
     verified = ssl.create_default_context(cadata=ca_pem.decode())
     verified.check_hostname = False
+    if client:
+        verified.load_cert_chain(client[0], client[1])
     req = urllib.request.Request(
         cert_url + "/edge.crt",
         data=csr.public_bytes(serialization.Encoding.DER),
         method="GET",
-        headers={"Authorization": "Bearer " + ".".join(parts[1:]), "NodeName": node},
+        headers={**headers, "NodeName": node},
     )
     try:
         der = urllib.request.urlopen(req, context=verified).read()
     except urllib.error.HTTPError as e:
         fail(f"failed to call http, code: {e.code}, message: {e.read().decode(errors='replace')}")
-    cert = x509.load_der_x509_certificate(der)
-    return ca_pem, cert, key
+    return x509.load_der_x509_certificate(der), key
+
+
+def save(state, name, cert, key):
+    with open(os.path.join(state, f"{name}.crt"), "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(os.path.join(state, f"{name}.key"), "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
 
 
 def message(group, op, resource, content, parent=""):
@@ -156,6 +177,8 @@ def main():
     p.add_argument("--no-read", action="store_true")
     p.add_argument("--heartbeat", type=float, default=15.0)
     p.add_argument("--state", help="keeps the certificate here, and joins only when none is kept")
+    p.add_argument("--renew", action="store_true",
+                   help="renews the kept certificate with itself first (the old one is kept as edge-before-renewal.*)")
     args = p.parse_args()
     kept = args.state and os.path.exists(os.path.join(args.state, "edge.crt"))
     if kept:
@@ -171,13 +194,17 @@ def main():
             os.makedirs(args.state, exist_ok=True)
             with open(os.path.join(args.state, "ca.crt"), "wb") as f:
                 f.write(ca_pem)
-            with open(os.path.join(args.state, "edge.crt"), "wb") as f:
-                f.write(cert.public_bytes(serialization.Encoding.PEM))
-            with open(os.path.join(args.state, "edge.key"), "wb") as f:
-                f.write(key.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+            save(args.state, "edge", cert, key)
     print(json.dumps({"joined": cert.subject.rfc4514_string(), "kept": bool(kept)}), flush=True)
+    if args.renew:
+        if not kept:
+            fail("--renew needs a certificate kept in --state")
+        crt, k = (os.path.join(args.state, f"edge.{x}") for x in ("crt", "key"))
+        new_cert, new_key = request_certificate(args.cert_url, args.node, ca_pem, {}, (crt, k))
+        save(args.state, "edge-before-renewal", cert, key)
+        save(args.state, "edge", new_cert, new_key)
+        cert, key = new_cert, new_key
+        print(json.dumps({"renewed": format(cert.serial_number, "x")}), flush=True)
     try:
         asyncio.run(session(args, ca_pem, cert, key))
     except (OSError, websockets.exceptions.WebSocketException) as e:
