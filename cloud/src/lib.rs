@@ -248,6 +248,7 @@ async fn start_cloudhub(
     stop: CancellationToken,
 ) -> Result<Arc<cloudhub::CloudHub>> {
     let c = &config.modules.cloud_hub;
+    let claims = replica.is_some().then(|| client.clone());
     let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
     let mut sans = c.advertise_address.clone();
     sans.extend(["127.0.0.1".to_string(), "localhost".to_string()]);
@@ -299,6 +300,7 @@ async fn start_cloudhub(
         ca,
         cert_days: c.edge_cert_days,
         book: cloudhub::joins::Book::new(&config.data_dir),
+        claims,
     });
     tokio::spawn(apiserver::serve(
         cert_listener,

@@ -125,3 +125,103 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
         let _ = c.wait();
     }
 }
+
+/// A one-join token given to two replicas at the same moment joins one node, not two: the
+/// join is claimed through the cluster's API, where a create is atomic, and the join records
+/// (merged between replicas a second later) cannot both admit it.
+#[test]
+fn a_one_join_token_joins_once_across_replicas() {
+    let cluster = Cloud::start();
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut children = Vec::new();
+    let mut cert_ports = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let cert_port = common::free_port();
+        let config = format!(
+            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{cert_port}\"\n  leaderElection:\n    identity: replica-{i}\n  metrics:\n    listen: \"\"\n",
+            path_str(&cluster.kubeconfig),
+            common::free_port(),
+        );
+        children.push(run_with(dir.path(), &config));
+        cert_ports.push(cert_port);
+        let ca = dir.path().join("cloudcore-data/pki/ca.crt");
+        sim::poll::eventually(30, &format!("replica {i}'s CA"), || {
+            ca.exists().then_some(())
+        });
+    }
+    let cloudcore = |i: usize, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
+            .args(args)
+            .arg("--config")
+            .arg(dirs[i].path().join("cluster-mode.yaml"))
+            .output()
+            .expect("cloudcore runs");
+        assert!(out.status.success(), "{}", common::text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let token = cloudcore(0, &["token", "create", "--joins", "1"]);
+    let listed = cloudcore(0, &["token", "list"]);
+    let id = listed
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the token's id")
+        .to_string();
+    // The other replica knows the token once the records are merged.
+    sim::poll::eventually(30, "the token on replica 1", || {
+        cloudcore(1, &["token", "list"]).contains(&id).then_some(())
+    });
+    for port in &cert_ports {
+        sim::poll::eventually(30, "the certificate port", || {
+            std::net::TcpStream::connect(("127.0.0.1", *port)).ok()
+        });
+    }
+    let joins: Vec<std::process::Output> = std::thread::scope(|s| {
+        let started: Vec<_> = cert_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let token = token.clone();
+                s.spawn(move || {
+                    Command::new(common::python())
+                        .arg(common::workspace().join("cloud/tests/edge/edge.py"))
+                        .args(["--cert-url", &format!("https://127.0.0.1:{port}")])
+                        .args(["--hub-url", "wss://127.0.0.1:1"])
+                        .args(["--node", &format!("edge-{i}"), "--token", &token])
+                        .output()
+                        .expect("python runs")
+                })
+            })
+            .collect();
+        started
+            .into_iter()
+            .map(|h| h.join().expect("a join"))
+            .collect()
+    });
+    let joined: Vec<bool> = joins
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("\"joined\""))
+        .collect();
+    assert_eq!(
+        joined.iter().filter(|j| **j).count(),
+        1,
+        "{:?}",
+        joins.iter().map(common::text).collect::<Vec<_>>()
+    );
+    let refused = joins
+        .iter()
+        .zip(&joined)
+        .find(|(_, j)| !**j)
+        .map(|(o, _)| common::text(o))
+        .unwrap_or_default();
+    assert!(
+        refused.contains("code: 401") && refused.contains("join(s) already"),
+        "{refused}"
+    );
+    for mut c in children {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let _ = c.wait();
+    }
+}

@@ -184,6 +184,8 @@ pub struct CertServer {
     pub cert_days: i64,
     /// The tokens given out.
     pub book: super::joins::Book,
+    /// Replicas: the API a limited token's joins are claimed through ([`super::joins::claim`]).
+    pub claims: Option<kube::Client>,
 }
 
 fn refuse(code: StatusCode, why: String) -> Response {
@@ -303,6 +305,27 @@ impl CertServer {
                 }
                 Ok(Err(why)) => return refuse(StatusCode::UNAUTHORIZED, why.to_string()),
                 Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+            }
+            if let Some(client) = &self.claims {
+                let max = match self.book.max_joins(id) {
+                    Ok(max) => max,
+                    Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                };
+                if let Some(max) = max {
+                    match super::joins::claim(client, id, max, &node).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let why = super::joins::Refused::Used {
+                                id: id.clone(),
+                                max,
+                            };
+                            return refuse(StatusCode::UNAUTHORIZED, why.to_string());
+                        }
+                        Err(e) => {
+                            return refuse(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
+                        }
+                    }
+                }
             }
         }
         match pki::node::sign(&self.ca.pem, &self.ca.key_pem, &body, &node, self.cert_days) {

@@ -233,6 +233,18 @@ impl Book {
         Ok(token)
     }
 
+    /// How many joins token `id` allows, when it is limited.
+    pub fn max_joins(&self, id: &str) -> Result<Option<u32>> {
+        self.with(|r| {
+            let max = r
+                .tokens
+                .iter()
+                .find(|t| t.id == id)
+                .and_then(|t| t.max_joins);
+            (max, false)
+        })
+    }
+
     pub fn list(&self) -> Result<Vec<Token>> {
         self.with(|r| (r.tokens.clone(), false))
     }
@@ -394,6 +406,40 @@ impl Book {
 
 /// The Secret the replicas of a fleet share their join records in.
 pub const SHARED: (&str, &str) = ("kube-system", "cloudcore-joins");
+
+/// Replicas: claims one of the `max` joins of token `id` for `node` through the API, where a
+/// create is atomic: the ConfigMaps `kube-system/cloudcore-join-{id}-{n}`, `n` below `max`;
+/// the first free one is made, and when all are there the token is used up. Two replicas
+/// given the same one-join token at the same moment cannot both admit it (their records
+/// only merge a second later). `Ok(false)`: used up.
+pub async fn claim(client: &kube::Client, id: &str, max: u32, node: &str) -> Result<bool> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ObjectMeta, PostParams};
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), SHARED.0);
+    for n in 0..max {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("cloudcore-join-{id}-{n}")),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "cloudcore".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data: Some([("node".to_string(), node.to_string())].into()),
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &cm).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e).context("cannot claim a join of the token through the API"),
+        }
+    }
+    Ok(false)
+}
 
 /// Replicas: keeps this replica's book and the fleet's (the Secret [`SHARED`]) merged, every
 /// second: a token made or revoked, a join counted, a certificate given or revoked on one
