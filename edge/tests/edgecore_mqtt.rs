@@ -294,7 +294,7 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
     let acl = dir.path().join("mqtt.acl");
     std::fs::write(
         &acl,
-        "user app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\n",
+        "pattern readwrite clients/%c/#\nuser app\ntopic read $hw/events/device/default/oven-1/#\ntopic write $hw/events/device/default/oven-1/twin/update\n",
     )
     .expect("acl");
     let e = Edgecore::start_with(
@@ -366,6 +366,104 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
     });
     assert!(denied.ends_with(" 1"), "{denied}");
     assert!(e.metrics().contains("edgecore_broker_refused_total 2"));
+
+    // Mosquitto's own clients, one step off: a last will on a topic the ACL does not grant
+    // (another device's twin/update, retained or not) is refused at CONNECT, as Mosquitto
+    // refuses it, so that dropping the connection cannot publish it.
+    let port = e.mqtt_port.to_string();
+    let mosquitto = |tool: &str, args: &[&str]| {
+        let out = std::process::Command::new(tool)
+            .args(["-h", "127.0.0.1", "-p", &port, "-u", "app", "-P", "s3cret"])
+            .args(args)
+            .output()
+            .expect("a mosquitto client runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let other = "$hw/events/device/default/oven-2/twin/update";
+    for retain in [false, true] {
+        let mut args = vec!["-i", "w1", "-t", &format!("{DEV}/twin/update")]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        args.extend(["-m", "{}", "--will-topic", other, "--will-payload", "{}"].map(String::from));
+        if retain {
+            args.push("--will-retain".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out) = mosquitto("mosquitto_pub", &args);
+        assert!(
+            !ok && out.contains("not authorised"),
+            "will retained={retain}: {out}"
+        );
+    }
+    // `pattern ... clients/%c/#`: a client id with `#` is refused; one with `/` is granted
+    // nothing by the pattern (`a/b` would sit inside client `a`'s topics).
+    let (ok, out) = mosquitto(
+        "mosquitto_sub",
+        &["-i", "#", "-t", "clients/a/#", "-W", "3"],
+    );
+    assert!(!ok && out.contains("not authorised"), "{out}");
+    let (ok, out) = mosquitto(
+        "mosquitto_pub",
+        &[
+            "-i",
+            "a",
+            "-t",
+            "clients/a/b/x",
+            "-m",
+            "for a only",
+            "-r",
+            "-q",
+            "1",
+        ],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = mosquitto(
+        "mosquitto_sub",
+        &["-i", "a", "-t", "clients/a/#", "-C", "1", "-W", "10"],
+    );
+    assert!(
+        ok && out.contains("for a only"),
+        "client a reads its own: {out}"
+    );
+    let (_, out) = mosquitto(
+        "mosquitto_sub",
+        &["-i", "a/b", "-t", "clients/a/b/#", "-C", "1", "-W", "3"],
+    );
+    assert!(
+        !out.contains("for a only"),
+        "a/b read client a's topic: {out}"
+    );
+    // A connection with another's client id takes it over: the older one is closed, as MQTT
+    // says, not left open answering pings and receiving nothing.
+    let (old, mut old_events) = connect(Some(("app", "s3cret")), 7);
+    let first = tokio::time::timeout(Duration::from_secs(10), old_events.poll()).await;
+    assert!(
+        matches!(first, Ok(Ok(Event::Incoming(Packet::ConnAck(_))))),
+        "{first:?}"
+    );
+    let (_new, mut new_events) = connect(Some(("app", "s3cret")), 7);
+    let taken = tokio::time::timeout(Duration::from_secs(10), new_events.poll()).await;
+    assert!(
+        matches!(taken, Ok(Ok(Event::Incoming(Packet::ConnAck(_))))),
+        "{taken:?}"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match old_events.poll().await {
+                Err(e) => return e,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the older connection of c7 is still open");
+    drop(old);
 }
 
 /// The embedded broker's TLS listener with client certificates as users (Mosquitto's

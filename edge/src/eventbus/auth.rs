@@ -272,6 +272,15 @@ impl Auth {
             .flatten()
             .any(|(a, f)| a.allows(write) && super::topics::topic_matches(f, topic));
         own || acl.patterns.iter().any(|(a, p)| {
+            // A `/` in the id or name would reach into another client's subtree
+            // (`clients/%c/#` with id `a/b` is inside client `a`'s): such a pattern grants
+            // that client nothing.
+            let slash = |s: &str| s.contains('/');
+            if (p.contains("%c") && slash(client_id))
+                || (p.contains("%u") && user.is_some_and(slash))
+            {
+                return false;
+            }
             let f = p
                 .replace("%u", user.unwrap_or_default())
                 .replace("%c", client_id);
@@ -411,5 +420,16 @@ mod tests {
             Auth::open().admits(Some("#"), "+"),
             "no ACL, nothing to widen"
         );
+    }
+
+    #[test]
+    fn a_pattern_grants_nothing_to_an_id_or_user_with_a_slash() {
+        let (_dir, auth) = acl_of("pattern readwrite clients/%c/#\npattern read users/%u/#\n");
+        // `clients/%c/#` with id `a/b` would be inside client `a`'s topics.
+        assert!(!auth.allows(None, "a/b", "clients/a/b/x", true));
+        assert!(!auth.allows(Some("app/x"), "c1", "users/app/x/y", false));
+        // The other pattern still applies to it.
+        assert!(auth.allows(Some("app/x"), "c1", "clients/c1/z", true));
+        assert!(auth.allows(None, "a", "clients/a/b/x", true));
     }
 }

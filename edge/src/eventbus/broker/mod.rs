@@ -98,6 +98,8 @@ struct Client {
     queued_bytes: Arc<AtomicUsize>,
     /// Cancelled when its QoS 1 queue overflowed: the connection is closed.
     overflow: CancellationToken,
+    /// Cancelled when a newer connection takes its client id over: the connection is closed.
+    taken_over: CancellationToken,
     /// edgecore's own in-process client: publishers wait for room in its queue (TCP
     /// backpressure on the publishing app) instead of it being disconnected, so that a burst of
     /// requests is slowed down, never lost or turned into a stall. No connection takes it over.
@@ -240,6 +242,7 @@ impl Broker {
                     .collect(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: CancellationToken::new(),
+                taken_over: CancellationToken::new(),
                 link: true,
             },
         );
@@ -638,15 +641,21 @@ where
     let queued_bytes = Arc::new(AtomicUsize::new(0));
     let queued = queued_bytes.clone();
     let overflow = cancel.child_token();
+    let taken_over = cancel.child_token();
     // QoS 1 publishes sent and not acknowledged: the writer takes a permit for each, a PUBACK
     // from the client gives it back.
     let inflight = Arc::new(tokio::sync::Semaphore::new(window));
     {
         let mut state = shared.lock();
-        // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4).
-        state
-            .clients
-            .retain(|_, c| c.link || c.client_id != session.client_id);
+        // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4):
+        // the older one is closed, not left open unrouted.
+        state.clients.retain(|_, c| {
+            let older = !c.link && c.client_id == session.client_id;
+            if older {
+                c.taken_over.cancel();
+            }
+            !older
+        });
         state.clients.insert(
             id,
             Client {
@@ -656,6 +665,7 @@ where
                 filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: overflow.clone(),
+                taken_over: taken_over.clone(),
                 link: false,
             },
         );
@@ -684,6 +694,7 @@ where
         let next = tokio::select! {
             _ = cancel.cancelled() => break Err(Disconnect::Shutdown),
             _ = overflow.cancelled() => break Err(Disconnect::Overflow),
+            _ = taken_over.cancelled() => break Err(Disconnect::TakenOver),
             r = read => r,
         };
         let packet = match next {

@@ -42,6 +42,8 @@ pub(super) enum Disconnect {
     InvalidTopic(String),
     #[error("second CONNECT")]
     SecondConnect,
+    #[error("another connection took over its client id")]
+    TakenOver,
     /// Answered with a CONNACK that carries the code.
     #[error("CONNECT refused: {0:?}")]
     Refused(ConnectReturnCode),
