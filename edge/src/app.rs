@@ -195,6 +195,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             mappers,
             pods,
             pod_log_dir: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
+            hosts: http::served_hosts(&config.http.hosts),
             token: match &config.http.token_file {
                 None => None,
                 Some(f) => {

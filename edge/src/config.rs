@@ -14,6 +14,8 @@
 //! #        caFile: clients-ca.crt, requireCertificate: true, useIdentityAsUsername: true}}
 //! dmi: {socket: /etc/kubeedge/dmi.sock, maxConnections: 256}   # default: {dataDir}/dmi.sock
 //! http: {address: "127.0.0.1:10360", maxConnections: 256}
+//! # without http.tokenFile, only these Host names are answered besides IP addresses,
+//! # localhost and the host name (DNS rebinding): http: {hosts: [gateway-3.plant.example]}
 //! # the embedded broker's bounds: mqtt.maxConnections (1024), and per client
 //! # mqtt.maxQueuedMessages (1000), mqtt.maxQueuedBytes (16777216), mqtt.maxInflightMessages (20)
 //! store: {synchronous: normal}                         # or full (fsync every commit)
@@ -301,6 +303,10 @@ pub struct Http {
     /// TOKEN`; `kectl` sends `KECTL_TOKEN`), but `/healthz` and `/readyz`. Without one, anyone
     /// who reaches `address` (loopback by default) may use the API.
     pub token_file: Option<PathBuf>,
+    /// Without a token, the `Host` names the API answers besides IP addresses, `localhost`
+    /// (and `*.localhost`) and this machine's host name: a web page the operator opens cannot
+    /// reach it through a name of its own that resolves to this machine (DNS rebinding).
+    pub hosts: Vec<String>,
 }
 
 impl Default for Http {
@@ -309,6 +315,7 @@ impl Default for Http {
             address: SocketAddr::from(([127, 0, 0, 1], DEFAULT_HTTP_PORT)),
             max_connections: 256,
             token_file: None,
+            hosts: Vec::new(),
         }
     }
 }

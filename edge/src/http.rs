@@ -45,6 +45,9 @@ pub(crate) struct ApiState {
     pub pod_log_dir: Option<std::path::PathBuf>,
     /// The token requests must carry (`http.tokenFile`), if any.
     pub token: Option<Arc<str>>,
+    /// Without a token: the `Host` names answered besides IP addresses and `localhost`
+    /// ([`served_hosts`]).
+    pub hosts: Arc<[String]>,
     /// The node's name.
     pub node: Arc<str>,
     /// Whether edgecore is joined to a cloud (`cloud:` in its config).
@@ -53,12 +56,69 @@ pub(crate) struct ApiState {
     pub events: Feed,
 }
 
-/// Refuses (401) a request without the API's token, when it has one.
+/// Whether a request's `Host` is one this API serves when it has no token: an IP address
+/// (a page cannot rebind those), `localhost` or a name under it, this machine's host name, or
+/// one of `configured`. A name a web page's own domain resolves to this machine is none of
+/// these, so a page the operator opens cannot use the API (DNS rebinding).
+fn served_host(host: &str, configured: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => {
+            return v6
+                .split_once(']')
+                .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
+        }
+        None => host.rsplit_once(':').map_or(host, |(n, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                n
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || configured.iter().any(|c| c.eq_ignore_ascii_case(&name))
+}
+
+/// The names [`served_host`] answers besides IP addresses and `localhost`: `http.hosts` and
+/// this machine's host name.
+pub(crate) fn served_hosts(configured: &[String]) -> Arc<[String]> {
+    configured.iter().cloned().chain(hostname()).collect()
+}
+
+/// This machine's host name.
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+/// Refuses (401) a request without the API's token, when it has one; without one, refuses
+/// (403) a request whose `Host` is not one the API serves ([`served_host`]).
 async fn require_token(
     State(s): State<ApiState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    if s.token.is_none() {
+        let host = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))
+            .unwrap_or_default();
+        if !served_host(host, &s.hosts) {
+            return error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "the Host {host:?} is not one this API answers without a token (IP addresses, localhost, this host name, http.hosts): add it to http.hosts, or set http.tokenFile"
+                ),
+            );
+        }
+    }
     if let Some(token) = &s.token {
         let given = req
             .headers()
@@ -482,4 +542,37 @@ pub(crate) async fn serve(
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_token_only_the_hosts_it_serves_are_answered() {
+        let configured = ["gw-3.plant.example".to_string()];
+        for host in [
+            "127.0.0.1:10360",
+            "127.0.0.1",
+            "10.0.0.7:10360",
+            "[::1]:10360",
+            "localhost:10360",
+            "LOCALHOST",
+            "ui.localhost:8080",
+            "gw-3.plant.example:10360",
+            "gw-3.plant.example.",
+        ] {
+            assert!(served_host(host, &configured), "{host}");
+        }
+        for host in [
+            "evil.example:10360",
+            "evil.example",
+            "127.0.0.1.evil.example",
+            "localhost.evil.example",
+            "[evil]:80",
+            "",
+        ] {
+            assert!(!served_host(host, &configured), "{host}");
+        }
+    }
 }

@@ -311,3 +311,50 @@ fn the_http_api_can_require_a_token() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// DNS rebinding: without a token, a request whose `Host` is a name of a web page's own domain
+/// (resolved to this machine) is refused, a read and a desired value alike; IP addresses,
+/// `localhost` and the names in `http.hosts` are answered.
+#[test]
+fn without_a_token_a_foreign_host_is_refused() {
+    use std::io::{Read, Write};
+    let e = Edgecore::start_with("", ", hosts: [gw-3.plant.example]");
+    let addr = e.http.trim_start_matches("http://").to_string();
+    let raw = |method: &str, path: &str, host: &str, body: &str| {
+        let mut c = std::net::TcpStream::connect(&addr).expect("connected");
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("sent");
+        let mut out = String::new();
+        c.read_to_string(&mut out).expect("read");
+        out
+    };
+    let desired = "/api/v1/devices/default/oven-1/desired";
+    for host in [
+        "evil.example",
+        "evil.example:10360",
+        "127.0.0.1.evil.example",
+    ] {
+        let out = raw("GET", "/api/v1/devices", host, "");
+        assert!(
+            out.starts_with("HTTP/1.1 403")
+                && out.contains("http.hosts")
+                && !out.contains("oven-1\""),
+            "{host}: {out}"
+        );
+        let out = raw("PUT", desired, host, r#"{"setpoint": "99"}"#);
+        assert!(out.starts_with("HTTP/1.1 403"), "{host}: {out}");
+    }
+    let (_, twin) = e.get("/api/v1/devices/default/oven-1");
+    assert!(!twin.to_string().contains("\"99\""), "{twin}");
+    for host in [addr.as_str(), "localhost", "gw-3.plant.example:10360"] {
+        let out = raw("GET", "/api/v1/devices", host, "");
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.contains("oven-1"),
+            "{host}: {out}"
+        );
+    }
+}
