@@ -113,7 +113,7 @@ async fn require_token(
         if !served_host(host, &s.hosts) {
             return error(
                 StatusCode::FORBIDDEN,
-                &format!(
+                format!(
                     "the Host {host:?} is not one this API answers without a token (IP addresses, localhost, this host name, http.hosts): add it to http.hosts, or set http.tokenFile"
                 ),
             );
