@@ -380,6 +380,20 @@ impl EtcdStore {
         }
     }
 
+    /// The object etcd holds at `ekey` now, with its revision.
+    async fn held(&self, ekey: &[u8]) -> Result<Option<Arc<Obj>>, EtcdError> {
+        let r = (self.client)
+            .range(pb::RangeRequest {
+                key: ekey.to_vec(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(r.kvs
+            .into_iter()
+            .next()
+            .map(|kv| Arc::new(object(&kv.value, kv.mod_revision as u64))))
+    }
+
     pub(super) async fn mutate(
         &self,
         tables: &View,
@@ -393,15 +407,33 @@ impl EtcdStore {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .cloned();
+        // The first decision is taken on this server's view, which may lag etcd; a refusal
+        // (a stale resourceVersion, not found, already exists) is checked against etcd's own
+        // object before it is answered.
+        let mut from_view = true;
         for _ in 0..ATTEMPTS {
             let old = current.as_ref().map(|o| o.value());
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(old, 0)))
+            let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(old, 0)))
                 .unwrap_or_else(|_| {
                     tracing::error!(key = ?key, "a write failed with a panic; it was refused");
                     Err(Status::internal(
                         "the write failed inside the server; nothing was changed",
                     ))
-                })?;
+                });
+            let out = match decided {
+                Ok(out) => out,
+                Err(refused) if from_view && refused.code != 500 => {
+                    from_view = false;
+                    let held = self.held(&ekey).await.map_err(write_error)?;
+                    if held.as_ref().map(|o| o.rv) == current.as_ref().map(|o| o.rv) {
+                        return Err(refused);
+                    }
+                    current = held;
+                    continue;
+                }
+                Err(refused) => return Err(refused),
+            };
+            from_view = false;
             let (op, mut value, deleted) = match out {
                 Outcome::Unchanged(v) => {
                     return Ok(Done {
