@@ -81,13 +81,14 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     let http = agent();
 
     // Reported values of every type reach the twin; the property whose register does not exist
-    // fails alone.
-    let twin = eventually(20, "reported values", || {
+    // fails alone. The device's state is a report of its own, which may come after the values.
+    let twin = eventually(20, "reported values and the state online", || {
         let t = node.twin("default/plc-1")?;
         (reported(&t, "temperature").is_some()
             && reported(&t, "heater").is_some()
-            && reported(&t, "setpoint").as_deref() == Some("42"))
-        .then_some(t)
+            && reported(&t, "setpoint").as_deref() == Some("42")
+            && t["state"] == "online")
+            .then_some(t)
     });
     assert_eq!(reported(&twin, "temperature").as_deref(), Some("65"));
     let pressure: f64 = reported(&twin, "pressure")
