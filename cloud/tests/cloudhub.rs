@@ -459,7 +459,9 @@ async fn a_kubeedge_kubelet_registers_its_node_and_renews_its_lease() {
         })
     };
     let node = serde_json::json!({"metadata": {"name": "edge-node-1",
-        "labels": {"kubernetes.io/arch": "amd64", "node-role.kubernetes.io/agent": ""}},
+        "labels": {"kubernetes.io/arch": "amd64", "node-role.kubernetes.io/agent": "",
+            "node-restriction.kubernetes.io/site": "another-site",
+            "node-role.kubernetes.io/control-plane": ""}},
         "status": {"capacity": {"cpu": "2", "memory": "1Gi", "pods": "110"},
             "nodeInfo": {"kubeletVersion": "v1.32.10-kubeedge"},
             "addresses": [{"type": "InternalIP", "address": "192.0.2.7"}]}});
@@ -472,6 +474,20 @@ async fn a_kubeedge_kubelet_registers_its_node_and_renews_its_lease() {
         a["content"]["Object"]["metadata"]["labels"]["kubernetes.io/arch"], "amd64",
         "{a}"
     );
+    // Labels a node may not set on its Node (NodeRestriction) are left out: cloudcore writes
+    // the registration with its own credentials, so the API could not refuse them.
+    let labels = c.ok(&[
+        "get",
+        "node",
+        "edge-node-1",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(
+        !labels.contains("node-restriction") && !labels.contains("control-plane"),
+        "{labels}"
+    );
+    assert!(labels.contains("node-role.kubernetes.io/agent"), "{labels}");
     let wide = c.ok(&["get", "node", "edge-node-1", "-o", "wide"]);
     assert!(
         wide.contains("192.0.2.7") && wide.contains("v1.32.10-kubeedge"),
