@@ -95,7 +95,8 @@ struct Prop {
     desired: Option<String>,
     applied: Option<String>,
     /// A desired value the device or the codec refused for good (out of range, not of the
-    /// type): not tried again until the desired value changes.
+    /// type): not tried again while it stays the desired value; forgotten once another value
+    /// is written, so that asking for it again tries it (and says why) again.
     rejected: Option<String>,
     /// Why its last read failed (the device itself answering), until a value comes.
     error: Option<String>,
@@ -592,6 +593,7 @@ impl<D: Driver> DeviceTask<D> {
                     tracing::info!(device = %self.id(), property = %name, value = %want, "desired value written");
                     let p = &mut self.props[i];
                     p.applied = Some(want.clone());
+                    p.rejected = None;
                     p.sent = None;
                     p.next = Instant::now();
                 }
@@ -681,6 +683,12 @@ mod tests {
         async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {
             let mut r = self.rig.lock().expect("rig");
             r.writes.push((index, value.to_string()));
+            // The device holds at most 120.
+            if value.parse::<i64>().is_ok_and(|v| v > 120) {
+                return Err(DriverError::config(format!(
+                    "{value} is above the maximum 120"
+                )));
+            }
             r.values[index] = value.to_string();
             Ok(())
         }
@@ -861,6 +869,44 @@ mod tests {
             .expect("task runs");
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(rig.lock().expect("rig").writes, vec![(0, "7".to_string())]);
+        cancel.cancel();
+    }
+
+    /// 130 is refused, 85 and 95 are written, 130 again is tried again and refused again: a
+    /// value refused once is not refused silently for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_value_refused_before_is_tried_again_once_another_was_written() {
+        let (rig, mut rx, tx, cancel) = start(&[(10_000, 10_000)]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut refusals = Vec::new();
+        for want in ["130", "85", "95", "130", "130"] {
+            tx.send(Command::Desired(vec![("p0".into(), want.into())]))
+                .await
+                .expect("task runs");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            while let Ok(r) = rx.try_recv() {
+                if let Report::WriteRefused { desired, error, .. } = r {
+                    refusals.push(format!("{desired}: {error}"));
+                }
+            }
+        }
+        let writes: Vec<String> = (rig.lock().expect("rig").writes.iter())
+            .map(|(_, v)| v.clone())
+            .collect();
+        // The last 130 is the same desired value as the one before: not tried a third time.
+        assert_eq!(writes, ["130", "85", "95", "130"]);
+        assert_eq!(
+            refusals,
+            [
+                "130: 130 is above the maximum 120",
+                "130: 130 is above the maximum 120"
+            ]
+        );
+        assert_eq!(
+            rig.lock().expect("rig").values[0],
+            "95",
+            "the last value that fits"
+        );
         cancel.cancel();
     }
 
