@@ -110,8 +110,19 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|e| match e {
+        // Relative paths in the file are taken from its directory, made absolute here: the
+        // socket paths a mapper registers are used by edgecore, which runs elsewhere.
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let base = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+        .map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, &base).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.to_path_buf(),
                 message,
@@ -193,6 +204,39 @@ mod tests {
         assert_eq!(c.common.edgecore_sock, "/etc/kubeedge/dmi.sock");
         assert_eq!(c.common.protocol, "modbus");
         assert_eq!(c.common.http_port, 7777);
+    }
+
+    /// A config file named by a relative path (`--config-file config.yaml`, run from its
+    /// directory) gives absolute socket paths: edgecore, started elsewhere, reaches them.
+    #[test]
+    fn a_relative_config_path_gives_absolute_sockets() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            "grpc_server: {socket_path: m.sock}\ncommon: {name: m, protocol: modbus, edgecore_sock: dmi.sock}\n",
+        )
+        .expect("written");
+        let here = std::env::current_dir().expect("cwd");
+        let rel = pathdiff(dir.path(), &here).join("config.yaml");
+        let c = Config::load(&rel).expect("valid");
+        assert!(c.socket().is_absolute(), "{:?}", c.socket());
+        let real = std::fs::canonicalize(dir.path()).expect("the directory");
+        assert_eq!(c.socket(), real.join("m.sock"));
+        assert_eq!(Path::new(&c.common.edgecore_sock), real.join("dmi.sock"));
+    }
+
+    /// `to` as a path relative to `from` (both absolute).
+    fn pathdiff(to: &Path, from: &Path) -> PathBuf {
+        let (t, f): (Vec<_>, Vec<_>) = (to.components().collect(), from.components().collect());
+        let common = t.iter().zip(&f).take_while(|(a, b)| a == b).count();
+        let mut out = PathBuf::new();
+        for _ in common..f.len() {
+            out.push("..");
+        }
+        for c in &t[common..] {
+            out.push(c);
+        }
+        out
     }
 
     #[test]
