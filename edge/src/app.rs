@@ -190,6 +190,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             node: config.node_name.as_str().into(),
             cloud: config.cloud.is_some(),
             events: http::event_feed(&twin, cancel.clone()),
+            stop: cancel.clone(),
             twin: twin.clone(),
             metrics: metrics.clone(),
             mappers,

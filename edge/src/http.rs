@@ -54,6 +54,9 @@ pub(crate) struct ApiState {
     pub cloud: bool,
     /// The twin's changes for `GET /api/v1/events`.
     pub events: Feed,
+    /// edgecore stops: the event streams end at once, so that a page left open does not hold
+    /// the shutdown.
+    pub stop: CancellationToken,
 }
 
 /// Whether a request's `Host` is one this API serves when it has no token: an IP address
@@ -308,6 +311,7 @@ async fn events(State(s): State<ApiState>) -> Response {
         };
         Some((Ok::<_, std::convert::Infallible>(event), rx))
     });
+    let stream = futures_util::StreamExt::take_until(stream, s.stop.clone().cancelled_owned());
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

@@ -358,3 +358,26 @@ fn without_a_token_a_foreign_host_is_refused() {
         );
     }
 }
+
+/// A page left open holds an event stream (`/api/v1/events`); at SIGTERM the stream ends at
+/// once and edgecore stops without waiting out its 10 s drain for it.
+#[test]
+fn an_open_event_stream_ends_at_shutdown() {
+    use std::io::{Read, Write};
+    let mut e = Edgecore::start(None);
+    let addr = e.http.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).expect("connected");
+    write!(c, "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("sent");
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).expect("the stream's head");
+    assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+    e.stop(false);
+    // The stream ends (the connection closes): read to its end.
+    c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("timeout");
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    let log = e.log();
+    assert!(log.contains("edgecore stopped"), "{log}");
+    assert!(!log.contains("did not stop within"), "{log}");
+}
