@@ -5,6 +5,11 @@
 //! - **NodeRestriction, labels**: a node may set on its own Node only the labels a kubelet sets.
 //!   ([`api::validate::node::may_set_label`]). A create names the labels it may not set, an
 //!   update or patch the ones it may not modify (added, changed or removed).
+//! - **Desired values that can never land**: a Device's desired value must fit its model's
+//!   type, minimum and maximum, and its property must not be ReadOnly (the checks and words of
+//!   `api::validate`, as the edge's), else 422 naming the field path. Only values that change
+//!   are judged, so a value stored before (or a model changed since) does not hold back a
+//!   write of another property.
 //! - **RBAC escalation**: a Role or ClusterRole may grant only what its author holds in that
 //!   namespace (cluster-wide for a ClusterRole), unless the author may `escalate` it; a binding
 //!   may give only a role whose every rule its author holds where the binding applies, unless
@@ -12,7 +17,7 @@
 
 use crate::User;
 use crate::authz::{self, Attributes};
-use crate::status::{Status, qualified};
+use crate::status::{Cause, Status, qualified};
 use crate::store::Tables;
 use api::validate::node::may_set_label;
 use serde_json::Value;
@@ -26,6 +31,68 @@ pub(crate) struct Author {
     /// The RBAC objects when the write is one of them (roles and bindings), for the escalation
     /// check; `None` otherwise.
     pub rbac: Option<Tables>,
+    /// The DeviceModels when the write is a Device's spec, for its desired values.
+    pub models: Option<Tables>,
+}
+
+const DEVICES: &str = "devices.kubeedge.io";
+
+/// The store key of DeviceModels.
+pub(crate) const MODELS_KEY: &str = "devicemodels.devices.kubeedge.io";
+
+/// The desired values of `new` that can never land on the device, as 422 causes: each one
+/// that changed from `old` and does not fit its model (type, minimum, maximum, access mode).
+fn desired_values(models: &Tables, ns: &str, old: Option<&Value>, new: &Value) -> Vec<Cause> {
+    use api::v1beta1::{Device, DeviceModel};
+    let Ok(device) = serde_json::from_value::<Device>(new.clone()) else {
+        return Vec::new();
+    };
+    let Some(model) = (device.spec.device_model_ref.as_ref())
+        .and_then(|r| {
+            models.get(&crate::store::Key {
+                res: std::sync::Arc::from(MODELS_KEY),
+                ns: ns.to_string(),
+                name: r.name.clone(),
+            })
+        })
+        .and_then(|m| serde_json::from_value::<DeviceModel>(m.value()).ok())
+    else {
+        return Vec::new();
+    };
+    let before = |name: &str| -> Option<Value> {
+        (old?["spec"]["properties"].as_array()?.iter())
+            .find(|p| p["name"] == name)
+            .map(|p| p["desired"].clone())
+    };
+    let mut causes = Vec::new();
+    for problem in api::validate::validate_device(&device, Some(&model)) {
+        if problem.severity != api::validate::Severity::Error {
+            continue;
+        }
+        let Some(i) = desired_index(&problem.path) else {
+            continue;
+        };
+        let Some(p) = device.spec.properties.get(i) else {
+            continue;
+        };
+        let now = &new["spec"]["properties"][i]["desired"];
+        if before(&p.name).as_ref() == Some(now) {
+            continue;
+        }
+        causes.push(Cause::invalid(
+            problem.path.clone(),
+            &now["value"],
+            &problem.message,
+        ));
+    }
+    causes
+}
+
+/// The property index of a problem at `spec.properties[i].desired...`.
+fn desired_index(path: &str) -> Option<usize> {
+    let rest = path.strip_prefix("spec.properties[")?;
+    let (i, tail) = rest.split_once(']')?;
+    tail.starts_with(".desired").then(|| i.parse().ok())?
 }
 
 /// The check of a write of `new` (with `old` the stored object, if any) of `plural` in
@@ -59,6 +126,14 @@ pub(crate) fn admit(
                 None => format!("is not allowed to set the following labels: {list}"),
                 Some(_) => format!("is not allowed to modify labels: {list}"),
             }));
+        }
+    }
+    if (group, plural) == (DEVICES, "devices")
+        && let Some(models) = &author.models
+    {
+        let causes = desired_values(models, ns, old, new);
+        if !causes.is_empty() {
+            return Err(Status::invalid("Device", DEVICES, name, causes));
         }
     }
     if group == RBAC
@@ -329,6 +404,14 @@ mod tests {
             assert!(covered(&admin, r));
             assert!(!covered(&held, r));
         }
+    }
+
+    #[test]
+    fn only_problems_of_a_desired_value_are_judged_at_the_door() {
+        assert_eq!(desired_index("spec.properties[3].desired.value"), Some(3));
+        assert_eq!(desired_index("spec.properties[0].desired"), Some(0));
+        assert_eq!(desired_index("spec.properties[1].collectCycle"), None);
+        assert_eq!(desired_index("spec.methods[0].propertyNames[0]"), None);
     }
 
     #[test]

@@ -527,3 +527,69 @@ fn kill_9_keeps_what_was_acknowledged_and_sigterm_is_quick() {
     assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
     assert!(c.log().contains("stopping"), "{}", c.log());
 }
+
+/// A desired value that can never land is refused at the door, with its field path and the
+/// edge's words: above the model's maximum, not of the property's type, on a ReadOnly
+/// property. A good value lands; a value stored before the model changed does not hold back a
+/// change of another property.
+#[test]
+fn desired_values_that_cannot_land_are_refused_with_their_path() {
+    let s = Server::start();
+    let file = common::examples().join("modbus-tcp.yaml");
+    s.ok(&["apply", "-f", file.to_str().expect("utf-8")]);
+    let patch = |ops: &str| s.kubectl(&["patch", "device", "oven-1", "--type=json", "-p", ops]);
+    for (ops, want) in [
+        (
+            r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"130"}]"#,
+            r#"spec.properties[1].desired.value: Invalid value: "130": 130 is above the model maximum 120"#,
+        ),
+        (
+            r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"abc"}]"#,
+            r#"spec.properties[1].desired.value: Invalid value: "abc""#,
+        ),
+        (
+            r#"[{"op":"add","path":"/spec/properties/2/desired","value":{"value":"maybe"}}]"#,
+            r#"spec.properties[2].desired.value: Invalid value: "maybe""#,
+        ),
+        (
+            r#"[{"op":"add","path":"/spec/properties/0/desired","value":{"value":"20"}}]"#,
+            "is ReadOnly in the model",
+        ),
+    ] {
+        let out = patch(ops);
+        let text = common::text(&out);
+        assert!(!out.status.success(), "{ops}: {text}");
+        assert!(
+            text.contains("Device \"oven-1\" is invalid") && text.contains(want),
+            "{ops}: {text}"
+        );
+    }
+    let desired = |i: usize| {
+        s.ok(&[
+            "get",
+            "device",
+            "oven-1",
+            "-o",
+            &format!("jsonpath={{.spec.properties[{i}].desired.value}}"),
+        ])
+    };
+    assert_eq!(desired(1).trim(), "80", "nothing refused was stored");
+    let out = patch(r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"85"}]"#);
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(desired(1).trim(), "85");
+    // The model's maximum goes down to 50: the stored 85 no longer fits, yet another
+    // property's change is not held back by it.
+    let out = s.kubectl(&[
+        "patch",
+        "devicemodel",
+        "temperature-controller",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/properties/1/maximum","value":"50"}]"#,
+    ]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let out =
+        patch(r#"[{"op":"add","path":"/spec/properties/2/desired","value":{"value":"true"}}]"#);
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(desired(2).trim(), "true");
+}

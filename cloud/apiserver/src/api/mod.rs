@@ -417,6 +417,10 @@ impl Api {
                 rbac: (t.res.group == "rbac.authorization.k8s.io"
                     && !user.in_group("system:masters"))
                 .then(|| self.store.read().only(&RBAC_KEYS)),
+                models: (t.res.group == "devices.kubeedge.io"
+                    && t.res.plural == "devices"
+                    && t.sub.is_none())
+                .then(|| self.store.read().only(&[crate::admission::MODELS_KEY])),
             },
         }
     }
