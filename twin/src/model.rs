@@ -144,19 +144,7 @@ impl PropertyTwin {
         if !self.value_type.is_numeric() {
             return None;
         }
-        let below = |bound: &str| compare(value, bound).map(|o| o == std::cmp::Ordering::Less);
-        let above = |bound: &str| compare(value, bound).map(|o| o == std::cmp::Ordering::Greater);
-        if let Some(min) = &self.minimum
-            && below(min) == Some(true)
-        {
-            return Some(format!("{} is below the model minimum {min}", value.trim()));
-        }
-        if let Some(max) = &self.maximum
-            && above(max) == Some(true)
-        {
-            return Some(format!("{} is above the model maximum {max}", value.trim()));
-        }
-        None
+        api::validate::out_of_range(value, self.minimum.as_deref(), self.maximum.as_deref())
     }
 
     /// The desired value when it differs from the reported one.
@@ -175,17 +163,6 @@ impl PropertyTwin {
             .filter_map(|v| v.as_ref().map(|v| v.value.len()))
             .sum()
     }
-}
-
-/// `a` against `b` as numbers: exactly as integers when both are, else as floats; `None` when
-/// either is not a number.
-fn compare(a: &str, b: &str) -> Option<std::cmp::Ordering> {
-    let (a, b) = (a.trim(), b.trim());
-    if let (Ok(x), Ok(y)) = (a.parse::<i128>(), b.parse::<i128>()) {
-        return Some(x.cmp(&y));
-    }
-    let (x, y) = (a.parse::<f64>().ok()?, b.parse::<f64>().ok()?);
-    x.partial_cmp(&y)
 }
 
 /// Identity, state and section versions of a device: one row of the `device` table.

@@ -130,6 +130,34 @@ fn check_cycle(value: Option<i64>, path: String, out: &mut Vec<Problem>) {
     }
 }
 
+/// Compares two numbers given as text: exactly as integers when both are (64-bit values
+/// included), else as floating point. `None` when either is not a number.
+pub fn compare_numbers(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let (a, b) = (a.trim(), b.trim());
+    if let (Ok(x), Ok(y)) = (a.parse::<i128>(), b.parse::<i128>()) {
+        return Some(x.cmp(&y));
+    }
+    let (x, y) = (a.parse::<f64>().ok()?, b.parse::<f64>().ok()?);
+    x.partial_cmp(&y)
+}
+
+/// Why a numeric `value` is outside `minimum`/`maximum`, in the words the API, the edge and
+/// the pages all use: `130 is above the model maximum 120`.
+pub fn out_of_range(value: &str, minimum: Option<&str>, maximum: Option<&str>) -> Option<String> {
+    use std::cmp::Ordering::{Greater, Less};
+    if let Some(min) = minimum
+        && compare_numbers(value, min) == Some(Less)
+    {
+        return Some(format!("{} is below the model minimum {min}", value.trim()));
+    }
+    if let Some(max) = maximum
+        && compare_numbers(value, max) == Some(Greater)
+    {
+        return Some(format!("{} is above the model maximum {max}", value.trim()));
+    }
+    None
+}
+
 fn parse_bound(value: &str) -> Option<f64> {
     value.trim().parse::<f64>().ok().filter(|v| v.is_finite())
 }
@@ -417,23 +445,12 @@ fn check_property(
         return;
     }
     if ty.is_numeric()
-        && let Ok(v) = desired.value.trim().parse::<f64>()
+        && let Some(why) = out_of_range(
+            &desired.value,
+            mp.minimum.as_deref().filter(|b| parse_bound(b).is_some()),
+            mp.maximum.as_deref().filter(|b| parse_bound(b).is_some()),
+        )
     {
-        if let Some(min) = mp.minimum.as_deref().and_then(parse_bound)
-            && v < min
-        {
-            out.push(Problem::error(
-                &path,
-                format!("{v} is below the model minimum {min}"),
-            ));
-        }
-        if let Some(max) = mp.maximum.as_deref().and_then(parse_bound)
-            && v > max
-        {
-            out.push(Problem::error(
-                &path,
-                format!("{v} is above the model maximum {max}"),
-            ));
-        }
+        out.push(Problem::error(&path, why));
     }
 }
