@@ -330,9 +330,6 @@ impl Engine {
                 property: p.name.clone(),
                 reason,
             })?;
-            if let Some(d) = &p.desired {
-                self.check_value(&p.name, p.value_type, d)?;
-            }
         }
         let added = !self.devices.contains_key(&decl.id);
         let before = self
@@ -358,16 +355,30 @@ impl Engine {
             prop.unit.clone_from(&p.unit);
             if prop.spec_desired != p.desired {
                 prop.spec_desired.clone_from(&p.desired);
-                if let Some(value) = &p.desired
-                    && prop.desired.as_ref().map(|d| &d.value) != Some(value)
-                {
+                let Some(value) = &p.desired else { continue };
+                // A spec value that can never land is refused on its property alone, tied to
+                // the value (the desired one stays what it was): it holds back no other
+                // property, nor a later value of this one.
+                let refusal = match self.check_value(&p.name, p.value_type, value) {
+                    Err(TwinError::InvalidValue { reason, .. }) => Some(reason),
+                    Err(e) => Some(e.to_string()),
+                    Ok(()) => prop.out_of_range(value),
+                };
+                if let Some(why) = refusal {
+                    prop.refuse(value, &why, now);
+                    continue;
+                }
+                if prop.desired.as_ref().map(|d| &d.value) != Some(value) {
                     prop.desired = Some(TwinValue {
                         value: value.clone(),
                         timestamp: now,
                     });
-                    prop.write_error = None;
+                    prop.clear_refusal();
                     prop.desired_version.cloud += 1;
                     desired_bumped = true;
+                } else if prop.refused.is_some() && prop.refused.as_ref() != Some(value) {
+                    // Back to the value already desired: a refusal of another one is moot.
+                    prop.clear_refusal();
                 }
             }
         }
@@ -451,7 +462,7 @@ impl Engine {
                 value: value.into(),
                 timestamp: now,
             });
-            p.write_error = None;
+            p.clear_refusal();
         }
         p.desired_version = version;
         if changed {
@@ -510,7 +521,7 @@ impl Engine {
                     value: value.clone(),
                     timestamp: now,
                 });
-                p.write_error = None;
+                p.clear_refusal();
                 p.desired_version.edge += 1;
                 changed = true;
             }
@@ -596,16 +607,13 @@ impl Engine {
                     if desired == Some(value.as_str())
                         && p.write_error.as_ref().map(|x| &x.value) != Some(why) =>
                 {
-                    p.write_error = Some(TwinValue {
-                        value: why.clone(),
-                        timestamp: now,
-                    });
+                    p.refuse(value, why, now);
                 }
                 _ if p.write_error.is_some()
                     && desired.is_some()
                     && p.observed_desired.as_ref().map(|x| x.value.as_str()) == desired =>
                 {
-                    p.write_error = None;
+                    p.clear_refusal();
                 }
                 _ => {}
             }

@@ -81,6 +81,10 @@ pub struct PropertyTwin {
     /// or the device reports it applied. The refused value is the desired one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_error: Option<TwinValue>,
+    /// The value `write_error` refused: the desired one when the device refused it, the spec's
+    /// when the twin refused it before it became desired (it never fit the model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 impl PropertyTwin {
@@ -101,7 +105,23 @@ impl PropertyTwin {
             unit: None,
             error: None,
             write_error: None,
+            refused: None,
         }
+    }
+
+    /// Records that `value` was refused for good, and why.
+    pub fn refuse(&mut self, value: &str, why: &str, now: Millis) {
+        self.write_error = Some(TwinValue {
+            value: why.to_string(),
+            timestamp: now,
+        });
+        self.refused = Some(value.to_string());
+    }
+
+    /// Forgets a refusal: its value is no longer asked for.
+    pub fn clear_refusal(&mut self) {
+        self.write_error = None;
+        self.refused = None;
     }
 
     /// The age at `now` of the reported value when it is not live: the device is not
@@ -122,7 +142,7 @@ impl PropertyTwin {
                 "message": e.value,
                 "timestamp": e.timestamp,
                 "kind": "write",
-                "desired": self.desired.as_ref().map(|d| d.value.as_str()),
+                "desired": self.refused.as_deref().or(self.desired.as_ref().map(|d| d.value.as_str())),
             })
         });
         match (&self.error, &refusal) {

@@ -594,3 +594,79 @@ fn a_refused_desired_value_stands_until_the_desired_value_changes_or_lands() {
     e.report(&id(), &[applied], 7).expect("valid");
     assert_eq!(write_error(&e), None);
 }
+
+/// Two writable properties, `a` of at most 120, `b` free.
+fn pair(a: &str, b: &str) -> DeviceDecl {
+    let prop = |name: &str, desired: &str, maximum: Option<&str>| PropertyDecl {
+        name: name.into(),
+        value_type: PropertyType::Int,
+        writable: true,
+        desired: Some(desired.into()),
+        minimum: None,
+        maximum: maximum.map(Into::into),
+        unit: None,
+    };
+    DeviceDecl {
+        id: id(),
+        description: String::new(),
+        model: "oven".into(),
+        protocol: "modbus".into(),
+        properties: vec![prop("a", a, Some("120")), prop("b", b, None)],
+    }
+}
+
+/// A spec value that can never land (out of range, not of the type) is refused on its own
+/// property, tied to that value, while the desired value stays the last good one: the other
+/// property's change lands, and the next good value of the refused one lands and clears it.
+#[test]
+fn a_refused_spec_value_holds_back_no_other_property_nor_a_later_value() {
+    let mut e = Engine::new(Vec::new(), Limits::default(), 0);
+    e.upsert_device(&pair("80", "1"), 1).expect("valid");
+    let state = |e: &Engine, p: &str| {
+        let t = e.get(&id()).expect("twin");
+        let p = &t.properties[p];
+        let errors = p.error_fields();
+        let write = errors
+            .iter()
+            .find(|(k, _)| *k == "writeError")
+            .map(|(_, v)| {
+                format!(
+                    "{}: {}",
+                    v["desired"].as_str().unwrap_or(""),
+                    v["message"].as_str().unwrap_or("")
+                )
+            });
+        (p.desired.as_ref().map(|d| d.value.clone()), write)
+    };
+    for (step, (a, b)) in [("130", "2"), ("abc", "3")].into_iter().enumerate() {
+        e.upsert_device(&pair(a, b), 2 + step as i64)
+            .expect("the device is applied, the bad value refused on its own");
+        assert_eq!(state(&e, "b").0.as_deref(), Some(b), "b lands");
+        let (desired, refusal) = state(&e, "a");
+        assert_eq!(
+            desired.as_deref(),
+            Some("80"),
+            "a keeps its last good value"
+        );
+        let refusal = refusal.expect("the refusal is shown");
+        assert!(refusal.starts_with(&format!("{a}: ")), "{refusal}");
+        if a == "130" {
+            assert!(
+                refusal.ends_with("130 is above the model maximum 120"),
+                "{refusal}"
+            );
+        }
+    }
+    e.upsert_device(&pair("85", "3"), 5).expect("valid");
+    assert_eq!(
+        state(&e, "a"),
+        (Some("85".to_string()), None),
+        "85 lands, the refusal goes"
+    );
+    // Asked again, refused again.
+    e.upsert_device(&pair("130", "3"), 6).expect("valid");
+    assert!(state(&e, "a").1.is_some_and(|r| r.starts_with("130: ")));
+    // Back to the value already desired: the refusal of another value is moot.
+    e.upsert_device(&pair("85", "3"), 7).expect("valid");
+    assert_eq!(state(&e, "a"), (Some("85".to_string()), None));
+}

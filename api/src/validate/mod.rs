@@ -33,6 +33,17 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// Whether the problem is a desired value's (`spec.properties[i].desired...`): one the
+    /// twin refuses on that property alone, without skipping the device.
+    pub fn is_about_desired(&self) -> bool {
+        self.path
+            .strip_prefix("spec.properties[")
+            .and_then(|rest| rest.split_once(']'))
+            .is_some_and(|(i, tail)| {
+                i.chars().all(|c| c.is_ascii_digit()) && tail.starts_with(".desired")
+            })
+    }
+
     /// An error at `path`.
     pub fn error(path: impl Into<String>, message: impl fmt::Display) -> Self {
         Self {

@@ -195,10 +195,12 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
             device_docs.push(((file_index, document), device));
         }
     }
+    // A desired value that cannot land is refused on its property by the twin (it holds back
+    // nothing else there); every other error makes the document invalid.
     let bad: HashSet<(usize, usize)> = findings
         .iter()
         .chain(&config_findings)
-        .filter(|(_, f)| f.problem.is_error())
+        .filter(|(_, f)| f.problem.is_error() && !f.problem.is_about_desired())
         .map(|(file_index, f)| (*file_index, f.document))
         .collect();
     findings.extend(config_findings);

@@ -353,7 +353,8 @@ pub(super) async fn write_pending(tx: &mut SqliteConnection, p: &Pending) -> Res
                 .bind(p.error.as_ref().map(|v| v.timestamp))
                 .bind(p.write_error.as_ref().map(|v| v.value.as_str()))
                 .bind(p.write_error.as_ref().map(|v| v.timestamp))
-                .bind(p.unit.as_deref());
+                .bind(p.unit.as_deref())
+                .bind(p.refused.as_deref());
         }
         q.execute(&mut *tx).await?;
         pace.breathe().await;

@@ -118,10 +118,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE twin ADD COLUMN write_error_ts INTEGER;",
     // 7: the model's unit.
     "ALTER TABLE twin ADD COLUMN unit TEXT;",
+    // 8: the value a write error refused.
+    "ALTER TABLE twin ADD COLUMN refused TEXT;",
 ];
 
-pub(super) const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts, write_error, write_error_ts, unit";
-pub(super) const TWIN_PARAMS: usize = 23;
+pub(super) const TWIN_COLUMNS: &str = "device_id, name, value_type, optional, writable, spec_desired, desired, desired_ts, desired_cloud, desired_edge, reported, reported_ts, reported_cloud, reported_edge, observed, observed_ts, minimum, maximum, error, error_ts, write_error, write_error_ts, unit, refused";
+pub(super) const TWIN_PARAMS: usize = 24;
 pub(super) const DEVICE_COLUMNS: &str = "id, namespace, name, description, model, protocol, state, last_online, desired_version, reported_version, state_reason";
 pub(super) const DEVICE_PARAMS: usize = 11;
 pub(super) const OUTBOX_COLUMNS: &str =
