@@ -383,3 +383,28 @@ fn an_open_event_stream_ends_at_shutdown() {
     assert!(log.contains("edgecore stopped"), "{log}");
     assert!(!log.contains("did not stop within"), "{log}");
 }
+
+/// A model's range changed in a local manifest reaches the running twin at once; the desired
+/// value it no longer allows is refused on its property, visibly.
+#[test]
+fn a_model_change_reaches_the_running_twin() {
+    let e = Edgecore::start(None);
+    e.eventually("oven-1", |e| e.twin("default/oven-1"));
+    std::fs::write(
+        e.manifests.join("oven.yaml"),
+        common::MANIFEST.replace("maximum: \"300\"", "maximum: \"50\""),
+    )
+    .expect("write");
+    let t = e.eventually("the new maximum in the twin", |e| {
+        e.twin("default/oven-1")
+            .filter(|t| t["properties"]["setpoint"]["maximum"] == "50")
+    });
+    let refusal = &t["properties"]["setpoint"]["writeError"];
+    assert_eq!(refusal["desired"], "80", "{t}");
+    assert!(
+        refusal["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("80 is above the model maximum 50")),
+        "{t}"
+    );
+}

@@ -353,6 +353,14 @@ impl Engine {
             prop.minimum.clone_from(&p.minimum);
             prop.maximum.clone_from(&p.maximum);
             prop.unit.clone_from(&p.unit);
+            // A model change that puts the desired value out of range says so on the property.
+            if prop.spec_desired == p.desired
+                && prop.refused.is_none()
+                && let Some(d) = prop.desired.clone()
+                && let Some(why) = prop.out_of_range(&d.value)
+            {
+                prop.refuse(&d.value, &why, now);
+            }
             if prop.spec_desired != p.desired {
                 prop.spec_desired.clone_from(&p.desired);
                 let Some(value) = &p.desired else { continue };

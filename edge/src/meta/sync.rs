@@ -47,6 +47,45 @@ impl CatalogSync {
 
     async fn apply_to_twin(&self, changes: &[Change]) {
         let mut pending = JoinSet::new();
+        // A model's change (a range, a unit, a type) reaches the twins of the devices that use
+        // it at once, not at their next change: each is declared again with the new model.
+        let changed_models: Vec<(String, String)> = (changes.iter())
+            .filter_map(|c| match c {
+                Change::ModelUpdated(m) => Some((
+                    api::v1beta1::namespace_of(&m.metadata).to_string(),
+                    m.metadata.name.clone().unwrap_or_default(),
+                )),
+                _ => None,
+            })
+            .collect();
+        let mut redeclared = Vec::new();
+        if !changed_models.is_empty() {
+            let updated: std::collections::HashSet<_> = (changes.iter())
+                .filter_map(|c| match c {
+                    Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
+                        Some(crate::catalog::object_id(&d.metadata))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let c = crate::catalog::read(&self.catalog);
+            for (id, stored) in &c.devices {
+                if updated.contains(id) {
+                    continue;
+                }
+                let Some(d) = stored.device() else { continue };
+                let uses = d.model_name().is_some_and(|m| {
+                    changed_models.contains(&(id.namespace.clone(), m.to_string()))
+                });
+                if uses {
+                    redeclared.push(Op::Upsert(DeviceDecl::from_device(&d, c.model_of(&d))));
+                }
+            }
+        }
+        for op in redeclared {
+            let twin = self.twin.clone();
+            pending.spawn(async move { twin.apply(op).await });
+        }
         for change in changes {
             let op = match change {
                 Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
