@@ -149,6 +149,18 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         })
         .await;
         screenshot(&c, "gateway-oven-phone.png").await;
+
+        // edgecore gone: the page no longer shows the device as it last knew it, but unknown,
+        // because edgecore is unreachable, with its values stale.
+        drop(node);
+        wait_text(&c, "#device-state", 30, "unknown: edgecore unreachable", |t| {
+            t.contains("unknown") && t.contains("edgecore unreachable since")
+        })
+        .await;
+        wait_text(&c, r#"tr[data-prop="setpoint"]"#, 10, "marked stale", |t| {
+            t.contains("stale")
+        })
+        .await;
         c.close().await.expect("closed");
     });
 }

@@ -7,12 +7,20 @@ const S = {
   twin: null,           // the twin shown, with its id
   history: new Map(),   // "ns/name/property" -> [[ms, number], ...] (recent numeric values)
   live: false,
+  lostAt: 0,            // when the page lost edgecore (0: it has it, or never had it)
   status: null,
   dirtyList: true,
   dirtyDevice: false,
   errors: new Map(),    // property -> the API's answer to the last desired value set here
 };
 const HISTORY = 60;
+
+// A device's state as shown: what edgecore says, or unknown while the page cannot reach
+// edgecore (what it showed last is no longer known to hold).
+function shownState(r) {
+  if (S.lostAt) return ["unknown", `edgecore unreachable since ${new Date(S.lostAt).toLocaleTimeString()}`];
+  return [r.state, r.stateReason];
+}
 const idOf = (r) => `${r.namespace}/${r.name}`;
 
 function remember(id, name, p) {
@@ -46,7 +54,7 @@ function renderList() {
     .filter((r) => !want || (r.state || "unknown") === want)
     .filter((r) => !q || `${idOf(r)} ${r.model} ${r.protocol}`.toLowerCase().includes(q))
     .sort((a, b) => idOf(a).localeCompare(idOf(b)));
-  $("device-rows").innerHTML = rows.map((r) => `<tr data-device="${esc(idOf(r))}"><td><a href="#/device/${esc(idOf(r))}">${esc(idOf(r))}</a></td><td>${stateCell(r.state, r.stateReason)}</td><td>${esc(r.model)}</td><td>${esc(r.protocol)}</td></tr>`).join("");
+  $("device-rows").innerHTML = rows.map((r) => `<tr data-device="${esc(idOf(r))}"><td><a href="#/device/${esc(idOf(r))}">${esc(idOf(r))}</a></td><td>${stateCell(...shownState(r))}</td><td>${esc(r.model)}</td><td>${esc(r.protocol)}</td></tr>`).join("");
   $("device-count").textContent = `${rows.length} of ${S.devices.size} devices`;
 }
 
@@ -57,7 +65,7 @@ function renderDevice() {
   if (!t) return;
   const row = S.devices.get(t.id) || t;
   $("device-title").textContent = t.id;
-  $("device-state").innerHTML = `${stateCell(row.state, row.stateReason)} · model ${esc(t.model)} · protocol ${esc(t.protocol)}`;
+  $("device-state").innerHTML = `${stateCell(...shownState(row))} · model ${esc(t.model)} · protocol ${esc(t.protocol)}`;
   const now = Date.now();
   const names = Object.keys(t.properties || {}).sort();
   // The rows (and their forms) are made again only when the properties change, so that a
@@ -81,13 +89,17 @@ function renderDevice() {
     const r = p.reported;
     const unit = p.unit ? ` ${esc(p.unit)}` : "";
     let reported = r ? `<span data-value>${esc(r.value)}</span>${unit} <span class="muted">${age(now - r.timestamp)} ago</span>` : `<span class="muted">none yet</span>`;
-    if (r && r.stale) reported += ` <span class="stale">stale</span>`;
+    if (r && (r.stale || S.lostAt)) reported += ` <span class="stale">stale</span>`;
     if (p.error && p.error.kind !== "write") reported += `<div class="error">read failed: ${esc(p.error.message)}</div>`;
     const d = p.desired ? p.desired.value : "";
     let desired = d !== "" ? `<span data-desired>${esc(d)}</span>${unit}` : (p.writable ? `<span class="muted">none</span>` : "");
     const landed = d !== "" && ((p.observedDesired && p.observedDesired.value === d) || (r && r.value === d));
     if (d !== "") desired += landed ? ` <span class="landed">landed</span>` : (p.writeError ? "" : ` <span class="muted">pending</span>`);
-    if (p.writeError) desired += `<p class="error" id="desired-${esc(name)}-refused" role="alert">refused: ${esc(p.writeError.message)}</p>`;
+    if (p.writeError) {
+      // The refusal names the value it refused: it may not be the desired one shown.
+      const what = p.writeError.desired && p.writeError.desired !== d ? ` ${esc(p.writeError.desired)}` : "";
+      desired += `<p class="error" id="desired-${esc(name)}-refused" role="alert">refused${what}: ${esc(p.writeError.message)}</p>`;
+    }
     const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
     set(".rep", reported);
     set(".spark", spark(t.id, name));
@@ -207,6 +219,7 @@ async function listen() {
     try {
       const r = await api("/api/v1/events", { headers: { accept: "text/event-stream" } });
       S.live = true;
+      S.lostAt = 0;
       showHealth();
       await loadDevices();
       if (S.twin) await openDevice(S.twin.id);
@@ -234,6 +247,10 @@ async function listen() {
       if (String(err.message) === "unauthorized") return;
     }
     S.live = false;
+    if (!S.lostAt && S.devices.size) S.lostAt = Date.now();
+    S.dirtyList = true;
+    S.dirtyDevice = true;
+    schedule();
     showHealth();
     await new Promise((ok) => setTimeout(ok, 2000));
   }
