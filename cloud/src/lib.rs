@@ -131,6 +131,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     });
     if let (Some(h), Some(c)) = (&cloudhub, &controller) {
         h.set_upstream(c.upstream.clone());
+        h.set_lost(c.lost.clone());
     }
     // Pods go to edge nodes through cloudhub; without it there is no node to send them to.
     if let Some(h) = &cloudhub

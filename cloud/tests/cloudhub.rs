@@ -236,17 +236,47 @@ async fn a_kubeedge_shaped_edge_joins_gets_its_devices_and_reports_into_devicest
             && v.to_string().contains("\"88\"")
     });
 
-    // The edge goes away: its Node turns NotReady.
+    // The device is online, as the edge says (KubeEdge's state/update).
+    let online = serde_json::json!({
+        "header": {"msg_id": "0b5d3a62-0000-4000-8000-0000000000aa", "timestamp": 1},
+        "route": {"source": "edgemgr", "group": "twin", "operation": "update",
+                  "resource": "node/edge-node-1/device/default/oven-1/state/update"},
+        "content": serde_json::json!({"event_id": "s1", "timestamp": 1,
+            "Device": {"state": "online", "lastOnlineTime": "2026-11-27T10:00:00Z"}}).to_string()
+    });
+    edge.send(&online.to_string());
+    let state = || {
+        c.ok(&[
+            "get",
+            "devicestatus",
+            "oven-1",
+            "-o",
+            "jsonpath={.status.state}",
+        ])
+    };
+    sim::poll::eventually(20, "the device online in its DeviceStatus", || {
+        (state().trim() == "online").then_some(())
+    });
+
+    // The edge goes away: its Node turns NotReady, and its device is no longer shown online
+    // (what it last said may no longer hold) but unknown.
     drop(edge);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !node_status(&c, "edge-node-1").contains("NotReady") {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            node_status(&c, "edge-node-1")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    sim::poll::eventually_or(20, "the Node NotReady", || {
+        let s = node_status(&c, "edge-node-1");
+        if s.contains("NotReady") {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    });
+    sim::poll::eventually_or(20, "the device unknown in its DeviceStatus", || {
+        let s = state();
+        if s.trim() == "unknown" {
+            Ok(())
+        } else {
+            Err(s)
+        }
+    });
 }
 
 #[tokio::test]

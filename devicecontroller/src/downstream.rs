@@ -129,6 +129,14 @@ impl Downstream {
             .collect()
     }
 
+    /// The devices bound to `node`: `(namespace, name)`.
+    pub fn devices_of(&self, node: &str) -> Vec<Key> {
+        self.by_node
+            .get(node)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether the first full list is in.
     pub fn is_synced(&self) -> bool {
         self.synced

@@ -277,6 +277,33 @@ impl Upstream {
         Ok(Taken::Queued)
     }
 
+    /// `node` lost its link to the cloud: each of `devices` (its own) is `unknown` in its
+    /// DeviceStatus until the node reports again (what it last said may no longer hold: a
+    /// dead gateway's devices must not look alive). Returns how many were queued.
+    pub fn node_lost(&mut self, devices: Vec<Key>) -> usize {
+        let n = devices.len();
+        for key in devices {
+            let plan = Plan {
+                state: Some(("unknown".to_string(), String::new())),
+                queued: Some(Instant::now()),
+                ..Plan::default()
+            };
+            match self.pending.get_mut(&key) {
+                Some(slot) => slot.plan.merge(plan),
+                None => {
+                    self.pending.insert(
+                        key,
+                        Slot {
+                            plan,
+                            not_before: None,
+                        },
+                    );
+                }
+            }
+        }
+        n
+    }
+
     /// The plans due now, at most `limit`: at most one per device per `interval`, and none
     /// waiting out a retry. Those beyond `limit` stay pending for a later call.
     ///
@@ -798,6 +825,25 @@ mod tests {
             2,
             "both reports still answered only when stored"
         );
+    }
+
+    /// A node that lost its link: each of its devices is planned `unknown`, with nothing to
+    /// acknowledge; a report queued before keeps its values.
+    #[test]
+    fn a_lost_node_makes_its_devices_unknown() {
+        let mut u = Upstream::new();
+        let keys = vec![
+            ("default".to_string(), "d1".to_string()),
+            ("default".to_string(), "d2".to_string()),
+        ];
+        assert_eq!(u.node_lost(keys.clone()), 2);
+        let due = u.due(Instant::now(), Duration::ZERO, usize::MAX);
+        assert_eq!(due.len(), 2);
+        for (k, plan) in due {
+            assert!(keys.contains(&k));
+            assert_eq!(plan.state, Some(("unknown".to_string(), String::new())));
+            assert!(plan.acks.is_empty() && plan.reported.is_empty());
+        }
     }
 
     #[test]

@@ -314,6 +314,9 @@ fn not_newer(a: &str, b: &str) -> bool {
 pub struct CloudHub {
     nodes: Mutex<HashMap<String, NodeState>>,
     upstream: OnceLock<mpsc::Sender<(String, Message)>>,
+    /// Where a node whose session ended is told (the device controller: its devices become
+    /// `unknown`).
+    lost: OnceLock<mpsc::Sender<String>>,
     /// Where pod status goes (the edge controller).
     pods: OnceLock<mpsc::Sender<(String, Message)>>,
     records: OnceLock<objectsync::Writer>,
@@ -327,6 +330,7 @@ impl CloudHub {
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
+            lost: OnceLock::new(),
             pods: OnceLock::new(),
             records: OnceLock::new(),
             settings,
@@ -348,6 +352,21 @@ impl CloudHub {
                 w.failed.load(Ordering::Relaxed),
             )
         })
+    }
+
+    /// Where a node whose session ended is told.
+    pub fn set_lost(&self, tx: mpsc::Sender<String>) {
+        let _ = self.lost.set(tx);
+    }
+
+    /// `node`'s session ended with no other open: its devices are no longer known to be as
+    /// it last said.
+    fn node_lost(&self, node: &str) {
+        if let Some(tx) = self.lost.get()
+            && tx.try_send(node.to_string()).is_err()
+        {
+            tracing::warn!(%node, "cloudhub: the device controller's queue of lost nodes is full; this node's devices keep their last state");
+        }
     }
 
     /// Where upstream messages go (the device controller's input).

@@ -266,6 +266,7 @@ async fn session(
     if hub.detach(&node, id) {
         tracing::info!(%node, reason = %why, "cloudhub: node disconnected");
         nodes.set(&node, false);
+        hub.node_lost(&node);
     } else {
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
     }

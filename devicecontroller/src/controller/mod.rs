@@ -61,6 +61,9 @@ impl Default for Config {
 pub struct Controller {
     /// Messages from nodes: `(node, message)`.
     pub upstream: mpsc::Sender<(String, Message)>,
+    /// Nodes that lost their link to the cloud (cloudhub's session ended): their devices
+    /// become `unknown` in DeviceStatus until they report again.
+    pub lost: mpsc::Sender<String>,
     pub metrics: Arc<Metrics>,
     pub task: tokio::task::JoinHandle<()>,
 }
@@ -81,14 +84,16 @@ pub fn start(
     cancel: CancellationToken,
 ) -> Controller {
     let (tx, rx) = mpsc::channel(4096);
+    let (lost, lost_rx) = mpsc::channel(4096);
     let metrics = Arc::new(Metrics::default());
     let m = metrics.clone();
     let task = tokio::spawn(async move {
         let state = Reconciler::new(client, hub, config, m);
-        state.run(rx, cancel).await;
+        state.run(rx, lost_rx, cancel).await;
     });
     Controller {
         upstream: tx,
+        lost,
         metrics,
         task,
     }

@@ -143,6 +143,7 @@ impl Reconciler {
     pub(super) async fn run(
         mut self,
         mut up_rx: mpsc::Receiver<(String, Message)>,
+        mut lost_rx: mpsc::Receiver<String>,
         cancel: CancellationToken,
     ) {
         self.delivered = list_delivered(&self.client).await;
@@ -174,6 +175,10 @@ impl Reconciler {
                 Some(ev) = statuses.next() => self.status_event(ev),
                 Some(ev) = nodes.next() => self.node_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
+                Some(node) = lost_rx.recv() => {
+                    let n = self.up.node_lost(self.down.devices_of(&node));
+                    tracing::info!(%node, devices = n, "devicecontroller: a node lost its link; its devices are unknown until it reports again");
+                }
                 Some(done) = done_rx.recv() => self.done(done),
                 Some(Ok(())) = async { match leader.as_mut() {
                     Some(l) => Some(l.changed().await),
