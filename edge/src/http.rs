@@ -453,6 +453,12 @@ pub(crate) fn property_view(
         reported.insert("stale".into(), true.into());
         reported.insert("ageMs".into(), age.into());
     }
+    // When it was last read: `timestamp` is when the value last changed.
+    if let Some(read) = p.last_read.0
+        && let Some(serde_json::Value::Object(reported)) = view.get_mut("reported")
+    {
+        reported.insert("lastRead".into(), read.into());
+    }
     v
 }
 

@@ -460,3 +460,32 @@ fn two_mappers_of_one_protocol_share_the_devices() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A steady value read again: the twin says when it was last read (`reported.lastRead`) while
+/// `reported.timestamp` stays when it last changed; nothing is written for it.
+#[test]
+fn a_steady_value_shows_when_it_was_last_read() {
+    let e = start(&[("press-1.yaml", press("press-1", 1000, None))]);
+    let m = mapper(&e, "modbus-a");
+    m.register("modbus").expect("MapperRegister");
+    m.report("default", "press-1", &[("pressure", "1.5")])
+        .expect("reported");
+    let first = e.eventually("the value in the twin", |e| {
+        let t = e.twin("default/press-1")?;
+        let r = t["properties"]["pressure"]["reported"].clone();
+        (r["value"] == "1.5").then_some(r)
+    });
+    let changed = first["timestamp"].as_i64().expect("timestamp");
+    let read = first["lastRead"].as_i64().expect("lastRead");
+    assert!(read >= changed, "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    m.report("default", "press-1", &[("pressure", "1.5")])
+        .expect("reported again");
+    let again = e.eventually("a later read of the same value", |e| {
+        let t = e.twin("default/press-1")?;
+        let r = t["properties"]["pressure"]["reported"].clone();
+        (r["lastRead"].as_i64() > Some(read)).then_some(r)
+    });
+    assert_eq!(again["timestamp"].as_i64(), Some(changed), "{again}");
+    assert_eq!(again["value"], "1.5");
+}

@@ -543,6 +543,24 @@ impl Engine {
     /// Values reported by a mapper or an app. Values equal to the stored ones change nothing.
     /// A property the device does not declare is created, optional, with the given type.
     pub fn report(&mut self, id: &DeviceId, reports: &[Reported], now: Millis) -> Result<Applied> {
+        let applied = self.report_values(id, reports, now)?;
+        // Each property read (changed or not) was read now: kept in memory only.
+        if let Some(twin) = self.devices.get_mut(id) {
+            for r in reports.iter().filter(|r| r.value.is_some()) {
+                if let Some(p) = twin.properties.get_mut(&r.property) {
+                    p.last_read.0 = Some(now);
+                }
+            }
+        }
+        Ok(applied)
+    }
+
+    fn report_values(
+        &mut self,
+        id: &DeviceId,
+        reports: &[Reported],
+        now: Millis,
+    ) -> Result<Applied> {
         let twin = self.twin(id)?;
         for r in reports {
             let ty = match twin.properties.get(&r.property) {

@@ -85,6 +85,22 @@ pub struct PropertyTwin {
     /// when the twin refused it before it became desired (it never fit the model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// When the property was last read (a report with a value, changed or not), in memory
+    /// only: a steady value read every second costs no write, and `reported.timestamp` stays
+    /// when it last changed. Not part of the twin's equality.
+    #[serde(skip)]
+    pub last_read: Volatile<Option<Millis>>,
+}
+
+/// A value kept beside a twin that is no part of its state: any two are equal, so keeping it
+/// up to date never makes a change to store or send.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Volatile<T>(pub T);
+
+impl<T> PartialEq for Volatile<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl PropertyTwin {
@@ -106,6 +122,7 @@ impl PropertyTwin {
             error: None,
             write_error: None,
             refused: None,
+            last_read: Volatile(None),
         }
     }
 

@@ -88,7 +88,9 @@ function renderDevice() {
     if (!tr) continue;
     const r = p.reported;
     const unit = p.unit ? ` ${esc(p.unit)}` : "";
-    let reported = r ? `<span data-value>${esc(r.value)}</span>${unit} <span class="muted">${age(now - r.timestamp)} ago</span>` : `<span class="muted">none yet</span>`;
+    // When it last changed, and when it was last read (a steady value is read, not stale).
+    const read = r && r.lastRead ? ` · read ${age(now - r.lastRead)} ago` : "";
+    let reported = r ? `<span data-value>${esc(r.value)}</span>${unit} <span class="muted">changed ${age(now - r.timestamp)} ago${read}</span>` : `<span class="muted">none yet</span>`;
     if (r && (r.stale || S.lostAt)) reported += ` <span class="stale">stale</span>`;
     if (p.error && p.error.kind !== "write") reported += `<div class="error">read failed: ${esc(p.error.message)}</div>`;
     const d = p.desired ? p.desired.value : "";
@@ -276,6 +278,19 @@ async function poll() {
     document.title = `${S.status.node} · edgecore`;
   } catch (_) { /* shown as not live */ }
   showHealth();
+  // A steady value sends no event: when its properties were last read comes from the twin.
+  if (S.twin && !$("device").hidden) {
+    try {
+      const [ns, name] = S.twin.id.split("/");
+      const t = await (await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`)).json();
+      for (const [k, p] of Object.entries(t.properties || {})) {
+        const cur = S.twin && S.twin.properties && S.twin.properties[k];
+        if (cur && cur.reported && p.reported && p.reported.lastRead) cur.reported.lastRead = p.reported.lastRead;
+      }
+      S.dirtyDevice = true;
+      schedule();
+    } catch (_) { /* next time */ }
+  }
   if (!$("mappers").hidden) {
     try {
       const ms = await (await api("/api/v1/mappers")).json();

@@ -58,6 +58,7 @@ pub(super) fn property_from_row(r: &SqliteRow) -> Result<PropertyTwin> {
         write_error: value_at(r, 20, 21)?,
         unit: r.try_get(22)?,
         refused: r.try_get(23)?,
+        last_read: Default::default(),
     })
 }
 
