@@ -75,27 +75,46 @@ fn a_bad_kubeconfig_is_named() {
     );
 }
 
-/// Two replicas against one cluster (`kubeconfig:`): the first one's CA is the fleet's (a
-/// Secret in the cluster), the second takes it; one of them holds the leader Lease.
-#[test]
-fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
-    let cluster = Cloud::start();
+/// Two cloudcore replicas against `cluster`, started one after the other.
+struct Replicas {
+    dirs: Vec<tempfile::TempDir>,
+    children: Vec<std::process::Child>,
+    /// Each one's certificate port.
+    cert_ports: Vec<u16>,
+}
+
+fn replicas(cluster: &Cloud) -> Replicas {
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
     let mut children = Vec::new();
+    let mut cert_ports = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
+        let cert_port = common::free_port();
         let config = format!(
-            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{}\"\n  leaderElection:\n    identity: replica-{i}\n  metrics:\n    listen: \"\"\n",
+            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{cert_port}\"\n  leaderElection:\n    identity: replica-{i}\n  metrics:\n    listen: \"\"\n",
             path_str(&cluster.kubeconfig),
-            common::free_port(),
             common::free_port(),
         );
         children.push(run_with(dir.path(), &config));
+        cert_ports.push(cert_port);
         // The first makes the fleet's CA before the second looks for it.
         let ca = dir.path().join("cloudcore-data/pki/ca.crt");
         sim::poll::eventually(30, &format!("replica {i}'s CA"), || {
             ca.exists().then_some(())
         });
     }
+    Replicas {
+        dirs,
+        children,
+        cert_ports,
+    }
+}
+
+/// Two replicas against one cluster (`kubeconfig:`): the first one's CA is the fleet's (a
+/// Secret in the cluster), the second takes it; one of them holds the leader Lease.
+#[test]
+fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
+    let cluster = Cloud::start();
+    let Replicas { dirs, children, .. } = replicas(&cluster);
     let holder = sim::poll::eventually_or(30, "a leader", || {
         let out = cluster.kubectl(&[
             "get",
@@ -132,23 +151,11 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
 #[test]
 fn a_one_join_token_joins_once_across_replicas() {
     let cluster = Cloud::start();
-    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut children = Vec::new();
-    let mut cert_ports = Vec::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let cert_port = common::free_port();
-        let config = format!(
-            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{cert_port}\"\n  leaderElection:\n    identity: replica-{i}\n  metrics:\n    listen: \"\"\n",
-            path_str(&cluster.kubeconfig),
-            common::free_port(),
-        );
-        children.push(run_with(dir.path(), &config));
-        cert_ports.push(cert_port);
-        let ca = dir.path().join("cloudcore-data/pki/ca.crt");
-        sim::poll::eventually(30, &format!("replica {i}'s CA"), || {
-            ca.exists().then_some(())
-        });
-    }
+    let Replicas {
+        dirs,
+        children,
+        cert_ports,
+    } = replicas(&cluster);
     let cloudcore = |i: usize, args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_cloudcore"))
             .args(args)

@@ -262,6 +262,12 @@ impl Upstream {
         }
         plan.acks.push((node.to_string(), msg.header.id.clone()));
         plan.queued = Some(Instant::now());
+        self.queue(key, plan);
+        Ok(Taken::Queued)
+    }
+
+    /// Queues `plan` for device `key`, folded into what waits for it.
+    fn queue(&mut self, key: Key, plan: Plan) {
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
@@ -274,7 +280,6 @@ impl Upstream {
                 );
             }
         }
-        Ok(Taken::Queued)
     }
 
     /// `node` lost its link to the cloud: each of `devices` (its own) is `unknown` in its
@@ -288,18 +293,7 @@ impl Upstream {
                 queued: Some(Instant::now()),
                 ..Plan::default()
             };
-            match self.pending.get_mut(&key) {
-                Some(slot) => slot.plan.merge(plan),
-                None => {
-                    self.pending.insert(
-                        key,
-                        Slot {
-                            plan,
-                            not_before: None,
-                        },
-                    );
-                }
-            }
+            self.queue(key, plan);
         }
         n
     }

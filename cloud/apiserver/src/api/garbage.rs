@@ -113,36 +113,55 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-struct Fixture {
-    rt: tokio::runtime::Runtime,
-    api: Arc<Api>,
+pub(super) struct Fixture {
+    pub(super) rt: tokio::runtime::Runtime,
+    pub(super) api: Arc<Api>,
     _dir: tempfile::TempDir,
 }
 
-fn fixture() -> Fixture {
+/// An API on a SQLite store of its own, in process, and a runtime to drive it.
+pub(super) fn in_process() -> Fixture {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
+    let options = StoreOptions {
+        history: 1000,
+        fsync: false,
+        etcd: None,
+    };
     let api = rt.block_on(async {
-        let store = Store::open(&dir.path().join("api.db"), StoreOptions { history: 1000, fsync: false, etcd: None })
+        let store = Store::open(&dir.path().join("api.db"), options)
             .await
             .expect("store");
-        let api = Arc::new(Api::new(store, 64 * 1024, "127.0.0.1:1".into(), Duration::from_secs(60), CancellationToken::new()));
+        Arc::new(Api::new(
+            store,
+            64 * 1024,
+            "127.0.0.1:1".into(),
+            Duration::from_secs(60),
+            CancellationToken::new(),
+        ))
+    });
+    Fixture { rt, api, _dir: dir }
+}
+
+fn fixture() -> Fixture {
+    let f = in_process();
+    f.rt.block_on(async {
+        let api = &f.api;
         for (path, body) in [
             ("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})),
             ("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kept"}})),
             ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", serde_json::from_str(&crd()).expect("crd")),
             ("/api/v1/namespaces/kept/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keep"}, "data": {"k": "v"}})),
         ] {
-            let (code, _) = call(&api, Method::POST, path, "application/json", body.to_string().into_bytes()).await;
+            let (code, _) = call(api, Method::POST, path, "application/json", body.to_string().into_bytes()).await;
             assert_eq!(code, 201, "{path}");
         }
-        api
     });
-    Fixture { rt, api, _dir: dir }
+    f
 }
 
 fn crd() -> String {

@@ -7,10 +7,9 @@
 //! of the node answers must be objects the node may `get` by name. An authorizer that read the
 //! selector's text again, instead of the parsed selector the list filters with, fails this.
 
-use super::garbage::call_as;
+use super::garbage::{Fixture, call_as, in_process};
 use crate::User;
 use crate::api::{Api, Query};
-use crate::store::{Store, StoreOptions};
 use axum::http::Method;
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
@@ -19,7 +18,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The collections a node might list, and the item path of each.
 const COLLECTIONS: &[&str] = &[
@@ -33,12 +31,6 @@ const COLLECTIONS: &[&str] = &[
     "/api/v1/namespaces/default/configmaps",
     "/api/v1/namespaces/kube-system/configmaps",
 ];
-
-struct Fixture {
-    rt: tokio::runtime::Runtime,
-    api: Arc<Api>,
-    _dir: tempfile::TempDir,
-}
 
 fn node(name: &str) -> User {
     User::new(format!("system:node:{name}"), vec!["system:nodes".into()])
@@ -64,28 +56,9 @@ fn object(ns: &str, plural: &str, kind: &str, name: &str) -> (String, Value) {
 /// Two nodes, each with a pod in `default` and one in `kube-system` naming a Secret and a
 /// ConfigMap of its own; Secrets and ConfigMaps no pod names, the fleet's CA key among them.
 fn fixture() -> Fixture {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let dir = tempfile::tempdir().expect("dir");
-    let options = StoreOptions {
-        history: 1000,
-        fsync: false,
-        etcd: None,
-    };
-    let api = rt.block_on(async {
-        let store = Store::open(&dir.path().join("api.db"), options)
-            .await
-            .expect("store");
-        let api = Arc::new(Api::new(
-            store,
-            64 * 1024,
-            "127.0.0.1:1".into(),
-            Duration::from_secs(60),
-            CancellationToken::new(),
-        ));
+    let f = in_process();
+    f.rt.block_on(async {
+        let api = &f.api;
         let mut objects = Vec::new();
         for ns in ["default", "kube-system"] {
             objects.push((
@@ -123,7 +96,7 @@ fn fixture() -> Fixture {
         }
         for (path, body) in objects {
             let r = call_as(
-                &api,
+                api,
                 &User::server(),
                 Method::POST,
                 &path,
@@ -134,9 +107,8 @@ fn fixture() -> Fixture {
             .await;
             assert_eq!(r.status().as_u16(), 201, "{path} {body}");
         }
-        api
     });
-    Fixture { rt, api, _dir: dir }
+    f
 }
 
 /// The path one object of a list is read at.
