@@ -357,7 +357,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for AuthorityFix<IO> {
     }
 }
 
-crate::transport::write_through!(AuthorityFix);
+crate::write_through!(AuthorityFix);
 
 impl tonic::transport::server::Connected for AuthorityFix<tokio::net::UnixStream> {
     type ConnectInfo = tonic::transport::server::UdsConnectInfo;
