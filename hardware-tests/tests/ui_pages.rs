@@ -93,6 +93,11 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
             t.contains("landed")
         })
         .await;
+        // 65 was set here, over the spec's 80: the page says which stands and why.
+        wait_text(&c, r#"tr[data-prop="setpoint"] [data-override]"#, 10, "the override", |t| {
+            t.contains("set at the edge") && t.contains("spec asks 80")
+        })
+        .await;
         screenshot(&c, "gateway-oven.png").await;
 
         // A value above the model's maximum: the twin API's error, by the field.

@@ -97,6 +97,10 @@ function renderDevice() {
     let desired = d !== "" ? `<span data-desired>${esc(d)}</span>${unit}` : (p.writable ? `<span class="muted">none</span>` : "");
     const landed = d !== "" && ((p.observedDesired && p.observedDesired.value === d) || (r && r.value === d));
     if (d !== "") desired += landed ? ` <span class="landed">landed</span>` : (p.writeError ? "" : ` <span class="muted">pending</span>`);
+    // A value set at the edge (here, kectl, MQTT) over the Device spec's: it stands until the
+    // spec changes (KubeEdge's rule), and the page says so.
+    if (d !== "" && p.specDesired !== undefined && p.specDesired !== null && p.specDesired !== d)
+      desired += `<p class="muted" data-override>set at the edge; the Device spec asks ${esc(p.specDesired)}${unit} (the edge's value stands until the spec changes)</p>`;
     if (p.writeError) {
       // The refusal names the value it refused: it may not be the desired one shown.
       const what = p.writeError.desired && p.writeError.desired !== d ? ` ${esc(p.writeError.desired)}` : "";
