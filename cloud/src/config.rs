@@ -429,9 +429,7 @@ impl Config {
     pub fn leader_settings(&self) -> crate::leader::Settings {
         let le = &self.modules.leader_election;
         let identity = if le.identity.is_empty() {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "cloudcore".into());
+            let host = rt::host::name().unwrap_or_else(|| "cloudcore".into());
             format!("{host}_{}", uuid::Uuid::new_v4())
         } else {
             le.identity.clone()

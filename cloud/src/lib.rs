@@ -253,11 +253,10 @@ async fn start_cloudhub(
     let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
     let mut sans = c.advertise_address.clone();
     sans.extend(["127.0.0.1".to_string(), "localhost".to_string()]);
-    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let h = h.trim().to_lowercase();
-        if !h.is_empty() && !sans.contains(&h) {
-            sans.push(h);
-        }
+    if let Some(h) = rt::host::name()
+        && !sans.contains(&h)
+    {
+        sans.push(h);
     }
     let (cert, key) = pki::sign_leaf(&ca.pem, &ca.key_pem, "cloudhub", None, &sans, true, 365)?;
     use pki::tls::{ClientCerts, server_config};

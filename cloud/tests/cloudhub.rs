@@ -1055,18 +1055,8 @@ async fn a_join_cannot_take_over_a_joined_node_until_its_certificate_is_revoked(
     sim::poll::eventually(20, "the node's watch ended", || {
         watch.try_wait().ok().flatten()
     });
-    let out = Command::new(common::python())
-        .arg(common::workspace().join("cloud/tests/edge/edge.py"))
-        .args(["--cert-url", &format!("https://127.0.0.1:{}", c.cert_port)])
-        .args(["--hub-url", &format!("wss://127.0.0.1:{}", c.hub_port)])
-        .args([
-            "--node",
-            "edge-node-1",
-            "--token",
-            &token,
-            "--renew",
-            "--state",
-        ])
+    let out = edge_cmd(&c, "edge-node-1", &token)
+        .args(["--renew", "--state"])
         .arg(&state)
         .output()
         .expect("python");

@@ -88,15 +88,7 @@ fn served_host(host: &str, configured: &[String]) -> bool {
 /// The names [`served_host`] answers besides IP addresses and `localhost`: `http.hosts` and
 /// this machine's host name.
 pub(crate) fn served_hosts(configured: &[String]) -> Arc<[String]> {
-    configured.iter().cloned().chain(hostname()).collect()
-}
-
-/// This machine's host name.
-fn hostname() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
+    configured.iter().cloned().chain(rt::host::name()).collect()
 }
 
 /// Refuses (401) a request without the API's token, when it has one; without one, refuses

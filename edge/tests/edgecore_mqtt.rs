@@ -377,12 +377,7 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
             .args(args)
             .output()
             .expect("a mosquitto client runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        (out.status.success(), common::text(&out))
     };
     let other = "$hw/events/device/default/oven-2/twin/update";
     for retain in [false, true] {

@@ -68,6 +68,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod config;
 pub mod fs;
+pub mod host;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;

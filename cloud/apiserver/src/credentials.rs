@@ -45,10 +45,7 @@ fn serving(
 }
 
 fn host_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_lowercase())
-        .filter(|s| !s.is_empty() && crate::meta::is_dns_subdomain(s))
+    rt::host::name().filter(|s| crate::meta::is_dns_subdomain(s))
 }
 
 fn b64(s: &str) -> String {

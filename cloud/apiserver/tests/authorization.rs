@@ -386,6 +386,17 @@ fn a_node_sets_only_the_labels_a_kubelet_may_set_on_its_own_node() {
     assert!(!labels.contains("control-plane"), "{labels}");
 }
 
+/// kubectl's arguments for a Role that grants everything in the namespace `plant`.
+const STAR_ROLE: &[&str] = &[
+    "create",
+    "role",
+    "star",
+    "-n",
+    "plant",
+    "--verb=*",
+    "--resource=*.*",
+];
+
 /// RBAC's escalation check, as Kubernetes' own tests make it: a user who may only create
 /// bindings cannot bind cluster-admin; a namespace admin cannot bind cluster-admin or make a
 /// `*` Role there, yet binds `edit` and makes Roles it holds; `bind` and `escalate` lift it.
@@ -456,19 +467,7 @@ fn roles_and_bindings_grant_no_more_than_their_author_holds() {
         ],
         "rolebindings.rbac.authorization.k8s.io \"pwn\"",
     );
-    refused(
-        &bob,
-        &[
-            "create",
-            "role",
-            "star",
-            "-n",
-            "plant",
-            "--verb=*",
-            "--resource=*.*",
-        ],
-        "roles.rbac.authorization.k8s.io \"star\"",
-    );
+    refused(&bob, STAR_ROLE, "roles.rbac.authorization.k8s.io \"star\"");
     let may = |who: &std::path::Path, args: &[&str]| {
         let (ok, out) = as_user(&s, who, args);
         assert!(ok, "{args:?}: {out}");
@@ -561,16 +560,5 @@ fn roles_and_bindings_grant_no_more_than_their_author_holds() {
         "--role=escalator",
         "--user=bob",
     ]);
-    may(
-        &bob,
-        &[
-            "create",
-            "role",
-            "star",
-            "-n",
-            "plant",
-            "--verb=*",
-            "--resource=*.*",
-        ],
-    );
+    may(&bob, STAR_ROLE);
 }

@@ -333,6 +333,15 @@ pub fn python() -> std::path::PathBuf {
 }
 
 /// Runs a Python script of `tests/kubeedge/` with `args`; returns whether it succeeded and what
+/// What a finished command printed: its stdout, then its stderr.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// it printed. A missing paho-mqtt fails with the command that installs it.
 pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -343,11 +352,7 @@ pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = text(&out);
     assert!(
         !text.contains("No module named 'paho'"),
         "paho-mqtt is missing: run scripts/test --setup-only (it installs hardware-tests/requirements.txt into .venv)"
