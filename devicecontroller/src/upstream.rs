@@ -44,6 +44,9 @@ pub struct Stamped {
     pub kind: String,
     /// The edge's version of the property (`actual_version.edge`), 0 when absent.
     pub version: i64,
+    /// Who set a desired value the edge applied (`edge` or `cloud`, its `metadata.source`);
+    /// empty when the edge does not say.
+    pub source: String,
 }
 
 impl Stamped {
@@ -61,6 +64,9 @@ pub struct Plan {
     /// the edge last said.
     pub errors: BTreeMap<String, (String, String)>,
     pub state: Option<(String, String)>,
+    /// Set with `state` when the cloud, not the edge, decided it: why (`node edge-2 lost its
+    /// link to the cloud`) and since when (RFC 3339). A state the edge reports clears it.
+    pub lost: Option<(String, String)>,
     /// The messages this patch answers: `(node, message id)`.
     pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
@@ -104,6 +110,7 @@ impl Plan {
         self.errors.extend(newer.errors);
         if newer.state.is_some() {
             self.state = newer.state;
+            self.lost = newer.lost;
         }
         self.acks.extend(newer.acks);
         self.coalesced += 1 + newer.coalesced;
@@ -146,6 +153,10 @@ fn stamped(twin: &Value, side: &str, version_key: &str) -> Option<Stamped> {
             .unwrap_or_default()
             .to_string(),
         version: twin[version_key]["edge"].as_i64().unwrap_or(0),
+        source: v["metadata"]["source"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     })
 }
 
@@ -285,11 +296,15 @@ impl Upstream {
     /// `node` lost its link to the cloud: each of `devices` (its own) is `unknown` in its
     /// DeviceStatus until the node reports again (what it last said may no longer hold: a
     /// dead gateway's devices must not look alive). Returns how many were queued.
-    pub fn node_lost(&mut self, devices: Vec<Key>) -> usize {
+    pub fn node_lost(&mut self, node: &str, since: &str, devices: Vec<Key>) -> usize {
         let n = devices.len();
         for key in devices {
             let plan = Plan {
                 state: Some(("unknown".to_string(), String::new())),
+                lost: Some((
+                    format!("node {node} lost its link to the cloud"),
+                    since.to_string(),
+                )),
                 queued: Some(Instant::now()),
                 ..Plan::default()
             };
@@ -452,6 +467,9 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
         .collect();
     let mut set = |name: &str, field: &str, s: &Stamped| {
         let mut v = json!({"value": s.value, "metadata": {"timestamp": s.timestamp.to_string(), "type": s.kind}});
+        if !s.source.is_empty() {
+            v["metadata"]["source"] = json!(s.source);
+        }
         match twins.iter_mut().find(|t| t["propertyName"] == json!(name)) {
             Some(t) => {
                 // A new value keeps the errors the edge said stand (it says when they clear).
@@ -497,8 +515,50 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
         if !online.is_empty() {
             status["lastOnlineTime"] = json!(online);
         }
+        // Decided by the cloud (the node went away): why and since when, in the status'
+        // `extensions` (free-form in KubeEdge's schema), and each reported value marked stale
+        // since then. The edge's next state report clears both.
+        let had = current["status"]["extensions"]
+            .as_object()
+            .is_some_and(|e| e.contains_key(STATE_REASON));
+        match &plan.lost {
+            Some((reason, since)) => {
+                status["extensions"] = json!({STATE_REASON: reason, STATE_SINCE: since});
+                mark_stale(&mut status, Some(since));
+            }
+            None => {
+                if had {
+                    status["extensions"] = json!({STATE_REASON: null, STATE_SINCE: null});
+                }
+                mark_stale(&mut status, None);
+            }
+        }
     }
     json!({"status": status})
+}
+
+/// `status.extensions` keys: why the cloud set the device's state, and since when.
+pub const STATE_REASON: &str = "stateReason";
+pub const STATE_SINCE: &str = "stateSince";
+
+/// Marks each twin's reported value stale since `since`, or clears the marks.
+fn mark_stale(status: &mut Value, since: Option<&String>) {
+    let Some(twins) = status["twins"].as_array_mut() else {
+        return;
+    };
+    for t in twins {
+        let Some(meta) = t["reported"]["metadata"].as_object_mut() else {
+            continue;
+        };
+        match since {
+            Some(s) => {
+                meta.insert("stale".into(), json!(s));
+            }
+            None => {
+                meta.remove("stale");
+            }
+        }
+    }
 }
 
 /// The answer KubeEdge's cloud sends once a report is stored: resource `node/{node}/twin`,
@@ -830,14 +890,77 @@ mod tests {
             ("default".to_string(), "d1".to_string()),
             ("default".to_string(), "d2".to_string()),
         ];
-        assert_eq!(u.node_lost(keys.clone()), 2);
+        let since = "2026-11-27T12:00:00Z";
+        assert_eq!(u.node_lost("n1", since, keys.clone()), 2);
         let due = u.due(Instant::now(), Duration::ZERO, usize::MAX);
         assert_eq!(due.len(), 2);
+        let current = json!({"status": {"state": "online", "twins": [
+            {"propertyName": "temperature", "reported": {"value": "80", "metadata": {"timestamp": "1"}}}]}});
         for (k, plan) in due {
             assert!(keys.contains(&k));
             assert_eq!(plan.state, Some(("unknown".to_string(), String::new())));
             assert!(plan.acks.is_empty() && plan.reported.is_empty());
+            // Why and since when; the values kept, marked stale since then.
+            let body = patch_body(&current, &plan, &["temperature"]);
+            assert_eq!(body["status"]["state"], "unknown");
+            assert_eq!(
+                body["status"]["extensions"],
+                json!({"stateReason": "node n1 lost its link to the cloud", "stateSince": since})
+            );
+            let t = &body["status"]["twins"][0]["reported"];
+            assert_eq!(
+                (&t["value"], &t["metadata"]["stale"]),
+                (&json!("80"), &json!(since))
+            );
         }
+        // The node's next state report clears the reason and the marks.
+        let lost = json!({"status": {"state": "unknown",
+            "extensions": {"stateReason": "node n1 lost its link to the cloud", "stateSince": since, "other": "kept"},
+            "twins": [{"propertyName": "temperature", "reported": {"value": "80", "metadata": {"timestamp": "1", "stale": since}}}]}});
+        let back = Message::new(
+            "twin",
+            "twin",
+            "update",
+            "node/n1/device/default/d1/state/update",
+            json!({"event_id": "e", "timestamp": 1, "device": {"state": "online", "lastOnlineTime": "2026-11-27T12:01:00Z"}}),
+        );
+        assert_eq!(u.accept("n1", &back, facts("n1")), Ok(Taken::Queued));
+        let (_, p) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
+        let body = patch_body(&lost, &p, &["temperature"]);
+        assert_eq!(body["status"]["state"], "online");
+        assert_eq!(
+            body["status"]["extensions"],
+            json!({"stateReason": null, "stateSince": null}),
+            "a merge patch that removes the two keys and keeps the others"
+        );
+        assert_eq!(
+            body["status"]["twins"][0]["reported"]["metadata"],
+            json!({"timestamp": "1"})
+        );
+    }
+
+    /// A desired value the edge applied says who set it: a value set at the edge over the
+    /// spec's is an override the pages show.
+    #[test]
+    fn the_source_of_an_applied_desired_value_is_kept() {
+        let mut u = Upstream::new();
+        let m = Message::new(
+            "twin",
+            "twin",
+            "update",
+            "node/n1/device/default/d1/twin/edge_updated",
+            json!({"event_id": "e", "timestamp": 5, "twin": {"setpoint": {
+                "expected": {"value": "75", "metadata": {"timestamp": 5, "source": "edge"}},
+                "metadata": {"type": "int"},
+                "expected_version": {"cloud": 0, "edge": 1}}}}),
+        );
+        assert_eq!(u.accept("n1", &m, facts("n1")), Ok(Taken::Queued));
+        let (_, p) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
+        let body = patch_body(&json!({}), &p, &["setpoint"]);
+        assert_eq!(
+            body["status"]["twins"][0]["observedDesired"],
+            json!({"value": "75", "metadata": {"timestamp": "5", "type": "int", "source": "edge"}})
+        );
     }
 
     #[test]

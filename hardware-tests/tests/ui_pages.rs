@@ -207,7 +207,7 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
     }
     let bins = sim::bin_dir();
-    let nodes: Vec<Node> = (1..=2)
+    let mut nodes: Vec<Node> = (1..=2)
         .map(|i| Node::start_named(&bins, &format!("edge-{i}"), "", &cloud.edge_config()))
         .collect();
     let _mappers: Vec<_> = nodes
@@ -280,6 +280,68 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         )
         .await;
         screenshot(&c, "fleet-device.png").await;
+        // Set on the gateway over the spec's 70: an override, in DeviceStatus and on the page.
+        nodes[1].kectl(&["twin", "set", "oven-2", "setpoint", "75"]);
+        sim::poll::eventually_async(60, "75 in oven-2's register", async || {
+            (ovens[1].0.holding(1) == Some(75)).then_some(())
+        })
+        .await;
+        wait_text(
+            &c,
+            r#"tr[data-prop="setpoint"] [data-override]"#,
+            60,
+            "the override on the fleet page",
+            |t| t.contains("set at the edge to 75") && t.contains("spec asks 70"),
+        )
+        .await;
+        let od = cloud.status("oven-2")["status"]["twins"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["propertyName"] == "setpoint").cloned())
+            .unwrap_or_default();
+        assert_eq!(
+            (
+                &od["observedDesired"]["value"],
+                &od["observedDesired"]["metadata"]["source"]
+            ),
+            (&serde_json::json!("75"), &serde_json::json!("edge")),
+            "{od}"
+        );
+        screenshot(&c, "fleet-override.png").await;
+        // edge-2 killed: its device is unknown, says why, and its values are stale; back with
+        // edgecore, it is online again and they are not.
+        nodes[1].kill_edgecore();
+        wait_text(&c, "#device-state", 60, "unknown, with the reason", |t| {
+            t.contains("unknown") && t.contains("node edge-2 lost its link to the cloud")
+        })
+        .await;
+        wait_text(
+            &c,
+            r#"tr[data-prop="temperature"]"#,
+            10,
+            "the value marked stale",
+            |t| t.contains("stale"),
+        )
+        .await;
+        let status = cloud.status("oven-2")["status"].clone();
+        assert_eq!(status["state"], "unknown", "{status}");
+        assert!(
+            status["extensions"]["stateSince"].is_string(),
+            "since when: {status}"
+        );
+        screenshot(&c, "fleet-node-lost.png").await;
+        nodes[1].revive();
+        wait_text(&c, "#device-state", 60, "online again", |t| {
+            t.contains("online") && !t.contains("lost its link")
+        })
+        .await;
+        wait_text(
+            &c,
+            r#"tr[data-prop="temperature"]"#,
+            10,
+            "no longer stale",
+            |t| !t.contains("stale") && t.contains("current"),
+        )
+        .await;
         // A gateway's own page says whether its cloud link holds.
         c.goto(&format!("{}/ui", nodes[0].http))
             .await

@@ -816,7 +816,7 @@ impl Engine {
 
     /// Completes `applied`, a change already made to its device's twin: the delta among the
     /// properties it touched, and the outbox entries for the cloud (a desired value reaches the
-    /// outbox only when set at the edge).
+    /// outbox when set at the edge, or when the spec's replaced an earlier one).
     fn record(&mut self, mut applied: Applied, edge_origin: bool) -> Applied {
         let Some(id) = applied.device.clone() else {
             return applied;
@@ -860,9 +860,13 @@ impl Engine {
                     cur.reported_version,
                 ));
             }
-            if edge_origin
-                && let Some(d) = &cur.desired
-                && last.and_then(|l| l.desired.as_ref()) != Some(d)
+            // A desired value set at the edge goes up (the cloud shows it as an override of
+            // the spec's); so does a spec value that replaced an earlier one, so that the cloud
+            // learns which value the edge now holds (an override ended).
+            let last_desired = last.and_then(|l| l.desired.as_ref());
+            if let Some(d) = &cur.desired
+                && last_desired != Some(d)
+                && (edge_origin || last_desired.is_some())
             {
                 outbox.push((
                     c.name.clone(),

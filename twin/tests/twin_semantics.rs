@@ -167,6 +167,33 @@ fn desired_set_at_the_edge_bumps_the_edge_version_and_goes_to_the_cloud() {
     assert_eq!(e.get(&id()).map(|t| t.row.desired_version), Some(2));
 }
 
+/// The cloud hears which desired value the edge holds: not at the first declaration (the
+/// spec's own), but when a spec value replaces an earlier one, such as one set at the edge
+/// (the override ends).
+#[test]
+fn a_spec_value_that_replaces_an_edge_one_goes_to_the_cloud() {
+    let mut e = Engine::new(Vec::new(), Limits::default(), 0);
+    let a = e.upsert_device(&decl(Some("20")), 1).expect("valid");
+    assert!(
+        a.outbox.iter().all(|o| o.section != Section::Desired),
+        "{:?}",
+        a.outbox
+    );
+    e.edge_desired(&id(), &[("setpoint".into(), "30".into())], None, 5)
+        .expect("valid");
+    let a = e.upsert_device(&decl(Some("25")), 6).expect("valid");
+    let sent: Vec<_> = a
+        .outbox
+        .iter()
+        .filter(|o| o.section == Section::Desired)
+        .map(|o| (o.property.as_str(), o.value.as_str()))
+        .collect();
+    assert_eq!(sent, [("setpoint", "25")]);
+    // A reload of the same spec changes nothing and sends nothing.
+    let a = e.upsert_device(&decl(Some("25")), 7).expect("valid");
+    assert!(a.outbox.is_empty(), "{:?}", a.outbox);
+}
+
 #[test]
 fn conditional_update_with_a_stale_version_is_a_conflict() {
     let mut e = engine();

@@ -42,6 +42,19 @@ function stateOf(id) {
   return (s && s.status && s.status.state) || "unknown";
 }
 
+// Why the cloud set a device's state (its node went away), and since when.
+function reasonOf(id) {
+  const x = (((F.statuses.get(id) || {}).status || {}).extensions) || {};
+  if (!x.stateReason) return "";
+  return `${x.stateReason}${x.stateSince ? ` ${age(Date.now() - Date.parse(x.stateSince))} ago` : ""}`;
+}
+
+// Two values the same: as numbers when both are ("90" and "90.0"), else as text.
+function same(a, b) {
+  const x = Number(a), y = Number(b);
+  return a === b || (a !== "" && b !== "" && !Number.isNaN(x) && !Number.isNaN(y) && x === y);
+}
+
 function renderDevices() {
   const q = $("search").value.trim().toLowerCase();
   const want = $("state-filter").value;
@@ -51,7 +64,7 @@ function renderDevices() {
     .filter(([id]) => !want || stateOf(id) === want)
     .filter(([id, d]) => !q || `${id} ${(d.spec || {}).nodeName} ${((d.spec || {}).deviceModelRef || {}).name}`.toLowerCase().includes(q))
     .sort(([a], [b]) => a.localeCompare(b));
-  $("device-rows").innerHTML = rows.map(([id, d]) => `<tr data-device="${esc(id)}"><td><a href="#/device/${esc(id)}">${esc(id)}</a></td><td>${esc((d.spec || {}).nodeName || "")}</td><td>${stateCell(stateOf(id), "")}</td><td>${esc(((d.spec || {}).deviceModelRef || {}).name || "")}</td></tr>`).join("");
+  $("device-rows").innerHTML = rows.map(([id, d]) => `<tr data-device="${esc(id)}"><td><a href="#/device/${esc(id)}">${esc(id)}</a></td><td>${esc((d.spec || {}).nodeName || "")}</td><td>${stateCell(stateOf(id), reasonOf(id))}</td><td>${esc(((d.spec || {}).deviceModelRef || {}).name || "")}</td></tr>`).join("");
   $("device-count").textContent = `${rows.length} of ${F.devices.size} devices${node ? ` on ${node}` : ""}`;
 }
 
@@ -69,7 +82,7 @@ function renderDevice() {
   const s = F.statuses.get(id) || {};
   const st = s.status || {};
   $("device-title").textContent = id;
-  $("device-state").innerHTML = `${stateCell(st.state || "unknown", "")} · node ${esc(d.spec.nodeName || "")} · model ${esc((d.spec.deviceModelRef || {}).name || "")}${st.lastOnlineTime ? ` · last online ${esc(st.lastOnlineTime)}` : ""}`;
+  $("device-state").innerHTML = `${stateCell(st.state || "unknown", reasonOf(id))} · node ${esc(d.spec.nodeName || "")} · model ${esc((d.spec.deviceModelRef || {}).name || "")}${st.lastOnlineTime ? ` · last online ${esc(st.lastOnlineTime)}` : ""}`;
   const ns = d.metadata.namespace || "default";
   const model = F.models.get(`${ns}/${(d.spec.deviceModelRef || {}).name}`);
   const mp = (name) => (((model || {}).spec || {}).properties || []).find((p) => p.name === name) || {};
@@ -96,14 +109,26 @@ function renderDevice() {
     const r = t.reported;
     const ts = r && r.metadata && Number(r.metadata.timestamp);
     const unit = mp(p.name).unit ? ` ${esc(mp(p.name).unit)}` : "";
-    let rep = r ? `<span data-value>${esc(r.value)}</span>${unit}${ts ? ` <span class="muted">${age(now - ts)} ago</span>` : ""}` : `<span class="muted">none yet</span>`;
-    if (r && r.metadata && r.metadata.error) rep += `<div class="error">read failed: ${esc(r.metadata.error)}</div>`;
-    const refused = r && r.metadata && r.metadata.writeError;
+    const meta = (r && r.metadata) || {};
+    // The edge reports a value when it changes; while the device is online and the value not
+    // marked stale, the one shown is the one read now (the gateway's page has each read).
+    const live = st.state === "online" && !meta.stale && !meta.error;
+    let rep = r ? `<span data-value>${esc(r.value)}</span>${unit}${ts ? ` <span class="muted">changed ${age(now - ts)} ago${live ? " · current" : ""}</span>` : ""}` : `<span class="muted">none yet</span>`;
+    if (meta.stale) rep += ` <span class="stale" title="not read since ${esc(meta.stale)}">stale</span>`;
+    if (meta.error) rep += `<div class="error">read failed: ${esc(meta.error)}</div>`;
+    const refused = meta.writeError;
     const want = p.desired && p.desired.value;
     let des = want !== undefined && want !== "" ? `<span data-desired>${esc(want)}</span>${unit}` : (writable(p.name) ? `<span class="muted">none</span>` : "");
-    const od = t.observedDesired && t.observedDesired.value;
-    if (want) des += (od === want || (r && r.value === want)) ? ` <span class="landed">landed</span>` : (refused ? "" : ` <span class="muted">pending</span>`);
-    if (refused) des += `<p class="error" role="alert">refused by the device: ${esc(refused)}</p>`;
+    const o = t.observedDesired || {};
+    const om = o.metadata || {};
+    // A value set at the edge over the spec's: it stands until the spec changes.
+    const override = om.source === "edge" && o.value !== undefined && want && !same(o.value, want);
+    if (want) des += (r && same(r.value, want)) ? ` <span class="landed">landed</span>` : (refused || override ? "" : ` <span class="muted">pending</span>`);
+    if (override) {
+      const at = Number(om.timestamp) ? ` ${age(now - Number(om.timestamp))} ago` : "";
+      des += `<p class="muted" data-override>set at the edge to ${esc(o.value)}${unit}${at}; the Device spec asks ${esc(want)}${unit} (the edge's value stands until the spec changes)</p>`;
+    }
+    if (refused) des += `<p class="error" role="alert">refused: ${esc(refused)}</p>`;
     const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
     set(".rep", rep);
     set(".des", des);

@@ -44,7 +44,7 @@ impl Watched {
 /// What an API write spawned by the controller came back with.
 enum WriteDone {
     StatusCreated(Key, Option<Value>),
-    Patched(Key, Plan, Result<Value, kube::Error>),
+    Patched(Key, Box<Plan>, Result<Value, kube::Error>),
     Profile((String, String), Option<String>),
     /// Profile ConfigMaps found at start-up: `(namespace, node)`.
     ExistingProfiles(Vec<(String, String)>),
@@ -176,7 +176,11 @@ impl Reconciler {
                 Some(ev) = nodes.next() => self.node_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
                 Some(node) = lost_rx.recv() => {
-                    let n = self.up.node_lost(self.down.devices_of(&node));
+                    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                    let since = k8s_openapi::jiff::Timestamp::from_second(now)
+                        .map(|t| t.to_string())
+                        .unwrap_or_default();
+                    let n = self.up.node_lost(&node, &since, self.down.devices_of(&node));
                     tracing::info!(%node, devices = n, "devicecontroller: a node lost its link; its devices are unknown until it reports again");
                 }
                 Some(done) = done_rx.recv() => self.done(done),
@@ -556,7 +560,7 @@ impl Reconciler {
                 .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await
                 .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
-            let _ = done.send(WriteDone::Patched(key, plan, r)).await;
+            let _ = done.send(WriteDone::Patched(key, Box::new(plan), r)).await;
         });
     }
 
@@ -649,8 +653,9 @@ impl Reconciler {
                             self.statuses.remove(&k);
                             self.ensure_status(&k);
                         }
-                        if !plan.acks.is_empty() {
-                            self.up.failed(k, plan, Instant::now() + backoff);
+                        if !plan.acks.is_empty() || plan.lost.is_some() {
+                            // A state the cloud decided (the node went away) is tried again too.
+                            self.up.failed(k, *plan, Instant::now() + backoff);
                         }
                     }
                 }
@@ -826,19 +831,21 @@ const PROFILE_WRITES: usize = 2;
 #[derive(Debug)]
 struct StatusEntry {
     rv: u64,
-    /// `{"status": {"twins": [...]}}`, compressed when large.
+    /// `{"status": {"twins": [...]}}` (with `extensions` when the cloud set the state, so that
+    /// the next report clears it), compressed when large.
     doc: Packed,
 }
 
 impl StatusEntry {
     fn of(v: &Value) -> Self {
+        let mut doc = json!({"status": {"twins": v["status"]["twins"]}});
+        let ext = &v["status"]["extensions"];
+        if ext.get(upstream::STATE_REASON).is_some() {
+            doc["status"]["extensions"] = ext.clone();
+        }
         Self {
             rv: rv_num(v),
-            doc: Packed::new(
-                json!({"status": {"twins": v["status"]["twins"]}})
-                    .to_string()
-                    .as_bytes(),
-            ),
+            doc: Packed::new(doc.to_string().as_bytes()),
         }
     }
 

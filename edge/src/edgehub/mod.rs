@@ -236,6 +236,10 @@ impl EdgeHub {
             tokio::time::Instant::now() + Duration::from_secs(3600),
             Duration::from_secs(3600),
         );
+        for msg in self.device_states().await {
+            bucket.take().await;
+            sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+        }
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => {
@@ -538,21 +542,7 @@ impl EdgeHub {
                 continue;
             }
             if e.section == Section::State {
-                // KubeEdge's state/update: the state, and the last time it was online.
-                let online = matches!(e.value.as_str(), "online" | "ok");
-                let msg = Message::new(
-                    "edgehub",
-                    "twin",
-                    "update",
-                    format!(
-                        "node/{}/device/{}/{}/state/update",
-                        self.node, e.namespace, e.name
-                    ),
-                    json!({"event_id": uuid::Uuid::new_v4().to_string(),
-                        "timestamp": api::message::now_millis(),
-                        "device": {"name": e.name, "state": e.value,
-                            "lastOnlineTime": if online { twin::model::rfc3339(e.timestamp) } else { String::new() }}}),
-                );
+                let msg = self.state_message(&e.namespace, &e.name, &e.value, e.timestamp);
                 inflight.insert(msg.header.id.clone(), (Instant::now(), vec![e]));
                 out.push(msg);
                 continue;
@@ -563,7 +553,7 @@ impl EdgeHub {
                 .push(e);
         }
         for ((ns, name), entries) in by_device {
-            let types = self.property_types(&DeviceId::new(&ns, &name));
+            let (types, spec) = self.property_facts(&DeviceId::new(&ns, &name));
             let mut twin = serde_json::Map::new();
             for e in &entries {
                 let kind = types.get(&e.property).map_or("string", String::as_str);
@@ -580,6 +570,13 @@ impl EdgeHub {
                     _ => ("expected", "expected_version"),
                 };
                 slot[value_key] = json!({"value": e.value, "metadata": {"timestamp": e.timestamp}});
+                if e.section == Section::Desired {
+                    // Who the value the edge holds comes from: the spec's, or one set here over
+                    // it (an override, which stands until the spec changes).
+                    let from_spec = spec.get(&e.property) == Some(&e.value);
+                    slot[value_key]["metadata"]["source"] =
+                        json!(if from_spec { "cloud" } else { "edge" });
+                }
                 slot[version_key] = json!({"cloud": e.version.cloud, "edge": e.version.edge});
             }
             let msg = Message::new(
@@ -637,14 +634,54 @@ impl EdgeHub {
         }
     }
 
+    /// KubeEdge's state/update of a device: its state, and the last time it was online.
+    fn state_message(&self, namespace: &str, name: &str, state: &str, at: i64) -> Message {
+        let online = matches!(state, "online" | "ok");
+        Message::new(
+            "edgehub",
+            "twin",
+            "update",
+            format!("node/{}/device/{namespace}/{name}/state/update", self.node),
+            json!({"event_id": uuid::Uuid::new_v4().to_string(),
+                "timestamp": api::message::now_millis(),
+                "device": {"name": name, "state": state,
+                    "lastOnlineTime": if online { twin::model::rfc3339(at) } else { String::new() }}}),
+        )
+    }
+
+    /// Each device's state as the twin holds it, sent at the start of a session: while the
+    /// node was away the cloud marked its devices `unknown`, and a state that did not change
+    /// meanwhile has nothing in the outbox to say so.
+    async fn device_states(&self) -> Vec<Message> {
+        let rows = match self.twin.list().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "edgehub: cannot read the devices' states to send them again");
+                return Vec::new();
+            }
+        };
+        rows.into_iter()
+            .filter(|r| !r.state.is_empty() && !self.local_only(&r.id()).state)
+            .map(|r| {
+                let at = if r.last_online > 0 {
+                    r.last_online
+                } else {
+                    api::message::now_millis()
+                };
+                self.state_message(&r.namespace, &r.name, &r.state, at)
+            })
+            .collect()
+    }
+
     /// The model's type of each property of a device, as KubeEdge's twin metadata names them
-    /// (`int`, `float`, `boolean`...).
-    fn property_types(&self, id: &DeviceId) -> HashMap<String, String> {
+    /// (`int`, `float`, `boolean`...), and the desired value of each in the Device spec.
+    fn property_facts(&self, id: &DeviceId) -> (HashMap<String, String>, HashMap<String, String>) {
         let c = crate::catalog::read(&self.catalog);
         let Some(device) = c.devices.get(id).and_then(|d| d.device()) else {
-            return HashMap::new();
+            return Default::default();
         };
-        c.model_of(&device)
+        let types = c
+            .model_of(&device)
             .map(|m| {
                 m.spec
                     .properties
@@ -652,7 +689,14 @@ impl EdgeHub {
                     .filter_map(|p| Some((p.name.clone(), p.type_?.as_str().to_lowercase())))
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let spec = device
+            .spec
+            .properties
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.desired.as_ref()?.value.clone())))
+            .collect();
+        (types, spec)
     }
 }
 

@@ -347,6 +347,25 @@ impl Node {
         node
     }
 
+    /// Kills edgecore (SIGKILL: no goodbye to the cloud); it stays down until [`Node::revive`].
+    pub fn kill_edgecore(&mut self) {
+        let _ = self.edgecore.child.kill();
+        let _ = self.edgecore.child.wait();
+    }
+
+    /// edgecore started again on the same config and data (its log `edgecore-again.log`).
+    pub fn revive(&mut self) {
+        self.edgecore = Proc::spawn(
+            &self.bins.join("edgecore"),
+            &["--config", "edgecore.yaml"],
+            self.dir.path(),
+            "edgecore-again.log",
+        );
+        eventually(30, "edgecore ready again", || {
+            (self.get("/healthz").0 == 200).then_some(())
+        });
+    }
+
     /// Starts a mapper binary with a mapper-framework config pointing at this node.
     pub fn mapper(&self, bin_name: &str, protocol: &str, http_port: u16) -> Proc {
         self.mapper_env(bin_name, protocol, http_port, &[])
