@@ -44,6 +44,12 @@
 //!     identity: ""                   # this replica's holderIdentity (default: host name + a random id)
 //!     leaseDurationSeconds: 15       # a leader silent this long is replaced
 //!     renewSeconds: 5                # the leader renews this often
+//!   admissionWebhook:                # with kubeconfig: the cluster's API server asks cloudcore
+//!     enable: auto                   #   whether a Device's desired values can land (auto: on
+//!                                    #   with kubeconfig); served on certListen
+//!     url: ""                        # what the API server calls; default
+//!                                    #   https://{advertiseAddress[0]}:{certListen port}/admission/devices
+//!     failurePolicy: Ignore          # Fail: no Device write while cloudcore is unreachable
 //!   metrics:
 //!     listen: "127.0.0.1:9091"       # Prometheus /metrics (plain HTTP); "" turns it off
 //! ```
@@ -83,7 +89,31 @@ pub struct Modules {
     pub daemon_set_controller: Switch,
     pub cloud_hub: CloudHub,
     pub leader_election: LeaderElection,
+    pub admission_webhook: AdmissionWebhook,
     pub metrics: MetricsModule,
+}
+
+/// The validating admission webhook a real cluster's API server calls on Device writes
+/// (`modules.admissionWebhook`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AdmissionWebhook {
+    /// `auto` (on with `kubeconfig`), `true` or `false`.
+    pub enable: Auto,
+    /// The URL the API server calls; empty: from `cloudHub.advertiseAddress` and `certListen`.
+    pub url: String,
+    /// `Ignore` or `Fail`: what the API server does when cloudcore does not answer.
+    pub failure_policy: String,
+}
+
+impl Default for AdmissionWebhook {
+    fn default() -> Self {
+        Self {
+            enable: Auto::Auto,
+            url: String::new(),
+            failure_policy: "Ignore".into(),
+        }
+    }
 }
 
 /// Leader election among replicas (`modules.leaderElection`).
@@ -349,6 +379,19 @@ impl Config {
                 format!("{} is too small: at least 4096 bytes", a.max_body_bytes),
             ));
         }
+        let w = &config.modules.admission_webhook;
+        if !matches!(w.failure_policy.as_str(), "Ignore" | "Fail") {
+            return Err(invalid(
+                "modules.admissionWebhook.failurePolicy".into(),
+                format!("{:?}: expected Ignore or Fail", w.failure_policy),
+            ));
+        }
+        if !w.url.is_empty() && !w.url.starts_with("https://") {
+            return Err(invalid(
+                "modules.admissionWebhook.url".into(),
+                format!("{:?}: an API server calls webhooks over https://", w.url),
+            ));
+        }
         if a.bookmark_interval_seconds == 0 {
             return Err(invalid(
                 "modules.apiserver.bookmarkIntervalSeconds".into(),
@@ -417,6 +460,35 @@ impl Config {
 
     /// Whether replicas elect a leader: on `auto`, when the objects are shared with other
     /// replicas (etcd, or a cluster).
+    /// Whether cloudcore serves and registers the admission webhook, and the URL it registers
+    /// (`None` when there is none to give: no `url` and no `advertiseAddress`).
+    pub fn admission_webhook(&self) -> Option<Option<String>> {
+        let w = &self.modules.admission_webhook;
+        let on = match w.enable {
+            Auto::On => true,
+            Auto::Off => false,
+            Auto::Auto => self.kubeconfig.is_some(),
+        };
+        if !on || !self.modules.cloud_hub.enable {
+            return None;
+        }
+        if !w.url.is_empty() {
+            return Some(Some(w.url.clone()));
+        }
+        let hub = &self.modules.cloud_hub;
+        Some(hub.advertise_address.first().map(|host| {
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host.clone()
+            };
+            format!(
+                "https://{host}:{}/admission/devices",
+                hub.cert_listen.port()
+            )
+        }))
+    }
+
     pub fn elects_leader(&self) -> bool {
         match self.modules.leader_election.enable {
             Auto::On => true,
@@ -504,6 +576,41 @@ mod tests {
         assert_eq!(c.data_dir, Path::new("/etc/cloudcore-data"));
         assert_eq!(c.modules.apiserver.listen.port(), 6443);
         assert!(c.kubeconfig.is_none());
+    }
+
+    #[test]
+    fn the_admission_webhook_is_on_with_a_kubeconfig_at_the_advertised_address() {
+        assert_eq!(parse("").expect("defaults").admission_webhook(), None);
+        let c = parse("kubeconfig: k\n").expect("cluster");
+        assert_eq!(
+            c.admission_webhook(),
+            Some(None),
+            "served, nothing to register"
+        );
+        let c = parse(
+            "kubeconfig: k\nmodules:\n  cloudHub:\n    advertiseAddress: [cloud.example.com]\n",
+        )
+        .expect("cluster");
+        assert_eq!(
+            c.admission_webhook(),
+            Some(Some(
+                "https://cloud.example.com:10002/admission/devices".into()
+            ))
+        );
+        let c = parse("kubeconfig: k\nmodules:\n  admissionWebhook:\n    enable: false\n")
+            .expect("off");
+        assert_eq!(c.admission_webhook(), None);
+        for (bad, key) in [
+            ("url: http://x/", "url"),
+            ("failurePolicy: Sometimes", "failurePolicy"),
+        ] {
+            let e = parse(&format!("modules:\n  admissionWebhook:\n    {bad}\n")).expect_err(bad);
+            assert!(
+                e.to_string()
+                    .contains(&format!("key `modules.admissionWebhook.{key}`")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! [`run`] wires them on a config; the device controller is the `devicecontroller` crate.
 #![warn(unreachable_pub)]
 
+pub mod admission;
 pub mod cloudhub;
 pub mod config;
 pub mod daemonset;
@@ -302,10 +303,35 @@ async fn start_cloudhub(
         book: cloudhub::joins::Book::new(&config.data_dir),
         claims,
     });
+    let ca_pem = certs.ca.pem.clone();
+    let mut cert_routes = certs.router();
+    if let Some(url) = config.admission_webhook() {
+        // A real cluster's API server asks here whether a Device's desired values can land.
+        cert_routes = cert_routes.merge(admission::router(client.clone()));
+        match url {
+            Some(url) => {
+                let w = &config.modules.admission_webhook;
+                let reg = admission::registration(&url, &ca_pem, &w.failure_policy);
+                match admission::register(&client, &reg).await {
+                    Ok(()) => {
+                        eprintln!("cloudcore: Device writes are checked by the webhook at {url}")
+                    }
+                    Err(e) => tracing::warn!(
+                        error = format!("{e:#}"),
+                        "admission: the webhook is served but not registered; the cluster stores Devices whose desired values cannot land (the edge still refuses them)"
+                    ),
+                }
+            }
+            None => tracing::warn!(
+                "admission: the webhook is served at {} but not registered: give modules.admissionWebhook.url or modules.cloudHub.advertiseAddress",
+                admission::PATH
+            ),
+        }
+    }
     tokio::spawn(apiserver::serve(
         cert_listener,
         tokio_rustls::TlsAcceptor::from(cert_tls),
-        certs.router(),
+        cert_routes,
         stop.clone(),
     ));
     tokio::spawn(cloudhub::serve(

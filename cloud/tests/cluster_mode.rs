@@ -232,3 +232,113 @@ fn a_one_join_token_joins_once_across_replicas() {
         let _ = c.wait();
     }
 }
+
+/// Against a real cluster the cluster's API server stores Devices, so cloudcore serves it a
+/// validating webhook: an `AdmissionReview` as kube-apiserver posts it, with a desired value
+/// the model cannot take, is refused with the field path and the reason; one that fits, or an
+/// update that leaves a stored value alone, is allowed. (The stand-in cluster here does not
+/// call webhooks itself: the reviews are posted as kube-apiserver would.)
+#[test]
+fn the_admission_webhook_refuses_desired_values_that_cannot_land() {
+    let cluster = Cloud::start();
+    let example = common::workspace().join("examples/modbus-tcp.yaml");
+    cluster.ok(&["apply", "-f", path_str(&example)]);
+    let dir = tempfile::tempdir().expect("dir");
+    let cert_port = common::free_port();
+    let child = run_with(
+        dir.path(),
+        &format!(
+            "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  deviceController:\n    enable: false\n  cloudHub:\n    listen: \"127.0.0.1:{}\"\n    certListen: \"127.0.0.1:{cert_port}\"\n    advertiseAddress: [127.0.0.1]\n  metrics:\n    listen: \"\"\n",
+            path_str(&cluster.kubeconfig),
+            common::free_port(),
+        ),
+    );
+    let ca = dir.path().join("cloudcore-data/pki/ca.crt");
+    sim::poll::eventually(30, "the webhook's port", || {
+        (ca.exists() && std::net::TcpStream::connect(("127.0.0.1", cert_port)).is_ok())
+            .then_some(())
+    });
+    let device = |setpoint: &str, heater: &str| {
+        serde_json::json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            "metadata": {"name": "oven-1", "namespace": "default"},
+            "spec": {"deviceModelRef": {"name": "temperature-controller"},
+                "nodeName": "edge-node-1", "protocol": {"protocolName": "modbus"},
+                "properties": [
+                    {"name": "temperature"},
+                    {"name": "setpoint", "desired": {"value": setpoint}},
+                    {"name": "heater-on", "desired": {"value": heater}}]}})
+    };
+    let review = |object: serde_json::Value, old: Option<serde_json::Value>| {
+        let gvk = serde_json::json!({"group": "devices.kubeedge.io", "version": "v1beta1", "kind": "Device"});
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": gvk, "requestKind": gvk,
+                "resource": {"group": "devices.kubeedge.io", "version": "v1beta1", "resource": "devices"},
+                "name": "oven-1", "namespace": "default",
+                "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+                "userInfo": {"username": "admin", "groups": ["system:masters"]},
+                "object": object, "oldObject": old, "dryRun": false}});
+        let script = "import json,ssl,sys,urllib.request\n\
+            ctx=ssl.create_default_context(cafile=sys.argv[2])\n\
+            req=urllib.request.Request(sys.argv[1],data=sys.stdin.buffer.read(),headers={'Content-Type':'application/json'})\n\
+            print(urllib.request.urlopen(req,context=ctx,timeout=10).read().decode())\n";
+        let mut child = Command::new(common::python())
+            .args(["-c", script])
+            .arg(format!("https://127.0.0.1:{cert_port}/admission/devices"))
+            .arg(&ca)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(body.to_string().as_bytes())
+            .expect("the review sent");
+        let out = child.wait_with_output().expect("python exits");
+        assert!(out.status.success(), "{}", common::text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a review back");
+        assert_eq!(
+            v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "{v}"
+        );
+        v["response"].clone()
+    };
+
+    let r = review(device("130", "maybe"), None);
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(r["status"]["code"], 422, "{r}");
+    let message = r["status"]["message"].as_str().unwrap_or_default();
+    for part in [
+        "spec.properties[1].desired.value: Invalid value: \"130\": 130 is above the model maximum 120",
+        "spec.properties[2].desired.value: Invalid value: \"maybe\"",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    let r = review(device("85", "true"), None);
+    assert_eq!(r["allowed"], true, "{r}");
+    // 130 stored before (a model changed since, say): a write of another property passes.
+    let r = review(device("130", "false"), Some(device("130", "true")));
+    assert_eq!(r["allowed"], true, "{r}");
+    let r = review(device("140", "false"), Some(device("130", "true")));
+    assert_eq!(r["allowed"], false, "{r}");
+
+    // The stand-in cluster does not serve ValidatingWebhookConfigurations: cloudcore says it
+    // could not register the webhook, and keeps running.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let out = child.wait_with_output().expect("exits");
+    assert!(out.status.success(), "{}", common::text(&out));
+    let log = common::text(&out);
+    assert!(
+        log.contains("the webhook is served but not registered"),
+        "{log}"
+    );
+}

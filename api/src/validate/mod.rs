@@ -36,12 +36,14 @@ impl Problem {
     /// Whether the problem is a desired value's (`spec.properties[i].desired...`): one the
     /// twin refuses on that property alone, without skipping the device.
     pub fn is_about_desired(&self) -> bool {
-        self.path
-            .strip_prefix("spec.properties[")
-            .and_then(|rest| rest.split_once(']'))
-            .is_some_and(|(i, tail)| {
-                i.chars().all(|c| c.is_ascii_digit()) && tail.starts_with(".desired")
-            })
+        self.desired_index().is_some()
+    }
+
+    /// The property index of a problem at `spec.properties[i].desired...`.
+    pub fn desired_index(&self) -> Option<usize> {
+        let rest = self.path.strip_prefix("spec.properties[")?;
+        let (i, tail) = rest.split_once(']')?;
+        tail.starts_with(".desired").then(|| i.parse().ok())?
     }
 
     /// An error at `path`.
@@ -240,6 +242,35 @@ pub fn validate_model(model: &DeviceModel) -> Vec<Problem> {
 
 /// Checks a `Device`, and against `model` when it is known. A device whose model is not given
 /// gets every check that does not need the model.
+/// The desired values of `device` that can never land on it (they do not fit `model`'s type,
+/// minimum or maximum, or the property is ReadOnly), each with its index in
+/// `spec.properties`: only those that changed from `before` (the stored Device, if any), so
+/// that a value stored earlier, or made invalid by a model changed since, does not hold back a
+/// write of another property. What the API's admission and the cluster's webhook refuse.
+pub fn unlandable_desired(
+    device: &Device,
+    model: &DeviceModel,
+    before: Option<&Device>,
+) -> Vec<(usize, Problem)> {
+    let was = |name: &str| {
+        before
+            .and_then(|b| b.property(name))
+            .map(|p| p.desired.as_ref())
+    };
+    validate_device(device, Some(model))
+        .into_iter()
+        .filter(|p| p.severity == Severity::Error)
+        .filter_map(|p| Some((p.desired_index()?, p)))
+        .filter(|(i, _)| {
+            device
+                .spec
+                .properties
+                .get(*i)
+                .is_some_and(|prop| was(&prop.name) != Some(prop.desired.as_ref()))
+        })
+        .collect()
+}
+
 pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
     let mut out = Vec::new();
     check_metadata(&device.metadata, &mut out);
@@ -463,5 +494,75 @@ fn check_property(
         )
     {
         out.push(Problem::error(&path, why));
+    }
+}
+
+#[cfg(test)]
+mod unlandable_tests {
+    use super::*;
+
+    fn model() -> DeviceModel {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+            "metadata": {"name": "oven", "namespace": "default"},
+            "spec": {"protocol": "modbus", "properties": [
+                {"name": "temperature", "type": "FLOAT", "accessMode": "ReadOnly"},
+                {"name": "setpoint", "type": "INT", "accessMode": "ReadWrite", "minimum": "0", "maximum": "120"},
+                {"name": "on", "type": "BOOLEAN", "accessMode": "ReadWrite"}]}}))
+        .expect("a model")
+    }
+
+    fn device(setpoint: &str, on: &str) -> Device {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            "metadata": {"name": "oven-1", "namespace": "default"},
+            "spec": {"deviceModelRef": {"name": "oven"}, "protocol": {"protocolName": "modbus"},
+                "properties": [
+                    {"name": "setpoint", "desired": {"value": setpoint}},
+                    {"name": "on", "desired": {"value": on}}]}}))
+        .expect("a device")
+    }
+
+    #[test]
+    fn only_changed_desired_values_that_cannot_land_are_named_with_their_index() {
+        let m = model();
+        let found = |d: &Device, before: Option<&Device>| {
+            unlandable_desired(d, &m, before)
+                .into_iter()
+                .map(|(i, p)| (i, p.path))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            found(&device("130", "maybe"), None),
+            [
+                (0, "spec.properties[0].desired.value".to_string()),
+                (1, "spec.properties[1].desired.value".to_string())
+            ]
+        );
+        // 130 was stored before: only the value that changed is judged.
+        let before = device("130", "true");
+        assert_eq!(
+            found(&device("130", "maybe"), Some(&before)),
+            [(1, "spec.properties[1].desired.value".to_string())]
+        );
+        assert!(found(&device("85", "false"), Some(&before)).is_empty());
+        let problems = unlandable_desired(&device("130", "true"), &m, None);
+        assert!(
+            problems[0]
+                .1
+                .message
+                .contains("above the model maximum 120"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_desired_index_is_read_from_the_path_alone() {
+        let at = |path: &str| Problem::error(path, "x").desired_index();
+        assert_eq!(at("spec.properties[3].desired.value"), Some(3));
+        assert_eq!(at("spec.properties[0].desired"), Some(0));
+        assert_eq!(at("spec.properties[1].collectCycle"), None);
+        assert_eq!(at("spec.methods[0].propertyNames[0]"), None);
+        assert_eq!(at("spec.properties[x].desired"), None);
     }
 }

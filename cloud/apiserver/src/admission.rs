@@ -59,40 +59,14 @@ fn desired_values(models: &Tables, ns: &str, old: Option<&Value>, new: &Value) -
     else {
         return Vec::new();
     };
-    let before = |name: &str| -> Option<Value> {
-        (old?["spec"]["properties"].as_array()?.iter())
-            .find(|p| p["name"] == name)
-            .map(|p| p["desired"].clone())
-    };
-    let mut causes = Vec::new();
-    for problem in api::validate::validate_device(&device, Some(&model)) {
-        if problem.severity != api::validate::Severity::Error {
-            continue;
-        }
-        let Some(i) = desired_index(&problem.path) else {
-            continue;
-        };
-        let Some(p) = device.spec.properties.get(i) else {
-            continue;
-        };
-        let now = &new["spec"]["properties"][i]["desired"];
-        if before(&p.name).as_ref() == Some(now) {
-            continue;
-        }
-        causes.push(Cause::invalid(
-            problem.path.clone(),
-            &now["value"],
-            &problem.message,
-        ));
-    }
-    causes
-}
-
-/// The property index of a problem at `spec.properties[i].desired...`.
-fn desired_index(path: &str) -> Option<usize> {
-    let rest = path.strip_prefix("spec.properties[")?;
-    let (i, tail) = rest.split_once(']')?;
-    tail.starts_with(".desired").then(|| i.parse().ok())?
+    let before = old.and_then(|o| serde_json::from_value::<Device>(o.clone()).ok());
+    api::validate::unlandable_desired(&device, &model, before.as_ref())
+        .into_iter()
+        .map(|(i, problem)| {
+            let value = &new["spec"]["properties"][i]["desired"]["value"];
+            Cause::invalid(problem.path, value, &problem.message)
+        })
+        .collect()
 }
 
 /// The check of a write of `new` (with `old` the stored object, if any) of `plural` in
@@ -404,14 +378,6 @@ mod tests {
             assert!(covered(&admin, r));
             assert!(!covered(&held, r));
         }
-    }
-
-    #[test]
-    fn only_problems_of_a_desired_value_are_judged_at_the_door() {
-        assert_eq!(desired_index("spec.properties[3].desired.value"), Some(3));
-        assert_eq!(desired_index("spec.properties[0].desired"), Some(0));
-        assert_eq!(desired_index("spec.properties[1].collectCycle"), None);
-        assert_eq!(desired_index("spec.methods[0].propertyNames[0]"), None);
     }
 
     #[test]
