@@ -179,6 +179,11 @@ impl Metrics {
             ] {
                 o.counter(name, help, g(v));
             }
+            o.gauge(
+                "edgecore_broker_subscriptions",
+                "Subscriptions held by the embedded broker's clients (one per client and filter).",
+                g(&b.subscriptions),
+            );
         }
         o.counter(
             "edgecore_events_dropped",

@@ -18,8 +18,8 @@
 //! decision (login, ACL, subscriptions, acknowledgements, the will) is in `session`.
 
 mod session;
+mod tree;
 
-use super::topics::topic_matches;
 use bytes::BytesMut;
 use rumqttc::{ConnAck, ConnectReturnCode, Packet, Publish, QoS};
 use session::{Disconnect, Out, Session, Subscriber};
@@ -31,6 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tree::Subscriptions;
 
 /// Errors of starting the embedded broker.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +110,70 @@ struct Client {
 #[derive(Default)]
 struct Routing {
     clients: HashMap<u64, Client>,
+    /// Every client's filters, as a tree of topic levels (the lists in `clients` say what to
+    /// take out of it when a client goes).
+    subscriptions: Subscriptions,
     retained: HashMap<String, Publish>,
+    /// The broker's counters: the number of subscriptions is kept there as it changes.
+    stats: Arc<BrokerStats>,
+}
+
+impl Routing {
+    /// Takes a client out of the routing, with its subscriptions.
+    fn remove_client(&mut self, id: u64) -> Option<Client> {
+        let c = self.clients.remove(&id)?;
+        for (f, _) in &c.filters {
+            self.subscriptions.remove(f, id);
+        }
+        self.count_subscriptions();
+        Some(c)
+    }
+
+    fn count_subscriptions(&self) {
+        self.stats
+            .subscriptions
+            .store(self.subscriptions.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Unsubscribes client `id` from `filters`.
+    fn unsubscribe(&mut self, id: u64, filters: &[String]) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        c.filters.retain(|(f, _)| !filters.contains(f));
+        for f in filters {
+            self.subscriptions.remove(f, id);
+        }
+        self.count_subscriptions();
+    }
+
+    /// Subscribes client `id` to `filters` (a filter again: its QoS replaced).
+    fn subscribe(&mut self, id: u64, filters: &[(String, QoS)]) {
+        let Some(c) = self.clients.get_mut(&id) else {
+            return;
+        };
+        for (f, q) in filters {
+            c.filters.retain(|(x, _)| x != f);
+            c.filters.push((f.clone(), *q));
+            self.subscriptions.insert(f, id, *q);
+        }
+        self.count_subscriptions();
+    }
+
+    /// The clients whose filters match `topic`, each once with the highest QoS of its
+    /// matching filters.
+    fn subscribers(&self, topic: &str) -> Vec<(u64, QoS)> {
+        let mut out: Vec<(u64, QoS)> = Vec::new();
+        self.subscriptions.matches(
+            topic,
+            &mut |id, q| match out.iter_mut().find(|(c, _)| *c == id) {
+                Some(s) if (q as u8) > (s.1 as u8) => s.1 = q,
+                Some(_) => {}
+                None => out.push((id, q)),
+            },
+        );
+        out
+    }
 }
 
 /// Counters of the broker.
@@ -127,6 +191,8 @@ pub struct BrokerStats {
     pub refused: AtomicU64,
     /// Publishes the ACL does not grant their client (acknowledged and dropped).
     pub denied: AtomicU64,
+    /// Subscriptions held now (one per client and filter).
+    pub subscriptions: AtomicU64,
 }
 
 #[derive(Clone, Default)]
@@ -179,14 +245,16 @@ impl Core {
                     .insert(publish.topic.clone(), publish.clone());
             }
         }
-        for client in state.clients.values() {
+        for (id, granted) in state.subscribers(&publish.topic) {
+            let Some(client) = state.clients.get(&id) else {
+                continue;
+            };
             let to = Subscriber {
                 client_id: &client.client_id,
                 user: client.user.as_deref(),
-                filters: &client.filters,
                 link: client.link,
             };
-            if let Some(qos) = session::delivery(publish, &to, &self.auth) {
+            if let Some(qos) = session::delivery(publish, granted, &to, &self.auth) {
                 let mut out = publish.clone();
                 out.qos = qos;
                 out.retain = false;
@@ -230,22 +298,26 @@ impl Broker {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
-        self.shared.lock().clients.insert(
+        let mut state = self.shared.lock();
+        state.clients.insert(
             id,
             Client {
                 client_id: format!("edgecore in-process link {id}"),
                 user: None,
                 tx,
-                filters: filters
-                    .iter()
-                    .map(|f| (f.clone(), QoS::AtLeastOnce))
-                    .collect(),
+                filters: Vec::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: CancellationToken::new(),
                 taken_over: CancellationToken::new(),
                 link: true,
             },
         );
+        let filters: Vec<(String, QoS)> = filters
+            .iter()
+            .map(|f| (f.clone(), QoS::AtLeastOnce))
+            .collect();
+        state.subscribe(id, &filters);
+        drop(state);
         Link {
             id,
             rx,
@@ -288,7 +360,7 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.publisher.shared.lock().clients.remove(&self.id);
+        self.publisher.shared.lock().remove_client(self.id);
     }
 }
 
@@ -302,11 +374,12 @@ impl LinkPublisher {
     /// Whether any client subscribes to `topic` now: a message nobody would receive need not be
     /// built.
     pub(crate) fn wanted(&self, topic: &str) -> bool {
-        self.shared
-            .lock()
-            .clients
-            .values()
-            .any(|c| !c.link && c.filters.iter().any(|(f, _)| topic_matches(f, topic)))
+        let state = self.shared.lock();
+        let mut wanted = false;
+        state.subscriptions.matches(topic, &mut |id, _| {
+            wanted = wanted || state.clients.get(&id).is_some_and(|c| !c.link);
+        });
+        wanted
     }
 
     /// Routes a QoS 1 publish to its subscribers (never retained). Must not be called for a
@@ -382,10 +455,16 @@ pub(crate) async fn start(
         Some(t) => Some((bind(t.addr).await?, t)),
         None => None,
     };
+    let stats = Arc::new(BrokerStats::default());
     let shared = Core {
+        state: Arc::new(Mutex::new(Routing {
+            stats: stats.clone(),
+            ..Routing::default()
+        })),
+        stats,
         limits: Arc::new(limits),
         auth: Arc::new(auth),
-        ..Core::default()
+        next_id: Arc::default(),
     };
     let broker = Broker {
         stats: shared.stats.clone(),
@@ -649,13 +728,17 @@ where
         let mut state = shared.lock();
         // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4):
         // the older one is closed, not left open unrouted.
-        state.clients.retain(|_, c| {
-            let older = !c.link && c.client_id == session.client_id;
-            if older {
+        let older: Vec<u64> = state
+            .clients
+            .iter()
+            .filter(|(_, c)| !c.link && c.client_id == session.client_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for old in older {
+            if let Some(c) = state.remove_client(old) {
                 c.taken_over.cancel();
             }
-            !older
-        });
+        }
         state.clients.insert(
             id,
             Client {
@@ -722,12 +805,7 @@ where
                 Out::Subscribe(filters) => {
                     let retained = {
                         let mut state = shared.lock();
-                        if let Some(c) = state.clients.get_mut(&id) {
-                            for (f, q) in &filters {
-                                c.filters.retain(|(x, _)| x != f);
-                                c.filters.push((f.clone(), *q));
-                            }
-                        }
+                        state.subscribe(id, &filters);
                         session.retained(&filters, &state.retained, &shared.auth)
                     };
                     // The SUBACK (next) goes out through `ctl`, ahead of these.
@@ -739,11 +817,7 @@ where
                         }
                     }
                 }
-                Out::Unsubscribe(topics) => {
-                    if let Some(c) = shared.lock().clients.get_mut(&id) {
-                        c.filters.retain(|(f, _)| !topics.contains(f));
-                    }
-                }
+                Out::Unsubscribe(topics) => shared.lock().unsubscribe(id, &topics),
                 Out::Acked => {
                     if inflight.available_permits() < window {
                         inflight.add_permits(1);
@@ -753,7 +827,7 @@ where
             }
         }
     };
-    shared.lock().clients.remove(&id);
+    shared.lock().remove_client(id);
     // The will is published when a client goes away without DISCONNECT (the broker's own
     // shutdown included, as Mosquitto does).
     if let Some(will) = session.will(&result) {

@@ -221,21 +221,19 @@ impl Session {
 pub(super) struct Subscriber<'a> {
     pub(super) client_id: &'a str,
     pub(super) user: Option<&'a str>,
-    pub(super) filters: &'a [(String, QoS)],
     /// edgecore's own in-process client, which the ACL does not restrict.
     pub(super) link: bool,
 }
 
-/// The QoS at which `publish` goes to `to`, or `None` when it does not: no filter of its
-/// matches, or the ACL does not let it read the topic. With several matching filters, the
-/// highest QoS; never above the publish's own, nor above 1.
-pub(super) fn delivery(publish: &Publish, to: &Subscriber<'_>, auth: &Auth) -> Option<QoS> {
-    let granted = to
-        .filters
-        .iter()
-        .filter(|(f, _)| topic_matches(f, &publish.topic))
-        .map(|(_, q)| *q)
-        .max_by_key(|q| *q as u8)?;
+/// The QoS at which `publish` goes to `to`, whose filters matching its topic grant at most
+/// `granted` (the highest of them), or `None` when the ACL does not let it read the topic.
+/// Never above the publish's own QoS, nor above 1.
+pub(super) fn delivery(
+    publish: &Publish,
+    granted: QoS,
+    to: &Subscriber<'_>,
+    auth: &Auth,
+) -> Option<QoS> {
     if !to.link && !auth.allows(to.user, to.client_id, &publish.topic, false) {
         return None;
     }
@@ -412,49 +410,44 @@ mod tests {
     }
 
     #[test]
-    fn delivery_needs_a_matching_filter_and_the_acl_and_takes_the_highest_qos() {
+    fn delivery_needs_the_acl_and_never_exceeds_the_publish_nor_qos_1() {
         let (_d, auth) = acl();
-        let filters = vec![
-            (
-                "$hw/events/device/+/+/twin/update".to_string(),
-                QoS::AtMostOnce,
-            ),
-            ("$hw/events/device/#".to_string(), QoS::AtLeastOnce),
-        ];
         let app = Subscriber {
             client_id: "c1",
             user: Some("app"),
-            filters: &filters,
             link: false,
         };
         let at = |topic: &str, qos| Publish::new(topic, qos, "v");
+        let one = QoS::AtLeastOnce;
+        assert_eq!(delivery(&at(OVEN_1, one), one, &app, &auth), Some(one));
         assert_eq!(
-            delivery(&at(OVEN_1, QoS::AtLeastOnce), &app, &auth),
-            Some(QoS::AtLeastOnce)
-        );
-        assert_eq!(
-            delivery(&at(OVEN_1, QoS::AtMostOnce), &app, &auth),
+            delivery(&at(OVEN_1, QoS::AtMostOnce), one, &app, &auth),
             Some(QoS::AtMostOnce),
             "never above the publish's QoS"
         );
         assert_eq!(
-            delivery(&at(OVEN_2, QoS::AtLeastOnce), &app, &auth),
-            None,
-            "the ACL does not let app read oven-2"
+            delivery(&at(OVEN_1, one), QoS::AtMostOnce, &app, &auth),
+            Some(QoS::AtMostOnce),
+            "never above the subscription's"
         );
         assert_eq!(
-            delivery(&at("other/x", QoS::AtLeastOnce), &app, &auth),
-            None
+            delivery(&at(OVEN_2, one), one, &app, &auth),
+            None,
+            "the ACL does not let app read oven-2"
         );
         let link = Subscriber {
             client_id: "edgecore",
             user: None,
-            filters: &filters,
             link: true,
         };
         assert_eq!(
-            delivery(&at(OVEN_2, QoS::ExactlyOnce), &link, &auth),
-            Some(QoS::AtLeastOnce),
+            delivery(
+                &at(OVEN_2, QoS::ExactlyOnce),
+                QoS::ExactlyOnce,
+                &link,
+                &auth
+            ),
+            Some(one),
             "edgecore's own link is not restricted, and QoS 2 goes as 1"
         );
     }
