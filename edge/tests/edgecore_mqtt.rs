@@ -609,3 +609,100 @@ fn the_embedded_broker_takes_client_certificates_as_users_over_tls() {
     let twin = e.twin("default/oven-1").expect("the twin");
     assert_eq!(desired(&twin, "setpoint").as_deref(), Some("44"), "{twin}");
 }
+
+/// An app that subscribes once per device, as KubeEdge apps typically do (20,000 result topics
+/// here, most of devices that do not exist): it gets its device's results, once each; the
+/// broker counts every subscription, and forgets them when they are unsubscribed and when the
+/// app goes.
+#[tokio::test]
+async fn an_app_subscribing_per_device_gets_its_results_once_and_the_broker_forgets_them() {
+    let e = Edgecore::start(None);
+    e.wait_mqtt_connected();
+    let held = |e: &Edgecore| -> u64 {
+        e.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix("edgecore_broker_subscriptions "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("the subscriptions gauge")
+    };
+    let before = held(&e);
+    let mut o = MqttOptions::new("per-device-app", "127.0.0.1", e.mqtt_port);
+    o.set_keep_alive(Duration::from_secs(30));
+    let (client, mut events) = AsyncClient::new(o, 1000);
+    let result = |d: &str| format!("$hw/events/device/default/{d}/twin/update/result");
+    let mut topics: Vec<String> = (0..19_999).map(|k| result(&format!("dev-{k}"))).collect();
+    topics.push(result("oven-1"));
+    // The same filter twice holds one subscription.
+    topics.push(result("oven-1"));
+    let batches: Vec<Vec<String>> = topics.chunks(100).map(<[String]>::to_vec).collect();
+    let sending = {
+        let (client, batches) = (client.clone(), batches.clone());
+        tokio::spawn(async move {
+            for b in batches {
+                let f = b
+                    .into_iter()
+                    .map(|t| rumqttc::SubscribeFilter::new(t, QoS::AtLeastOnce));
+                client.subscribe_many(f).await.expect("subscribe");
+            }
+        })
+    };
+    let mut acks = 0;
+    while acks < batches.len() {
+        let ev = tokio::time::timeout(Duration::from_secs(60), events.poll())
+            .await
+            .expect("SUBACKs within 60 s")
+            .expect("connected");
+        if let Event::Incoming(Packet::SubAck(_)) = ev {
+            acks += 1;
+        }
+    }
+    sending.await.expect("subscribed");
+    assert_eq!(held(&e), before + 20_000);
+
+    client
+        .publish(
+            format!("{DEV}/twin/update"),
+            QoS::AtLeastOnce,
+            false,
+            br#"{"event_id":"per-device-1","twin":{"temperature":{"actual":{"value":"21"}}}}"#
+                .to_vec(),
+        )
+        .await
+        .expect("publish");
+    let mut results = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    // Everything that arrives for 3 s after the answer: one result, on oven-1's topic.
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Ok(ev) = tokio::time::timeout(left, events.poll()).await else {
+            break;
+        };
+        if let Ok(Event::Incoming(Packet::Publish(p))) = ev {
+            assert_eq!(p.topic, result("oven-1"), "only oven-1's result");
+            results += 1;
+        }
+    }
+    assert_eq!(results, 1, "one result for one update, not one per filter");
+
+    let polling = tokio::spawn(async move { while events.poll().await.is_ok() {} });
+    for t in &topics[..10_000] {
+        client.unsubscribe(t.clone()).await.expect("unsubscribe");
+    }
+    let e = tokio::task::spawn_blocking(move || {
+        e.eventually("half the subscriptions forgotten", |e| {
+            (held(e) == before + 10_000).then_some(())
+        });
+        e
+    })
+    .await
+    .expect("checked");
+    polling.abort();
+    drop(client);
+    tokio::task::spawn_blocking(move || {
+        e.eventually("all of them forgotten with the app", |e| {
+            (held(e) == before).then_some(())
+        });
+    })
+    .await
+    .expect("checked");
+}

@@ -7,6 +7,10 @@ flight (a new one is published from the callback that received an answer, as an 
 After `--warmup` seconds it counts for `--seconds`, then prints one JSON line:
 {"acked": N, "seconds": S, "latencies_ms": [...]} (the latencies of the counted round trips).
 
+With `--subscriptions N` it subscribes as a KubeEdge app typically does, once per device
+(`.../dev-N/twin/update/result` for each of its devices, then other devices' up to N in all,
+100 topics per SUBSCRIBE) instead of one wildcard.
+
   paho_twin_app.py --port 1883 --outstanding 32 --seconds 5 [--devices 1000 --props 10]
 """
 
@@ -30,6 +34,8 @@ def main():
     p.add_argument("--props", type=int, default=10)
     p.add_argument("--offset", type=int, default=0, help="first device, to split devices between apps")
     p.add_argument("--client-id", default="")
+    p.add_argument("--subscriptions", type=int, default=0,
+                   help="one subscription per device, N in all (0: one wildcard)")
     args = p.parse_args()
 
     lock = threading.Lock()
@@ -55,11 +61,25 @@ def main():
             sent[eid] = time.perf_counter()
         client.publish(f"$hw/events/device/default/dev-{dev}/twin/update", payload, qos=1)
 
+    result = "$hw/events/device/default/{}/twin/update/result"
+    if args.subscriptions > 0:
+        topics = [result.format(f"dev-{args.offset + d}") for d in range(args.devices)]
+        topics += [result.format(f"other-{args.client_id}-{k}")
+                   for k in range(max(0, args.subscriptions - args.devices))]
+        batches = [topics[i:i + 100] for i in range(0, len(topics), 100)]
+    else:
+        batches = [["$hw/events/device/+/+/twin/update/result"]]
+    pending = {"subacks": len(batches)}
+
     def on_connect(c, userdata, flags, reason, properties):
-        c.subscribe("$hw/events/device/+/+/twin/update/result", qos=1)
+        for b in batches:
+            c.subscribe([(t, 1) for t in b])
 
     def on_subscribe(c, userdata, mid, reasons, properties):
-        ready.set()
+        with lock:
+            pending["subacks"] -= 1
+            if pending["subacks"] == 0:
+                ready.set()
 
     def on_message(c, userdata, msg):
         try:
@@ -83,8 +103,8 @@ def main():
     client.on_message = on_message
     client.connect(args.host, args.port, keepalive=30)
     client.loop_start()
-    if not ready.wait(10):
-        print("no SUBACK within 10 s", file=sys.stderr)
+    if not ready.wait(10 + args.subscriptions / 1000):
+        print(f"{pending['subacks']} SUBACKs missing", file=sys.stderr)
         sys.exit(1)
     for _ in range(args.outstanding):
         send_one()

@@ -13,7 +13,10 @@
 //! on Mosquitto (with `set_tcp_nodelay`) and on the echo responder; then edgecore's resident
 //! memory after the runs.
 //!
-//! `cargo run --release -p hardware-tests --bin mqtt-bench [-- --seconds 5]`
+//! With `--subscriptions 1000,10000`, first the same with apps that subscribe once per device
+//! (as KubeEdge apps typically do), holding that many subscriptions each.
+//!
+//! `cargo run --release -p hardware-tests --bin mqtt-bench [-- --seconds 5] [--subscriptions 1000,10000]`
 
 use clap::Parser;
 use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, QoS};
@@ -36,6 +39,29 @@ struct Args {
     /// Only the twin/get latency during a burst, on the embedded broker.
     #[arg(long)]
     burst_only: bool,
+    /// Also the apps that subscribe once per device (as KubeEdge apps typically do), holding
+    /// these numbers of subscriptions in all (their devices' result topics, then others'), on
+    /// the echo responder, edgecore + Mosquitto and the embedded broker: `--subscriptions
+    /// 1000,10000,100000`.
+    #[arg(long, value_delimiter = ',')]
+    subscriptions: Vec<usize>,
+    /// Only the per-device subscription runs.
+    #[arg(long)]
+    subscriptions_only: bool,
+    /// The directory of another build's `edgecore` to measure (an older commit's, for a
+    /// before/after); default: this workspace's release build.
+    #[arg(long)]
+    bins: Option<std::path::PathBuf>,
+}
+
+/// The result topics an app that subscribes per device holds: its devices' (`devices`), then
+/// other devices' (named after `app`) up to `n` in all.
+fn per_device_topics(app: &str, devices: std::ops::Range<usize>, n: usize) -> Vec<String> {
+    let result = |d: &str| format!("$hw/events/device/default/{d}/twin/update/result");
+    let mut topics: Vec<String> = devices.map(|d| result(&format!("dev-{d}"))).collect();
+    let others = n.saturating_sub(topics.len());
+    topics.extend((0..others).map(|k| result(&format!("other-{app}-{k}"))));
+    topics
 }
 
 const DEVICES: usize = 1000;
@@ -127,30 +153,52 @@ fn cpu_seconds(pid: &str) -> Option<f64> {
 
 /// Sends updates with `outstanding` in flight for `seconds` after one second of warm-up.
 /// `pid` is the process whose CPU time per update is shown (edgecore, or the broker).
+/// With `subscriptions` > 0 the app subscribes once per device, that many topics in all
+/// (100 per SUBSCRIBE); else once, to a wildcard.
 async fn run(
     port: u16,
     outstanding: usize,
     seconds: f64,
     pid: Option<u32>,
+    subscriptions: usize,
 ) -> anyhow::Result<Figures> {
-    let (o, n) = options(&format!("bench-{outstanding}-{}", free_port()), port);
+    let app = format!("bench-{outstanding}-{}", free_port());
+    let (o, n) = options(&app, port);
     let (client, mut events) = AsyncClient::new(o, 4096);
     events.set_network_options(n);
-    client
-        .subscribe("$hw/events/device/+/+/twin/update/result", QoS::AtLeastOnce)
-        .await
-        .map_err(anyhow::Error::from)?;
+    let batches: Vec<Vec<String>> = if subscriptions == 0 {
+        vec![vec!["$hw/events/device/+/+/twin/update/result".to_string()]]
+    } else {
+        per_device_topics(&app, 0..DEVICES, subscriptions)
+            .chunks(100)
+            .map(<[String]>::to_vec)
+            .collect()
+    };
+    let mut subacks = batches.len();
+    let subscribing = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            for b in batches {
+                let filters = b
+                    .into_iter()
+                    .map(|t| rumqttc::SubscribeFilter::new(t, QoS::AtLeastOnce));
+                client.subscribe_many(filters).await?;
+            }
+            Ok::<(), rumqttc::ClientError>(())
+        })
+    };
     let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let permits = Arc::new(tokio::sync::Semaphore::new(0));
     let samples: Arc<Mutex<Vec<(Instant, f64)>>> = Arc::default();
     let (s2, p2, m2) = (sent.clone(), permits.clone(), samples.clone());
     let receiver = tokio::spawn(async move {
-        let mut subscribed = false;
         while let Ok(ev) = events.poll().await {
             match ev {
-                Event::Incoming(Packet::SubAck(_)) if !subscribed => {
-                    subscribed = true;
-                    p2.add_permits(outstanding);
+                Event::Incoming(Packet::SubAck(_)) if subacks > 0 => {
+                    subacks -= 1;
+                    if subacks == 0 {
+                        p2.add_permits(outstanding);
+                    }
                 }
                 Event::Incoming(Packet::Publish(p)) => {
                     let Some(id) = event_id(&p.payload) else {
@@ -169,6 +217,17 @@ async fn run(
             }
         }
     });
+    subscribing
+        .await
+        .map_err(anyhow::Error::from)?
+        .map_err(anyhow::Error::from)?;
+    // The subscriptions acknowledged first (the receiver gives the permits then).
+    let Ok(first) = tokio::time::timeout(Duration::from_secs(60), permits.acquire()).await else {
+        return Err(anyhow::anyhow!(
+            "no SUBACK for every subscription within 60 s"
+        ));
+    };
+    drop(first.map_err(anyhow::Error::from)?);
     let begin = Instant::now();
     let measure_from = begin + Duration::from_secs(1);
     let end = measure_from + Duration::from_secs_f64(seconds);
@@ -257,7 +316,12 @@ impl Client {
 
 /// The paho-mqtt app (`hardware-tests/sims/paho_twin_app.py`): one process for 1 outstanding,
 /// two of 32 (each on its half of the devices) for 64, as an app spread over processes would.
-fn paho(port: u16, outstanding: usize, seconds: f64) -> anyhow::Result<Figures> {
+fn paho(
+    port: u16,
+    outstanding: usize,
+    seconds: f64,
+    subscriptions: usize,
+) -> anyhow::Result<Figures> {
     let procs = if outstanding > 1 { 2 } else { 1 };
     let children = (0..procs)
         .map(|i| {
@@ -268,6 +332,7 @@ fn paho(port: u16, outstanding: usize, seconds: f64) -> anyhow::Result<Figures> 
                 .args(["--seconds", &seconds.to_string()])
                 .args(["--devices", &(DEVICES / procs).to_string()])
                 .args(["--offset", &(i * DEVICES / procs).to_string()])
+                .args(["--subscriptions", &(subscriptions / procs).to_string()])
                 .args([
                     "--client-id",
                     &format!("paho-{outstanding}-{i}-{}", free_port()),
@@ -427,12 +492,15 @@ async fn measure(
     outstanding: usize,
     seconds: f64,
     pid: Option<u32>,
+    subscriptions: usize,
 ) -> anyhow::Result<Figures> {
     match client {
-        Client::Rumqttc => run(port, outstanding, seconds, pid).await,
-        Client::Paho => tokio::task::spawn_blocking(move || paho(port, outstanding, seconds))
-            .await
-            .map_err(anyhow::Error::from)?,
+        Client::Rumqttc => run(port, outstanding, seconds, pid, subscriptions).await,
+        Client::Paho => {
+            tokio::task::spawn_blocking(move || paho(port, outstanding, seconds, subscriptions))
+                .await
+                .map_err(anyhow::Error::from)?
+        }
         Client::MosquittoPub => {
             let count = ((seconds * 2000.0) as usize).div_ceil(500) * 500;
             tokio::task::spawn_blocking(move || mosquitto_pub_burst(port, count))
@@ -463,9 +531,23 @@ async fn measure_all(
     seconds: f64,
     pid: Option<u32>,
 ) -> anyhow::Result<()> {
-    for client in Client::ALL {
+    measure_with(rows, path, port, seconds, pid, &Client::ALL, 0).await
+}
+
+/// Measures `path` with `clients`, subscribing per device to `subscriptions` topics (0: one
+/// wildcard), and adds the rows.
+async fn measure_with(
+    rows: &mut Vec<Row>,
+    path: &'static str,
+    port: u16,
+    seconds: f64,
+    pid: Option<u32>,
+    clients: &[Client],
+    subscriptions: usize,
+) -> anyhow::Result<()> {
+    for &client in clients {
         for &n in client.outstanding() {
-            let figures = measure(client, port, n, seconds, pid)
+            let figures = measure(client, port, n, seconds, pid, subscriptions)
                 .await
                 .map_err(|e| anyhow::anyhow!("{path}, {}: {e}", client.name()))?;
             let row = Row {
@@ -755,17 +837,84 @@ fn print_row(rows: &[Row], row: &Row) {
     );
 }
 
+/// The apps that subscribe once per device, `n` subscriptions per app in all (rumqttc and
+/// paho; `mosquitto_sub` takes its topics as arguments, which do not fit 100,000), on the
+/// echo responder, edgecore + Mosquitto and the embedded broker, in one run.
+async fn per_device(bins: &Path, dir: &Path, n: usize, seconds: f64) -> anyhow::Result<()> {
+    println!("\nApps subscribing per device, {n} subscriptions per app:\n");
+    println!(
+        "| path | client | outstanding | p50 ms | p99 ms | max ms | acknowledged updates/s | ÷ Mosquitto | ÷ echo | CPU µs/update (broker or edgecore; rumqttc runs) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let clients = [Client::Rumqttc, Client::Paho];
+    let mut rows = Vec::new();
+    let port = free_port();
+    let broker = mosquitto(dir, port, true)?;
+    let responder = echo(port).await?;
+    measure_with(
+        &mut rows,
+        ECHO,
+        port,
+        seconds,
+        Some(broker.0.id()),
+        &clients,
+        n,
+    )
+    .await?;
+    responder.abort();
+    let (core, _) = edgecore(bins, &dir.join(format!("external-{n}")), "external", port)?;
+    measure_with(
+        &mut rows,
+        MOSQUITTO,
+        port,
+        seconds,
+        Some(core.child.id()),
+        &clients,
+        n,
+    )
+    .await?;
+    drop(core);
+    drop(broker);
+    let port = free_port();
+    let (core, _) = edgecore(bins, &dir.join(format!("embedded-{n}")), "embedded", port)?;
+    measure_with(
+        &mut rows,
+        EMBEDDED,
+        port,
+        seconds,
+        Some(core.child.id()),
+        &clients,
+        n,
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
     let result = async {
-        eprintln!("building the release edgecore ...");
-        let bins = sim::built_binaries(true)?;
+        let bins = match &args.bins {
+            // Absolute: edgecore runs in its own directory.
+            Some(dir) => std::fs::canonicalize(dir)
+                .map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))?,
+            None => {
+                eprintln!("building the release edgecore ...");
+                sim::built_binaries(true)?
+            }
+        };
         let dir = tempfile::tempdir().map_err(anyhow::Error::from)?;
-        println!("| path | client | outstanding | p50 ms | p99 ms | max ms | acknowledged updates/s | ÷ Mosquitto | ÷ echo | CPU µs/update (broker or edgecore; rumqttc runs) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
         let mut rows = Vec::new();
         let mut rss_external = 0.0;
+        for &n in &args.subscriptions {
+            per_device(&bins, dir.path(), n, args.seconds).await?;
+        }
+        if args.subscriptions_only {
+            return Ok(());
+        }
+        println!("\nOne wildcard subscription per app:\n");
+        println!("| path | client | outstanding | p50 ms | p99 ms | max ms | acknowledged updates/s | ÷ Mosquitto | ÷ echo | CPU µs/update (broker or edgecore; rumqttc runs) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         if !args.embedded_only && !args.burst_only {
             // The clients' ceiling: an echo responder on Mosquitto.
             let port = free_port();

@@ -94,7 +94,8 @@ struct Client {
     /// The user it logged in as (`None`: anonymous).
     user: Option<String>,
     tx: mpsc::Sender<Packet>,
-    filters: Vec<(String, QoS)>,
+    /// Its subscriptions (also in the routing's tree): filter → QoS.
+    filters: HashMap<String, QoS>,
     /// Bytes of the publishes queued for it and not written yet.
     queued_bytes: Arc<AtomicUsize>,
     /// Cancelled when its QoS 1 queue overflowed: the connection is closed.
@@ -122,7 +123,7 @@ impl Routing {
     /// Takes a client out of the routing, with its subscriptions.
     fn remove_client(&mut self, id: u64) -> Option<Client> {
         let c = self.clients.remove(&id)?;
-        for (f, _) in &c.filters {
+        for f in c.filters.keys() {
             self.subscriptions.remove(f, id);
         }
         self.count_subscriptions();
@@ -140,9 +141,10 @@ impl Routing {
         let Some(c) = self.clients.get_mut(&id) else {
             return;
         };
-        c.filters.retain(|(f, _)| !filters.contains(f));
         for f in filters {
-            self.subscriptions.remove(f, id);
+            if c.filters.remove(f).is_some() {
+                self.subscriptions.remove(f, id);
+            }
         }
         self.count_subscriptions();
     }
@@ -153,8 +155,7 @@ impl Routing {
             return;
         };
         for (f, q) in filters {
-            c.filters.retain(|(x, _)| x != f);
-            c.filters.push((f.clone(), *q));
+            c.filters.insert(f.clone(), *q);
             self.subscriptions.insert(f, id, *q);
         }
         self.count_subscriptions();
@@ -305,7 +306,7 @@ impl Broker {
                 client_id: format!("edgecore in-process link {id}"),
                 user: None,
                 tx,
-                filters: Vec::new(),
+                filters: HashMap::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: CancellationToken::new(),
                 taken_over: CancellationToken::new(),
@@ -745,7 +746,7 @@ where
                 client_id: session.client_id.clone(),
                 user: session.user.clone(),
                 tx: tx.clone(),
-                filters: Vec::new(),
+                filters: HashMap::new(),
                 queued_bytes: queued_bytes.clone(),
                 overflow: overflow.clone(),
                 taken_over: taken_over.clone(),

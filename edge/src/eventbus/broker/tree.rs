@@ -90,10 +90,9 @@ impl Subscriptions {
     /// Calls `each` with every client whose filters match `topic`, once per matching filter
     /// (a client with two matching filters comes twice: the caller takes the higher QoS).
     pub(super) fn matches(&self, topic: &str, each: &mut impl FnMut(ClientId, QoS)) {
-        let levels: smallvec_levels::Levels<'_> = smallvec_levels::split(topic);
         // Wildcards at the first level do not match `$` topics.
         let dollar = topic.starts_with('$');
-        walk(&self.root, levels.as_slice(), !dollar, each);
+        walk(&self.root, Some(topic), !dollar, each);
     }
 }
 
@@ -130,56 +129,30 @@ fn remove_at(node: &mut Level, levels: &[&str], id: ClientId) -> bool {
     found
 }
 
-fn walk(node: &Level, levels: &[&str], wild: bool, each: &mut impl FnMut(ClientId, QoS)) {
+/// Visits the subscriptions below `node` that match `rest`, the topic's levels not walked yet
+/// (`None`: none left; `Some("")`: one empty level).
+fn walk(node: &Level, rest: Option<&str>, wild: bool, each: &mut impl FnMut(ClientId, QoS)) {
     if wild {
         // `#` matches the parent level and everything below it.
         for &(c, q) in &node.hash {
             each(c, q);
         }
     }
-    let Some((first, rest)) = levels.split_first() else {
+    let Some(rest) = rest else {
         for &(c, q) in &node.here {
             each(c, q);
         }
         return;
     };
-    if let Some(next) = node.children.get(*first) {
+    let (first, rest) = match rest.split_once('/') {
+        Some((first, rest)) => (first, Some(rest)),
+        None => (rest, None),
+    };
+    if let Some(next) = node.children.get(first) {
         walk(next, rest, true, each);
     }
     if wild && let Some(next) = node.plus.as_deref() {
         walk(next, rest, true, each);
-    }
-}
-
-/// A topic's levels without a heap allocation for the usual depths.
-mod smallvec_levels {
-    const INLINE: usize = 16;
-
-    pub(super) enum Levels<'a> {
-        Inline([&'a str; INLINE], usize),
-        Heap(Vec<&'a str>),
-    }
-
-    impl<'a> Levels<'a> {
-        pub(super) fn as_slice(&self) -> &[&'a str] {
-            match self {
-                Self::Inline(a, n) => &a[..*n],
-                Self::Heap(v) => v,
-            }
-        }
-    }
-
-    pub(super) fn split(topic: &str) -> Levels<'_> {
-        let mut a = [""; INLINE];
-        let mut n = 0;
-        for level in topic.split('/') {
-            if n == INLINE {
-                return Levels::Heap(topic.split('/').collect());
-            }
-            a[n] = level;
-            n += 1;
-        }
-        Levels::Inline(a, n)
     }
 }
 
