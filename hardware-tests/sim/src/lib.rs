@@ -209,6 +209,26 @@ pub fn vm_rss_kb(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The benches' manifests: a DeviceModel `m` of `props` INT ReadWrite properties `p0`..., and
+/// `devices` Devices `dev-0`... of it (protocol `bench`, which no mapper serves).
+pub fn bench_manifests(devices: usize, props: usize) -> String {
+    let model: String = (0..props)
+        .map(|p| format!("    - {{name: p{p}, type: INT, accessMode: ReadWrite}}\n"))
+        .collect();
+    let mut out = format!(
+        "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {{name: m, namespace: default}}\nspec:\n  protocol: bench\n  properties:\n{model}"
+    );
+    let visitors: String = (0..props)
+        .map(|p| format!("    - {{name: p{p}, visitors: {{protocolName: bench, configData: {{offset: {p}}}}}}}\n"))
+        .collect();
+    for d in 0..devices {
+        out.push_str(&format!(
+            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: bench}}\n  properties:\n{visitors}"
+        ));
+    }
+    out
+}
+
 /// A test that cannot run for want of something `scripts/test` installs (a Debian package,
 /// root for a mount): skipped on a developer's machine, saying why; a failure under `CI`, where
 /// everything is installed, so that a broken install step cannot pass as a skip.

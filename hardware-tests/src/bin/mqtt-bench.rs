@@ -67,24 +67,6 @@ fn per_device_topics(app: &str, devices: std::ops::Range<usize>, n: usize) -> Ve
 const DEVICES: usize = 1000;
 const PROPS: usize = 10;
 
-fn manifests() -> String {
-    let props: String = (0..PROPS)
-        .map(|p| format!("    - {{name: p{p}, type: INT, accessMode: ReadWrite}}\n"))
-        .collect();
-    let mut out = format!(
-        "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {{name: m, namespace: default}}\nspec:\n  protocol: bench\n  properties:\n{props}"
-    );
-    let visitors: String = (0..PROPS)
-        .map(|p| format!("    - {{name: p{p}, visitors: {{protocolName: bench, configData: {{offset: {p}}}}}}}\n"))
-        .collect();
-    for d in 0..DEVICES {
-        out.push_str(&format!(
-            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: bench}}\n  properties:\n{visitors}"
-        ));
-    }
-    out
-}
-
 fn options(id: &str, port: u16) -> (MqttOptions, NetworkOptions) {
     let mut o = MqttOptions::new(id, "127.0.0.1", port);
     o.set_keep_alive(Duration::from_secs(30))
@@ -752,7 +734,11 @@ fn mosquitto(dir: &Path, port: u16, nodelay: bool) -> anyhow::Result<Broker> {
 fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> anyhow::Result<(Proc, String)> {
     let http = free_port();
     std::fs::create_dir_all(dir.join("manifests")).map_err(anyhow::Error::from)?;
-    std::fs::write(dir.join("manifests/devices.yaml"), manifests()).map_err(anyhow::Error::from)?;
+    std::fs::write(
+        dir.join("manifests/devices.yaml"),
+        sim::bench_manifests(DEVICES, PROPS),
+    )
+    .map_err(anyhow::Error::from)?;
     std::fs::write(
         dir.join("edgecore.yaml"),
         format!("nodeName: bench\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: {mode}, address: \"127.0.0.1:{port}\", clientId: edgecore-bench}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n"),

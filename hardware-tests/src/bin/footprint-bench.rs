@@ -1,0 +1,169 @@
+//! edgecore's footprint and start with `--devices` devices of 10 INT properties (the
+//! `mqtt-bench` manifests): a first start on an empty data directory, then `--restarts`
+//! restarts on the same data. For each: the time from the process's start to the first answer
+//! with a twin (`GET /api/v1/devices/default/dev-{last}`, polled every 5 ms), the `RssAnon` 5 s
+//! after it and again after the first trim of freed memory (12 s), the main heap's share (the
+//! `[heap]` mapping of `/proc/PID/smaps`), and the threads. Printed as a table (see
+//! docs/benchmarks.md).
+//!
+//! `cargo run --release -p hardware-tests --bin footprint-bench [-- --devices 1000 --restarts 3]`
+
+use clap::Parser;
+use sim::{Proc, free_port};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(name = "footprint-bench", about = "edgecore's footprint and start")]
+struct Args {
+    #[arg(long, default_value_t = 1000)]
+    devices: usize,
+    #[arg(long, default_value_t = 3)]
+    restarts: usize,
+    /// The directory of another build's `edgecore` (default: this workspace's release build).
+    #[arg(long)]
+    bins: Option<std::path::PathBuf>,
+}
+
+/// A `/proc/PID/status` field in kB.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The anonymous kB of the `[heap]` mapping.
+fn heap_kb(pid: u32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut in_heap = false;
+    for line in smaps.lines() {
+        if line.contains('-') && line.split_whitespace().count() >= 5 {
+            in_heap = line.ends_with("[heap]");
+        } else if in_heap && let Some(v) = line.strip_prefix("Anonymous:") {
+            return v
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+struct Run {
+    first_answer_ms: f64,
+    rss_5s_mb: f64,
+    rss_12s_mb: f64,
+    heap_mb: f64,
+    threads: u64,
+}
+
+fn run_once(bins: &Path, dir: &Path, http: u16, devices: usize) -> anyhow::Result<Run> {
+    let agent = sim::agent();
+    let url = format!(
+        "http://127.0.0.1:{http}/api/v1/devices/default/dev-{}",
+        devices - 1
+    );
+    let started = Instant::now();
+    let core = Proc::spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir,
+        "edgecore.log",
+    );
+    let answered = loop {
+        if let Ok(r) = agent.get(&url).call()
+            && r.status().as_u16() == 200
+        {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err(anyhow::anyhow!(
+                "no twin answer within 60 s: {}",
+                core.log_text()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pid = core.child.id();
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed() - answered));
+    let rss_5s = status_kb(pid, "RssAnon:");
+    let heap = heap_kb(pid);
+    let threads = status_kb(pid, "Threads:");
+    std::thread::sleep(Duration::from_secs(7));
+    let rss_12s = status_kb(pid, "RssAnon:");
+    core.signal("-TERM");
+    let mut core = core;
+    let _ = core.child.wait();
+    Ok(Run {
+        first_answer_ms: answered.as_secs_f64() * 1000.0,
+        rss_5s_mb: rss_5s as f64 / 1024.0,
+        rss_12s_mb: rss_12s as f64 / 1024.0,
+        heap_mb: heap as f64 / 1024.0,
+        threads,
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = (|| {
+        let bins = match &args.bins {
+            Some(dir) => std::fs::canonicalize(dir)
+                .map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))?,
+            None => {
+                eprintln!("building the release edgecore ...");
+                sim::built_binaries(true)?
+            }
+        };
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("manifests"))?;
+        std::fs::write(
+            dir.path().join("manifests/devices.yaml"),
+            sim::bench_manifests(args.devices, 10),
+        )?;
+        let http = free_port();
+        std::fs::write(
+            dir.path().join("edgecore.yaml"),
+            format!(
+                "nodeName: footprint\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n",
+                free_port()
+            ),
+        )?;
+        println!(
+            "| start ({} devices x 10 properties) | start → first twin answer, ms | RssAnon 5 s after, MB | RssAnon 12 s after (freed memory trimmed), MB | of it in [heap], MB (5 s) | threads |",
+            args.devices
+        );
+        println!("|---|---|---|---|---|---|");
+        for i in 0..=args.restarts {
+            let r = run_once(&bins, dir.path(), http, args.devices)?;
+            println!(
+                "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} |",
+                if i == 0 {
+                    "first (empty data directory)".to_string()
+                } else {
+                    format!("restart {i}")
+                },
+                r.first_answer_ms,
+                r.rss_5s_mb,
+                r.rss_12s_mb,
+                r.heap_mb,
+                r.threads
+            );
+        }
+        Ok::<(), anyhow::Error>(())
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("footprint-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
