@@ -649,9 +649,10 @@ impl EdgeHub {
         )
     }
 
-    /// Each device's state as the twin holds it, sent at the start of a session: while the
-    /// node was away the cloud marked its devices `unknown`, and a state that did not change
-    /// meanwhile has nothing in the outbox to say so.
+    /// Each device's state as the twin holds it (`unknown` for one no mapper has reported yet),
+    /// sent at the start of a session: while the node was away the cloud marked its devices
+    /// `unknown` because of it, and a state that did not change meanwhile has nothing in the
+    /// outbox to say it is the edge's own again.
     async fn device_states(&self) -> Vec<Message> {
         let rows = match self.twin.list().await {
             Ok(r) => r,
@@ -661,14 +662,19 @@ impl EdgeHub {
             }
         };
         rows.into_iter()
-            .filter(|r| !r.state.is_empty() && !self.local_only(&r.id()).state)
+            .filter(|r| !self.local_only(&r.id()).state)
             .map(|r| {
+                let state = if r.state.is_empty() {
+                    "unknown"
+                } else {
+                    r.state.as_str()
+                };
                 let at = if r.last_online > 0 {
                     r.last_online
                 } else {
                     api::message::now_millis()
                 };
-                self.state_message(&r.namespace, &r.name, &r.state, at)
+                self.state_message(&r.namespace, &r.name, state, at)
             })
             .collect()
     }
