@@ -11,7 +11,7 @@
 //! bodies are bounded ([`MAX_BODY`]).
 
 use anyhow::{Context, Result};
-use api::v1beta1::{Device, DeviceModel};
+use api::v1beta1::DeviceModel;
 use axum::extract::State;
 use axum::http::StatusCode;
 use kube::core::DynamicObject;
@@ -68,8 +68,11 @@ async fn review(
         // Not a Device write this webhook judges (a delete, another kind): allowed.
         return answer(response);
     };
-    let model = match model_of(&client, &device).await {
-        Ok(m) => m,
+    let ns = req.namespace.as_deref().unwrap_or("default");
+    let model = match model_of(&client, ns, &device).await {
+        Ok(Some(m)) => m,
+        // No model (yet): nothing to judge the values by; the Device waits for it.
+        Ok(None) => return answer(response),
         Err(e) => {
             // A model that cannot be read now: the write is let through and said in the log;
             // the edge still refuses such a value on its property (never silently).
@@ -77,7 +80,7 @@ async fn review(
             return answer(response);
         }
     };
-    match decide(&device, model.as_ref(), old.as_ref()) {
+    match apiserver::refused_device(&device, old.as_ref(), &model) {
         None => answer(response),
         Some(message) => {
             tracing::info!(device = %req.name, %message, "admission: a Device write refused");
@@ -89,65 +92,35 @@ async fn review(
     }
 }
 
-/// The Device written and the one stored, when the request is a Device's create or update.
-fn device_of(req: &AdmissionRequest<DynamicObject>) -> Option<(Device, Option<Device>)> {
+/// The Device written and the one stored, as JSON, when the request is a Device's create or
+/// update.
+fn device_of(req: &AdmissionRequest<DynamicObject>) -> Option<(Value, Option<Value>)> {
     if req.kind.group != "devices.kubeedge.io" || req.kind.kind != "Device" {
         return None;
     }
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return None;
     }
-    let parse = |o: &DynamicObject| {
-        serde_json::to_value(o)
-            .ok()
-            .and_then(|v| serde_json::from_value::<Device>(v).ok())
-    };
-    let device = parse(req.object.as_ref()?)?;
-    let old = req.old_object.as_ref().and_then(parse);
+    let device = serde_json::to_value(req.object.as_ref()?).ok()?;
+    let old = req
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok());
     Some((device, old))
 }
 
-async fn model_of(client: &kube::Client, device: &Device) -> Result<Option<DeviceModel>> {
-    let Some(name) = device.model_name() else {
+/// The DeviceModel `device` refers to, in namespace `ns`, if it names one that exists.
+async fn model_of(client: &kube::Client, ns: &str, device: &Value) -> Result<Option<DeviceModel>> {
+    let Some(name) = device["spec"]["deviceModelRef"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+    else {
         return Ok(None);
     };
-    let ns = device.metadata.namespace.as_deref().unwrap_or("default");
     kube::Api::<DeviceModel>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await
         .with_context(|| format!("DeviceModel {ns}/{name}"))
-}
-
-/// Why the write of `device` (replacing `old`) is refused, in kube-apiserver's words for an
-/// invalid object; `None` when it may be stored.
-pub fn decide(
-    device: &Device,
-    model: Option<&DeviceModel>,
-    old: Option<&Device>,
-) -> Option<String> {
-    let model = model?;
-    let lines: Vec<String> = api::validate::unlandable_desired(device, model, old)
-        .into_iter()
-        .map(|(i, p)| {
-            let value = device.spec.properties[i]
-                .desired
-                .as_ref()
-                .map(|d| d.value.as_str())
-                .unwrap_or_default();
-            format!("{}: Invalid value: {value:?}: {}", p.path, p.message)
-        })
-        .collect();
-    if lines.is_empty() {
-        return None;
-    }
-    let name = device.metadata.name.as_deref().unwrap_or_default();
-    Some(match lines.as_slice() {
-        [one] => format!("Device.devices.kubeedge.io {name:?} is invalid: {one}"),
-        many => format!(
-            "Device.devices.kubeedge.io {name:?} is invalid: [{}]",
-            many.join(", ")
-        ),
-    })
 }
 
 /// The `ValidatingWebhookConfiguration` that sends Device writes to `url`, trusting `ca_pem`.

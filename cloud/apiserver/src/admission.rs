@@ -43,30 +43,58 @@ pub(crate) const MODELS_KEY: &str = "devicemodels.devices.kubeedge.io";
 /// The desired values of `new` that can never land on the device, as 422 causes: each one
 /// that changed from `old` and does not fit its model (type, minimum, maximum, access mode).
 fn desired_values(models: &Tables, ns: &str, old: Option<&Value>, new: &Value) -> Vec<Cause> {
-    use api::v1beta1::{Device, DeviceModel};
-    let Ok(device) = serde_json::from_value::<Device>(new.clone()) else {
-        return Vec::new();
-    };
-    let Some(model) = (device.spec.device_model_ref.as_ref())
-        .and_then(|r| {
+    use api::v1beta1::DeviceModel;
+    let Some(model) = new["spec"]["deviceModelRef"]["name"]
+        .as_str()
+        .and_then(|name| {
             models.get(&crate::store::Key {
                 res: std::sync::Arc::from(MODELS_KEY),
                 ns: ns.to_string(),
-                name: r.name.clone(),
+                name: name.to_string(),
             })
         })
         .and_then(|m| serde_json::from_value::<DeviceModel>(m.value()).ok())
     else {
         return Vec::new();
     };
+    unlandable_causes(new, old, &model)
+}
+
+/// The causes of [`desired_values`] against `model`.
+fn unlandable_causes(
+    new: &Value,
+    old: Option<&Value>,
+    model: &api::v1beta1::DeviceModel,
+) -> Vec<Cause> {
+    use api::v1beta1::Device;
+    let Ok(device) = serde_json::from_value::<Device>(new.clone()) else {
+        return Vec::new();
+    };
     let before = old.and_then(|o| serde_json::from_value::<Device>(o.clone()).ok());
-    api::validate::unlandable_desired(&device, &model, before.as_ref())
+    api::validate::unlandable_desired(&device, model, before.as_ref())
         .into_iter()
         .map(|(i, problem)| {
             let value = &new["spec"]["properties"][i]["desired"]["value"];
             Cause::invalid(problem.path, value, &problem.message)
         })
         .collect()
+}
+
+/// Why a write of the Device `new` (replacing `old`) is refused because a desired value that
+/// changed cannot land on a device of `model`, in the embedded API's words (kube-apiserver's
+/// for an invalid object); `None` when it may be stored. cloudcore's admission webhook for a
+/// real cluster says the same.
+pub fn refused_device(
+    new: &Value,
+    old: Option<&Value>,
+    model: &api::v1beta1::DeviceModel,
+) -> Option<String> {
+    let causes = unlandable_causes(new, old, model);
+    if causes.is_empty() {
+        return None;
+    }
+    let name = new["metadata"]["name"].as_str().unwrap_or_default();
+    Some(Status::invalid("Device", DEVICES, name, causes).message)
 }
 
 /// The check of a write of `new` (with `old` the stored object, if any) of `plural` in

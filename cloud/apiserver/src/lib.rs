@@ -59,6 +59,7 @@ use tokio_util::sync::CancellationToken;
 /// The Kubernetes version the API reports (`/version`) and follows.
 pub const KUBE_VERSION: &str = "v1.33.0";
 
+pub use admission::refused_device;
 pub use authn::{ClientCertificate, Identity, User};
 pub use serve::serve;
 pub use store::{EtcdOptions, EtcdTls};

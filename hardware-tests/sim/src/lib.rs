@@ -198,15 +198,36 @@ pub fn free_port() -> u16 {
 
 /// VmRSS of process `pid` (`"self"` for this one), in KiB; 0 when it cannot be read.
 pub fn vm_rss_kb(pid: &str) -> u64 {
+    proc_status(pid, "VmRSS")
+}
+
+/// A field of `/proc/{pid}/status` (`VmRSS`, `RssAnon`, `Threads`...), its number (KiB for
+/// sizes); 0 when it cannot be read.
+pub fn proc_status(pid: &str, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|v| v.split_whitespace().next())
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The directory of the edgecore (and other binaries) a bench measures: `given` (another
+/// build's, made absolute: edgecore runs in a directory of its own), or this workspace's
+/// release build, built now.
+pub fn bench_binaries(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(dir) => {
+            std::fs::canonicalize(dir).map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))
+        }
+        None => {
+            eprintln!("building the release edgecore ...");
+            built_binaries(true)
+        }
+    }
 }
 
 /// The benches' manifests: a DeviceModel `m` of `props` INT ReadWrite properties `p0`..., and

@@ -26,19 +26,6 @@ struct Args {
     bins: Option<std::path::PathBuf>,
 }
 
-/// A `/proc/PID/status` field in kB.
-fn status_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// The anonymous kB of the `[heap]` mapping.
 fn heap_kb(pid: u32) -> u64 {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
@@ -94,11 +81,11 @@ fn run_once(bins: &Path, dir: &Path, http: u16, devices: usize) -> anyhow::Resul
     };
     let pid = core.child.id();
     std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed() - answered));
-    let rss_5s = status_kb(pid, "RssAnon:");
+    let rss_5s = sim::proc_status(&pid.to_string(), "RssAnon");
     let heap = heap_kb(pid);
-    let threads = status_kb(pid, "Threads:");
+    let threads = sim::proc_status(&pid.to_string(), "Threads");
     std::thread::sleep(Duration::from_secs(7));
-    let rss_12s = status_kb(pid, "RssAnon:");
+    let rss_12s = sim::proc_status(&pid.to_string(), "RssAnon");
     core.signal("-TERM");
     let mut core = core;
     let _ = core.child.wait();
@@ -114,14 +101,7 @@ fn run_once(bins: &Path, dir: &Path, http: u16, devices: usize) -> anyhow::Resul
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = (|| {
-        let bins = match &args.bins {
-            Some(dir) => std::fs::canonicalize(dir)
-                .map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))?,
-            None => {
-                eprintln!("building the release edgecore ...");
-                sim::built_binaries(true)?
-            }
-        };
+        let bins = sim::bench_binaries(args.bins.as_deref())?;
         let dir = tempfile::tempdir()?;
         std::fs::create_dir_all(dir.path().join("manifests"))?;
         std::fs::write(

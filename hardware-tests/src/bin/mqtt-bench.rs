@@ -773,16 +773,7 @@ fn edgecore(bins: &Path, dir: &Path, mode: &str, port: u16) -> anyhow::Result<(P
 }
 
 fn rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("RssAnon:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(0.0)
+    sim::proc_status(&pid.to_string(), "RssAnon") as f64 / 1024.0
 }
 
 /// Prints `row` with its ratio to the same client's figure on Mosquitto and on the echo
@@ -880,15 +871,7 @@ async fn per_device(bins: &Path, dir: &Path, n: usize, seconds: f64) -> anyhow::
 async fn main() -> ExitCode {
     let args = Args::parse();
     let result = async {
-        let bins = match &args.bins {
-            // Absolute: edgecore runs in its own directory.
-            Some(dir) => std::fs::canonicalize(dir)
-                .map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))?,
-            None => {
-                eprintln!("building the release edgecore ...");
-                sim::built_binaries(true)?
-            }
-        };
+        let bins = sim::bench_binaries(args.bins.as_deref())?;
         let dir = tempfile::tempdir().map_err(anyhow::Error::from)?;
         let mut rows = Vec::new();
         let mut rss_external = 0.0;
