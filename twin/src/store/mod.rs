@@ -36,8 +36,8 @@ mod schema;
 
 use fold::folded_seq;
 pub use fold::{FOLD_AFTER, FOLD_INTERVAL};
-use rows::{i, outbox_from_row, property_from_row, u};
-use schema::{DEVICE_COLUMNS, OUTBOX_COLUMNS, TWIN_COLUMNS, connect, connect_options, migrate};
+use rows::{i, outbox_from_row, u};
+use schema::{DEVICE_COLUMNS, OUTBOX_COLUMNS, connect, connect_options, migrate};
 pub use schema::{JOURNAL_MIGRATIONS, MIGRATIONS, ROWS_PER_STATEMENT};
 
 /// Errors of the store.
@@ -209,13 +209,16 @@ impl Store {
     /// Every twin in the database.
     pub async fn load_twins(&self) -> Result<Vec<DeviceTwin>> {
         let overlay = self.fold_or_overlay().await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {DEVICE_COLUMNS} FROM device"
+        // Each device with its properties in one row (see `rows::properties_json`), streamed:
+        // the rows of 100,000 properties collected would be a start-up peak the allocator keeps.
+        let mut rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {DEVICE_COLUMNS}, {} FROM device",
+            rows::properties_json()
         )))
-        .fetch_all(self.pool())
-        .await?;
-        let mut twins: HashMap<String, DeviceTwin> = HashMap::with_capacity(rows.len());
-        for r in rows {
+        .fetch(self.pool());
+        let mut twins: HashMap<String, DeviceTwin> = HashMap::new();
+        while let Some(r) = tokio_stream::StreamExt::next(&mut rows).await {
+            let r = r?;
             let id: String = r.try_get(0)?;
             let row = DeviceRow {
                 namespace: r.try_get(1)?,
@@ -229,31 +232,23 @@ impl Store {
                 reported_version: u(r.try_get(9)?),
                 state_reason: r.try_get(10)?,
             };
+            let properties: String = r.try_get(11)?;
             twins.insert(
                 id,
                 DeviceTwin {
                     row,
-                    properties: BTreeMap::new(),
+                    properties: rows::properties_from_json(&properties)?,
                 },
             );
         }
-        // Streamed, not collected: the rows of 100,000 properties would be a start-up peak that
-        // the allocator keeps.
-        let mut rows = sqlx::query(AssertSqlSafe(format!("SELECT {TWIN_COLUMNS} FROM twin")))
-            .fetch(self.pool());
-        while let Some(r) = tokio_stream::StreamExt::next(&mut rows).await {
-            let r = r?;
-            let device_id: String = r.try_get(0)?;
-            let name: String = r.try_get(1)?;
-            let prop = property_from_row(&r)?;
-            match twins.get_mut(&device_id) {
-                Some(t) => {
-                    t.properties.insert(name, prop);
-                }
-                None => {
-                    tracing::warn!(device = %device_id, property = %name, "twin row without a device row; ignored")
-                }
-            }
+        drop(rows);
+        let orphans: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM twin WHERE device_id NOT IN (SELECT id FROM device)",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        if orphans > 0 {
+            tracing::warn!(rows = orphans, "twin rows without a device row; ignored");
         }
         if let Some(p) = overlay {
             for id in &p.purge {
