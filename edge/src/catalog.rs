@@ -17,10 +17,12 @@ pub enum Change {
     ModelAdded(DeviceModel),
     ModelUpdated(DeviceModel),
     ModelRemoved(DeviceId),
-    /// Boxed: a `Device` is several KB inline, and a start-up lists every device.
-    DeviceAdded(Box<Device>),
+    /// As stored (compact JSON), parsed by each reader when it takes the change: a start lists
+    /// every device, and every one parsed at once was the start's peak of memory (several KB
+    /// each, against about 1 KB of JSON).
+    DeviceAdded(StoredDevice),
     /// The effective spec changed (a reload that changes nothing is no change).
-    DeviceUpdated(Box<Device>),
+    DeviceUpdated(StoredDevice),
     DeviceRemoved(DeviceId),
 }
 
@@ -37,6 +39,16 @@ impl StoredDevice {
             String::new()
         });
         Self(json.into())
+    }
+
+    /// As stored before (see `manifests::reload_at_start`).
+    pub fn from_json(json: String) -> Self {
+        Self(json.into())
+    }
+
+    /// The compact JSON.
+    pub fn json(&self) -> &str {
+        &self.0
     }
 
     /// The device.
@@ -126,13 +138,13 @@ impl Catalog {
         }
         for (id, d) in &next.devices {
             match self.devices.get(id) {
-                None => out.extend(d.device().map(|d| Change::DeviceAdded(Box::new(d)))),
+                None => out.push(Change::DeviceAdded(d.clone())),
                 Some(old) if old != d => {
                     // Only a change of the spec is an update (not of labels, say).
-                    if let (Some(old), Some(d)) = (old.device(), d.device())
-                        && old.spec != d.spec
+                    if let (Some(old), Some(new)) = (old.device(), d.device())
+                        && old.spec != new.spec
                     {
-                        out.push(Change::DeviceUpdated(Box::new(d)));
+                        out.push(Change::DeviceUpdated(d.clone()));
                     }
                 }
                 Some(_) => {}

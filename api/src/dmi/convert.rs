@@ -442,7 +442,7 @@ pub fn device_to_dmi(device: &crd::Device, twins: Option<&crd::DeviceTwinStatus>
                     report_cycle: p.report_cycle.unwrap_or_default(),
                     collect_cycle: p.collect_cycle.unwrap_or_default(),
                     report_to_cloud: p.report_to_cloud.unwrap_or_default(),
-                    push_method: p.push_method.as_ref().map(push_method_to_dmi),
+                    push_method: p.push_method.as_deref().map(push_method_to_dmi),
                 })
                 .collect(),
             methods: spec
@@ -511,7 +511,7 @@ pub fn device_from_dmi(d: &pb::Device) -> Result<(crd::Device, Vec<crd::Twin>)> 
                 push_method: p
                     .push_method
                     .as_ref()
-                    .map(push_method_from_dmi)
+                    .map(|m| push_method_from_dmi(m).map(Box::new))
                     .transpose()?,
             })
         })

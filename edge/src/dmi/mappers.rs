@@ -593,8 +593,16 @@ impl Manager {
     async fn on_catalog(&mut self, changes: Vec<Change>) {
         for change in changes {
             match change {
-                Change::DeviceAdded(d) => self.place(&d, true).await,
-                Change::DeviceUpdated(d) => self.place(&d, false).await,
+                Change::DeviceAdded(d) => {
+                    if let Some(d) = d.device() {
+                        self.place(&d, true).await
+                    }
+                }
+                Change::DeviceUpdated(d) => {
+                    if let Some(d) = d.device() {
+                        self.place(&d, false).await
+                    }
+                }
                 Change::DeviceRemoved(id) => {
                     let key = id.to_string();
                     self.sent.remove(&key);

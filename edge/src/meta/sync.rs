@@ -63,7 +63,7 @@ impl CatalogSync {
             let updated: std::collections::HashSet<_> = (changes.iter())
                 .filter_map(|c| match c {
                     Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
-                        Some(crate::catalog::object_id(&d.metadata))
+                        d.device().map(|d| crate::catalog::object_id(&d.metadata))
                     }
                     _ => None,
                 })
@@ -89,9 +89,10 @@ impl CatalogSync {
         for change in changes {
             let op = match change {
                 Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
+                    let Some(d) = d.device() else { continue };
                     let decl = {
                         let c = crate::catalog::read(&self.catalog);
-                        DeviceDecl::from_device(d, c.model_of(d))
+                        DeviceDecl::from_device(&d, c.model_of(&d))
                     };
                     Op::Upsert(decl)
                 }

@@ -183,7 +183,7 @@ impl<P: Protocol> Mapper<P> {
                 collect: cycle(p.collect_cycle),
             });
             let mut push = Vec::new();
-            match p.push_method.as_ref().map(Target::from_push_method) {
+            match p.push_method.as_deref().map(Target::from_push_method) {
                 Some(Ok(targets)) => {
                     for t in targets {
                         match self.shared.pushers.get(t) {
