@@ -47,37 +47,11 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let mut tasks = JoinSet::new();
     tracing::info!(node = %config.node_name, data_dir = %config.data_dir.display(), devices = twin.stats().devices.load(std::sync::atomic::Ordering::Relaxed), "edgecore starting");
 
-    if config.modules.manifests {
-        let dir = config.manifests_dir();
-        let mut src = sources.lock().await;
-        let loaded = match manifests::reload(&dir, &config.node_name, &mut src) {
-            Ok(()) => {
-                sync.publish(&src).await;
-                // Twins of devices no longer declared go: the directory is the source of truth.
-                manifests::prune_undeclared(&twin, &catalog).await;
-                true
-            }
-            Err(e) => {
-                // A missing or unreadable directory is not an empty one: the twins stay, and
-                // the watcher loads the directory when it can be read.
-                manifests::failed(&metrics, &catalog, &e);
-                false
-            }
-        };
-        drop(src);
-        rt::sys::release_freed();
-        tasks.spawn(manifests::watch(
-            dir,
-            config.node_name.clone(),
-            Duration::from_millis(config.manifests.poll_interval_ms),
-            sources.clone(),
-            sync.clone(),
-            metrics.clone(),
-            loaded,
-            cancel.clone(),
-        ));
-    }
-
+    // What answers from the stored twins starts first (the broker, the HTTP API); the
+    // manifests are then compared with the twins and the mappers' socket opened. `/readyz`
+    // says `starting` until all of it is done.
+    let mappers: Arc<std::sync::OnceLock<dmi::mappers::Mappers>> = Arc::default();
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Bursts (start-up, a manifest reload, a fold of the twin journal) free memory in the middle
     // of the heap, which glibc keeps; hand it back now and then.
     let stop = cancel.clone();
@@ -91,34 +65,6 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             }
         }
     });
-
-    let mut mappers = None;
-    if config.modules.dmi {
-        let path = config.dmi_socket();
-        let listener = dmi::bind(&path)?;
-        let m = dmi::mappers::start(
-            twin.clone(),
-            catalog.clone(),
-            sync.subscribe(),
-            metrics.clone(),
-            config.dmi.liveness(),
-            cancel.clone(),
-        )
-        .await;
-        let server = dmi::DmiServer {
-            twin: twin.clone(),
-            mappers: m.clone(),
-            metrics: metrics.clone(),
-        };
-        tasks.spawn(dmi::serve(
-            listener,
-            path,
-            config.dmi.max_connections,
-            server,
-            cancel.clone(),
-        ));
-        mappers = Some(m);
-    }
 
     if config.modules.eventbus {
         let (host, port) = split_host_port(&config.mqtt.address, None)?;
@@ -193,7 +139,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             stop: cancel.clone(),
             twin: twin.clone(),
             metrics: metrics.clone(),
-            mappers,
+            mappers: mappers.clone(),
+            started: started.clone(),
             pods,
             pod_log_dir: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
             hosts: http::served_hosts(&config.http.hosts),
@@ -220,6 +167,66 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         ));
     }
 
+    if config.modules.manifests {
+        let dir = config.manifests_dir();
+        let mut src = sources.lock().await;
+        let loaded =
+            match manifests::reload_at_start(&dir, &config.node_name, &mut src, &meta).await {
+                Ok(()) => {
+                    sync.publish(&src).await;
+                    // Twins of devices no longer declared go: the directory is the source of truth.
+                    manifests::prune_undeclared(&twin, &catalog).await;
+                    true
+                }
+                Err(e) => {
+                    // A missing or unreadable directory is not an empty one: the twins stay, and
+                    // the watcher loads the directory when it can be read.
+                    manifests::failed(&metrics, &catalog, &e);
+                    false
+                }
+            };
+        drop(src);
+        rt::sys::release_freed();
+        tasks.spawn(manifests::watch(
+            dir,
+            config.node_name.clone(),
+            Duration::from_millis(config.manifests.poll_interval_ms),
+            sources.clone(),
+            sync.clone(),
+            metrics.clone(),
+            loaded,
+            cancel.clone(),
+        ));
+    }
+
+    if config.modules.dmi {
+        let path = config.dmi_socket();
+        let listener = dmi::bind(&path)?;
+        let m = dmi::mappers::start(
+            twin.clone(),
+            catalog.clone(),
+            sync.subscribe(),
+            metrics.clone(),
+            config.dmi.liveness(),
+            cancel.clone(),
+        )
+        .await;
+        let server = dmi::DmiServer {
+            twin: twin.clone(),
+            mappers: m.clone(),
+            metrics: metrics.clone(),
+        };
+        tasks.spawn(dmi::serve(
+            listener,
+            path,
+            config.dmi.max_connections,
+            server,
+            cancel.clone(),
+        ));
+        let _ = mappers.set(m);
+    }
+
+    started.store(true, std::sync::atomic::Ordering::Release);
     if let Some(cloud) = &config.cloud {
         let hub = crate::edgehub::EdgeHub {
             cloud: cloud.clone(),

@@ -4,7 +4,7 @@
 //! | method and path | |
 //! |---|---|
 //! | `GET /healthz` | `ok`, or `degraded: ...` while the twin store refuses writes (a full disk) or the manifests directory cannot be read |
-//! | `GET /readyz` | `ok`, or 503 while the twin store refuses writes |
+//! | `GET /readyz` | `ok`, or 503 while starting (`starting: ...`) or while the twin store refuses writes |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /api/v1/devices` | every device: id, state, versions |
 //! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
@@ -38,7 +38,10 @@ use twin::service::{Op, ServiceError};
 pub(crate) struct ApiState {
     pub twin: TwinService,
     pub metrics: Arc<Metrics>,
-    pub mappers: Option<Mappers>,
+    /// The mapper manager, once the DMI module has started (after the manifests).
+    pub mappers: Arc<std::sync::OnceLock<Mappers>>,
+    /// Every module has started (`/readyz` says `starting` until then).
+    pub started: Arc<std::sync::atomic::AtomicBool>,
     /// edged's pods, when edged runs.
     pub pods: Option<edged::Pods>,
     /// Where edged's runtime writes container logs (`edged.podLogDir`), when edged runs.
@@ -223,6 +226,13 @@ async fn healthz(State(s): State<ApiState>) -> String {
 
 /// Ready to take writes: 200 `ok`, or 503 while the twin store refuses them.
 async fn readyz(State(s): State<ApiState>) -> Response {
+    if !s.started.load(Ordering::Acquire) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: the stored twins are served; the manifests and the mappers' socket are not ready yet",
+        )
+            .into_response();
+    }
     match s.twin.stats().degraded() {
         None => "ok".into_response(),
         Some(reason) => (
@@ -508,7 +518,7 @@ async fn set_desired(
 
 async fn mappers(State(s): State<ApiState>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    match &s.mappers {
+    match s.mappers.get() {
         Some(m) => Json(m.list().await).into_response(),
         None => Json(Vec::<()>::new()).into_response(),
     }

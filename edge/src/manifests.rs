@@ -118,27 +118,47 @@ pub(crate) struct ListError {
 /// is an error, never an empty set: an error while reading the source of truth is no evidence
 /// that devices were deleted.
 pub(crate) fn load(dir: &Path, node: &str) -> Result<Loaded, ListError> {
-    let mut loaded = Loaded::default();
+    Ok(load_inputs(read_inputs(dir)?, node))
+}
+
+/// The texts of a directory's manifest files, and the files that could not be read.
+pub(crate) struct Inputs {
+    texts: Vec<(String, String)>,
+    unreadable: Loaded,
+}
+
+fn read_inputs(dir: &Path) -> Result<Inputs, ListError> {
+    let mut unreadable = Loaded::default();
     let files = manifest_files(dir).map_err(|source| ListError {
         dir: dir.to_path_buf(),
         source,
     })?;
-    let mut inputs = Vec::new();
+    let mut texts = Vec::new();
     for f in files {
         match std::fs::read_to_string(&f) {
-            Ok(text) => inputs.push((f.display().to_string(), text)),
+            Ok(text) => texts.push((f.display().to_string(), text)),
             // Removed since the listing.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // Unreadable (permissions, too many open files): its devices keep their last
             // valid definitions.
             Err(e) => {
-                loaded
+                unreadable
                     .problems
                     .push(format!("{}: cannot read: {e}", f.display()));
-                loaded.broken_files.insert(f.display().to_string());
+                unreadable.broken_files.insert(f.display().to_string());
             }
         }
     }
+    Ok(Inputs { texts, unreadable })
+}
+
+/// Validates what [`read_inputs`] read: the objects for `node`, and every problem.
+fn load_inputs(inputs: Inputs, node: &str) -> Loaded {
+    let Inputs {
+        texts: inputs,
+        mut unreadable,
+    } = inputs;
+    let loaded = &mut unreadable;
     let report = validate_texts(&inputs);
     loaded
         .broken_files
@@ -182,7 +202,7 @@ pub(crate) fn load(dir: &Path, node: &str) -> Result<Loaded, ListError> {
         .collect();
     loaded.catalog = Catalog::build(report.valid_models, devices);
     loaded.catalog.origins = origins;
-    Ok(loaded)
+    unreadable
 }
 
 fn log_loaded(dir: &Path, loaded: &Loaded) {
@@ -198,7 +218,50 @@ fn log_loaded(dir: &Path, loaded: &Loaded) {
 /// content. When the directory cannot be read, the sources keep their last good content and the
 /// error is returned.
 pub(crate) fn reload(dir: &Path, node: &str, sources: &mut Sources) -> Result<(), ListError> {
-    let loaded = load(dir, node)?;
+    take(dir, load(dir, node)?, sources);
+    Ok(())
+}
+
+/// [`reload`] at start: when the files, the node and this edgecore's version are those of the
+/// last start, what they gave then is taken from `meta` instead of parsing and validating every
+/// document again (the same result, for a fraction of the time and without the parse's
+/// transient memory); otherwise they are parsed, and the result stored for the next start.
+pub(crate) async fn reload_at_start(
+    dir: &Path,
+    node: &str,
+    sources: &mut Sources,
+    meta: &crate::meta::store::MetaStore,
+) -> Result<(), ListError> {
+    let inputs = read_inputs(dir)?;
+    let key = cache::key(&inputs, node);
+    let cached = match meta.manifests_cache().await {
+        Ok(Some(text)) => cache::read(&text, &key),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the stored result of the last start's manifests; parsing them");
+            None
+        }
+    };
+    let loaded = match cached {
+        Some(loaded) => {
+            tracing::info!(dir = %dir.display(), "manifests unchanged since the last start: their result is read back instead of parsing them");
+            loaded
+        }
+        None => {
+            let loaded = load_inputs(inputs, node);
+            let text = cache::write(&loaded, &key);
+            if let Err(e) = meta.save_manifests_cache(&text).await {
+                tracing::warn!(error = %e, "cannot store the manifests' result for the next start (it parses them again)");
+            }
+            loaded
+        }
+    };
+    take(dir, loaded, sources);
+    Ok(())
+}
+
+/// Makes `loaded` the local source.
+fn take(dir: &Path, loaded: Loaded, sources: &mut Sources) {
     log_loaded(dir, &loaded);
     let previous = sources.local.take().unwrap_or_default();
     // A device whose file turned invalid keeps its last valid definition (and its twin): a
@@ -219,7 +282,122 @@ pub(crate) fn reload(dir: &Path, node: &str, sources: &mut Sources) -> Result<()
     let (devices, models) = (next.devices.len(), next.models.len());
     sources.local = Some(next);
     tracing::info!(dir = %dir.display(), devices, models, "loaded manifests");
-    Ok(())
+}
+
+/// The result of loading the manifests, stored from one start to the next.
+mod cache {
+    use super::{Inputs, Loaded};
+    use crate::catalog::{Catalog, StoredDevice};
+    use api::paths::DeviceId;
+    use api::v1beta1::DeviceModel;
+    use serde::{Deserialize, Serialize};
+
+    /// What the result depends on: this edgecore (its version, and its binary's size and time,
+    /// so that a rebuild with other validation rules parses again), the node's name, and every
+    /// file's name and text (SHA-256, hex).
+    pub(super) fn key(inputs: &Inputs, node: &str) -> String {
+        let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut field = |b: &[u8]| {
+            d.update(&(b.len() as u64).to_le_bytes());
+            d.update(b);
+        };
+        field(env!("CARGO_PKG_VERSION").as_bytes());
+        let binary = std::env::current_exe()
+            .and_then(std::fs::metadata)
+            .map(|m| format!("{} {:?}", m.len(), m.modified().ok()))
+            .unwrap_or_default();
+        field(binary.as_bytes());
+        field(node.as_bytes());
+        for (name, text) in &inputs.texts {
+            field(name.as_bytes());
+            field(text.as_bytes());
+        }
+        for p in &inputs.unreadable.problems {
+            field(p.as_bytes());
+        }
+        d.finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Stored {
+        key: String,
+        /// `(namespace/name, effective device as JSON, file)`.
+        devices: Vec<(String, String, Option<String>)>,
+        models: Vec<DeviceModel>,
+        /// Files of devices whose documents are invalid, by `namespace/name`.
+        origins: Vec<(String, String)>,
+        problems: Vec<String>,
+        other_nodes: Vec<String>,
+        invalid: Vec<String>,
+        broken_files: Vec<String>,
+    }
+
+    pub(super) fn write(loaded: &Loaded, key: &str) -> String {
+        let c = &loaded.catalog;
+        let stored = Stored {
+            key: key.to_string(),
+            devices: (c.devices.iter())
+                .map(|(id, d)| {
+                    (
+                        id.to_string(),
+                        d.json().to_string(),
+                        c.origins.get(id).cloned(),
+                    )
+                })
+                .collect(),
+            models: c.models.values().cloned().collect(),
+            origins: (c.origins.iter())
+                .filter(|(id, _)| !c.devices.contains_key(*id))
+                .map(|(id, f)| (id.to_string(), f.clone()))
+                .collect(),
+            problems: loaded.problems.clone(),
+            other_nodes: loaded.other_nodes.clone(),
+            invalid: loaded.invalid.iter().map(DeviceId::to_string).collect(),
+            broken_files: loaded.broken_files.iter().cloned().collect(),
+        };
+        serde_json::to_string(&stored).unwrap_or_default()
+    }
+
+    /// The stored result if it was stored under `key`; `None` otherwise or when any of it does
+    /// not read back (then the files are parsed).
+    pub(super) fn read(text: &str, key: &str) -> Option<Loaded> {
+        let stored: Stored = serde_json::from_str(text).ok()?;
+        if stored.key != key {
+            return None;
+        }
+        let id = |s: &str| DeviceId::parse(s);
+        let mut catalog = Catalog::default();
+        for (i, json, origin) in stored.devices {
+            let i = id(&i)?;
+            if let Some(f) = origin {
+                catalog.origins.insert(i.clone(), f);
+            }
+            catalog.devices.insert(i, StoredDevice::from_json(json));
+        }
+        for (i, f) in stored.origins {
+            catalog.origins.insert(id(&i)?, f);
+        }
+        for m in stored.models {
+            catalog
+                .models
+                .insert(crate::catalog::object_id(&m.metadata), m);
+        }
+        Some(Loaded {
+            catalog,
+            problems: stored.problems,
+            other_nodes: stored.other_nodes,
+            invalid: stored
+                .invalid
+                .iter()
+                .map(|s| id(s))
+                .collect::<Option<_>>()?,
+            broken_files: stored.broken_files.into_iter().collect(),
+        })
+    }
 }
 
 /// Watches `dir`, applies the changes of every valid edit to the twin and then publishes them
@@ -275,5 +453,54 @@ pub(crate) async fn watch(
             loaded = true;
             prune_undeclared(&twin, &catalog).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `load` gives and what the stored result reads back as are the same, problems and
+    /// all; another key reads nothing back.
+    #[test]
+    fn the_stored_result_reads_back_as_the_load_gave_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let model = "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {name: m, namespace: default}\nspec:\n  protocol: modbus\n  properties:\n    - {name: t, type: INT, accessMode: ReadWrite, minimum: \"0\", maximum: \"9\"}\n";
+        let device = |name: &str, node: &str, desired: &str| {
+            format!(
+                "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  nodeName: {node}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: 502}}}}\n  properties:\n    - {{name: t, desired: {{value: \"{desired}\"}}, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1}}}}}}\n"
+            )
+        };
+        let text = format!(
+            "{model}{}{}{}",
+            device("a", "n1", "5"),
+            device("elsewhere", "n2", "5"),
+            device("bad", "n1", "5").replace("name: t,", "name: unknown,")
+        );
+        std::fs::write(dir.path().join("devices.yaml"), text).expect("write");
+        std::fs::write(dir.path().join("broken.yaml"), "kind: Device\nspec: [").expect("write");
+        let inputs = read_inputs(dir.path()).expect("read");
+        let key = cache::key(&inputs, "n1");
+        let loaded = load_inputs(inputs, "n1");
+        assert_eq!(loaded.catalog.devices.len(), 1, "{:?}", loaded.problems);
+        assert!(!loaded.invalid.is_empty(), "{:?}", loaded.problems);
+        assert!(!loaded.other_nodes.is_empty() && !loaded.broken_files.is_empty());
+        let text = cache::write(&loaded, &key);
+        let back = cache::read(&text, &key).expect("read back");
+        assert_eq!(back.catalog, loaded.catalog);
+        assert_eq!(back.problems, loaded.problems);
+        assert_eq!(back.other_nodes, loaded.other_nodes);
+        assert_eq!(back.invalid, loaded.invalid);
+        assert_eq!(back.broken_files, loaded.broken_files);
+        assert!(cache::read(&text, "another key").is_none());
+        // Another node, or one changed byte in a file, is another key.
+        let inputs = read_inputs(dir.path()).expect("read");
+        assert_ne!(cache::key(&inputs, "n2"), key);
+        assert_eq!(cache::key(&inputs, "n1"), key);
+        std::fs::write(dir.path().join("broken.yaml"), "kind: Device\nspec: {").expect("write");
+        assert_ne!(
+            cache::key(&read_inputs(dir.path()).expect("read"), "n1"),
+            key
+        );
     }
 }

@@ -408,3 +408,44 @@ fn a_model_change_reaches_the_running_twin() {
         "{t}"
     );
 }
+
+/// A restart on the same files takes the last start's result instead of parsing them again;
+/// a file edited while edgecore was stopped is parsed, and its change applies.
+#[test]
+fn a_restart_reads_back_unchanged_manifests_and_parses_edited_ones() {
+    let mut e = Edgecore::start(None);
+    e.restart(false);
+    assert!(
+        e.log().contains("read back instead of parsing"),
+        "{}",
+        e.log()
+    );
+    // A new file: parsed, with its problem.
+    std::fs::write(e.manifests.join("broken.yaml"), "kind: Device\nspec: [").expect("write");
+    e.restart(false);
+    assert!(!e.log().contains("read back instead of parsing"));
+    e.restart(false);
+    let log = e.log();
+    assert!(log.contains("read back instead of parsing"), "{log}");
+    assert!(
+        log.contains("broken.yaml"),
+        "its problems are still said: {log}"
+    );
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("80"));
+    e.stop(false);
+    std::fs::write(
+        e.manifests.join("oven.yaml"),
+        MANIFEST.replace("value: \"80\"", "value: \"95\""),
+    )
+    .expect("write");
+    e.restart(false);
+    let log = e.log();
+    assert!(!log.contains("read back instead of parsing"), "{log}");
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("95"));
+    e.restart(true);
+    assert!(e.log().contains("read back instead of parsing"));
+    let t = e.twin("default/oven-1").expect("twin");
+    assert_eq!(desired(&t, "setpoint").as_deref(), Some("95"));
+}

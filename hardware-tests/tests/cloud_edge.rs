@@ -105,9 +105,7 @@ fn kubectl_apply_reaches_the_register_and_values_reach_devicestatus() {
     node.edgecore.signal("-TERM");
     let _ = node.edgecore.child.wait();
     node.edgecore = edgecore_again(&bins, &node, "edgecore-offline.log");
-    eventually(30, "edgecore back", || {
-        (node.get("/healthz").0 == 200).then_some(())
-    });
+    eventually(30, "edgecore back", || node.started().then_some(()));
     assert!(
         node.twin("default/oven-1").is_some(),
         "the cloud's device is gone offline"

@@ -17,6 +17,8 @@ const CLOUD_POD: &str = "cloud-pod";
 const CLOUD_CONFIGMAP: &str = "cloud-configmap";
 const CLOUD_SECRET: &str = "cloud-secret";
 const MAPPER: &str = "devicemapper";
+/// The result of loading the manifests at the last start (one row).
+const MANIFESTS_CACHE: &str = "manifests-result";
 
 /// A registered mapper, as stored.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +103,19 @@ impl MetaStore {
             }
         }
         Ok(out)
+    }
+
+    /// What the manifests gave at the last start (`manifests::reload_at_start`).
+    pub(crate) async fn manifests_cache(&self) -> Result<Option<String>> {
+        let mut rows = self.store.list_meta(MANIFESTS_CACHE).await?;
+        Ok(rows.pop().map(|(_, v)| v))
+    }
+
+    pub(crate) async fn save_manifests_cache(&self, text: &str) -> Result<()> {
+        Ok(self
+            .store
+            .put_meta("manifests/result", MANIFESTS_CACHE, text)
+            .await?)
     }
 
     pub(crate) async fn save_cloud_device(&self, id: &DeviceId, d: &Device) -> Result<()> {

@@ -132,7 +132,7 @@ impl Edgecore {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("edgecore exited early: {status}; its log:\n{}", self.log());
             }
-            if self.get("/healthz").0 == 200 && self.socket.exists() {
+            if self.started() && self.socket.exists() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -191,6 +191,13 @@ impl Edgecore {
             .args([sig, &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
+    }
+
+    /// Every module has started: `/readyz` answers and no longer says `starting` (it may say
+    /// `degraded`, which a fault test waits through).
+    pub fn started(&self) -> bool {
+        let (status, body) = self.get("/readyz");
+        status != 0 && !body.as_str().is_some_and(|b| b.starts_with("starting"))
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {

@@ -94,7 +94,8 @@ fn main() -> ExitCode {
     let twin_url = "http://127.0.0.1:10360/api/v1/devices/default/oven-1";
     let up = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(100));
-        sim::get(&agent, "http://127.0.0.1:10360/healthz").0 == 200
+        // Every module started: `/readyz` no longer says `starting`.
+        sim::edgecore_started(&agent, "http://127.0.0.1:10360")
     });
     if !up {
         eprintln!(

@@ -383,7 +383,7 @@ impl Node {
             dir,
         };
         eventually(30, "edgecore ready", || {
-            (node.get("/healthz").0 == 200 && node.socket.exists()).then_some(())
+            (node.started() && node.socket.exists()).then_some(())
         });
         node
     }
@@ -402,9 +402,7 @@ impl Node {
             self.dir.path(),
             "edgecore-again.log",
         );
-        eventually(30, "edgecore ready again", || {
-            (self.get("/healthz").0 == 200).then_some(())
-        });
+        eventually(30, "edgecore ready again", || self.started().then_some(()));
     }
 
     /// Starts a mapper binary with a mapper-framework config pointing at this node.
@@ -470,6 +468,11 @@ impl Node {
         get(&self.agent, &format!("{}{path}", self.http))
     }
 
+    /// Every module of this node's edgecore has started ([`edgecore_started`]).
+    pub fn started(&self) -> bool {
+        edgecore_started(&self.agent, &self.http)
+    }
+
     pub fn twin(&self, id: &str) -> Option<Value> {
         let (status, v) = self.get(&format!("/api/v1/devices/{id}"));
         (status == 200).then_some(v)
@@ -488,6 +491,20 @@ impl Node {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Whether the edgecore whose HTTP API is at `base` (`http://host:port`) has started every
+/// module: `/readyz` answers and does not say `starting` (it answers from the stored twins
+/// before the manifests are read and the mappers' socket is open).
+pub fn edgecore_started(agent: &ureq::Agent, base: &str) -> bool {
+    match agent.get(format!("{base}/readyz")).call() {
+        Ok(mut r) => !r
+            .body_mut()
+            .read_to_string()
+            .unwrap_or_default()
+            .starts_with("starting"),
+        Err(_) => false,
     }
 }
 
