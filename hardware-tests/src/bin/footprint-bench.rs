@@ -24,6 +24,10 @@ struct Args {
     /// The directory of another build's `edgecore` (default: this workspace's release build).
     #[arg(long)]
     bins: Option<std::path::PathBuf>,
+    /// Where to keep the data directory, manifests and config (default: a temporary directory,
+    /// removed at the end); `edgecore --config DIR/edgecore.yaml` run in DIR starts it again.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
 }
 
 /// The anonymous kB of the `[heap]` mapping.
@@ -102,15 +106,19 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = (|| {
         let bins = sim::bench_binaries(args.bins.as_deref())?;
-        let dir = tempfile::tempdir()?;
-        std::fs::create_dir_all(dir.path().join("manifests"))?;
+        let temp = tempfile::tempdir()?;
+        let dir = match &args.dir {
+            Some(d) => d.as_path(),
+            None => temp.path(),
+        };
+        std::fs::create_dir_all(dir.join("manifests"))?;
         std::fs::write(
-            dir.path().join("manifests/devices.yaml"),
+            dir.join("manifests/devices.yaml"),
             sim::bench_manifests(args.devices, 10),
         )?;
         let http = free_port();
         std::fs::write(
-            dir.path().join("edgecore.yaml"),
+            dir.join("edgecore.yaml"),
             format!(
                 "nodeName: footprint\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n",
                 free_port()
@@ -122,7 +130,7 @@ fn main() -> ExitCode {
         );
         println!("|---|---|---|---|---|---|");
         for i in 0..=args.restarts {
-            let r = run_once(&bins, dir.path(), http, args.devices)?;
+            let r = run_once(&bins, dir, http, args.devices)?;
             println!(
                 "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {} |",
                 if i == 0 {
