@@ -10,6 +10,12 @@ write), compiled at start from the project's api/proto/dmi/v1beta1/api.proto.
            wrappers; any other type is dropped), reports twins and states, and prints each call
            edgecore makes to it.
   edgecore: KubeEdge's edgecore calling a mapper's DeviceMapperService (GetDevice).
+  load:    a mapper's reports as fast as edgecore answers them: ReportDeviceStatus of
+           --properties INT values to --devices devices in turn (each value changed every
+           round), --inflight calls outstanding on one channel (--api aio: grpc.aio; sync:
+           the synchronous stub's futures), for --seconds;
+           prints {"reports": N, "errors": {code: N}, "seconds": S, "per_second": R,
+           "p50_ms", "p99_ms"}.
 
 --authority sets the HTTP/2 :authority the client sends: "default" is grpcio's own form for a
 Unix socket, and grpc-go's forms are the raw path and the percent-encoded path. Everything is
@@ -235,6 +241,127 @@ def run_edgecore(args, pb, pb_grpc):
         emit({"call": "GetDevice", "code": e.code().name, "details": e.details()})
 
 
+def load_request(args, pb):
+    props = [f"p{i}" for i in range(args.properties)]
+
+    def request(n):
+        device = n % args.devices
+        value = str(n // args.devices)
+        twins = [pb.Twin(propertyName=p,
+                         reported=pb.TwinProperty(value=value, metadata={"type": "int"}))
+                 for p in props]
+        return pb.ReportDeviceStatusRequest(
+            deviceName=f"{args.prefix}{device}", deviceNamespace=args.namespace,
+            reportedDevice=pb.DeviceStatus(twins=twins))
+    return request
+
+
+def load_result(latencies, errors, elapsed):
+    latencies.sort()
+    done = len(latencies)
+    pick = lambda q: latencies[min(done - 1, int(q * done))] * 1000 if done else None
+    emit({"reports": done, "errors": errors, "seconds": round(elapsed, 3),
+          "per_second": round(done / elapsed) if elapsed else 0,
+          "p50_ms": pick(0.5), "p99_ms": pick(0.99)})
+
+
+def run_load_sync(args, pb, pb_grpc):
+    """The synchronous API's futures (stub.Method.future), as a threaded Python mapper would."""
+    import grpc
+
+    stub = pb_grpc.DeviceManagerServiceStub(channel_for(args.socket, args.authority))
+    request = load_request(args, pb)
+    window = threading.Semaphore(args.inflight)
+    lock = threading.Lock()
+    latencies, errors = [], {}
+    measuring = [False]
+
+    def finished(f, t0):
+        took = time.perf_counter() - t0
+        code = None
+        try:
+            f.result()
+        except grpc.RpcError as e:
+            code = e.code().name
+        with lock:
+            if measuring[0]:
+                latencies.append(took)
+                if code:
+                    errors[code] = errors.get(code, 0) + 1
+        window.release()
+
+    n = 0
+    begin = time.perf_counter()
+    start = begin + args.warmup
+    end = start + args.seconds
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        if not measuring[0] and now >= start:
+            with lock:
+                measuring[0] = True
+        window.acquire()
+        t0 = time.perf_counter()
+        f = stub.ReportDeviceStatus.future(request(n), timeout=10)
+        f.add_done_callback(lambda f, t0=t0: finished(f, t0))
+        n += 1
+    for _ in range(args.inflight):
+        window.acquire()
+    with lock:
+        load_result(latencies, errors, time.perf_counter() - start)
+
+
+def run_load(args, pb, pb_grpc):
+    import asyncio
+    import grpc
+
+    if args.api == "sync":
+        return run_load_sync(args, pb, pb_grpc)
+
+    async def go():
+        options = []
+        if args.authority not in ("default",):
+            options.append(("grpc.default_authority", args.authority))
+        async with grpc.aio.insecure_channel("unix:" + args.socket, options=options) as ch:
+            stub = pb_grpc.DeviceManagerServiceStub(ch)
+            request = load_request(args, pb)
+
+            counter = [0]
+            latencies = []
+            errors = {}
+            loop = asyncio.get_running_loop()
+            end = [loop.time() + args.warmup + args.seconds]
+            start = [None]
+
+            async def worker():
+                while True:
+                    now = loop.time()
+                    if now >= end[0]:
+                        return
+                    n = counter[0]
+                    counter[0] += 1
+                    t0 = time.perf_counter()
+                    try:
+                        await stub.ReportDeviceStatus(request(n), timeout=10)
+                        code = None
+                    except grpc.RpcError as e:
+                        code = e.code().name
+                    if start[0] is not None:
+                        latencies.append(time.perf_counter() - t0)
+                        if code:
+                            errors[code] = errors.get(code, 0) + 1
+
+            async def measure():
+                await asyncio.sleep(args.warmup)
+                start[0] = loop.time()
+
+            await asyncio.gather(measure(), *[worker() for _ in range(args.inflight)])
+            load_result(latencies, errors, loop.time() - start[0])
+
+    asyncio.run(go())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--proto", required=True, help="the folder holding dmi/v1beta1/api.proto")
@@ -250,10 +377,23 @@ def main():
     e.add_argument("--socket", required=True, help="the mapper's socket")
     e.add_argument("--device", required=True)
     e.add_argument("--namespace", default="default")
+    ld = sub.add_parser("load")
+    ld.add_argument("--socket", required=True, help="edgecore's DMI socket")
+    ld.add_argument("--devices", type=int, default=1000)
+    ld.add_argument("--properties", type=int, default=1)
+    ld.add_argument("--prefix", default="dev-", help="device names: PREFIX0, PREFIX1, ...")
+    ld.add_argument("--namespace", default="default")
+    ld.add_argument("--inflight", type=int, default=16)
+    ld.add_argument("--seconds", type=float, default=5)
+    ld.add_argument("--warmup", type=float, default=1)
+    ld.add_argument("--api", choices=["aio", "sync"], default="aio",
+                    help="grpc.aio coroutines, or the synchronous API's futures")
     args = parser.parse_args()
     pb, pb_grpc = load_proto(args.proto)
     if args.role == "mapper":
         run_mapper(args, pb, pb_grpc)
+    elif args.role == "load":
+        run_load(args, pb, pb_grpc)
     else:
         run_edgecore(args, pb, pb_grpc)
 
