@@ -69,8 +69,9 @@ pub struct DeviceProperty {
     /// How often the value is pushed to `pushMethod`, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_cycle: Option<i64>,
-    /// Boxed: it is most of a property's size inline (520 of 696 bytes) and most properties
-    /// have none; a start that reads 1,000 devices held 5 MB of it.
+    // Boxed: it is most of a property's size inline (520 of 696 bytes) and most properties
+    // have none; a start that reads 1,000 devices held 5 MB of it. (Not a doc comment: that
+    // would become the CRD's description of the field.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push_method: Option<Box<PushMethod>>,
 }
