@@ -227,6 +227,9 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     }
 
     started.store(true, std::sync::atomic::Ordering::Release);
+    // The start's burst (a first start writes every twin) filled the databases' page caches.
+    twin.store().release_cache().await;
+    rt::sys::release_freed();
     if let Some(cloud) = &config.cloud {
         let hub = crate::edgehub::EdgeHub {
             cloud: cloud.clone(),

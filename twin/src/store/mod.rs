@@ -399,6 +399,31 @@ impl Store {
             .collect()
     }
 
+    /// Hands back the page caches of the connections not in use (`PRAGMA shrink_memory`):
+    /// after a burst such as a first start, which writes every twin, they hold pages that are
+    /// read again from the file (the OS's cache) when needed.
+    pub async fn release_cache(&self) {
+        for pool in [&self.inner.pool, &self.inner.journal] {
+            let mut held = Vec::new();
+            while let Some(conn) = pool.try_acquire() {
+                held.push(conn);
+            }
+            for conn in &mut held {
+                if let Err(e) = sqlx::query("PRAGMA shrink_memory")
+                    .execute(&mut **conn)
+                    .await
+                {
+                    tracing::debug!(error = %e, "shrink_memory");
+                }
+            }
+        }
+        if let Some(conn) = self.inner.journal_writer.lock().await.as_mut()
+            && let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(conn).await
+        {
+            tracing::debug!(error = %e, "shrink_memory");
+        }
+    }
+
     /// Folds the journal and closes the connections, checkpointing the WAL.
     pub async fn close(&self) {
         if let Err(e) = self.fold().await {
