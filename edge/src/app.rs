@@ -186,7 +186,6 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 }
             };
         drop(src);
-        rt::sys::release_freed();
         tasks.spawn(manifests::watch(
             dir,
             config.node_name.clone(),

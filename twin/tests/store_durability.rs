@@ -49,6 +49,21 @@ async fn open(dir: &std::path::Path) -> anyhow::Result<TwinService> {
     Ok(TwinService::start(store, Limits::default()).await?)
 }
 
+/// The twin of `id` before `svc` is closed, the service opened again on `dir`, and the twin
+/// as it reads back there.
+async fn across_a_restart(
+    svc: TwinService,
+    dir: &std::path::Path,
+    id: &DeviceId,
+) -> anyhow::Result<(TwinService, twin::DeviceTwin, twin::DeviceTwin)> {
+    let before = svc.get(id).await?.expect("twin");
+    svc.store().close().await;
+    drop(svc);
+    let svc = open(dir).await?;
+    let after = svc.get(id).await?.expect("twin reloaded");
+    Ok((svc, before, after))
+}
+
 #[tokio::test]
 async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -81,12 +96,7 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
         reason: "mapper m unreachable".into(),
     })
     .await?;
-    let before = svc.get(&id).await?.expect("twin");
-    svc.store().close().await;
-    drop(svc);
-
-    let svc = open(dir.path()).await?;
-    let after = svc.get(&id).await?.expect("twin reloaded");
+    let (_svc, before, after) = across_a_restart(svc, dir.path(), &id).await?;
     assert_eq!(after, before);
     assert_eq!(after.row.reported_version, 1);
     assert_eq!(after.row.state_reason, "mapper m unreachable");
@@ -740,11 +750,7 @@ mod any_text {
             reason: t[10].clone(),
         })
         .await?;
-        let before = svc.get(&id).await?.expect("twin");
-        svc.store().close().await;
-        drop(svc);
-        let svc = open(dir.path()).await?;
-        let after = svc.get(&id).await?.expect("twin reloaded");
+        let (svc, before, after) = across_a_restart(svc, dir.path(), &id).await?;
         assert_eq!(after, before);
         assert_eq!(after.row.description, t[0]);
         assert_eq!(

@@ -196,8 +196,7 @@ impl Edgecore {
     /// Every module has started: `/readyz` answers and no longer says `starting` (it may say
     /// `degraded`, which a fault test waits through).
     pub fn started(&self) -> bool {
-        let (status, body) = self.get("/readyz");
-        status != 0 && !body.as_str().is_some_and(|b| b.starts_with("starting"))
+        sim::edgecore_started(&self.agent, &self.http)
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {

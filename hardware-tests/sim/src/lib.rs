@@ -230,6 +230,31 @@ pub fn bench_binaries(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// A bench's edgecore in `dir`: [`bench_manifests`] in `manifests/devices.yaml` and an
+/// `edgecore.yaml` for node `node` (embedded broker, HTTP API, DMI socket `dmi.sock`, data in
+/// `data`), run with `edgecore --config edgecore.yaml` in `dir`. Returns the HTTP API's port.
+pub fn bench_edgecore_dir(
+    dir: &Path,
+    node: &str,
+    devices: usize,
+    props: usize,
+) -> std::io::Result<u16> {
+    std::fs::create_dir_all(dir.join("manifests"))?;
+    std::fs::write(
+        dir.join("manifests/devices.yaml"),
+        bench_manifests(devices, props),
+    )?;
+    let http = free_port();
+    std::fs::write(
+        dir.join("edgecore.yaml"),
+        format!(
+            "nodeName: {node}\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n",
+            free_port()
+        ),
+    )?;
+    Ok(http)
+}
+
 /// The benches' manifests: a DeviceModel `m` of `props` INT ReadWrite properties `p0`..., and
 /// `devices` Devices `dev-0`... of it (protocol `bench`, which no mapper serves).
 pub fn bench_manifests(devices: usize, props: usize) -> String {

@@ -11,7 +11,7 @@
 
 use clap::Parser;
 use serde_json::Value;
-use sim::{Proc, free_port};
+use sim::Proc;
 use std::process::{Command, ExitCode};
 
 #[derive(Parser)]
@@ -76,18 +76,11 @@ fn main() -> ExitCode {
     let result = (|| {
         let bins = sim::bench_binaries(args.bins.as_deref())?;
         let dir = tempfile::tempdir()?;
-        std::fs::create_dir_all(dir.path().join("manifests"))?;
-        std::fs::write(
-            dir.path().join("manifests/devices.yaml"),
-            sim::bench_manifests(args.devices, args.properties.max(1)),
-        )?;
-        std::fs::write(
-            dir.path().join("edgecore.yaml"),
-            format!(
-                "nodeName: dmi-bench\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{}\"}}\ndmi: {{socket: dmi.sock}}\n",
-                free_port(),
-                free_port()
-            ),
+        sim::bench_edgecore_dir(
+            dir.path(),
+            "dmi-bench",
+            args.devices,
+            args.properties.max(1),
         )?;
         let core = Proc::spawn(
             &bins.join("edgecore"),

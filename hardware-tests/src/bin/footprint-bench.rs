@@ -9,7 +9,7 @@
 //! `cargo run --release -p hardware-tests --bin footprint-bench [-- --devices 1000 --restarts 3]`
 
 use clap::Parser;
-use sim::{Proc, free_port};
+use sim::Proc;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -111,19 +111,7 @@ fn main() -> ExitCode {
             Some(d) => d.as_path(),
             None => temp.path(),
         };
-        std::fs::create_dir_all(dir.join("manifests"))?;
-        std::fs::write(
-            dir.join("manifests/devices.yaml"),
-            sim::bench_manifests(args.devices, 10),
-        )?;
-        let http = free_port();
-        std::fs::write(
-            dir.join("edgecore.yaml"),
-            format!(
-                "nodeName: footprint\ndataDir: data\nmanifests: {{dir: manifests}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\n",
-                free_port()
-            ),
-        )?;
+        let http = sim::bench_edgecore_dir(dir, "footprint", args.devices, 10)?;
         println!(
             "| start ({} devices x 10 properties) | start → first twin answer, ms | RssAnon 5 s after, MB | RssAnon 12 s after (freed memory trimmed), MB | of it in [heap], MB (5 s) | threads |",
             args.devices
