@@ -121,6 +121,10 @@ impl Plan {
 struct Slot {
     plan: Plan,
     not_before: Option<Instant>,
+    /// When its device was last patched, as `last_patch` said when this was queued (a
+    /// pending device is not patched meanwhile): [`Upstream::due`] reads it here rather than
+    /// hashing every pending key.
+    last_patch: Option<Instant>,
 }
 
 /// The node whose reports make up a plan.
@@ -282,11 +286,13 @@ impl Upstream {
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
+                let last_patch = self.last_patch.get(&key).copied();
                 self.pending.insert(
                     key,
                     Slot {
                         plan,
                         not_before: None,
+                        last_patch,
                     },
                 );
             }
@@ -321,25 +327,27 @@ impl Upstream {
     /// a node that reports now and then, and under a sustained load no device waits behind the
     /// others for ever. (Plain tuples sorted once: this runs whenever a write slot frees.)
     pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
+        if limit == 0 || self.pending.is_empty() {
+            return Vec::new();
+        }
         let served = &self.node_served;
+        // A node's devices are often next to each other: its served mark is looked up once per
+        // run of them, not once per device.
+        let mut memo: (&str, u64) = ("", 0);
         let mut ready: Vec<(u64, Option<Instant>, &Key, &str)> = self
             .pending
             .iter()
-            .filter(|(k, s)| {
+            .filter(|(_, s)| {
                 s.not_before.is_none_or(|t| t <= now)
-                    && self
-                        .last_patch
-                        .get(*k)
-                        .is_none_or(|t| now.duration_since(*t) >= interval)
+                    && s.last_patch
+                        .is_none_or(|t| now.duration_since(t) >= interval)
             })
             .map(|(k, s)| {
                 let node = node_of(s);
-                (
-                    served.get(node).copied().unwrap_or(0),
-                    s.plan.queued,
-                    k,
-                    node,
-                )
+                if memo.0 != node || node.is_empty() {
+                    memo = (node, served.get(node).copied().unwrap_or(0));
+                }
+                (memo.1, s.plan.queued, k, node)
             })
             .collect();
         if ready.len() > limit {
@@ -418,6 +426,7 @@ impl Upstream {
     /// The patch of `plan` failed: it waits until `retry_at`, folded under anything newer that
     /// arrived meanwhile.
     pub fn failed(&mut self, key: Key, plan: Plan, retry_at: Instant) {
+        let last_patch = self.last_patch.get(&key).copied();
         match self.pending.remove(&key) {
             Some(newer) => {
                 let mut p = plan;
@@ -427,6 +436,7 @@ impl Upstream {
                     Slot {
                         plan: p,
                         not_before: Some(retry_at),
+                        last_patch,
                     },
                 );
             }
@@ -436,6 +446,7 @@ impl Upstream {
                     Slot {
                         plan,
                         not_before: Some(retry_at),
+                        last_patch,
                     },
                 );
             }

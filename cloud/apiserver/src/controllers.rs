@@ -13,12 +13,17 @@ use std::time::Duration;
 const CRD_KEY: &str = "customresourcedefinitions.apiextensions.k8s.io";
 const CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 
+/// How often the sweep runs when no deletion woke it.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
 pub(crate) async fn run(api: Arc<Api>, leader: Option<tokio::sync::watch::Receiver<bool>>) {
     let mut rx = api.store.subscribe();
     // CRDs another server installed while this one started (etcd) are served from now on.
     api.refresh_registry();
     let leading = || leader.as_ref().is_none_or(|l| *l.borrow());
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    // Deletions wake the sweep at once; the periodic one is a safety net. It walks every object
+    // of the store under its read lock (a fleet holds hundreds of thousands), so not often.
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
     loop {
         let wake = tokio::select! {
             _ = api.stop.cancelled() => return,

@@ -114,17 +114,17 @@ fn outward(obj: &Value, kind: &str) -> Value {
 
 /// The objects each edge node must hold.
 pub fn desired(
-    edge_nodes: &BTreeSet<String>,
+    is_edge: impl Fn(&str) -> bool,
     pods: &[Value],
-    config_maps: &BTreeMap<(String, String), Value>,
-    secrets: &BTreeMap<(String, String), Value>,
+    config_maps: &impl Objects,
+    secrets: &impl Objects,
 ) -> BTreeMap<String, BTreeMap<ObjKey, Value>> {
     let mut out: BTreeMap<String, BTreeMap<ObjKey, Value>> = BTreeMap::new();
     for p in pods {
         let Some(node) = p["spec"]["nodeName"].as_str() else {
             continue;
         };
-        if !edge_nodes.contains(node) {
+        if !is_edge(node) {
             continue;
         }
         let ns = p["metadata"]["namespace"].as_str().unwrap_or("default");
@@ -135,13 +135,13 @@ pub fn desired(
         held.insert(("pod", ns.into(), name.into()), outward(p, "Pod"));
         let (cms, secs) = references(p);
         for c in cms {
-            if let Some(o) = config_maps.get(&(ns.to_string(), c.clone())) {
-                held.insert(("configmap", ns.into(), c), outward(o, "ConfigMap"));
+            if let Some(o) = config_maps.object(ns, &c) {
+                held.insert(("configmap", ns.into(), c), outward(&o, "ConfigMap"));
             }
         }
         for s in secs {
-            if let Some(o) = secrets.get(&(ns.to_string(), s.clone())) {
-                held.insert(("secret", ns.into(), s), outward(o, "Secret"));
+            if let Some(o) = secrets.object(ns, &s) {
+                held.insert(("secret", ns.into(), s), outward(&o, "Secret"));
             }
         }
     }
@@ -240,6 +240,31 @@ fn diff(
     out
 }
 
+/// Where [`desired`] finds the ConfigMaps and Secrets pods name, by namespace and name: only
+/// those are serialized (a cluster holds many a pod never names, such as the device profiles
+/// of every node, rewritten as devices change).
+pub trait Objects {
+    fn object(&self, namespace: &str, name: &str) -> Option<Value>;
+}
+
+impl Objects for BTreeMap<(String, String), Value> {
+    fn object(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+}
+
+impl<K> Objects for Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + serde::Serialize + Clone + 'static,
+{
+    fn object(&self, namespace: &str, name: &str) -> Option<Value> {
+        let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+        self.get(&key)
+            .and_then(|o| serde_json::to_value(o.as_ref()).ok())
+    }
+}
+
 fn values<K>(store: &Store<K>) -> Vec<Value>
 where
     K: kube::Resource<DynamicType = ()> + serde::Serialize + Clone + 'static,
@@ -251,6 +276,7 @@ where
         .collect()
 }
 
+#[cfg(test)]
 fn by_key(objs: Vec<Value>) -> BTreeMap<(String, String), Value> {
     objs.into_iter()
         .filter_map(|o| {
@@ -356,23 +382,18 @@ async fn downstream(client: kube::Client, hub: Arc<dyn Hub>, stop: CancellationT
     // What a record says was acknowledged at the current version is not sent again.
     let mut first = true;
     loop {
-        let edge: BTreeSet<String> = nodes
-            .state()
-            .iter()
-            .filter(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(EDGE_LABEL))
-            })
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        let want = desired(
-            &edge,
-            &values(&pods),
-            &by_key(values(&cms)),
-            &by_key(values(&secrets)),
-        );
+        // Looked up per pod: a wake costs the pods, not every node of the fleet.
+        let is_edge = |name: &str| {
+            nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(name))
+                .is_some_and(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(EDGE_LABEL))
+                })
+        };
+        let want = desired(is_edge, &values(&pods), &cms, &secrets);
         if first {
             first = false;
             for (node, held) in &mut sent {
@@ -579,7 +600,7 @@ mod tests {
             pod("p1", "e1", "7", json!({})),
             pod("p2", "cloud-node", "8", json!({})),
         ];
-        let want = desired(&edge, &pods, &cms, &secs);
+        let want = desired(|n| edge.contains(n), &pods, &cms, &secs);
         let held: Vec<String> = want["e1"]
             .keys()
             .map(|k| format!("{}/{}", k.0, k.2))
@@ -611,15 +632,24 @@ mod tests {
             "9",
             json!({"status": {"phase": "Running"}}),
         )];
-        assert!(diff(&desired(&edge, &pods, &cms, &secs), &mut sent).is_empty());
+        assert!(
+            diff(
+                &desired(|n| edge.contains(n), &pods, &cms, &secs),
+                &mut sent
+            )
+            .is_empty()
+        );
         // The ConfigMap's data changed: an update; the pod deleted: deletes for all three.
         let mut cm2 = cm.clone();
         cm2["data"]["a"] = json!("2");
         cm2["metadata"]["resourceVersion"] = json!("10");
-        let out = diff(&desired(&edge, &pods, &by_key(vec![cm2]), &secs), &mut sent);
+        let out = diff(
+            &desired(|n| edge.contains(n), &pods, &by_key(vec![cm2]), &secs),
+            &mut sent,
+        );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].message.route.operation, "update");
-        let out = diff(&desired(&edge, &[], &cms, &secs), &mut sent);
+        let out = diff(&desired(|n| edge.contains(n), &[], &cms, &secs), &mut sent);
         let ops: Vec<&str> = out
             .iter()
             .map(|o| o.message.route.operation.as_str())

@@ -90,7 +90,14 @@ pub(super) struct Reconciler {
     done_tx: mpsc::Sender<WriteDone>,
     done_rx: Option<mpsc::Receiver<WriteDone>>,
     started: Instant,
+    /// The node gauges (nodes with devices, devices on unregistered nodes) need counting again:
+    /// done at most every [`GAUGES_EVERY`], not per event (they walk every node).
+    gauges_stale: bool,
+    gauges_at: Instant,
 }
+
+/// How often the gauges that walk every node are counted again, at most.
+const GAUGES_EVERY: Duration = Duration::from_millis(500);
 
 fn key_of(v: &Value) -> Option<Key> {
     Some((
@@ -137,6 +144,8 @@ impl Reconciler {
             done_tx,
             done_rx: Some(done_rx),
             started: Instant::now(),
+            gauges_stale: false,
+            gauges_at: Instant::now(),
         }
     }
 
@@ -202,6 +211,17 @@ impl Reconciler {
         self.metrics
             .devices
             .store(self.down.device_count() as u64, Ordering::Relaxed);
+        self.gauges_stale = true;
+    }
+
+    /// Counts the gauges that walk every node, if they changed and were not counted within
+    /// [`GAUGES_EVERY`].
+    fn gauges(&mut self, now: Instant) {
+        if !self.gauges_stale || now.duration_since(self.gauges_at) < GAUGES_EVERY {
+            return;
+        }
+        self.gauges_stale = false;
+        self.gauges_at = now;
         let nodes = self.down.nodes();
         self.metrics
             .nodes
@@ -687,11 +707,20 @@ impl Reconciler {
 
     fn flush(&mut self) {
         let now = Instant::now();
+        self.gauges(now);
         let room = self
             .config
             .max_in_flight
             .max(1)
             .saturating_sub(self.writes_active);
+        // Choosing what is due walks every pending device: under a load, it waits until a
+        // quarter of the write slots are free and fills them at once.
+        let batch = (self.config.max_in_flight / 4).max(1);
+        let room = if room < batch && self.writes_active > 0 {
+            0
+        } else {
+            room
+        };
         for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
             if plan.is_empty() {
                 // Only reports older than what is stored: answered, nothing to write.
