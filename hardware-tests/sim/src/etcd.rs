@@ -207,6 +207,32 @@ impl EtcdCluster {
         self.wait_healthy(Duration::from_secs(60))
     }
 
+    /// The index of the member that leads the cluster now, as the running members say
+    /// (etcd's JSON gateway, `maintenance/status`). Plain HTTP clusters only.
+    pub fn leader(&self) -> Result<usize> {
+        let mut ids = Vec::new();
+        let mut leader = None;
+        for m in &self.members {
+            if m.child.is_none() {
+                ids.push(None);
+                continue;
+            }
+            let s: Value = ureq::post(&format!(
+                "http://127.0.0.1:{}/v3/maintenance/status",
+                m.client
+            ))
+            .send_json(json!({}))?
+            .body_mut()
+            .read_json()?;
+            ids.push(s["header"]["member_id"].as_str().map(str::to_string));
+            leader = leader.or(s["leader"].as_str().map(str::to_string));
+        }
+        let leader = leader.context("no running member names a leader")?;
+        ids.iter()
+            .position(|id| id.as_deref() == Some(leader.as_str()))
+            .context("the leader is not a running member")
+    }
+
     /// Compacts etcd's history to its current revision (what a long-running cluster does);
     /// returns that revision. Plain HTTP clusters only.
     pub fn compact(&self) -> Result<u64> {

@@ -3,6 +3,8 @@
 //!
 //! ```sh
 //! cargo build --release -p cloud -p hardware-tests && target/release/replicas-bench   # --objects 5000 --sessions 3000
+//! # the fleet: 10,000 nodes of 10 devices each reporting every 10 s, the API skipped
+//! target/release/replicas-bench --sessions 10000 --devices 10 --skip-api
 //! ```
 //!
 //! 1. The embedded API on SQLite and on etcd, same run: `cloud-bench` (creates/s, patches/s,
@@ -12,19 +14,50 @@
 //!    node `i` prefers replica `i % 3` and goes to the next one after 200-1000 ms when its
 //!    session ends, as edgehub does): the time to connect them all, and each replica's resident
 //!    memory idle and with its share (per session).
-//! 3. `kill -9` of one replica: for each of its nodes, the time from the kill until it has a
+//! 3. With `--devices N` (per node), the fleet's devices are Device objects and every node
+//!    reports each of its devices every `--interval` seconds (10), in KubeEdge's format (a twin
+//!    update per device, `--properties` values each, the value being the time it was sent): from
+//!    a watch of DeviceStatus on another replica, the time from a report until DeviceStatus
+//!    shows it (p50, p99); meanwhile kubectl (the user's client) lists every device, gets one,
+//!    and watches a DeviceModel that this program patches every second (patch -> kubectl's
+//!    line). Then `kill -9` of etcd's leader: the same figures in the minute after it.
+//! 4. `kill -9` of one replica: for each of its nodes, the time from the kill until it has a
 //!    session on another replica again (p50, p99, max).
 
 use anyhow::{Context, Result};
+use futures_util::{SinkExt, StreamExt};
 use hardware_tests::bench::{
-    arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on,
+    NodeSession, arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
+};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where a simulated node is: the replica of its session, or [`DOWN`].
 const DOWN: usize = usize::MAX;
+
+/// What the nodes report: `devices` each, of `properties` values, every `interval`.
+struct Load {
+    devices: usize,
+    properties: usize,
+    interval: Duration,
+    /// Reported values are the milliseconds since this when they were sent.
+    epoch: Instant,
+    /// Twin updates sent.
+    sent: AtomicU64,
+}
+
+impl Load {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
 
 struct Fleet {
     hubs: Vec<String>,
@@ -33,10 +66,15 @@ struct Fleet {
     /// Set at the kill: nodes that come back after it record how long they took.
     killed_at: Mutex<Option<Instant>>,
     back: Mutex<Vec<Duration>>,
+    load: Load,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One simulated edge node: its own replica first, the next when a session ends or cannot be
-/// made (after 200-1000 ms), a keepalive every 15 s.
+/// made (after 200-1000 ms), a keepalive every 15 s, its devices' reports if it has any.
 async fn node(i: usize, name: String, tls: hardware_tests::bench::NodeTls, fleet: Arc<Fleet>) {
     let n = fleet.hubs.len();
     let mut at = i % n;
@@ -46,15 +84,14 @@ async fn node(i: usize, name: String, tls: hardware_tests::bench::NodeTls, fleet
             hardware_tests::bench::connect_node(&name, &fleet.hubs[at], tls.clone()).await
         {
             let was_down = fleet.at[i].swap(at, Ordering::Relaxed) == DOWN;
-            if was_down && let Some(t) = *fleet.killed_at.lock().unwrap_or_else(|e| e.into_inner())
-            {
-                fleet
-                    .back
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(t.elapsed());
+            if was_down && let Some(t) = *lock(&fleet.killed_at) {
+                lock(&fleet.back).push(t.elapsed());
             }
-            hardware_tests::bench::hold_session(&mut ws).await;
+            if fleet.load.devices == 0 {
+                hardware_tests::bench::hold_session(&mut ws).await;
+            } else {
+                report(i, &name, &mut ws, &fleet).await;
+            }
             fleet.at[i].store(DOWN, Ordering::Relaxed);
         }
         at = (at + 1) % n;
@@ -63,6 +100,338 @@ async fn node(i: usize, name: String, tls: hardware_tests::bench::NodeTls, fleet
             .wrapping_add(1442695040888963407);
         tokio::time::sleep(Duration::from_millis(200 + (seed >> 33) % 800)).await;
     }
+}
+
+/// Holds a session as edgehub does, and reports each of the node's devices every interval (its
+/// turn spread over the interval by its index), until the session ends.
+async fn report(i: usize, name: &str, ws: &mut NodeSession, fleet: &Fleet) {
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    let load = &fleet.load;
+    let interval = load.interval.as_millis() as u64;
+    let phase = interval * i as u64 / fleet.at.len() as u64;
+    let now = load.now_ms();
+    let first = now - now % interval + phase;
+    let first = if first <= now {
+        first + interval
+    } else {
+        first
+    };
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::from_std(load.epoch + Duration::from_millis(first)),
+        load.interval,
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut beat = tokio::time::interval(Duration::from_secs(15));
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {
+                let ping = api::message::Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
+                if ws.send(Frame::text(serde_json::to_string(&ping).unwrap_or_default())).await.is_err() {
+                    return;
+                }
+            }
+            _ = tick.tick() => {
+                let ms = load.now_ms();
+                for d in 0..load.devices {
+                    let twin: serde_json::Map<String, serde_json::Value> = (0..load.properties)
+                        .map(|p| (format!("p{p}"), json!({
+                            "actual": {"value": ms.to_string(), "metadata": {"timestamp": ms}},
+                            "metadata": {"type": "int"},
+                            "actual_version": {"cloud": 0, "edge": ms}})))
+                        .collect();
+                    let msg = api::message::Message::new(
+                        "edgehub",
+                        "twin",
+                        "update",
+                        format!("node/{name}/device/default/{name}-{d}/twin/edge_updated"),
+                        json!({"event_id": format!("{name}-{d}-{ms}"), "timestamp": ms, "twin": twin}),
+                    );
+                    if ws.send(Frame::text(serde_json::to_string(&msg).unwrap_or_default())).await.is_err() {
+                        return;
+                    }
+                    load.sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            f = ws.next() => match f {
+                Some(Ok(Frame::Text(t))) => {
+                    // Acknowledged once stored, as edgecore's edgehub does (otherwise cloudhub
+                    // sends every device again and again).
+                    if let Some(ack) = acknowledgement(t.as_str())
+                        && ws.send(Frame::text(ack)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => return,
+            },
+        }
+    }
+}
+
+/// The answer edgehub gives to a device or model the cloud sends: `response`, its id as parent.
+fn acknowledgement(text: &str) -> Option<String> {
+    let msg: api::message::Message = serde_json::from_str(text).ok()?;
+    if msg.header.id.is_empty() || matches!(msg.route.operation.as_str(), "response" | "error") {
+        return None;
+    }
+    let mut answer = api::message::Message::new(
+        "edgehub",
+        &msg.route.group,
+        "response",
+        msg.route.resource.clone(),
+        json!("OK"),
+    );
+    answer.header.parent_id = msg.header.id.clone();
+    serde_json::to_string(&answer).ok()
+}
+
+fn ar(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "devices.kubeedge.io",
+        "v1beta1",
+        kind,
+    ))
+}
+
+/// What was seen, in milliseconds since the load's epoch: DeviceStatus showing a new reported
+/// value (when, and how long after it was sent), kubectl's answers.
+#[derive(Default)]
+struct Seen {
+    statuses: Mutex<Vec<(u64, u64)>>,
+    /// (sent, kubectl printed it) of the watched DeviceModel's patches.
+    patches: Mutex<Vec<u64>>,
+    lines: Mutex<Vec<u64>>,
+    /// (when it ended, ms) of `kubectl get devices -A -o name` and of `kubectl get device
+    /// NAME`, and whether each succeeded.
+    lists: Mutex<Vec<(u64, f64, bool)>>,
+    gets: Mutex<Vec<(u64, f64, bool)>>,
+}
+
+/// Watches every DeviceStatus (through `client`) and records each new reported value.
+async fn watch_statuses(client: kube::Client, epoch: Instant, seen: Arc<Seen>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &ar("DeviceStatus"));
+    let mut last: HashMap<String, u64> = HashMap::new();
+    let mut rv = String::new();
+    loop {
+        if rv.is_empty() {
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(l) => rv = l.metadata.resource_version.unwrap_or_default(),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        let Ok(s) = api.watch(&WatchParams::default().timeout(290), &rv).await else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let mut s = s.boxed();
+        while let Some(e) = s.next().await {
+            match e {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => {
+                    if let Some(v) = &o.metadata.resource_version {
+                        rv.clone_from(v);
+                    }
+                    let value = o.data["status"]["twins"].as_array().and_then(|t| {
+                        t.iter()
+                            .find_map(|t| t["reported"]["value"].as_str()?.parse::<u64>().ok())
+                    });
+                    if let (Some(v), Some(name)) = (value, o.metadata.name)
+                        && last.insert(name, v) != Some(v)
+                    {
+                        let now = epoch.elapsed().as_millis() as u64;
+                        lock(&seen.statuses).push((now, now.saturating_sub(v)));
+                    }
+                }
+                Ok(WatchEvent::Bookmark(b)) => rv = b.metadata.resource_version,
+                Ok(WatchEvent::Error(_)) => {
+                    rv.clear();
+                    break;
+                }
+                Err(_) => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs kubectl with `args` against `kubeconfig`; its time (ms), output, and success.
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (f64, String, bool) {
+    let t = Instant::now();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    match out {
+        Ok(o) => (
+            ms,
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            o.status.success(),
+        ),
+        Err(_) => (ms, String::new(), false),
+    }
+}
+
+/// kubectl, as a user beside the fleet: a list of every device every 15 s, a get of one every
+/// 2 s; and a patch of the watched DeviceModel every second (through `client`), until `stop`.
+async fn kubectl_rounds(
+    kubeconfig: std::path::PathBuf,
+    client: kube::Client,
+    one: String,
+    epoch: Instant,
+    seen: Arc<Seen>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let ms = move || epoch.elapsed().as_millis() as u64;
+    let lists = {
+        let (k, seen, stop) = (kubeconfig.clone(), seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (t, out, ok) = kubectl(&k, &["get", "devices", "-A", "-o", "name"]).await;
+                lock(&seen.lists).push((ms(), t, ok && !out.is_empty()));
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(15)) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        })
+    };
+    let gets = {
+        let (k, seen, stop) = (kubeconfig.clone(), seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (t, _, ok) = kubectl(&k, &["get", "device", &one, "-o", "name"]).await;
+                lock(&seen.gets).push((ms(), t, ok));
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        })
+    };
+    let models: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar("DeviceModel"));
+    for round in 0u64.. {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => break,
+        }
+        let at = ms();
+        let p = json!({"metadata": {"labels": {"round": round.to_string()}}});
+        if models
+            .patch("watch-probe", &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .is_ok()
+        {
+            lock(&seen.patches).push(at);
+        }
+    }
+    let _ = lists.await;
+    let _ = gets.await;
+}
+
+/// `kubectl get devicemodel watch-probe --watch`: the time of each line it prints.
+fn kubectl_watch(
+    kubeconfig: &std::path::Path,
+    epoch: Instant,
+    seen: Arc<Seen>,
+) -> Result<std::process::Child> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["get", "devicemodel", "watch-probe", "--watch", "-o", "name"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot run kubectl")?;
+    let out = child.stdout.take().context("no stdout")?;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            if line.is_err() {
+                return;
+            }
+            lock(&seen.lines).push(epoch.elapsed().as_millis() as u64);
+        }
+    });
+    Ok(child)
+}
+
+/// The figures of `seen` between `from` and `to` (ms since the epoch), one line each.
+fn window(seen: &Seen, from: u64, to: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    let st = lock(&seen.statuses);
+    let mut lat: Vec<f64> = st
+        .iter()
+        .filter(|(at, _)| (from..to).contains(at))
+        .map(|(_, l)| *l as f64)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let mut at: Vec<u64> = st
+        .iter()
+        .map(|(a, _)| *a)
+        .filter(|a| (from..to).contains(a))
+        .collect();
+    at.sort_unstable();
+    let gap = at
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(0)
+        .max(at.first().map_or(to - from, |f| f - from));
+    out.push(format!(
+        "report -> DeviceStatus: {} values seen ({:.0}/s); p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; longest time without one {gap} ms",
+        lat.len(),
+        lat.len() as f64 * 1000.0 / (to - from).max(1) as f64,
+        sim::percentile(&lat, 50.0),
+        sim::percentile(&lat, 99.0),
+        lat.last().copied().unwrap_or(f64::NAN),
+    ));
+    drop(st);
+    for (what, calls) in [
+        ("kubectl get devices -A (every device)", &seen.lists),
+        ("kubectl get device ONE", &seen.gets),
+    ] {
+        let calls = lock(calls);
+        let mut t: Vec<f64> = calls
+            .iter()
+            .filter(|(a, _, _)| (from..to).contains(a))
+            .map(|(_, t, _)| *t)
+            .collect();
+        let failed = calls
+            .iter()
+            .filter(|(a, _, ok)| (from..to).contains(a) && !ok)
+            .count();
+        t.sort_by(f64::total_cmp);
+        out.push(format!(
+            "{what}: {} calls, {failed} failed; p50 {:.0} ms, max {:.0} ms",
+            t.len(),
+            sim::percentile(&t, 50.0),
+            t.last().copied().unwrap_or(f64::NAN)
+        ));
+    }
+    // The watch's first line is the object as it was; each patch then prints one.
+    let patches = lock(&seen.patches);
+    let lines = lock(&seen.lines);
+    let mut w: Vec<f64> = patches
+        .iter()
+        .zip(lines.iter().skip(1))
+        .filter(|(p, _)| (from..to).contains(*p))
+        .map(|(p, l)| l.saturating_sub(*p) as f64)
+        .collect();
+    let sent = patches.iter().filter(|p| (from..to).contains(*p)).count();
+    w.sort_by(f64::total_cmp);
+    out.push(format!(
+        "kubectl get --watch: {} of {sent} patches printed; patch -> line p50 {:.0} ms, p99 {:.0} ms",
+        w.len(),
+        sim::percentile(&w, 50.0),
+        sim::percentile(&w, 99.0)
+    ));
+    out
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -77,12 +446,17 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 async fn main() -> Result<()> {
     let objects = arg("--objects", 5_000)?;
     let sessions = arg("--sessions", 3_000)?;
+    let devices = arg("--devices", 0)?;
+    let properties = arg("--properties", 2)?.max(1);
+    let interval = Duration::from_secs(arg("--interval", 10)?.max(1) as u64);
+    let measure = arg("--measure", 60)? as u64;
+    let skip_api = std::env::args().any(|a| a == "--skip-api");
     let limit = raise_nofile();
     anyhow::ensure!(
         sim::etcd::available(),
         "no etcd binary: apt-get install etcd-server"
     );
-    let etcd = sim::etcd::EtcdCluster::start(3)?;
+    let mut etcd = sim::etcd::EtcdCluster::start(3)?;
     let urls = etcd.endpoints().join(",");
     println!("etcd: three members on loopback ({urls})");
 
@@ -92,6 +466,9 @@ async fn main() -> Result<()> {
         .context("no directory")?
         .join("cloud-bench");
     for store in [None, Some(urls.as_str())] {
+        if skip_api {
+            break;
+        }
         let mut cmd = std::process::Command::new(&bench);
         cmd.args(["--objects", &objects.to_string(), "--watchers", "50"]);
         if let Some(u) = store {
@@ -125,7 +502,68 @@ async fn main() -> Result<()> {
         at: (0..sessions).map(|_| AtomicUsize::new(DOWN)).collect(),
         killed_at: Mutex::new(None),
         back: Mutex::new(Vec::new()),
+        load: Load {
+            devices,
+            properties,
+            interval,
+            epoch: Instant::now(),
+            sent: AtomicU64::new(0),
+        },
     });
+    // The fleet's devices, through replica 1 (replica 0 is killed last).
+    let client = cloud::cluster_client(&replicas[1].kubeconfig).await?;
+    let mut with_objects = idle.clone();
+    if devices > 0 {
+        let models: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ar("DeviceModel"));
+        let props: Vec<_> = (0..properties)
+            .map(|p| json!({"name": format!("p{p}"), "type": "INT", "accessMode": "ReadOnly"}))
+            .collect();
+        for name in ["fleet", "watch-probe"] {
+            models
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+                        "metadata": {"name": name}, "spec": {"protocol": "modbus", "properties": props}}))?,
+                )
+                .await?;
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &ar("Device"));
+        let visit: Vec<_> = (0..properties)
+            .map(|p| json!({"name": format!("p{p}"), "reportToCloud": true,
+                "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": p}}}))
+            .collect();
+        let total = sessions * devices;
+        let t0 = Instant::now();
+        let rate = hardware_tests::bench::run(total, 32, move |k| {
+            let (api, visit) = (api.clone(), visit.clone());
+            async move {
+                let node = format!("bench-{:05}", k / devices);
+                let d: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+                    "metadata": {"name": format!("{node}-{}", k % devices)},
+                    "spec": {"nodeName": node, "deviceModelRef": {"name": "fleet"},
+                        "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": 1}},
+                        "properties": visit}}))?;
+                api.create(&PostParams::default(), &d).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        with_objects = replicas.iter().map(|r| rss_kib(r.child.id())).collect();
+        let grown: u64 = with_objects
+            .iter()
+            .zip(&idle)
+            .map(|(b, a)| b.saturating_sub(*a))
+            .sum();
+        println!(
+            "devices:  {total} Device objects ({properties} properties each) created through one replica in {:.1} s ({rate:.0}/s); {:.1} KB per device per replica",
+            t0.elapsed().as_secs_f64(),
+            grown as f64 / 3.0 / total as f64
+        );
+    }
     println!(
         "replicas: 3 cloudcore on etcd, {sessions} simulated edge nodes (open files limit {limit})"
     );
@@ -163,11 +601,12 @@ async fn main() -> Result<()> {
     for (i, r) in replicas.iter().enumerate() {
         let m = scrape(&r.metrics).await.unwrap_or_default();
         let busy = rss_kib(r.child.id());
-        added += busy.saturating_sub(idle[i]);
+        added += busy.saturating_sub(with_objects[i]);
         println!(
-            "replica {i}: {:>5.0} sessions, {:.1} MB idle, {:.1} MB with them",
+            "replica {i}: {:>5.0} sessions, {:.1} MB idle, {:.1} MB with the objects, {:.1} MB with the sessions",
             metric(&m, "cloudhub_sessions "),
             idle[i] as f64 / 1024.0,
+            with_objects[i] as f64 / 1024.0,
             busy as f64 / 1024.0
         );
     }
@@ -176,19 +615,79 @@ async fn main() -> Result<()> {
         added as f64 / sessions as f64
     );
 
-    // 3. kill -9 of replica 0: its nodes go to the others.
+    // 3. The fleet reporting, with kubectl beside it; then the loss of etcd's leader.
+    if devices > 0 {
+        let load = &fleet.load;
+        let seen = Arc::new(Seen::default());
+        tokio::spawn(watch_statuses(client.clone(), load.epoch, seen.clone()));
+        let mut watch = kubectl_watch(&replicas[2].kubeconfig, load.epoch, seen.clone())?;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let rounds = tokio::spawn(kubectl_rounds(
+            replicas[2].kubeconfig.clone(),
+            client.clone(),
+            "bench-00000-0".into(),
+            load.epoch,
+            seen.clone(),
+            stop.clone(),
+        ));
+        println!(
+            "reports:  every node reports each of its {devices} devices every {} s ({:.0} twin updates/s, {properties} values each); kubectl on replica 2, DeviceStatus watched on replica 1",
+            interval.as_secs(),
+            (sessions * devices) as f64 / interval.as_secs_f64()
+        );
+        // Two intervals to settle, then the measured window.
+        tokio::time::sleep(interval * 2).await;
+        let (from, sent0) = (load.now_ms(), load.sent.load(Ordering::Relaxed));
+        tokio::time::sleep(Duration::from_secs(measure)).await;
+        let to = load.now_ms();
+        let sent = load.sent.load(Ordering::Relaxed) - sent0;
+        println!(
+            "steady, {measure} s: {sent} twin updates sent ({:.0}/s)",
+            sent as f64 * 1000.0 / (to - from) as f64
+        );
+        for r in &replicas {
+            print!(" {:.1} MB", rss_kib(r.child.id()) as f64 / 1024.0);
+        }
+        println!(" (the replicas, reporting)");
+        for line in window(&seen, from, to) {
+            println!("  {line}");
+        }
+        let leader = etcd.leader()?;
+        let from = load.now_ms();
+        etcd.kill(leader);
+        let mut lowest = sessions;
+        let until = Instant::now() + Duration::from_secs(measure);
+        while Instant::now() < until {
+            lowest = lowest.min(up(&fleet));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let to = load.now_ms();
+        println!(
+            "etcd:     kill -9 of its leader (member {leader}); the {measure} s after it ({lowest} of {sessions} sessions at the lowest):"
+        );
+        for line in window(&seen, from, to) {
+            println!("  {line}");
+        }
+        etcd.restart(leader)?;
+        stop.cancel();
+        let _ = rounds.await;
+        let _ = watch.kill();
+        let _ = watch.wait();
+    }
+
+    // 4. kill -9 of replica 0: its nodes go to the others.
     let on_zero = fleet
         .at
         .iter()
         .filter(|a| a.load(Ordering::Relaxed) == 0)
         .count();
-    *fleet.killed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    *lock(&fleet.killed_at) = Some(Instant::now());
     let t0 = Instant::now();
     let _ = replicas[0].child.kill();
     let _ = replicas[0].child.wait();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let back = fleet.back.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let back = lock(&fleet.back).len();
         if back >= on_zero && up(&fleet) == sessions {
             break;
         }
@@ -198,7 +697,7 @@ async fn main() -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut back = fleet.back.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut back = lock(&fleet.back).clone();
     back.sort();
     println!(
         "failover: kill -9 of replica 0 ({on_zero} sessions); all served again by the others in {:.1} s: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
