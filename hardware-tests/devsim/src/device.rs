@@ -39,6 +39,9 @@ pub struct Rtu {
 #[derive(Clone, Debug)]
 pub struct SimPoint {
     pub name: String,
+    /// The model's `type`: how an expected value is compared with what is read (a 64-bit
+    /// integer exactly, a float within a tolerance, a string as text).
+    pub kind: Option<api::v1beta1::PropertyType>,
     pub point: Visit,
     /// The value it holds at the start: zero, `false` or an empty string (a scenario's
     /// behaviour takes over from its first tick).
@@ -48,6 +51,18 @@ pub struct SimPoint {
 }
 
 impl SimDevice {
+    /// Where a Modbus device answers (`unit 1 at host:502`, `slave 3 on /dev/ttyUSB0`): devices
+    /// at one place are views of one unit and share its registers. `None` for other protocols.
+    pub fn modbus_place(&self) -> Option<String> {
+        if self.serial.is_some() || self.opcua.is_some() || self.ble.is_some() {
+            return None;
+        }
+        Some(match &self.rtu {
+            Some(r) => format!("slave {} on {}", r.slave, r.port),
+            None => format!("unit {} at {}", self.unit, self.address),
+        })
+    }
+
     /// A device with `points` and nowhere yet (the caller says where: `address`, `rtu`, ...).
     pub fn bare(id: &str, points: Vec<SimPoint>) -> Self {
         Self {

@@ -22,6 +22,7 @@
 use crate::layout::load;
 use crate::run::{Options, Served, start, value_of};
 use crate::scenario::{DeviceScenario, Scenario};
+use api::v1beta1::PropertyType;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -189,11 +190,123 @@ impl HilFile {
         Ok(h)
     }
 
+    /// Every device and property a step or the scenario names is a simulated one of the
+    /// manifests (laid out as `devices`).
+    pub fn check_against(
+        &self,
+        file: &Path,
+        devices: &[crate::device::SimDevice],
+    ) -> Result<(), HilError> {
+        let bad = |path: String, message: String| HilError::File {
+            file: file.display().to_string(),
+            path,
+            message,
+        };
+        self.scenario()
+            .check_against(devices)
+            .map_err(|e| bad(e.path, e.message))?;
+        for (i, s) in self.steps.iter().enumerate() {
+            let (what, device, property) = match (&s.expect, &s.set, &s.fault) {
+                (Some(e), _, _) => ("expect", &e.device, e.property.as_deref()),
+                (_, Some(set), _) => ("set", &set.device, Some(set.property.as_str())),
+                (_, _, Some(f)) => ("fault", &f.device, None),
+                _ => continue,
+            };
+            let id = device_id(device);
+            let Some(d) = devices.iter().find(|d| d.id == id) else {
+                return Err(bad(
+                    format!("steps[{i}].{what}.device"),
+                    format!(
+                        "no simulated Device {id} in the manifests (they have: {})",
+                        devices
+                            .iter()
+                            .map(|d| d.id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            };
+            if let Some(p) = property
+                && !d.points.iter().any(|pt| pt.name == p)
+            {
+                return Err(bad(
+                    format!("steps[{i}].{what}.property"),
+                    format!(
+                        "Device {id} has no property {p} (its properties: {})",
+                        d.points
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn scenario(&self) -> Scenario {
         Scenario {
             seed: self.seed,
             devices: self.devices.clone(),
         }
+    }
+}
+
+/// The signal (SIGINT 2, SIGTERM 15, SIGHUP 1) that asked the run to stop, 0 while none has.
+static STOP: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signal that asked the run to stop, if one did.
+pub fn stopped_by() -> Option<i32> {
+    match STOP.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// From now on, SIGINT, SIGTERM and SIGHUP end the run at once, as a failed step does: the
+/// step in progress fails saying so, edgecore and the mappers are stopped and the temp dir
+/// removed before the program exits (with 128 + the signal).
+pub fn stop_on_signals() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                return;
+            };
+            let _ = tx.send(());
+            let n = tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+                _ = hup.recv() => 1,
+            };
+            STOP.store(n, std::sync::atomic::Ordering::SeqCst);
+        });
+    });
+    // Registered before the run starts anything.
+    let _ = rx.recv_timeout(Duration::from_secs(5));
+}
+
+/// Sleeps `d`, or less when a signal asks the run to stop.
+fn pause(d: Duration) {
+    let until = Instant::now() + d;
+    while stopped_by().is_none() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
     }
 }
 
@@ -203,6 +316,8 @@ pub struct Outcome {
     pub took: Duration,
     /// Why it failed.
     pub failure: Option<String>,
+    /// Not run: an earlier step failed.
+    pub skipped: bool,
 }
 
 /// A binary beside this one (where cargo and the release archive put them), else on PATH.
@@ -254,8 +369,10 @@ fn rewrite(text: &str, served: &[Served], node: &str) -> Result<String, HilError
     Ok(docs.join("\n---\n"))
 }
 
-/// Runs `file`; returns each step's outcome (the run stops at the first failed step).
-pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
+/// Runs `file`; returns each step's outcome (the run stops at the first failed step; the steps
+/// after it are skipped). When a step fails, or the run cannot start once the devices are
+/// served, the logs of edgecore and the mappers are copied into `logs` (made if missing).
+pub fn run(file: &Path, speed: f64, logs: Option<&Path>) -> Result<Vec<Outcome>, HilError> {
     let hil = HilFile::read(file)?;
     let base = file.parent().unwrap_or(Path::new("."));
     let mut manifests = String::new();
@@ -268,10 +385,50 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
         manifests.push_str("\n---\n");
     }
     let devices = load(&manifests).map_err(|e| HilError::Setup(e.to_string()))?;
+    hil.check_against(file, &devices)?;
     let rt =
         tokio::runtime::Runtime::new().map_err(|e| HilError::Setup(format!("no runtime: {e}")))?;
     let dir = tempfile::tempdir().map_err(|e| HilError::Setup(format!("no temp dir: {e}")))?;
     let d = dir.path();
+    let outcomes = played(&hil, &manifests, devices, speed, &rt, d);
+    let failed = match &outcomes {
+        Ok(o) => o.iter().any(|o| o.failure.is_some()),
+        Err(_) => true,
+    };
+    if failed && let Some(to) = logs {
+        keep_logs(d, to);
+    }
+    outcomes
+}
+
+/// Copies the run's logs (`*.log` of its directory `from`) into `to`, saying where.
+fn keep_logs(from: &Path, to: &Path) {
+    let copied = std::fs::create_dir_all(to).and_then(|()| {
+        let mut n = 0;
+        for e in std::fs::read_dir(from)?.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "log") {
+                std::fs::copy(&p, to.join(e.file_name()))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    });
+    match copied {
+        Ok(n) => println!("the run's {n} logs are in {}", to.display()),
+        Err(e) => eprintln!("devsim hil: cannot keep the logs in {}: {e}", to.display()),
+    }
+}
+
+/// Serves the devices, starts edgecore and the mappers in `d`, and plays the steps.
+fn played(
+    hil: &HilFile,
+    manifests: &str,
+    devices: Vec<crate::device::SimDevice>,
+    speed: f64,
+    rt: &tokio::runtime::Runtime,
+    d: &Path,
+) -> Result<Vec<Outcome>, HilError> {
     let options = Options {
         speed,
         bind: Some("127.0.0.1".into()),
@@ -283,7 +440,7 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
     let served = rt
         .block_on(start(devices, &hil.scenario(), &options))
         .map_err(|e| HilError::Setup(e.to_string()))?;
-    let pointed = rewrite(&manifests, &served, "hil")?;
+    let pointed = rewrite(manifests, &served, "hil")?;
     std::fs::create_dir_all(d.join("manifests"))
         .and_then(|()| std::fs::write(d.join("manifests/hil.yaml"), pointed))
         .map_err(|e| HilError::Setup(format!("cannot write the manifests: {e}")))?;
@@ -307,7 +464,10 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
             let log = std::fs::read_to_string(d.join("edgecore.log")).unwrap_or_default();
             return Err(HilError::Setup(format!("edgecore did not start:\n{log}")));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        if let Some(n) = stopped_by() {
+            return Err(HilError::Setup(format!("interrupted by signal {n}")));
+        }
+        pause(Duration::from_millis(100));
     }
     // The mappers the devices need, each with its config.
     let mut kinds = Vec::new();
@@ -389,9 +549,10 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
                     .map(|e| format!("{e:#}"))
             }
             (_, _, Some(w), _) => {
-                std::thread::sleep(Duration::from_secs_f64(w.max(0.0)));
+                pause(Duration::from_secs_f64(w.max(0.0)));
                 None
             }
+            (_, _, _, Some(false)) => None,
             _ => {
                 mappers.clear();
                 match start_mappers() {
@@ -404,6 +565,10 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
             }
         };
         let took = started.elapsed();
+        let failure = match (failure, stopped_by()) {
+            (None, Some(n)) => Some(format!("interrupted by signal {n}")),
+            (f, _) => f,
+        };
         match &failure {
             None => println!("  ok ({:.1} s)", took.as_secs_f64()),
             Some(f) => println!("  FAILED ({:.1} s): {f}", took.as_secs_f64()),
@@ -413,10 +578,20 @@ pub fn run(file: &Path, speed: f64) -> Result<Vec<Outcome>, HilError> {
             name,
             took,
             failure,
+            skipped: false,
         });
         if failed {
             break;
         }
+    }
+    // One outcome per step whatever happened: the rest are skipped.
+    for (i, step) in hil.steps.iter().enumerate().skip(outcomes.len()) {
+        outcomes.push(Outcome {
+            name: step.name.clone().unwrap_or_else(|| describe(i, step)),
+            took: Duration::ZERO,
+            failure: None,
+            skipped: true,
+        });
     }
     Ok(outcomes)
 }
@@ -461,11 +636,32 @@ fn describe(i: usize, s: &StepSpec) -> String {
     format!("step {}: restart the mappers", i + 1)
 }
 
-fn same(got: &str, want: &Value, tolerance: f64) -> bool {
+/// Whether `got` (as read) is `want` (as expected) for a property of the model's type `kind`:
+/// integers exactly, as 128-bit numbers (every 64-bit value, signed or not; within `tolerance`
+/// if one is given), floats within `tolerance`, booleans by their word, strings and bytes as
+/// the same text. Without a type, what both read as decides, integers first.
+pub fn same(got: &str, want: &Value, tolerance: f64, kind: Option<PropertyType>) -> bool {
     let want = text(want);
-    match (got.trim().parse::<f64>(), want.trim().parse::<f64>()) {
-        (Ok(g), Ok(w)) => (g - w).abs() <= tolerance,
-        _ => got == want,
+    let (g, w) = (got.trim(), want.trim());
+    let int = || match (g.parse::<i128>(), w.parse::<i128>()) {
+        (Ok(a), Ok(b)) => Some((a.abs_diff(b) as f64) <= tolerance),
+        _ => None,
+    };
+    // A float says nothing about integers beyond 2^53: those are compared as integers or not
+    // at all.
+    let exact = 9_007_199_254_740_992.0;
+    let float = |limit: f64| match (g.parse::<f64>(), w.parse::<f64>()) {
+        (Ok(a), Ok(b)) if a.abs() < limit && b.abs() < limit => Some((a - b).abs() <= tolerance),
+        _ => None,
+    };
+    match kind {
+        Some(PropertyType::Int) => int().or_else(|| float(exact)).unwrap_or(false),
+        Some(PropertyType::Float | PropertyType::Double) => float(f64::INFINITY).unwrap_or(g == w),
+        Some(PropertyType::Boolean) => g.eq_ignore_ascii_case(w),
+        Some(PropertyType::String | PropertyType::Bytes | PropertyType::Stream) => got == want,
+        None => int()
+            .or_else(|| float(f64::INFINITY))
+            .unwrap_or(got == want),
     }
 }
 
@@ -476,16 +672,24 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
     let within = Duration::from_secs_f64(e.within.unwrap_or(30.0).max(0.0));
     let tolerance = e.tolerance.unwrap_or(0.0);
     let deadline = Instant::now() + within;
+    let prop = e.property.as_deref().unwrap_or_default();
+    let point = served
+        .iter()
+        .find(|s| s.id == id)
+        .and_then(|s| Some((s, s.device.points.iter().find(|p| p.name == prop)?)));
+    let kind = point.and_then(|(_, p)| p.kind);
     loop {
         let twin = client.get(ns, name).ok();
         let mut wrong = Vec::new();
-        let prop = e.property.as_deref().unwrap_or_default();
         if let Some(want) = &e.reported {
             let got = twin
                 .as_ref()
                 .and_then(|t| t["properties"][prop]["reported"]["value"].as_str())
                 .map(str::to_string);
-            if !got.as_deref().is_some_and(|g| same(g, want, tolerance)) {
+            if !got
+                .as_deref()
+                .is_some_and(|g| same(g, want, tolerance, kind))
+            {
                 wrong.push(format!(
                     "{prop} reported {}{}, the twin shows {}",
                     text(want),
@@ -499,11 +703,11 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
             }
         }
         if let Some(want) = &e.on_device {
-            let got = served.iter().find(|s| s.id == id).and_then(|s| {
-                let p = s.device.points.iter().find(|p| p.name == prop)?;
-                s.sim.edit(|st| value_of(st, p))
-            });
-            if !got.as_deref().is_some_and(|g| same(g, want, tolerance)) {
+            let got = point.and_then(|(s, p)| s.sim.edit(|st| value_of(st, p)));
+            if !got
+                .as_deref()
+                .is_some_and(|g| same(g, want, tolerance, kind))
+            {
                 wrong.push(format!(
                     "{prop} = {} on the device, it holds {}",
                     text(want),
@@ -544,8 +748,25 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
                 wrong.join("; ")
             ));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        pause(Duration::from_millis(100));
+        if let Some(n) = stopped_by() {
+            return Some(format!("interrupted by signal {n}"));
+        }
     }
+}
+
+/// JUnit XML of a file that cannot be run: one test case, `the HIL file`, in error with `why`
+/// (a CI that reads only JUnit sees the failure).
+pub fn junit_error(suite: &str, why: &str) -> String {
+    let mut report = quick_junit::Report::new("devsim-hil");
+    let mut s = quick_junit::TestSuite::new(suite);
+    let mut st = quick_junit::TestCaseStatus::non_success(quick_junit::NonSuccessKind::Error);
+    st.set_message(why);
+    s.add_test_case(quick_junit::TestCase::new("the HIL file", st));
+    report.add_test_suite(s);
+    report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- cannot write the report: {e} -->"))
 }
 
 /// The outcomes as JUnit XML (one test suite, a test case per step).
@@ -554,6 +775,11 @@ pub fn junit(suite: &str, outcomes: &[Outcome]) -> String {
     let mut s = quick_junit::TestSuite::new(suite);
     for o in outcomes {
         let status = match &o.failure {
+            None if o.skipped => {
+                let mut st = quick_junit::TestCaseStatus::skipped();
+                st.set_message("not run: an earlier step failed");
+                st
+            }
             None => quick_junit::TestCaseStatus::success(),
             Some(f) => {
                 let mut st =
@@ -570,4 +796,69 @@ pub fn junit(suite: &str, outcomes: &[Outcome]) -> String {
     report
         .to_string()
         .unwrap_or_else(|e| format!("<!-- cannot write the report: {e} -->"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_64_bit_integer_is_compared_exactly_whatever_the_type_says() {
+        // The false green: as floats, ...457 and ...557 are the same number.
+        let got = "18446744073709551557";
+        for kind in [Some(PropertyType::Int), None] {
+            assert!(!same(got, &json!(18446744073709551457u64), 0.0, kind));
+            assert!(!same(got, &json!("18446744073709551457"), 0.0, kind));
+            assert!(same(got, &json!(18446744073709551557u64), 0.0, kind));
+        }
+        assert!(!same("-9223372036854775807", &json!(i64::MIN), 0.0, None));
+        assert!(same("-9223372036854775808", &json!(i64::MIN), 0.0, None));
+        // Within a tolerance, still as integers.
+        assert!(same(got, &json!(18446744073709551457u64), 100.0, None));
+        assert!(!same(got, &json!(18446744073709551457u64), 99.0, None));
+    }
+
+    #[test]
+    fn floats_within_the_tolerance_strings_as_text_booleans_by_their_word() {
+        let f = Some(PropertyType::Float);
+        assert!(same("21.5", &json!(21.5), 0.0, f));
+        assert!(same("21.54", &json!(21.5), 0.05, f));
+        assert!(!same("21.56", &json!(21.5), 0.05, f));
+        // An INT shown as 12 is 12.0, but not a float beyond 2^53.
+        assert!(same("12", &json!(12.0), 0.0, Some(PropertyType::Int)));
+        assert!(!same(
+            "9007199254740993",
+            &json!(9007199254740992.0),
+            0.0,
+            Some(PropertyType::Int)
+        ));
+        // A string of digits is text: 007 is not 7.
+        assert!(!same("007", &json!(7), 0.0, Some(PropertyType::String)));
+        assert!(same("007", &json!("007"), 0.0, Some(PropertyType::String)));
+        assert!(same("TRUE", &json!(true), 0.0, Some(PropertyType::Boolean)));
+        assert!(!same(
+            "false",
+            &json!(true),
+            0.0,
+            Some(PropertyType::Boolean)
+        ));
+    }
+
+    proptest! {
+        /// Any two different 64-bit integers differ, signed or not, with the type or without.
+        #[test]
+        fn two_different_64_bit_integers_never_compare_equal(a: u64, b: u64, neg: bool) {
+            let (ga, wb) = if neg {
+                ((a as i64).to_string(), json!(b as i64))
+            } else {
+                (a.to_string(), json!(b))
+            };
+            for kind in [Some(PropertyType::Int), None] {
+                prop_assert_eq!(same(&ga, &wb, 0.0, kind), ga == text(&wb));
+                prop_assert!(same(&ga, &json!(ga.clone()), 0.0, kind));
+            }
+        }
+    }
 }

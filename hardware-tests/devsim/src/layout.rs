@@ -6,7 +6,6 @@
 
 use api::manifest::{Object, parse_documents};
 use api::v1beta1::{AccessMode, Device, DeviceModel, PropertyType};
-use mapper_modbus::Table;
 use mapper_modbus::device::{Connection, ModelHints, Point, Transport};
 use std::collections::BTreeMap;
 
@@ -63,7 +62,6 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
         }
     }
     let mut out = Vec::new();
-    let mut addresses: BTreeMap<String, String> = BTreeMap::new();
     for d in &devices {
         let did = id(&d.metadata);
         let object = format!("Device {did}");
@@ -160,17 +158,6 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                 continue;
             }
         };
-        let place = match &rtu {
-            Some(r) => format!("slave {} on {}", r.slave, r.port),
-            None => format!("unit {unit} at {address}"),
-        };
-        if let Some(other) = addresses.insert(place.clone(), did.clone()) {
-            errors.push(err(
-                "spec.protocol.configData",
-                format!("{place} is also {other}'s: the mapper could not tell them apart"),
-            ));
-            continue;
-        }
         let mut points: Vec<SimPoint> = Vec::new();
         let mut missing = Vec::new();
         let visited = crate::device::properties(&device, model, &named, &mut missing);
@@ -196,32 +183,12 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
                     continue;
                 }
             };
-            let modbus = |o: &SimPoint| match &o.point {
-                Visit::Modbus(p) => Some(p.clone()),
-                _ => None,
-            };
-            if let Some((o, op)) = points
-                .iter()
-                .filter_map(|o| modbus(o).map(|p| (o, p)))
-                .find(|(_, op)| overlaps(op, &point))
-            {
-                errors.push(err(
-                    &format!("{at}.visitors.configData.offset"),
-                    format!(
-                        "{} {} overlaps property {} ({})",
-                        table_name(point.read.table),
-                        span(&point),
-                        o.name,
-                        span(&op)
-                    ),
-                ));
-                continue;
-            }
             // Not the desired value: a device starts where it starts, and the mapper must write
             // the desired value for it to land (a scenario's `constant` sets a start value).
             let initial = default_value(&point, mp.and_then(|m| m.type_));
             points.push(SimPoint {
                 name: p.name.clone(),
+                kind: mp.and_then(|m| m.type_),
                 initial,
                 writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
                 point: Visit::Modbus(point),
@@ -264,27 +231,8 @@ fn default_value(point: &Point, ty: Option<PropertyType>) -> String {
     }
 }
 
-fn table_name(t: Table) -> &'static str {
-    match t {
-        Table::Coil => "CoilRegister",
-        Table::DiscreteInput => "DiscreteInputRegister",
-        Table::InputRegister => "InputRegister",
-        Table::HoldingRegister => "HoldingRegister",
-    }
-}
-
-fn span(p: &Point) -> String {
-    let (a, n) = (u32::from(p.read.address), u32::from(p.read.count));
-    let bit = p.codec.bit.map(|b| format!(" bit {b}")).unwrap_or_default();
-    if n <= 1 {
-        format!("{a}{bit}")
-    } else {
-        format!("{a}-{}", a + n - 1)
-    }
-}
-
 /// Whether two properties claim the same registers or bits (two bits of one register do not).
-fn overlaps(a: &Point, b: &Point) -> bool {
+pub(crate) fn overlaps(a: &Point, b: &Point) -> bool {
     if a.read.table != b.read.table {
         return false;
     }
@@ -435,7 +383,8 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_registers_are_named_with_both_paths() {
+    fn properties_on_the_same_registers_are_views_of_them() {
+        // The mapper reads both (one int32, and its low register as an int16): so does devsim.
         let text = manifest(&[
             (
                 "a",
@@ -448,8 +397,13 @@ mod tests {
                 "{register: HoldingRegister, offset: 1, dataType: int16}",
             ),
         ]);
-        let e = load(&text).expect_err("b overlaps a").to_string();
-        assert!(e.contains("spec.properties["), "{e}");
-        assert!(e.contains("overlap"), "{e}");
+        let devices = load(&text).expect("views of the same registers are valid");
+        let points = &devices[0].points;
+        assert_eq!(points.len(), 2);
+        let mut state = State::default();
+        hold(&mut state, &points[0], None, "-2").expect("held");
+        assert_eq!(value_of(&state, &points[1]).as_deref(), Some("-2"));
+        hold(&mut state, &points[1], None, "7").expect("held");
+        assert_eq!(value_of(&state, &points[0]).as_deref(), Some("-65529"));
     }
 }

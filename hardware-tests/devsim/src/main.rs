@@ -81,16 +81,26 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         }
         for p in &d.points {
             match &p.point {
-                Visit::Modbus(mp) => println!(
-                    "  {:<16} {:?} {} x{} {} scale {} = {:?}",
-                    p.name,
-                    mp.read.table,
-                    mp.read.address,
-                    mp.read.count,
-                    mp.codec.data_type,
-                    mp.codec.scale,
-                    p.initial
-                ),
+                Visit::Modbus(mp) => {
+                    let c = &mp.codec;
+                    let mut how = format!("{:?}", c.data_type);
+                    if c.data_type != mapper_modbus::codec::DataType::Bool {
+                        how.push_str(&format!(" byteOrder {:?}", c.order));
+                    }
+                    if let Some(b) = c.bit {
+                        how.push_str(&format!(" bit {b}"));
+                    }
+                    if c.scale != 1.0 {
+                        how.push_str(&format!(" scale {}", c.scale));
+                    }
+                    if c.offset != 0.0 {
+                        how.push_str(&format!(" valueOffset {}", c.offset));
+                    }
+                    println!(
+                        "  {:<16} {:?} {} x{} {how} = {:?}",
+                        p.name, mp.read.table, mp.read.address, mp.read.count, p.initial
+                    )
+                }
                 Visit::OpcUa(op, t) => println!(
                     "  {:<16} node {} {:?} = {:?}",
                     p.name,
@@ -117,6 +127,7 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
     if devices.is_empty() {
         anyhow::bail!("no Modbus, serial, OPC UA or BLE device in the manifests");
     }
+    scenario.check_against(&devices)?;
     if args.check {
         return Ok(());
     }
@@ -171,7 +182,8 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
 struct HilArgs {
     /// The HIL file (YAML: manifests, device scenarios, steps).
     file: std::path::PathBuf,
-    /// Write the steps' outcomes as JUnit XML here.
+    /// Write the steps' outcomes as JUnit XML here (one test case per step; a file that cannot
+    /// run is one test case in error); a failed run's logs go beside it, in `NAME-logs/`.
     #[arg(long)]
     junit: Option<std::path::PathBuf>,
     /// Scenario seconds per real second.
@@ -180,30 +192,55 @@ struct HilArgs {
 }
 
 fn hil(args: HilArgs) -> ExitCode {
-    let outcomes = match devsim::hil::run(&args.file, args.speed) {
+    let suite = args.file.display().to_string();
+    // A failed run's logs go beside the JUnit file: `report.xml` -> `report-logs/`.
+    let logs = args.junit.as_ref().map(|j| {
+        let stem = j
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "hil".into());
+        j.with_file_name(format!("{stem}-logs"))
+    });
+    let write = |text: String| -> bool {
+        let Some(path) = &args.junit else {
+            return true;
+        };
+        match std::fs::write(path, text) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("devsim hil: cannot write {}: {e}", path.display());
+                false
+            }
+        }
+    };
+    devsim::hil::stop_on_signals();
+    // Everything the run started is gone when it returns; a signal then ends the program.
+    let by_signal = || devsim::hil::stopped_by().map(|n| ExitCode::from(128 + n as u8));
+    let outcomes = match devsim::hil::run(&args.file, args.speed, logs.as_deref()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("devsim hil: {e}");
-            return ExitCode::from(2);
+            write(devsim::hil::junit_error(&suite, &e.to_string()));
+            return by_signal().unwrap_or(ExitCode::from(2));
         }
     };
     let failed = outcomes.iter().filter(|o| o.failure.is_some()).count();
+    let skipped = outcomes.iter().filter(|o| o.skipped).count();
     println!(
         "{} of {} steps passed{}",
-        outcomes.len() - failed,
+        outcomes.len() - failed - skipped,
         outcomes.len(),
         if failed > 0 {
-            "; the run stopped at the failed one"
+            format!("; the run stopped at the failed one ({skipped} not run)")
         } else {
-            ""
+            String::new()
         }
     );
-    if let Some(path) = &args.junit {
-        let suite = args.file.display().to_string();
-        if let Err(e) = std::fs::write(path, devsim::hil::junit(&suite, &outcomes)) {
-            eprintln!("devsim hil: cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    if !write(devsim::hil::junit(&suite, &outcomes)) {
+        return ExitCode::from(2);
+    }
+    if let Some(code) = by_signal() {
+        return code;
     }
     if failed > 0 {
         ExitCode::FAILURE

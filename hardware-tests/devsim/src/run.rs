@@ -113,6 +113,8 @@ pub enum RunError {
     },
     #[error("serial line {port}: {message}")]
     Line { port: String, message: String },
+    #[error(transparent)]
+    Scenario(#[from] crate::scenario::ScenarioError),
     #[error("{id}: property {property}: {value:?} cannot be held: {message}")]
     Value {
         id: String,
@@ -379,8 +381,14 @@ pub async fn start(
     let mut tcp: Vec<AtAddress> = Vec::new();
     let mut opc: Vec<AtAddress> = Vec::new();
     let mut ble: Vec<(SimDevice, Sim, DeviceScenario)> = Vec::new();
+    scenario.check_against(&devices)?;
+    // Devices at one Modbus place are views of one unit: one register map.
+    let mut units: HashMap<String, Sim> = HashMap::new();
     for d in devices {
-        let sim = Sim::default();
+        let sim = match d.modbus_place() {
+            Some(place) => units.entry(place).or_default().clone(),
+            None => Sim::default(),
+        };
         sim.edit(|s| {
             for p in &d.points {
                 hold(s, p, d.serial.as_ref(), &p.initial).map_err(|message| RunError::Value {
@@ -488,14 +496,14 @@ pub async fn start(
     // Each TCP address once, with every device at it (by unit id when there are several).
     for (address, group) in tcp {
         let (listener, local) = listen(options, &address, &group).await?;
-        let units = match group.as_slice() {
-            [(_, sim, _)] => Units::Any(sim.clone()),
-            _ => Units::ById(
-                group
-                    .iter()
-                    .map(|(d, sim, _)| (d.unit, sim.clone()))
-                    .collect(),
-            ),
+        // One unit (one device, or several views of it) answers every unit id.
+        let ids: std::collections::BTreeMap<u8, Sim> = group
+            .iter()
+            .map(|(d, sim, _)| (d.unit, sim.clone()))
+            .collect();
+        let units = match ids.len() {
+            1 => Units::Any(group[0].1.clone()),
+            _ => Units::ById(ids),
         };
         tokio::spawn(serve_units(listener, units));
         out.extend(

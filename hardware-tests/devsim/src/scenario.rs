@@ -209,6 +209,73 @@ impl Scenario {
         Ok(())
     }
 
+    /// Every device and property the scenario names is one of `devices` (as laid out from the
+    /// manifests), and no two behaviours drive the same registers of one unit (several
+    /// Devices on one unit, or two properties on one register, are views of the same registers:
+    /// one of them drives them, the others read them).
+    pub fn check_against(&self, devices: &[crate::device::SimDevice]) -> Result<(), ScenarioError> {
+        use crate::device::Visit;
+        let known = || {
+            devices
+                .iter()
+                .map(|d| d.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // Per Modbus place: the points driven by a behaviour so far, with whose they are.
+        let mut driven: BTreeMap<String, Vec<(String, &mapper_modbus::device::Point)>> =
+            BTreeMap::new();
+        for (key, ds) in &self.devices {
+            let id = if key.contains('/') {
+                key.clone()
+            } else {
+                format!("default/{key}")
+            };
+            let Some(d) = devices.iter().find(|d| d.id == id) else {
+                return Err(ScenarioError {
+                    path: format!("devices.{key}"),
+                    message: format!(
+                        "no simulated Device {id} in the manifests (they have: {})",
+                        known()
+                    ),
+                });
+            };
+            for (prop, ps) in &ds.properties {
+                let Some(p) = d.points.iter().find(|p| &p.name == prop) else {
+                    return Err(ScenarioError {
+                        path: format!("devices.{key}.properties.{prop}"),
+                        message: format!(
+                            "Device {id} has no property {prop} (its properties: {})",
+                            d.points
+                                .iter()
+                                .map(|p| p.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    });
+                };
+                let (Some(place), Visit::Modbus(mp), Some(_)) =
+                    (d.modbus_place(), &p.point, &ps.value)
+                else {
+                    continue;
+                };
+                let others = driven.entry(place.clone()).or_default();
+                if let Some((other, _)) =
+                    others.iter().find(|(_, o)| crate::layout::overlaps(o, mp))
+                {
+                    return Err(ScenarioError {
+                        path: format!("devices.{key}.properties.{prop}.value"),
+                        message: format!(
+                            "{other} drives the same registers of {place}: give one of them a behaviour, the other reads it"
+                        ),
+                    });
+                }
+                others.push((format!("{id} {prop}"), mp));
+            }
+        }
+        Ok(())
+    }
+
     /// The scenario of device `id` (`namespace/name`; a bare name is in `default`).
     pub fn device(&self, id: &str) -> Option<&DeviceScenario> {
         self.devices.get(id).or_else(|| {

@@ -518,6 +518,7 @@ pub fn layout(
         }
         points.push(SimPoint {
             name: p.name.clone(),
+            kind: mp.and_then(|m| m.type_),
             initial,
             writable: mp.and_then(|m| m.access_mode) != Some(api::v1beta1::AccessMode::ReadOnly),
             point: Visit::Serial(point),

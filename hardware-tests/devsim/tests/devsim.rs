@@ -250,9 +250,8 @@ fn wrong_declarations_are_named_with_their_field_paths() {
     let manifest = format!(
         "{MODEL}---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: bad, namespace: default}}\nspec:\n  deviceModelRef: {{name: matrix}}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: 5020}}}}\n  properties:\n    - {{name: i16, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, dataType: int32}}}}}}\n    - {{name: u16, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1}}}}}}\n    - {{name: i32-abcd, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 4, dataType: int32, limit: 1}}}}}}\n    - {{name: u32, visitors: {{protocolName: modbus, configData: {{register: Holding-ish, offset: 9}}}}}}\n"
     );
-    let e = load(&manifest).expect_err("three mistakes").to_string();
+    let e = load(&manifest).expect_err("two mistakes").to_string();
     for want in [
-        "Device default/bad: spec.properties[1].visitors.configData.offset: HoldingRegister 1 overlaps property i16 (0-1)",
         "Device default/bad: spec.properties[2].visitors.configData.limit: 1 registers, but a int32 takes 2",
         "Device default/bad: spec.properties[3].visitors.configData.register: \"Holding-ish\" is not one of",
     ] {
@@ -364,8 +363,7 @@ fn gateway_device(name: &str, unit: u8, port: u16) -> String {
     )
 }
 
-/// Several devices behind one Modbus TCP address (a gateway), each by its unit id; two with
-/// the same unit id at one address are named.
+/// Several devices behind one Modbus TCP address (a gateway), each by its unit id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn devices_behind_one_gateway_answer_by_unit_id() {
     use tokio_modbus::Slave;
@@ -407,17 +405,97 @@ async fn devices_behind_one_gateway_answer_by_unit_id() {
         .expect("connect");
     let r = ctx.read_holding_registers(0, 1).await.expect("an answer");
     assert_eq!(r, Err(tokio_modbus::ExceptionCode::GatewayTargetDevice));
+}
 
-    let twice = format!(
-        "{MODEL}{}{}",
-        gateway_device("left", 3, 5020),
-        gateway_device("again", 3, 5020)
-    );
-    let e = load(&twice).expect_err("same unit").to_string();
-    assert!(
-        e.contains("Device default/again: spec.protocol.configData: unit 3 at 127.0.0.1:5020 is also default/left's"),
-        "{e}"
-    );
+/// Several Devices on one unit (views of one PLC) and two properties on one register are what
+/// the gateway takes: served as one register map, each view reading what the other drives.
+/// Two behaviours on the same registers, and scenario keys in no manifest, are named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_of_one_unit_share_its_registers() {
+    let view = |name: &str| {
+        format!(
+            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  deviceModelRef: {{name: matrix}}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: 5020, slaveID: 3}}}}\n  properties:\n    - {{name: u16, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0}}}}}}\n    - {{name: i16, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, dataType: int16}}}}}}\n    - {{name: flag-bit3, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, bit: 3}}}}}}\n"
+        )
+    };
+    let manifest = format!("{MODEL}{}{}", view("press"), view("press-maintenance"));
+    let devices = load(&manifest).expect("views of one unit are valid");
+    assert_eq!(devices.len(), 2);
+    let scenario =
+        Scenario::parse("devices:\n  press: {properties: {u16: {value: {constant: 65534}}}}\n")
+            .expect("scenario");
+    let options = Options {
+        bind: Some("127.0.0.1".into()),
+        port0: true,
+        ..Options::default()
+    };
+    let served = start(devices.clone(), &scenario, &options)
+        .await
+        .expect("served");
+    // 65534 = 0xFFFE: as int16 -2, bit 3 set; the same in both views.
+    for s in &served {
+        for (prop, want) in [("u16", "65534"), ("i16", "-2"), ("flag-bit3", "true")] {
+            let p = s
+                .device
+                .points
+                .iter()
+                .find(|p| p.name == prop)
+                .expect("point");
+            let got = eventually(10, "the driven value in every view", || {
+                s.sim
+                    .edit(|st| devsim::run::value_of(st, p))
+                    .filter(|v| v == want)
+            });
+            assert_eq!(got, want, "{} {prop}", s.id);
+        }
+    }
+    let mut ctx = tcp::connect(served[1].address).await.expect("connect");
+    let w = eventually(10, "the register on the wire", || {
+        let rt = tokio::runtime::Handle::current();
+        match tokio::task::block_in_place(|| rt.block_on(ctx.read_holding_registers(0, 1))) {
+            Ok(Ok(w)) if w == [0xFFFE] => Some(w),
+            _ => None,
+        }
+    });
+    assert_eq!(w, [0xFFFE]);
+
+    for (text, path, words) in [
+        (
+            "devices:\n  press: {properties: {u16: {value: {constant: 1}}}}\n  press-maintenance: {properties: {i16: {value: {constant: 2}}}}\n",
+            "devices.press-maintenance.properties.i16.value",
+            "default/press u16 drives the same registers of unit 3 at 127.0.0.1:5020",
+        ),
+        (
+            "devices:\n  press: {properties: {u16: {value: {constant: 1}}, flag-bit3: {value: {constant: true}}}}\n",
+            "devices.press.properties.u16.value",
+            "drives the same registers",
+        ),
+        (
+            "devices:\n  presss: {properties: {u16: {value: {constant: 1}}}}\n",
+            "devices.presss",
+            "no simulated Device default/presss in the manifests (they have: default/press, default/press-maintenance)",
+        ),
+        (
+            "devices:\n  press: {properties: {u61: {value: {constant: 1}}}}\n",
+            "devices.press.properties.u61",
+            "Device default/press has no property u61 (its properties: u16, i16, flag-bit3)",
+        ),
+    ] {
+        let scenario = Scenario::parse(text).expect("parses");
+        let e = scenario
+            .check_against(&devices)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains(path) && e.contains(words),
+            "{path} / {words}\nnot in: {e}"
+        );
+        let e = start(devices.clone(), &scenario, &options)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains(words), "start: {e}");
+    }
 }
 
 /// A serial declaration that cannot carry its type is named with its field path.

@@ -27,12 +27,14 @@ fn devsim(args: &[&str]) -> (i32, String) {
     )
 }
 
-/// `(tests, failures, first failure message)` of a JUnit file, read by Python's own XML parser.
+/// `(tests, failures, first failure message)` of a JUnit file, read by Python's own XML parser
+/// (an error counts as a failure, its message as the failure's; skipped test cases are counted
+/// by [`skipped`]).
 fn junit(path: &Path) -> (u32, u32, String) {
     let out = Command::new(sim::python())
         .args([
             "-c",
-            "import sys, xml.etree.ElementTree as E\nr = E.parse(sys.argv[1]).getroot()\nf = r.find('.//failure')\nprint(r.get('tests'), r.get('failures'), '' if f is None else f.get('message'))",
+            "import sys, xml.etree.ElementTree as E\nr = E.parse(sys.argv[1]).getroot()\nf = r.find('.//failure')\nf = r.find('.//error') if f is None else f\nprint(r.get('tests'), int(r.get('failures')) + int(r.get('errors') or 0), '' if f is None else f.get('message'))",
         ])
         .arg(path)
         .output()
@@ -50,6 +52,14 @@ fn junit(path: &Path) -> (u32, u32, String) {
         n(it.next()),
         it.next().unwrap_or_default().to_string(),
     )
+}
+
+/// The skipped test cases of a JUnit file.
+fn skipped(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .matches("<skipped")
+        .count()
 }
 
 #[test]
@@ -83,13 +93,22 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
         report.to_str().expect("path"),
     ]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("1 of 2 steps passed"), "{out}");
+    assert!(
+        out.contains("1 of 3 steps passed; the run stopped at the failed one (1 not run)"),
+        "{out}"
+    );
+    // One test case per step: the one after the failure is there, skipped.
     let (tests, failures, message) = junit(&report);
-    assert_eq!((tests, failures), (2, 1), "{message}");
+    assert_eq!((tests, failures, skipped(&report)), (3, 1, 1), "{message}");
     assert!(
         message.contains("temperature reported 55 ± 0.5, the twin shows 21.5"),
         "{message}"
     );
+    // The failed run's logs are kept beside the report.
+    let logs = dir.path().join("hil-logs");
+    for log in ["edgecore.log", "mapper-modbus.log"] {
+        assert!(logs.join(log).exists(), "{log} not kept: {out}");
+    }
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(
@@ -97,12 +116,39 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
         "manifests: [x.yaml]\nsteps:\n  - {wait: 1, set: {device: a, property: b, desired: 1}}\n",
     )
     .expect("write");
-    let (code, out) = devsim(&["hil", bad.to_str().expect("path")]);
+    let (code, out) = devsim(&[
+        "hil",
+        bad.to_str().expect("path"),
+        "--junit",
+        report.to_str().expect("path"),
+    ]);
     assert_eq!(code, 2, "{out}");
     assert!(
         out.contains("steps[0]: give one of expect, set, wait, restartMapper, fault"),
         "{out}"
     );
+    // A file that cannot run is a JUnit test case in error, for a CI that reads only JUnit.
+    let (tests, failures, message) = junit(&report);
+    assert_eq!((tests, failures), (1, 1), "{message}");
+    assert!(message.contains("steps[0]: give one of"), "{message}");
+
+    // A scenario key or a step that names what the manifests do not have is refused.
+    for (steps, want) in [
+        (
+            "devices: {oven-2: {properties: {temperature: {value: {constant: 1}}}}}\nsteps:\n  - wait: 1\n",
+            "devices.oven-2: no simulated Device default/oven-2 in the manifests",
+        ),
+        (
+            "steps:\n  - expect: {device: oven-1, property: temprature, reported: 1}\n",
+            "steps[0].expect.property: Device default/oven-1 has no property temprature",
+        ),
+    ] {
+        std::fs::write(&bad, format!("manifests: [{}]\n{steps}", manifest.display()))
+            .expect("write");
+        let (code, out) = devsim(&["hil", bad.to_str().expect("path")]);
+        assert_eq!(code, 2, "{out}");
+        assert!(out.contains(want), "{want}\nnot in: {out}");
+    }
 }
 
 /// Two Modbus RTU meters on one line (`examples/modbus-rtu.yaml`), the line a pty pair made by
@@ -177,4 +223,95 @@ fn the_ble_sensor_hil_run_passes() {
     let (code, out) = devsim(&["hil", "examples/hil/ble.yaml"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("10 of 10 steps passed"), "{out}");
+}
+
+/// The processes whose parent is `pid`, with their working directories.
+fn children(pid: u32) -> Vec<(u32, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // The parent is the second field after the command's closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            let cwd = std::fs::read_link(format!("/proc/{p}/cwd")).unwrap_or_default();
+            out.push((p, cwd));
+        }
+    }
+    out
+}
+
+/// SIGINT, SIGTERM and SIGHUP to `devsim hil` in the middle of a run: it exits with 128 + the
+/// signal, edgecore and the mappers it started are gone, and so is its temp dir; the JUnit
+/// file says the step was interrupted.
+#[test]
+fn a_signal_ends_the_run_and_leaves_nothing_behind() {
+    use std::io::BufRead;
+    sim::bin("edgecore");
+    sim::bin("mapper-modbus");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("long.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "manifests: [{}]\nsteps:\n  - expect: {{device: oven-1, state: online, within: 60}}\n  - wait: 120\n  - expect: {{device: oven-1, state: online}}\n",
+            sim::workspace_root().join("examples/modbus-tcp.yaml").display()
+        ),
+    )
+    .expect("write");
+    for (signal, n) in [("INT", 2), ("TERM", 15), ("HUP", 1)] {
+        let report = dir.path().join(format!("{signal}.xml"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_devsim"))
+            .args(["hil", file.to_str().expect("path"), "--junit"])
+            .arg(&report)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("devsim runs");
+        let pid = child.id();
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        // Until the long wait has started: edgecore and the mapper are up.
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap_or_default();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("wait 120") {
+                break;
+            }
+        }
+        assert!(seen.contains("wait 120"), "the run did not get to the wait:\n{seen}");
+        let started = children(pid);
+        assert!(
+            started.len() >= 2,
+            "edgecore and mapper-modbus should be running: {started:?}"
+        );
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let rest: Vec<String> = lines.map_while(Result::ok).collect();
+        let code = child.wait().expect("exits").code();
+        assert_eq!(code, Some(128 + n), "SIG{signal}: {seen}{}", rest.join("\n"));
+        for (p, cwd) in &started {
+            assert!(
+                !Path::new(&format!("/proc/{p}")).exists(),
+                "SIG{signal}: process {p} (in {}) is still there",
+                cwd.display()
+            );
+            assert!(
+                !cwd.exists(),
+                "SIG{signal}: the run's directory {} is still there",
+                cwd.display()
+            );
+        }
+        let (tests, failures, message) = junit(&report);
+        assert_eq!((tests, failures), (3, 1), "SIG{signal}: {message}");
+        assert!(message.contains(&format!("interrupted by signal {n}")), "{message}");
+    }
 }
