@@ -12,11 +12,13 @@
 //!     expect: {device: oven-1, property: temperature, reported: 21.5, tolerance: 0.05, within: 30}
 //!   - set: {device: oven-1, property: setpoint, desired: 90}
 //!   - expect: {device: oven-1, property: setpoint, onDevice: 90}   # landed on the register
-//!   - expect: {device: oven-1, state: online}
+//!   - expect: {device: oven-1, state: online, stays: 10}   # and stays so for 10 s
+//!   - expect: {device: oven-1, property: setpoint, reported: 90, notBefore: 1}   # not sooner
 //!   - wait: 2
 //!   - restartMapper: true
 //!   - fault: {device: oven-1, kind: noAnswer, seconds: 10}   # kinds as in a scenario's faults
 //!   - expect: {device: oven-1, state: offline, reason: did not answer}
+//!   - expect: {device: oven-1, property: temperature, error: did not answer}   # its error
 //! ```
 
 use crate::layout::load;
@@ -81,6 +83,15 @@ pub struct Expect {
     pub reason: Option<String>,
     /// Seconds to wait for it (default 30).
     pub within: Option<f64>,
+    /// Text the property's error contains (why its last read failed, or why a desired value
+    /// was refused).
+    pub error: Option<String>,
+    /// Text the property's refused write (`writeError`) contains.
+    pub refused: Option<String>,
+    /// Seconds it must go on holding once it holds ("stays 80 for 10 s").
+    pub stays: Option<f64>,
+    /// Seconds from the step's start before which it must not hold (a lower time bound).
+    pub not_before: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,14 +182,29 @@ impl HilFile {
                 && e.on_device.is_none()
                 && e.state.is_none()
                 && e.reason.is_none()
+                && e.error.is_none()
+                && e.refused.is_none()
             {
                 return Err(bad(
                     format!("steps[{i}].expect"),
-                    "expects nothing: give reported, onDevice, state or reason".into(),
+                    "expects nothing: give reported, onDevice, state, reason, error or refused"
+                        .into(),
                 ));
             }
             if let Some(e) = &s.expect
-                && (e.reported.is_some() || e.on_device.is_some())
+                && let (Some(nb), Some(w)) = (e.not_before, e.within)
+                && nb >= w
+            {
+                return Err(bad(
+                    format!("steps[{i}].expect.notBefore"),
+                    format!("{nb} s is not before `within` ({w} s): it could never pass"),
+                ));
+            }
+            if let Some(e) = &s.expect
+                && (e.reported.is_some()
+                    || e.on_device.is_some()
+                    || e.error.is_some()
+                    || e.refused.is_some())
                 && e.property.is_none()
             {
                 return Err(bad(
@@ -665,81 +691,140 @@ pub fn same(got: &str, want: &Value, tolerance: f64, kind: Option<PropertyType>)
     }
 }
 
-/// Polls the twin (and the simulator) until `e` holds or its time is up; `None` when it held.
+/// What of `e` the twin (and the simulator) does not show now, one text per expectation.
+fn wrong_now(
+    client: &kectl::twin::Client,
+    e: &Expect,
+    id: &str,
+    point: Option<(&Served, &crate::device::SimPoint)>,
+) -> (Vec<String>, bool) {
+    let (ns, name) = id.split_once('/').unwrap_or(("default", id));
+    let tolerance = e.tolerance.unwrap_or(0.0);
+    let prop = e.property.as_deref().unwrap_or_default();
+    let kind = point.and_then(|(_, p)| p.kind);
+    let twin = client.get(ns, name).ok();
+    let mut wrong = Vec::new();
+    if let Some(want) = &e.reported {
+        let got = twin
+            .as_ref()
+            .and_then(|t| t["properties"][prop]["reported"]["value"].as_str())
+            .map(str::to_string);
+        if !got
+            .as_deref()
+            .is_some_and(|g| same(g, want, tolerance, kind))
+        {
+            wrong.push(format!(
+                "{prop} reported {}{}, the twin shows {}",
+                text(want),
+                if tolerance > 0.0 {
+                    format!(" ± {tolerance}")
+                } else {
+                    String::new()
+                },
+                got.unwrap_or_else(|| "nothing".into())
+            ));
+        }
+    }
+    if let Some(want) = &e.on_device {
+        let got = point.and_then(|(s, p)| s.sim.edit(|st| value_of(st, p)));
+        if !got
+            .as_deref()
+            .is_some_and(|g| same(g, want, tolerance, kind))
+        {
+            wrong.push(format!(
+                "{prop} = {} on the device, it holds {}",
+                text(want),
+                got.unwrap_or_else(|| "nothing (no such simulated property)".into())
+            ));
+        }
+    }
+    for (field, want, what) in [
+        ("error", &e.error, "an error"),
+        ("writeError", &e.refused, "a refused write"),
+    ] {
+        let Some(want) = want else { continue };
+        let got = twin
+            .as_ref()
+            .and_then(|t| t["properties"][prop][field]["message"].as_str())
+            .map(str::to_string);
+        if !got.as_deref().is_some_and(|g| g.contains(want.as_str())) {
+            wrong.push(format!(
+                "{prop} with {what} saying {want:?}, the twin shows {}",
+                got.map_or_else(|| "none".to_string(), |g| format!("{g:?}"))
+            ));
+        }
+    }
+    let state = twin
+        .as_ref()
+        .and_then(|t| t["state"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let reason = twin
+        .as_ref()
+        .and_then(|t| t["stateReason"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    if let Some(want) = &e.state
+        && &state != want
+    {
+        wrong.push(format!("state {want}, the twin shows {state:?} ({reason})"));
+    }
+    if let Some(want) = &e.reason
+        && !reason.contains(want.as_str())
+    {
+        wrong.push(format!("a reason with {want:?}, the twin shows {reason:?}"));
+    }
+    (wrong, twin.is_some())
+}
+
+/// Polls the twin (and the simulator) until `e` holds or its time is up; then, with `notBefore`,
+/// it must not have held sooner, and with `stays`, it must go on holding that long. `None` when
+/// all of it held.
 fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option<String> {
     let id = device_id(&e.device);
-    let (ns, name) = id.split_once('/').unwrap_or(("default", &id));
     let within = Duration::from_secs_f64(e.within.unwrap_or(30.0).max(0.0));
-    let tolerance = e.tolerance.unwrap_or(0.0);
-    let deadline = Instant::now() + within;
+    let started = Instant::now();
+    let deadline = started + within;
     let prop = e.property.as_deref().unwrap_or_default();
     let point = served
         .iter()
         .find(|s| s.id == id)
         .and_then(|s| Some((s, s.device.points.iter().find(|p| p.name == prop)?)));
-    let kind = point.and_then(|(_, p)| p.kind);
     loop {
-        let twin = client.get(ns, name).ok();
-        let mut wrong = Vec::new();
-        if let Some(want) = &e.reported {
-            let got = twin
-                .as_ref()
-                .and_then(|t| t["properties"][prop]["reported"]["value"].as_str())
-                .map(str::to_string);
-            if !got
-                .as_deref()
-                .is_some_and(|g| same(g, want, tolerance, kind))
-            {
-                wrong.push(format!(
-                    "{prop} reported {}{}, the twin shows {}",
-                    text(want),
-                    if tolerance > 0.0 {
-                        format!(" ± {tolerance}")
-                    } else {
-                        String::new()
-                    },
-                    got.unwrap_or_else(|| "nothing".into())
-                ));
-            }
-        }
-        if let Some(want) = &e.on_device {
-            let got = point.and_then(|(s, p)| s.sim.edit(|st| value_of(st, p)));
-            if !got
-                .as_deref()
-                .is_some_and(|g| same(g, want, tolerance, kind))
-            {
-                wrong.push(format!(
-                    "{prop} = {} on the device, it holds {}",
-                    text(want),
-                    got.unwrap_or_else(|| "nothing (no such simulated property)".into())
-                ));
-            }
-        }
-        let state = twin
-            .as_ref()
-            .and_then(|t| t["state"].as_str())
-            .unwrap_or_default()
-            .to_string();
-        let reason = twin
-            .as_ref()
-            .and_then(|t| t["stateReason"].as_str())
-            .unwrap_or_default()
-            .to_string();
-        if let Some(want) = &e.state
-            && &state != want
-        {
-            wrong.push(format!("state {want}, the twin shows {state:?} ({reason})"));
-        }
-        if let Some(want) = &e.reason
-            && !reason.contains(want.as_str())
-        {
-            wrong.push(format!("a reason with {want:?}, the twin shows {reason:?}"));
-        }
+        let (wrong, found) = wrong_now(client, e, &id, point);
         if wrong.is_empty() {
+            let held = started.elapsed();
+            if let Some(nb) = e.not_before
+                && held < Duration::from_secs_f64(nb)
+            {
+                return Some(format!(
+                    "it held after {:.1} s, before the {nb} s it must not hold sooner",
+                    held.as_secs_f64()
+                ));
+            }
+            // Without `stays`, it held: `None`.
+            let stays = e.stays?;
+            let until = Instant::now() + Duration::from_secs_f64(stays.max(0.0));
+            let since = Instant::now();
+            while Instant::now() < until {
+                pause(Duration::from_millis(100));
+                if let Some(n) = stopped_by() {
+                    return Some(format!("interrupted by signal {n}"));
+                }
+                let (wrong, _) = wrong_now(client, e, &id, point);
+                if !wrong.is_empty() {
+                    return Some(format!(
+                        "it held, then stopped after {:.1} s of the {stays} s it must stay: {}",
+                        since.elapsed().as_secs_f64(),
+                        wrong.join("; ")
+                    ));
+                }
+            }
             return None;
         }
         if Instant::now() >= deadline {
-            if twin.is_none() {
+            let mut wrong = wrong;
+            if !found {
                 wrong.push(format!("edgecore has no device {id}"));
             }
             return Some(format!(

@@ -298,6 +298,10 @@ struct ReplayArgs {
     /// Answer at once instead of after the recorded delays.
     #[arg(long)]
     no_timing: bool,
+    /// The answer to a request the recording does not have: exception:CODE (default
+    /// exception:2, illegal data address), accept (a write answered as done) or silent.
+    #[arg(long, default_value = "exception:2")]
+    unknown: devsim::record::Unknown,
 }
 
 /// A pty pair: the mapper's end at `path`, devsim's `path.device`, opened.
@@ -325,13 +329,14 @@ async fn record(args: RecordArgs) -> anyhow::Result<()> {
             pty.display(),
             args.out.display()
         );
-        tokio::select! {
-            r = devsim::record::tap(mapper, device, &args.out) => {
-                let c = r?;
-                println!("devsim: {} requests, {} answers, {} with a wrong CRC, {} incomplete", c.requests, c.answers, c.bad_crc, c.incomplete);
-            }
-            _ = tokio::signal::ctrl_c() => {}
-        }
+        let stop = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let c = devsim::record::tap(mapper, device, &args.out, stop).await?;
+        println!(
+            "devsim: {} requests, {} answers, {} with a wrong CRC, {} incomplete",
+            c.requests, c.answers, c.bad_crc, c.incomplete
+        );
         return Ok(());
     }
     let (Some(listen), Some(to)) = (&args.listen, &args.to) else {
@@ -356,6 +361,7 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let options = devsim::record::ReplayOptions {
         looping: args.looping,
         no_timing: args.no_timing,
+        unknown: args.unknown,
     };
     let what = format!(
         "{} ({} requests, {} answers)",

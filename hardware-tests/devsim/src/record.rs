@@ -126,12 +126,19 @@ fn mbap(txid: u16, unit: u8, pdu: &[u8]) -> Vec<u8> {
 /// written to `out` as Modbus/TCP (the slave id as the unit id, the CRC checked and left out),
 /// so that Wireshark and `devsim replay` read it as a TCP recording. A frame with a wrong CRC
 /// (noise on the line) is passed on, logged and counted, not recorded. Runs until either side
-/// closes.
-pub async fn tap<M, D>(mut mapper: M, mut device: D, out: &Path) -> Result<TapCounts, RecordError>
+/// closes, or until `stop` (Ctrl-C): what it saw is returned either way.
+pub async fn tap<M, D, S>(
+    mut mapper: M,
+    mut device: D,
+    out: &Path,
+    stop: S,
+) -> Result<TapCounts, RecordError>
 where
     M: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     D: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: std::future::Future<Output = ()>,
 {
+    let mut stop = std::pin::pin!(stop);
     use crate::rtu::{Framer, answer_len, crc_ok, request_len};
     let writer = create(out)?;
     let flow = Flow {
@@ -145,6 +152,7 @@ where
     let (mut a, mut b) = ([0u8; 512], [0u8; 512]);
     loop {
         tokio::select! {
+            () = &mut stop => break,
             r = mapper.read(&mut a) => {
                 let n = r?;
                 if n == 0 { break; }
@@ -292,6 +300,9 @@ pub type Request = (u8, Vec<u8>);
 #[derive(Debug, Default)]
 pub struct Recording {
     pub exchanges: BTreeMap<Request, Answers>,
+    /// Units asked and never answering in the recording (a slave that was off the line): they
+    /// stay silent when it is served.
+    pub silent: std::collections::BTreeSet<u8>,
 }
 
 impl Recording {
@@ -312,6 +323,7 @@ impl Recording {
         let mut waiting: HashMap<(Conn, u16), (u8, Vec<u8>, Duration)> = HashMap::new();
         let mut server_port: Option<u16> = None;
         let mut rec = Recording::default();
+        let mut asked = std::collections::BTreeSet::new();
         while let Some(p) = reader.next_packet() {
             let p = p.map_err(|e| bad(e.to_string()))?;
             let Ok(s) = SlicedPacket::from_ethernet(&p.data) else {
@@ -351,6 +363,7 @@ impl Recording {
             buf.extend_from_slice(payload);
             for f in frames(buf) {
                 if request {
+                    asked.insert(f.unit);
                     waiting.insert((conn, f.txid), (f.unit, f.pdu, p.timestamp));
                 } else if let Some((unit, req, at)) = waiting.remove(&(conn, f.txid)) {
                     let delay = p.timestamp.saturating_sub(at);
@@ -361,8 +374,14 @@ impl Recording {
                 }
             }
         }
-        if rec.exchanges.is_empty() {
-            return Err(bad("no Modbus TCP request with its answer in it".into()));
+        let answered: std::collections::BTreeSet<u8> =
+            rec.exchanges.keys().map(|(unit, _)| *unit).collect();
+        rec.silent = asked
+            .into_iter()
+            .filter(|u| !answered.contains(u))
+            .collect();
+        if rec.exchanges.is_empty() && rec.silent.is_empty() {
+            return Err(bad("no Modbus TCP request in it".into()));
         }
         Ok(rec)
     }
@@ -380,6 +399,52 @@ pub struct ReplayOptions {
     pub looping: bool,
     /// Answer at once instead of after the recorded delay.
     pub no_timing: bool,
+    /// The answer to a request the recording does not have.
+    pub unknown: Unknown,
+}
+
+/// The answer to a request that was never recorded (`--unknown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unknown {
+    /// A Modbus exception with this code (default 2, illegal data address).
+    Exception(u8),
+    /// A write is answered as done (functions 5, 6, 15, 16 echo what a device echoes); a
+    /// read still gets exception 2, there being no value to give.
+    Accept,
+    /// No answer, as from a device that ignores it.
+    Silent,
+}
+
+impl Default for Unknown {
+    fn default() -> Self {
+        Self::Exception(2)
+    }
+}
+
+impl std::str::FromStr for Unknown {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "accept" => Ok(Self::Accept),
+            "silent" => Ok(Self::Silent),
+            _ => match s.strip_prefix("exception:").map(str::parse::<u8>) {
+                Some(Ok(c)) if c > 0 => Ok(Self::Exception(c)),
+                _ => Err(format!(
+                    "{s:?}: give accept, silent or exception:CODE (1 to 255)"
+                )),
+            },
+        }
+    }
+}
+
+/// A device's answer to a write it did: 5 and 6 echo the request, 15 and 16 its address and
+/// count. `None` for anything else.
+fn write_done(pdu: &[u8]) -> Option<Vec<u8>> {
+    match pdu.first()? {
+        5 | 6 if pdu.len() == 5 => Some(pdu.to_vec()),
+        15 | 16 if pdu.len() >= 5 => Some(pdu[..5].to_vec()),
+        _ => None,
+    }
 }
 
 /// A recording being served: the next answer of each request, shared by every connection.
@@ -391,8 +456,12 @@ struct Replayer {
 
 impl Replayer {
     /// The answer PDU to `pdu` from `unit`, and the delay to answer it after: the next one
-    /// recorded; a request not in the recording gets exception 2 (illegal data address).
-    fn answer(&self, unit: u8, pdu: &[u8]) -> (Vec<u8>, Duration) {
+    /// recorded; a unit that never answered in the recording gives none; a request not in the
+    /// recording gets what [`Unknown`] says. `None`: no answer.
+    fn answer(&self, unit: u8, pdu: &[u8]) -> Option<(Vec<u8>, Duration)> {
+        if self.rec.silent.contains(&unit) {
+            return None;
+        }
         let key = (unit, pdu.to_vec());
         let answer = self.rec.exchanges.get(&key).map(|answers| {
             let mut c = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
@@ -407,17 +476,23 @@ impl Replayer {
             };
             a
         });
-        let (pdu, delay) = answer.unwrap_or_else(|| {
-            tracing::debug!(unit, "a request not in the recording");
-            (
-                vec![pdu.first().copied().unwrap_or(0) | 0x80, 2],
-                Duration::ZERO,
-            )
-        });
+        let (pdu, delay) = match answer {
+            Some(a) => a,
+            None => {
+                tracing::debug!(unit, "a request not in the recording");
+                let exception = |code: u8| vec![pdu.first().copied().unwrap_or(0) | 0x80, code];
+                let made = match self.options.unknown {
+                    Unknown::Silent => return None,
+                    Unknown::Exception(code) => exception(code),
+                    Unknown::Accept => write_done(pdu).unwrap_or_else(|| exception(2)),
+                };
+                (made, Duration::ZERO)
+            }
+        };
         if self.options.no_timing {
-            (pdu, Duration::ZERO)
+            Some((pdu, Duration::ZERO))
         } else {
-            (pdu, delay)
+            Some((pdu, delay))
         }
     }
 }
@@ -447,7 +522,9 @@ pub async fn serve(
                 };
                 buf.extend_from_slice(&chunk[..n]);
                 for f in frames(&mut buf) {
-                    let (pdu, delay) = replayer.answer(f.unit, &f.pdu);
+                    let Some((pdu, delay)) = replayer.answer(f.unit, &f.pdu) else {
+                        continue;
+                    };
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
@@ -478,7 +555,9 @@ where
             if !crc_ok(&f) {
                 continue;
             }
-            let (pdu, delay) = replayer.answer(f[0], &f[1..f.len() - 2]);
+            let Some((pdu, delay)) = replayer.answer(f[0], &f[1..f.len() - 2]) else {
+                continue;
+            };
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -488,4 +567,63 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replayer(unknown: Unknown) -> Replayer {
+        let mut rec = Recording::default();
+        // Unit 1 answered a read of holding register 0; unit 7 was asked and never answered.
+        rec.exchanges.insert(
+            (1, vec![3, 0, 0, 0, 1]),
+            vec![(vec![3, 2, 0, 42], Duration::from_millis(5))],
+        );
+        rec.silent.insert(7);
+        Replayer {
+            rec,
+            cursors: Mutex::default(),
+            options: ReplayOptions {
+                no_timing: true,
+                unknown,
+                ..ReplayOptions::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_slave_that_never_answered_stays_silent_and_unknown_requests_get_the_chosen_answer() {
+        let write = [6, 0, 1, 0, 9];
+        let read = [3, 0, 5, 0, 1];
+        let r = replayer(Unknown::default());
+        assert_eq!(
+            r.answer(1, &[3, 0, 0, 0, 1]),
+            Some((vec![3, 2, 0, 42], Duration::ZERO))
+        );
+        assert_eq!(r.answer(7, &[3, 0, 0, 0, 1]), None, "silent as recorded");
+        assert_eq!(r.answer(1, &write).map(|a| a.0), Some(vec![0x86, 2]));
+        let r = replayer(Unknown::Exception(4));
+        assert_eq!(r.answer(1, &write).map(|a| a.0), Some(vec![0x86, 4]));
+        let r = replayer(Unknown::Accept);
+        assert_eq!(r.answer(1, &write).map(|a| a.0), Some(write.to_vec()));
+        assert_eq!(
+            r.answer(1, &[16, 0, 2, 0, 2, 4, 0, 1, 0, 2]).map(|a| a.0),
+            Some(vec![16, 0, 2, 0, 2])
+        );
+        assert_eq!(r.answer(1, &read).map(|a| a.0), Some(vec![0x83, 2]));
+        let r = replayer(Unknown::Silent);
+        assert_eq!(r.answer(1, &write), None);
+        for (text, want) in [
+            ("accept", Ok(Unknown::Accept)),
+            ("silent", Ok(Unknown::Silent)),
+            ("exception:11", Ok(Unknown::Exception(11))),
+        ] {
+            assert_eq!(text.parse::<Unknown>(), want);
+        }
+        for bad in ["exception:0", "exception:256", "refuse", ""] {
+            let e = bad.parse::<Unknown>().expect_err(bad);
+            assert!(e.contains("accept, silent or exception:CODE"), "{e}");
+        }
+    }
 }

@@ -143,8 +143,11 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
             "steps[0].expect.property: Device default/oven-1 has no property temprature",
         ),
     ] {
-        std::fs::write(&bad, format!("manifests: [{}]\n{steps}", manifest.display()))
-            .expect("write");
+        std::fs::write(
+            &bad,
+            format!("manifests: [{}]\n{steps}", manifest.display()),
+        )
+        .expect("write");
         let (code, out) = devsim(&["hil", bad.to_str().expect("path")]);
         assert_eq!(code, 2, "{out}");
         assert!(out.contains(want), "{want}\nnot in: {out}");
@@ -284,7 +287,10 @@ fn a_signal_ends_the_run_and_leaves_nothing_behind() {
                 break;
             }
         }
-        assert!(seen.contains("wait 120"), "the run did not get to the wait:\n{seen}");
+        assert!(
+            seen.contains("wait 120"),
+            "the run did not get to the wait:\n{seen}"
+        );
         let started = children(pid);
         assert!(
             started.len() >= 2,
@@ -297,7 +303,12 @@ fn a_signal_ends_the_run_and_leaves_nothing_behind() {
         assert!(status.success());
         let rest: Vec<String> = lines.map_while(Result::ok).collect();
         let code = child.wait().expect("exits").code();
-        assert_eq!(code, Some(128 + n), "SIG{signal}: {seen}{}", rest.join("\n"));
+        assert_eq!(
+            code,
+            Some(128 + n),
+            "SIG{signal}: {seen}{}",
+            rest.join("\n")
+        );
         for (p, cwd) in &started {
             assert!(
                 !Path::new(&format!("/proc/{p}")).exists(),
@@ -312,6 +323,60 @@ fn a_signal_ends_the_run_and_leaves_nothing_behind() {
         }
         let (tests, failures, message) = junit(&report);
         assert_eq!((tests, failures), (3, 1), "SIG{signal}: {message}");
-        assert!(message.contains(&format!("interrupted by signal {n}")), "{message}");
+        assert!(
+            message.contains(&format!("interrupted by signal {n}")),
+            "{message}"
+        );
     }
+}
+
+/// Expectations over time and on errors: `stays` holds while the value does and fails naming
+/// when it stopped; `notBefore` fails when it holds too soon; `error` reads the property's error.
+#[test]
+fn expectations_over_time_and_on_a_propertys_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifest = sim::workspace_root().join("examples/modbus-tcp.yaml");
+    let run = |name: &str, steps: &str| {
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &file,
+            format!("manifests: [{}]\nsteps:\n{steps}", manifest.display()),
+        )
+        .expect("write");
+        let report = dir.path().join(format!("{name}.xml"));
+        let (code, out) = devsim(&[
+            "hil",
+            file.to_str().expect("path"),
+            "--junit",
+            report.to_str().expect("path"),
+        ]);
+        let (_, _, message) = junit(&report);
+        (code, out, message)
+    };
+    let (code, out, _) = run(
+        "holds",
+        "  - expect: {device: oven-1, state: online, within: 60, stays: 2}\n  - fault: {device: oven-1, kind: exception, code: 2, seconds: 60}\n  - expect: {device: oven-1, property: temperature, error: answered with exception, within: 30}\n",
+    );
+    assert_eq!(code, 0, "{out}");
+
+    let (code, out, message) = run(
+        "too-soon",
+        "  - expect: {device: oven-1, state: online, within: 60}\n  - expect: {device: oven-1, state: online, notBefore: 3, within: 10}\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        message.contains("before the 3 s it must not hold sooner"),
+        "{message}"
+    );
+
+    let (code, out, message) = run(
+        "stops",
+        "  - expect: {device: oven-1, state: online, within: 60}\n  - fault: {device: oven-1, kind: noAnswer, seconds: 120}\n  - expect: {device: oven-1, state: online, stays: 60}\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        message.contains("it held, then stopped after")
+            && message.contains("state online, the twin shows \"offline\""),
+        "{message}"
+    );
 }
