@@ -706,6 +706,20 @@ async fn main() -> Result<()> {
         percentile(&back, 0.99),
         percentile(&back, 1.0)
     );
+    if devices > 0 {
+        // After the failover, the nodes still reporting: kubectl's list of every device.
+        let (t, out, ok) = kubectl(
+            &replicas[2].kubeconfig,
+            &["get", "devices", "-A", "-o", "name"],
+        )
+        .await;
+        println!(
+            "kubectl get devices -A after the run: {} devices in {:.1} s{}",
+            out.lines().count(),
+            t / 1000.0,
+            if ok { "" } else { " (failed)" }
+        );
+    }
     drop(etcd);
     Ok(())
 }
