@@ -178,6 +178,14 @@ impl Point {
                 .filter(|l| *l > 0)
                 .ok_or_else(|| bad("limit", "a string needs its length in registers"))?,
         };
+        if u32::from(address) + u32::from(registers) > 1 << 16 {
+            return Err(bad(
+                "offset",
+                format!(
+                    "{registers} registers from {address} go past 65535, the last Modbus address"
+                ),
+            ));
+        }
         let order = match text(v, "byteOrder") {
             Some(o) => ByteOrder::parse(&o).ok_or_else(|| {
                 bad(
@@ -711,6 +719,33 @@ mod tests {
             panic!("an object")
         };
         Point::from_config("p", &v, &hints).expect("valid visitor")
+    }
+
+    /// A value must end at address 65535 at the latest: a two-register value at 65535 is
+    /// refused, naming `offset` (the mapper would send a request no device can answer).
+    #[test]
+    fn a_value_past_the_last_address_is_refused() {
+        let hints = ModelHints::default();
+        for (offset, data_type, ok) in [
+            (65535, "uint16", true),
+            (65534, "int32", true),
+            (65535, "int32", false),
+            (65532, "float64", true),
+            (65533, "float64", false),
+        ] {
+            let Value::Object(v) = serde_json::json!({"register": "HoldingRegister", "offset": offset, "dataType": data_type})
+            else {
+                panic!("an object")
+            };
+            match Point::from_config("p", &v, &hints) {
+                Ok(_) => assert!(ok, "{data_type} at {offset} taken"),
+                Err(e) => {
+                    assert!(!ok, "{data_type} at {offset}: {e:?}");
+                    assert_eq!(e.key, "offset");
+                    assert!(e.reason.contains("go past 65535"), "{}", e.reason);
+                }
+            }
+        }
     }
 
     /// KubeEdge's keys without a `dataType` read registers as unsigned, as KubeEdge's mapper
