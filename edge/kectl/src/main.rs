@@ -67,6 +67,14 @@ enum Command {
         #[command(subcommand)]
         command: HilCommand,
     },
+    /// Draft the DeviceModel and Device of a Modbus TCP device from what answers on the wire,
+    /// reading only: `kectl discover HOST:PORT [--units 1-10] [-o draft.yaml]` (runs
+    /// `devsim discover`).
+    Discover {
+        /// The device's address and `devsim discover`'s options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -80,22 +88,22 @@ enum HilCommand {
     },
 }
 
-/// `devsim hil ARGS`: `devsim` beside this binary, else on PATH; its exit code.
-fn run_hil(args: &[std::ffi::OsString]) -> ExitCode {
+/// `devsim SUB ARGS`: `devsim` beside this binary, else on PATH; its exit code.
+fn run_devsim(sub: &str, args: &[std::ffi::OsString]) -> ExitCode {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("devsim")))
         .filter(|p| p.exists());
     let devsim = beside.unwrap_or_else(|| PathBuf::from("devsim"));
     match std::process::Command::new(&devsim)
-        .arg("hil")
+        .arg(sub)
         .args(args)
         .status()
     {
         Ok(s) => ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
         Err(e) => {
             eprintln!(
-                "kectl hil: cannot run {} ({e}); it is built with `cargo build -p devsim` and found beside kectl or on PATH",
+                "kectl {sub}: cannot run {} ({e}); it is built with `cargo build -p devsim` and found beside kectl or on PATH",
                 devsim.display()
             );
             ExitCode::from(2)
@@ -197,7 +205,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Hil {
             command: HilCommand::Run { args },
-        } => return run_hil(args),
+        } => return run_devsim("hil", args),
+        Command::Discover { args } => return run_devsim("discover", args),
         Command::Validate { files } => run_validate(files),
         Command::Twin {
             server,

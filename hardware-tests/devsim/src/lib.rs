@@ -24,6 +24,7 @@
 
 pub mod ble;
 pub mod device;
+pub mod discover;
 pub mod hil;
 pub mod layout;
 pub mod opcua;

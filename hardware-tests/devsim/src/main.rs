@@ -6,6 +6,9 @@
 //!
 //! `devsim record --listen ADDR --to DEVICE --out FILE.pcap`: a recording proxy;
 //! `devsim replay FILE.pcap --listen ADDR [--loop] [--no-timing]`: the recording as a device.
+//!
+//! `devsim discover HOST:PORT [--units 1-10] [-o draft.yaml]`: drafts the manifests of a Modbus
+//! TCP device from what answers (reads only).
 
 use clap::Parser;
 use devsim::layout::Visit;
@@ -304,6 +307,88 @@ struct ReplayArgs {
     unknown: devsim::record::Unknown,
 }
 
+#[derive(Parser)]
+#[command(
+    name = "devsim discover",
+    about = "Drafts the DeviceModel and Device of a Modbus TCP device from what answers on the wire (reads only, never writes)"
+)]
+struct DiscoverArgs {
+    /// The device (or gateway): host:port.
+    address: String,
+    /// Unit ids to try: 1-10, 1,2,5 or 3.
+    #[arg(long, default_value = "1")]
+    units: String,
+    /// The highest address tried in each table.
+    #[arg(long, default_value_t = 999)]
+    last_address: u16,
+    /// How long an answer may take, in milliseconds, before the unit counts as absent.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u64,
+    /// The drafted Device's name (its model: NAME-model).
+    #[arg(long, default_value = "discovered")]
+    name: String,
+    /// At most this many properties per device.
+    #[arg(long, default_value_t = 200)]
+    max_properties: usize,
+    /// Write the draft here instead of standard output.
+    #[arg(long, short)]
+    out: Option<std::path::PathBuf>,
+}
+
+/// `1-10`, `1,2,5`, `3` as unit ids.
+fn unit_ids(text: &str) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |s: &str| {
+            s.trim()
+                .parse::<u8>()
+                .map_err(|_| anyhow::anyhow!("--units: {s:?} is not a unit id (0 to 255)"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                anyhow::ensure!(a <= b, "--units: {part:?} runs backwards");
+                out.extend(a..=b);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    anyhow::ensure!(!out.is_empty(), "--units: no unit id given");
+    Ok(out)
+}
+
+async fn discover(args: DiscoverArgs) -> anyhow::Result<()> {
+    let o = devsim::discover::Options {
+        address: args.address.clone(),
+        units: unit_ids(&args.units)?,
+        last_address: args.last_address,
+        timeout: std::time::Duration::from_millis(args.timeout_ms.max(1)),
+        name: args.name.clone(),
+        max_properties: args.max_properties,
+    };
+    let scan = devsim::discover::scan(&o)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = devsim::discover::draft(&scan, &o);
+    eprintln!(
+        "devsim discover: {} of {} unit ids answered, {} requests (reads only)",
+        scan.units.len(),
+        o.units.len(),
+        scan.requests
+    );
+    match &args.out {
+        Some(p) => std::fs::write(p, &text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
+        None => print!("{text}"),
+    }
+    anyhow::ensure!(
+        !scan.units.is_empty(),
+        "no unit id answered at {}",
+        o.address
+    );
+    Ok(())
+}
+
 /// A pty pair: the mapper's end at `path`, devsim's `path.device`, opened.
 fn pty_for_mapper(
     path: &std::path::Path,
@@ -430,6 +515,10 @@ fn main() -> ExitCode {
         "replay" => {
             argv.remove(1);
             return block_on(replay(ReplayArgs::parse_from(argv)));
+        }
+        "discover" => {
+            argv.remove(1);
+            return block_on(discover(DiscoverArgs::parse_from(argv)));
         }
         _ => {}
     }
