@@ -256,6 +256,8 @@ struct Guess {
     byte_order: Option<&'static str>,
     model_type: &'static str,
     why: String,
+    /// The value as the mapper reports it.
+    seen: String,
 }
 
 fn float(hi: u16, lo: u16) -> Option<f32> {
@@ -346,6 +348,7 @@ fn guesses(start: u16, words: &[u16]) -> Vec<Guess> {
                     data_type: "float32",
                     byte_order: (kind == 2).then_some("CDAB"),
                     model_type: "FLOAT",
+                    seen: f.to_string(),
                     why: if kind == 1 {
                         format!("two registers that read as a float32 (ABCD): {f}")
                     } else {
@@ -367,6 +370,7 @@ fn guesses(start: u16, words: &[u16]) -> Vec<Guess> {
                     byte_order: None,
                     model_type: "STRING",
                     why: format!("{len} registers that read as text: {text:?}"),
+                    seen: text,
                 }
             }
             _ if w >= 0xFF00 => Guess {
@@ -379,6 +383,7 @@ fn guesses(start: u16, words: &[u16]) -> Vec<Guess> {
                     "{w} as unsigned: a small negative number? read {}",
                     w as i16
                 ),
+                seen: (w as i16).to_string(),
             },
             _ => Guess {
                 offset: at,
@@ -387,6 +392,7 @@ fn guesses(start: u16, words: &[u16]) -> Vec<Guess> {
                 byte_order: None,
                 model_type: "INT",
                 why: format!("read {w}"),
+                seen: w.to_string(),
             },
         });
         i += len;
@@ -402,8 +408,52 @@ fn same_answers(a: &Unit, b: &Unit) -> bool {
             .all(|((ta, fa), (tb, fb))| ta == tb && fa.runs == fb.runs)
 }
 
+/// A draft: its manifests, and each drafted property's value as read.
+pub struct Draft {
+    /// YAML, several documents, with comments on every guess.
+    pub manifests: String,
+    /// `(device, property, model type, value read)`.
+    pub seen: Vec<(String, String, &'static str, String)>,
+}
+
+impl Draft {
+    /// A starting HIL file (`docs/hil.md`) for the draft at `manifests` (as the HIL file names
+    /// it): the simulated devices hold the values read, and a step per property expects the
+    /// twin to report that value.
+    pub fn hil(&self, manifests: &str) -> String {
+        let q = |v: &str| serde_json::Value::String(v.to_string()).to_string();
+        let mut devices: Vec<&str> = self.seen.iter().map(|s| s.0.as_str()).collect();
+        devices.dedup();
+        let mut out = format!(
+            "# Drafted by discover: the values it read, held by the simulated devices and\n# expected in the twin. Edit the behaviours and steps into the test you want.\nmanifests: [{}]\ndevices:\n",
+            q(manifests)
+        );
+        for d in &devices {
+            let _ = writeln!(out, "  {d}:\n    properties:");
+            for (_, prop, _, value) in self.seen.iter().filter(|s| s.0 == *d) {
+                let _ = writeln!(out, "      {prop}: {{value: {{constant: {}}}}}", q(value));
+            }
+        }
+        out.push_str("steps:\n");
+        for (d, prop, ty, value) in &self.seen {
+            let tolerance = if *ty == "FLOAT" {
+                ", tolerance: 0.001"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  - expect: {{device: {d}, property: {prop}, reported: {}{tolerance}, within: 60}}",
+                q(value)
+            );
+        }
+        out
+    }
+}
+
 /// The draft manifests of `scan` (YAML, several documents), with comments on every guess.
-pub fn draft(scan: &Scan, o: &Options) -> String {
+pub fn draft(scan: &Scan, o: &Options) -> Draft {
+    let mut seen = Vec::new();
     let (host, port) = o
         .address
         .rsplit_once(':')
@@ -460,6 +510,7 @@ pub fn draft(scan: &Scan, o: &Options) -> String {
                             byte_order: None,
                             model_type: "BOOLEAN",
                             why: format!("read {}", *v != 0),
+                            seen: (*v != 0).to_string(),
                         })
                         .collect()
                 } else {
@@ -472,6 +523,7 @@ pub fn draft(scan: &Scan, o: &Options) -> String {
                     }
                     n += 1;
                     let prop = format!("{}-{}", t.prefix(), g.offset);
+                    seen.push((name.clone(), prop.clone(), g.model_type, g.seen.clone()));
                     let access = match t {
                         Table::Input | Table::Discrete => "ReadOnly",
                         // Discovery never writes: whether it takes writes is not known.
@@ -532,7 +584,10 @@ pub fn draft(scan: &Scan, o: &Options) -> String {
             u.id
         );
     }
-    out
+    Draft {
+        manifests: out,
+        seen,
+    }
 }
 
 #[cfg(test)]

@@ -333,6 +333,10 @@ struct DiscoverArgs {
     /// Write the draft here instead of standard output.
     #[arg(long, short)]
     out: Option<std::path::PathBuf>,
+    /// Also write a starting HIL file here: the simulated devices hold the values read and a
+    /// step per property expects them in the twin (needs --out).
+    #[arg(long, requires = "out")]
+    hil: Option<std::path::PathBuf>,
 }
 
 /// `1-10`, `1,2,5`, `3` as unit ids.
@@ -369,7 +373,8 @@ async fn discover(args: DiscoverArgs) -> anyhow::Result<()> {
     let scan = devsim::discover::scan(&o)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let text = devsim::discover::draft(&scan, &o);
+    let draft = devsim::discover::draft(&scan, &o);
+    let text = &draft.manifests;
     eprintln!(
         "devsim discover: {} of {} unit ids answered, {} requests (reads only)",
         scan.units.len(),
@@ -377,9 +382,22 @@ async fn discover(args: DiscoverArgs) -> anyhow::Result<()> {
         scan.requests
     );
     match &args.out {
-        Some(p) => std::fs::write(p, &text)
+        Some(p) => std::fs::write(p, text)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
         None => print!("{text}"),
+    }
+    if let (Some(hil), Some(out)) = (&args.hil, &args.out) {
+        // The HIL file names the draft relative to itself when they share a directory.
+        let same_dir = hil.parent() == out.parent();
+        let manifests = match (same_dir, out.file_name()) {
+            (true, Some(n)) => n.to_string_lossy().into_owned(),
+            _ => std::path::absolute(out)
+                .unwrap_or_else(|_| out.clone())
+                .display()
+                .to_string(),
+        };
+        std::fs::write(hil, draft.hil(&manifests))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", hil.display()))?;
     }
     anyhow::ensure!(
         !scan.units.is_empty(),

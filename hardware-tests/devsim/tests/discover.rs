@@ -2,8 +2,8 @@
 //! project did not write, `sims/modbus_server.py`, whose layout is known): what it drafts is
 //! that layout (the float in each word order, the negative 16-bit value, the text, the hole at
 //! 21-29), the draft passes `kectl validate` and `devsim --check`, and applied to edgecore with
-//! mapper-modbus every drafted property reads the server's value. The scan only reads: the
-//! writable registers hold what they held.
+//! mapper-modbus every drafted property reads the server's value; the starting HIL file it
+//! writes (`--hil`) passes. The scan only reads: the writable registers hold what they held.
 
 use std::process::Command;
 
@@ -39,6 +39,8 @@ fn a_draft_of_a_pymodbus_server_is_its_layout_and_reads_its_values() {
             "plc",
             "-o",
             draft.to_str().expect("path"),
+            "--hil",
+            dir.path().join("plc-hil.yaml").to_str().expect("path"),
         ],
     );
     assert_eq!(code, 0, "{out}");
@@ -72,6 +74,17 @@ fn a_draft_of_a_pymodbus_server_is_its_layout_and_reads_its_values() {
     assert!(out.contains("0 error(s)"), "{out}");
     let (code, out) = run(&devsim, &[draft.to_str().expect("path"), "--check"]);
     assert_eq!(code, 0, "devsim --check: {out}");
+
+    // The starting HIL file: devsim holds the values read, and the twin reports each.
+    let (code, out) = run(
+        &devsim,
+        &[
+            "hil",
+            dir.path().join("plc-hil.yaml").to_str().expect("path"),
+        ],
+    );
+    assert_eq!(code, 0, "the drafted HIL run: {out}");
+    assert!(out.contains("plc hr-1: reported 123.456"), "{out}");
 
     // Applied: every drafted property reads the server's value.
     let node = sim::Node::start(&text);
