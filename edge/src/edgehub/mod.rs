@@ -416,14 +416,8 @@ impl EdgeHub {
                 return None;
             }
         };
-        let mut answer = Message::new(
-            "edgehub",
-            &msg.route.group,
-            "response",
-            msg.route.resource.clone(),
-            json!("OK"),
-        );
-        answer.header.parent_id = msg.header.id.clone();
+        let mut answer = msg.ack();
+        answer.route.source = "edgehub".into();
         match stored {
             Ok(()) => Some(answer),
             Err(e) => {

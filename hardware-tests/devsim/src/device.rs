@@ -27,6 +27,41 @@ pub struct SimDevice {
     pub points: Vec<SimPoint>,
 }
 
+/// A device as a scenario or a HIL step names it (`namespace/name`, or a name in `default`),
+/// as `SimDevice::id` has it.
+pub(crate) fn qualified(name: &str) -> String {
+    if name.contains('/') {
+        name.to_string()
+    } else {
+        format!("default/{name}")
+    }
+}
+
+/// Why `id` is not one of `devices`, naming those there are.
+pub(crate) fn no_device(id: &str, devices: &[SimDevice]) -> String {
+    format!(
+        "no simulated Device {id} in the manifests (they have: {})",
+        devices
+            .iter()
+            .map(|d| d.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Why `prop` is not a property of `d`, naming those it has.
+pub(crate) fn no_property(d: &SimDevice, prop: &str) -> String {
+    format!(
+        "Device {} has no property {prop} (its properties: {})",
+        d.id,
+        d.points
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 /// Where a Modbus RTU device is: its line and its slave id on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rtu {

@@ -467,6 +467,12 @@ pub fn draft(scan: &Scan, o: &Options) -> Draft {
     if !scan.silent.is_empty() {
         let _ = writeln!(out, "# Unit ids that did not answer: {:?}", scan.silent);
     }
+    let distinct = scan
+        .units
+        .iter()
+        .enumerate()
+        .filter(|(k, u)| !scan.units[..*k].iter().any(|e| same_answers(e, u)))
+        .count();
     for (k, u) in scan.units.iter().enumerate() {
         // A device alone at an address often answers every unit id: the same answers again are
         // the same device.
@@ -478,12 +484,6 @@ pub fn draft(scan: &Scan, o: &Options) -> Draft {
             );
             continue;
         }
-        let distinct = scan
-            .units
-            .iter()
-            .enumerate()
-            .filter(|(k, u)| !scan.units[..*k].iter().any(|e| same_answers(e, u)))
-            .count();
         let name = if distinct == 1 {
             o.name.clone()
         } else {
@@ -524,15 +524,12 @@ pub fn draft(scan: &Scan, o: &Options) -> Draft {
                     n += 1;
                     let prop = format!("{}-{}", t.prefix(), g.offset);
                     seen.push((name.clone(), prop.clone(), g.model_type, g.seen.clone()));
-                    let access = match t {
-                        Table::Input | Table::Discrete => "ReadOnly",
-                        // Discovery never writes: whether it takes writes is not known.
-                        Table::Holding | Table::Coil => "ReadOnly",
-                    };
                     let writable = matches!(t, Table::Holding | Table::Coil);
                     let _ = writeln!(
                         model_props,
-                        "    - name: {prop}   # {}\n      type: {}\n      accessMode: {access}{}",
+                        // Discovery never writes: whether a holding register or a coil takes
+                        // writes is not known, so every property is drafted ReadOnly.
+                        "    - name: {prop}   # {}\n      type: {}\n      accessMode: ReadOnly{}",
                         g.why,
                         g.model_type,
                         if writable {

@@ -21,6 +21,7 @@
 //!   - expect: {device: oven-1, property: temperature, error: did not answer}   # its error
 //! ```
 
+use crate::device::qualified as device_id;
 use crate::layout::load;
 use crate::run::{Options, Served, start, value_of};
 use crate::scenario::{DeviceScenario, Scenario};
@@ -106,14 +107,6 @@ fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         v => v.to_string(),
-    }
-}
-
-fn device_id(d: &str) -> String {
-    if d.contains('/') {
-        d.to_string()
-    } else {
-        format!("default/{d}")
     }
 }
 
@@ -242,14 +235,7 @@ impl HilFile {
             let Some(d) = devices.iter().find(|d| d.id == id) else {
                 return Err(bad(
                     format!("steps[{i}].{what}.device"),
-                    format!(
-                        "no simulated Device {id} in the manifests (they have: {})",
-                        devices
-                            .iter()
-                            .map(|d| d.id.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    crate::device::no_device(&id, devices),
                 ));
             };
             if let Some(p) = property
@@ -257,14 +243,7 @@ impl HilFile {
             {
                 return Err(bad(
                     format!("steps[{i}].{what}.property"),
-                    format!(
-                        "Device {id} has no property {p} (its properties: {})",
-                        d.points
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    crate::device::no_property(d, p),
                 ));
             }
         }
@@ -334,6 +313,12 @@ fn pause(d: Duration) {
         }
         std::thread::sleep(left.min(Duration::from_millis(50)));
     }
+}
+
+/// Pauses `d`; why the run must end now, if a signal asked it to.
+fn pause_unless_stopped(d: Duration) -> Option<String> {
+    pause(d);
+    stopped_by().map(|n| format!("interrupted by signal {n}"))
 }
 
 /// One step's outcome.
@@ -807,9 +792,8 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
             let until = Instant::now() + Duration::from_secs_f64(stays.max(0.0));
             let since = Instant::now();
             while Instant::now() < until {
-                pause(Duration::from_millis(100));
-                if let Some(n) = stopped_by() {
-                    return Some(format!("interrupted by signal {n}"));
+                if let Some(why) = pause_unless_stopped(Duration::from_millis(100)) {
+                    return Some(why);
                 }
                 let (wrong, _) = wrong_now(client, e, &id, point);
                 if !wrong.is_empty() {
@@ -833,9 +817,8 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
                 wrong.join("; ")
             ));
         }
-        pause(Duration::from_millis(100));
-        if let Some(n) = stopped_by() {
-            return Some(format!("interrupted by signal {n}"));
+        if let Some(why) = pause_unless_stopped(Duration::from_millis(100)) {
+            return Some(why);
         }
     }
 }

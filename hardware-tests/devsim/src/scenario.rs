@@ -215,43 +215,22 @@ impl Scenario {
     /// one of them drives them, the others read them).
     pub fn check_against(&self, devices: &[crate::device::SimDevice]) -> Result<(), ScenarioError> {
         use crate::device::Visit;
-        let known = || {
-            devices
-                .iter()
-                .map(|d| d.id.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         // Per Modbus place: the points driven by a behaviour so far, with whose they are.
         let mut driven: BTreeMap<String, Vec<(String, &mapper_modbus::device::Point)>> =
             BTreeMap::new();
         for (key, ds) in &self.devices {
-            let id = if key.contains('/') {
-                key.clone()
-            } else {
-                format!("default/{key}")
-            };
+            let id = crate::device::qualified(key);
             let Some(d) = devices.iter().find(|d| d.id == id) else {
                 return Err(ScenarioError {
                     path: format!("devices.{key}"),
-                    message: format!(
-                        "no simulated Device {id} in the manifests (they have: {})",
-                        known()
-                    ),
+                    message: crate::device::no_device(&id, devices),
                 });
             };
             for (prop, ps) in &ds.properties {
                 let Some(p) = d.points.iter().find(|p| &p.name == prop) else {
                     return Err(ScenarioError {
                         path: format!("devices.{key}.properties.{prop}"),
-                        message: format!(
-                            "Device {id} has no property {prop} (its properties: {})",
-                            d.points
-                                .iter()
-                                .map(|p| p.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
+                        message: crate::device::no_property(d, prop),
                     });
                 };
                 let (Some(place), Visit::Modbus(mp), Some(_)) =

@@ -175,14 +175,8 @@ fn acknowledgement(text: &str) -> Option<String> {
     if msg.header.id.is_empty() || matches!(msg.route.operation.as_str(), "response" | "error") {
         return None;
     }
-    let mut answer = api::message::Message::new(
-        "edgehub",
-        &msg.route.group,
-        "response",
-        msg.route.resource.clone(),
-        json!("OK"),
-    );
-    answer.header.parent_id = msg.header.id.clone();
+    let mut answer = msg.ack();
+    answer.route.source = "edgehub".into();
     serde_json::to_string(&answer).ok()
 }
 
