@@ -12,6 +12,8 @@
 //!   resource paths of those messages and the `$hw` MQTT topics, built and parsed from one
 //!   definition each; [`bus`]: the cloud's message bus between the controllers and cloudhub.
 //! - [`packed`]: text kept LZ4-compressed in memory when large.
+//! - [`tunnel`]: the frames of the streaming tunnel a node opens beside its session (`kubectl
+//!   logs` through the cloud), and what the cloud asks on it.
 pub mod bus;
 pub mod crd;
 pub mod dmi;
@@ -20,5 +22,6 @@ pub mod merge;
 pub mod message;
 pub mod packed;
 pub mod paths;
+pub mod tunnel;
 pub mod v1beta1;
 pub mod validate;

@@ -209,6 +209,9 @@ pub struct CloudHub {
     pub token_ttl_hours: u64,
     /// How long an edge certificate is valid.
     pub edge_cert_days: i64,
+    /// Streams (`kubectl logs`) open at once through one node's tunnel; one more is refused
+    /// (429).
+    pub streams_per_node: usize,
 }
 
 impl Default for CloudHub {
@@ -226,6 +229,7 @@ impl Default for CloudHub {
             resend_seconds: 5,
             token_ttl_hours: 24,
             edge_cert_days: 365,
+            streams_per_node: 16,
         }
     }
 }
@@ -558,6 +562,8 @@ impl Config {
             leader: None,
             revoked: None,
             pages: Some(crate::ui::pages()),
+            subresources: Vec::new(),
+            externals: Vec::new(),
         })
     }
 }

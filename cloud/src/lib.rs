@@ -18,8 +18,12 @@ pub mod cloudhub;
 pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
+pub mod history;
 pub mod leader;
+pub mod podexec;
+pub mod podlog;
 mod ui;
+pub mod usage;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -61,6 +65,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let elects = config.elects_leader();
     let leader_settings = config.leader_settings();
     let (leading_tx, leading) = tokio::sync::watch::channel(!elects);
+    // The hub, once it runs, for what the API asks gateways (a device's history, a pod's log).
+    let hub_cell: Arc<std::sync::OnceLock<Arc<cloudhub::CloudHub>>> = Arc::default();
     let (client, running) = match &config.kubeconfig {
         Some(path) => {
             let client = cluster_client(path).await?;
@@ -74,6 +80,19 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         None => {
             let mut api_config = config.apiserver(crds)?;
             api_config.leader = Some(leading.clone());
+            api_config
+                .subresources
+                .push(history::subresource(hub_cell.clone()));
+            api_config
+                .subresources
+                .push(podlog::subresource(hub_cell.clone()));
+            api_config
+                .subresources
+                .push(podexec::subresource(hub_cell.clone(), false));
+            api_config
+                .subresources
+                .push(podexec::subresource(hub_cell.clone(), true));
+            api_config.externals = usage::metrics_api(hub_cell.clone());
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.
             let book = cloudhub::joins::Book::new(&config.data_dir);
@@ -108,7 +127,9 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let hub_cfg = &config.modules.cloud_hub;
     let cloudhub = if hub_cfg.enable {
         let replica = elects.then(|| leader_settings.identity.clone());
-        Some(start_cloudhub(&config, client.clone(), replica, stop.clone()).await?)
+        let hub = start_cloudhub(&config, client.clone(), replica, stop.clone()).await?;
+        let _ = hub_cell.set(hub.clone());
+        Some(hub)
     } else {
         None
     };
@@ -218,6 +239,7 @@ async fn serve_metrics(
                 }
                 if let Some(h) = &cloudhub {
                     h.metrics.scrape(&mut o, h.pending(), h.records());
+                    h.tunnels.scrape(&mut o);
                 }
                 o.gauge(
                     "cloudcore_node_messages_pending",
@@ -283,6 +305,7 @@ async fn start_cloudhub(
         resend: Duration::from_secs(c.resend_seconds),
         noack_limit: 100,
         replica,
+        streams_per_node: c.streams_per_node,
     });
     hub.spawn_resender(stop.clone());
     hub.set_records(cloudhub::objectsync::Writer::start(client.clone()));

@@ -30,7 +30,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         rt::fs::private_database(&db)
             .with_context(|| format!("cannot make {} private", db.display()))?;
     }
-    let store = Store::open(&config.database(), config.store.synchronous).await?;
+    let store = Store::open_with_history(
+        &config.database(),
+        config.store.synchronous,
+        Some(config.history.clone()),
+    )
+    .await?;
     let twin = TwinService::start(store, config.limits()).await?;
     let metrics = Arc::new(Metrics::default());
     let catalog: SharedCatalog = Arc::new(RwLock::new(Catalog::default()));
@@ -127,6 +132,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         tasks.spawn(edged.run(cancel.clone()));
         pods
     });
+    let edged_pods = pods.clone();
 
     if config.modules.http {
         let listener = tokio::net::TcpListener::bind(config.http.address)
@@ -230,6 +236,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     twin.store().release_cache().await;
     rt::sys::release_freed();
     if let Some(cloud) = &config.cloud {
+        // The container runtime, for the cloud's exec and attach, and the pods' usage.
+        let runtime = config.edged.as_ref().map(|e| {
+            std::sync::Arc::new(edged::Runtime::new(
+                &e.runtime_endpoint,
+                Duration::from_millis(e.runtime_timeout_ms),
+            ))
+        });
         let hub = crate::edgehub::EdgeHub {
             cloud: cloud.clone(),
             node: config.node_name.clone(),
@@ -241,6 +254,17 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             meta: meta.clone(),
             pods: config.edged.is_some().then(|| cloud_pods.clone()),
             metrics: metrics.clone(),
+            runtime: runtime.clone(),
+            tunnel: cloud.streams.enable.then(|| {
+                std::sync::Arc::new(crate::edgehub::tunnel::Services {
+                    node: config.node_name.clone(),
+                    log_root: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
+                    pods: edged_pods.clone(),
+                    runtime: runtime.clone(),
+                    limits: cloud.streams.clone(),
+                    metrics: metrics.clone(),
+                })
+            }),
         };
         tasks.spawn(hub.run(cancel.clone()));
     }

@@ -54,6 +54,8 @@ pub struct Config {
     pub http: Http,
     pub store: StoreConfig,
     pub twin: TwinLimits,
+    /// The twins' history (`edgecore-history.db` beside the twins): windows per tier and bounds.
+    pub history: twin::history::HistoryConfig,
     /// The cloud this node joins (edgehub); none: local manifests only.
     pub cloud: Option<Cloud>,
     /// edged: pods run on a container runtime through CRI; none: no pods.
@@ -89,6 +91,34 @@ pub struct Cloud {
     /// The node certificate is renewed (with itself, no token) when less than a fifth of its
     /// lifetime or fewer than this many days are left, whichever comes first.
     pub renew_before_days: u64,
+    /// The streaming tunnel beside the session (`kubectl logs` through the cloud).
+    pub streams: Streams,
+    /// How often what the node and its pods use is sent up (`kubectl top`); 0: never.
+    pub metrics_seconds: u64,
+}
+
+/// The streaming tunnel this node opens beside its session, on which the cloud reads its pods'
+/// logs; the node never listens for it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Streams {
+    /// Off: the tunnel is not opened, and the cloud says so to whoever asks for a log.
+    pub enable: bool,
+    /// Streams open at once; one more is refused (429) with this number.
+    pub max_streams: usize,
+    /// The bytes per second all streams together send up (so that a log never takes the link
+    /// from the twins' reports).
+    pub bytes_per_second: u32,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            max_streams: 16,
+            bytes_per_second: 2 * 1024 * 1024,
+        }
+    }
 }
 
 impl Cloud {
@@ -124,6 +154,8 @@ impl Default for Cloud {
             qps: 30,
             burst: 60,
             renew_before_days: 0,
+            streams: Streams::default(),
+            metrics_seconds: 15,
         }
     }
 }
@@ -358,6 +390,7 @@ impl Default for Config {
             http: Http::default(),
             store: StoreConfig::default(),
             twin: TwinLimits::default(),
+            history: twin::history::HistoryConfig::default(),
             cloud: None,
             edged: None,
         }

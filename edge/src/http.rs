@@ -9,6 +9,7 @@
 //! | `GET /api/v1/devices` | every device: id, state, versions |
 //! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
 //! | `PUT /api/v1/devices/{ns}/{name}/desired` | body `{"prop": "value", ...}`; optional `?ifVersion=N` (409 when the desired version moved on) |
+//! | `GET /api/v1/devices/{ns}/{name}/properties/{p}/history` | the property's reported values over time: `?from=&to=` (ms since the epoch, or `-24h`, `-7d`, `now`; the last hour by default), `?step=` (`1m`, `1h`, `30s` or ms: a bucket per step with min, max, mean, last, count; none: each point), `?format=csv` (or `Accept: text/csv`); property `$state` is the device's state |
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
@@ -162,29 +163,48 @@ async fn pod_log(
     };
     // The running pod's own directory; older pods of that name keep theirs beside it.
     let uid = s.pods.as_ref().and_then(|p| p.uid(&ns, &name));
-    let read = tokio::task::spawn_blocking(move || {
-        edged::logs::read(
-            &root,
-            &ns,
-            &name,
-            uid.as_deref(),
-            q.container.as_deref(),
-            q.previous,
-            q.tail_lines,
-        )
-    })
-    .await;
-    match read {
-        Ok(Ok(text)) => ([("content-type", "text/plain; charset=utf-8")], text).into_response(),
-        Ok(Err((code, msg))) => error(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            msg,
-        ),
-        Err(e) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("reading the log failed: {e}"),
-        ),
-    }
+    let options = edged::logs::Options {
+        container: q.container,
+        previous: q.previous,
+        tail: q.tail_lines,
+        ..Default::default()
+    };
+    // Read on a blocking thread and sent as it is read (two pieces waiting at most): a large
+    // log is never whole in memory. An error that finds nothing to read is the answer's status.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, (u16, String)>>(2);
+    tokio::task::spawn_blocking(move || {
+        let pieces = tx.clone();
+        let r = edged::logs::open_with(&root, &ns, &name, uid.as_deref(), &options, &mut |t| {
+            pieces.blocking_send(Ok(t)).is_ok()
+        });
+        if let Err(e) = r {
+            let _ = tx.blocking_send(Err(e));
+        }
+    });
+    let first = rx.recv().await;
+    let first = match first {
+        Some(Err((code, msg))) => {
+            return error(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                msg,
+            );
+        }
+        other => other,
+    };
+    let body = futures_util::stream::unfold((first, rx), |(next, mut rx)| async move {
+        let item = match next {
+            Some(Ok(t)) => Ok::<_, std::io::Error>(axum::body::Bytes::from(t)),
+            Some(Err((_, msg))) => Err(std::io::Error::other(msg)),
+            None => return None,
+        };
+        let after = rx.recv().await;
+        Some((item, (after, rx)))
+    });
+    (
+        [("content-type", "text/plain; charset=utf-8")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// edged's pods: phase, containers (state, reason, restarts) and refused manifests.
@@ -259,6 +279,10 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route(
             "/api/v1/devices/{ns}/{name}/desired",
             axum::routing::put(set_desired),
+        )
+        .route(
+            "/api/v1/devices/{ns}/{name}/properties/{property}/history",
+            get(history),
         )
         .route("/api/v1/mappers", get(mappers))
         .route("/api/v1/status", get(status))
@@ -390,22 +414,205 @@ async fn metrics(State(s): State<ApiState>) -> Response {
     let depth = s.twin.store().outbox_len().await.ok();
     (
         [("content-type", rt::metrics::CONTENT_TYPE)],
-        s.metrics.render(s.twin.stats(), depth),
+        s.metrics.render(
+            s.twin.stats(),
+            depth,
+            s.twin.store().history().map(|h| &h.stats),
+        ),
     )
         .into_response()
 }
 
-async fn list(State(s): State<ApiState>) -> Response {
+#[derive(Debug, Default, Deserialize)]
+struct ListQuery {
+    /// `true`: each row also carries `values`, its reported values in short.
+    #[serde(default)]
+    values: bool,
+}
+
+/// `GET /api/v1/devices[?values=true]`: one row per device; with `values`, each row also has
+/// `values: {property: {value, unit?, stale?, error?}}` (its reported values, marked stale as
+/// the twin document marks them, and the last read's error).
+async fn list(State(s): State<ApiState>, Query(q): Query<ListQuery>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    match s.twin.list().await {
-        Ok(rows) => Json(rows).into_response(),
-        Err(e) => service_error(e),
+    if !q.values {
+        return match s.twin.list().await {
+            Ok(rows) => Json(rows).into_response(),
+            Err(e) => service_error(e),
+        };
     }
+    let twins = match s.twin.all().await {
+        Ok(t) => t,
+        Err(e) => return service_error(e),
+    };
+    let now = twin::now_millis();
+    let rows: Vec<serde_json::Value> = twins
+        .iter()
+        .map(|t| {
+            let mut row = serde_json::to_value(&t.row).unwrap_or_default();
+            let values: serde_json::Map<String, serde_json::Value> = t
+                .properties
+                .iter()
+                .filter_map(|(name, p)| {
+                    let r = p.reported.as_ref()?;
+                    let mut v = json!({"value": r.value});
+                    if let Some(unit) = p.unit.as_deref().filter(|u| !u.is_empty()) {
+                        v["unit"] = unit.into();
+                    }
+                    if p.stale_age(t.values_stale(), now).is_some() {
+                        v["stale"] = true.into();
+                    }
+                    if let Some(e) = &p.error {
+                        v["error"] = e.value.clone().into();
+                    }
+                    Some((name.clone(), v))
+                })
+                .collect();
+            row["values"] = values.into();
+            row
+        })
+        .collect();
+    Json(rows).into_response()
 }
 
 async fn get_twin(State(s): State<ApiState>, Path((ns, name)): Path<(String, String)>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
     twin_response(&s, &DeviceId::new(ns, name)).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct HistoryQuery {
+    pub(crate) from: Option<String>,
+    pub(crate) to: Option<String>,
+    pub(crate) step: Option<String>,
+    pub(crate) format: Option<String>,
+}
+
+/// A time of a history query: ms since the epoch, `now`, or `now` minus `-N(s|m|h|d)`.
+fn history_time(key: &str, text: &str, now: twin::Millis) -> Result<twin::Millis, String> {
+    let t = text.trim();
+    if t == "now" {
+        return Ok(now);
+    }
+    if let Some(ago) = t.strip_prefix('-') {
+        return duration_ms(ago).map(|d| now - d).ok_or_else(|| {
+            format!("{key}={text:?}: give ms since the epoch, now, or -24h, -7d, -30m, -90s")
+        });
+    }
+    t.parse::<twin::Millis>().map_err(|_| {
+        format!("{key}={text:?}: give ms since the epoch, now, or -24h, -7d, -30m, -90s")
+    })
+}
+
+/// `30s`, `5m`, `1h`, `7d` or plain ms, in ms.
+fn duration_ms(text: &str) -> Option<twin::Millis> {
+    let t = text.trim();
+    let (n, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "ms"),
+    };
+    let n: twin::Millis = n.parse().ok()?;
+    let unit = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(unit)
+}
+
+/// A property's history (see the table above).
+async fn history(
+    State(s): State<ApiState>,
+    Path((ns, name, property)): Path<(String, String, String)>,
+    Query(q): Query<HistoryQuery>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let series = match history_series(&s.twin, &DeviceId::new(ns, name), &property, &q).await {
+        Ok(series) => series,
+        Err((code, message)) => return error(code, message),
+    };
+    let csv = q.format.as_deref() == Some("csv")
+        || headers
+            .get(axum::http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/csv"));
+    if csv {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+            series.to_csv(),
+        )
+            .into_response();
+    }
+    Json(series.to_json()).into_response()
+}
+
+/// A property's history as `GET .../properties/{p}/history` answers it, or the status and
+/// message of why not: what the HTTP API and the cloud's requests over the link share.
+pub(crate) async fn history_series(
+    twin: &TwinService,
+    id: &DeviceId,
+    property: &str,
+    q: &HistoryQuery,
+) -> Result<twin::history::Series, (StatusCode, String)> {
+    let store = twin.store();
+    let Some(h) = store.history() else {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no history is kept on this gateway (history.enabled is false in edgecore's config, or its file could not be opened: see the log)".into(),
+        ));
+    };
+    let bad = |e| (StatusCode::BAD_REQUEST, e);
+    let now = twin::now_millis();
+    let to = match q.to.as_deref().map(|t| history_time("to", t, now)) {
+        None => now,
+        Some(t) => t.map_err(bad)?,
+    };
+    let from = match q.from.as_deref().map(|t| history_time("from", t, now)) {
+        None => to - 3_600_000,
+        Some(t) => t.map_err(bad)?,
+    };
+    let step = match q.step.as_deref() {
+        None | Some("") => None,
+        Some(t) => Some(
+            duration_ms(t).ok_or_else(|| bad(format!("step={t:?}: give 30s, 1m, 1h, 1d or ms")))?,
+        ),
+    };
+    let device = twin.get(id).await;
+    // A device and property the twin has (or had: history outlives a removed device).
+    if property != twin::history::STATE
+        && let Ok(Some(t)) = &device
+        && !t.properties.contains_key(property)
+    {
+        let have: Vec<&String> = t.properties.keys().collect();
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("{id} has no property {property:?}; it has {have:?}"),
+        ));
+    }
+    let series = match h
+        .query(&id.to_string(), property, from, to, step, now)
+        .await
+    {
+        Ok(series) => series,
+        Err(twin::history::HistoryError::Query(e)) => return Err(bad(e)),
+        Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    };
+    if series.points.is_empty()
+        && series.buckets.is_empty()
+        && series.before.is_none()
+        && !matches!(device, Ok(Some(_)))
+    {
+        let e: ServiceError = TwinError::UnknownDevice(id.clone()).into();
+        return Err((
+            StatusCode::from_u16(e.code()).unwrap_or(StatusCode::NOT_FOUND),
+            e.to_string(),
+        ));
+    }
+    Ok(series)
 }
 
 /// The twin document of a device, or 404.

@@ -36,6 +36,14 @@ pub struct Metrics {
     pub mapper_device_moves: AtomicU64,
     pub manifest_errors: AtomicU64,
     pub http_requests: AtomicU64,
+    /// 1 while the streaming tunnel to the cloud is open.
+    pub tunnel_open: AtomicI64,
+    /// Streams open through it now, streams opened, streams refused (at `maxStreams`), and the
+    /// bytes all of them sent up.
+    pub streams_open: AtomicI64,
+    pub streams_opened: AtomicU64,
+    pub streams_refused: AtomicU64,
+    pub stream_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -52,7 +60,12 @@ impl Metrics {
     }
 
     /// The Prometheus text of these counters, the twin's and the outbox depth.
-    pub fn render(&self, twin: &twin::service::Stats, outbox_depth: Option<u64>) -> String {
+    pub fn render(
+        &self,
+        twin: &twin::service::Stats,
+        outbox_depth: Option<u64>,
+        history: Option<&twin::history::HistoryStats>,
+    ) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let gi = |a: &AtomicI64| a.load(Ordering::Relaxed);
         let mut o = Scrape::default();
@@ -97,6 +110,23 @@ impl Metrics {
             self.manifests_error().is_some(),
         );
         o.gauge("edgecore_devices", "Devices with a twin.", g(&twin.devices));
+        if let Some(h) = history {
+            o.counter(
+                "edgecore_history_points",
+                "Reported values written to the twins' history.",
+                g(&h.written),
+            );
+            o.counter(
+                "edgecore_history_dropped",
+                "Reported values not kept in the history: a write failed or the disk was nearly full (the twins are not affected).",
+                g(&h.dropped),
+            );
+            o.counter(
+                "edgecore_history_evicted",
+                "History points deleted before their window ended, to hold the history's size and free-space bounds.",
+                g(&h.evicted),
+            );
+        }
         if let Some(d) = outbox_depth {
             o.gauge(
                 "edgecore_outbox_depth",
@@ -128,6 +158,31 @@ impl Metrics {
             "edgecore_cloud_connected",
             "1 while edgehub holds a session with the cloud.",
             gi(&self.cloud_connected),
+        );
+        o.gauge(
+            "edgecore_tunnel_open",
+            "1 while the streaming tunnel to the cloud (kubectl logs, exec) is open.",
+            gi(&self.tunnel_open),
+        );
+        o.gauge(
+            "edgecore_streams_open",
+            "Streams (kubectl logs, exec, attach) open through the tunnel.",
+            gi(&self.streams_open),
+        );
+        o.counter(
+            "edgecore_streams_opened",
+            "Streams the cloud opened through the tunnel.",
+            g(&self.streams_opened),
+        );
+        o.counter(
+            "edgecore_streams_refused",
+            "Streams refused: cloud.streams.maxStreams were open.",
+            g(&self.streams_refused),
+        );
+        o.counter(
+            "edgecore_stream_bytes",
+            "Bytes the streams sent up through the tunnel.",
+            g(&self.stream_bytes),
         );
         o.counter(
             "edgecore_mqtt_connection_errors",

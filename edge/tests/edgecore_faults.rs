@@ -295,3 +295,86 @@ fn the_data_is_private_whatever_the_umask_and_made_so_again_at_start() {
     }
     assert_eq!(desired_of(&e, "setpoint").as_deref(), Some("7"));
 }
+
+/// History never costs the twins: with the disk below the history's `minFreeBytes`, reports go
+/// on being stored and shown in the twin while the history drops them (and says so in
+/// /metrics) and gives its old points' space back; with space back, it takes values again.
+#[test]
+fn a_nearly_full_disk_drops_history_and_keeps_the_twins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(disk) = SmallDisk::mount(&dir.path().join("data"), "12m") else {
+        return;
+    };
+    std::fs::create_dir_all(dir.path().join("manifests")).expect("mkdir");
+    std::fs::write(dir.path().join("manifests/oven.yaml"), MANIFEST).expect("manifest");
+    let e = Edgecore::with_dir_config(dir, "history: {minFreeBytes: 4194304}");
+    let m = common::mapper::TestMapper::start("modbus-d", &e.dir.path().join("m.sock"), &e.socket);
+    m.register("modbus").expect("MapperRegister");
+    let history = |e: &Edgecore| -> Vec<String> {
+        let (_, doc) =
+            e.get("/api/v1/devices/default/oven-1/properties/temperature/history?from=-1h");
+        doc["points"]
+            .as_array()
+            .map(|ps| ps.iter().map(|p| p["v"].to_string()).collect())
+            .unwrap_or_default()
+    };
+    m.report("default", "oven-1", &[("temperature", "1.5")])
+        .expect("report");
+    e.eventually("1.5 in the history", |e| {
+        (history(e) == ["1.5"]).then_some(())
+    });
+
+    // Fill the disk to 2 MiB free: below the history's 4 MiB, room enough for the twins.
+    let free = |p: &Path| -> u64 {
+        let out = Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(p)
+            .output()
+            .expect("df");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let filler = disk.0.join("filler");
+    let blocks = free(&disk.0).saturating_sub(2 << 20) / 65536;
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k", &format!("count={blocks}")])
+        .arg(format!("of={}", filler.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(free(&disk.0) < 4 << 20, "the disk is not nearly full");
+    for v in ["2.5", "3.5", "4.5"] {
+        m.report("default", "oven-1", &[("temperature", v)])
+            .expect("the twin takes the report");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        e.twin("default/oven-1")
+            .and_then(|t| reported(&t, "temperature"))
+            .as_deref(),
+        Some("4.5")
+    );
+    e.eventually("the history's drops counted", |e| {
+        e.metrics()
+            .lines()
+            .any(|l| l.starts_with("edgecore_history_dropped_total") && !l.ends_with(" 0"))
+            .then_some(())
+    });
+    // Nothing new in the history (and its old points given back to the disk: history yields
+    // its space to the twins).
+    let kept = history(&e);
+    assert!(
+        kept.iter().all(|v| v == "1.5"),
+        "values written to the history on a nearly full disk: {kept:?}"
+    );
+
+    // Space again: the history takes values again.
+    std::fs::remove_file(&filler).expect("free the disk");
+    m.report("default", "oven-1", &[("temperature", "5.5")])
+        .expect("report");
+    e.eventually("5.5 in the history", |e| {
+        history(e).last().is_some_and(|v| v == "5.5").then_some(())
+    });
+}

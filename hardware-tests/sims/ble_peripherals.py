@@ -10,6 +10,7 @@ stdin, one per line, answering each with one line ("ok ..." or "error ..."):
   set ADDRESS CHAR_UUID HEX   the characteristic's value changes (a notification when notifying)
   get ADDRESS CHAR_UUID       the value, as hex
   reads ADDRESS CHAR_UUID     how many ReadValue calls the characteristic has answered
+  writes ADDRESS CHAR_UUID    how many WriteValue calls it has taken
   vanish ADDRESS              the device drops its connection and goes out of range
   appear ADDRESS              the device is back in range (discoverable, not connected)
   connected ADDRESS           1 when connected, else 0
@@ -54,10 +55,12 @@ READ = (
 # The test's own interface on each characteristic: how many reads it answered.
 SIM = "org.kubeedge.Sim1"
 READS = "ret = dbus.UInt32(getattr(self, 'reads', 0))\n"
+WRITES = "ret = dbus.UInt32(getattr(self, 'writes', 0))\n"
 READ_FAILS = (
     "raise dbus.exceptions.DBusException('Read not permitted', name='org.bluez.Error.{error}')\n"
 )
 WRITE = (
+    "self.writes = getattr(self, 'writes', 0) + 1\n"
     "self.UpdateProperties('org.bluez.GattCharacteristic1', "
     "{'Value': dbus.Array(args[0], signature='y')})\n"
 )
@@ -122,6 +125,7 @@ class Peripherals:
                     ("StopNotify", "", "", STOP_NOTIFY),
                 ])
                 self.obj(cpath).AddMethod(SIM, "Reads", "", "u", READS)
+                self.obj(cpath).AddMethod(SIM, "Writes", "", "u", WRITES)
         device.UpdateProperties(DEVICE, {"UUIDs": dbus.Array(uuids, signature="s")})
         self.present.add(address)
 
@@ -175,6 +179,8 @@ class Peripherals:
             return "ok " + bytes(props.Get(CHAR, "Value")).hex()
         if op == "reads":
             return "ok " + str(int(self.obj(path, SIM).Reads()))
+        if op == "writes":
+            return "ok " + str(int(self.obj(path, SIM).Writes()))
         return f"error unknown command {op!r}"
 
 

@@ -9,6 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// A kind of the devices API group (`Device`, `DeviceModel`, `DeviceStatus`) for kube-rs's
+/// dynamic objects.
+pub fn ar(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "devices.kubeedge.io",
+        "v1beta1",
+        kind,
+    ))
+}
+
 /// The resident memory of process `pid`, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
@@ -47,6 +57,8 @@ pub struct Server {
     pub metrics: String,
     /// cloudhub's websocket address.
     pub hub: String,
+    /// The API's port (HTTPS).
+    pub api: u16,
 }
 
 impl Drop for Server {
@@ -121,6 +133,7 @@ pub fn start_server_on(modules: &str, apiserver: &str) -> Result<Server> {
         kubeconfig,
         metrics: format!("127.0.0.1:{mport}"),
         hub: format!("127.0.0.1:{hport}"),
+        api: port,
     })
 }
 
@@ -435,4 +448,87 @@ pub async fn start_cloud(
         client,
         token,
     })
+}
+
+/// Round times in milliseconds as the benches print them: p50, p99, max and their count.
+pub fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
+        sim::percentile(&v, 50.0),
+        sim::percentile(&v, 99.0),
+        v.last().copied().unwrap_or(0.0),
+        v.len()
+    )
+}
+
+/// Starts `edgecore` on `dir/edgecore.yaml` (written by the caller) and, once its DMI socket is
+/// there, `mapper-modbus` registered with it (both killed with `kill`).
+pub async fn start_edge_and_modbus_mapper(
+    bins: &std::path::Path,
+    dir: &std::path::Path,
+    kill: &mut Kill,
+) -> Result<()> {
+    kill.0.push(spawn(
+        &bins.join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        dir,
+        "edgecore.log",
+    )?);
+    let t0 = Instant::now();
+    while !dir.join("dmi.sock").exists() {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(60),
+            "edgecore did not start; its log is in {}",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(
+        dir.join("mapper.yaml"),
+        format!(
+            "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n  data_dir: mapper-data\n",
+            sim::free_port()
+        ),
+    )?;
+    kill.0.push(spawn(
+        &bins.join("mapper-modbus"),
+        &["--config-file", "mapper.yaml"],
+        dir,
+        "mapper.log",
+    )?);
+    Ok(())
+}
+
+/// The reported value of `prop` in a `DeviceStatus`.
+pub fn reported(st: &kube::api::DynamicObject, prop: &str) -> Option<String> {
+    st.data["status"]["twins"]
+        .as_array()?
+        .iter()
+        .find(|t| t["propertyName"] == prop)?["reported"]["value"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// Waits (reading every 10 ms, for at most 30 s) until `DeviceStatus` `device` reports `value`
+/// for `prop`; the milliseconds it took from `since`.
+pub async fn until_reported(
+    statuses: &kube::Api<kube::api::DynamicObject>,
+    device: &str,
+    prop: &str,
+    value: &str,
+    since: Instant,
+) -> Result<f64> {
+    loop {
+        if let Ok(st) = statuses.get(device).await
+            && reported(&st, prop).as_deref() == Some(value)
+        {
+            return Ok(since.elapsed().as_secs_f64() * 1000.0);
+        }
+        anyhow::ensure!(
+            since.elapsed() < Duration::from_secs(30),
+            "value {value} never reached DeviceStatus {device}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -24,6 +24,9 @@ pub(crate) struct RecordRef<'a> {
     p: Vec<(&'a str, Option<&'a PropertyTwin>)>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     o: &'a [OutboxEntry],
+    /// When the batch was committed (ms since the epoch): the time of a device's state change
+    /// in its history.
+    t: crate::model::Millis,
 }
 
 impl<'a> RecordRef<'a> {
@@ -43,6 +46,7 @@ impl<'a> RecordRef<'a> {
                     .collect()
             },
             o: if a.removed { &[] } else { &a.outbox },
+            t: crate::now_millis(),
         })
     }
 
@@ -64,6 +68,47 @@ pub(crate) struct Record {
     p: Vec<(String, Option<PropertyTwin>)>,
     #[serde(default)]
     o: Vec<OutboxEntry>,
+    /// 0 in records of versions before history.
+    #[serde(default)]
+    t: crate::model::Millis,
+}
+
+impl Record {
+    /// The history points of this record: each property's reported value (a property whose
+    /// desired value alone changed repeats its reported one, which the history takes once), and
+    /// the device's state when it changed.
+    pub(crate) fn history(
+        &self,
+        h: &crate::history::History,
+        out: &mut Vec<crate::history::Point>,
+    ) {
+        if self.rm {
+            h.forget(&self.d);
+            return;
+        }
+        for (name, image) in &self.p {
+            if let Some(r) = image.as_ref().and_then(|p| p.reported.as_ref()) {
+                out.push(crate::history::Point {
+                    device: self.d.clone(),
+                    property: name.clone(),
+                    t: r.timestamp,
+                    value: r.value.clone(),
+                });
+            }
+        }
+        if let Some(row) = &self.row
+            && self.t > 0
+            && !row.state.is_empty()
+            && h.state_changed(&self.d, &row.state)
+        {
+            out.push(crate::history::Point {
+                device: self.d.clone(),
+                property: crate::history::STATE.into(),
+                t: self.t,
+                value: row.state.clone(),
+            });
+        }
+    }
 }
 
 /// Journal records coalesced into the rows to write. Hashed while records are added (most
@@ -88,7 +133,9 @@ pub(crate) struct Sorted<'a> {
 impl Pending {
     /// Adds a record; returns the rows it carried.
     pub(crate) fn add(&mut self, r: Record) -> u64 {
-        let Record { d, rm, row, p, o } = r;
+        let Record {
+            d, rm, row, p, o, ..
+        } = r;
         if rm {
             self.rows.remove(&d);
             self.props.retain(|(dev, _), _| dev != &d);

@@ -9,12 +9,15 @@
 //!   with the durable, coalesced outbox of changes that must reach the cloud.
 //! - [`service`]: an actor that owns an engine and a store and commits operations in groups, so a
 //!   caller's update is answered only once it is durable.
+//! - [`history`]: every reported value and device state over time, in its own file, in raw,
+//!   minute and hour tiers, fed by the journal's fold and bounded by age, size and free space.
 //!
 //! Size caps (see [`Limits`]): a value may be up to 64 KiB and a device's whole twin document up
 //! to 1 MiB by default. There is no character-set restriction on values (KubeEdge allows 512
 //! characters of `[a-zA-Z0-9-_.,:/@#]` only).
 
 pub mod engine;
+pub mod history;
 mod journal;
 pub mod model;
 pub mod service;

@@ -103,6 +103,7 @@ enum Command {
     Op(Op, Option<DeviceId>, Reply),
     Get(DeviceId, oneshot::Sender<Option<DeviceTwin>>),
     List(oneshot::Sender<Vec<DeviceRow>>),
+    All(oneshot::Sender<Vec<DeviceTwin>>),
 }
 
 /// Counters of the service, for metrics.
@@ -233,6 +234,16 @@ impl TwinService {
         rx.await.map_err(|_| ServiceError::Stopped)
     }
 
+    /// Every twin whole (sorted by namespace and name), as committed.
+    pub async fn all(&self) -> Result<Vec<DeviceTwin>> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::All(tx))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        rx.await.map_err(|_| ServiceError::Stopped)
+    }
+
     /// Committed changes from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<TwinEvent> {
         self.events.subscribe()
@@ -252,6 +263,7 @@ impl TwinService {
 enum Answer {
     Get(Option<DeviceTwin>, oneshot::Sender<Option<DeviceTwin>>),
     List(Vec<DeviceRow>, oneshot::Sender<Vec<DeviceRow>>),
+    All(Vec<DeviceTwin>, oneshot::Sender<Vec<DeviceTwin>>),
 }
 
 /// Operations applied to the engine, waiting for their commit.
@@ -351,6 +363,13 @@ async fn run(
                     rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
                     batch.reads.push(Answer::List(rows, reply));
                 }
+                Command::All(reply) => {
+                    let mut twins: Vec<DeviceTwin> = engine.devices().cloned().collect();
+                    twins.sort_by(|a, b| {
+                        (&a.row.namespace, &a.row.name).cmp(&(&b.row.namespace, &b.row.name))
+                    });
+                    batch.reads.push(Answer::All(twins, reply));
+                }
             }
             if n < MAX_BATCH {
                 next = rx.try_recv().ok();
@@ -441,6 +460,9 @@ async fn write(
                 }
                 Answer::List(rows, reply) => {
                     let _ = reply.send(rows);
+                }
+                Answer::All(twins, reply) => {
+                    let _ = reply.send(twins);
                 }
             }
         }

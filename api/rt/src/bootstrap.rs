@@ -34,16 +34,24 @@ pub fn raise_nofile_limit() -> u64 {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are registered when this is called (inside a
+/// runtime), not when the future is first polled: a signal that arrives between the call and
+/// the first poll (a supervisor that stops the program as soon as it says it is ready) ends it
+/// cleanly instead of by the signal's default action.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => std::future::pending().await,
+        }
     }
 }
 
@@ -81,8 +89,9 @@ where
     let result = runtime.block_on(async {
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
+        let signalled = shutdown_signal();
         tokio::spawn(async move {
-            shutdown_signal().await;
+            signalled.await;
             stop.cancel();
         });
         work(cancel).await

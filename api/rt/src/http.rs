@@ -18,7 +18,7 @@ pub async fn serve_connection<IO, S>(
     stop: CancellationToken,
 ) -> Result<(), hyper::Error>
 where
-    IO: AsyncRead + AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming>,
     S::Error: Into<Box<dyn Error + Send + Sync>>,
     S::ResBody: 'static,
@@ -27,7 +27,9 @@ where
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        // A websocket (`kubectl exec`) goes on over the connection once upgraded.
+        .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => r,

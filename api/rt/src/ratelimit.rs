@@ -25,11 +25,16 @@ impl Bucket {
 
     /// How long to wait before the next message may go (zero: now), taking its token.
     pub fn reserve(&mut self) -> Duration {
+        self.reserve_n(1)
+    }
+
+    /// As [`Bucket::reserve`] for `n` tokens at once (a rate of bytes: one token per byte).
+    pub fn reserve_n(&mut self, n: u32) -> Duration {
         let now = Instant::now();
         self.tokens =
             (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
         self.at = now;
-        self.tokens -= 1.0;
+        self.tokens -= f64::from(n);
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
@@ -39,7 +44,12 @@ impl Bucket {
 
     /// Waits for a token.
     pub async fn take(&mut self) {
-        let wait = self.reserve();
+        self.take_n(1).await;
+    }
+
+    /// Waits for `n` tokens.
+    pub async fn take_n(&mut self, n: u32) {
+        let wait = self.reserve_n(n);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -68,5 +78,13 @@ mod tests {
             assert_eq!(b.reserve(), Duration::ZERO);
         }
         assert_eq!(b.reserve(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_of_bytes_waits_in_proportion_to_the_bytes() {
+        let mut b = Bucket::new(1000, 1000);
+        assert_eq!(b.reserve_n(1000), Duration::ZERO);
+        assert_eq!(b.reserve_n(500), Duration::from_millis(500));
+        assert_eq!(b.reserve_n(1500), Duration::from_secs(2));
     }
 }

@@ -1,6 +1,6 @@
 //! What the web pages of edgecore (`/ui`, the gateway) and cloudcore (`/ui`, the fleet) share:
 //! their style sheet, the script both load first (escaping, the API call with the token the
-//! page asks for, states, ages), and the headers they are served with. Plain files compiled into
+//! page asks for, states, ages, tables, value forms), the history chart, and the headers they are served with. Plain files compiled into
 //! the binaries: no build step, nothing fetched from elsewhere.
 
 /// `/ui/style.css`.
@@ -8,6 +8,9 @@ pub const STYLE: &str = include_str!("ui/style.css");
 
 /// `/ui/common.js`.
 pub const COMMON_JS: &str = include_str!("ui/common.js");
+
+/// `/ui/chart.js`: the history chart of a device's page.
+pub const CHART_JS: &str = include_str!("ui/chart.js");
 
 /// Only the page's own origin; no framing, no referrer, no sniffing.
 pub const HEADERS: [(&str, &str); 4] = [
@@ -35,7 +38,14 @@ pub fn file(name: &str, own: &[(&str, &'static str)]) -> http::Response<String> 
     let name = if name.is_empty() { "index.html" } else { name };
     let found = own
         .iter()
-        .chain([("common.js", COMMON_JS), ("style.css", STYLE)].iter())
+        .chain(
+            [
+                ("common.js", COMMON_JS),
+                ("chart.js", CHART_JS),
+                ("style.css", STYLE),
+            ]
+            .iter(),
+        )
         .find(|(n, _)| *n == name);
     let mut r = http::Response::builder();
     let body = match found {

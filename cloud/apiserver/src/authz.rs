@@ -411,8 +411,20 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
         "services",
         "namespaces"
     ]);
-    let kubeedge = json!(["devices", "devices/status", "devicemodels"]);
+    // `devices/history`: a device's history read from its gateway (cloudcore's subresource).
+    let kubeedge = json!([
+        "devices",
+        "devices/status",
+        "devices/history",
+        "devicemodels",
+        "devicestatuses"
+    ]);
     let apps = json!(["daemonsets", "deployments", "replicasets", "statefulsets"]);
+    // A shell in a pod's container, its own process, its ports: edit and admin, as on a
+    // cluster (view reads logs only).
+    let pod_streams = json!(["pods/attach", "pods/exec", "pods/portforward"]);
+    // `kubectl top` (metrics-server's aggregated-metrics-reader, aggregated into all three).
+    let metrics = json!(["pods", "nodes"]);
     vec![
         role(
             "cluster-admin",
@@ -424,6 +436,8 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
             json!([
                 {"verbs": write, "apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "pods", "pods/status", "secrets", "services", "persistentvolumeclaims"]},
                 {"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]},
+                {"verbs": write, "apiGroups": [""], "resources": pod_streams},
+                {"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics},
                 {"verbs": write, "apiGroups": ["apps"], "resources": apps},
                 {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
                 {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
@@ -437,6 +451,8 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
             json!([
                 {"verbs": write, "apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "pods", "pods/status", "secrets", "services", "persistentvolumeclaims"]},
                 {"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]},
+                {"verbs": write, "apiGroups": [""], "resources": pod_streams},
+                {"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics},
                 {"verbs": write, "apiGroups": ["apps"], "resources": apps},
                 {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
                 {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
@@ -448,7 +464,8 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
             json!([
                 {"verbs": read, "apiGroups": [""], "resources": core_viewable},
                 {"verbs": read, "apiGroups": ["apps"], "resources": apps},
-                {"verbs": read, "apiGroups": [DEVICES], "resources": kubeedge}
+                {"verbs": read, "apiGroups": [DEVICES], "resources": kubeedge},
+                {"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics}
             ]),
         ),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -500,6 +517,14 @@ mod tests {
         assert!(!rule_allows(&rule, &other_group));
         let any = json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]});
         assert!(rule_allows(&any, &other_group));
+        // A device's history is its own subresource: reading devices does not grant it.
+        let mut history = attrs("get", "devices", "d", Some("oven"));
+        history.group = "devices.kubeedge.io";
+        history.sub = Some("history");
+        let devices = json!({"verbs": ["get"], "apiGroups": ["devices.kubeedge.io"], "resources": ["devices"]});
+        assert!(!rule_allows(&devices, &history));
+        let with = json!({"verbs": ["get"], "apiGroups": ["devices.kubeedge.io"], "resources": ["devices", "devices/history"]});
+        assert!(rule_allows(&with, &history));
     }
 
     #[test]

@@ -70,6 +70,17 @@ pub(crate) async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
         headers.insert(header::USER_AGENT, "cloudcore".parse()?);
         let (method, path, body) = match existing {
             None => (Method::POST, path, obj.clone()),
+            // A default ClusterRole of an older version gains the rules it lacks (its own and
+            // any added to it are kept), as kube-apiserver reconciles them, unless annotated
+            // `rbac.authorization.kubernetes.io/autoupdate: "false"`.
+            Some(old) if kind == "ClusterRole" => match reconciled_rules(&old, &obj) {
+                Some(rules) => {
+                    let mut o = old.clone();
+                    o["rules"] = rules;
+                    (Method::PUT, format!("{path}/{name}"), o)
+                }
+                None => continue,
+            },
             Some(old) if old["spec"] != obj["spec"] => {
                 let mut o = obj.clone();
                 o["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
@@ -86,7 +97,7 @@ pub(crate) async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
                 &path,
                 Query::new(),
                 headers,
-                Body::from(body.to_string()),
+                Body::from(body.to_string()).into(),
             )
             .await;
         // Another replica starting at the same time made or updated it first (with the same
@@ -118,4 +129,52 @@ pub(crate) async fn bootstrap(api: &Arc<Api>, install: &[Value]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The rules of stored ClusterRole `old` with those of `default` it lacks added, or `None` when
+/// it lacks none or may not be updated (`autoupdate: "false"`).
+fn reconciled_rules(old: &Value, default: &Value) -> Option<Value> {
+    if old["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"] == "false" {
+        return None;
+    }
+    let mut rules = old["rules"].as_array().cloned().unwrap_or_default();
+    let before = rules.len();
+    for r in default["rules"].as_array().into_iter().flatten() {
+        if !rules.contains(r) {
+            rules.push(r.clone());
+        }
+    }
+    (rules.len() > before).then_some(Value::Array(rules))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_role_gains_the_rules_it_lacks_and_keeps_its_own() {
+        let default =
+            json!({"rules": [{"verbs": ["get"], "resources": ["devices", "devices/history"]}]});
+        let old = json!({"metadata": {}, "rules": [
+            {"verbs": ["get"], "resources": ["devices"]},
+            {"verbs": ["list"], "resources": ["widgets"]}]});
+        let rules = reconciled_rules(&old, &default).expect("updated");
+        assert_eq!(rules.as_array().map(Vec::len), Some(3), "{rules}");
+        assert_eq!(rules[2], default["rules"][0]);
+        let mut current = old.clone();
+        current["rules"] = rules;
+        assert_eq!(
+            reconciled_rules(&current, &default),
+            None,
+            "nothing lacking"
+        );
+        let mut pinned = old;
+        pinned["metadata"]["annotations"] =
+            json!({"rbac.authorization.kubernetes.io/autoupdate": "false"});
+        assert_eq!(
+            reconciled_rules(&pinned, &default),
+            None,
+            "autoupdate false"
+        );
+    }
 }

@@ -28,6 +28,7 @@ mod authz;
 mod controllers;
 mod credentials;
 mod discovery;
+pub mod external;
 mod handshakes;
 mod install;
 mod managed;
@@ -61,6 +62,7 @@ pub const KUBE_VERSION: &str = "v1.33.0";
 
 pub use admission::refused_device;
 pub use authn::{ClientCertificate, Identity, User};
+pub use external::{External, ExternalRequest};
 pub use serve::serve;
 pub use store::{EtcdOptions, EtcdTls};
 
@@ -93,6 +95,61 @@ pub struct Config {
     /// Pages served beside the API without authentication (cloudcore's fleet page at `/ui`):
     /// they hold no data of their own and read the API with the user's token.
     pub pages: Option<Router>,
+    /// Subresources the embedding program serves (cloudcore's `devices/history`, a device's
+    /// history read from its gateway; `pods/log` and `pods/exec` through the node's tunnel).
+    pub subresources: Vec<Subresource>,
+    /// Read-only kinds the embedding program serves (cloudcore's `metrics.k8s.io`
+    /// `NodeMetrics` and `PodMetrics`, for `kubectl top`).
+    pub externals: Vec<External>,
+}
+
+/// A subresource served by the embedding program: `.../{plural}/{name}/{name of this}`,
+/// authorized as `verb` on `{plural}/{name of this}` like any other request (RBAC rules name
+/// it so), answered by `serve` with the stored object and the request. A method not in
+/// `methods` is refused (405).
+#[derive(Clone)]
+pub struct Subresource {
+    pub group: String,
+    pub plural: String,
+    pub name: String,
+    /// The verb it is authorized as: `get` for what reads (`devices/history`, `pods/log`),
+    /// `create` for what acts (`pods/exec`, whatever the method, as kube-apiserver does for a
+    /// websocket's GET).
+    pub verb: &'static str,
+    pub methods: &'static [axum::http::Method],
+    pub serve: ServeSubresource,
+}
+
+/// The request a [`Subresource`] answers, as it came.
+pub struct SubresourceRequest {
+    pub method: axum::http::Method,
+    /// The query, one value per key (the last).
+    pub query: std::collections::HashMap<String, String>,
+    /// The query as sent (for keys given more than once: `command` of `pods/exec`).
+    pub raw_query: String,
+    pub headers: axum::http::HeaderMap,
+    /// The connection's upgrade (a websocket), when the client asked for one.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+}
+
+/// What answers a [`Subresource`]: the stored object and the request in, the answer out.
+pub type ServeSubresource = Arc<
+    dyn Fn(
+            serde_json::Value,
+            SubresourceRequest,
+        ) -> futures_util::future::BoxFuture<'static, axum::response::Response>
+        + Send
+        + Sync,
+>;
+
+impl std::fmt::Debug for Subresource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Subresource({}/{}/{})",
+            self.group, self.plural, self.name
+        )
+    }
 }
 
 /// Whether the client certificate with a serial number (hex) was revoked; and, when given, a
@@ -125,6 +182,8 @@ impl Default for Config {
             leader: None,
             revoked: None,
             pages: None,
+            subresources: Vec::new(),
+            externals: Vec::new(),
         }
     }
 }
@@ -197,13 +256,19 @@ pub async fn start(config: Config) -> Result<Running> {
         pki = credentials::prepare(&config.data_dir, &config.sans, &url)?;
     }
     let stop = CancellationToken::new();
-    let api = Arc::new(Api::new(
+    let mut api = Api::new(
         store,
         config.max_body,
         format!("{host}:{}", addr.port()),
         config.bookmark_every,
         stop.clone(),
-    ));
+    );
+    api.subresources = config.subresources.clone();
+    if !config.externals.is_empty() {
+        api.externals = config.externals.clone();
+        api.refresh_registry();
+    }
+    let api = Arc::new(api);
     install::bootstrap(&api, &config.install).await?;
     let tls = tls_config(&pki)?;
     tokio::spawn(controllers::run(api.clone(), config.leader.clone()));

@@ -44,6 +44,8 @@ pub struct Resource {
     /// Where its objects are kept: `plural` for the core group, `plural.group` otherwise.
     pub store_key: Arc<str>,
     pub builtin: bool,
+    /// Kept by the embedding program, not the store ([`crate::External`]): read-only.
+    pub external: bool,
 }
 
 impl Resource {
@@ -67,6 +69,9 @@ impl Resource {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.external {
+            return vec!["get", "list"];
+        }
         vec![
             "create",
             "delete",
@@ -112,6 +117,7 @@ fn builtin(
             Arc::from(format!("{plural}.{group}").as_str())
         },
         builtin: true,
+        external: false,
     }
 }
 
@@ -277,11 +283,26 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The built-in kinds plus those of `crds` (stored CRD objects) that are valid.
-    pub fn build(crds: &[Value]) -> Self {
+    /// The built-in kinds, the embedding program's `externals`, plus those of `crds` (stored
+    /// CRD objects) that are valid.
+    pub fn build(crds: &[Value], externals: &[crate::External]) -> Self {
         let mut r = Self::default();
         for b in builtins() {
             r.add(b);
+        }
+        for e in externals {
+            let mut res = builtin(
+                &e.group,
+                &e.version,
+                &e.plural,
+                &e.kind,
+                e.namespaced,
+                &[],
+                false,
+                Vec::new(),
+            );
+            res.external = true;
+            r.add(res);
         }
         for crd in crds {
             if crd["metadata"]["deletionTimestamp"].is_string() {
@@ -534,6 +555,7 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Resource, Vec<Cause>> {
         categories: strings(&names["categories"]),
         versions,
         builtin: false,
+        external: false,
     })
 }
 

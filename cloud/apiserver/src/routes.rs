@@ -139,8 +139,15 @@ async fn authenticated(
             .then(|| node_serial(&user, req.extensions().get::<ClientCertificate>()))
             .flatten()
             .zip(state.revoked.clone());
+        let mut req = req;
+        let upgrade = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
+        let incoming = crate::api::Incoming {
+            body: req.into_body(),
+            raw_query: uri.query().unwrap_or_default().to_string(),
+            upgrade,
+        };
         let response = api
-            .dispatch(&user, method, &path, query, headers, req.into_body())
+            .dispatch(&user, method, &path, query, headers, incoming)
             .await;
         return match revocable {
             Some((serial, check)) => until_revoked(response, serial, check),

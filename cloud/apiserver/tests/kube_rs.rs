@@ -250,6 +250,20 @@ async fn reflector_follows_changes_and_owned_objects_go_with_their_owner() {
         }
     })
     .await;
+    // One created after its owner went (a controller's write racing the delete) goes at once,
+    // not at the next periodic sweep (30 s): within 5 s here.
+    st.metadata.name = Some("late".into());
+    statuses
+        .create(&PostParams::default(), &st)
+        .await
+        .expect("a late status");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while statuses.get_opt("late").await.expect("get").is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the orphan collected within 5 s");
 }
 
 #[tokio::test]

@@ -593,3 +593,76 @@ fn desired_values_that_cannot_land_are_refused_with_their_path() {
     assert!(out.status.success(), "{}", common::text(&out));
     assert_eq!(desired(2).trim(), "true");
 }
+
+/// Who set which value when: each desired value a write changes is an Event on the Device
+/// (reason DesiredValueSet, the user and the values in its message), found as kubectl finds a
+/// Device's events (`kubectl describe`, `--field-selector involvedObject.name=`); a refused
+/// value and a write that changes no desired value make none.
+#[test]
+fn each_desired_value_set_is_an_event_naming_the_user() {
+    let s = Server::start();
+    let file = common::examples().join("modbus-tcp.yaml");
+    s.ok(&["apply", "-f", file.to_str().expect("utf-8")]);
+    let patch = |ops: &str| s.kubectl(&["patch", "device", "oven-1", "--type=json", "-p", ops]);
+    let out = patch(r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"85"}]"#);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let out =
+        patch(r#"[{"op":"replace","path":"/spec/properties/1/desired/value","value":"130"}]"#);
+    assert!(!out.status.success(), "refused: {}", common::text(&out));
+    let out = s.kubectl(&["label", "device", "oven-1", "line=2"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=Device,involvedObject.name=oven-1,reason=DesiredValueSet",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    let lines: Vec<&str> = events.lines().collect();
+    // The apply set 80 (the manifest's), the patch 85; the refused 130 and the label none.
+    assert_eq!(lines.len(), 2, "{events}");
+    assert!(lines[0].starts_with("setpoint set to 80 by "), "{events}");
+    assert!(
+        lines[1].starts_with("setpoint set to 85 (was 80) by "),
+        "{events}"
+    );
+    let described = s.ok(&["describe", "device", "oven-1"]);
+    assert!(
+        described.contains("DesiredValueSet") && described.contains("setpoint set to 85 (was 80)"),
+        "{described}"
+    );
+}
+
+/// The audit is bounded: a Device keeps its last 100 desired-value Events, the newest.
+#[test]
+fn a_devices_desired_value_events_are_bounded() {
+    let s = Server::start();
+    let file = common::examples().join("modbus-tcp.yaml");
+    s.ok(&["apply", "-f", file.to_str().expect("utf-8")]);
+    for v in 0..105 {
+        let ops = format!(
+            r#"[{{"op":"replace","path":"/spec/properties/1/desired/value","value":"{}"}}]"#,
+            v % 100
+        );
+        let out = s.kubectl(&["patch", "device", "oven-1", "--type=json", "-p", &ops]);
+        assert!(out.status.success(), "{}", common::text(&out));
+    }
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=oven-1,reason=DesiredValueSet",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(events.lines().count(), 100, "{events}");
+    assert!(
+        events.contains("setpoint set to 4 (was 3)"),
+        "the newest is kept: {events}"
+    );
+    assert!(
+        !events.contains("setpoint set to 80 by"),
+        "the oldest went: {events}"
+    );
+}

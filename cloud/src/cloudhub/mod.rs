@@ -14,6 +14,7 @@
 pub mod certs;
 pub mod joins;
 pub mod objectsync;
+pub mod tunnel;
 mod ws;
 
 use api::bus::Hub;
@@ -44,6 +45,8 @@ pub struct Settings {
     pub noack_limit: usize,
     /// This replica's name, when there are replicas (its Lease identity).
     pub replica: Option<String>,
+    /// Streams open at once through one node's tunnel.
+    pub streams_per_node: usize,
 }
 
 /// Counters for `/metrics`.
@@ -320,22 +323,49 @@ pub struct CloudHub {
     /// Where pod status goes (the edge controller).
     pods: OnceLock<mpsc::Sender<(String, Message)>>,
     records: OnceLock<objectsync::Writer>,
+    /// Questions asked of nodes ([`CloudHub::ask`]) waiting for their answer, by node and the
+    /// question's id: a node answers only its own.
+    asked: Mutex<HashMap<(String, String), tokio::sync::oneshot::Sender<Message>>>,
     pub settings: Settings,
     pub metrics: HubMetrics,
     next_session: AtomicU64,
+    /// The nodes' streaming tunnels (`kubectl logs`).
+    pub tunnels: tunnel::Tunnels,
+    /// What each node last reported it and its pods use (`kubectl top`).
+    pub usage: crate::usage::Usage,
+}
+
+/// Questions waiting for their answers at once, all nodes together.
+const ASKED_LIMIT: usize = 1024;
+
+/// Why a question to a node got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Unanswered {
+    #[error(
+        "node {0} has no session with this cloudcore (it is away, or connected to another replica)"
+    )]
+    Away(String),
+    #[error("node {0}'s session is too busy to ask it now; try again")]
+    Busy(String),
+    #[error("node {0} did not answer within {1:?}")]
+    Late(String, Duration),
 }
 
 impl CloudHub {
     pub fn new(settings: Settings) -> Arc<Self> {
+        let tunnels = tunnel::Tunnels::new(settings.streams_per_node);
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
             lost: OnceLock::new(),
             pods: OnceLock::new(),
             records: OnceLock::new(),
+            asked: Mutex::new(HashMap::new()),
             settings,
             metrics: HubMetrics::default(),
             next_session: AtomicU64::new(1),
+            tunnels,
+            usage: crate::usage::Usage::default(),
         })
     }
 
@@ -433,6 +463,46 @@ impl CloudHub {
         Some(id)
     }
 
+    /// Asks `node` and waits up to `wait` for its answer (a `response` or `error` whose parent
+    /// is the question): what the cloud reads from a gateway on demand, a device's history.
+    /// Only an open session is asked; nothing is kept for a node that is away.
+    pub async fn ask(
+        &self,
+        node: &str,
+        question: Message,
+        wait: Duration,
+    ) -> Result<Message, Unanswered> {
+        let key = (node.to_string(), question.header.id.clone());
+        let frame = serde_json::to_string(&question).unwrap_or_default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let nodes = self.lock();
+            let Some(session) = nodes.get(node).and_then(|n| n.session.as_ref()) else {
+                return Err(Unanswered::Away(node.into()));
+            };
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            if asked.len() >= ASKED_LIMIT {
+                return Err(Unanswered::Busy(node.into()));
+            }
+            asked.insert(key.clone(), tx);
+            if session.tx.try_send(frame).is_err() {
+                asked.remove(&key);
+                return Err(Unanswered::Busy(node.into()));
+            }
+            self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => {
+                self.asked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+                Err(Unanswered::Late(node.into(), wait))
+            }
+        }
+    }
+
     /// The session `id` of `node` ended (a newer one may have replaced it already).
     fn detach(&self, node: &str, id: u64) -> bool {
         let mut nodes = self.lock();
@@ -460,6 +530,19 @@ impl CloudHub {
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%node, resource_bytes = msg.route.resource.len(), "a node sent a message whose route or header is too long; dropped unanswered");
             return;
+        }
+        if matches!(msg.route.operation.as_str(), "response" | "error")
+            && !msg.header.parent_id.is_empty()
+        {
+            let waiting = self
+                .asked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(node.to_string(), msg.header.parent_id.clone()));
+            if let Some(tx) = waiting {
+                let _ = tx.send(msg);
+                return;
+            }
         }
         if msg.route.operation == "response" && !msg.header.parent_id.is_empty() {
             let mut nodes = self.lock();
@@ -492,6 +575,15 @@ impl CloudHub {
             // KubeEdge's edge asks for its devices at every connect; KubeEdge's cloud sends
             // nothing back (the membership it keeps comes with each device), nor does this one.
             tracing::debug!(%node, "cloudhub: membership/detail asked; ignored, as KubeEdge's cloud does");
+            return;
+        }
+        if matches!(msg.route.resource.as_str(), "metrics" | "node/metrics")
+            || msg.route.resource == format!("node/{node}/metrics")
+        {
+            // What the node and its pods use: the latest kept for `kubectl top`, no answer.
+            if msg.content.is_object() {
+                self.usage.set(node, msg.content);
+            }
             return;
         }
         let own = format!("node/{node}/");
@@ -676,6 +768,22 @@ impl Hub for CloudHub {
 mod tests {
     use super::*;
 
+    /// A test hub's settings, its join records in `dir`.
+    fn settings(dir: &std::path::Path, replica: Option<String>) -> Settings {
+        Settings {
+            joins: joins::Book::new(dir),
+            node_limit: 10,
+            max_frame_bytes: 1 << 20,
+            keepalive: Duration::from_secs(30),
+            node_qps: 30,
+            node_burst: 60,
+            resend: Duration::from_secs(5),
+            noack_limit: 10,
+            replica,
+            streams_per_node: 4,
+        }
+    }
+
     #[test]
     fn a_message_with_an_oversized_route_does_not_fit() {
         let ok = Message::new(
@@ -759,20 +867,60 @@ mod tests {
     /// A message kept for a node away from this replica is dropped once the node acknowledged
     /// that version (or a newer one) through another replica; an older acknowledgement, or
     /// another object's, leaves it.
+    /// A question goes only to a node with a session; only that node's answer to it ends the
+    /// wait (another node's answer with the same parent is not taken); silence ends in `Late`.
+    #[tokio::test]
+    async fn a_question_is_answered_only_by_the_node_asked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let hub = CloudHub::new(settings(dir.path(), None));
+        let q = || {
+            Message::new(
+                "cloudhub",
+                "twin",
+                "query",
+                "default/devicehistory/d1",
+                serde_json::json!({}),
+            )
+        };
+        assert!(matches!(
+            hub.ask("n1", q(), Duration::from_secs(1)).await,
+            Err(Unanswered::Away(n)) if n == "n1"
+        ));
+        let (tx1, mut rx1) = mpsc::channel(8);
+        let (tx2, _rx2) = mpsc::channel(8);
+        hub.attach("n1", tx1, CancellationToken::new()).expect("n1");
+        hub.attach("n2", tx2, CancellationToken::new()).expect("n2");
+        let question = q();
+        let asking = {
+            let hub = hub.clone();
+            let question = question.clone();
+            tokio::spawn(async move { hub.ask("n1", question, Duration::from_secs(30)).await })
+        };
+        let sent: Message =
+            serde_json::from_str(&rx1.recv().await.expect("the question on n1's session"))
+                .expect("a message");
+        assert_eq!(sent.header.id, question.header.id);
+        // n2 answers n1's question: not taken.
+        hub.received("n2", question.response(serde_json::json!({"from": "n2"})))
+            .await;
+        hub.received("n1", question.response(serde_json::json!({"from": "n1"})))
+            .await;
+        let answer = asking.await.expect("task").expect("answered");
+        assert_eq!(answer.content["from"], "n1");
+        assert!(matches!(
+            hub.ask("n1", q(), Duration::from_millis(50)).await,
+            Err(Unanswered::Late(..))
+        ));
+        assert!(
+            hub.asked.lock().expect("lock").is_empty(),
+            "nothing left waiting"
+        );
+    }
+
     #[test]
     fn an_acknowledgement_through_another_replica_clears_what_is_kept() {
         let dir = tempfile::tempdir().expect("dir");
-        let hub = CloudHub::new(Settings {
-            joins: joins::Book::new(dir.path()),
-            node_limit: 10,
-            max_frame_bytes: 1 << 20,
-            keepalive: Duration::from_secs(30),
-            node_qps: 30,
-            node_burst: 60,
-            resend: Duration::from_secs(5),
-            noack_limit: 10,
-            replica: Some("r1".into()),
-        });
+        let hub = CloudHub::new(settings(dir.path(), Some("r1".into())));
         let send = |name: &str, rv: &str| {
             let m = Message::new(
                 "devicecontroller",

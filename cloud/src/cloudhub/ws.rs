@@ -74,12 +74,21 @@ pub async fn serve(
     }
 }
 
-/// The node a handshake names: path `/{projectID}/{node}/events`, header `node_id` equal to it,
-/// and the client certificate's `CN=system:node:{node}`.
-fn check_handshake(req: &Request, cn: &str) -> Result<String, HandshakeError> {
+/// What a connection is for: the node's session, or its streaming tunnel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Events,
+    Stream,
+}
+
+/// The node a handshake names: path `/{projectID}/{node}/events` (its session) or
+/// `/{projectID}/{node}/stream` (its streaming tunnel), header `node_id` equal to it, and the
+/// client certificate's `CN=system:node:{node}`.
+fn check_handshake(req: &Request, cn: &str) -> Result<(String, Purpose), HandshakeError> {
     let parts: Vec<&str> = req.uri().path().trim_matches('/').split('/').collect();
-    let node = match parts.as_slice() {
-        [_project, node, "events"] if !node.is_empty() => node.to_string(),
+    let (node, purpose) = match parts.as_slice() {
+        [_project, node, "events"] if !node.is_empty() => (node.to_string(), Purpose::Events),
+        [_project, node, "stream"] if !node.is_empty() => (node.to_string(), Purpose::Stream),
         _ => return Err(HandshakeError::Path(req.uri().path().into())),
     };
     let header = req
@@ -99,13 +108,13 @@ fn check_handshake(req: &Request, cn: &str) -> Result<String, HandshakeError> {
             node,
         });
     }
-    Ok(node)
+    Ok((node, purpose))
 }
 
 /// A websocket handshake that is refused (403, with this text).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 enum HandshakeError {
-    #[error("path {0} is not /{{projectID}}/{{nodeName}}/events")]
+    #[error("path {0} is not /{{projectID}}/{{nodeName}}/events (or /stream)")]
     Path(String),
     #[error("header node_id {header:?} does not match the path's node {node:?}")]
     NodeHeader { header: String, node: String },
@@ -124,7 +133,7 @@ async fn session(
     stop: CancellationToken,
     revocations: tokio::sync::watch::Receiver<u64>,
 ) {
-    let named: Arc<Mutex<Option<String>>> = Arc::default();
+    let named: Arc<Mutex<Option<(String, Purpose)>>> = Arc::default();
     let slot = named.clone();
     // tungstenite's callback type: its error is a whole HTTP response.
     #[allow(clippy::result_large_err)]
@@ -163,9 +172,12 @@ async fn session(
         }
         Err(_) => return,
     };
-    let Some(node) = named.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+    let Some((node, purpose)) = named.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return;
     };
+    if purpose == Purpose::Stream {
+        return tunnel(hub, ws, node, serial, stop, revocations).await;
+    }
     let (mut sink, mut frames) = ws.split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(256);
     let end = CancellationToken::new();
@@ -272,6 +284,73 @@ async fn session(
     }
 }
 
+/// A node's streaming tunnel: frames from the node to their streams, frames of the streams to
+/// the node. It ends as the session does (revoked certificate, silence, a newer tunnel).
+async fn tunnel(
+    hub: Arc<CloudHub>,
+    ws: tokio_tungstenite::WebSocketStream<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+    node: String,
+    serial: Option<String>,
+    stop: CancellationToken,
+    revocations: tokio::sync::watch::Receiver<u64>,
+) {
+    let (mut sink, mut frames) = ws.split();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<api::tunnel::Frame>(256);
+    let t = hub.tunnels.attach(&node, tx);
+    tracing::info!(%node, "cloudhub: streaming tunnel open");
+    let end = t.end.clone();
+    let write_limit = hub.settings.keepalive;
+    let writer_end = end.clone();
+    let writer = tokio::spawn(async move {
+        loop {
+            let f = tokio::select! {
+                _ = writer_end.cancelled() => break,
+                f = rx.recv() => f,
+            };
+            let Some(f) = f else { break };
+            match tokio::time::timeout(write_limit, sink.send(Frame::binary(f.encode()))).await {
+                Ok(Ok(())) => {}
+                _ => break,
+            }
+        }
+        writer_end.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
+    });
+    let revoked = hub
+        .settings
+        .joins
+        .until_revoked(serial.as_deref(), revocations);
+    tokio::pin!(revoked);
+    let why = loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => break "cloudcore stops".to_string(),
+            _ = &mut revoked => break "its certificate was revoked".to_string(),
+            _ = end.cancelled() => break "replaced by a newer tunnel, or the node stopped reading".to_string(),
+            f = tokio::time::timeout(hub.settings.keepalive, frames.next()) => f,
+        };
+        let bytes = match next {
+            Err(_) => break format!("silent for {:?}", hub.settings.keepalive),
+            Ok(None) | Ok(Some(Ok(Frame::Close(_)))) => break "closed by the node".to_string(),
+            Ok(Some(Err(e))) => break format!("read failed: {e}"),
+            Ok(Some(Ok(Frame::Binary(b)))) => b,
+            Ok(Some(Ok(_))) => continue,
+        };
+        match api::tunnel::Frame::decode(&bytes) {
+            Ok(f) => hub.tunnels.deliver(&t, &node, f),
+            Err(e) => {
+                hub.metrics
+                    .bad_frames
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(%node, error = %e, "cloudhub: a tunnel frame that is not one; skipped");
+            }
+        }
+    };
+    end.cancel();
+    let _ = writer.await;
+    hub.tunnels.detach(&node, t.id);
+    tracing::info!(%node, reason = %why, "cloudhub: streaming tunnel closed");
+}
+
 /// The `Node` objects' Ready condition, written by a few workers from a map of the newest
 /// state per node: a reconnect storm of thousands of nodes is as many entries, not as many
 /// concurrent API requests (each with its connection and buffers).
@@ -345,8 +424,14 @@ mod tests {
         let ok = req("/e632aba927ea4ac2b575ec1603d56f10/edge-1/events", "edge-1");
         assert_eq!(
             check_handshake(&ok, "system:node:edge-1"),
-            Ok("edge-1".into())
+            Ok(("edge-1".into(), Purpose::Events))
         );
+        let tunnel = req("/e632aba927ea4ac2b575ec1603d56f10/edge-1/stream", "edge-1");
+        assert_eq!(
+            check_handshake(&tunnel, "system:node:edge-1"),
+            Ok(("edge-1".into(), Purpose::Stream))
+        );
+        assert!(check_handshake(&tunnel, "system:node:edge-2").is_err());
         let err = check_handshake(&ok, "system:node:edge-2").expect_err("refused");
         assert_eq!(
             err.to_string(),
@@ -359,7 +444,7 @@ mod tests {
             .expect_err("refused");
         assert_eq!(
             err.to_string(),
-            "path /edge-1/events is not /{projectID}/{nodeName}/events"
+            "path /edge-1/events is not /{projectID}/{nodeName}/events (or /stream)"
         );
     }
 }

@@ -1,14 +1,18 @@
 // The fleet's page: nodes, the devices of every node from DeviceStatus, and desired values set
-// through the Device spec, on cloudcore's Kubernetes API. No build step, no dependencies.
+// through the Device spec, on cloudcore's Kubernetes API. Each kind is listed once and then
+// watched (the API's watch, as kubectl and kube-rs follow it), so an idle page costs nothing and
+// a change costs the object that changed. No build step, no dependencies.
 "use strict";
 
 const DEV = "/apis/devices.kubeedge.io/v1beta1";
 const F = {
-  nodes: [],
+  nodes: new Map(),     // name -> Node
   devices: new Map(),   // "ns/name" -> Device
   statuses: new Map(),  // "ns/name" -> DeviceStatus
   models: new Map(),    // "ns/name" -> DeviceModel
+  pods: new Map(),      // "ns/name" -> Pod
   shown: null,          // the device whose page is open
+  pod: null,            // the pod whose page is open
   errors: new Map(),    // property -> the API's answer to the last desired value set here
   ok: false,
 };
@@ -26,15 +30,28 @@ function renderNodes() {
     const node = (d.spec || {}).nodeName || "";
     count.set(node, (count.get(node) || 0) + 1);
   }
-  $("node-rows").innerHTML = F.nodes.map((n) => {
+  const nodes = [...F.nodes.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  setRows($("node-rows"), nodes.map((n) => {
     const r = ready(n);
     const st = r.status === "True" ? "Ready" : "NotReady";
     const beat = r.lastHeartbeatTime ? `${age(now - Date.parse(r.lastHeartbeatTime))} ago` : "never";
     const info = (n.status || {}).nodeInfo || {};
     // With cloudcore replicas: the one holding the node's session (its Lease identity).
     const replica = st === "Ready" ? ((n.metadata.annotations || {})["cloudcore.kubeedge.io/session"] || "") : "";
-    return `<tr data-node="${esc(n.metadata.name)}"><td>${esc(n.metadata.name)}</td><td><span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}</td><td>${esc(beat)}</td><td><a href="#/devices?node=${encodeURIComponent(n.metadata.name)}">${count.get(n.metadata.name) || 0}</a></td><td>${esc(info.kubeletVersion || "")}</td><td>${esc(replica)}</td></tr>`;
-  }).join("") || `<tr><td colspan="6" class="muted">no node has joined</td></tr>`;
+    const name = n.metadata.name;
+    return {
+      key: name,
+      attrs: `data-node="${esc(name)}"`,
+      cells: [
+        esc(name),
+        `<span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}`,
+        esc(beat),
+        `<a href="#/devices?node=${encodeURIComponent(name)}">${count.get(name) || 0}</a>`,
+        esc(info.kubeletVersion || ""),
+        esc(replica),
+      ],
+    };
+  }), "no node has joined", 6);
 }
 
 function stateOf(id) {
@@ -55,17 +72,82 @@ function same(a, b) {
   return a === b || (a !== "" && b !== "" && !Number.isNaN(x) && !Number.isNaN(y) && x === y);
 }
 
+// The first values a device reported (its spec's order, with the model's units), each marked
+// stale or failed as DeviceStatus says.
+function valuesOf(id, d) {
+  const twins = new Map(((((F.statuses.get(id) || {}).status) || {}).twins || []).map((t) => [t.propertyName, t]));
+  const model = F.models.get(`${d.metadata.namespace || "default"}/${((d.spec || {}).deviceModelRef || {}).name}`);
+  const units = new Map((((model || {}).spec || {}).properties || []).map((p) => [p.name, p.unit || ""]));
+  return valuesCell((d.spec.properties || []).map((p) => p.name)
+    .filter((n) => twins.has(n) && (twins.get(n).reported || {}).value !== undefined)
+    .map((n) => {
+      const r = twins.get(n).reported;
+      const m = r.metadata || {};
+      return { name: n, value: r.value, unit: units.get(n), stale: m.stale, error: m.error };
+    }));
+}
+
+const PAGE = 50;
+const SORT = { key: "id", dir: 1 };
+let page = 0;
+
 function renderDevices() {
   const q = $("search").value.trim().toLowerCase();
   const want = $("state-filter").value;
   const node = new URLSearchParams(location.hash.split("?")[1] || "").get("node");
-  const rows = [...F.devices.entries()]
-    .filter(([, d]) => !node || (d.spec || {}).nodeName === node)
+  const inScope = [...F.devices.entries()].filter(([, d]) => !node || (d.spec || {}).nodeName === node);
+  const counts = new Map();
+  for (const [id] of inScope) counts.set(stateOf(id), (counts.get(stateOf(id)) || 0) + 1);
+  $("state-counts").textContent = [...counts].sort((a, b) => b[1] - a[1]).map(([st, n]) => `${n} ${st}`).join(" · ");
+  const val = ([id, d]) => ({ id, node: (d.spec || {}).nodeName || "", state: stateOf(id), model: ((d.spec || {}).deviceModelRef || {}).name || "" })[SORT.key];
+  const rows = inScope
     .filter(([id]) => !want || stateOf(id) === want)
     .filter(([id, d]) => !q || `${id} ${(d.spec || {}).nodeName} ${((d.spec || {}).deviceModelRef || {}).name}`.toLowerCase().includes(q))
-    .sort(([a], [b]) => a.localeCompare(b));
-  $("device-rows").innerHTML = rows.map(([id, d]) => `<tr data-device="${esc(id)}"><td><a href="#/device/${esc(id)}">${esc(id)}</a></td><td>${esc((d.spec || {}).nodeName || "")}</td><td>${stateCell(stateOf(id), reasonOf(id))}</td><td>${esc(((d.spec || {}).deviceModelRef || {}).name || "")}</td></tr>`).join("");
-  $("device-count").textContent = `${rows.length} of ${F.devices.size} devices${node ? ` on ${node}` : ""}`;
+    .sort((a, b) => SORT.dir * (val(a).localeCompare(val(b)) || a[0].localeCompare(b[0])));
+  const pages = Math.max(1, Math.ceil(rows.length / PAGE));
+  page = Math.min(page, pages - 1);
+  const shown = rows.slice(page * PAGE, (page + 1) * PAGE);
+  setRows($("device-rows"), shown.map(([id, d]) => ({
+    key: id,
+    attrs: `data-device="${esc(id)}"`,
+    cells: [
+      `<a href="#/device/${esc(id)}">${esc(id)}</a>`,
+      esc((d.spec || {}).nodeName || ""),
+      stateCell(stateOf(id), reasonOf(id)),
+      valuesOf(id, d),
+      esc(((d.spec || {}).deviceModelRef || {}).name || ""),
+    ],
+  })), F.devices.size ? "no device matches" : "no device yet", 5);
+  const where = node ? ` on ${node}` : "";
+  $("device-count").textContent = rows.length > PAGE
+    ? `${page * PAGE + 1} to ${page * PAGE + shown.length} of ${rows.length} devices${where} (${F.devices.size} in all)`
+    : `${rows.length} of ${F.devices.size} devices${where}`;
+  $("pager").hidden = pages < 2;
+  $("page-of").textContent = `page ${page + 1} of ${pages}`;
+  $("page-prev").disabled = page === 0;
+  $("page-next").disabled = page >= pages - 1;
+  for (const th of document.querySelectorAll("#devices th[aria-sort]")) {
+    const k = th.querySelector("button").dataset.sort;
+    th.setAttribute("aria-sort", k === SORT.key ? (SORT.dir > 0 ? "ascending" : "descending") : "none");
+  }
+}
+
+document.querySelector("#devices thead").addEventListener("click", (e) => {
+  const b = e.target.closest("button[data-sort]");
+  if (!b) return;
+  SORT.dir = SORT.key === b.dataset.sort ? -SORT.dir : 1;
+  SORT.key = b.dataset.sort;
+  renderDevices();
+});
+$("page-prev").addEventListener("click", () => { page = Math.max(0, page - 1); renderDevices(); });
+$("page-next").addEventListener("click", () => { page += 1; renderDevices(); });
+
+// Property `name` of device `id`'s model ({} when either is not known).
+function mpOf(id, name) {
+  const d = F.devices.get(id);
+  if (!d) return {};
+  const model = F.models.get(`${d.metadata.namespace || "default"}/${(d.spec.deviceModelRef || {}).name}`);
+  return (((model || {}).spec || {}).properties || []).find((p) => p.name === name) || {};
 }
 
 let renderedShape = "";
@@ -83,20 +165,15 @@ function renderDevice() {
   const st = s.status || {};
   $("device-title").textContent = id;
   $("device-state").innerHTML = `${stateCell(st.state || "unknown", reasonOf(id))} · node ${esc(d.spec.nodeName || "")} · model ${esc((d.spec.deviceModelRef || {}).name || "")}${st.lastOnlineTime ? ` · last online ${esc(st.lastOnlineTime)}` : ""}`;
-  const ns = d.metadata.namespace || "default";
-  const model = F.models.get(`${ns}/${(d.spec.deviceModelRef || {}).name}`);
-  const mp = (name) => (((model || {}).spec || {}).properties || []).find((p) => p.name === name) || {};
+  const mp = (name) => mpOf(id, name);
   const props = (d.spec.properties || []).map((p) => p.name);
   const writable = (name) => mp(name).accessMode !== "ReadOnly";
-  const shape = `${id}|${props.map((n) => `${n}:${writable(n)}`).join(",")}`;
+  const shape = `${id}|${props.map((n) => `${n}:${writable(n)}:${mp(n).type}:${mp(n).minimum}:${mp(n).maximum}`).join(",")}`;
   if (shape !== renderedShape) {
     renderedShape = shape;
     $("property-rows").innerHTML = props.map((name) => {
-      const fid = `desired-${name}`;
       const m = mp(name);
-      const form = writable(name)
-        ? `<form class="desired" data-prop="${esc(name)}"><label for="${esc(fid)}">Set ${esc(name)}</label><input id="${esc(fid)}" name="value" autocomplete="off" aria-describedby="${esc(fid)}-error"><button type="submit">Set</button><p class="error" id="${esc(fid)}-error" role="alert"></p></form>`
-        : `<span class="muted">read-only</span>`;
+      const form = writable(name) ? desiredForm(name, m) : `<span class="muted">read-only</span>`;
       return `<tr data-prop="${esc(name)}"><th scope="row">${esc(name)} <span class="muted">${esc(m.type || "")}</span></th><td class="rep"></td><td><div class="des"></div>${form}</td></tr>`;
     }).join("");
   }
@@ -128,22 +205,32 @@ function renderDevice() {
       const at = Number(om.timestamp) ? ` ${age(now - Number(om.timestamp))} ago` : "";
       des += `<p class="muted" data-override>set at the edge to ${esc(o.value)}${unit}${at}; the Device spec asks ${esc(want)}${unit} (the edge's value stands until the spec changes)</p>`;
     }
-    if (refused) des += `<p class="error" role="alert">refused: ${esc(refused)}</p>`;
+    if (refused) des += `<p class="error" id="desired-${esc(p.name)}-refused" role="alert">refused: ${esc(refused)}</p>`;
     const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
     set(".rep", rep);
     set(".des", des);
     const said = tr.querySelector(".desired p.error");
     if (said) said.textContent = F.errors.get(p.name) || "";
   }
+  chartChoices([...props].sort(), (n) => mp(n).type);
 }
+
+// The history chart (chart.js), read through the cloud from the device's gateway (the API's
+// devices/history): a gateway that is away or silent is said in the chart's place.
+Chart.source = (prop, query) => {
+  const [ns, name] = F.shown.split("/");
+  return api(`${DEV}/namespaces/${encodeURIComponent(ns)}/devices/${encodeURIComponent(name)}/history?property=${encodeURIComponent(prop)}&${query}`);
+};
+Chart.property = (name) => (F.shown ? mpOf(F.shown, name) : null);
 
 $("property-rows").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = e.target;
   const name = form.dataset.prop;
-  const value = form.elements.value.value;
+  const value = formValue(form);
   const id = F.shown;
   const d = F.devices.get(id);
+  if (!confirmWrite(e, form, `${name} of ${id}`, value, (mpOf(id, name) || {}).unit)) return;
   const i = (d.spec.properties || []).findIndex((p) => p.name === name);
   const [ns, dn] = id.split("/");
   F.errors.delete(name);
@@ -160,53 +247,227 @@ $("property-rows").addEventListener("submit", async (e) => {
     });
     const body = await r.json().catch(() => ({}));
     if (!r.ok) F.errors.set(name, body.message || `${r.status} ${r.statusText}`);
-    else { F.devices.set(id, body); form.elements.value.value = ""; }
+    else {
+      F.devices.set(id, body);
+      if (form.elements.value.type !== "checkbox") form.elements.value.value = "";
+    }
   } catch (err) {
     F.errors.set(name, String(err.message || err));
   }
   renderDevice();
 });
 
-async function list(path) {
-  const r = await api(path);
-  if (!r.ok) throw new Error(`${path}: ${r.status}`);
-  return (await r.json()).items || [];
+// One kind kept in `store`: listed, then watched from the list's resourceVersion; a watch that
+// ends (the API's timeout) is resumed where it was, one the API no longer can resume (410 Gone)
+// lists again, and an error is said in the health line and tried again after 1, 2, 4 ... 30 s.
+function follow(what, path, query, store, onChange) {
+  const ctl = new AbortController();
+  const w = { what, live: false, error: "", stop: () => ctl.abort() };
+  const url = (extra) => `${path}?${[query, extra].filter(Boolean).join("&")}`;
+  (async () => {
+    let wait = 1000;
+    while (!ctl.signal.aborted) {
+      try {
+        const r = await api(url(""), { signal: ctl.signal });
+        if (!r.ok) throw new Error(`${r.status} ${(await r.json().catch(() => ({}))).message || r.statusText}`);
+        const body = await r.json();
+        store.clear();
+        for (const o of body.items || []) store.set(key(o), o);
+        let rv = (body.metadata || {}).resourceVersion || "";
+        Object.assign(w, { live: true, error: "" });
+        onChange(null);
+        wait = 1000;
+        for (;;) {
+          const s = await api(url(`watch=1&allowWatchBookmarks=true&resourceVersion=${encodeURIComponent(rv)}`), { signal: ctl.signal });
+          if (!s.ok) throw new Error(`${s.status} ${s.statusText}`);
+          const reader = s.body.pipeThrough(new TextDecoderStream()).getReader();
+          let buf = "", gone = false;
+          while (!gone) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buf += value;
+            let nl;
+            while ((nl = buf.indexOf("\n")) >= 0) {
+              const line = buf.slice(0, nl).trim();
+              buf = buf.slice(nl + 1);
+              if (!line) continue;
+              const ev = JSON.parse(line);
+              const o = ev.object || {};
+              if (ev.type === "ERROR") { gone = true; break; }
+              rv = (o.metadata || {}).resourceVersion || rv;
+              if (ev.type === "BOOKMARK") continue;
+              if (ev.type === "DELETED") store.delete(key(o));
+              else store.set(key(o), o);
+              onChange(o);
+            }
+          }
+          if (gone) break;
+        }
+      } catch (err) {
+        if (ctl.signal.aborted || String(err.message) === "unauthorized") return;
+        Object.assign(w, { live: false, error: String(err.message || err) });
+        onChange(null);
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(wait * 2, 30000);
+      }
+    }
+  })();
+  return w;
 }
 
-async function refresh() {
-  try {
-    const [nodes, devices, statuses, models] = await Promise.all([
-      list("/api/v1/nodes"),
-      list(`${DEV}/devices`),
-      list(`${DEV}/devicestatuses`),
-      list(`${DEV}/devicemodels`),
-    ]);
-    F.models = new Map(models.map((m) => [key(m), m]));
-    F.nodes = nodes.sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-    F.devices = new Map(devices.map((d) => [key(d), d]));
-    F.statuses = new Map(statuses.map((s) => [key(s), s]));
-    F.ok = true;
-    $("health").textContent = `${F.nodes.length} nodes · ${F.devices.size} devices · updated ${new Date().toLocaleTimeString()}`;
-  } catch (err) {
-    if (String(err.message) === "unauthorized") return;
-    F.ok = false;
-    $("health").textContent = `cannot read the API: ${err.message}`;
-  }
-  show();
+let watches = [];
+let changes = null;   // the shown Device's audit Events, watched while its page is open
+const audit = new Map();
+
+function showHealth() {
+  const down = watches.concat(podWatch ? [podWatch] : []).filter((w) => !w.live);
+  const text = down.length
+    ? `cannot follow the API (${down.map((w) => `${w.what}: ${w.error || "connecting"}`).join("; ")}); trying again`
+    : `${F.nodes.size} nodes · ${F.devices.size} devices · live`;
+  if ($("health").textContent !== text) $("health").textContent = text;
+  F.ok = !down.length;
 }
+
+// Changes are drawn at once, then at most every 300 ms however fast they come.
+let drawing = 0, drawn = 0;
+function changed() {
+  if (drawing) return;
+  drawing = setTimeout(() => { drawing = 0; drawn = Date.now(); showHealth(); show(); }, Math.max(0, drawn + 300 - Date.now()));
+}
+
+// The Device's audit: each desired value set through the API, by whom and when (its Events,
+// reason DesiredValueSet, newest first), watched while the device's page is open.
+function followChanges() {
+  if (changes) changes.stop();
+  changes = null;
+  audit.clear();
+  renderChanges();
+  const id = F.shown;
+  if (!id) return;
+  const [ns, name] = id.split("/");
+  const sel = `fieldSelector=${encodeURIComponent(`involvedObject.kind=Device,involvedObject.name=${name},reason=DesiredValueSet`)}`;
+  changes = follow("changes", `/api/v1/namespaces/${encodeURIComponent(ns)}/events`, sel, audit, renderChanges);
+}
+
+function renderChanges() {
+  const items = [...audit.values()].sort((a, b) => String(b.lastTimestamp || "").localeCompare(String(a.lastTimestamp || "")) || b.metadata.name.localeCompare(a.metadata.name));
+  const html = changes && changes.error && !changes.live
+    ? `<tr><td colspan="2" class="error">${esc(changes.error)}</td></tr>`
+    : items.slice(0, 50).map((e) => `<tr><td>${esc(e.lastTimestamp ? new Date(e.lastTimestamp).toLocaleString() : "")}</td><td>${esc(e.message)}</td></tr>`).join("")
+      || `<tr><td colspan="2" class="muted">no value set through the API yet</td></tr>`;
+  if ($("change-rows").innerHTML !== html) $("change-rows").innerHTML = html;
+}
+
+// Pods, as the nodes report them; each one's log is read through its node's tunnel.
+function podRestarts(p) {
+  return ((p.status || {}).containerStatuses || []).reduce((n, c) => n + (c.restartCount || 0), 0);
+}
+
+function renderPods() {
+  const pods = [...F.pods.entries()].sort((a, b) => a[0].localeCompare(b[0]));
+  setRows($("pod-rows"), pods.map(([id, p]) => {
+    const cs = (p.status || {}).containerStatuses || [];
+    return {
+      key: id,
+      attrs: `data-pod="${esc(id)}"`,
+      cells: [
+        `<a href="#/pod/${esc(id)}">${esc(id)}</a>`,
+        esc((p.spec || {}).nodeName || ""),
+        esc((p.status || {}).phase || "Pending"),
+        `${cs.filter((c) => c.ready).length}/${((p.spec || {}).containers || []).length}`,
+        String(podRestarts(p)),
+      ],
+    };
+  }), "no pod yet", 5);
+}
+
+function renderPod() {
+  const p = F.pods.get(F.pod);
+  $("pod-title").textContent = F.pod;
+  if (!p) {
+    $("pod-state").textContent = "not found";
+    return;
+  }
+  const text = `${(p.status || {}).phase || "Pending"} · node ${(p.spec || {}).nodeName || "none yet"} · ${podRestarts(p)} restarts`;
+  if ($("pod-state").textContent !== text) $("pod-state").textContent = text;
+  const names = ((p.spec || {}).containers || []).map((c) => c.name);
+  const sel = $("pod-container");
+  if ([...sel.options].map((o) => o.value).join() !== names.join()) {
+    sel.innerHTML = names.map((n) => `<option>${esc(n)}</option>`).join("");
+    followLog();
+  }
+}
+
+// The open pod's log: its last 500 lines, then followed as the node writes it (the API's
+// pods/log through the node's tunnel); the newest 2,000 lines are kept. Leaving the page stops it.
+let logRead = null;
+let podWatch = null;
+async function followLog() {
+  if (logRead) logRead.abort();
+  logRead = null;
+  const pre = $("pod-log");
+  pre.textContent = "";
+  const p = F.pods.get(F.pod || "");
+  const container = $("pod-container").value;
+  if (!p || !container) return;
+  const ctl = new AbortController();
+  logRead = ctl;
+  const [ns, name] = F.pod.split("/");
+  const status = (t) => { if (logRead === ctl) $("pod-log-status").textContent = t; };
+  status("reading the log through the node…");
+  try {
+    const r = await api(`/api/v1/namespaces/${encodeURIComponent(ns)}/pods/${encodeURIComponent(name)}/log?container=${encodeURIComponent(container)}&follow=true&tailLines=500`, { signal: ctl.signal });
+    if (!r.ok) {
+      status((await r.json().catch(() => ({}))).message || `${r.status} ${r.statusText}`);
+      return;
+    }
+    status("following");
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let text = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += value;
+      const lines = text.split("\n");
+      if (lines.length > 2001) text = lines.slice(-2001).join("\n");
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = text;
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    }
+    status("the log ended: the container stopped");
+  } catch (err) {
+    if (ctl.signal.aborted) return;
+    status(`the log stopped: ${err.message || err} (the link to the node, or the node itself)`);
+  }
+}
+$("pod-container").addEventListener("change", followLog);
 
 function show() {
   if (!$("nodes").hidden) renderNodes();
   if (!$("devices").hidden) renderDevices();
   if (!$("device").hidden) renderDevice();
+  if (!$("pods").hidden) renderPods();
+  if (!$("pod").hidden) renderPod();
 }
 
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
-  for (const s of ["nodes", "devices", "device"]) $(s).hidden = true;
-  if (h.startsWith("device/")) {
+  for (const s of ["nodes", "devices", "device", "pods", "pod"]) $(s).hidden = true;
+  const was = F.shown;
+  const wasPod = F.pod;
+  F.shown = null;
+  F.pod = null;
+  if (h.startsWith("pod/")) {
+    F.pod = decodeURIComponent(h.slice(4));
+    $("pod").hidden = false;
+  } else if (h.startsWith("pods")) {
+    $("pods").hidden = false;
+  } else if (h.startsWith("device/")) {
     F.shown = decodeURIComponent(h.slice(7));
-    F.errors.clear();
+    if (F.shown !== was) {
+      F.errors.clear();
+      Chart.prop = "";
+    }
     renderedShape = "";
     $("device").hidden = false;
   } else if (h.startsWith("devices")) {
@@ -214,18 +475,56 @@ function route() {
   } else {
     $("nodes").hidden = false;
   }
+  if (F.shown !== was || !changes) followChanges();
+  // Pods are watched only while their pages are open: a browser holds at most six
+  // connections to the API, and each watch keeps one.
+  const podsShown = !$("pods").hidden || !$("pod").hidden;
+  if (podsShown && !podWatch) podWatch = follow("pods", "/api/v1/pods", "", F.pods, changed);
+  if (!podsShown && podWatch) {
+    podWatch.stop();
+    podWatch = null;
+    F.pods.clear();
+  }
+  if (F.pod !== wasPod) {
+    $("pod-container").innerHTML = "";
+    if (logRead) logRead.abort();
+    logRead = null;
+    $("pod-log").textContent = "";
+    $("pod-log-status").textContent = "";
+  }
   show();
+  if (F.pod) return "pod";
+  if (h.startsWith("pods")) return "pods";
+  return F.shown ? "device" : h.startsWith("devices") ? "devices" : "nodes";
 }
 
 $("search").addEventListener("input", renderDevices);
 $("state-filter").addEventListener("change", renderDevices);
-window.addEventListener("hashchange", route);
+// The new view's heading takes the focus (a screen reader says where the user is).
+window.addEventListener("hashchange", () => {
+  const view = route();
+  requestAnimationFrame(() => $(`${view}-title`).focus());
+});
 
-let timer = 0;
 function start() {
+  for (const w of watches) w.stop();
+  if (changes) changes.stop();
+  changes = null;
+  watches = [
+    follow("nodes", "/api/v1/nodes", "", F.nodes, changed),
+    follow("devices", `${DEV}/devices`, "", F.devices, changed),
+    follow("device states", `${DEV}/devicestatuses`, "", F.statuses, changed),
+    follow("models", `${DEV}/devicemodels`, "", F.models, changed),
+  ];
+  if (podWatch) podWatch.stop();
+  podWatch = null;
   route();
-  refresh();
-  if (!timer) timer = setInterval(refresh, 2000);
 }
+// Ages (last heartbeat, changed ... ago) move on without anything from the API; the chart is
+// read again every 10 s while a device's page is open.
+setInterval(() => {
+  show();
+  if (F.shown && !$("device").hidden && Date.now() - Chart.loadedAt > 10000) loadHistory();
+}, 5000);
 UI.onLogin = start;
 start();

@@ -30,6 +30,19 @@ impl CriError {
     }
 }
 
+/// A container's usage as [`Runtime::container_usage`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerUsage {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// Cumulative CPU time, nanoseconds, read at `at_ns` (Unix nanoseconds).
+    pub cpu_ns: u64,
+    pub at_ns: i64,
+    /// Working set, bytes.
+    pub memory: u64,
+}
+
 fn failed(call: &'static str, status: tonic::Status) -> CriError {
     CriError { call, status }
 }
@@ -283,6 +296,94 @@ impl Runtime {
             .await
             .map_err(|s| failed("ExecSync", s))?;
         Ok(r.into_inner().exit_code)
+    }
+
+    /// Asks the runtime to prepare a command in a container: the URL of its streaming server
+    /// where the command's streams are then served (once).
+    pub async fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        (tty, stdin, stdout, stderr): (bool, bool, bool, bool),
+    ) -> Result<String, CriError> {
+        let r = self
+            .runtime
+            .clone()
+            .exec(self.request(
+                cri::ExecRequest {
+                    container_id: id.into(),
+                    cmd: cmd.to_vec(),
+                    tty,
+                    stdin,
+                    stdout,
+                    // A terminal has one output: the runtime refuses stderr beside it.
+                    stderr: stderr && !tty,
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("Exec", s))?;
+        Ok(r.into_inner().url)
+    }
+
+    /// As [`Runtime::exec`] for the container's own process (`kubectl attach`): no command.
+    pub async fn attach(
+        &self,
+        id: &str,
+        (tty, stdin, stdout, stderr): (bool, bool, bool, bool),
+    ) -> Result<String, CriError> {
+        let r = self
+            .runtime
+            .clone()
+            .attach(self.request(
+                cri::AttachRequest {
+                    container_id: id.into(),
+                    stdin,
+                    tty,
+                    stdout,
+                    stderr: stderr && !tty,
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("Attach", s))?;
+        Ok(r.into_inner().url)
+    }
+
+    /// Each container's CPU time and memory as the runtime measures them (`kubectl top`): by
+    /// (namespace, pod, container) from the kubelet's labels, with the cumulative CPU
+    /// nanoseconds, when they were read (Unix nanoseconds) and the working set in bytes.
+    pub async fn container_usage(&self) -> Result<Vec<ContainerUsage>, CriError> {
+        let r = self
+            .runtime
+            .clone()
+            .list_container_stats(self.request(
+                cri::ListContainerStatsRequest { filter: None },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("ListContainerStats", s))?;
+        Ok(r.into_inner()
+            .stats
+            .into_iter()
+            .filter_map(|s| {
+                let a = s.attributes?;
+                let label = |k: &str| a.labels.get(k).cloned().unwrap_or_default();
+                let cpu = s.cpu?;
+                Some(ContainerUsage {
+                    namespace: label("io.kubernetes.pod.namespace"),
+                    pod: label("io.kubernetes.pod.name"),
+                    container: label("io.kubernetes.container.name"),
+                    cpu_ns: cpu.usage_core_nano_seconds.map(|v| v.value)?,
+                    at_ns: cpu.timestamp,
+                    memory: s
+                        .memory
+                        .and_then(|m| m.working_set_bytes)
+                        .map_or(0, |v| v.value),
+                })
+            })
+            .filter(|u| !u.pod.is_empty() && !u.container.is_empty())
+            .collect())
     }
 
     /// Has the runtime open the container's log file again (after it was rotated).

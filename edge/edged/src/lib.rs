@@ -33,7 +33,7 @@ pub use pods::{ContainerView, PodView, Pods};
 pub use config::Config;
 use container::{Env, container_config, labels, project_volumes};
 pub use cri_client::CriError;
-use cri_client::Runtime;
+pub use cri_client::{ContainerUsage, Runtime};
 use proto::v1 as cri;
 use spec::{Desired, cloud_pod, parse_pod};
 use std::collections::{BTreeMap, HashMap};

@@ -67,9 +67,10 @@ enum Command {
         #[command(subcommand)]
         command: HilCommand,
     },
-    /// Draft the DeviceModel and Device of a Modbus TCP device from what answers on the wire,
-    /// reading only: `kectl discover HOST:PORT [--units 1-10] [-o draft.yaml]` (runs
-    /// `devsim discover`).
+    /// Draft the DeviceModel and Device manifests of devices from what answers on the wire,
+    /// never writing: `kectl discover HOST:PORT [--units 1-10] [-o draft.yaml]` (Modbus TCP),
+    /// `kectl discover /dev/ttyUSB0 --units 1-247` (an RTU line, its settings found),
+    /// `kectl discover opc.tcp://HOST:PORT` (an OPC UA server, browsed). Runs `devsim discover`.
     Discover {
         /// The device's address and `devsim discover`'s options.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
@@ -132,6 +133,26 @@ enum TwinCommand {
     },
     /// List the devices of the node.
     List,
+    /// A property's reported values over time, from the gateway's history (`$state`: the
+    /// device's state).
+    History {
+        /// NAMESPACE/NAME (NAME alone means namespace default).
+        device: String,
+        property: String,
+        /// From: ms since the epoch, `now`, or back from now: `-24h`, `-7d`, `-30m` (default: an
+        /// hour before --to).
+        #[arg(long, allow_hyphen_values = true)]
+        from: Option<String>,
+        /// To (default now), as --from.
+        #[arg(long, allow_hyphen_values = true)]
+        to: Option<String>,
+        /// A bucket per step (`30s`, `1m`, `1h`): min, max, mean, last, count; none: each point.
+        #[arg(long)]
+        step: Option<String>,
+        /// CSV instead of a table.
+        #[arg(long)]
+        csv: bool,
+    },
 }
 
 fn run_twin(server: &str, json: bool, command: &TwinCommand) -> anyhow::Result<bool> {
@@ -155,6 +176,28 @@ fn run_twin(server: &str, json: bool, command: &TwinCommand) -> anyhow::Result<b
             )
         }
         TwinCommand::List => (client.list()?, kectl::twin::format_list),
+        TwinCommand::History {
+            device,
+            property,
+            from,
+            to,
+            step,
+            csv,
+        } => {
+            let (ns, name) = kectl::twin::split_id(device)?;
+            let q = kectl::twin::HistoryQuery {
+                from: from.clone(),
+                to: to.clone(),
+                step: step.clone(),
+                csv: *csv,
+            };
+            let doc = client.history(&ns, &name, property, &q)?;
+            if *csv {
+                print!("{}", doc.as_str().unwrap_or_default());
+                return Ok(true);
+            }
+            (doc, kectl::twin::format_history)
+        }
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -86,6 +86,48 @@ impl Client {
         self.decode(&format!("get twin of {ns}/{name}"), r)
     }
 
+    /// A property's history: CSV text when `q.csv`, else the JSON document.
+    pub fn history(
+        &self,
+        ns: &str,
+        name: &str,
+        property: &str,
+        q: &HistoryQuery,
+    ) -> anyhow::Result<Value> {
+        let HistoryQuery {
+            from,
+            to,
+            step,
+            csv,
+        } = q;
+        let (from, to, step, csv) = (from.as_deref(), to.as_deref(), step.as_deref(), *csv);
+        let enc = |s: &str| -> String {
+            s.bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect()
+        };
+        let mut url = format!(
+            "{}/api/v1/devices/{ns}/{name}/properties/{}/history?",
+            self.base,
+            enc(property)
+        );
+        for (k, v) in [("from", from), ("to", to), ("step", step)] {
+            if let Some(v) = v {
+                let _ = write!(url, "{k}={}&", enc(v));
+            }
+        }
+        if csv {
+            url.push_str("format=csv");
+        }
+        let r = self.get_url(url).call();
+        self.decode(&format!("history of {ns}/{name} {property}"), r)
+    }
+
     /// Every device.
     pub fn list(&self) -> anyhow::Result<Value> {
         let r = self.get_url(format!("{}/api/v1/devices", self.base)).call();
@@ -383,4 +425,66 @@ mod tests {
         );
         assert_eq!(lines[5], "runtime: CRI Version: connection refused");
     }
+}
+
+/// What of a history to ask for: `from`, `to` (ms, `now`, `-24h`), `step` (`1m`), CSV or not.
+#[derive(Clone, Debug, Default)]
+pub struct HistoryQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub step: Option<String>,
+    pub csv: bool,
+}
+
+/// A history document as a table: one line per point (time, value) or per step (time, min,
+/// max, mean, last, count), times in UTC.
+pub fn format_history(doc: &Value) -> String {
+    let time = |ms: i64| {
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| ms.to_string())
+    };
+    let shown = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    if let Some(points) = doc["points"].as_array() {
+        let _ = writeln!(out, "{:<25} VALUE", "TIME");
+        for p in points {
+            let _ = writeln!(
+                out,
+                "{:<25} {}",
+                time(p["t"].as_i64().unwrap_or(0)),
+                shown(&p["v"])
+            );
+        }
+        if doc["truncated"].as_bool() == Some(true) {
+            let _ = writeln!(out, "(more points than shown: give --step)");
+        }
+    } else if let Some(buckets) = doc["buckets"].as_array() {
+        let _ = writeln!(
+            out,
+            "{:<25} {:>12} {:>12} {:>12} {:>12} {:>6}",
+            "TIME", "MIN", "MAX", "MEAN", "LAST", "COUNT"
+        );
+        for b in buckets {
+            let _ = writeln!(
+                out,
+                "{:<25} {:>12} {:>12} {:>12} {:>12} {:>6}",
+                time(b["t"].as_i64().unwrap_or(0)),
+                shown(&b["min"]),
+                shown(&b["max"]),
+                shown(&b["mean"]),
+                shown(&b["last"]),
+                shown(&b["count"])
+            );
+        }
+    }
+    out
 }

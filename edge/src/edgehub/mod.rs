@@ -17,6 +17,9 @@
 //!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
 
 pub(crate) mod join;
+mod nodeinfo;
+pub(crate) mod tunnel;
+mod usage;
 
 use crate::catalog::{SharedCatalog, SharedSources};
 use crate::config::Cloud;
@@ -51,6 +54,10 @@ pub(crate) struct EdgeHub {
     /// edged's pods from the cloud, when edged runs.
     pub pods: Option<CloudPods>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// What the streaming tunnel serves; none when `cloud.streams.enable` is false.
+    pub tunnel: Option<std::sync::Arc<tunnel::Services>>,
+    /// The container runtime, when edged runs (its containers' usage for `kubectl top`).
+    pub runtime: Option<std::sync::Arc<edged::Runtime>>,
 }
 
 impl EdgeHub {
@@ -205,6 +212,17 @@ impl EdgeHub {
             .await
             .context("websocket handshake with cloudhub failed")?;
         tracing::info!(%server, "edgehub: connected");
+        // The streaming tunnel, beside this session and ended with it.
+        let tunnel_end = cancel.child_token();
+        let _tunnel_end = tunnel_end.clone().drop_guard();
+        if let Some(services) = &self.tunnel {
+            let target = tunnel::Target {
+                server: server.clone(),
+                project_id: self.cloud.project_id.clone(),
+                tls: creds.client_config()?,
+            };
+            tokio::spawn(tunnel::run(services.clone(), target, tunnel_end));
+        }
         *self
             .metrics
             .cloud_server
@@ -217,6 +235,11 @@ impl EdgeHub {
         let mut home_check = back_home.map(|(t, _)| t);
         let mut heartbeat =
             tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));
+        // What the node and its pods use (`kubectl top`): a rate needs two samples, so the
+        // first report is one period after the session starts.
+        let usage_every = Duration::from_secs(self.cloud.metrics_seconds.max(1));
+        let mut usage_tick = tokio::time::interval(usage_every);
+        let mut sampler = usage::Sampler::new();
         // The outbox is read when the twin committed something (checked every 20 ms), and
         // every second anyway (for resends).
         let mut poll = tokio::time::interval(Duration::from_millis(20));
@@ -236,6 +259,16 @@ impl EdgeHub {
             tokio::time::Instant::now() + Duration::from_secs(3600),
             Duration::from_secs(3600),
         );
+        // The node's system info first (its version on the fleet page and in `kubectl get
+        // nodes`); the answer says whether the cloud took it.
+        let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"));
+        let mut info_id = info.header.id.clone();
+        // Sent again when refused: the Node may not be made yet (cloudhub makes it as the
+        // session starts), at most a few times.
+        let mut info_again: Option<Instant> = None;
+        let mut info_tries = 1;
+        sink.send(Frame::text(serde_json::to_string(&info)?))
+            .await?;
         for msg in self.device_states().await {
             bucket.take().await;
             sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
@@ -247,6 +280,13 @@ impl EdgeHub {
                     return Ok("edgecore stops".into());
                 }
                 _ = renewal.tick() => self.renew_if_due(cert_server, &mut creds, renewal_tried).await,
+                _ = sleep_until_some(info_again) => {
+                    info_again = None;
+                    info_tries += 1;
+                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"));
+                    info_id = info.header.id.clone();
+                    sink.send(Frame::text(serde_json::to_string(&info)?)).await?;
+                }
                 _ = sleep_until_some(home_check) => {
                     if let Some((_, home)) = back_home
                         && reachable(home).await
@@ -260,6 +300,12 @@ impl EdgeHub {
                 _ = heartbeat.tick() => {
                     let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
                     sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;
+                }
+                _ = usage_tick.tick(), if self.cloud.metrics_seconds > 0 => {
+                    if let Some(content) = usage::sample(&mut sampler, self.runtime.as_deref(), self.cloud.metrics_seconds).await {
+                        let msg = Message::new("edgehub", "meta", "update", usage::RESOURCE, content);
+                        sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+                    }
                 }
                 ev = events.recv() => match ev {
                     Ok(a) => dirty |= !a.outbox.is_empty(),
@@ -307,6 +353,18 @@ impl EdgeHub {
                             continue;
                         }
                     };
+                    if !info_id.is_empty() && msg.header.parent_id == info_id {
+                        info_id.clear();
+                        let refused = msg.route.operation == "error"
+                            || msg.content.get("Err").is_some_and(|e| !e.is_null());
+                        if refused && info_tries < 5 {
+                            tracing::debug!(content = %msg.content, "edgehub: the cloud did not take this node's system info yet; sent again in 2 s");
+                            info_again = Some(Instant::now() + Duration::from_secs(2));
+                        } else if refused {
+                            tracing::warn!(content = %msg.content, "edgehub: the cloud did not take this node's system info (its version is not shown)");
+                        }
+                        continue;
+                    }
                     if let Some(key) = pod_inflight.remove(&msg.header.parent_id) {
                         // The cloud's answer to a pod status: an error is tried again later.
                         if msg.route.operation == "error" {
@@ -411,6 +469,7 @@ impl EdgeHub {
                 self.store_object(&kind, &id, &msg.content).await
             }
             ("device" | "devicemodel", "delete") => self.delete_object(&kind, &id).await,
+            ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
             _ => {
                 tracing::debug!(%kind, op = %msg.route.operation, "edgehub: not a device message; ignored");
                 return None;
@@ -426,6 +485,26 @@ impl EdgeHub {
                 None
             }
         }
+    }
+
+    /// The cloud asks for a device's history (cloudcore's `devices/history`): answered from
+    /// the store as the local API answers `GET .../properties/{p}/history`, or refused with
+    /// that API's status and message.
+    async fn answer_history(&self, msg: &Message, id: &DeviceId) -> Message {
+        let q: crate::http::HistoryQuery =
+            serde_json::from_value(msg.content.clone()).unwrap_or_default();
+        let property = msg.content["property"].as_str().unwrap_or_default();
+        let mut answer = match crate::http::history_series(&self.twin, id, property, &q).await {
+            Ok(series) => msg.response(series.to_json()),
+            Err((code, message)) => {
+                let mut m =
+                    msg.response(serde_json::json!({"code": code.as_u16(), "message": message}));
+                m.route.operation = "error".into();
+                m
+            }
+        };
+        answer.route.source = "edgehub".into();
+        answer
     }
 
     /// A pod, ConfigMap or Secret for edged: stored, then handed to edged.

@@ -3,7 +3,7 @@
 "use strict";
 
 const S = {
-  devices: new Map(),   // "ns/name" -> device row
+  devices: new Map(),   // "ns/name" -> device row, with `values` (the list's short reported values)
   twin: null,           // the twin shown, with its id
   history: new Map(),   // "ns/name/property" -> [[ms, number], ...] (recent numeric values)
   live: false,
@@ -40,23 +40,73 @@ function remember(id, name, p) {
 function spark(id, name) {
   const h = S.history.get(`${id}/${name}`) || [];
   if (h.length < 2) return "";
+  // Spaced by time (the last value held until now), each value drawn as a step.
+  const now = Date.now(), t0 = h[0][0], span = Math.max(1, now - t0);
   const vs = h.map((x) => x[1]);
-  const lo = Math.min(...vs), hi = Math.max(...vs), span = hi - lo || 1;
-  const pts = h.map((x, i) => `${(i * 118 / (h.length - 1) + 1).toFixed(1)},${(26 - (x[1] - lo) * 24 / span).toFixed(1)}`).join(" ");
-  return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(name)}: last ${h.length} values, ${lo} to ${hi}"><polyline points="${pts}"/></svg>`;
+  const lo = Math.min(...vs), hi = Math.max(...vs), range = hi - lo || 1;
+  const X = (t) => (1 + ((t - t0) * 118) / span).toFixed(1);
+  const Y = (v) => (26 - ((v - lo) * 24) / range).toFixed(1);
+  let d = `M${X(h[0][0])} ${Y(h[0][1])}`;
+  for (let i = 1; i < h.length; i++) d += ` H${X(h[i][0])} V${Y(h[i][1])}`;
+  d += ` H${X(now)}`;
+  return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(name)}: ${h.length} values over ${age(span)}, ${lo} to ${hi}"><path d="${d}"/></svg>`;
 }
+
+const PAGE = 50;
+S.sort = { key: "id", dir: 1 };
+S.page = 0;
 
 function renderList() {
   S.dirtyList = false;
   const q = $("search").value.trim().toLowerCase();
   const want = $("state-filter").value;
-  const rows = [...S.devices.values()]
-    .filter((r) => !want || (r.state || "unknown") === want)
+  const all = [...S.devices.values()];
+  // Counts per state, of every device (the filters do not change them).
+  const counts = new Map();
+  for (const r of all) counts.set(shownState(r)[0] || "unknown", (counts.get(shownState(r)[0] || "unknown") || 0) + 1);
+  $("state-counts").textContent = [...counts].sort((a, b) => b[1] - a[1]).map(([st, n]) => `${n} ${st}`).join(" · ");
+  const key = S.sort.key;
+  const val = (r) => (key === "id" ? idOf(r) : key === "state" ? shownState(r)[0] || "unknown" : r[key] || "");
+  const rows = all
+    .filter((r) => !want || (shownState(r)[0] || "unknown") === want)
     .filter((r) => !q || `${idOf(r)} ${r.model} ${r.protocol}`.toLowerCase().includes(q))
-    .sort((a, b) => idOf(a).localeCompare(idOf(b)));
-  $("device-rows").innerHTML = rows.map((r) => `<tr data-device="${esc(idOf(r))}"><td><a href="#/device/${esc(idOf(r))}">${esc(idOf(r))}</a></td><td>${stateCell(...shownState(r))}</td><td>${esc(r.model)}</td><td>${esc(r.protocol)}</td></tr>`).join("");
-  $("device-count").textContent = `${rows.length} of ${S.devices.size} devices`;
+    .sort((a, b) => S.sort.dir * (val(a).localeCompare(val(b)) || idOf(a).localeCompare(idOf(b))));
+  const pages = Math.max(1, Math.ceil(rows.length / PAGE));
+  S.page = Math.min(S.page, pages - 1);
+  const shown = rows.slice(S.page * PAGE, (S.page + 1) * PAGE);
+  S.listed = new Set(shown.map(idOf));
+  setRows($("device-rows"), shown.map((r) => ({
+    key: idOf(r),
+    attrs: `data-device="${esc(idOf(r))}"`,
+    cells: [
+      `<a href="#/device/${esc(idOf(r))}">${esc(idOf(r))}</a>`,
+      stateCell(...shownState(r)),
+      valuesCell(Object.entries(r.values || {}).map(([name, v]) => Object.assign({ name }, v, { stale: v.stale || !!S.lostAt }))),
+      esc(r.model),
+      esc(r.protocol),
+    ],
+  })), S.devices.size ? "no device matches" : "no device on this gateway", 5);
+  $("device-count").textContent = rows.length > PAGE
+    ? `${S.page * PAGE + 1} to ${S.page * PAGE + shown.length} of ${rows.length} devices (${S.devices.size} in all)`
+    : `${rows.length} of ${S.devices.size} devices`;
+  $("pager").hidden = pages < 2;
+  $("page-of").textContent = `page ${S.page + 1} of ${pages}`;
+  $("page-prev").disabled = S.page === 0;
+  $("page-next").disabled = S.page >= pages - 1;
+  for (const th of document.querySelectorAll("#devices th[aria-sort]")) {
+    const k = th.querySelector("button").dataset.sort;
+    th.setAttribute("aria-sort", k === key ? (S.sort.dir > 0 ? "ascending" : "descending") : "none");
+  }
 }
+
+document.querySelector("#devices thead").addEventListener("click", (e) => {
+  const b = e.target.closest("button[data-sort]");
+  if (!b) return;
+  S.sort = { key: b.dataset.sort, dir: S.sort.key === b.dataset.sort ? -S.sort.dir : 1 };
+  renderList();
+});
+$("page-prev").addEventListener("click", () => { S.page = Math.max(0, S.page - 1); renderList(); });
+$("page-next").addEventListener("click", () => { S.page += 1; renderList(); });
 
 let renderedProps = "";
 function renderDevice() {
@@ -75,9 +125,8 @@ function renderDevice() {
     renderedProps = shape;
     $("property-rows").innerHTML = names.map((name) => {
       const p = t.properties[name];
-      const fid = `desired-${name}`;
       const form = p.writable
-        ? `<form class="desired" data-prop="${esc(name)}"><label for="${esc(fid)}">Set ${esc(name)}</label><input id="${esc(fid)}" name="value" data-prop="${esc(name)}" autocomplete="off" aria-describedby="${esc(fid)}-error ${esc(fid)}-refused"><button type="submit">Set</button><p class="error" id="${esc(fid)}-error" role="alert"></p></form>`
+        ? desiredForm(name, p)
         : `<span class="muted">read-only</span>`;
       return `<tr data-prop="${esc(name)}"><th scope="row">${esc(name)} <span class="muted">${esc(p.type)}</span></th><td class="rep"></td><td class="spark"></td><td><div class="des"></div>${form}</td></tr>`;
     }).join("");
@@ -113,7 +162,40 @@ function renderDevice() {
     const said = tr.querySelector(".desired p.error");
     if (said) said.textContent = S.errors.get(name) || "";
   }
+  chartChoices(Object.keys(t.properties || {}).sort(), (n) => t.properties[n].type);
 }
+
+// The history chart (chart.js) reads this gateway's own history API.
+const enc = encodeURIComponent;
+function historyBase(id) {
+  const [ns, name] = id.split("/");
+  return `/api/v1/devices/${enc(ns)}/${enc(name)}/properties/`;
+}
+Chart.source = (prop, query) => api(`${historyBase(S.twin.id)}${enc(prop)}/history?${query}`);
+Chart.property = (name) => S.twin && S.twin.properties && S.twin.properties[name];
+
+// The spark of each numeric property starts from the last hour of history, not from the page's
+// own memory (empty after a reload, and for a value that has not changed since).
+async function seedSparks(id) {
+  const t = S.twin;
+  if (!t) return;
+  const base = historyBase(id);
+  await Promise.all(Object.entries(t.properties || {}).filter(([, p]) => NUMERIC.has(p.type)).map(async ([name]) => {
+    try {
+      const r = await api(`${base}${enc(name)}/history?from=-1h&step=1m`);
+      if (!r.ok) return;
+      const d = await r.json();
+      const key = `${id}/${name}`;
+      const seen = S.history.get(key) || [];
+      const old = (d.buckets || []).map((b) => [b.t, numberOf(b.last)]).filter(([, v]) => Number.isFinite(v));
+      const first = seen.length ? seen[0][0] : Infinity;
+      S.history.set(key, old.filter(([tt]) => tt < first).concat(seen).slice(-HISTORY));
+    } catch (_) { /* the live values only */ }
+  }));
+  S.dirtyDevice = true;
+  schedule();
+}
+
 
 let frame = 0;
 function schedule() {
@@ -129,8 +211,11 @@ $("property-rows").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = e.target;
   const name = form.dataset.prop;
-  const value = form.elements.value.value;
+  const input = form.elements.value;
+  const value = formValue(form);
   const [ns, dn] = S.twin.id.split("/");
+  const p = S.twin.properties[name] || {};
+  if (!confirmWrite(e, form, `${name} of ${S.twin.id}`, value, p.unit)) return;
   S.errors.delete(name);
   try {
     const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(dn)}/desired`, {
@@ -141,8 +226,8 @@ $("property-rows").addEventListener("submit", async (e) => {
     if (!r.ok) {
       const body = await r.json().catch(() => ({}));
       S.errors.set(name, body.error || `${r.status} ${r.statusText}`);
-    } else {
-      form.elements.value.value = "";
+    } else if (input.type !== "checkbox") {
+      input.value = "";
     }
   } catch (err) {
     S.errors.set(name, String(err.message || err));
@@ -164,10 +249,16 @@ async function openDevice(id) {
   const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
   if (!r.ok) {
     $("device-title").textContent = id;
-    $("device-state").textContent = `not found (${r.status})`;
+    const body = await r.json().catch(() => ({}));
+    $("device-state").textContent = r.status === 404 ? `no device ${id} on this gateway` : `cannot be read: ${body.error || r.status}`;
+    $("property-table").hidden = true;
+    $("history-panel").hidden = true;
     $("property-rows").innerHTML = "";
+    S.twin = null;
     return;
   }
+  $("property-table").hidden = false;
+  $("history-panel").hidden = false;
   const t = await r.json();
   t.id = id;
   // Events that arrived while this answer was on its way may be newer than it: a property the
@@ -182,7 +273,12 @@ async function openDevice(id) {
     }
   }
   for (const [k, p] of Object.entries(t.properties || {})) remember(id, k, p);
+  const opened = !S.twin || S.twin.id !== id;
   S.twin = t;
+  if (opened) {
+    Chart.prop = "";
+    seedSparks(id);
+  }
   renderDevice();
 }
 
@@ -194,9 +290,16 @@ function onDeviceEvent(ev) {
   if (ev.removed) {
     S.devices.delete(id);
     S.dirtyList = true;
-  } else if (ev.row) {
-    S.devices.set(id, ev.row);
-    if (moved) S.dirtyList = true;
+  } else if (ev.row || old) {
+    const values = Object.assign({}, (old && old.values) || {});
+    for (const [k, p] of Object.entries(ev.properties || {})) {
+      const r = p && p.reported;
+      if (!r) delete values[k];
+      else values[k] = { value: r.value, unit: p.unit, stale: r.stale, error: p.error && p.error.kind === "read" ? p.error.message : "" };
+    }
+    S.devices.set(id, Object.assign({}, ev.row || old, { values }));
+    // A new value makes the list again only when the device is on the page shown.
+    if (moved || (S.listed && S.listed.has(id) && Object.keys(ev.properties || {}).length)) S.dirtyList = true;
   }
   for (const [k, p] of Object.entries(ev.properties || {})) {
     if (p) remember(id, k, p);
@@ -212,7 +315,7 @@ function onDeviceEvent(ev) {
 }
 
 async function loadDevices() {
-  const r = await api("/api/v1/devices");
+  const r = await api("/api/v1/devices?values=true");
   const rows = await r.json();
   S.devices = new Map(rows.map((x) => [idOf(x), x]));
   S.dirtyList = true;
@@ -262,6 +365,27 @@ async function listen() {
   }
 }
 
+// What is down, where the user cannot miss it: edgecore itself, a mapper, the cloud link.
+function showBanner() {
+  const said = [];
+  if (S.lostAt) said.push(`edgecore does not answer since ${new Date(S.lostAt).toLocaleTimeString()}: the values shown may be old`);
+  for (const m of S.mappers || []) {
+    if (m.state && m.state !== "alive") said.push(`mapper ${m.name} (${m.protocol}) is ${m.state}${m.error ? `: ${m.error}` : ""}; its devices are not read`);
+  }
+  const s = S.status;
+  if (!S.lostAt && s && s.cloud === "cut") said.push("the cloud link is cut: this gateway works offline, changes wait for the cloud");
+  const text = said.join(" · ");
+  const b = $("banner");
+  if (b.textContent !== text) b.textContent = text;
+  b.hidden = !text;
+}
+
+// A request refused for want of the token shows the login form (common.js); the refusal is not
+// an error to report again.
+window.addEventListener("unhandledrejection", (e) => {
+  if (String(e.reason && e.reason.message) === "unauthorized") e.preventDefault();
+});
+
 function showHealth() {
   const s = S.status;
   const parts = [S.live ? "live" : "reconnecting…"];
@@ -272,9 +396,13 @@ function showHealth() {
     if (s.cloud !== "none" && s.outbox !== null && s.outbox !== undefined) parts.push(`${s.outbox} waiting for the cloud`);
   }
   $("health").textContent = parts.join(" · ");
+  showBanner();
 }
 
 async function poll() {
+  if (S.twin && !$("device").hidden && Date.now() - Chart.loadedAt > 10000) {
+    loadHistory();
+  }
   try {
     const r = await api("/api/v1/status");
     S.status = await r.json();
@@ -295,12 +423,14 @@ async function poll() {
       schedule();
     } catch (_) { /* next time */ }
   }
-  if (!$("mappers").hidden) {
-    try {
-      const ms = await (await api("/api/v1/mappers")).json();
-      $("mapper-rows").innerHTML = ms.map((m) => `<tr><td>${esc(m.name)}</td><td>${esc(m.protocol)}</td><td>${stateCell(m.state, m.error ? `${m.since || ""} ${m.error}` : "")}</td><td>${esc((m.devices || []).join(", "))}</td></tr>`).join("") || `<tr><td colspan="4" class="muted">no mapper registered</td></tr>`;
-    } catch (_) { /* next time */ }
-  }
+  try {
+    const ms = await (await api("/api/v1/mappers")).json();
+    S.mappers = ms;
+    if (!$("mappers").hidden) {
+      $("mapper-rows").innerHTML = ms.map((m) => `<tr><td>${esc(m.name)}</td><td>${esc(m.protocol)}</td><td>${stateCell(m.state, m.error ? `${m.since || ""} ${m.error}` : "")}</td><td>${(m.devices || []).length ? `<ul class="plain">${m.devices.map((d) => `<li><a href="#/device/${esc(d)}">${esc(d)}</a></li>`).join("")}</ul>` : `<span class="muted">none</span>`}</td></tr>`).join("") || `<tr><td colspan="4" class="muted">no mapper registered</td></tr>`;
+    }
+  } catch (_) { /* next time */ }
+  showBanner();
   if (!$("pods").hidden) {
     try {
       const r = await api("/api/v1/pods");
@@ -328,6 +458,11 @@ $("pod-rows").addEventListener("click", async (e) => {
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
   for (const s of ["devices", "device", "mappers", "pods"]) $(s).hidden = true;
+  // The new view's heading takes the focus (a screen reader says where the user is), but not
+  // at the first load.
+  const shown = h.startsWith("device/") ? "device" : h === "mappers" || h === "pods" ? h : "devices";
+  if (S.routed) requestAnimationFrame(() => $(`${shown}-title`).focus());
+  S.routed = true;
   if (h.startsWith("device/")) {
     $("device").hidden = false;
     S.errors.clear();

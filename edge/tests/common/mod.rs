@@ -92,6 +92,19 @@ impl Edgecore {
         Self::with_dir_and_extra(dir, external, "", "")
     }
 
+    /// As [`Edgecore::with_dir`] (embedded broker), with `extra` (top-level YAML lines, e.g.
+    /// `history: {...}`) added to the config.
+    pub fn with_dir_config(dir: tempfile::TempDir, extra: &str) -> Self {
+        let e = Self::with_dir_and_extra(dir, None, "", "");
+        let mut text = std::fs::read_to_string(&e.config).expect("the config");
+        text.push_str(extra);
+        text.push('\n');
+        std::fs::write(&e.config, text).expect("write config");
+        let mut e = e;
+        e.restart(false);
+        e
+    }
+
     fn with_dir_and_extra(
         dir: tempfile::TempDir,
         external: Option<u16>,

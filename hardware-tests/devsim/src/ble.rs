@@ -222,6 +222,7 @@ pub fn start(devices: Vec<(SimDevice, Sim)>) -> Result<(String, Running), String
                 props: props.clone(),
                 sim: sim.clone(),
                 last: Some(b),
+                misfit: None,
             });
         }
         spec_devices.push(json!({
@@ -282,6 +283,8 @@ struct Tracked {
     sim: Sim,
     /// What the characteristic was last given (or last seen holding).
     last: Option<Vec<u8>>,
+    /// Why its values did not fit, once said (said again only after they fit again).
+    misfit: Option<String>,
 }
 
 fn value(sim: &Sim, d: &SimDevice, name: &str) -> String {
@@ -327,6 +330,7 @@ impl Tracked {
             .collect();
         match bytes(&values) {
             Ok(b) if Some(&b) != self.last.as_ref() => {
+                self.misfit = None;
                 let hex = mapper_serial::field::hex(&b).replace(' ', "");
                 if bluez
                     .try_command(&format!(
@@ -338,9 +342,13 @@ impl Tracked {
                     self.last = Some(b);
                 }
             }
-            Ok(_) => {}
+            Ok(_) => self.misfit = None,
             Err(e) => {
-                tracing::warn!(device = %self.device, characteristic = %self.characteristic, error = %e, "values do not fit")
+                let why = e.to_string();
+                if self.misfit.is_none() {
+                    tracing::warn!(device = %self.device, characteristic = %self.characteristic, error = %why, "values do not fit (said once until they fit again)");
+                    self.misfit = Some(why);
+                }
             }
         }
     }

@@ -93,6 +93,69 @@ pub struct Expect {
     pub stays: Option<f64>,
     /// Seconds from the step's start before which it must not hold (a lower time bound).
     pub not_before: Option<f64>,
+    /// A write request like this reached the device (Modbus) since the last `set` step began
+    /// (or the run began): what the mapper put on the wire.
+    pub written: Option<Wire>,
+    /// Seconds from the last `set` step's start (or the run's) in which no write request may
+    /// reach the device (Modbus): "a set of this value never reaches the PLC". The step ends
+    /// when they are up.
+    pub no_write: Option<f64>,
+}
+
+/// A write request on the wire, as a step expects it: each field given must match.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Wire {
+    /// The function code: 5 (one coil), 6 (one register), 15 (coils), 16 (registers).
+    pub function: Option<u8>,
+    /// The first address written.
+    pub address: Option<u16>,
+    /// The words written, in order (a coil: true/false or 1/0).
+    pub values: Option<Vec<Value>>,
+}
+
+impl Wire {
+    /// The words of `values`, or the first that is none (its index).
+    fn words(&self) -> Result<Option<Vec<u16>>, usize> {
+        let Some(values) = &self.values else {
+            return Ok(None);
+        };
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Bool(b) => Ok(u16::from(*b)),
+                Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()).ok_or(i),
+                _ => Err(i),
+            })
+            .collect::<Result<Vec<u16>, usize>>()
+            .map(Some)
+    }
+
+    fn matches(&self, w: &sim::modbus_sim::WireWrite) -> bool {
+        self.function.is_none_or(|f| f == w.function)
+            && self.address.is_none_or(|a| a == w.address)
+            && self.words().ok().flatten().is_none_or(|v| v == w.values)
+    }
+}
+
+impl std::fmt::Display for Wire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(x) = self.function {
+            parts.push(format!("function {x}"));
+        }
+        if let Some(x) = self.address {
+            parts.push(format!("at {x}"));
+        }
+        if let Ok(Some(v)) = self.words() {
+            parts.push(format!("values {v:?}"));
+        }
+        if parts.is_empty() {
+            parts.push("any".into());
+        }
+        write!(f, "{}", parts.join(" "))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,11 +240,39 @@ impl HilFile {
                 && e.reason.is_none()
                 && e.error.is_none()
                 && e.refused.is_none()
+                && e.written.is_none()
+                && e.no_write.is_none()
             {
                 return Err(bad(
                     format!("steps[{i}].expect"),
-                    "expects nothing: give reported, onDevice, state, reason, error or refused"
+                    "expects nothing: give reported, onDevice, state, reason, error, refused, written or noWrite"
                         .into(),
+                ));
+            }
+            if let Some(e) = &s.expect
+                && e.no_write.is_some()
+                && (e.reported.is_some()
+                    || e.on_device.is_some()
+                    || e.state.is_some()
+                    || e.reason.is_some()
+                    || e.error.is_some()
+                    || e.refused.is_some()
+                    || e.written.is_some()
+                    || e.stays.is_some()
+                    || e.not_before.is_some()
+                    || e.within.is_some())
+            {
+                return Err(bad(
+                    format!("steps[{i}].expect.noWrite"),
+                    "a step of its own: it watches the wire for its seconds (give the other expectations in another step)".into(),
+                ));
+            }
+            if let Some(w) = s.expect.as_ref().and_then(|e| e.written.as_ref())
+                && let Err(k) = w.words()
+            {
+                return Err(bad(
+                    format!("steps[{i}].expect.written.values[{k}]"),
+                    "not a register word (0 to 65535) or a coil (true, false)".into(),
                 ));
             }
             if let Some(e) = &s.expect
@@ -244,6 +335,22 @@ impl HilFile {
                 return Err(bad(
                     format!("steps[{i}].{what}.property"),
                     crate::device::no_property(d, p),
+                ));
+            }
+            if let Some(e) = &s.expect
+                && (e.written.is_some() || e.no_write.is_some())
+                && (d.opcua.is_some() || d.ble.is_some() || d.serial.is_some())
+            {
+                let field = if e.written.is_some() {
+                    "written"
+                } else {
+                    "noWrite"
+                };
+                return Err(bad(
+                    format!("steps[{i}].expect.{field}"),
+                    format!(
+                        "{id} is not a Modbus device: devsim sees the writes of OPC UA, BLE and serial devices only as changed values (expect onDevice)"
+                    ),
                 ));
             }
         }
@@ -528,10 +635,15 @@ fn played(
     };
     let mut mappers = start_mappers()?;
     let mut outcomes = Vec::new();
+    // Where `written` looks from: the last `set` step's start (or the run's).
+    let mut last_set = Instant::now();
     for (i, step) in hil.steps.iter().enumerate() {
         let name = step.name.clone().unwrap_or_else(|| describe(i, step));
         println!("▶ {name}");
         let started = Instant::now();
+        if step.set.is_some() {
+            last_set = started;
+        }
         let failure = match (&step.expect, &step.set, step.wait, step.restart_mapper) {
             _ if step.fault.is_some() => step.fault.as_ref().and_then(|f| {
                 let id = device_id(&f.device);
@@ -550,7 +662,10 @@ fn played(
                     None => Some(format!("no simulated device {id}")),
                 }
             }),
-            (Some(e), ..) => expect(&client, &served, e),
+            (Some(e), ..) => match e.no_write {
+                Some(secs) => no_write(&served, e, secs, last_set),
+                None => expect(&client, &served, e, last_set),
+            },
             (_, Some(s), ..) => {
                 let id = device_id(&s.device);
                 let (ns, n) = id.split_once('/').unwrap_or(("default", &id));
@@ -621,6 +736,12 @@ fn describe(i: usize, s: &StepSpec) -> String {
         }
         if let Some(v) = &e.reason {
             parts.push(format!("reason with {v:?}"));
+        }
+        if let Some(w) = &e.written {
+            parts.push(format!("written {w}"));
+        }
+        if let Some(n) = e.no_write {
+            parts.push(format!("no write for {n} s"));
         }
         let what = e
             .property
@@ -765,7 +886,12 @@ fn wrong_now(
 /// Polls the twin (and the simulator) until `e` holds or its time is up; then, with `notBefore`,
 /// it must not have held sooner, and with `stays`, it must go on holding that long. `None` when
 /// all of it held.
-fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option<String> {
+fn expect(
+    client: &kectl::twin::Client,
+    served: &[Served],
+    e: &Expect,
+    since: Instant,
+) -> Option<String> {
     let id = device_id(&e.device);
     let within = Duration::from_secs_f64(e.within.unwrap_or(30.0).max(0.0));
     let started = Instant::now();
@@ -776,7 +902,10 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
         .find(|s| s.id == id)
         .and_then(|s| Some((s, s.device.points.iter().find(|p| p.name == prop)?)));
     loop {
-        let (wrong, found) = wrong_now(client, e, &id, point);
+        let (mut wrong, found) = wrong_now(client, e, &id, point);
+        if let Some(w) = &e.written {
+            wrong.extend(not_written(served, &id, w, since));
+        }
         if wrong.is_empty() {
             let held = started.elapsed();
             if let Some(nb) = e.not_before
@@ -816,6 +945,56 @@ fn expect(client: &kectl::twin::Client, served: &[Served], e: &Expect) -> Option
                 within.as_secs_f64(),
                 wrong.join("; ")
             ));
+        }
+        if let Some(why) = pause_unless_stopped(Duration::from_millis(100)) {
+            return Some(why);
+        }
+    }
+}
+
+/// The write requests that reached the unit of device `id` since `since`.
+fn writes_since(served: &[Served], id: &str, since: Instant) -> Vec<sim::modbus_sim::WireWrite> {
+    served
+        .iter()
+        .find(|s| s.id == id)
+        .map(|s| {
+            s.sim
+                .edit(|st| st.wire.iter().filter(|w| w.at >= since).cloned().collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Why no write like `w` is seen since `since`, naming what did reach the device.
+fn not_written(served: &[Served], id: &str, w: &Wire, since: Instant) -> Option<String> {
+    let got = writes_since(served, id, since);
+    if got.iter().any(|g| w.matches(g)) {
+        return None;
+    }
+    let seen: Vec<String> = got.iter().map(ToString::to_string).collect();
+    Some(format!(
+        "a write of {w} on the wire, the device got {}",
+        if seen.is_empty() {
+            "no write".to_string()
+        } else {
+            seen.join(", ")
+        }
+    ))
+}
+
+/// Watches the wire of `e.device` from `since` for `secs`: `None` when no write request
+/// reached it.
+fn no_write(served: &[Served], e: &Expect, secs: f64, since: Instant) -> Option<String> {
+    let id = device_id(&e.device);
+    let until = since + Duration::from_secs_f64(secs.max(0.0));
+    loop {
+        if let Some(first) = writes_since(served, &id, since).first() {
+            return Some(format!(
+                "no write for {secs} s, but {:.1} s in the device got {first}",
+                first.at.duration_since(since).as_secs_f64()
+            ));
+        }
+        if Instant::now() >= until {
+            return None;
         }
         if let Some(why) = pause_unless_stopped(Duration::from_millis(100)) {
             return Some(why);

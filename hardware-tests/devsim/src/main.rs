@@ -1,14 +1,15 @@
-//! `devsim MANIFEST... [--scenario FILE] [--speed N] [--bind HOST]`: serves every Modbus TCP
-//! device of the manifests until Ctrl-C.
+//! `devsim MANIFEST... [--scenario FILE] [--speed N] [--bind HOST]`: serves every device of the
+//! manifests (Modbus TCP and RTU, serial protocols, OPC UA, BLE) until a signal.
 //!
 //! `devsim hil FILE [--junit REPORT.xml] [--speed N]`: a hardware-in-the-loop run (see
 //! `devsim::hil`); exits 1 when a step fails, 2 when the file cannot be run.
 //!
-//! `devsim record --listen ADDR --to DEVICE --out FILE.pcap`: a recording proxy;
-//! `devsim replay FILE.pcap --listen ADDR [--loop] [--no-timing]`: the recording as a device.
+//! `devsim record --listen ADDR --to DEVICE --out FILE.pcap` (or `--serial PORT --pty PATH`):
+//! a recording proxy or line tap; `devsim replay FILE.pcap --listen ADDR` (or `--line PATH`):
+//! the recording as a device.
 //!
-//! `devsim discover HOST:PORT [--units 1-10] [-o draft.yaml]`: drafts the manifests of a Modbus
-//! TCP device from what answers (reads only).
+//! `devsim discover ADDRESS [-o draft.yaml]`: drafts the manifests of the devices at a Modbus
+//! TCP address, on an RTU line, on an OPC UA server or in BLE range, never writing.
 
 use clap::Parser;
 use devsim::layout::Visit;
@@ -17,7 +18,8 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "devsim",
-    about = "Simulates the Modbus TCP devices of Device/DeviceModel manifests, as mapper-modbus reads them"
+    about = "Simulates the devices of Device/DeviceModel manifests (Modbus TCP and RTU, serial protocols, OPC UA, BLE), each laid out as its mapper reads it",
+    after_help = "Also:\n  devsim hil FILE         a hardware-in-the-loop run: the devices, edgecore, the mappers, steps that check the twin\n  devsim record ...       a recording proxy (Modbus TCP) or line tap (RTU) to pcap\n  devsim replay FILE ...  a recording served as the device\n  devsim discover ADDR    draft manifests from devices on the wire (Modbus TCP/RTU, OPC UA, BLE), never writing\nEach takes --help. See docs/hil.md and docs/discover.md."
 )]
 struct Args {
     /// Manifests (YAML, several documents each), as given to kubectl apply or edgecore.
@@ -141,6 +143,7 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
         pty_dir: args.pty_dir.clone(),
         ..Default::default()
     };
+    let stop = stop_signal();
     let served = devsim::run::start(devices, &scenario, &options).await?;
     for s in &served {
         match (&s.line, &s.device.rtu, &s.device.serial) {
@@ -173,14 +176,43 @@ async fn main_inner(args: Args) -> anyhow::Result<()> {
             ),
         }
     }
-    tokio::signal::ctrl_c().await?;
+    stop.await;
     Ok(())
+}
+
+/// Waits for SIGINT, SIGTERM or SIGHUP: what ends `devsim`, `record` and `replay` as Ctrl-C
+/// does, so that what they started (a pty pair's socat, servers, the recording's last frames)
+/// is cleaned up on each. The handlers are registered when this is called, not when the
+/// future is first polled: call it before saying "serving" or "replaying", so that a signal
+/// sent as soon as that line is read is not the default action (death without cleanup).
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handlers = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    );
+    async move {
+        match handlers {
+            (Ok(mut int), Ok(mut term), Ok(mut hup)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                    _ = hup.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
 }
 
 #[derive(Parser)]
 #[command(
     name = "devsim hil",
-    about = "Runs a hardware-in-the-loop file: simulated devices, edgecore, mapper-modbus, steps that check the twin"
+    bin_name = "devsim hil",
+    about = "Runs a hardware-in-the-loop file: simulated devices, edgecore, the mappers they need, steps that check the twin and the wire; JUnit XML for CI"
 )]
 struct HilArgs {
     /// The HIL file (YAML: manifests, device scenarios, steps).
@@ -255,6 +287,7 @@ fn hil(args: HilArgs) -> ExitCode {
 #[derive(Parser)]
 #[command(
     name = "devsim record",
+    bin_name = "devsim record",
     about = "A Modbus TCP proxy, or a tap on a Modbus RTU line, that records both directions to a pcap file (Wireshark reads it)"
 )]
 struct RecordArgs {
@@ -281,10 +314,11 @@ struct RecordArgs {
 #[derive(Parser)]
 #[command(
     name = "devsim replay",
+    bin_name = "devsim replay",
     about = "Serves a recording as a device: each request answered as recorded, in order"
 )]
 struct ReplayArgs {
-    /// A pcap file of Modbus TCP (from devsim record, Wireshark or tcpdump).
+    /// A pcap file of Modbus TCP or of an RTU line (from devsim record, Wireshark or tcpdump).
     file: std::path::PathBuf,
     /// host:port to serve on (Modbus TCP).
     #[arg(long, required_unless_present = "line", conflicts_with = "line")]
@@ -310,20 +344,50 @@ struct ReplayArgs {
 #[derive(Parser)]
 #[command(
     name = "devsim discover",
-    about = "Drafts the DeviceModel and Device of a Modbus TCP device from what answers on the wire (reads only, never writes)"
+    bin_name = "devsim discover",
+    about = "Drafts the DeviceModel and Device manifests of the devices at ADDRESS from what answers (Modbus TCP or RTU, OPC UA, BLE); reads only, never writes"
 )]
 struct DiscoverArgs {
-    /// The device (or gateway): host:port.
+    /// Where the devices are: host:port for Modbus TCP, the path of a serial port for Modbus
+    /// RTU (its settings are found: see --bauds, --parities), opc.tcp://host:port for an OPC
+    /// UA server (browsed: see --from, --depth), or ble (every peripheral in range) or
+    /// ble:C4:7C:8D:6A:12:34 (one) for BLE through BlueZ (see --adapter, --scan-seconds).
     address: String,
+    /// BLE: the adapter to scan with (hci0); the first one by default.
+    #[arg(long)]
+    adapter: Option<String>,
+    /// BLE: how long to scan for peripherals.
+    #[arg(long, default_value_t = 5)]
+    scan_seconds: u64,
+    /// OPC UA: the node to browse from (ns=2;s=Line1); the Objects folder by default.
+    #[arg(long)]
+    from: Option<String>,
+    /// OPC UA: how many levels of folders and objects below it are browsed.
+    #[arg(long, default_value_t = 10)]
+    depth: usize,
     /// Unit ids to try: 1-10, 1,2,5 or 3.
     #[arg(long, default_value = "1")]
     units: String,
     /// The highest address tried in each table.
     #[arg(long, default_value_t = 999)]
     last_address: u16,
-    /// How long an answer may take, in milliseconds, before the unit counts as absent.
-    #[arg(long, default_value_t = 1000)]
-    timeout_ms: u64,
+    /// How long an answer may take, in milliseconds, before the unit counts as absent
+    /// (default: 1000 over TCP and OPC UA, 100 on a serial line, 10000 for a BLE connection).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// RTU: the baud rates tried, in this order.
+    #[arg(long, default_value = "9600,19200,38400,115200", value_delimiter = ',')]
+    bauds: Vec<u32>,
+    /// RTU: the parities tried (none, even, odd), each with every baud rate, in this order.
+    #[arg(long, default_value = "none,even,odd", value_delimiter = ',')]
+    parities: Vec<String>,
+    /// RTU: also try two stop bits without parity.
+    #[arg(long)]
+    two_stop_bits: bool,
+    /// RTU: go on through every setting after units answered (slaves set differently on one
+    /// line); by default the scan ends at the first setting anything answers at.
+    #[arg(long)]
+    all_settings: bool,
     /// The drafted Device's name (its model: NAME-model).
     #[arg(long, default_value = "discovered")]
     name: String,
@@ -362,25 +426,59 @@ fn unit_ids(text: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 async fn discover(args: DiscoverArgs) -> anyhow::Result<()> {
-    let o = devsim::discover::Options {
-        address: args.address.clone(),
-        units: unit_ids(&args.units)?,
-        last_address: args.last_address,
-        timeout: std::time::Duration::from_millis(args.timeout_ms.max(1)),
-        name: args.name.clone(),
-        max_properties: args.max_properties,
+    let timeout =
+        |default: u64| std::time::Duration::from_millis(args.timeout_ms.unwrap_or(default).max(1));
+    let (draft, found) = if args.address.starts_with("opc.tcp://") {
+        let o = devsim::discover::opcua::Options {
+            url: args.address.clone(),
+            from: args.from.clone(),
+            depth: args.depth,
+            timeout: timeout(1000),
+            name: args.name.clone(),
+            max_properties: args.max_properties,
+        };
+        let b = devsim::discover::opcua::browse(&o)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!(
+            "devsim discover: {} variables found, {} requests (Browse and Read only)",
+            b.variables.len(),
+            b.requests
+        );
+        (
+            devsim::discover::opcua::draft(&b, &o),
+            !b.variables.is_empty(),
+        )
+    } else if args.address == "ble" || args.address.starts_with("ble:") {
+        let o = devsim::discover::ble::Options {
+            adapter: args.adapter.clone(),
+            address: args
+                .address
+                .strip_prefix("ble:")
+                .filter(|a| !a.is_empty())
+                .map(str::to_string),
+            scan: std::time::Duration::from_secs(args.scan_seconds),
+            timeout: timeout(10_000),
+            name: args.name.clone(),
+            max_properties: args.max_properties,
+        };
+        let s = devsim::discover::ble::scan(&o)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!(
+            "devsim discover: {} peripherals found on {}, {} GATT reads (reads only)",
+            s.peripherals.len(),
+            s.adapter,
+            s.reads
+        );
+        (
+            devsim::discover::ble::draft(&s, &o),
+            !s.peripherals.is_empty(),
+        )
+    } else {
+        discover_modbus(&args, timeout).await?
     };
-    let scan = devsim::discover::scan(&o)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let draft = devsim::discover::draft(&scan, &o);
     let text = &draft.manifests;
-    eprintln!(
-        "devsim discover: {} of {} unit ids answered, {} requests (reads only)",
-        scan.units.len(),
-        o.units.len(),
-        scan.requests
-    );
     match &args.out {
         Some(p) => std::fs::write(p, text)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
@@ -399,12 +497,64 @@ async fn discover(args: DiscoverArgs) -> anyhow::Result<()> {
         std::fs::write(hil, draft.hil(&manifests))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", hil.display()))?;
     }
-    anyhow::ensure!(
-        !scan.units.is_empty(),
-        "no unit id answered at {}",
-        o.address
-    );
+    anyhow::ensure!(found, "nothing answered at {}", args.address);
     Ok(())
+}
+
+async fn discover_modbus(
+    args: &DiscoverArgs,
+    timeout: impl Fn(u64) -> std::time::Duration,
+) -> anyhow::Result<(devsim::discover::Draft, bool)> {
+    use devsim::discover::modbus::{Line, Target};
+    use mapper_sdk::configdata::Parity;
+    let serial = !args.address.contains(':') || args.address.starts_with('/');
+    let target = if serial {
+        let mut parities = Vec::new();
+        for p in &args.parities {
+            parities.push(match p.trim().to_ascii_lowercase().as_str() {
+                "none" | "n" => Parity::None,
+                "even" | "e" => Parity::Even,
+                "odd" | "o" => Parity::Odd,
+                other => anyhow::bail!("--parities: {other:?} is not none, even or odd"),
+            });
+        }
+        anyhow::ensure!(
+            args.bauds.iter().all(|b| *b > 0),
+            "--bauds: 0 is no baud rate"
+        );
+        Target::Rtu {
+            path: args.address.clone(),
+            lines: Line::common(&args.bauds, &parities, args.two_stop_bits),
+            all: args.all_settings,
+        }
+    } else {
+        Target::Tcp(args.address.clone())
+    };
+    let o = devsim::discover::modbus::Options {
+        target,
+        units: unit_ids(&args.units)?,
+        last_address: args.last_address,
+        timeout: timeout(if serial { 100 } else { 1000 }),
+        name: args.name.clone(),
+        max_properties: args.max_properties,
+    };
+    let scan = devsim::discover::modbus::scan(&o)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let settings = match scan.units.first().and_then(|u| u.line) {
+        Some(line) => format!(" at {line}"),
+        None => String::new(),
+    };
+    eprintln!(
+        "devsim discover: {} of {} unit ids answered{settings}, {} requests (reads only)",
+        scan.units.len(),
+        o.units.len(),
+        scan.requests
+    );
+    Ok((
+        devsim::discover::modbus::draft(&scan, &o),
+        !scan.units.is_empty(),
+    ))
 }
 
 /// A pty pair: the mapper's end at `path`, devsim's `path.device`, opened.
@@ -427,14 +577,12 @@ async fn record(args: RecordArgs) -> anyhow::Result<()> {
             tokio_serial::SerialStream::open(&tokio_serial::new(serial.as_str(), args.baud))
                 .map_err(|e| anyhow::anyhow!("cannot open {serial}: {e}"))?;
         let (_pair, mapper) = pty_for_mapper(pty, args.baud)?;
+        let stop = stop_signal();
         println!(
             "devsim: tapping {serial} for a mapper on {} to {} (Ctrl-C ends it)",
             pty.display(),
             args.out.display()
         );
-        let stop = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
         let c = devsim::record::tap(mapper, device, &args.out, stop).await?;
         println!(
             "devsim: {} requests, {} answers, {} with a wrong CRC, {} incomplete",
@@ -448,13 +596,14 @@ async fn record(args: RecordArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let stop = stop_signal();
     println!(
         "devsim: recording between {listen} and {to} to {} (Ctrl-C ends it)",
         args.out.display()
     );
     tokio::select! {
         r = devsim::record::proxy(listener, to.clone(), &args.out) => r?,
-        _ = tokio::signal::ctrl_c() => {}
+        _ = stop => {}
     }
     Ok(())
 }
@@ -474,13 +623,14 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     );
     if let Some(line) = &args.line {
         let (_pair, stream) = pty_for_mapper(line, args.baud)?;
+        let stop = stop_signal();
         println!(
             "devsim: replaying {what} as Modbus RTU on {}",
             line.display()
         );
         tokio::select! {
             r = devsim::record::serve_line(stream, rec, options) => r?,
-            _ = tokio::signal::ctrl_c() => {}
+            _ = stop => {}
         }
         return Ok(());
     }
@@ -488,10 +638,11 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    let stop = stop_signal();
     println!("devsim: replaying {what} on {listen}");
     tokio::select! {
         r = devsim::record::serve(listener, rec, options) => r?,
-        _ = tokio::signal::ctrl_c() => {}
+        _ = stop => {}
     }
     Ok(())
 }
@@ -514,13 +665,19 @@ fn block_on(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCod
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let sub = argv
         .get(1)
         .and_then(|a| a.to_str())
         .unwrap_or_default()
         .to_string();
+    init_logging(if sub == "discover" {
+        // async-opcua's client logs its missing certificate (discover opens no secure channel)
+        // and its own disconnect; discover says what went wrong itself.
+        "warn,opcua_client=off,opcua_core=off,opcua_crypto=off"
+    } else {
+        "warn"
+    });
     match sub.as_str() {
         "hil" => {
             argv.remove(1);
@@ -543,11 +700,11 @@ fn main() -> ExitCode {
     block_on(main_inner(Args::parse_from(argv)))
 }
 
-fn init_logging() {
+fn init_logging(default: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -652,6 +652,9 @@ async fn play(
         })
         .collect();
     let mut last: Vec<Vec<u16>> = sim.edit(|s| device.points.iter().map(|p| raw(s, p)).collect());
+    // Why each point's scenario value last did not fit, once said: a warning per tick would
+    // flood the log (ten lines a second).
+    let mut misfit: Vec<Option<String>> = vec![None; device.points.len()];
     let mut ticker = tokio::time::interval(options.tick);
     if options.clock_from_first_request {
         while sim.requests.load(std::sync::atomic::Ordering::Relaxed) == 0 {
@@ -734,10 +737,17 @@ async fn play(
                     continue;
                 };
                 let now = values[i].as_deref().and_then(|v| v.parse::<f64>().ok());
-                if let Some(v) = player.value(t, dt, now, look)
-                    && let Err(e) = hold(s, p, device.serial.as_ref(), &v)
-                {
-                    tracing::warn!(device = %device.id, property = %p.name, value = %v, error = %e, "a scenario value does not fit its register");
+                if let Some(v) = player.value(t, dt, now, look) {
+                    match hold(s, p, device.serial.as_ref(), &v) {
+                        Ok(_) => misfit[i] = None,
+                        Err(e) => {
+                            let why = e.to_string();
+                            if misfit[i].is_none() {
+                                tracing::warn!(device = %device.id, property = %p.name, value = %v, error = %why, "a scenario value does not fit its register (said once until one fits again)");
+                                misfit[i] = Some(why);
+                            }
+                        }
+                    }
                 }
                 last[i] = raw(s, p);
             }

@@ -533,3 +533,74 @@ async fn a_fault_the_protocol_cannot_have_is_named() {
         "{e}"
     );
 }
+
+/// A scenario value that does not fit its register is said once, not at every tick (it flooded
+/// the log at ten lines a second).
+#[test]
+fn a_value_that_does_not_fit_is_said_once() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = dir.path().join("scenario.yaml");
+    // 99999 degrees in steps of 0.1: 999990 does not fit the oven's 16-bit register.
+    std::fs::write(
+        &scenario,
+        "devices:\n  oven-1:\n    properties:\n      temperature: {value: {constant: 99999}}\n",
+    )
+    .expect("write");
+    let example = std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
+        .expect("the example");
+    let manifest = dir.path().join("oven.yaml");
+    std::fs::write(
+        &manifest,
+        example.replace("port: 5020", &format!("port: {}", sim::free_port())),
+    )
+    .expect("write");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_devsim"))
+        .arg(&manifest)
+        .arg("--scenario")
+        .arg(&scenario)
+        .args(["--bind", "127.0.0.1"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("devsim runs");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    // The first time it is said (however slow the start), then two more seconds of ticks (ten
+    // a second): twenty chances to say it again.
+    let first = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !log
+        .iter()
+        .any(|l: &String| l.contains("does not fit its register"))
+        && std::time::Instant::now() < first
+    {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            log.push(l);
+        }
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        if let Ok(l) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            log.push(l);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let said = log
+        .iter()
+        .filter(|l| l.contains("does not fit its register"))
+        .count();
+    assert_eq!(said, 1, "{}", log.join("\n"));
+}

@@ -380,3 +380,76 @@ fn expectations_over_time_and_on_a_propertys_error() {
         "{message}"
     );
 }
+
+/// Expectations on the wire: the write the mapper sent for a desired value (function code,
+/// address, words), no write while nothing is set, and each failing naming what the device
+/// did get; a value that is no register word is refused naming its field path.
+#[test]
+fn expectations_on_the_wire() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The oven without its desired setpoint: nothing is written until a step sets a value.
+    let example = std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
+        .expect("the example");
+    let without = "      desired:\n        value: \"80\"\n";
+    assert!(
+        example.contains(without),
+        "the example's desired value moved"
+    );
+    let manifest = dir.path().join("oven.yaml");
+    std::fs::write(&manifest, example.replace(without, "")).expect("write");
+    let run = |name: &str, steps: &str| {
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &file,
+            format!("manifests: [{}]\nsteps:\n{steps}", manifest.display()),
+        )
+        .expect("write");
+        let report = dir.path().join(format!("{name}.xml"));
+        let (code, out) = devsim(&[
+            "hil",
+            file.to_str().expect("path"),
+            "--junit",
+            report.to_str().expect("path"),
+        ]);
+        let (_, _, message) = junit(&report);
+        (code, out, message)
+    };
+    let (code, out, _) = run(
+        "lands",
+        "  - expect: {device: oven-1, state: online, within: 60}\n  - expect: {device: oven-1, noWrite: 3}\n  - set: {device: oven-1, property: setpoint, desired: 95}\n  - expect: {device: oven-1, written: {function: 6, address: 1, values: [95]}, within: 30}\n  - set: {device: oven-1, property: heater-on, desired: true}\n  - expect: {device: oven-1, written: {function: 5, address: 0, values: [true]}, within: 30}\n",
+    );
+    assert_eq!(code, 0, "{out}");
+
+    let (code, out, message) = run(
+        "other-function",
+        "  - expect: {device: oven-1, state: online, within: 60}\n  - set: {device: oven-1, property: setpoint, desired: 90}\n  - expect: {device: oven-1, property: setpoint, reported: 90, within: 30}\n  - expect: {device: oven-1, written: {function: 16, address: 1}, within: 2}\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        message.contains(
+            "a write of function 16 at 1 on the wire, the device got function 6 at 1 values [90]"
+        ),
+        "{message}"
+    );
+
+    let (code, out, message) = run(
+        "a-write",
+        "  - expect: {device: oven-1, state: online, within: 60}\n  - set: {device: oven-1, property: setpoint, desired: 70}\n  - expect: {device: oven-1, noWrite: 10}\n",
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        message.contains("no write for 10 s, but ")
+            && message.contains("the device got function 6 at 1 values [70]"),
+        "{message}"
+    );
+
+    let (code, out, _) = run(
+        "not-a-word",
+        "  - expect: {device: oven-1, written: {values: [70000]}}\n",
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("steps[0].expect.written.values[0]") && out.contains("not a register word"),
+        "{out}"
+    );
+}

@@ -181,3 +181,77 @@ fn an_rtu_tap_recording_replays_to_the_same_twin_values() {
         });
     }
 }
+
+/// `devsim replay --line` holds a pty pair (socat): SIGINT, SIGTERM and SIGHUP each end it with
+/// that pair gone, as Ctrl-C does.
+#[test]
+fn a_signal_ends_a_line_replay_and_leaves_no_pty_pair() {
+    use std::io::BufRead;
+    use std::process::Command;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pcap = dir.path().join("oven.pcap");
+    let oven = Sim::oven();
+    let (oven_port, _oven_rt) = oven.start("127.0.0.1:0").expect("the oven");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // A recording of one read through the proxy.
+    rt.block_on(async {
+        use tokio_modbus::client::Reader;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listen");
+        let port = listener.local_addr().expect("its port").port();
+        let out = pcap.clone();
+        let recording = tokio::spawn(async move {
+            let _ = proxy(listener, format!("127.0.0.1:{oven_port}"), &out).await;
+        });
+        let mut ctx = tokio_modbus::client::tcp::connect(([127, 0, 0, 1], port).into())
+            .await
+            .expect("connect");
+        let _ = ctx.read_holding_registers(0, 1).await.expect("an answer");
+        drop(ctx);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        recording.abort();
+    });
+    for (signal, name) in [("INT", "a"), ("TERM", "b"), ("HUP", "c")] {
+        let line = dir.path().join(format!("tty-{name}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_devsim"))
+            .args(["replay", pcap.to_str().expect("path"), "--line"])
+            .arg(&line)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("devsim runs");
+        let pid = child.id();
+        let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(first.contains("replaying"), "{first}");
+        let socat: Vec<u32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|s| s.parse::<u32>().ok())
+                    == Some(pid)
+            })
+            .collect();
+        assert_eq!(socat.len(), 1, "SIG{signal}: one socat for the pty pair");
+        assert!(line.exists(), "the mapper's end of the pair");
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let code = child.wait().expect("exits").code();
+        assert_eq!(code, Some(0), "SIG{signal} ends it as Ctrl-C does");
+        for p in &socat {
+            // socat is reaped by devsim's drop of the pair: no process, not even a zombie.
+            assert!(
+                !std::path::Path::new(&format!("/proc/{p}")).exists(),
+                "SIG{signal}: socat {p} is still there"
+            );
+        }
+    }
+}

@@ -161,19 +161,27 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Calls `f` on SIGINT or SIGTERM, from a thread with its own small runtime.
+/// Calls `f` on SIGINT or SIGTERM, from a thread with its own small runtime. The handlers are
+/// registered before this returns, so a signal sent right after is not the default action.
 fn ctrlc_like(f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let (term, int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _inside = rt.enter();
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
+    };
     std::thread::spawn(move || {
         rt.block_on(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let (Ok(mut term), Ok(mut int)) = (term, int) else {
                 return;
             };
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
                 _ = term.recv() => {}
             }
         });

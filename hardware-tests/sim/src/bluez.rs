@@ -149,6 +149,13 @@ impl BlueZ {
             .unwrap_or(0)
     }
 
+    /// How many writes the characteristic has taken.
+    pub fn writes(&mut self, address: &str, characteristic: &str) -> u64 {
+        self.command(&format!("writes {address} {characteristic}"))
+            .parse()
+            .unwrap_or(0)
+    }
+
     pub fn connected(&mut self, address: &str) -> bool {
         self.command(&format!("connected {address}")) == "1"
     }

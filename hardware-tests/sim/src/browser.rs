@@ -95,6 +95,74 @@ pub async fn wait_text(
     }
 }
 
+/// axe-core's accessibility audit of the page as it is now (WCAG 2.1 A and AA rules): each
+/// violation of impact `serious` or `critical` as `id (impact): help: the elements`. axe-core is
+/// `AXE_CORE` (set by `scripts/test`) or `.cache/axe-core/axe.min.js`; without it the audit is
+/// skipped, saying so (a failure in CI, which sets it up).
+pub async fn axe(c: &Client) -> Vec<String> {
+    let path = std::env::var_os("AXE_CORE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join(".cache/axe-core/axe.min.js"));
+    let Ok(source) = std::fs::read_to_string(&path) else {
+        crate::skip(&format!(
+            "no axe-core at {} (scripts/test --setup-only fetches it)",
+            path.display()
+        ));
+        return Vec::new();
+    };
+    c.execute(&source, vec![]).await.expect("axe-core loads");
+    let run = "const done = arguments[arguments.length - 1];
+        axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})
+          .then((r) => done(JSON.stringify(r.violations
+            .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+            .map((v) => `${v.id} (${v.impact}): ${v.help}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`))))
+          .catch((e) => done(JSON.stringify([`axe-core failed: ${e}`])));";
+    let out = c.execute_async(run, vec![]).await.expect("the audit runs");
+    serde_json::from_str(out.as_str().unwrap_or("[]")).unwrap_or_default()
+}
+
+/// Asserts that axe-core finds no serious or critical violation on the page as it is now.
+pub async fn assert_accessible(c: &Client, what: &str) {
+    let found = axe(c).await;
+    assert!(
+        found.is_empty(),
+        "{what}: accessibility violations (axe-core):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Clicks the element `css`, as a user does (WebDriver's click).
+pub async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
+        .click()
+        .await
+        .expect("clicked");
+}
+
+/// The attribute `name` of the element `css`, if both are there.
+pub async fn attr(c: &Client, css: &str, name: &str) -> Option<String> {
+    c.find(Locator::Css(css))
+        .await
+        .ok()?
+        .attr(name)
+        .await
+        .ok()?
+}
+
+/// How many pixels the page is wider than the window (0 or less: it fits).
+pub async fn overflow(c: &Client) -> i64 {
+    c.execute(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+        vec![],
+    )
+    .await
+    .expect("measured")
+    .as_i64()
+    .unwrap_or(1)
+}
+
 /// Types `value` into the field `css` and presses the button of its form.
 pub async fn submit(c: &Client, field: &str, button: &str, value: &str) {
     c.find(Locator::Css(field))

@@ -765,6 +765,98 @@ impl PyModbus {
     }
 }
 
+/// pymodbus serving units whose layout is drawn at random from a seed
+/// (`sims/modbus_random.py`): over TCP, or as slaves on an RTU line that only answer at its
+/// settings. Every request pymodbus receives is logged, so a test can tell whether anything was
+/// written.
+pub struct PyModbusRandom {
+    pub sim: PySim,
+    /// Unit id (as text) -> the items drawn: `table`, `address`, `kind`, `count`, `value`.
+    pub layout: serde_json::Value,
+    requests: PathBuf,
+}
+
+impl PyModbusRandom {
+    /// Modbus TCP on 127.0.0.1:`port`, the units `units` (`1,2`), files in `dir`.
+    pub fn tcp(port: u16, units: &str, seed: u64, dir: &Path) -> Self {
+        Self::start(&format!("tcp:{port}"), units, seed, dir, &[])
+    }
+
+    /// Modbus RTU slaves `units` on a line whose client end is linked at `link`, answering only
+    /// at `baud` with `parity` (N, E or O; a pty cannot tell E from N) and `stop` bits.
+    pub fn line(
+        link: &Path,
+        units: &str,
+        (baud, parity, stop): (u32, char, u8),
+        seed: u64,
+        dir: &Path,
+    ) -> Self {
+        Self::start(
+            &format!("line:{}", link.display()),
+            units,
+            seed,
+            dir,
+            &[
+                "--baud",
+                &baud.to_string(),
+                "--parity",
+                &parity.to_string(),
+                "--stop",
+                &stop.to_string(),
+            ],
+        )
+    }
+
+    fn start(where_: &str, units: &str, seed: u64, dir: &Path, more: &[&str]) -> Self {
+        let layout = dir.join(format!("layout-{seed}.json"));
+        let requests = dir.join(format!("requests-{seed}.log"));
+        let (seed_s, layout_s, requests_s) = (
+            seed.to_string(),
+            layout.display().to_string(),
+            requests.display().to_string(),
+        );
+        let mut args = vec![
+            where_,
+            "--units",
+            units,
+            "--seed",
+            &seed_s,
+            "--layout",
+            &layout_s,
+            "--requests",
+            &requests_s,
+        ];
+        args.extend_from_slice(more);
+        let sim = PySim::start("modbus_random.py", &args, PYMODBUS);
+        let text = std::fs::read_to_string(&layout).expect("the drawn layout");
+        Self {
+            sim,
+            layout: serde_json::from_str(&text).expect("the layout is JSON"),
+            requests,
+        }
+    }
+
+    /// Every request received: `(unit, function code)`.
+    pub fn requests(&self) -> Vec<(u8, u8)> {
+        std::fs::read_to_string(&self.requests)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The requests that write (function codes 5, 6, 15, 16, 22, 23).
+    pub fn writes(&self) -> Vec<(u8, u8)> {
+        self.requests()
+            .into_iter()
+            .filter(|(_, fc)| matches!(fc, 5 | 6 | 15 | 16 | 22 | 23))
+            .collect()
+    }
+}
+
 /// A pair of connected ptys (`socat`): a device emulator on one end, a mapper on the other.
 /// socat stops on drop.
 #[derive(Debug)]

@@ -43,6 +43,53 @@ pub struct State {
     /// Values of properties that are not in registers (devices with their own serial
     /// protocols), by property name.
     pub text: BTreeMap<String, String>,
+    /// Every write request that reached the device, the last [`WIRE_KEPT`] of them.
+    pub wire: std::collections::VecDeque<WireWrite>,
+    /// Write requests no longer in `wire`.
+    pub wire_dropped: u64,
+}
+
+/// How many write requests a simulator keeps.
+pub const WIRE_KEPT: usize = 10_000;
+
+/// A write request as it reached the device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WireWrite {
+    pub at: std::time::Instant,
+    /// The function code (5, 6, 15, 16, 22, 23).
+    pub function: u8,
+    pub address: u16,
+    /// The words written (a coil: 1 or 0).
+    pub values: Vec<u16>,
+    /// The exception it was answered with, if it was refused.
+    pub refused: Option<ExceptionCode>,
+}
+
+impl std::fmt::Display for WireWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "function {} at {} values {:?}",
+            self.function, self.address, self.values
+        )?;
+        if let Some(code) = self.refused {
+            write!(f, " (refused: {code:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// The write `req` asks for: function code, address, values.
+fn write_of(req: &Request<'_>) -> Option<(u8, u16, Vec<u16>)> {
+    Some(match req {
+        Request::WriteSingleCoil(a, v) => (5, *a, vec![u16::from(*v)]),
+        Request::WriteSingleRegister(a, v) => (6, *a, vec![*v]),
+        Request::WriteMultipleCoils(a, v) => (15, *a, v.iter().map(|b| u16::from(*b)).collect()),
+        Request::WriteMultipleRegisters(a, v) => (16, *a, v.to_vec()),
+        Request::MaskWriteRegister(a, and, or) => (22, *a, vec![*and, *or]),
+        Request::ReadWriteMultipleRegisters(_, _, a, v) => (23, *a, v.to_vec()),
+        _ => return None,
+    })
 }
 
 /// What happens to each answer's bytes on their way out (a line's or a device's fault).
@@ -336,10 +383,27 @@ impl Sim {
             let due = |k: u32| (f64::from(k) * share).floor();
             (due(total) > due(total - 1)).then_some(code)
         });
+        let write = write_of(&req);
         let answer = match refuse.or(shared_out) {
             Some(code) => Err(code),
             None => self.answer(req),
         };
+        if let Some((function, address, values)) = write {
+            let refused = answer.as_ref().err().copied();
+            self.edit(|s| {
+                if s.wire.len() == WIRE_KEPT {
+                    s.wire.pop_front();
+                    s.wire_dropped += 1;
+                }
+                s.wire.push_back(WireWrite {
+                    at: std::time::Instant::now(),
+                    function,
+                    address,
+                    values,
+                    refused,
+                });
+            });
+        }
         let sim = self.clone();
         Box::pin(async move {
             let started = std::time::Instant::now();

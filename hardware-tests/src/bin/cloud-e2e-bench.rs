@@ -17,39 +17,18 @@
 
 use anyhow::Result;
 use futures_util::SinkExt;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sim::modbus_sim::Sim;
 use std::time::{Duration, Instant};
 
-use hardware_tests::bench::{Cloud, Kill, spawn, start_cloud};
-
-fn ar(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "devices.kubeedge.io",
-        "v1beta1",
-        kind,
-    ))
-}
+use hardware_tests::bench::{Cloud, Kill, ar, start_cloud};
 
 fn obj(v: serde_json::Value) -> Result<DynamicObject> {
     Ok(serde_json::from_value(v)?)
 }
 
-fn percentiles(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    format!(
-        "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
-        sim::percentile(&v, 50.0),
-        sim::percentile(&v, 99.0),
-        v.last().copied().unwrap_or(0.0),
-        v.len()
-    )
-}
-
-use hardware_tests::bench::arg;
+use hardware_tests::bench::{arg, percentiles};
 
 fn main() -> Result<()> {
     // The simulator runs on a runtime of its own, started outside the bench's.
@@ -134,33 +113,7 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
             token.trim()
         ),
     )?;
-    kill.0.push(spawn(
-        &bins.join("edgecore"),
-        &["--config", "edgecore.yaml"],
-        dir.path(),
-        "edgecore.log",
-    )?);
-    let t0 = Instant::now();
-    while !dir.path().join("dmi.sock").exists() {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(60),
-            "edgecore did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    std::fs::write(
-        dir.path().join("mapper.yaml"),
-        format!(
-            "grpc_server:\n  socket_path: modbus.sock\ncommon:\n  name: modbus-mapper\n  version: v1.13.0\n  api_version: v1.0.0\n  protocol: modbus\n  address: 127.0.0.1\n  edgecore_sock: dmi.sock\n  http_port: {}\n  data_dir: mapper-data\n",
-            sim::free_port()
-        ),
-    )?;
-    kill.0.push(spawn(
-        &bins.join("mapper-modbus"),
-        &["--config-file", "mapper.yaml"],
-        dir.path(),
-        "mapper.log",
-    )?);
+    hardware_tests::bench::start_edge_and_modbus_mapper(&bins, dir.path(), &mut kill).await?;
 
     // The simulated nodes, reporting.
     let pki = dir.path().join("cloud/pki");
@@ -208,28 +161,17 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
 
     let statuses: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "default", &ar("DeviceStatus"));
-    let reported = |st: &DynamicObject, prop: &str| -> Option<String> {
-        st.data["status"]["twins"]
-            .as_array()?
-            .iter()
-            .find(|t| t["propertyName"] == prop)?["reported"]["value"]
-            .as_str()
-            .map(str::to_string)
-    };
-    let t0 = Instant::now();
-    loop {
-        if let Ok(Some(st)) = statuses.get_opt("probe").await
-            && reported(&st, "value").is_some()
-        {
-            break;
-        }
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(120),
-            "the probe's value never reached DeviceStatus; logs in {}",
-            dir.path().display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    use hardware_tests::bench::{reported, until_reported};
+    sim::poll::until_async(
+        120,
+        Duration::from_millis(100),
+        "the probe's value in DeviceStatus",
+        async || {
+            let st = statuses.get_opt("probe").await.ok().flatten()?;
+            reported(&st, "value").map(|_| ())
+        },
+    )
+    .await?;
     println!(
         "cloud end to end: 1 real node (edgecore, mapper-modbus polling every 50 ms) and {load_nodes} simulated nodes reporting 10 devices x 10 values each per second"
     );
@@ -239,19 +181,7 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
         let v = 1000 + i as u16;
         sim.edit(|s| s.holding.insert(0, v));
         let t = Instant::now();
-        loop {
-            if let Ok(st) = statuses.get("probe").await
-                && reported(&st, "value").as_deref() == Some(v.to_string().as_str())
-            {
-                break;
-            }
-            anyhow::ensure!(
-                t.elapsed() < Duration::from_secs(30),
-                "value {v} never reached DeviceStatus"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        let ms = until_reported(&statuses, "probe", "value", &v.to_string(), t).await?;
         if ms > 1000.0 && std::env::var("BENCH_VERBOSE").is_ok() {
             for log in ["edgecore.log", "cloudcore.log", "mapper.log"] {
                 let text = std::fs::read_to_string(dir.path().join(log)).unwrap_or_default();

@@ -18,21 +18,13 @@ use anyhow::{Context, Result};
 use api::bus::MemoryHub;
 use api::message::Message;
 use devicecontroller::controller;
-use hardware_tests::bench::{metric, rss_kib, run, scrape, start_server};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use hardware_tests::bench::{ar, metric, rss_kib, run, scrape, start_server};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-fn ar(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "devices.kubeedge.io",
-        "v1beta1",
-        kind,
-    ))
-}
 
 const PROPS: usize = 10;
 

@@ -27,17 +27,6 @@ fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
 }
 
-fn percentiles(mut v: Vec<f64>) -> String {
-    v.sort_by(f64::total_cmp);
-    format!(
-        "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} rounds)",
-        sim::percentile(&v, 50.0),
-        sim::percentile(&v, 99.0),
-        v.last().copied().unwrap_or(0.0),
-        v.len()
-    )
-}
-
 /// Polls `f` every 10 ms (the grain of the figures this bench prints) until it holds.
 async fn wait_for(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) -> Result<()> {
     sim::poll::until_async(secs, Duration::from_millis(10), what, async || {
@@ -79,7 +68,7 @@ async fn idle_rss(bins: &Path, extra: &str) -> Result<u64> {
     Ok(rss)
 }
 
-use hardware_tests::bench::arg;
+use hardware_tests::bench::{arg, percentiles};
 
 fn main() -> Result<()> {
     tokio::runtime::Runtime::new()?.block_on(run())

@@ -27,11 +27,10 @@
 use anyhow::{Context, Result};
 use futures_util::{SinkExt, StreamExt};
 use hardware_tests::bench::{
-    NodeSession, arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on,
+    NodeSession, ar, arg, metric, raise_nofile, rss_kib, scrape, signed_node_tls, start_server_on,
 };
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-    WatchEvent, WatchParams,
+    Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -178,14 +177,6 @@ fn acknowledgement(text: &str) -> Option<String> {
     let mut answer = msg.ack();
     answer.route.source = "edgehub".into();
     serde_json::to_string(&answer).ok()
-}
-
-fn ar(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "devices.kubeedge.io",
-        "v1beta1",
-        kind,
-    ))
 }
 
 /// What was seen, in milliseconds since the load's epoch: DeviceStatus showing a new reported

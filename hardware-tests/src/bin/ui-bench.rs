@@ -108,6 +108,12 @@ fn stream_bytes(http: &str, secs: u64) -> (usize, usize) {
     (body.len() - header_end, events)
 }
 
+/// Whether the list's count says all `n` devices are there (on one page, or in pages of 50).
+fn whole(count: &str, n: usize) -> bool {
+    count.starts_with(&format!("{n} of {n} "))
+        || count.ends_with(&format!(" of {n} devices ({n} in all)"))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(0.0)
@@ -169,10 +175,7 @@ fn main() -> ExitCode {
         for _ in 0..3 {
             let _ = c.goto("about:blank").await;
             let _ = c.goto(&ui).await;
-            wait_text(&c, "#device-count", 60, "the whole list", |t| {
-                t.starts_with(&format!("{n} of {n}"))
-            })
-            .await;
+            wait_text(&c, "#device-count", 60, "the whole list", |t| whole(t, n)).await;
             if let Ok(v) = c.execute(now, vec![]).await {
                 loads.push(v.as_f64().unwrap_or(0.0));
             }
@@ -201,10 +204,7 @@ fn main() -> ExitCode {
         for _ in 0..args.browsers {
             let c = browser(&driver).await;
             let _ = c.goto(&ui).await;
-            wait_text(&c, "#device-count", 120, "the whole list", |t| {
-                t.starts_with(&format!("{n} of {n}"))
-            })
-            .await;
+            wait_text(&c, "#device-count", 120, "the whole list", |t| whole(t, n)).await;
             clients.push(c);
         }
         tokio::time::sleep(Duration::from_secs(10)).await;

@@ -160,6 +160,25 @@ impl Point {
                 format!("{data_type} on a bit table; use bool"),
             ));
         }
+        // A dataType whose values the model's type cannot hold: said against the type.
+        let model_type = model.value_type.as_deref().map(str::to_ascii_uppercase);
+        if let (Some(kind), true) = (model_type.as_deref(), text(v, "dataType").is_some()) {
+            let clash = match (kind, data_type) {
+                ("INT", DataType::Float32 | DataType::Float64) => Some(
+                    "gives fractions, which an INT property cannot hold (use type FLOAT or DOUBLE, or an integer dataType)",
+                ),
+                ("INT" | "FLOAT" | "DOUBLE" | "BOOLEAN", DataType::String) => {
+                    Some("is text, which the property's type cannot hold (use type STRING)")
+                }
+                _ => None,
+            };
+            if let Some(why) = clash {
+                return Err(bad(
+                    "dataType",
+                    format!("{data_type} {why}; the model's type is {kind}"),
+                ));
+            }
+        }
         let registers = match data_type.registers() {
             _ if table.is_bits() => 1,
             Some(n) => {
@@ -167,10 +186,27 @@ impl Point {
                     && l != n
                     && l != 0
                 {
-                    return Err(bad(
-                        "limit",
-                        format!("{l} registers, but a {data_type} takes {n}"),
-                    ));
+                    // Without a dataType, the width came from the model's type: the mismatch is
+                    // between the two, and said so.
+                    return Err(match (text(v, "dataType"), model_type.as_deref()) {
+                        (None, Some(kind)) => bad(
+                            "limit",
+                            format!(
+                                "{l} registers do not fit the model's type {kind} ({}); give dataType to say how {l} registers are read",
+                                match kind {
+                                    "FLOAT" => "a FLOAT is 2 registers, a float32",
+                                    "DOUBLE" =>
+                                        "a DOUBLE is 4 registers (a float64) or 2 (a float32)",
+                                    "BOOLEAN" => "a BOOLEAN is 1 register",
+                                    _ => "an INT is 1, 2 or 4 registers",
+                                }
+                            ),
+                        ),
+                        _ => bad(
+                            "limit",
+                            format!("{l} registers, but a {data_type} takes {n}"),
+                        ),
+                    });
                 }
                 n
             }
@@ -746,6 +782,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A visitor that does not go with its model's type is refused against the type: a float
+    /// into an INT, text into a number, and a `limit` the model's type cannot be read from
+    /// (the width came from the type, so the type is named, not only the `limit`).
+    #[test]
+    fn a_visitor_that_does_not_go_with_the_models_type_names_the_type() {
+        for (visitor, ty, key, says) in [
+            (
+                serde_json::json!({"register": "HoldingRegister", "offset": 0, "dataType": "float32"}),
+                "INT",
+                "dataType",
+                "float32 gives fractions, which an INT property cannot hold",
+            ),
+            (
+                serde_json::json!({"register": "HoldingRegister", "offset": 0, "dataType": "string", "limit": 2}),
+                "FLOAT",
+                "dataType",
+                "string is text, which the property's type cannot hold (use type STRING); the model's type is FLOAT",
+            ),
+            (
+                serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 3}),
+                "FLOAT",
+                "limit",
+                "3 registers do not fit the model's type FLOAT (a FLOAT is 2 registers, a float32)",
+            ),
+            (
+                serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 2}),
+                "BOOLEAN",
+                "limit",
+                "the model's type BOOLEAN",
+            ),
+            (
+                serde_json::json!({"register": "HoldingRegister", "offset": 0, "limit": 3, "dataType": "int32"}),
+                "INT",
+                "limit",
+                "3 registers, but a int32 takes 2",
+            ),
+        ] {
+            let hints = ModelHints {
+                value_type: Some(ty.into()),
+                ..ModelHints::default()
+            };
+            let Value::Object(v) = visitor else {
+                panic!("an object")
+            };
+            let e = Point::from_config("p", &v, &hints).expect_err("refused");
+            assert_eq!(e.key, key, "{}", e.reason);
+            assert!(e.reason.contains(says), "{}", e.reason);
+        }
+        // What goes together is taken: a scaled integer into FLOAT, numbers into STRING.
+        point(
+            serde_json::json!({"register": "HoldingRegister", "offset": 0, "dataType": "int16", "scale": 0.1}),
+            "FLOAT",
+        );
+        point(
+            serde_json::json!({"register": "HoldingRegister", "offset": 0, "dataType": "uint32"}),
+            "STRING",
+        );
     }
 
     /// KubeEdge's keys without a `dataType` read registers as unsigned, as KubeEdge's mapper

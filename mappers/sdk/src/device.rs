@@ -102,6 +102,24 @@ struct Prop {
     error: Option<String>,
     /// The error last reported to edgecore for it.
     error_sent: Option<String>,
+    /// A desired value the device answered with an error (an exception: it may take it
+    /// later): how many tries, when to try again (a growing wait), the error last reported.
+    retry: Option<Retry>,
+}
+
+struct Retry {
+    value: String,
+    tries: u32,
+    next: Instant,
+    said: String,
+}
+
+/// The longest wait between tries of a desired value the device answered with an error.
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The wait after the `tries`-th failed try: 1 s, 2 s, 4 s, ... up to [`RETRY_MAX`].
+fn retry_wait(tries: u32) -> Duration {
+    Duration::from_secs(1u64 << tries.saturating_sub(1).min(6)).min(RETRY_MAX)
 }
 
 /// The device task's state.
@@ -160,6 +178,7 @@ impl<D: Driver> DeviceTask<D> {
                 rejected: None,
                 error: None,
                 error_sent: None,
+                retry: None,
             })
             .collect();
         Self {
@@ -581,6 +600,12 @@ impl<D: Driver> DeviceTask<D> {
             {
                 continue;
             }
+            if p.retry
+                .as_ref()
+                .is_some_and(|r| r.value == want && Instant::now() < r.next)
+            {
+                continue;
+            }
             if !p.writable {
                 tracing::warn!(device = %self.id(), property = %p.name, "desired value ignored: the property is ReadOnly");
                 self.props[i].applied = Some(want);
@@ -594,6 +619,7 @@ impl<D: Driver> DeviceTask<D> {
                     let p = &mut self.props[i];
                     p.applied = Some(want.clone());
                     p.rejected = None;
+                    p.retry = None;
                     p.sent = None;
                     p.next = Instant::now();
                 }
@@ -611,6 +637,46 @@ impl<D: Driver> DeviceTask<D> {
                             error: e.message.clone(),
                         })
                         .await;
+                }
+                Err(e) if e.kind == ErrorKind::Device => {
+                    // The device answered, with an error: tried again after a growing wait, and
+                    // said in the twin (where a user looks) the first time and whenever the
+                    // answer changes, not at every try.
+                    let p = &mut self.props[i];
+                    let tries = match &p.retry {
+                        Some(r) if r.value == want => r.tries + 1,
+                        _ => 1,
+                    };
+                    let wait = retry_wait(tries);
+                    let changed = p
+                        .retry
+                        .as_ref()
+                        .is_none_or(|r| r.value != want || r.said != e.message);
+                    p.retry = Some(Retry {
+                        value: want.clone(),
+                        tries,
+                        next: Instant::now() + wait,
+                        said: e.message.clone(),
+                    });
+                    if changed {
+                        tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value not written; tried again with a growing wait");
+                        let _ = self
+                            .reports
+                            .send(Report::WriteRefused {
+                                namespace: self.namespace.clone(),
+                                name: self.name.clone(),
+                                property: name.clone(),
+                                desired: want.clone(),
+                                error: format!(
+                                    "{} (not written; tried again after a growing wait, at most every {} s)",
+                                    e.message,
+                                    RETRY_MAX.as_secs()
+                                ),
+                            })
+                            .await;
+                    } else {
+                        tracing::debug!(device = %self.id(), property = %name, value = %want, error = %e, tries, "desired value still not written");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value not written; will retry")
@@ -647,6 +713,8 @@ mod tests {
         writes: Vec<(usize, String)>,
         link_down: bool,
         connects: u32,
+        /// Writes of 77 answered with an exception before one is taken.
+        busy: u32,
     }
 
     struct Fake {
@@ -683,6 +751,12 @@ mod tests {
         async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {
             let mut r = self.rig.lock().expect("rig");
             r.writes.push((index, value.to_string()));
+            if value == "77" && r.busy > 0 {
+                r.busy -= 1;
+                return Err(DriverError::device(
+                    "the device answered with exception ServerDeviceBusy",
+                ));
+            }
             // The device holds at most 120.
             if value.parse::<i64>().is_ok_and(|v| v > 120) {
                 return Err(DriverError::config(format!(
@@ -907,6 +981,45 @@ mod tests {
             "95",
             "the last value that fits"
         );
+        cancel.cancel();
+    }
+
+    /// A write the device answers with an exception is tried again after 1 s, 2 s, 4 s (not at
+    /// every cycle), said in the twin once (not at every try), and lands when the device takes
+    /// it.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_device_answers_with_an_error_is_retried_with_a_growing_wait() {
+        let (rig, mut rx, tx, cancel) = start(&[(100, 10_000)]);
+        rig.lock().expect("rig").busy = 3;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send(Command::Desired(vec![("p0".into(), "77".into())]))
+            .await
+            .expect("task runs");
+        let tries = |rig: &Arc<Mutex<Rig>>| rig.lock().expect("rig").writes.len();
+        let mut seen = Vec::new();
+        for ms in [50, 900, 1_000, 2_000, 4_000] {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            seen.push(tries(&rig));
+        }
+        // Tried at once, again after 1 s, 2 s and 4 s, where the device takes it.
+        assert_eq!(seen, [1, 1, 2, 3, 4]);
+        assert_eq!(rig.lock().expect("rig").values[0], "77");
+        let mut refusals = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            if let Report::WriteRefused { desired, error, .. } = r {
+                refusals.push(format!("{desired}: {error}"));
+            }
+        }
+        assert_eq!(
+            refusals,
+            [
+                "77: the device answered with exception ServerDeviceBusy (not written; tried again after a growing wait, at most every 60 s)"
+            ]
+        );
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(tries(&rig), 4, "not written again once it landed");
+        assert_eq!(retry_wait(1), Duration::from_secs(1));
+        assert_eq!(retry_wait(30), RETRY_MAX);
         cancel.cancel();
     }
 

@@ -29,6 +29,9 @@ pub(super) const FOLD_CHUNK: u64 = 1_000_000;
 /// Journal rows (committed batches) read by one statement of a fold.
 pub(super) const READ_CHUNK: u64 = 256;
 
+/// History points written at once by a fold, at most (a long journal is written in parts).
+pub(super) const HISTORY_BATCH: usize = 50_000;
+
 /// Journal rows (committed batches) deleted by one statement once folded.
 pub(super) const DELETE_CHUNK: u64 = 512;
 
@@ -63,6 +66,14 @@ impl Store {
             let mut rows = 0u64;
             let mut through = folded;
             let mut pace = Pace::new();
+            // The history takes the points of the rows it does not have yet, before the
+            // tables' transaction: a crash after it leaves rows the next fold skips.
+            let history = self.inner.history.as_ref();
+            let history_mark = match history {
+                Some(h) => h.ingested().await.unwrap_or(0),
+                None => u64::MAX,
+            };
+            let mut points = Vec::new();
             loop {
                 let chunk = sqlx::query(
                     "SELECT seq, body FROM journal WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
@@ -76,9 +87,20 @@ impl Store {
                 for r in &chunk {
                     let (seq, records) = journal_row(r)?;
                     for record in records {
+                        if let Some(h) = history
+                            && seq > history_mark
+                        {
+                            record.history(h, &mut points);
+                        }
                         rows += pending.add(record);
                     }
                     through = seq;
+                }
+                if let Some(h) = history
+                    && points.len() >= HISTORY_BATCH
+                {
+                    h.ingest(&points, through).await;
+                    points.clear();
                 }
                 if last_chunk || rows >= FOLD_CHUNK {
                     break;
@@ -89,6 +111,12 @@ impl Store {
             if through == folded {
                 break;
             }
+            if let Some(h) = history
+                && through > history_mark
+            {
+                h.ingest(&points, through).await;
+            }
+            drop(points);
             in_transaction(self.pool(), async |tx| {
                 write_pending(tx, &pending).await?;
                 sqlx::query("UPDATE folded SET seq = ? WHERE id = 0")
@@ -157,6 +185,7 @@ impl Store {
     /// Folds the journal whenever [`FOLD_AFTER`] rows wait in it, or every [`FOLD_INTERVAL`]
     /// when it is not empty, until the store is closed. Spawned by the twin service.
     pub async fn fold_in_background(self) {
+        let mut maintained = std::time::Instant::now();
         loop {
             tokio::select! {
                 () = self.inner.fold_wanted.notified() => {}
@@ -164,6 +193,15 @@ impl Store {
             }
             if self.pool().is_closed() {
                 return;
+            }
+            // The history's roll-ups, windows and bounds, every minute.
+            if let Some(h) = self.history()
+                && maintained.elapsed() >= crate::history::MAINTAIN_EVERY
+            {
+                maintained = std::time::Instant::now();
+                if let Err(e) = h.maintain(crate::now_millis()).await {
+                    tracing::warn!(error = %e, "history: roll-up or retention failed; tried again in a minute");
+                }
             }
             if self.unfolded() == 0 {
                 continue;

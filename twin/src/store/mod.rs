@@ -123,6 +123,8 @@ struct Connections {
     folding: tokio::sync::Mutex<()>,
     /// Wakes the background fold.
     fold_wanted: tokio::sync::Notify,
+    /// The twins' history, fed by the fold; `None` when it is off.
+    history: Option<crate::history::History>,
 }
 
 /// The journal file of the tables at `path`: `NAME-log.db` beside `NAME.db`.
@@ -136,8 +138,28 @@ pub fn journal_path(path: &Path) -> PathBuf {
 
 impl Store {
     /// Opens (creating if needed) the database at `path` and its journal, migrates both, and
-    /// folds what the journal holds.
+    /// folds what the journal holds. No history.
     pub async fn open(path: &Path, sync: Synchronous) -> Result<Self> {
+        Self::open_with_history(path, sync, None).await
+    }
+
+    /// As [`Store::open`], with the twins' history beside the tables when `history` is given
+    /// (and enabled); a history that cannot be opened is said and left off, the twins open.
+    pub async fn open_with_history(
+        path: &Path,
+        sync: Synchronous,
+        history: Option<crate::history::HistoryConfig>,
+    ) -> Result<Self> {
+        let history = match history.filter(|h| h.enabled) {
+            Some(cfg) => match crate::history::History::open(path, cfg).await {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::error!(error = %e, "the twins' history cannot be opened; running without it");
+                    None
+                }
+            },
+            None => None,
+        };
         let journal_path = journal_path(path);
         let pool = connect(path, sync, 8192, 10_000, Some(WAL_LIMIT), 2).await?;
         // The journal is only appended to and read back in order: a small cache is enough.
@@ -171,6 +193,7 @@ impl Store {
                 unfolded: AtomicU64::new(0),
                 folding: tokio::sync::Mutex::new(()),
                 fold_wanted: tokio::sync::Notify::new(),
+                history,
             }),
         };
         match store.fold_journal(u64::MAX).await {
@@ -190,6 +213,11 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    /// The twins' history, when it is kept.
+    pub fn history(&self) -> Option<&crate::history::History> {
+        self.inner.history.as_ref()
     }
 
     /// The database file.

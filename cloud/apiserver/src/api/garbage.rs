@@ -209,7 +209,7 @@ pub(super) async fn call_as(
         headers.insert(header::CONTENT_TYPE, v);
     }
     (api.clone())
-        .dispatch(user, method, path, query, headers, Body::from(body))
+        .dispatch(user, method, path, query, headers, Body::from(body).into())
         .await
 }
 

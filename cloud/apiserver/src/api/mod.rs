@@ -47,9 +47,31 @@ pub struct Api {
     pub server_addr: String,
     pub bookmark_every: Duration,
     pub stop: CancellationToken,
+    /// Subresources the embedding program serves ([`crate::Subresource`]).
+    pub subresources: Vec<crate::Subresource>,
+    /// Read-only kinds the embedding program serves ([`crate::External`]).
+    pub externals: Vec<crate::External>,
 }
 
 pub(crate) type Query = HashMap<String, String>;
+
+/// A request's body, and what only a subresource the embedding program serves uses: the
+/// query as sent and the connection's upgrade.
+#[derive(Default)]
+pub struct Incoming {
+    pub body: Body,
+    pub raw_query: String,
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+}
+
+impl From<Body> for Incoming {
+    fn from(body: Body) -> Self {
+        Self {
+            body,
+            ..Self::default()
+        }
+    }
+}
 
 /// The store keys of RBAC's four kinds.
 const RBAC_KEYS: [&str; 4] = [
@@ -93,6 +115,9 @@ struct WriteCtx {
     warnings: Mutex<Vec<String>>,
     /// Who writes, for the checks of [`crate::admission`].
     author: crate::admission::Author,
+    /// A Device's desired values this write changes (`property`, `was`, `now`), recorded as
+    /// Events on the Device once it is stored: who set which value when.
+    audit: Mutex<Vec<(String, Option<String>, String)>>,
 }
 
 impl Api {
@@ -111,6 +136,8 @@ impl Api {
             server_addr,
             bookmark_every,
             stop,
+            subresources: Vec::new(),
+            externals: Vec::new(),
         };
         api.refresh_registry();
         api
@@ -132,7 +159,7 @@ impl Api {
                 .map(|m| m.values().map(|o| o.value()).collect())
                 .unwrap_or_default()
         };
-        let reg = Arc::new(Registry::build(&crds));
+        let reg = Arc::new(Registry::build(&crds, &self.externals));
         *self.registry.write().unwrap_or_else(|e| e.into_inner()) = reg;
     }
 
@@ -144,9 +171,12 @@ impl Api {
         path: &str,
         query: Query,
         headers: HeaderMap,
-        body: Body,
+        incoming: Incoming,
     ) -> Response {
-        match self.route(user, method, path, query, headers, body).await {
+        match self
+            .route(user, method, path, query, headers, incoming)
+            .await
+        {
             Ok(r) => r,
             Err(s) => s.into_response(),
         }
@@ -159,8 +189,13 @@ impl Api {
         path: &str,
         query: Query,
         headers: HeaderMap,
-        body: Body,
+        incoming: Incoming,
     ) -> Result<Response, Status> {
+        let Incoming {
+            body,
+            raw_query,
+            upgrade,
+        } = incoming;
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         let reg = self.registry();
         let accept = header_str(&headers, header::ACCEPT);
@@ -236,9 +271,16 @@ impl Api {
             return Err(Status::no_route(path));
         }
         let sub = sub.map(str::to_string);
+        let mut served = None;
         if let Some(s) = &sub {
+            served = self
+                .subresources
+                .iter()
+                .find(|x| x.group == res.group && x.plural == res.plural && x.name == *s)
+                .cloned();
             let ok = (s == "status" && res.version(version).is_some_and(|v| v.status))
-                || (s == "finalize" && res.plural == "namespaces");
+                || (s == "finalize" && res.plural == "namespaces")
+                || served.is_some();
             if !ok {
                 return Err(Status::no_route(path));
             }
@@ -252,6 +294,8 @@ impl Api {
         };
         let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
         let verb = match (&method, t.name.is_some()) {
+            // A subresource the embedding program serves: the verb it names.
+            _ if served.is_some() => served.as_ref().map_or("", |x| x.verb),
             (&Method::GET, _) if is_watch => "watch",
             (&Method::GET, true) => "get",
             (&Method::GET, false) => "list",
@@ -298,6 +342,38 @@ impl Api {
         {
             self.store.fresh().await;
         }
+        if t.res.external {
+            return self.external(&t, &method, verb, query);
+        }
+        if let Some(x) = served {
+            if !x.methods.contains(&method) {
+                let names: Vec<&str> = x.methods.iter().map(Method::as_str).collect();
+                return Err(Status::new(
+                    405,
+                    "MethodNotAllowed",
+                    format!(
+                        "{}/{} only answers {}",
+                        t.res.plural,
+                        x.name,
+                        names.join(" and ")
+                    ),
+                ));
+            }
+            let name = t.name.clone().unwrap_or_default();
+            let obj = {
+                let tables = self.store.read();
+                tables.get(&key(&t, &name)).cloned()
+            }
+            .ok_or_else(|| Status::not_found(&t.res.group, &t.res.plural, &name))?;
+            let request = crate::SubresourceRequest {
+                method,
+                query,
+                raw_query,
+                headers,
+                upgrade,
+            };
+            return Ok((x.serve)(obj.value(), request).await);
+        }
         match (method, t.name.is_some()) {
             (Method::GET, true) => self.get(&t, accept),
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept, labels, fields),
@@ -329,6 +405,50 @@ impl Api {
             (m, _) => Err(Status::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({m})"
             ))),
+        }
+    }
+
+    /// A `get` or `list` of a kind the embedding program serves; any other verb is 405.
+    fn external(
+        &self,
+        t: &Target,
+        method: &Method,
+        verb: &str,
+        query: Query,
+    ) -> Result<Response, Status> {
+        let e = self
+            .externals
+            .iter()
+            .find(|e| e.group == t.res.group && e.plural == t.res.plural)
+            .ok_or_else(|| Status::no_route(&t.res.plural))?;
+        if *method != Method::GET || !matches!(verb, "get" | "list") || t.sub.is_some() {
+            return Err(Status::new(
+                405,
+                "MethodNotAllowed",
+                format!(
+                    "{}.{} is read-only: get and list only",
+                    t.res.plural, t.res.group
+                ),
+            ));
+        }
+        let request = crate::external::ExternalRequest {
+            ns: t.ns.clone(),
+            name: t.name.clone(),
+            query,
+        };
+        let items = (e.serve)(&request);
+        let api_version = t.res.api_version(&t.version);
+        match &t.name {
+            Some(name) => items
+                .into_iter()
+                .next()
+                .map(|o| json_response(StatusCode::OK, &o))
+                .ok_or_else(|| Status::not_found(&t.res.group, &t.res.plural, name)),
+            None => Ok(json_response(
+                StatusCode::OK,
+                &serde_json::json!({"kind": t.res.list_kind, "apiVersion": api_version,
+                    "metadata": {}, "items": items}),
+            )),
         }
     }
 
@@ -412,6 +532,7 @@ impl Api {
             manager,
             sub: t.sub.clone().unwrap_or_default(),
             warnings: Mutex::new(Vec::new()),
+            audit: Mutex::new(Vec::new()),
             author: crate::admission::Author {
                 user: user.clone(),
                 rbac: (t.res.group == "rbac.authorization.k8s.io"
@@ -455,7 +576,123 @@ impl Api {
             self.refresh_registry();
         }
     }
+
+    /// Records a stored Device write's desired value changes as Events on the Device (reason
+    /// `DesiredValueSet`, the user in the message), as the audit of who set which value when.
+    /// An Event that cannot be stored is logged; the write stands.
+    async fn audit(&self, c: &WriteCtx, done: &crate::store::Done, dry: bool) {
+        let changes = std::mem::take(&mut *c.audit.lock().unwrap_or_else(|e| e.into_inner()));
+        if dry || changes.is_empty() || done.deleted {
+            return;
+        }
+        let reg = self.registry();
+        let Some(events) = reg
+            .resources
+            .iter()
+            .find(|r| r.group.is_empty() && r.plural == "events")
+        else {
+            return;
+        };
+        let now = crate::meta::now_rfc3339();
+        let uid = done.value["metadata"]["uid"].clone();
+        let version = done.value["apiVersion"].clone();
+        for (k, (property, was, value)) in changes.into_iter().enumerate() {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let name = format!("{}.{:x}{k}", c.name, nanos);
+            let message = match &was {
+                Some(w) => format!(
+                    "{property} set to {value} (was {w}) by {}",
+                    c.author.user.name
+                ),
+                None => format!("{property} set to {value} by {}", c.author.user.name),
+            };
+            let event = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": c.ns, "uid": uuid::Uuid::new_v4().to_string(),
+                    "creationTimestamp": now},
+                "involvedObject": {"apiVersion": version, "kind": "Device", "name": c.name,
+                    "namespace": c.ns, "uid": uid, "fieldPath": format!("spec.properties{{{property}}}.desired")},
+                "reason": "DesiredValueSet",
+                "message": message,
+                "type": "Normal",
+                "source": {"component": "cloudcore"},
+                "reportingComponent": "cloudcore",
+                "reportingInstance": "apiserver",
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            });
+            let key = crate::store::Key {
+                res: events.store_key.clone(),
+                ns: c.ns.clone(),
+                name,
+            };
+            let put = self
+                .store
+                .mutate(
+                    key,
+                    false,
+                    Box::new(move |old, _| match old {
+                        Some(o) => Ok(crate::store::Outcome::Unchanged(o)),
+                        None => Ok(crate::store::Outcome::Put(event.clone())),
+                    }),
+                )
+                .await;
+            if let Err(e) = put {
+                tracing::warn!(device = %c.name, %property, error = %e.message, "cannot record who set a desired value (an Event)");
+            }
+        }
+        // Bounded: a Device keeps its last AUDIT_KEPT such Events (the API keeps Events until
+        // deleted, and a set point moved by a script every second would add 86,400 a day).
+        let mine: Vec<(u64, String)> = {
+            let tables = self.store.read();
+            let Some(objects) = tables.objects.get(&events.store_key) else {
+                return;
+            };
+            let prefix = format!("{}.", c.name);
+            objects
+                .iter()
+                .filter(|((ns, name), _)| *ns == c.ns && name.starts_with(&prefix))
+                .filter(|(_, o)| {
+                    serde_json::from_slice::<Value>(&o.json()).is_ok_and(|v| {
+                        v["reason"] == "DesiredValueSet"
+                            && v["involvedObject"]["name"] == c.name.as_str()
+                    })
+                })
+                .map(|((_, name), o)| (o.rv, name.clone()))
+                .collect()
+        };
+        if mine.len() <= AUDIT_KEPT {
+            return;
+        }
+        let mut mine = mine;
+        mine.sort_unstable();
+        for (_, name) in &mine[..mine.len() - AUDIT_KEPT] {
+            let key = crate::store::Key {
+                res: events.store_key.clone(),
+                ns: c.ns.clone(),
+                name: name.clone(),
+            };
+            let _ = self
+                .store
+                .mutate(
+                    key,
+                    false,
+                    Box::new(|old, _| match old {
+                        Some(v) => Ok(crate::store::Outcome::Delete(v)),
+                        None => Ok(crate::store::Outcome::Unchanged(Value::Null)),
+                    }),
+                )
+                .await;
+        }
+    }
 }
+
+/// The desired-value Events a Device keeps (see [`Api::audit`]).
+const AUDIT_KEPT: usize = 100;
 
 /// How long a refused body is read on (see [`drain`]).
 const DRAIN_FOR: Duration = Duration::from_secs(10);

@@ -74,6 +74,7 @@ impl Api {
             )
             .await?;
         self.after_write(t);
+        self.audit(&ctx, &done, dry).await;
         Ok(written(StatusCode::CREATED, &done, t, &ctx))
     }
 
@@ -96,11 +97,12 @@ impl Api {
         }
         let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
         let c2 = ctx.clone();
+        let dry = dry_run(q)?;
         let done = self
             .store
             .mutate(
                 key(t, &name),
-                dry_run(q)?,
+                dry,
                 Box::new(move |old, _| match old {
                     None => Err(Status::not_found(&c2.res.group, &c2.res.plural, &c2.name)),
                     Some(old) => finish(&c2, Some(&old), body.clone(), true),
@@ -108,6 +110,7 @@ impl Api {
             )
             .await?;
         self.after_write(t);
+        self.audit(&ctx, &done, dry).await;
         Ok(written(StatusCode::OK, &done, t, &ctx))
     }
 
@@ -158,11 +161,12 @@ impl Api {
         let max_body = self.max_body;
         let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
         let c2 = ctx.clone();
+        let dry = dry_run(q)?;
         let done = self
             .store
             .mutate(
                 key(t, &name),
-                dry_run(q)?,
+                dry,
                 Box::new(move |old, _| {
                     let c = &c2;
                     let now = meta::now_rfc3339();
@@ -211,6 +215,7 @@ impl Api {
             )
             .await?;
         self.after_write(t);
+        self.audit(&ctx, &done, dry).await;
         let code = if done.created {
             StatusCode::CREATED
         } else {
@@ -514,7 +519,42 @@ pub(super) fn finish(
             return Ok(Outcome::Delete(new));
         }
     }
+    if (c.res.group.as_str(), c.res.plural.as_str()) == ("devices.kubeedge.io", "devices")
+        && c.sub.is_empty()
+    {
+        *c.audit.lock().unwrap_or_else(|e| e.into_inner()) = desired_changes(old, &new);
+    }
     Ok(Outcome::Put(new))
+}
+
+/// The desired values of a Device's properties that `new` sets differently from `old`:
+/// `(property, was, now)`.
+fn desired_changes(old: Option<&Value>, new: &Value) -> Vec<(String, Option<String>, String)> {
+    let desired = |obj: &Value, name: &str| -> Option<String> {
+        obj["spec"]["properties"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| match &p["desired"]["value"] {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                v => Some(v.to_string()),
+            })
+    };
+    let mut out = Vec::new();
+    for p in new["spec"]["properties"].as_array().into_iter().flatten() {
+        let Some(name) = p["name"].as_str() else {
+            continue;
+        };
+        let Some(now) = desired(new, name) else {
+            continue;
+        };
+        let was = old.and_then(|o| desired(o, name));
+        if was.as_deref() != Some(now.as_str()) {
+            out.push((name.to_string(), was, now));
+        }
+    }
+    out
 }
 
 /// What deleting `old` does: removes it, or marks it deleted while finalizers remain.

@@ -1,0 +1,411 @@
+//! The cloud's end of the streaming tunnels ([`api::tunnel`]): each node's open tunnel, the
+//! streams open on it, and [`Tunnels::open`], what `pods/log` uses to read a log from its node.
+//!
+//! A stream's frames wait for its reader in a queue of their own, bounded by the credit the
+//! node was given: a node that sends beyond it has the stream closed (it cannot fill the
+//! cloud's memory), a slow reader slows only its own stream (credit is given back as its
+//! reader takes the bytes), and a reader that goes away closes the stream on the node.
+
+use api::tunnel::{Frame, Kind, Open, Outcome, WINDOW};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// Frames of one stream that may wait for its reader: a node within its credit sends fewer.
+const QUEUED: usize = 1024;
+
+/// Where a stream's frames from the node go, and the credit it gave for what the cloud sends.
+type Route = (mpsc::Sender<Frame>, Arc<Semaphore>);
+
+/// One node's open tunnel.
+pub(crate) struct Tunnel {
+    pub(crate) id: u64,
+    /// To the node (the tunnel's writer).
+    tx: mpsc::Sender<Frame>,
+    /// The streams open on it: where each one's frames go, and the credit the node gave for
+    /// what the cloud sends on it.
+    streams: Mutex<HashMap<u32, Route>>,
+    next: AtomicU32,
+    /// Ends the tunnel (a newer one of the same node replaces it).
+    pub(crate) end: CancellationToken,
+}
+
+/// Every node's tunnel, on this replica.
+pub struct Tunnels {
+    by_node: Mutex<HashMap<String, Arc<Tunnel>>>,
+    next_id: AtomicU64,
+    /// Streams open at once per node.
+    pub per_node: usize,
+    /// Streams closed because their node sent beyond its credit.
+    pub overran: AtomicU64,
+    /// Streams opened.
+    pub opened: AtomicU64,
+}
+
+/// Why a stream could not be opened.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotOpened {
+    #[error(
+        "node {0} has no streaming tunnel to this cloudcore (it is away, connected to another replica, or runs with cloud.streams.enable: false)"
+    )]
+    NoTunnel(String),
+    #[error("node {0} has {1} streams open (the most per node); try again when one ends")]
+    TooMany(String, usize),
+    #[error("node {0}'s tunnel closed")]
+    Closed(String),
+}
+
+impl Tunnels {
+    pub fn new(per_node: usize) -> Self {
+        Self {
+            by_node: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            per_node,
+            overran: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Tunnel>>> {
+        self.by_node.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A node's new tunnel, writing to `tx`; an older one of the node is ended.
+    pub(crate) fn attach(&self, node: &str, tx: mpsc::Sender<Frame>) -> Arc<Tunnel> {
+        let t = Arc::new(Tunnel {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            tx,
+            streams: Mutex::default(),
+            next: AtomicU32::new(1),
+            end: CancellationToken::new(),
+        });
+        if let Some(old) = self.lock().insert(node.to_string(), t.clone()) {
+            old.end.cancel();
+        }
+        t
+    }
+
+    /// The tunnel `id` of `node` ended: its streams end with it.
+    pub(crate) fn detach(&self, node: &str, id: u64) {
+        let mut map = self.lock();
+        if map.get(node).is_some_and(|t| t.id == id) {
+            map.remove(node);
+        }
+    }
+
+    /// The number of tunnels open.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The streams open on every tunnel.
+    pub fn streams(&self) -> usize {
+        self.lock()
+            .values()
+            .map(|t| t.streams.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    /// Adds the tunnels' figures to a scrape of `/metrics`.
+    pub fn scrape(&self, o: &mut rt::metrics::Scrape) {
+        o.gauge(
+            "cloudhub_tunnels",
+            "Nodes with a streaming tunnel open to this cloudcore.",
+            self.count(),
+        )
+        .gauge(
+            "cloudhub_streams",
+            "Streams (kubectl logs, exec, attach) open through the tunnels.",
+            self.streams(),
+        )
+        .counter(
+            "cloudhub_streams_opened",
+            "Streams opened through the tunnels.",
+            self.opened.load(Ordering::Relaxed),
+        )
+        .counter(
+            "cloudhub_streams_overran",
+            "Streams closed because their node sent beyond the credit it was given.",
+            self.overran.load(Ordering::Relaxed),
+        );
+    }
+
+    /// Opens a stream on `node`'s tunnel.
+    pub async fn open(&self, node: &str, what: &Open) -> Result<Stream, NotOpened> {
+        let tunnel = self
+            .lock()
+            .get(node)
+            .cloned()
+            .ok_or_else(|| NotOpened::NoTunnel(node.into()))?;
+        let (tx, rx) = mpsc::channel(QUEUED);
+        let credit = Arc::new(Semaphore::new(WINDOW as usize));
+        let id = {
+            let mut streams = tunnel.streams.lock().unwrap_or_else(|e| e.into_inner());
+            if streams.len() >= self.per_node {
+                return Err(NotOpened::TooMany(node.into(), self.per_node));
+            }
+            let mut id = tunnel.next.fetch_add(1, Ordering::Relaxed);
+            while id == 0 || streams.contains_key(&id) {
+                id = tunnel.next.fetch_add(1, Ordering::Relaxed);
+            }
+            streams.insert(id, (tx, credit.clone()));
+            id
+        };
+        let stream = Stream {
+            node: node.to_string(),
+            id,
+            tunnel: tunnel.clone(),
+            rx,
+            credit,
+            closed: false,
+        };
+        let open = Frame::new(id, Kind::Open, serde_json::to_vec(what).unwrap_or_default());
+        if tunnel.tx.send(open).await.is_err() {
+            return Err(NotOpened::Closed(node.into()));
+        }
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(stream)
+    }
+
+    /// A frame from `node`'s tunnel, to the stream it belongs to. A stream whose reader is
+    /// gone, or whose node sent beyond its credit, is closed on the node.
+    pub(crate) fn deliver(&self, tunnel: &Tunnel, node: &str, frame: Frame) {
+        let id = frame.stream;
+        let last = frame.kind == Kind::Close;
+        let mut streams = tunnel.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((to, credit)) = streams.get(&id) else {
+            return;
+        };
+        if frame.kind == Kind::Credit {
+            // Never more than a few windows: a node that credits too much cannot overflow it.
+            let n = (frame.credited() as usize)
+                .min((4 * WINDOW as usize).saturating_sub(credit.available_permits()));
+            credit.add_permits(n);
+            return;
+        }
+        match to.try_send(frame) {
+            Ok(()) if last => {
+                streams.remove(&id);
+            }
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.overran.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%node, stream = id, "cloudhub: a node sent beyond its stream's credit; stream closed");
+                streams.remove(&id);
+                let _ = tunnel.tx.try_send(Frame::close(id, None));
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                streams.remove(&id);
+                let _ = tunnel.tx.try_send(Frame::close(id, None));
+            }
+        }
+    }
+}
+
+/// Opens a stream on `node` for an API request and waits up to `wait` for the node to accept
+/// it: the stream, or the API's answer saying why not (429 beyond the streams per node, 503 a
+/// node without a tunnel here, 504 a node that did not answer, the node's own refusal).
+pub async fn open_for_api(
+    tunnels: &Tunnels,
+    node: &str,
+    what: &Open,
+    wait: std::time::Duration,
+) -> Result<Stream, (u16, String)> {
+    let mut stream = match tunnels.open(node, what).await {
+        Ok(s) => s,
+        Err(e @ NotOpened::TooMany(..)) => return Err((429, e.to_string())),
+        Err(e) => return Err((503, e.to_string())),
+    };
+    match tokio::time::timeout(wait, stream.next()).await {
+        Err(_) => Err((
+            504,
+            format!("node {node} did not open the stream within {wait:?}"),
+        )),
+        Ok(Event::End(o)) => Err((if o.code >= 400 { o.code } else { 502 }, o.message)),
+        Ok(Event::Ready | Event::Data(_)) => Ok(stream),
+    }
+}
+
+/// What a stream brings: the node's acceptance, its bytes, its end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    Ready,
+    Data(Vec<u8>),
+    /// The end, as the node said it (or the tunnel's end: 502).
+    End(Outcome),
+}
+
+/// One stream on a node's tunnel; dropping it closes the stream on the node.
+pub struct Stream {
+    pub node: String,
+    id: u32,
+    tunnel: Arc<Tunnel>,
+    rx: mpsc::Receiver<Frame>,
+    /// What the node lets the cloud send.
+    credit: Arc<Semaphore>,
+    closed: bool,
+}
+
+/// The sending half of a [`Stream`] (what the cloud's client writes: a command's stdin).
+#[derive(Clone)]
+pub struct Sender {
+    id: u32,
+    tunnel: Arc<Tunnel>,
+    credit: Arc<Semaphore>,
+}
+
+impl Sender {
+    /// Sends `bytes` to the node on this stream, as one frame, once the node's credit allows;
+    /// false once the stream or its tunnel is closed.
+    pub async fn send(&self, bytes: Vec<u8>) -> bool {
+        let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        let granted = tokio::select! {
+            _ = self.tunnel.end.cancelled() => return false,
+            p = self.credit.acquire_many(n) => p,
+        };
+        match granted {
+            Ok(p) => p.forget(),
+            Err(_) => return false,
+        }
+        tokio::select! {
+            _ = self.tunnel.end.cancelled() => false,
+            r = self.tunnel.tx.send(Frame::new(self.id, Kind::Data, bytes)) => r.is_ok(),
+        }
+    }
+}
+
+impl Stream {
+    pub fn sender(&self) -> Sender {
+        Sender {
+            id: self.id,
+            tunnel: self.tunnel.clone(),
+            credit: self.credit.clone(),
+        }
+    }
+
+    /// The next event. Data is credited back to the node as it is taken.
+    pub async fn next(&mut self) -> Event {
+        loop {
+            let frame = tokio::select! {
+                f = self.rx.recv() => f,
+                _ = self.tunnel.end.cancelled() => None,
+            };
+            let Some(frame) = frame else {
+                self.closed = true;
+                return Event::End(Outcome {
+                    code: 502,
+                    message: format!("node {}'s streaming tunnel closed", self.node),
+                });
+            };
+            match frame.kind {
+                Kind::Ready => return Event::Ready,
+                Kind::Data => {
+                    let n = u32::try_from(frame.payload.len()).unwrap_or(WINDOW);
+                    if n > 0 {
+                        let _ = self.tunnel.tx.send(Frame::credit(self.id, n)).await;
+                    }
+                    return Event::Data(frame.payload);
+                }
+                Kind::Close => {
+                    self.closed = true;
+                    let outcome = serde_json::from_slice(&frame.payload).unwrap_or(Outcome {
+                        code: 200,
+                        message: String::new(),
+                    });
+                    return Event::End(outcome);
+                }
+                Kind::Open | Kind::Credit => {}
+            }
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.tunnel
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+        if !self.closed {
+            let _ = self.tunnel.tx.try_send(Frame::close(self.id, None));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::tunnel::LogRequest;
+
+    fn log() -> Open {
+        Open::Log(LogRequest::default())
+    }
+
+    #[tokio::test]
+    async fn streams_are_bounded_per_node_credited_as_read_and_closed_when_dropped() {
+        let tunnels = Tunnels::new(2);
+        assert_eq!(
+            tunnels.open("edge-1", &log()).await.err(),
+            Some(NotOpened::NoTunnel("edge-1".into()))
+        );
+        let (tx, mut to_node) = mpsc::channel(16);
+        let t = tunnels.attach("edge-1", tx);
+        let mut a = tunnels.open("edge-1", &log()).await.expect("a");
+        let b = tunnels.open("edge-1", &log()).await.expect("b");
+        assert_eq!(
+            tunnels.open("edge-1", &log()).await.err(),
+            Some(NotOpened::TooMany("edge-1".into(), 2))
+        );
+        let open = to_node.recv().await.expect("open");
+        assert_eq!(open.kind, Kind::Open);
+        let _ = to_node.recv().await.expect("open b");
+        tunnels.deliver(&t, "edge-1", Frame::new(open.stream, Kind::Ready, vec![]));
+        tunnels.deliver(
+            &t,
+            "edge-1",
+            Frame::new(open.stream, Kind::Data, b"hi".to_vec()),
+        );
+        // Another node's frames, or a stream not open, go nowhere.
+        tunnels.deliver(&t, "edge-1", Frame::new(999, Kind::Data, b"x".to_vec()));
+        assert_eq!(a.next().await, Event::Ready);
+        assert_eq!(a.next().await, Event::Data(b"hi".to_vec()));
+        let credit = to_node.recv().await.expect("credit");
+        assert_eq!((credit.kind, credit.credited()), (Kind::Credit, 2));
+        // Dropped by its reader: closed on the node, and a place is free again.
+        let b_id = {
+            let s = t.streams.lock().expect("lock");
+            *s.keys().find(|k| **k != open.stream).expect("b")
+        };
+        drop(b);
+        let close = to_node.recv().await.expect("close");
+        assert_eq!((close.kind, close.stream), (Kind::Close, b_id));
+        let _c = tunnels.open("edge-1", &log()).await.expect("c");
+        // A node that sends beyond its credit has the stream closed.
+        for _ in 0..QUEUED {
+            tunnels.deliver(
+                &t,
+                "edge-1",
+                Frame::new(open.stream, Kind::Data, b"x".to_vec()),
+            );
+        }
+        tunnels.deliver(
+            &t,
+            "edge-1",
+            Frame::new(open.stream, Kind::Data, b"x".to_vec()),
+        );
+        assert_eq!(tunnels.overran.load(Ordering::Relaxed), 1);
+        // A newer tunnel ends the older one's streams.
+        let (tx2, _to_node2) = mpsc::channel(16);
+        let _t2 = tunnels.attach("edge-1", tx2);
+        // (Frames still queued may come first or not: the end and the queue are raced.)
+        loop {
+            if let Event::End(o) = a.next().await {
+                assert_eq!(o.code, 502, "{o:?}");
+                break;
+            }
+        }
+    }
+}

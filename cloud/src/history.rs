@@ -1,0 +1,131 @@
+//! A device's history, read through the cloud from the gateway that keeps it:
+//! `GET /apis/devices.kubeedge.io/v1beta1/namespaces/{ns}/devices/{name}/history?property=P`
+//! (with the gateway's own `from`, `to`, `step`), a subresource of the embedded API
+//! ([`apiserver::Subresource`]: authorized as `get` on `devices/history`). cloudhub asks the
+//! device's node over its session (`{ns}/devicehistory/{name}`, operation `query`) and the
+//! answer is the gateway's own (`GET .../properties/{p}/history`); a node that is away, busy or
+//! silent is said (503, 504) with its name.
+
+use crate::cloudhub::{CloudHub, Unanswered};
+use api::message::Message;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// How long a gateway has to answer.
+const WAIT: Duration = Duration::from_secs(10);
+/// The longest query value passed on (times, steps and property names are short).
+const MAX_VALUE: usize = 128;
+
+/// The message's resource kind and operation, as the edge reads them.
+pub const KIND: &str = "devicehistory";
+pub const OPERATION: &str = "query";
+
+/// A Kubernetes `Status` failure.
+pub(crate) fn failure(code: StatusCode, message: impl Into<String>) -> Response {
+    let reason = code
+        .canonical_reason()
+        .unwrap_or("Failure")
+        .replace(' ', "");
+    (
+        code,
+        axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": message.into(), "reason": reason, "code": code.as_u16()})),
+    )
+        .into_response()
+}
+
+/// The `devices/history` subresource, answered through the hub once it is set.
+pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subresource {
+    apiserver::Subresource {
+        group: "devices.kubeedge.io".into(),
+        plural: "devices".into(),
+        name: "history".into(),
+        verb: "get",
+        methods: &[axum::http::Method::GET],
+        serve: Arc::new(move |device, request| {
+            let hub = hub.get().cloned();
+            Box::pin(async move {
+                match hub {
+                    Some(hub) => ask(&hub, &device, &request.query).await,
+                    None => failure(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "cloudhub is off (modules.cloudHub.enable): no gateway can be asked",
+                    ),
+                }
+            })
+        }),
+    }
+}
+
+/// The question to the device's node, its answer as the API's.
+async fn ask(hub: &CloudHub, device: &Value, query: &HashMap<String, String>) -> Response {
+    let ns = device["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    let name = device["metadata"]["name"].as_str().unwrap_or_default();
+    let Some(node) = device["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+    else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            format!("device {ns}/{name} has no spec.nodeName: no gateway keeps its history"),
+        );
+    };
+    let mut content = serde_json::Map::new();
+    for key in ["property", "from", "to", "step"] {
+        if let Some(v) = query.get(key) {
+            if v.len() > MAX_VALUE {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    format!("{key} is longer than {MAX_VALUE} characters"),
+                );
+            }
+            content.insert(key.into(), v.clone().into());
+        }
+    }
+    if !content.contains_key("property") {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "give the property: ?property=NAME (and from, to, step as the gateway takes them)",
+        );
+    }
+    let question = Message::new(
+        "cloudhub",
+        "twin",
+        OPERATION,
+        format!("{ns}/{KIND}/{name}"),
+        Value::Object(content),
+    );
+    match hub.ask(node, question, WAIT).await {
+        Ok(answer) if answer.route.operation == "response" => {
+            let mut series = answer.content;
+            if let Some(o) = series.as_object_mut() {
+                o.insert("node".into(), node.into());
+            }
+            (StatusCode::OK, axum::Json(series)).into_response()
+        }
+        Ok(answer) => {
+            // The gateway's refusal: its status and message.
+            let code = answer.content["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .filter(|c| c.is_client_error() || c.is_server_error())
+                .unwrap_or(StatusCode::BAD_GATEWAY);
+            let message = answer.content["message"]
+                .as_str()
+                .or(answer.content.as_str())
+                .unwrap_or("the gateway refused without saying why");
+            failure(code, format!("node {node}: {message}"))
+        }
+        Err(e @ (Unanswered::Away(_) | Unanswered::Busy(_))) => {
+            failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+        Err(e @ Unanswered::Late(..)) => failure(StatusCode::GATEWAY_TIMEOUT, e.to_string()),
+    }
+}

@@ -1,0 +1,167 @@
+//! `kubectl top`: the metrics API (`metrics.k8s.io/v1beta1` `NodeMetrics` and `PodMetrics`, as
+//! metrics-server serves them on a cluster) from what each node reports over its session
+//! (`node/{node}/metrics`, every `cloud.metricsSeconds`: its own CPU and memory, and each of its
+//! containers'). The latest report of each node is kept in memory, on the replica the node is
+//! connected to; one older than three of its windows is not shown (the node is away or stopped
+//! reporting).
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The newest report of each node.
+#[derive(Default)]
+pub struct Usage {
+    latest: Mutex<HashMap<String, (Instant, Value)>>,
+}
+
+/// A CPU quantity as metrics-server writes it: nanocores.
+fn cpu(nanocores: &Value) -> String {
+    format!("{}n", nanocores.as_u64().unwrap_or(0))
+}
+
+/// A memory quantity as metrics-server writes it: KiB.
+fn memory(bytes: &Value) -> String {
+    format!("{}Ki", bytes.as_u64().unwrap_or(0) / 1024)
+}
+
+impl Usage {
+    /// A node's report (its content as the edge sent it).
+    pub fn set(&self, node: &str, report: Value) {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.to_string(), (Instant::now(), report));
+    }
+
+    /// A node's report is dropped with its node (the Node deleted).
+    pub fn forget(&self, node: &str) {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node);
+    }
+
+    /// The fresh reports, by node name.
+    fn fresh(&self) -> Vec<(String, Value)> {
+        let map = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<(String, Value)> = map
+            .iter()
+            .filter(|(_, (at, r))| {
+                let window = r["window"].as_u64().unwrap_or(15).max(1);
+                at.elapsed() < Duration::from_secs(3 * window)
+            })
+            .map(|(n, (_, r))| (n.clone(), r.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// `NodeMetrics` of the nodes with a fresh report (or only `name`).
+    pub fn nodes(&self, name: Option<&str>) -> Vec<Value> {
+        self.fresh()
+            .into_iter()
+            .filter(|(n, _)| name.is_none_or(|x| x == n))
+            .filter(|(_, r)| r["node"].is_object())
+            .map(|(n, r)| {
+                json!({"kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+                    "metadata": {"name": n, "creationTimestamp": r["timestamp"]},
+                    "timestamp": r["timestamp"],
+                    "window": format!("{}s", r["window"].as_u64().unwrap_or(15)),
+                    "usage": {"cpu": cpu(&r["node"]["cpu"]), "memory": memory(&r["node"]["memory"])}})
+            })
+            .collect()
+    }
+
+    /// `PodMetrics` of the pods in `ns` (all namespaces when empty), or only `name`.
+    pub fn pods(&self, ns: &str, name: Option<&str>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (_, r) in self.fresh() {
+            for p in r["pods"].as_array().into_iter().flatten() {
+                let (pns, pname) = (
+                    p["namespace"].as_str().unwrap_or_default(),
+                    p["name"].as_str().unwrap_or_default(),
+                );
+                if (!ns.is_empty() && pns != ns) || name.is_some_and(|x| x != pname) {
+                    continue;
+                }
+                let containers: Vec<Value> = p["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        json!({"name": c["name"],
+                            "usage": {"cpu": cpu(&c["cpu"]), "memory": memory(&c["memory"])}})
+                    })
+                    .collect();
+                out.push(json!({"kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+                    "metadata": {"name": pname, "namespace": pns, "creationTimestamp": r["timestamp"]},
+                    "timestamp": r["timestamp"],
+                    "window": format!("{}s", r["window"].as_u64().unwrap_or(15)),
+                    "containers": containers}));
+            }
+        }
+        out
+    }
+}
+
+/// `metrics.k8s.io/v1beta1` `nodes` and `pods`, from the hub's reports once it runs.
+pub(crate) fn metrics_api(
+    hub: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<crate::cloudhub::CloudHub>>>,
+) -> Vec<apiserver::External> {
+    let kind = |plural: &str, kind: &str, namespaced: bool, nodes: bool| {
+        let hub = hub.clone();
+        apiserver::External {
+            group: "metrics.k8s.io".into(),
+            version: "v1beta1".into(),
+            plural: plural.into(),
+            kind: kind.into(),
+            namespaced,
+            serve: std::sync::Arc::new(move |r: &apiserver::ExternalRequest| {
+                let Some(hub) = hub.get() else {
+                    return Vec::new();
+                };
+                if nodes {
+                    hub.usage.nodes(r.name.as_deref())
+                } else {
+                    hub.usage.pods(&r.ns, r.name.as_deref())
+                }
+            }),
+        }
+    };
+    vec![
+        kind("nodes", "NodeMetrics", false, true),
+        kind("pods", "PodMetrics", true, false),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_become_node_and_pod_metrics_as_metrics_server_writes_them() {
+        let u = Usage::default();
+        u.set(
+            "edge-1",
+            json!({"timestamp": "2026-11-28T00:00:00Z", "window": 15,
+                "node": {"cpu": 250_000_000u64, "memory": 2_097_152u64},
+                "pods": [{"namespace": "default", "name": "m", "containers": [{"name": "c", "cpu": 1_000_000u64, "memory": 4096u64}]},
+                         {"namespace": "other", "name": "x", "containers": []}]}),
+        );
+        let nodes = u.nodes(None);
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0]["usage"]["cpu"], "250000000n");
+        assert_eq!(nodes[0]["usage"]["memory"], "2048Ki");
+        assert_eq!(nodes[0]["window"], "15s");
+        assert!(u.nodes(Some("edge-2")).is_empty());
+        let pods = u.pods("default", None);
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0]["containers"][0]["usage"]["memory"], "4Ki");
+        assert_eq!(u.pods("", None).len(), 2, "every namespace");
+        assert!(u.pods("default", Some("nope")).is_empty());
+        u.forget("edge-1");
+        assert!(u.nodes(None).is_empty());
+    }
+}

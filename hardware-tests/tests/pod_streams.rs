@@ -1,0 +1,494 @@
+//! `kubectl logs`, `exec`, `attach` and `top` of pods on edge nodes, through the streaming tunnel
+//! each node opens beside its session: the real `kubectl` against `cloudcore`, two `edgecore`s
+//! joined to it, each running pods on a real containerd of its own (busybox). Logs whole,
+//! `--tail`, `--timestamps`, `--limit-bytes`, `--since`, `-f` (lines arriving while it runs, and
+//! clients that go away closing their streams on the node), `--previous` after a crash; exec
+//! with its exit code, stderr, stdin and a terminal of kubectl's size; attach; top pod and node;
+//! refused: a user without `pods/log`, `pods/exec` or the metrics (403), a node's own
+//! certificate (403), a node away or revoked (said, with the node's name; a followed stream cut
+//! ends kubectl with an error).
+//!
+//! Runs as root (containerd); `.ci/run` installs containerd, runc, umoci and busybox-static.
+
+use sim::containerd::Containerd;
+use sim::stack::{Cloud, kubectl_bin};
+use sim::{Node, bin, eventually};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PODS: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: ticker}
+spec:
+  nodeName: edge-node-1
+  hostNetwork: true
+  containers:
+  - name: main
+    image: edged-test/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, 'i=0; while true; do echo \"tick $i\"; i=$((i+1)); sleep 0.2; done']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  nodeName: edge-node-1
+  hostNetwork: true
+  containers:
+  - name: main
+    image: edged-test/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, 'echo \"run at $(cat /proc/uptime)\"; sleep 1; exit 3']
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader}
+rules:
+- {apiGroups: [\"\"], resources: [pods], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: pod-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}
+";
+
+/// The highest `tick N` in a log.
+fn last_tick(log: &str) -> Option<u64> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix("tick ")?.trim().parse().ok())
+        .max()
+}
+
+fn running(cloud: &Cloud, pod: &str) -> bool {
+    cloud
+        .kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"])
+        .1
+        == "Running"
+}
+
+#[test]
+fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
+    let rt_dir = tempfile::tempdir().expect("tempdir");
+    let rt = Containerd::start(rt_dir.path());
+    rt.import_busybox();
+    let edgecore = bin("edgecore");
+    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let cloud = Cloud::start();
+    let edged = format!(
+        "edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500, initialBackoffMs: 1000, maxBackoffMs: 2000}}\n",
+        rt.socket.display()
+    );
+    let mut node = Node::start_named(
+        &bins,
+        "edge-node-1",
+        "",
+        &format!("{}  metricsSeconds: 1\n{edged}", cloud.edge_config()),
+    );
+    // A second node on a containerd of its own, with a pod of its own.
+    let rt2_dir = tempfile::tempdir().expect("tempdir");
+    let rt2 = Containerd::start(rt2_dir.path());
+    rt2.import_busybox();
+    let _node2 = Node::start_named(
+        &bins,
+        "edge-node-2",
+        "",
+        &format!(
+            "{}  metricsSeconds: 1\nedged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500}}\n",
+            cloud.edge_config(),
+            rt2.socket.display()
+        ),
+    );
+    let applied = rt_dir.path().join("pods.yaml");
+    let other = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: other}\nspec:\n  nodeName: edge-node-2\n  hostNetwork: true\n  containers:\n  - {name: main, image: edged-test/busybox:1, imagePullPolicy: Never, command: [sh, -c, 'echo on the second node; sleep 3600']}\n";
+    std::fs::write(&applied, format!("{PODS}{other}")).expect("write");
+    cloud.ok(&["apply", "-f", applied.to_str().expect("path")]);
+    eventually(120, "the ticker pod Running", || {
+        running(&cloud, "ticker").then_some(())
+    });
+    // Each node's pods through that node's tunnel.
+    eventually(120, "the second node's pod's log", || {
+        let (ok, log) = cloud.kubectl(&["logs", "other"]);
+        (ok && log == "on the second node\n").then_some(())
+    });
+    let (ok, said) = cloud.kubectl(&["exec", "other", "--", "echo", "here"]);
+    assert!(ok && said == "here\n", "{said}");
+
+    // The whole log, then its parts as kubectl's flags ask.
+    // Some seconds of it, for --since=1s to leave some out.
+    let whole = eventually(60, "tick 15 in kubectl logs", || {
+        let (ok, log) = cloud.kubectl(&["logs", "ticker"]);
+        (ok && last_tick(&log).is_some_and(|n| n >= 15)).then_some(log)
+    });
+    assert!(whole.starts_with("tick 0\ntick 1\n"), "{whole}");
+    let tail = cloud.ok(&["logs", "ticker", "--tail=2"]);
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(tail.lines().all(|l| l.starts_with("tick ")), "{tail}");
+    let stamped = cloud.ok(&["logs", "ticker", "--timestamps", "--tail=1"]);
+    let (time, text) = stamped.trim_end().split_once(' ').expect("time, text");
+    assert!(
+        time.len() >= 20 && time.as_bytes()[4] == b'-' && time.contains('T'),
+        "{stamped}"
+    );
+    assert!(text.starts_with("tick "), "{stamped}");
+    let limited = cloud.ok(&["logs", "ticker", "--limit-bytes=6"]);
+    assert_eq!(limited, "tick 0");
+    // Lines of the last second are a few; of the last hour, all of them.
+    let recent = cloud.ok(&["logs", "ticker", "--since=1s"]);
+    let hour = cloud.ok(&["logs", "ticker", "--since=1h"]);
+    assert!(
+        recent.lines().count() < hour.lines().count() && hour.starts_with("tick 0\n"),
+        "1s: {recent}\n1h: {hour}"
+    );
+    let (ok, bad) = cloud.kubectl(&["logs", "ticker", "-c", "other"]);
+    assert!(
+        !ok && bad.contains("container other is not valid for pod ticker"),
+        "{bad}"
+    );
+
+    // Followed: lines written after kubectl started arrive while it runs.
+    let kubeconfig = cloud.kubeconfig();
+    let follow = |pod: &str| {
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["logs", "-f", pod])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl logs -f")
+    };
+    let start = last_tick(&cloud.ok(&["logs", "ticker"])).unwrap_or(0);
+    let mut f = follow("ticker");
+    let mut lines = BufReader::new(f.stdout.take().expect("stdout")).lines();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut newest = 0;
+    while newest < start + 10 && Instant::now() < deadline {
+        match lines.next() {
+            Some(Ok(l)) => newest = last_tick(&l).unwrap_or(newest),
+            _ => break,
+        }
+    }
+    assert!(
+        newest >= start + 10,
+        "kubectl logs -f went from tick {start} to tick {newest} only"
+    );
+    let _ = f.kill();
+    let _ = f.wait();
+    // Clients that go away close their streams on the node: more than the node's limit (16)
+    // come and go, and a log is still read.
+    // (A stream is closed once its next bytes find the client gone: a moment, so each one is
+    // tried until it opens; one never closed would leave no room after 16.)
+    for i in 0..20 {
+        eventually(30, &format!("follower {i} reads a line"), || {
+            let mut f = follow("ticker");
+            let mut out = BufReader::new(f.stdout.take().expect("stdout"));
+            let mut first = String::new();
+            let _ = out.read_line(&mut first);
+            let _ = f.kill();
+            let _ = f.wait();
+            first.starts_with("tick ").then_some(())
+        });
+    }
+    eventually(30, "a log read after 21 followers went away", || {
+        let (ok, log) = cloud.kubectl(&["logs", "ticker", "--tail=1"]);
+        (ok && log.starts_with("tick ")).then_some(())
+    });
+    // The node counts them: its tunnel open, every stream opened, none left open.
+    let metrics = eventually(30, "no stream left open on the node", || {
+        let text = sim::agent()
+            .get(&format!("{}/metrics", node.http))
+            .call()
+            .ok()?
+            .body_mut()
+            .read_to_string()
+            .ok()?;
+        text.lines()
+            .any(|l| l == "edgecore_streams_open 0")
+            .then_some(text)
+    });
+    let opened: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("edgecore_streams_opened_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(
+        opened >= 21 && metrics.contains("edgecore_tunnel_open 1"),
+        "{metrics}"
+    );
+
+    // A crashed container's previous run.
+    let previous = eventually(120, "the crasher's previous run", || {
+        let (ok, log) = cloud.kubectl(&["logs", "crasher", "--previous"]);
+        (ok && log.starts_with("run at ")).then_some(log)
+    });
+    assert_eq!(previous.lines().count(), 1, "{previous}");
+
+    // A command in the container: its output, its stderr, its exit code.
+    let run = |args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl exec");
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            let _ = std::io::Write::write_all(&mut input, text.as_bytes());
+        }
+        drop(input);
+        let out = child.wait_with_output().expect("kubectl exec ends");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(
+        &[
+            "exec",
+            "ticker",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (Some(7), "out\n"), "stderr: {err}");
+    assert!(err.contains("err"), "{err}");
+    let (code, out, err) = run(&["exec", "ticker", "--", "echo", "two words"], None);
+    assert_eq!((code, out.as_str()), (Some(0), "two words\n"), "{err}");
+    // stdin reaches the command.
+    let (code, out, err) = run(
+        &[
+            "exec",
+            "-i",
+            "ticker",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"",
+        ],
+        Some("hello\n"),
+    );
+    assert_eq!((code, out.as_str()), (Some(0), "got hello\n"), "{err}");
+    // A terminal (kubectl under a pty of `script`): the command sees a tty of kubectl's size
+    // (which kubectl sends once the stream is open: the command waits for it).
+    let tty = Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "stty cols 101 rows 33; {} --kubeconfig {} exec -it ticker -- sh -c 'tty; for i in $(seq 100); do s=$(stty size 2>/dev/null); [ \"$s\" = \"33 101\" ] && break; sleep 0.1; done; echo \"size $s\"; exit 4'",
+            kubectl_bin().display(),
+            kubeconfig.display()
+        ))
+        .arg("/dev/null")
+        .stdin(Stdio::piped())
+        .output()
+        .expect("script");
+    let said = String::from_utf8_lossy(&tty.stdout);
+    assert!(said.contains("/dev/pts/"), "a terminal: {said}");
+    assert!(said.contains("size 33 101"), "its size: {said}");
+    assert_eq!(tty.status.code(), Some(4), "{said}");
+    // What cannot run is said: a command not in the image, a container not running.
+    let (code, _, err) = run(&["exec", "ticker", "--", "/no/such"], None);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("no such file") || err.contains("not found"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["exec", "ticker", "-c", "other", "--", "ls"], None);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("container other is not valid"), "{err}");
+
+    // What the pod and the node use (`kubectl top`, the metrics API), as the node reports it.
+    let top = eventually(60, "kubectl top pod ticker", || {
+        let (ok, out) = cloud.kubectl(&["top", "pod", "ticker"]);
+        (ok && out.contains("ticker")).then_some(out)
+    });
+    let row: Vec<&str> = top
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        row.len() == 3 && row[1].ends_with('m') && row[2].ends_with("Mi"),
+        "NAME CPU(cores) MEMORY(bytes): {top}"
+    );
+    let all = cloud.ok(&["top", "pod", "-A"]);
+    assert!(
+        all.starts_with("NAMESPACE") && all.contains("default ") && all.contains("ticker"),
+        "{all}"
+    );
+    // Both nodes, each with its CPU and memory and their share of its capacity.
+    let nodes = eventually(60, "kubectl top node", || {
+        let (ok, out) = cloud.kubectl(&["top", "node"]);
+        (ok && out.contains("edge-node-2") && !out.contains("<unknown>")).then_some(out)
+    });
+    assert_eq!(nodes.lines().count(), 3, "{nodes}");
+    assert!(
+        nodes
+            .lines()
+            .skip(1)
+            .all(|l| l.split_whitespace().filter(|f| f.ends_with('%')).count() == 2),
+        "{nodes}"
+    );
+    let (ok, denied) = cloud.kubectl(&["top", "pod", "ticker", "--as=reader"]);
+    assert!(!ok && denied.contains("forbidden"), "{denied}");
+
+    // Attached to the container's own process: its output as it is written.
+    let mut attached = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["attach", "ticker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl attach");
+    let mut out = BufReader::new(attached.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    let _ = out.read_line(&mut first);
+    let _ = attached.kill();
+    let _ = attached.wait();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut attached.stderr.take().expect("stderr"), &mut err);
+    assert!(
+        first.starts_with("tick "),
+        "kubectl attach: {first:?} {err}"
+    );
+
+    // The fleet page: the pods of both nodes, and a pod's log followed through its node.
+    if let Some(driver) = sim::browser::chromedriver() {
+        use sim::browser::{assert_accessible, browser, submit, wait_text};
+        let url = format!("https://127.0.0.1:{}/ui#/pods", cloud.api);
+        let token = cloud.admin_token();
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let c = browser(&driver).await;
+            c.goto(&url).await.expect("the page");
+            submit(&c, "#token", "#login button", &token).await;
+            wait_text(
+                &c,
+                r#"tr[data-pod="default/other"]"#,
+                60,
+                "the second node's pod",
+                |t| t.contains("edge-node-2") && t.contains("Running") && t.contains("1/1"),
+            )
+            .await;
+            wait_text(
+                &c,
+                r#"tr[data-pod="default/ticker"]"#,
+                60,
+                "the ticker",
+                |t| t.contains("edge-node-1") && t.contains("Running"),
+            )
+            .await;
+            assert_accessible(&c, "the fleet's pods").await;
+            c.goto(&format!(
+                "https://127.0.0.1:{}/ui#/pod/default/ticker",
+                cloud.api
+            ))
+            .await
+            .expect("the pod's page");
+            let first = wait_text(&c, "#pod-log", 60, "the ticker's log", |t| {
+                last_tick(t).is_some()
+            })
+            .await;
+            let was = last_tick(&first).unwrap_or(0);
+            // Followed: lines written since the page opened arrive.
+            wait_text(&c, "#pod-log", 60, "newer ticks in the page", |t| {
+                last_tick(t).is_some_and(|n| n >= was + 5)
+            })
+            .await;
+            wait_text(&c, "#pod-log-status", 10, "following", |t| t == "following").await;
+            assert_accessible(&c, "a pod's log").await;
+            let _ = c.close().await;
+        });
+    }
+
+    // Who may not: a user with pods but not pods/log, a node's own certificate.
+    let (ok, denied) = cloud.kubectl(&["logs", "ticker", "--as=reader"]);
+    assert!(
+        !ok && denied.contains("cannot get resource \"pods/log\""),
+        "{denied}"
+    );
+    let (ok, denied) = cloud.kubectl(&["exec", "ticker", "--as=reader", "--", "ls"]);
+    assert!(
+        !ok && denied.contains("cannot create resource \"pods/exec\""),
+        "{denied}"
+    );
+    let certs = node.dir.path().join("data/certs");
+    let node_kubeconfig = rt_dir.path().join("node.kubeconfig");
+    std::fs::write(
+        &node_kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", insecure-skip-tls-verify: true}}\nusers:\n- name: node\n  user: {{client-certificate: \"{}\", client-key: \"{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
+            cloud.api,
+            certs.join("edge.crt").display(),
+            certs.join("edge.key").display()
+        ),
+    )
+    .expect("write");
+    let out = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(&node_kubeconfig)
+        .args(["get", "--raw", "/api/v1/namespaces/default/pods/ticker/log"])
+        .output()
+        .expect("kubectl");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("system:node:edge-node-1")
+            && said.contains("cannot get resource \"pods/log\""),
+        "a node's certificate reads no log: {said}"
+    );
+
+    // The node away: said with its name.
+    let mut f = follow("ticker");
+    let mut out = BufReader::new(f.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    let _ = out.read_line(&mut first);
+    node.kill_edgecore();
+    // The follower's stream was cut: kubectl ends, not with a silent "end of log".
+    let status = f.wait().expect("kubectl ends");
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut f.stderr.take().expect("stderr"), &mut err);
+    assert!(!status.success(), "a cut stream is an error: {err}");
+    let away = eventually(60, "the node's absence said", || {
+        let (ok, log) = cloud.kubectl(&["logs", "ticker"]);
+        (!ok && log.contains("edge-node-1")).then_some(log)
+    });
+    assert!(away.contains("no streaming tunnel"), "{away}");
+    node.revive();
+    eventually(60, "logs again once the node is back", || {
+        let (ok, log) = cloud.kubectl(&["logs", "ticker", "--tail=1"]);
+        (ok && log.starts_with("tick ")).then_some(())
+    });
+
+    // Revoked: the tunnel ends with the session, and no log is read through it again.
+    let out = Command::new(bin("cloudcore"))
+        .args(["node", "revoke", "edge-node-1", "--config"])
+        .arg(cloud.dir.path().join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore node revoke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let revoked = eventually(60, "no log through a revoked node", || {
+        let (ok, log) = cloud.kubectl(&["logs", "ticker"]);
+        (!ok).then_some(log)
+    });
+    assert!(revoked.contains("edge-node-1"), "{revoked}");
+    std::thread::sleep(Duration::from_secs(3));
+    let (ok, still) = cloud.kubectl(&["logs", "ticker"]);
+    assert!(!ok, "a revoked node's tunnel stays closed: {still}");
+}

@@ -1,0 +1,1129 @@
+//! The twins' history: every reported value a twin took (and each device state), kept in its own
+//! SQLite file beside the twins (`NAME-history.db`), in three tiers:
+//! - **raw**: each value as reported, with its timestamp, for `rawWindow` (a day by default);
+//! - **minute** and **hour**: min, max, sum, count and last value of each complete minute and
+//!   hour, rolled up from the tier below, for `minuteWindow` (30 days) and `hourWindow` (two
+//!   years).
+//!
+//! It is fed by the twin journal's fold (`store::fold`): the points of each committed batch are
+//! written here before the journal rows that hold them are deleted, with the last journal row
+//! they cover, so a crash loses none that was acknowledged (the next start ingests what is left
+//! of the journal) and none is written twice.
+//!
+//! History never costs the twins: it has its own file and connections, a write that fails (a
+//! full disk) drops those points (counted) instead of holding the journal, and the file is
+//! bounded by `maxBytes` and by `minFreeBytes` left free on its disk, the oldest points going
+//! first (whichever tier holds them).
+
+use crate::model::Millis;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{AssertSqlSafe, Row};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The property name under which a device's state is kept (`online`, `offline`, ...).
+pub const STATE: &str = "$state";
+
+const MINUTE: Millis = 60_000;
+const HOUR: Millis = 3_600_000;
+
+/// Only minutes (hours) that ended this long ago are rolled up: a point reported late (the
+/// fold runs every few seconds) still lands in its minute.
+const GRACE: Millis = 2 * MINUTE;
+
+/// How often the roll-ups, windows and bounds are applied.
+pub const MAINTAIN_EVERY: Duration = Duration::from_secs(60);
+
+/// Points written by one statement.
+const ROWS_PER_STATEMENT: usize = 200;
+
+/// A query's raw points, at most; more asks for a step.
+pub const MAX_POINTS: usize = 20_000;
+
+/// Retention and bounds.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Whether history is kept at all.
+    pub enabled: bool,
+    /// How long raw points are kept, in seconds.
+    pub raw_window: u64,
+    /// How long minute aggregates are kept, in seconds.
+    pub minute_window: u64,
+    /// How long hour aggregates are kept, in seconds.
+    pub hour_window: u64,
+    /// The history file's size bound, in bytes: past it the oldest points are dropped.
+    pub max_bytes: u64,
+    /// Free space left on the disk, in bytes: below it, new points are dropped and old ones
+    /// deleted, so that history never takes the space the twins need.
+    pub min_free_bytes: u64,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            raw_window: 24 * 3600,
+            minute_window: 30 * 24 * 3600,
+            hour_window: 730 * 24 * 3600,
+            max_bytes: 512 * 1024 * 1024,
+            min_free_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// One value of one property at one time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// `namespace/name`.
+    pub device: String,
+    pub property: String,
+    pub t: Millis,
+    pub value: String,
+}
+
+/// Counters, for metrics.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    pub written: AtomicU64,
+    /// Points not kept: a write failed (a full disk) or the disk was nearly full.
+    pub dropped: AtomicU64,
+    /// Points deleted to hold the size and free-space bounds (not the windows).
+    pub evicted: AtomicU64,
+}
+
+/// Errors of the history.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("history database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("history database error: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("{0}")]
+    Query(String),
+}
+
+/// The history of the twins.
+#[derive(Debug)]
+pub struct History {
+    pool: SqlitePool,
+    path: PathBuf,
+    cfg: HistoryConfig,
+    series: Mutex<HashMap<(String, String), i64>>,
+    /// Minutes before this are rolled up: a point before it marks its minute dirty.
+    minute_mark: std::sync::atomic::AtomicI64,
+    /// Each device's state as last written (a state is written when it changes).
+    states: Mutex<HashMap<String, String>>,
+    pub stats: HistoryStats,
+}
+
+/// The history file of the twin tables at `path`: `NAME-history.db` beside `NAME.db`.
+pub fn history_path(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "twin".into());
+    path.with_file_name(format!("{stem}-history.db"))
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS series (id INTEGER PRIMARY KEY, device TEXT NOT NULL, property TEXT NOT NULL, UNIQUE (device, property))",
+    "CREATE TABLE IF NOT EXISTS raw (series INTEGER NOT NULL, t INTEGER NOT NULL, num REAL, txt TEXT, PRIMARY KEY (series, t)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS minute (series INTEGER NOT NULL, t INTEGER NOT NULL, mn REAL, mx REAL, sm REAL, n INTEGER NOT NULL, last_num REAL, last_txt TEXT, PRIMARY KEY (series, t)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS hour (series INTEGER NOT NULL, t INTEGER NOT NULL, mn REAL, mx REAL, sm REAL, n INTEGER NOT NULL, last_num REAL, last_txt TEXT, PRIMARY KEY (series, t)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS mark (id INTEGER PRIMARY KEY CHECK (id = 0), ingested INTEGER NOT NULL, minute INTEGER NOT NULL, hour INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO mark (id, ingested, minute, hour) VALUES (0, 0, 0, 0)",
+    // Minutes already rolled up that a late point (a mapper's timestamp from before a
+    // backlog, a fold held up) changed: rolled up again, with their hours.
+    "CREATE TABLE IF NOT EXISTS dirty (series INTEGER NOT NULL, t INTEGER NOT NULL, PRIMARY KEY (series, t)) WITHOUT ROWID",
+];
+
+/// A value as stored: a number (booleans as 1 and 0) and, unless it is a plain number, its text.
+fn split(value: &str) -> (Option<f64>, Option<&str>) {
+    match value {
+        "true" => (Some(1.0), Some(value)),
+        "false" => (Some(0.0), Some(value)),
+        v => match v.trim().parse::<f64>() {
+            Ok(n) if n.is_finite() => (Some(n), None),
+            _ => (None, Some(value)),
+        },
+    }
+}
+
+impl History {
+    /// Opens (creating) the history beside the twin tables at `tables`.
+    pub async fn open(tables: &Path, cfg: HistoryConfig) -> Result<Self, HistoryError> {
+        let path = history_path(tables);
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5))
+            // Space freed by deletions goes back to the disk (set before the first table).
+            .pragma("auto_vacuum", "incremental")
+            .pragma("cache_size", "-4096")
+            .pragma("temp_store", "memory")
+            .pragma("journal_size_limit", (16 * 1024 * 1024).to_string());
+        let pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .connect_with(opts)
+            .await
+            .map_err(|source| HistoryError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        for s in SCHEMA {
+            sqlx::query(AssertSqlSafe(*s))
+                .execute(&pool)
+                .await
+                .map_err(|source| HistoryError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        // The history is private: it holds every value the devices reported.
+        #[cfg(unix)]
+        for p in [
+            path.clone(),
+            path.with_extension("db-wal"),
+            path.with_extension("db-shm"),
+        ] {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+        }
+        let minute_mark: i64 = sqlx::query_scalar("SELECT minute FROM mark WHERE id = 0")
+            .fetch_one(&pool)
+            .await
+            .map_err(|source| HistoryError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Self {
+            pool,
+            path,
+            cfg,
+            series: Mutex::new(HashMap::new()),
+            minute_mark: std::sync::atomic::AtomicI64::new(minute_mark),
+            states: Mutex::new(HashMap::new()),
+            stats: HistoryStats::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &HistoryConfig {
+        &self.cfg
+    }
+
+    /// The last journal row whose points are here.
+    pub async fn ingested(&self) -> Result<u64, HistoryError> {
+        let n: i64 = sqlx::query_scalar("SELECT ingested FROM mark WHERE id = 0")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Whether a device's state `state` at `t` is a change worth a point.
+    pub fn state_changed(&self, device: &str, state: &str) -> bool {
+        let mut s = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if s.get(device).map(String::as_str) == Some(state) {
+            return false;
+        }
+        s.insert(device.to_string(), state.to_string());
+        true
+    }
+
+    /// Forgets a removed device's last state (its history stays until it ages out).
+    pub fn forget(&self, device: &str) {
+        self.states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(device);
+    }
+
+    async fn series_id(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        device: &str,
+        property: &str,
+    ) -> Result<i64, sqlx::Error> {
+        let key = (device.to_string(), property.to_string());
+        if let Some(id) = self
+            .series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*id);
+        }
+        sqlx::query("INSERT OR IGNORE INTO series (device, property) VALUES (?, ?)")
+            .bind(device)
+            .bind(property)
+            .execute(&mut *conn)
+            .await?;
+        let id: i64 = sqlx::query_scalar("SELECT id FROM series WHERE device = ? AND property = ?")
+            .bind(device)
+            .bind(property)
+            .fetch_one(&mut *conn)
+            .await?;
+        self.series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, id);
+        Ok(id)
+    }
+
+    /// Free bytes on the history's disk, when they can be told.
+    fn free_bytes(&self) -> Option<u64> {
+        let dir = self.path.parent()?;
+        let s = rustix::fs::statvfs(dir).ok()?;
+        Some(s.f_bavail.saturating_mul(s.f_frsize))
+    }
+
+    /// Writes `points`, the journal's rows up to `through`. Never fails the caller: points
+    /// that cannot be written (a full disk) are dropped and counted.
+    pub async fn ingest(&self, points: &[Point], through: u64) {
+        if let Some(free) = self.free_bytes()
+            && free < self.cfg.min_free_bytes
+        {
+            self.stats
+                .dropped
+                .fetch_add(points.len() as u64, Ordering::Relaxed);
+            tracing::debug!(free, "history: the disk is nearly full; points dropped");
+            self.make_room().await;
+            let _ = self.mark_ingested(through).await;
+            return;
+        }
+        match self.write(points, through).await {
+            Ok(()) => {
+                self.stats
+                    .written
+                    .fetch_add(points.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats
+                    .dropped
+                    .fetch_add(points.len() as u64, Ordering::Relaxed);
+                tracing::warn!(error = %e, points = points.len(), "history: points not written (dropped; the twins are not affected)");
+                self.make_room().await;
+                let _ = self.mark_ingested(through).await;
+            }
+        }
+    }
+
+    async fn mark_ingested(&self, through: u64) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE mark SET ingested = MAX(ingested, ?) WHERE id = 0")
+            .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+
+    async fn write(&self, points: &[Point], through: u64) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut rows: Vec<(i64, Millis, Option<f64>, Option<&str>)> =
+            Vec::with_capacity(points.len());
+        for p in points {
+            let id = self.series_id(&mut tx, &p.device, &p.property).await?;
+            let (num, txt) = split(&p.value);
+            rows.push((id, p.t, num, txt));
+        }
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!("INSERT OR REPLACE INTO raw (series, t, num, txt) VALUES {values}");
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (id, t, num, txt) in chunk {
+                q = q.bind(id).bind(t).bind(num).bind(txt);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        let mark = self.minute_mark.load(Ordering::Relaxed);
+        let mut late: Vec<(i64, Millis)> = rows
+            .iter()
+            .filter(|r| r.1 < mark)
+            .map(|r| (r.0, r.1.div_euclid(MINUTE) * MINUTE))
+            .collect();
+        late.sort_unstable();
+        late.dedup();
+        for chunk in late.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?)"; chunk.len()].join(", ");
+            let sql = format!("INSERT OR IGNORE INTO dirty (series, t) VALUES {values}");
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (id, t) in chunk {
+                q = q.bind(id).bind(t);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        sqlx::query("UPDATE mark SET ingested = MAX(ingested, ?) WHERE id = 0")
+            .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// Rolls complete minutes and hours up, drops what is past its window, and holds the size
+    /// and free-space bounds. Run every minute or so.
+    pub async fn maintain(&self, now: Millis) -> Result<(), HistoryError> {
+        self.roll_up(now).await?;
+        let window =
+            |s: u64| now.saturating_sub(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
+        for (table, cut) in [
+            ("raw", window(self.cfg.raw_window)),
+            ("minute", window(self.cfg.minute_window)),
+            ("hour", window(self.cfg.hour_window)),
+        ] {
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE t < ?")))
+                .bind(cut)
+                .execute(&self.pool)
+                .await?;
+        }
+        self.make_room().await;
+        Ok(())
+    }
+
+    /// Each tier's rows and, when SQLite can tell (its `dbstat` table), bytes.
+    pub async fn tiers(&self) -> Result<Vec<(&'static str, u64, Option<u64>)>, HistoryError> {
+        let mut out = Vec::new();
+        for table in ["raw", "minute", "hour"] {
+            let rows: i64 =
+                sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                    .fetch_one(&self.pool)
+                    .await?;
+            let bytes: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT SUM(pgsize) FROM dbstat WHERE name = '{table}'"
+            )))
+            .fetch_one(&self.pool)
+            .await
+            .ok()
+            .flatten();
+            out.push((
+                table,
+                u64::try_from(rows).unwrap_or(0),
+                bytes.and_then(|b| u64::try_from(b).ok()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The file's size in use (pages not free), in bytes.
+    pub async fn bytes(&self) -> Result<u64, HistoryError> {
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+            .fetch_one(&self.pool)
+            .await?;
+        let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
+            .fetch_one(&self.pool)
+            .await?;
+        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(0))
+    }
+
+    /// Deletes the oldest points, whichever tier holds them, until the file is within `maxBytes`
+    /// and the disk has `minFreeBytes`: each round cuts the share of the time span the file is
+    /// over by (a tenth at least), so a few rounds do it.
+    async fn make_room(&self) {
+        for _ in 0..64 {
+            let bytes = self.bytes().await.unwrap_or(0);
+            let over = bytes > self.cfg.max_bytes;
+            let short = self
+                .free_bytes()
+                .is_some_and(|f| f < self.cfg.min_free_bytes);
+            if !over && !short {
+                break;
+            }
+            let share = if over {
+                1.0 - self.cfg.max_bytes as f64 / bytes.max(1) as f64
+            } else {
+                0.1
+            };
+            let share = (share + 0.05).clamp(0.1, 1.0);
+            // The oldest time across the tiers goes first, whichever tier holds it.
+            let span: Result<(Option<i64>, Option<i64>), _> = sqlx::query_as(
+                "SELECT MIN(lo), MAX(hi) FROM (SELECT MIN(t) AS lo, MAX(t) AS hi FROM raw
+                 UNION ALL SELECT MIN(t), MAX(t) FROM minute UNION ALL SELECT MIN(t), MAX(t) FROM hour)",
+            )
+            .fetch_one(&self.pool)
+            .await;
+            let Ok((Some(lo), Some(hi))) = span else {
+                break;
+            };
+            let cut = lo + (((hi - lo) as f64 * share).ceil() as i64).max(1);
+            let mut cut_any = false;
+            for table in ["raw", "minute", "hour"] {
+                match sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE t < ?")))
+                    .bind(cut)
+                    .execute(&self.pool)
+                    .await
+                {
+                    Ok(r) => {
+                        self.stats
+                            .evicted
+                            .fetch_add(r.rows_affected(), Ordering::Relaxed);
+                        cut_any |= r.rows_affected() > 0;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "history: cannot delete old points"),
+                }
+            }
+            let _ = sqlx::query("PRAGMA incremental_vacuum")
+                .execute(&self.pool)
+                .await;
+            let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await;
+            if !cut_any {
+                break;
+            }
+        }
+    }
+
+    /// Rolls raw points up into minutes, and minutes into hours, for each complete period that
+    /// ended at least [`GRACE`] ago and is not rolled up yet.
+    async fn roll_up(&self, now: Millis) -> Result<(), HistoryError> {
+        let (minute_mark, hour_mark): (i64, i64) =
+            sqlx::query_as("SELECT minute, hour FROM mark WHERE id = 0")
+                .fetch_one(&self.pool)
+                .await?;
+        // Minutes that late points changed, and their hours, rolled up again.
+        let dirty: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM dirty")
+            .fetch_one(&self.pool)
+            .await?;
+        if dirty > 0 {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO minute (series, t, mn, mx, sm, n, last_num, last_txt)
+                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, r.num, r.txt FROM
+                   (SELECT r.series, d.t AS b, MIN(r.num) AS mn, MAX(r.num) AS mx,
+                           SUM(r.num) AS sm, COUNT(r.num) AS n, MAX(r.t) AS lt
+                      FROM dirty d JOIN raw r ON r.series = d.series AND r.t >= d.t AND r.t < d.t + 60000
+                     GROUP BY r.series, d.t) g
+                 JOIN raw r ON r.series = g.series AND r.t = g.lt",
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO hour (series, t, mn, mx, sm, n, last_num, last_txt)
+                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, m.last_num, m.last_txt FROM
+                   (SELECT m.series, h.b, MIN(m.mn) AS mn, MAX(m.mx) AS mx, SUM(m.sm) AS sm,
+                           SUM(m.n) AS n, MAX(m.t) AS lt
+                      FROM (SELECT DISTINCT series, (t / 3600000) * 3600000 AS b FROM dirty WHERE t < ?) h
+                      JOIN minute m ON m.series = h.series AND m.t >= h.b AND m.t < h.b + 3600000
+                     GROUP BY m.series, h.b) g
+                 JOIN minute m ON m.series = g.series AND m.t = g.lt",
+            )
+            .bind(hour_mark)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM dirty").execute(&mut *tx).await?;
+            tx.commit().await?;
+        }
+        let minute_upto = (now - GRACE).div_euclid(MINUTE) * MINUTE;
+        if minute_upto > minute_mark {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO minute (series, t, mn, mx, sm, n, last_num, last_txt)
+                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, r.num, r.txt FROM
+                   (SELECT series, (t / 60000) * 60000 AS b, MIN(num) AS mn, MAX(num) AS mx,
+                           SUM(num) AS sm, COUNT(num) AS n, MAX(t) AS lt
+                      FROM raw WHERE t >= ? AND t < ? GROUP BY series, b) g
+                 JOIN raw r ON r.series = g.series AND r.t = g.lt",
+            )
+            .bind(minute_mark)
+            .bind(minute_upto)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE mark SET minute = ? WHERE id = 0")
+                .bind(minute_upto)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            self.minute_mark.store(minute_upto, Ordering::Relaxed);
+        }
+        let hour_upto = (now - GRACE - HOUR).div_euclid(HOUR) * HOUR;
+        if hour_upto > hour_mark {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO hour (series, t, mn, mx, sm, n, last_num, last_txt)
+                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, m.last_num, m.last_txt FROM
+                   (SELECT series, (t / 3600000) * 3600000 AS b, MIN(mn) AS mn, MAX(mx) AS mx,
+                           SUM(sm) AS sm, SUM(n) AS n, MAX(t) AS lt
+                      FROM minute WHERE t >= ? AND t < ? GROUP BY series, b) g
+                 JOIN minute m ON m.series = g.series AND m.t = g.lt",
+            )
+            .bind(hour_mark)
+            .bind(hour_upto)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE mark SET hour = ? WHERE id = 0")
+                .bind(hour_upto)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// The history of one property from `from` to `to` (ms since the epoch, `to` excluded):
+    /// each raw point without a `step`; with one, a bucket per step (min, max, mean, last and
+    /// how many points), from the finest tier that holds the period.
+    pub async fn query(
+        &self,
+        device: &str,
+        property: &str,
+        from: Millis,
+        to: Millis,
+        step: Option<Millis>,
+        now: Millis,
+    ) -> Result<Series, HistoryError> {
+        if to <= from {
+            return Err(HistoryError::Query(format!(
+                "`to` ({to}) is not after `from` ({from})"
+            )));
+        }
+        if let Some(s) = step
+            && s < 1000
+        {
+            return Err(HistoryError::Query(format!(
+                "step {s} ms: give at least 1000 (1 s)"
+            )));
+        }
+        let id: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM series WHERE device = ? AND property = ?")
+                .bind(device)
+                .bind(property)
+                .fetch_optional(&self.pool)
+                .await?;
+        let mut out = Series {
+            device: device.to_string(),
+            property: property.to_string(),
+            from,
+            to,
+            step,
+            tier: "raw",
+            before: None,
+            points: Vec::new(),
+            buckets: Vec::new(),
+            truncated: false,
+        };
+        let Some(id) = id else {
+            return Ok(out);
+        };
+        // The value holding at `from`: a step is drawn from the left edge.
+        out.before = sqlx::query(
+            "SELECT t, num, txt FROM raw WHERE series = ? AND t < ? ORDER BY t DESC LIMIT 1",
+        )
+        .bind(id)
+        .bind(from)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|r| raw_point(&r));
+        let raw_from =
+            now - i64::try_from(self.cfg.raw_window.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let Some(step) = step else {
+            let rows = sqlx::query("SELECT t, num, txt FROM raw WHERE series = ? AND t >= ? AND t < ? ORDER BY t LIMIT ?")
+                .bind(id)
+                .bind(from)
+                .bind(to)
+                .bind(i64::try_from(MAX_POINTS + 1).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+            out.truncated = rows.len() > MAX_POINTS;
+            out.points = rows.iter().take(MAX_POINTS).map(raw_point).collect();
+            return Ok(out);
+        };
+        let (minute_mark, hour_mark): (i64, i64) =
+            sqlx::query_as("SELECT minute, hour FROM mark WHERE id = 0")
+                .fetch_one(&self.pool)
+                .await?;
+        // The finest tier that is coarse enough for the step and still holds `from`; the part
+        // after its roll-up mark comes from the tier below.
+        let minute_from =
+            now - i64::try_from(self.cfg.minute_window.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let use_hour = step >= HOUR || from < minute_from;
+        let use_minute = !use_hour && (step >= MINUTE || from < raw_from);
+        let mut acc: std::collections::BTreeMap<Millis, Bucket> = Default::default();
+        let bucket_of = |t: Millis| from + (t - from).div_euclid(step) * step;
+        let mut add = |t: Millis, b: Bucket| {
+            acc.entry(bucket_of(t))
+                .and_modify(|a| a.merge(&b))
+                .or_insert_with(|| Bucket {
+                    t: bucket_of(t),
+                    ..b
+                });
+        };
+        let mut raw_since = from;
+        if use_hour || use_minute {
+            let (table, mark) = if use_hour {
+                ("hour", hour_mark)
+            } else {
+                ("minute", minute_mark)
+            };
+            out.tier = table;
+            for b in self.tier_buckets(table, id, from, to.min(mark)).await? {
+                add(b.t, b);
+            }
+            raw_since = mark.max(from);
+            if use_hour {
+                // Hours not rolled up yet: from the minutes, then the raw points.
+                for b in self
+                    .tier_buckets("minute", id, raw_since, to.min(minute_mark))
+                    .await?
+                {
+                    add(b.t, b);
+                }
+                raw_since = minute_mark.max(raw_since);
+            }
+        }
+        if raw_since < to {
+            let rows = sqlx::query(
+                "SELECT t, num, txt FROM raw WHERE series = ? AND t >= ? AND t < ? ORDER BY t",
+            )
+            .bind(id)
+            .bind(raw_since)
+            .bind(to)
+            .fetch_all(&self.pool)
+            .await?;
+            for r in &rows {
+                let p = raw_point(r);
+                add(p.t, Bucket::of_point(p));
+            }
+        }
+        out.buckets = acc.into_values().collect();
+        Ok(out)
+    }
+
+    /// The stored buckets of roll-up tier `table` (`minute` or `hour`) of series `id` in
+    /// `[from, to)`.
+    async fn tier_buckets(
+        &self,
+        table: &'static str,
+        id: i64,
+        from: Millis,
+        to: Millis,
+    ) -> Result<Vec<Bucket>, HistoryError> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT t, mn, mx, sm, n, last_num, last_txt FROM {table} WHERE series = ? AND t >= ? AND t < ? ORDER BY t"
+        )))
+        .bind(id)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let t: i64 = r.get(0);
+                Bucket {
+                    t,
+                    min: r.get(1),
+                    max: r.get(2),
+                    sum: r.get(3),
+                    count: r.get::<i64, _>(4).max(0) as u64,
+                    last: value_of(r.get(5), r.get(6)),
+                    last_t: t,
+                }
+            })
+            .collect())
+    }
+}
+
+fn value_of(num: Option<f64>, txt: Option<String>) -> serde_json::Value {
+    match (txt, num) {
+        (Some(t), _) => serde_json::Value::String(t),
+        (None, Some(n)) => serde_json::json!(n),
+        (None, None) => serde_json::Value::Null,
+    }
+}
+
+fn raw_point(r: &sqlx::sqlite::SqliteRow) -> RawPoint {
+    RawPoint {
+        t: r.get(0),
+        value: value_of(r.get(1), r.get(2)),
+    }
+}
+
+/// A point as reported.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RawPoint {
+    pub t: Millis,
+    /// A number, or the text of a value that is none (booleans as `"true"`/`"false"`).
+    #[serde(rename = "v")]
+    pub value: serde_json::Value,
+}
+
+/// One step of a query: the points of `[t, t + step)`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Bucket {
+    pub t: Millis,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    #[serde(skip)]
+    pub sum: Option<f64>,
+    /// Numeric points in it.
+    pub count: u64,
+    /// The last value in it.
+    pub last: serde_json::Value,
+    #[serde(skip)]
+    pub last_t: Millis,
+}
+
+impl Bucket {
+    /// The bucket of one point alone.
+    fn of_point(p: RawPoint) -> Self {
+        let n = p.value.as_f64();
+        Self {
+            t: p.t,
+            min: n,
+            max: n,
+            sum: n,
+            count: u64::from(n.is_some()),
+            last: p.value,
+            last_t: p.t,
+        }
+    }
+
+    fn merge(&mut self, b: &Bucket) {
+        let pick = |a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64| match (a, b) {
+            (Some(x), Some(y)) => Some(f(x, y)),
+            (x, y) => x.or(y),
+        };
+        self.min = pick(self.min, b.min, f64::min);
+        self.max = pick(self.max, b.max, f64::max);
+        self.sum = pick(self.sum, b.sum, |x, y| x + y);
+        self.count += b.count;
+        if b.last_t >= self.last_t {
+            self.last = b.last.clone();
+            self.last_t = b.last_t;
+        }
+    }
+
+    /// The mean of its numeric points.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum.unwrap_or(0.0) / self.count as f64)
+    }
+}
+
+/// What a query answers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub device: String,
+    pub property: String,
+    pub from: Millis,
+    pub to: Millis,
+    pub step: Option<Millis>,
+    /// Where the buckets come from: `raw`, `minute` or `hour`.
+    pub tier: &'static str,
+    /// The last point before `from` (the value holding at `from`).
+    pub before: Option<RawPoint>,
+    /// Without a step: the raw points.
+    pub points: Vec<RawPoint>,
+    /// With a step: a bucket per step that has points.
+    pub buckets: Vec<Bucket>,
+    /// More raw points than [`MAX_POINTS`]: give a step.
+    pub truncated: bool,
+}
+
+impl Series {
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "device": self.device,
+            "property": self.property,
+            "from": self.from,
+            "to": self.to,
+            "tier": self.tier,
+            "before": self.before,
+        });
+        match self.step {
+            None => {
+                v["points"] = serde_json::json!(self.points);
+                v["truncated"] = serde_json::json!(self.truncated);
+            }
+            Some(s) => {
+                v["step"] = serde_json::json!(s);
+                v["buckets"] = serde_json::Value::Array(
+                    self.buckets
+                        .iter()
+                        .map(|b| {
+                            serde_json::json!({
+                                "t": b.t, "min": b.min, "max": b.max, "mean": b.mean(),
+                                "last": b.last, "count": b.count,
+                            })
+                        })
+                        .collect(),
+                );
+            }
+        }
+        v
+    }
+
+    /// CSV with a header: `time,value` (ISO 8601 and ms) without a step, `time,min,max,mean,last,count` with one.
+    pub fn to_csv(&self) -> String {
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => csv_field(s),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        let num = |n: Option<f64>| n.map(|n| n.to_string()).unwrap_or_default();
+        let mut out = String::new();
+        match self.step {
+            None => {
+                out.push_str("t,value\n");
+                for p in &self.points {
+                    out.push_str(&format!("{},{}\n", p.t, text(&p.value)));
+                }
+            }
+            Some(_) => {
+                out.push_str("t,min,max,mean,last,count\n");
+                for b in &self.buckets {
+                    out.push_str(&format!(
+                        "{},{},{},{},{},{}\n",
+                        b.t,
+                        num(b.min),
+                        num(b.max),
+                        num(b.mean()),
+                        text(&b.last),
+                        b.count
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break (quotes doubled), and a
+/// leading `= + - @` neutralized so that a spreadsheet does not run it as a formula.
+fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(property: &str, t: Millis, value: &str) -> Point {
+        Point {
+            device: "default/oven".into(),
+            property: property.into(),
+            t,
+            value: value.into(),
+        }
+    }
+
+    async fn open(cfg: HistoryConfig) -> (tempfile::TempDir, History) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = History::open(&dir.path().join("edgecore.db"), cfg)
+            .await
+            .expect("opens");
+        (dir, h)
+    }
+
+    #[tokio::test]
+    async fn raw_points_come_back_in_order_with_the_value_before_the_range() {
+        let (_d, h) = open(HistoryConfig::default()).await;
+        let base = 1_700_000_000_000;
+        let points: Vec<Point> = (0..10)
+            .map(|k| p("temp", base + k * 1000, &(20 + k).to_string()))
+            .collect();
+        h.ingest(&points, 7).await;
+        // The same again (a journal row read twice): nothing doubles.
+        h.ingest(&points, 7).await;
+        assert_eq!(h.ingested().await.expect("mark"), 7);
+        let s = h
+            .query(
+                "default/oven",
+                "temp",
+                base + 3000,
+                base + 6000,
+                None,
+                base + 10_000,
+            )
+            .await
+            .expect("query");
+        let got: Vec<(Millis, serde_json::Value)> =
+            s.points.iter().map(|p| (p.t, p.value.clone())).collect();
+        assert_eq!(
+            got,
+            [
+                (base + 3000, serde_json::json!(23.0)),
+                (base + 4000, serde_json::json!(24.0)),
+                (base + 5000, serde_json::json!(25.0))
+            ]
+        );
+        assert_eq!(s.before.as_ref().map(|b| b.t), Some(base + 2000));
+        assert!(s.to_csv().starts_with("t,value\n"));
+    }
+
+    #[tokio::test]
+    async fn minutes_and_hours_roll_up_min_max_mean_last() {
+        let (_d, h) = open(HistoryConfig::default()).await;
+        let base = 1_700_000_000_000 / HOUR * HOUR;
+        // Two hours of a value every 10 s: v = minute index (0..120) + 0.5 on odd points.
+        let mut points = Vec::new();
+        for k in 0..720 {
+            let t = base + k * 10_000;
+            let v = (k / 6) as f64 + if k % 2 == 1 { 0.5 } else { 0.0 };
+            points.push(p("level", t, &v.to_string()));
+            points.push(p("mode", t, if k % 2 == 0 { "auto" } else { "manual" }));
+        }
+        h.ingest(&points, 1).await;
+        let now = base + 3 * HOUR;
+        h.maintain(now).await.expect("maintain");
+        // 24 one-minute steps of the first hour's minutes 10..34, from the minute tier.
+        let s = h
+            .query(
+                "default/oven",
+                "level",
+                base + 10 * MINUTE,
+                base + 34 * MINUTE,
+                Some(MINUTE),
+                now,
+            )
+            .await
+            .expect("query");
+        assert_eq!(s.tier, "minute");
+        assert_eq!(s.buckets.len(), 24);
+        let b = &s.buckets[0];
+        assert_eq!((b.min, b.max, b.count), (Some(10.0), Some(10.5), 6));
+        assert_eq!(b.mean(), Some(10.25));
+        assert_eq!(b.last, serde_json::json!(10.5));
+        // Hour steps over both hours, from the hour tier.
+        let s = h
+            .query(
+                "default/oven",
+                "level",
+                base,
+                base + 2 * HOUR,
+                Some(HOUR),
+                now,
+            )
+            .await
+            .expect("query");
+        assert_eq!(s.tier, "hour");
+        assert_eq!(s.buckets.len(), 2);
+        assert_eq!(
+            (s.buckets[1].min, s.buckets[1].max),
+            (Some(60.0), Some(119.5))
+        );
+        assert_eq!(s.buckets[1].count, 360);
+        // Text keeps its last value per step.
+        let s = h
+            .query(
+                "default/oven",
+                "mode",
+                base,
+                base + 2 * HOUR,
+                Some(HOUR),
+                now,
+            )
+            .await
+            .expect("query");
+        assert_eq!(s.buckets[0].last, serde_json::json!("manual"));
+        assert_eq!(s.buckets[0].count, 0);
+    }
+
+    /// A point that comes after its minute was rolled up (a mapper's old timestamp, a fold held
+    /// up) is rolled up again with its minute and hour.
+    #[tokio::test]
+    async fn late_points_are_rolled_up_again() {
+        let (_d, h) = open(HistoryConfig::default()).await;
+        let base = 1_700_000_000_000 / HOUR * HOUR;
+        h.ingest(&[p("level", base + 1000, "1")], 1).await;
+        let now = base + 2 * HOUR + 10 * MINUTE;
+        h.maintain(now).await.expect("maintain");
+        h.ingest(&[p("level", base + 2000, "9")], 2).await;
+        h.maintain(now + MINUTE).await.expect("maintain");
+        for step in [MINUTE, HOUR] {
+            let s = h
+                .query(
+                    "default/oven",
+                    "level",
+                    base,
+                    base + HOUR,
+                    Some(step),
+                    now + MINUTE,
+                )
+                .await
+                .expect("query");
+            assert_eq!(s.buckets.len(), 1, "{s:?}");
+            let b = &s.buckets[0];
+            assert_eq!(
+                (b.min, b.max, b.count),
+                (Some(1.0), Some(9.0), 2),
+                "step {step}"
+            );
+            assert_eq!(b.last, serde_json::json!(9.0));
+        }
+    }
+
+    #[tokio::test]
+    async fn windows_and_the_size_bound_drop_the_oldest_first() {
+        let (_d, h) = open(HistoryConfig {
+            raw_window: 3600,
+            max_bytes: 400 * 1024,
+            min_free_bytes: 0,
+            ..HistoryConfig::default()
+        })
+        .await;
+        let base = 1_700_000_000_000 / HOUR * HOUR;
+        // Six hours of 20 properties at one point a second: far past 400 KiB.
+        for hour in 0..6 {
+            let mut points = Vec::new();
+            for s in 0..3600 {
+                for q in 0..20 {
+                    points.push(p(
+                        &format!("p{q}"),
+                        base + hour * HOUR + s * 1000,
+                        &format!("{}.{q}", s % 97),
+                    ));
+                }
+            }
+            h.ingest(&points, hour as u64 + 1).await;
+            h.maintain(base + (hour + 1) * HOUR)
+                .await
+                .expect("maintain");
+            let bytes = h.bytes().await.expect("size");
+            assert!(bytes <= 400 * 1024, "hour {hour}: {bytes} bytes");
+        }
+        assert!(h.stats.evicted.load(Ordering::Relaxed) > 0);
+        // The newest raw points are kept; the oldest went first.
+        let now = base + 6 * HOUR;
+        let s = h
+            .query("default/oven", "p0", now - 60_000, now, None, now)
+            .await
+            .expect("query");
+        assert!(!s.points.is_empty(), "the last minute is kept");
+        let s = h
+            .query("default/oven", "p0", base, base + 60_000, None, now)
+            .await
+            .expect("query");
+        assert!(s.points.is_empty(), "the first minute is gone");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_and_formulas_neutralized() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=cmd()"), "'=cmd()");
+        assert_eq!(csv_field("-12.5"), "-12.5");
+    }
+}
