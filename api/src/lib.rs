@@ -14,12 +14,14 @@
 //! - [`packed`]: text kept LZ4-compressed in memory when large.
 //! - [`tunnel`]: the frames of the streaming tunnel a node opens beside its session (`kubectl
 //!   logs` through the cloud), and what the cloud asks on it.
+//! - [`operations`]: what a fleet job (`ImagePrePullJob`) asks of one node and its answer.
 pub mod bus;
 pub mod crd;
 pub mod dmi;
 pub mod manifest;
 pub mod merge;
 pub mod message;
+pub mod operations;
 pub mod packed;
 pub mod paths;
 pub mod tunnel;

@@ -19,6 +19,7 @@ pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
 pub mod history;
+pub mod jobs;
 pub mod leader;
 pub mod podexec;
 pub mod podlog;
@@ -34,9 +35,10 @@ use tokio_util::sync::CancellationToken;
 const OBJECTSYNC_CRD: &str = include_str!("../crds/reliablesyncs_v1alpha1_objectsync.yaml");
 const CLUSTER_OBJECTSYNC_CRD: &str =
     include_str!("../crds/reliablesyncs_v1alpha1_clusterobjectsync.yaml");
+const IMAGEPREPULLJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_imageprepulljob.yaml");
 
-/// The CRDs cloudcore installs: Device, DeviceModel, DeviceStatus, ObjectSync and
-/// ClusterObjectSync.
+/// The CRDs cloudcore installs: Device, DeviceModel, DeviceStatus, ObjectSync,
+/// ClusterObjectSync and ImagePrePullJob.
 pub fn crds() -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for (file, yaml) in devicecontroller::crd_files()?.into_iter().chain([
@@ -44,6 +46,10 @@ pub fn crds() -> Result<Vec<Value>> {
         (
             "clusterobjectsync".to_string(),
             CLUSTER_OBJECTSYNC_CRD.to_string(),
+        ),
+        (
+            "imageprepulljob".to_string(),
+            IMAGEPREPULLJOB_CRD.to_string(),
         ),
     ]) {
         for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
@@ -167,6 +173,13 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         let c = client.clone();
         leader::while_leading(leading.clone(), stop.clone(), move |token| {
             daemonset::run(c.clone(), token)
+        });
+    }
+    // Fleet jobs ask nodes over their sessions: with cloudhub, on the leader.
+    if let Some(h) = &cloudhub {
+        let (c, h) = (client.clone(), h.clone());
+        leader::while_leading(leading.clone(), stop.clone(), move |token| {
+            jobs::run(c.clone(), h.clone(), token)
         });
     }
     // Join tokens and node certificates given out or revoked through any replica hold on all.

@@ -255,6 +255,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             pods: config.edged.is_some().then(|| cloud_pods.clone()),
             metrics: metrics.clone(),
             runtime: runtime.clone(),
+            prepulls: crate::edgehub::prepull_slots(),
             tunnel: cloud.streams.enable.then(|| {
                 std::sync::Arc::new(crate::edgehub::tunnel::Services {
                     node: config.node_name.clone(),

@@ -95,6 +95,7 @@ fn apply_examples_then_get_explain_and_reapply() {
         "devicestatuses.devices.kubeedge.io",
         "objectsyncs.reliablesyncs.kubeedge.io",
         "clusterobjectsyncs.reliablesyncs.kubeedge.io",
+        "imageprepulljobs.operations.kubeedge.io",
     ] {
         assert!(crds.contains(crd), "cloudcore installs {crd}: {crds}");
     }

@@ -420,11 +420,21 @@ impl Runtime {
     }
 
     pub async fn pull_image(&self, image: &str) -> Result<String, CriError> {
+        self.pull_image_with(image, None).await
+    }
+
+    /// Pulls with a registry's credentials.
+    pub async fn pull_image_with(
+        &self,
+        image: &str,
+        auth: Option<cri::AuthConfig>,
+    ) -> Result<String, CriError> {
         let req = self.request(
             cri::PullImageRequest {
                 image: Some(cri::ImageSpec {
                     image: image.into(),
                 }),
+                auth,
                 sandbox_config: None,
             },
             self.timeout * 10,

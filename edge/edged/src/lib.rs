@@ -35,6 +35,8 @@ use container::{Env, container_config, labels, project_volumes};
 pub use cri_client::CriError;
 pub use cri_client::{ContainerUsage, Runtime};
 use proto::v1 as cri;
+/// A registry's credentials for [`Runtime::pull_image_with`] (CRI's `AuthConfig`).
+pub use proto::v1::AuthConfig;
 use spec::{Desired, cloud_pod, parse_pod};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -18,6 +18,7 @@
 
 pub(crate) mod join;
 mod nodeinfo;
+mod prepull;
 pub(crate) mod tunnel;
 mod usage;
 
@@ -58,6 +59,13 @@ pub(crate) struct EdgeHub {
     pub tunnel: Option<std::sync::Arc<tunnel::Services>>,
     /// The container runtime, when edged runs (its containers' usage for `kubectl top`).
     pub runtime: Option<std::sync::Arc<edged::Runtime>>,
+    /// Image pre-pull jobs running ([`prepull::AT_ONCE`] at most).
+    pub prepulls: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// The slots of the image pre-pull jobs that may run at once.
+pub(crate) fn prepull_slots() -> std::sync::Arc<tokio::sync::Semaphore> {
+    std::sync::Arc::new(tokio::sync::Semaphore::new(prepull::AT_ONCE))
 }
 
 impl EdgeHub {
@@ -240,6 +248,8 @@ impl EdgeHub {
         let usage_every = Duration::from_secs(self.cloud.metrics_seconds.max(1));
         let mut usage_tick = tokio::time::interval(usage_every);
         let mut sampler = usage::Sampler::new();
+        // Answers given later (a job's work done beside the session).
+        let (later_tx, mut later_rx) = tokio::sync::mpsc::channel::<Message>(16);
         // The outbox is read when the twin committed something (checked every 20 ms), and
         // every second anyway (for resends).
         let mut poll = tokio::time::interval(Duration::from_millis(20));
@@ -306,6 +316,9 @@ impl EdgeHub {
                         let msg = Message::new("edgehub", "meta", "update", usage::RESOURCE, content);
                         sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
                     }
+                }
+                Some(answer) = later_rx.recv() => {
+                    sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
                 }
                 ev = events.recv() => match ev {
                     Ok(a) => dirty |= !a.outbox.is_empty(),
@@ -377,7 +390,7 @@ impl EdgeHub {
                     // An answer frees its properties: values that changed while it was in
                     // flight go now, not at the next commit.
                     dirty |= !msg.header.parent_id.is_empty();
-                    if let Some(answer) = self.received(msg, &mut inflight).await {
+                    if let Some(answer) = self.received(msg, &mut inflight, &later_tx).await {
                         sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
                     }
                 }
@@ -424,6 +437,7 @@ impl EdgeHub {
         &self,
         msg: Message,
         inflight: &mut HashMap<String, (Instant, Vec<OutboxEntry>)>,
+        later: &tokio::sync::mpsc::Sender<Message>,
     ) -> Option<Message> {
         if !msg.header.parent_id.is_empty()
             && matches!(msg.route.operation.as_str(), "response" | "error")
@@ -470,6 +484,11 @@ impl EdgeHub {
             }
             ("device" | "devicemodel", "delete") => self.delete_object(&kind, &id).await,
             ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
+            (api::operations::IMAGE_PREPULL, api::operations::OPERATION)
+                if namespace == api::operations::NAMESPACE =>
+            {
+                return prepull::start(self.runtime.clone(), &self.prepulls, &msg, later.clone());
+            }
             _ => {
                 tracing::debug!(%kind, op = %msg.route.operation, "edgehub: not a device message; ignored");
                 return None;

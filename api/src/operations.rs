@@ -1,0 +1,170 @@
+//! Jobs over the fleet (`operations.kubeedge.io/v1alpha2`, KubeEdge's task manager): what the
+//! cloud asks one node to do for a job and what the node answers. Types only; cloudcore's
+//! `jobs` decides which nodes, when, and writes the job's status; edgehub does the work.
+//!
+//! The question goes over the node's session as a message on
+//! `operations/{kind}/{job}` (operation [`OPERATION`]); the answer is its response.
+
+use serde::{Deserialize, Serialize};
+
+/// The operation of a job's question to a node.
+pub const OPERATION: &str = "run";
+/// The message resource kind of an `ImagePrePullJob`'s question.
+pub const IMAGE_PREPULL: &str = "imageprepulljob";
+/// The namespace segment of a job question's resource (jobs are cluster-scoped).
+pub const NAMESPACE: &str = "operations";
+
+/// A node task's phase (KubeEdge's `NodeTaskPhase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum NodePhase {
+    #[default]
+    Pending,
+    InProgress,
+    Successful,
+    Failure,
+    Unknown,
+}
+
+/// What an `ImagePrePullJob` asks of one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PrePull {
+    /// Image references, pulled in this order.
+    pub images: Vec<String>,
+    /// Pulls tried again after a failure, per image.
+    #[serde(default)]
+    pub retry_times: u32,
+    /// The node answers within this many seconds, pulled or not.
+    pub timeout_seconds: u32,
+    /// Registry credentials from the job's `imageSecrets`, by registry host (a docker config's
+    /// `auths`: `auth` is base64 of `user:password`, or `username` and `password`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub auths: std::collections::BTreeMap<String, RegistryAuth>,
+}
+
+/// One registry's credentials (never logged: `Debug` shows the user only).
+#[derive(Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RegistryAuth {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub username: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub password: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub auth: String,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry host of an image reference, as a docker config keys it: the first path
+/// segment when it names a host (has a dot or a port, or is `localhost`), else Docker Hub's.
+pub fn registry_of(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first,
+        _ => "docker.io",
+    }
+}
+
+/// One image's result (KubeEdge's `ImageStatus`: `status` is a condition status).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageStatus {
+    pub image: String,
+    /// `True` when it is in the node's runtime, `False` when not.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// A node's answer to a [`PrePull`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrePullResult {
+    pub phase: NodePhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default)]
+    pub image_status: Vec<ImageStatus>,
+}
+
+impl PrePullResult {
+    /// The node's answer from each image's result: successful when every image is there.
+    pub fn of(images: Vec<ImageStatus>) -> Self {
+        let failed: Vec<&ImageStatus> = images.iter().filter(|i| i.status != "True").collect();
+        let (phase, reason) = match failed.as_slice() {
+            [] => (NodePhase::Successful, String::new()),
+            [one, ..] => (
+                NodePhase::Failure,
+                format!(
+                    "{} of {} images not pulled; {}: {}",
+                    failed.len(),
+                    images.len(),
+                    one.image,
+                    one.reason
+                ),
+            ),
+        };
+        Self {
+            phase,
+            reason,
+            image_status: images,
+        }
+    }
+
+    /// A refusal before any pull (edged off, too many jobs running).
+    pub fn refused(reason: impl Into<String>) -> Self {
+        Self {
+            phase: NodePhase::Failure,
+            reason: reason.into(),
+            image_status: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registries_are_read_from_references_as_docker_does() {
+        assert_eq!(registry_of("busybox"), "docker.io");
+        assert_eq!(registry_of("library/busybox:1"), "docker.io");
+        assert_eq!(registry_of("127.0.0.1:5000/a/b:1"), "127.0.0.1:5000");
+        assert_eq!(registry_of("registry.local/a"), "registry.local");
+        assert_eq!(registry_of("localhost/a"), "localhost");
+        let a = RegistryAuth {
+            username: "u".into(),
+            password: "secret".into(),
+            auth: String::new(),
+        };
+        assert!(!format!("{a:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_node_succeeds_only_when_every_image_is_there() {
+        let ok = |i: &str| ImageStatus {
+            image: i.into(),
+            status: "True".into(),
+            reason: String::new(),
+        };
+        assert_eq!(
+            PrePullResult::of(vec![ok("a"), ok("b")]).phase,
+            NodePhase::Successful
+        );
+        let bad = ImageStatus {
+            image: "b".into(),
+            status: "False".into(),
+            reason: "not found".into(),
+        };
+        let r = PrePullResult::of(vec![ok("a"), bad]);
+        assert_eq!(r.phase, NodePhase::Failure);
+        assert_eq!(r.reason, "1 of 2 images not pulled; b: not found");
+        let wire = serde_json::to_value(&r).expect("json");
+        assert_eq!(wire["imageStatus"][1]["status"], "False");
+        assert_eq!(wire["phase"], "Failure");
+    }
+}

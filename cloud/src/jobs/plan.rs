@@ -1,0 +1,467 @@
+//! The decisions of a fleet job, pure: which nodes it is for, which start next, when it is
+//! over and why. The job's task (`jobs::run_job`) acts on them.
+
+use api::operations::NodePhase;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// KubeEdge's defaults.
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 300;
+pub const DEFAULT_TOLERATE: f64 = 0.1;
+
+/// A job's phase (KubeEdge's `JobPhase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobPhase {
+    Init,
+    InProgress,
+    Completed,
+    Failure,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Init => "Init",
+            Self::InProgress => "InProgress",
+            Self::Completed => "Completed",
+            Self::Failure => "Failure",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Failure)
+    }
+}
+
+/// How a job goes through its nodes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    /// Nodes working at once (at least 1).
+    pub concurrency: usize,
+    /// The share of nodes that may fail; more, and no further node starts.
+    pub tolerate: f64,
+    /// One node alone first, the others only once one has succeeded.
+    pub canary: bool,
+}
+
+/// A job's template as the controller uses it, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    pub node_names: Vec<String>,
+    pub selector: Option<Value>,
+    pub rules: Rules,
+    pub timeout_seconds: u32,
+    pub retry_times: u32,
+    pub images: Vec<String>,
+    pub image_secrets: Option<(String, String)>,
+    pub check_items: Vec<String>,
+}
+
+/// Reads an `ImagePrePullJob`'s `spec.imagePrePullTemplate`; the error names the field.
+pub fn prepull_template(spec: &Value) -> Result<Template, String> {
+    let t = &spec["imagePrePullTemplate"];
+    let f = "spec.imagePrePullTemplate";
+    let strings = |key: &str| -> Result<Vec<String>, String> {
+        match &t[key] {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(a) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .filter(|s| !s.trim().is_empty())
+                        .map(str::to_string)
+                        .ok_or_else(|| format!("{f}.{key}: every item is a non-empty string"))
+                })
+                .collect(),
+            _ => Err(format!("{f}.{key} is a list of strings")),
+        }
+    };
+    let images = strings("images")?;
+    if images.is_empty() {
+        return Err(format!("{f}.images: give at least one image"));
+    }
+    if let Some(bad) = images.iter().find(|i| i.chars().any(char::is_whitespace)) {
+        return Err(format!("{f}.images: {bad:?} is not an image reference"));
+    }
+    let node_names = strings("nodeNames")?;
+    let selector = t.get("labelSelector").filter(|v| !v.is_null()).cloned();
+    if node_names.is_empty() && selector.is_none() {
+        return Err(format!(
+            "{f}: give nodeNames or labelSelector (the nodes to pull on)"
+        ));
+    }
+    if let Some(s) = &selector {
+        selects(s, &BTreeMap::new()).map_err(|e| format!("{f}.labelSelector: {e}"))?;
+    }
+    let tolerate = match t["failureTolerate"].as_str().filter(|s| !s.is_empty()) {
+        None => DEFAULT_TOLERATE,
+        Some(s) => s
+            .parse::<f64>()
+            .ok()
+            .filter(|x| (0.0..=1.0).contains(x))
+            .ok_or_else(|| format!("{f}.failureTolerate: {s:?} is not a ratio from 0 to 1"))?,
+    };
+    let int = |key: &str, default: u32| -> Result<u32, String> {
+        match &t[key] {
+            Value::Null => Ok(default),
+            v => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| format!("{f}.{key}: {v} is not a count")),
+        }
+    };
+    let concurrency = int("concurrency", 1)?.max(1) as usize;
+    let timeout_seconds = match int("timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)? {
+        0 => DEFAULT_TIMEOUT_SECONDS,
+        n => n,
+    };
+    let retry_times = int("retryTimes", 0)?;
+    let image_secrets = match t["imageSecrets"].as_str().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(
+            s.split_once('/')
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+                .map(|(ns, n)| (ns.to_string(), n.to_string()))
+                .ok_or_else(|| format!("{f}.imageSecrets: {s:?} is not namespace/name"))?,
+        ),
+    };
+    Ok(Template {
+        node_names,
+        selector,
+        rules: Rules {
+            concurrency,
+            tolerate,
+            canary: false,
+        },
+        timeout_seconds,
+        retry_times,
+        images,
+        image_secrets,
+        check_items: strings("checkItems")?,
+    })
+}
+
+/// Whether a label selector (`matchLabels`, `matchExpressions`) selects `labels`; an error
+/// names what in the selector is wrong.
+pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+    let mut all = true;
+    match &selector["matchLabels"] {
+        Value::Null => {}
+        Value::Object(m) => {
+            for (k, v) in m {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| format!("matchLabels.{k} is not a string"))?;
+                all &= labels.get(k).map(String::as_str) == Some(v);
+            }
+        }
+        _ => return Err("matchLabels is not a map".into()),
+    }
+    match &selector["matchExpressions"] {
+        Value::Null => {}
+        Value::Array(exprs) => {
+            for (i, e) in exprs.iter().enumerate() {
+                let key = e["key"]
+                    .as_str()
+                    .ok_or_else(|| format!("matchExpressions[{i}].key is missing"))?;
+                let values: Vec<&str> = e["values"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let have = labels.get(key).map(String::as_str);
+                all &= match e["operator"].as_str() {
+                    Some("In") if !values.is_empty() => have.is_some_and(|h| values.contains(&h)),
+                    Some("NotIn") if !values.is_empty() => {
+                        !have.is_some_and(|h| values.contains(&h))
+                    }
+                    Some("Exists") if values.is_empty() => have.is_some(),
+                    Some("DoesNotExist") if values.is_empty() => have.is_none(),
+                    Some(op @ ("In" | "NotIn")) => {
+                        return Err(format!("matchExpressions[{i}]: {op} needs values"));
+                    }
+                    Some(op @ ("Exists" | "DoesNotExist")) => {
+                        return Err(format!("matchExpressions[{i}]: {op} takes no values"));
+                    }
+                    other => {
+                        return Err(format!(
+                            "matchExpressions[{i}].operator {other:?} is not In, NotIn, Exists or DoesNotExist"
+                        ));
+                    }
+                };
+            }
+        }
+        _ => return Err("matchExpressions is not a list".into()),
+    }
+    Ok(all)
+}
+
+/// The job's nodes: those named (in their order) then those the selector picks (by name),
+/// each once; `nodes` are the cluster's nodes and their labels. Named nodes that do not exist
+/// are in the second list.
+pub fn targets(
+    t: &Template,
+    nodes: &BTreeMap<String, BTreeMap<String, String>>,
+) -> (Vec<String>, Vec<String>) {
+    let mut out: Vec<String> = Vec::new();
+    let mut missing = Vec::new();
+    for n in &t.node_names {
+        if out.contains(n) || missing.contains(n) {
+            continue;
+        }
+        if nodes.contains_key(n) {
+            out.push(n.clone());
+        } else {
+            missing.push(n.clone());
+        }
+    }
+    if let Some(s) = &t.selector {
+        for (name, labels) in nodes {
+            if !out.contains(name) && selects(s, labels).unwrap_or(false) {
+                out.push(name.clone());
+            }
+        }
+    }
+    (out, missing)
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Next {
+    /// Indexes of the tasks to start now.
+    pub start: Vec<usize>,
+    pub phase: JobPhase,
+    pub reason: String,
+}
+
+/// The next step of a job whose node tasks are in `phases` (in the job's order).
+pub fn next(rules: Rules, phases: &[NodePhase]) -> Next {
+    let total = phases.len();
+    let count = |p: NodePhase| phases.iter().filter(|x| **x == p).count();
+    let (ok, failed, running) = (
+        count(NodePhase::Successful),
+        count(NodePhase::Failure),
+        count(NodePhase::InProgress),
+    );
+    if total == 0 {
+        return Next {
+            start: Vec::new(),
+            phase: JobPhase::Failure,
+            reason: "no node matched nodeNames or labelSelector".into(),
+        };
+    }
+    let stopped = failed as f64 / total as f64 > rules.tolerate;
+    let pending: Vec<usize> = (0..total)
+        .filter(|&i| matches!(phases[i], NodePhase::Pending | NodePhase::Unknown))
+        .collect();
+    let limit = if rules.canary && ok == 0 {
+        1
+    } else {
+        rules.concurrency.max(1)
+    };
+    let start: Vec<usize> = if stopped {
+        Vec::new()
+    } else {
+        pending
+            .iter()
+            .copied()
+            .take(limit.saturating_sub(running))
+            .collect()
+    };
+    let busy = running + start.len();
+    let (phase, reason) = if busy > 0 {
+        (JobPhase::InProgress, String::new())
+    } else if stopped {
+        (
+            JobPhase::Failure,
+            format!(
+                "{failed} of {total} nodes failed, more than failureTolerate {}; {} not started",
+                rules.tolerate,
+                pending.len()
+            ),
+        )
+    } else if failed > 0 {
+        (
+            JobPhase::Completed,
+            format!(
+                "{ok} of {total} nodes succeeded; {failed} failed, within failureTolerate {}",
+                rules.tolerate
+            ),
+        )
+    } else {
+        (
+            JobPhase::Completed,
+            format!("{ok} of {total} nodes succeeded"),
+        )
+    };
+    Next {
+        start,
+        phase,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_template_is_read_with_kubeedge_defaults_and_bad_fields_are_named() {
+        let t = prepull_template(
+            &json!({"imagePrePullTemplate": {"images": ["a:1"], "nodeNames": ["n1"]}}),
+        )
+        .expect("ok");
+        assert_eq!(t.rules.concurrency, 1);
+        assert_eq!(t.rules.tolerate, 0.1);
+        assert_eq!(t.timeout_seconds, 300);
+        for (bad, field) in [
+            (json!({"images": []}), "images"),
+            (json!({"images": ["a b"], "nodeNames": ["n"]}), "images"),
+            (json!({"images": ["a"]}), "nodeNames or labelSelector"),
+            (
+                json!({"images": ["a"], "nodeNames": ["n"], "failureTolerate": "1.5"}),
+                "failureTolerate",
+            ),
+            (
+                json!({"images": ["a"], "nodeNames": ["n"], "concurrency": -1}),
+                "concurrency",
+            ),
+            (
+                json!({"images": ["a"], "nodeNames": ["n"], "imageSecrets": "creds"}),
+                "imageSecrets",
+            ),
+            (
+                json!({"images": ["a"], "labelSelector": {"matchExpressions": [{"key": "k", "operator": "Is"}]}}),
+                "operator",
+            ),
+        ] {
+            let e = prepull_template(&json!({ "imagePrePullTemplate": bad })).expect_err("refused");
+            assert!(e.contains(field), "{e} (want {field})");
+        }
+    }
+
+    #[test]
+    fn selectors_match_as_kubernetes_does() {
+        let l = labels(&[("site", "a"), ("role", "gw")]);
+        let yes = [
+            json!({}),
+            json!({"matchLabels": {"site": "a"}}),
+            json!({"matchExpressions": [{"key": "site", "operator": "In", "values": ["a", "b"]}]}),
+            json!({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}),
+            json!({"matchExpressions": [{"key": "site", "operator": "NotIn", "values": ["c"]}]}),
+            json!({"matchExpressions": [{"key": "role", "operator": "Exists"}]}),
+        ];
+        for s in yes {
+            assert_eq!(selects(&s, &l), Ok(true), "{s}");
+        }
+        let no = [
+            json!({"matchLabels": {"site": "b"}}),
+            json!({"matchLabels": {"site": "a", "zone": "1"}}),
+            json!({"matchExpressions": [{"key": "site", "operator": "NotIn", "values": ["a"]}]}),
+            json!({"matchExpressions": [{"key": "zone", "operator": "Exists"}]}),
+        ];
+        for s in no {
+            assert_eq!(selects(&s, &l), Ok(false), "{s}");
+        }
+    }
+
+    #[test]
+    fn named_nodes_come_first_once_and_missing_ones_are_said() {
+        let nodes: BTreeMap<_, _> = [
+            ("a".to_string(), labels(&[("site", "x")])),
+            ("b".to_string(), labels(&[])),
+            ("c".to_string(), labels(&[("site", "x")])),
+        ]
+        .into();
+        let mut t = prepull_template(&json!({"imagePrePullTemplate": {
+            "images": ["i"], "nodeNames": ["c", "ghost", "c"],
+            "labelSelector": {"matchLabels": {"site": "x"}}}}))
+        .expect("ok");
+        assert_eq!(
+            targets(&t, &nodes),
+            (vec!["c".into(), "a".into()], vec!["ghost".into()])
+        );
+        t.selector = None;
+        assert_eq!(targets(&t, &nodes).0, vec!["c".to_string()]);
+    }
+
+    fn rules(concurrency: usize, tolerate: f64, canary: bool) -> Rules {
+        Rules {
+            concurrency,
+            tolerate,
+            canary,
+        }
+    }
+
+    #[test]
+    fn a_canary_goes_alone_then_concurrency_at_a_time() {
+        use NodePhase::*;
+        let r = rules(2, 0.0, true);
+        assert_eq!(next(r, &[Pending, Pending, Pending]).start, [0]);
+        assert!(next(r, &[InProgress, Pending, Pending]).start.is_empty());
+        assert_eq!(next(r, &[Successful, Pending, Pending]).start, [1, 2]);
+        let failed = next(r, &[Failure, Pending, Pending]);
+        assert!(failed.start.is_empty());
+        assert_eq!(failed.phase, JobPhase::Failure);
+        assert_eq!(
+            failed.reason,
+            "1 of 3 nodes failed, more than failureTolerate 0; 2 not started"
+        );
+        let done = next(rules(1, 0.5, false), &[Successful, Failure]);
+        assert_eq!(done.phase, JobPhase::Completed);
+        assert!(done.reason.contains("1 failed, within"), "{}", done.reason);
+        assert_eq!(next(r, &[]).phase, JobPhase::Failure);
+    }
+
+    fn phase() -> impl Strategy<Value = NodePhase> {
+        prop_oneof![
+            Just(NodePhase::Pending),
+            Just(NodePhase::InProgress),
+            Just(NodePhase::Successful),
+            Just(NodePhase::Failure),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the state: never more than `concurrency` at work (one before a success
+        /// with a canary), nothing starts once failures pass the tolerance, only pending
+        /// tasks start, and the job is over exactly when nothing is at work or can start.
+        #[test]
+        fn the_plan_keeps_its_bounds(
+            phases in prop::collection::vec(phase(), 0..12),
+            concurrency in 1usize..5,
+            tolerate in 0.0f64..1.0,
+            canary: bool,
+        ) {
+            let n = next(rules(concurrency, tolerate, canary), &phases);
+            let running = phases.iter().filter(|p| **p == NodePhase::InProgress).count();
+            let ok = phases.iter().filter(|p| **p == NodePhase::Successful).count();
+            let failed = phases.iter().filter(|p| **p == NodePhase::Failure).count();
+            let limit = if canary && ok == 0 { 1 } else { concurrency };
+            prop_assert!(n.start.is_empty() || running + n.start.len() <= limit);
+            prop_assert!(n.start.iter().all(|&i| phases[i] == NodePhase::Pending));
+            let stopped = !phases.is_empty() && failed as f64 / phases.len() as f64 > tolerate;
+            if stopped {
+                prop_assert!(n.start.is_empty());
+            }
+            let pending = phases.iter().any(|p| *p == NodePhase::Pending);
+            prop_assert_eq!(n.phase.is_final(), running == 0 && n.start.is_empty());
+            if n.phase.is_final() && !phases.is_empty() {
+                prop_assert!(stopped || !pending);
+                prop_assert_eq!(n.phase == JobPhase::Failure, stopped);
+            }
+            // Some pending task starts when the job may go on and there is room.
+            if !stopped && pending && running < limit {
+                prop_assert!(!n.start.is_empty());
+            }
+        }
+    }
+}
