@@ -11,6 +11,7 @@ const F = {
   statuses: new Map(),  // "ns/name" -> DeviceStatus
   models: new Map(),    // "ns/name" -> DeviceModel
   pods: new Map(),      // "ns/name" -> Pod
+  jobs: new Map(),      // name -> ImagePrePullJob
   shown: null,          // the device whose page is open
   pod: null,            // the pod whose page is open
   errors: new Map(),    // property -> the API's answer to the last desired value set here
@@ -398,10 +399,50 @@ function renderPod() {
   }
 }
 
+// Jobs over the fleet: a row per job (its phase, how many of its nodes are done), then a row
+// per node (its phase, its images pulled, its reason), as the controller writes its status.
+const JOBS = "/apis/operations.kubeedge.io/v1alpha2/imageprepulljobs";
+function renderJobs() {
+  const jobs = [...F.jobs.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  const rows = [];
+  for (const j of jobs) {
+    const st = j.status || {};
+    const nodes = st.nodeStatus || [];
+    const n = (p) => nodes.filter((x) => x.phase === p).length;
+    const name = j.metadata.name;
+    rows.push({
+      key: name,
+      attrs: `data-job="${esc(name)}"`,
+      cells: [
+        `<strong>${esc(name)}</strong>`,
+        esc(st.phase || "Init"),
+        esc(`${n("Successful")} succeeded, ${n("Failure")} failed, ${n("InProgress")} in progress, ${n("Pending")} pending`),
+        esc(st.reason || ""),
+      ],
+    });
+    for (const x of nodes) {
+      const images = x.imageStatus || [];
+      const pulled = images.filter((i) => i.status === "True").length;
+      rows.push({
+        key: `${name}/${x.nodeName}`,
+        attrs: `data-job-node="${esc(name)}/${esc(x.nodeName)}"`,
+        cells: [
+          `<span class="sub">${esc(x.nodeName)}</span>`,
+          esc(x.phase || "Pending"),
+          images.length ? esc(`${pulled} of ${images.length} images pulled`) : "",
+          esc(x.reason || ""),
+        ],
+      });
+    }
+  }
+  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob)", 4);
+}
+
 // The open pod's log: its last 500 lines, then followed as the node writes it (the API's
 // pods/log through the node's tunnel); the newest 2,000 lines are kept. Leaving the page stops it.
 let logRead = null;
 let podWatch = null;
+let jobWatch = null;
 async function followLog() {
   if (logRead) logRead.abort();
   logRead = null;
@@ -448,11 +489,12 @@ function show() {
   if (!$("device").hidden) renderDevice();
   if (!$("pods").hidden) renderPods();
   if (!$("pod").hidden) renderPod();
+  if (!$("jobs").hidden) renderJobs();
 }
 
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
-  for (const s of ["nodes", "devices", "device", "pods", "pod"]) $(s).hidden = true;
+  for (const s of ["nodes", "devices", "device", "pods", "pod", "jobs"]) $(s).hidden = true;
   const was = F.shown;
   const wasPod = F.pod;
   F.shown = null;
@@ -462,6 +504,8 @@ function route() {
     $("pod").hidden = false;
   } else if (h.startsWith("pods")) {
     $("pods").hidden = false;
+  } else if (h.startsWith("jobs")) {
+    $("jobs").hidden = false;
   } else if (h.startsWith("device/")) {
     F.shown = decodeURIComponent(h.slice(7));
     if (F.shown !== was) {
@@ -485,6 +529,13 @@ function route() {
     podWatch = null;
     F.pods.clear();
   }
+  // Jobs too, only while their page is open.
+  if (!$("jobs").hidden && !jobWatch) jobWatch = follow("jobs", JOBS, "", F.jobs, changed);
+  if ($("jobs").hidden && jobWatch) {
+    jobWatch.stop();
+    jobWatch = null;
+    F.jobs.clear();
+  }
   if (F.pod !== wasPod) {
     $("pod-container").innerHTML = "";
     if (logRead) logRead.abort();
@@ -495,6 +546,7 @@ function route() {
   show();
   if (F.pod) return "pod";
   if (h.startsWith("pods")) return "pods";
+  if (h.startsWith("jobs")) return "jobs";
   return F.shown ? "device" : h.startsWith("devices") ? "devices" : "nodes";
 }
 
@@ -518,6 +570,8 @@ function start() {
   ];
   if (podWatch) podWatch.stop();
   podWatch = null;
+  if (jobWatch) jobWatch.stop();
+  jobWatch = null;
   route();
 }
 // Ages (last heartbeat, changed ... ago) move on without anything from the API; the chart is
