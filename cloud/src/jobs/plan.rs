@@ -452,7 +452,7 @@ mod tests {
             if stopped {
                 prop_assert!(n.start.is_empty());
             }
-            let pending = phases.iter().any(|p| *p == NodePhase::Pending);
+            let pending = phases.contains(&NodePhase::Pending);
             prop_assert_eq!(n.phase.is_final(), running == 0 && n.start.is_empty());
             if n.phase.is_final() && !phases.is_empty() {
                 prop_assert!(stopped || !pending);
