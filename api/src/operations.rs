@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const OPERATION: &str = "run";
 /// The message resource kind of an `ImagePrePullJob`'s question.
 pub const IMAGE_PREPULL: &str = "imageprepulljob";
+/// The message resource kind of a `NodeUpgradeJob`'s question.
+pub const NODE_UPGRADE: &str = "nodeupgradejob";
 /// The namespace segment of a job question's resource (jobs are cluster-scoped).
 pub const NAMESPACE: &str = "operations";
 
@@ -125,9 +127,75 @@ impl PrePullResult {
     }
 }
 
+/// What a `NodeUpgradeJob` asks of one node: run the release `version`, whose edgecore binary
+/// the node downloads from its certificate server at `path` (with its node certificate) and
+/// checks against `sha256` before anything changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Upgrade {
+    pub version: String,
+    /// Lowercase hex SHA-256 of the binary.
+    pub sha256: String,
+    /// `/releases/{version}/edgecore`.
+    pub path: String,
+    /// How long the new edgecore has to prove itself (its session back) before it is rolled
+    /// back.
+    pub health_seconds: u32,
+}
+
+/// One step of a node's upgrade (KubeEdge's `actionFlow` item: `Check`, `BackUp`, `Upgrade`,
+/// `RollBack`; `status` `True`/`False`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    pub action: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default)]
+    pub time: String,
+}
+
+/// A node's answer to an [`Upgrade`]: `InProgress` until the new edgecore proved itself or was
+/// rolled back (the cloud asks again), then `Successful` or `Failure`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeResult {
+    pub phase: NodePhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// The version the node runs now.
+    #[serde(default)]
+    pub current_version: String,
+    /// The version it ran before this job.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub historic_version: String,
+    #[serde(default)]
+    pub action_flow: Vec<Action>,
+}
+
+/// Whether `v` can name a release: it becomes a path segment on both sides, so letters,
+/// digits, `.`, `_`, `+` and `-` only, not starting with `.`, at most 64 characters.
+pub fn valid_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 64
+        && !v.starts_with('.')
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_is_a_safe_path_segment() {
+        for ok in ["v2", "v1.16.0", "2026.11-rc1+build_7"] {
+            assert!(valid_version(ok), "{ok}");
+        }
+        for bad in ["", "..", ".hidden", "a/b", "v1 2", "a\\b", &"v".repeat(65)] {
+            assert!(!valid_version(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn registries_are_read_from_references_as_docker_does() {

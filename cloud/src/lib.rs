@@ -36,9 +36,10 @@ const OBJECTSYNC_CRD: &str = include_str!("../crds/reliablesyncs_v1alpha1_object
 const CLUSTER_OBJECTSYNC_CRD: &str =
     include_str!("../crds/reliablesyncs_v1alpha1_clusterobjectsync.yaml");
 const IMAGEPREPULLJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_imageprepulljob.yaml");
+const NODEUPGRADEJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_nodeupgradejob.yaml");
 
 /// The CRDs cloudcore installs: Device, DeviceModel, DeviceStatus, ObjectSync,
-/// ClusterObjectSync and ImagePrePullJob.
+/// ClusterObjectSync, ImagePrePullJob and NodeUpgradeJob.
 pub fn crds() -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for (file, yaml) in devicecontroller::crd_files()?.into_iter().chain([
@@ -51,6 +52,7 @@ pub fn crds() -> Result<Vec<Value>> {
             "imageprepulljob".to_string(),
             IMAGEPREPULLJOB_CRD.to_string(),
         ),
+        ("nodeupgradejob".to_string(), NODEUPGRADEJOB_CRD.to_string()),
     ]) {
         for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
             use serde::Deserialize;
@@ -177,9 +179,9 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     }
     // Fleet jobs ask nodes over their sessions: with cloudhub, on the leader.
     if let Some(h) = &cloudhub {
-        let (c, h) = (client.clone(), h.clone());
+        let (c, h, d) = (client.clone(), h.clone(), config.data_dir.clone());
         leader::while_leading(leading.clone(), stop.clone(), move |token| {
-            jobs::run(c.clone(), h.clone(), token)
+            jobs::run(c.clone(), h.clone(), d.clone(), token)
         });
     }
     // Join tokens and node certificates given out or revoked through any replica hold on all.
@@ -338,6 +340,7 @@ async fn start_cloudhub(
         cert_days: c.edge_cert_days,
         book: cloudhub::joins::Book::new(&config.data_dir),
         claims,
+        releases: config.data_dir.join("releases"),
     });
     let ca_pem = certs.ca.pem.clone();
     let mut cert_routes = certs.router();

@@ -16,6 +16,9 @@ use twin::{Store, TwinService};
 /// Runs edgecore until `cancel` is triggered.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
     rt::bootstrap::raise_nofile_limit();
+    // An upgrade under way: this may be the new edgecore on trial (or must roll back now).
+    crate::upgrade::set_shutdown(cancel.clone());
+    let trial = crate::upgrade::on_start(&config.data_dir)?;
     // Private: the twins, and the Secrets sent to the node's pods, are kept here.
     rt::fs::private_dir(&config.data_dir).with_context(|| {
         format!(
@@ -256,6 +259,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             metrics: metrics.clone(),
             runtime: runtime.clone(),
             prepulls: crate::edgehub::prepull_slots(),
+            upgrader: std::sync::Arc::new(crate::upgrade::Upgrader::new(config.data_dir.clone())),
+            link: std::sync::Mutex::new(None),
             tunnel: cloud.streams.enable.then(|| {
                 std::sync::Arc::new(crate::edgehub::tunnel::Services {
                     node: config.node_name.clone(),
@@ -268,6 +273,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             }),
         };
         tasks.spawn(hub.run(cancel.clone()));
+        if let Some(seconds) = trial {
+            tokio::spawn(crate::upgrade::watch_health(
+                config.data_dir.clone(),
+                metrics.clone(),
+                seconds,
+            ));
+        }
     }
 
     tracing::info!("edgecore running");

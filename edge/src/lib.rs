@@ -32,3 +32,4 @@ mod manifests;
 mod meta;
 pub mod metrics;
 mod ui;
+pub mod upgrade;

@@ -17,6 +17,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before anything could replace it (an upgrade renames a new binary over it).
+    edge::upgrade::remember_exe();
     rt::sys::single_arena();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
@@ -35,7 +37,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    rt::bootstrap::run("edgecore", rt::bootstrap::Threads::PerCore, |cancel| {
+    let code = rt::bootstrap::run("edgecore", rt::bootstrap::Threads::PerCore, |cancel| {
         edge::app::run(config, cancel)
-    })
+    });
+    // Upgraded or rolled back: the binary at edgecore's path starts in this process's place.
+    if let Some(e) = edge::upgrade::restart_if_asked() {
+        eprintln!("edgecore: cannot start again after an upgrade: {e}");
+        return ExitCode::from(1);
+    }
+    code
 }

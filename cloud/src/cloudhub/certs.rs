@@ -186,6 +186,8 @@ pub struct CertServer {
     pub book: super::joins::Book,
     /// Replicas: the API a limited token's joins are claimed through ([`super::joins::claim`]).
     pub claims: Option<kube::Client>,
+    /// Where the releases `NodeUpgradeJob`s install are (`{dataDir}/releases`).
+    pub releases: std::path::PathBuf,
 }
 
 fn refuse(code: StatusCode, why: String) -> Response {
@@ -194,9 +196,10 @@ fn refuse(code: StatusCode, why: String) -> Response {
 }
 
 impl CertServer {
-    /// `GET /ca.crt` and `GET /edge.crt`.
+    /// `GET /ca.crt`, `GET /edge.crt` and `GET /releases/{version}/edgecore`.
     pub fn router(self: Arc<Self>) -> axum::Router {
         let me = self.clone();
+        let releases = self.clone();
         axum::Router::new()
             .route(
                 "/ca.crt",
@@ -206,12 +209,83 @@ impl CertServer {
                 }),
             )
             .route(
+                "/releases/{version}/edgecore",
+                axum::routing::get(
+                    move |axum::extract::Path(version): axum::extract::Path<String>,
+                          req: Request| {
+                        let me = releases.clone();
+                        let node = req
+                            .extensions()
+                            .get::<apiserver::Identity>()
+                            .and_then(|i| i.0.as_ref())
+                            .and_then(|u| u.name.strip_prefix("system:node:").map(str::to_string));
+                        let presented = req
+                            .extensions()
+                            .get::<apiserver::ClientCertificate>()
+                            .and_then(|c| pki::serial_and_expiry(&c.0))
+                            .map(|(serial, _)| serial);
+                        async move { me.release(&version, node, presented).await }
+                    },
+                ),
+            )
+            .route(
                 "/edge.crt",
                 axum::routing::get(move |req: Request| {
                     let me = me.clone();
                     async move { me.edge_cert(req).await }
                 }),
             )
+    }
+
+    /// A release's edgecore, for a node (its certificate, not revoked) a `NodeUpgradeJob`
+    /// upgrades; the node checks its SHA-256 from the job's question.
+    async fn release(
+        &self,
+        version: &str,
+        node: Option<String>,
+        presented: Option<String>,
+    ) -> Response {
+        let Some(node) = node else {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "a release is given to a node's certificate only".into(),
+            );
+        };
+        if presented
+            .as_deref()
+            .is_none_or(|s| self.book.is_revoked(s).unwrap_or(true))
+        {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                format!("the certificate of node {node:?} was revoked"),
+            );
+        }
+        if !api::operations::valid_version(version) {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("{version:?} is not a release name"),
+            );
+        }
+        let path = self.releases.join(version).join("edgecore");
+        match tokio::fs::File::open(&path).await {
+            Ok(f) => {
+                let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);
+                tracing::info!(%node, %version, bytes = len, "release sent");
+                let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(f));
+                (
+                    [
+                        ("content-type", "application/octet-stream".to_string()),
+                        ("content-length", len.to_string()),
+                    ],
+                    body,
+                )
+                    .into_response()
+            }
+            Err(e) => refuse(
+                StatusCode::NOT_FOUND,
+                format!("no release {version:?} on this cloudcore ({e})"),
+            ),
+        }
     }
 
     async fn edge_cert(&self, req: Request) -> Response {

@@ -1,19 +1,24 @@
 //! Jobs over the fleet (`operations.kubeedge.io/v1alpha2`): `ImagePrePullJob`, images pulled
-//! into chosen nodes' containerd ahead of time. Runs on the leader, with the embedded API or a
-//! real cluster. Each job not over has a task: it reads the template ([`plan::prepull_template`]:
-//! a bad field ends the job as `Failure` naming it), finds its nodes (by name and label
-//! selector; a named node that does not exist fails at once), then asks `concurrency` nodes at
-//! a time over their sessions (`CloudHub::ask`, `operations/imageprepulljob/{job}`), writing
-//! each node's phase, images and reason into `status.nodeStatus` as it goes, and stops starting
+//! into chosen nodes' containerd ahead of time, and `NodeUpgradeJob`, a node's edgecore
+//! replaced by a release kept in cloudcore's `{dataDir}/releases/{version}/edgecore` (served
+//! to nodes by the certificate server, its SHA-256 in the question). Runs on the leader, with
+//! the embedded API or a real cluster. Each job not over has a task: it reads the template
+//! ([`plan::prepull_template`], [`plan::upgrade_template`]: a bad field ends the job as
+//! `Failure` naming it), finds its nodes (by name and label selector; a named node that does
+//! not exist fails at once), then asks `concurrency` nodes at a time over their sessions
+//! (`CloudHub::ask`, `operations/{kind}/{job}`; an upgrade's canary alone first), writing each
+//! node's phase, results and reason into `status.nodeStatus` as it goes, and stops starting
 //! nodes once more than `failureTolerate` of them failed ([`plan::next`]). A node away waits
-//! for its session until `timeoutSeconds`. A job whose cloudcore restarts goes on where its
-//! status says (nodes that were in progress are asked again: a pull is idempotent).
+//! for its session until `timeoutSeconds`; an upgrading node answers `InProgress` and is asked
+//! again until its new edgecore proved itself or was rolled back. A job whose cloudcore
+//! restarts goes on where its status says (nodes that were in progress are asked again: both
+//! questions are idempotent on the node).
 
 pub mod plan;
 
 use crate::cloudhub::{CloudHub, Unanswered};
 use api::message::Message;
-use api::operations::{self, ImageStatus, NodePhase, PrePull, PrePullResult, RegistryAuth};
+use api::operations::{self, NodePhase, PrePull, PrePullResult, RegistryAuth, Upgrade};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
@@ -22,19 +27,117 @@ use kube::runtime::{WatchStreamExt, watcher};
 use plan::JobPhase;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How often a node away is looked for again.
 const AWAY_RETRY: Duration = Duration::from_secs(3);
 
-fn prepull_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("operations.kubeedge.io", "v1alpha2", "ImagePrePullJob"),
-        "imageprepulljobs",
-    )
+/// How often an upgrading node is asked how it is going.
+const UPGRADE_POLL: Duration = Duration::from_secs(2);
+
+/// The kinds of job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    PrePull,
+    Upgrade,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::PrePull => "ImagePrePullJob",
+            Self::Upgrade => "NodeUpgradeJob",
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        let plural = match self {
+            Self::PrePull => "imageprepulljobs",
+            Self::Upgrade => "nodeupgradejobs",
+        };
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("operations.kubeedge.io", "v1alpha2", self.name()),
+            plural,
+        )
+    }
+
+    fn message_kind(self) -> &'static str {
+        match self {
+            Self::PrePull => operations::IMAGE_PREPULL,
+            Self::Upgrade => operations::NODE_UPGRADE,
+        }
+    }
+}
+
+/// A node's answer, whatever the kind: its phase and reason, the fields it adds to its
+/// `nodeStatus` item, and its steps when it gives them.
+#[derive(Debug, Clone)]
+struct Report {
+    phase: NodePhase,
+    reason: String,
+    fields: serde_json::Map<String, Value>,
+    actions: Option<Vec<Value>>,
+}
+
+impl Report {
+    fn refused(reason: String) -> Self {
+        Self {
+            phase: NodePhase::Failure,
+            reason,
+            fields: Default::default(),
+            actions: None,
+        }
+    }
+
+    /// A node's answer as its kind reads it.
+    fn of(kind: Kind, content: Value) -> Self {
+        match kind {
+            Kind::PrePull => match serde_json::from_value::<PrePullResult>(content) {
+                Ok(r) => {
+                    let mut fields = serde_json::Map::new();
+                    if !r.image_status.is_empty() {
+                        fields.insert(
+                            "imageStatus".into(),
+                            serde_json::to_value(&r.image_status).unwrap_or_default(),
+                        );
+                    }
+                    Self {
+                        phase: r.phase,
+                        reason: r.reason,
+                        fields,
+                        actions: None,
+                    }
+                }
+                Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
+            },
+            Kind::Upgrade => match serde_json::from_value::<operations::UpgradeResult>(content) {
+                Ok(r) => {
+                    let mut fields = serde_json::Map::new();
+                    fields.insert("currentVersion".into(), r.current_version.into());
+                    if !r.historic_version.is_empty() {
+                        fields.insert("historicVersion".into(), r.historic_version.into());
+                    }
+                    Self {
+                        phase: r.phase,
+                        reason: r.reason,
+                        fields,
+                        actions: Some(
+                            r.action_flow
+                                .iter()
+                                .filter_map(|a| serde_json::to_value(a).ok())
+                                .collect(),
+                        ),
+                    }
+                }
+                Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
+            },
+        }
+    }
 }
 
 fn now() -> String {
@@ -54,7 +157,7 @@ struct NodeTask {
     node: String,
     phase: NodePhase,
     reason: String,
-    images: Vec<ImageStatus>,
+    fields: serde_json::Map<String, Value>,
     actions: Vec<Value>,
 }
 
@@ -64,7 +167,7 @@ impl NodeTask {
             node: node.into(),
             phase: NodePhase::Pending,
             reason: String::new(),
-            images: Vec::new(),
+            fields: Default::default(),
             actions: Vec::new(),
         }
     }
@@ -74,8 +177,8 @@ impl NodeTask {
         if !self.reason.is_empty() {
             v["reason"] = self.reason.clone().into();
         }
-        if !self.images.is_empty() {
-            v["imageStatus"] = serde_json::to_value(&self.images).unwrap_or_default();
+        for (k, f) in &self.fields {
+            v[k] = f.clone();
         }
         if !self.actions.is_empty() {
             v["actionFlow"] = Value::Array(self.actions.clone());
@@ -94,43 +197,70 @@ impl NodeTask {
                 p => p,
             },
             reason: v["reason"].as_str().unwrap_or_default().into(),
-            images: serde_json::from_value(v["imageStatus"].clone()).unwrap_or_default(),
+            fields: ["imageStatus", "currentVersion", "historicVersion"]
+                .into_iter()
+                .filter(|k| !v[*k].is_null())
+                .map(|k| (k.to_string(), v[k].clone()))
+                .collect(),
             actions: v["actionFlow"].as_array().cloned().unwrap_or_default(),
         })
     }
 
-    fn finish(&mut self, r: PrePullResult) {
+    /// What the node said: its last answer (`over`), or how it is going.
+    fn update(&mut self, kind: Kind, r: Report, over: bool) {
         self.phase = r.phase;
         self.reason = r.reason;
-        self.images = r.image_status;
-        let ok = self.phase == NodePhase::Successful;
-        self.actions.push(
-            json!({"action": "Pull", "status": if ok { "True" } else { "False" },
-            "reason": self.reason, "time": now()}),
-        );
+        self.fields.extend(r.fields);
+        match r.actions {
+            // The node's own steps, after what the cloud recorded before asking.
+            Some(steps) => {
+                self.actions.retain(|a| a["action"] == "Check");
+                self.actions.extend(steps);
+            }
+            None if over && kind == Kind::PrePull => {
+                let ok = self.phase == NodePhase::Successful;
+                self.actions.push(
+                    json!({"action": "Pull", "status": if ok { "True" } else { "False" },
+                    "reason": self.reason, "time": now()}),
+                );
+            }
+            None => {}
+        }
     }
 }
 
-/// Runs the controller until `stop` (on the leader only: `leader::while_leading`).
-pub async fn run(client: kube::Client, hub: Arc<CloudHub>, stop: CancellationToken) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &prepull_resource());
-    let mut jobs: HashMap<String, (CancellationToken, tokio::task::JoinHandle<()>)> =
-        HashMap::new();
-    let events = watcher(api, watcher::Config::default()).default_backoff();
+/// Runs the controller until `stop` (on the leader only: `leader::while_leading`). `data_dir`:
+/// cloudcore's, whose `releases/` holds what `NodeUpgradeJob`s install.
+pub async fn run(
+    client: kube::Client,
+    hub: Arc<CloudHub>,
+    data_dir: PathBuf,
+    stop: CancellationToken,
+) {
+    let watch = |kind: Kind| {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .map(move |ev| (kind, ev))
+    };
+    let events = futures_util::stream::select(watch(Kind::PrePull), watch(Kind::Upgrade));
     futures_util::pin_mut!(events);
+    let mut jobs: HashMap<String, CancellationToken> = HashMap::new();
     loop {
-        let ev = tokio::select! {
+        let (kind, ev) = tokio::select! {
             _ = stop.cancelled() => break,
-            ev = events.next() => ev,
+            ev = events.next() => match ev {
+                Some(e) => e,
+                None => break,
+            },
         };
         // A job's entry stays after its task ends (removed when the job is deleted): an event
         // older than its last status must not start it again.
         match ev {
-            None => break,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "jobs: watching ImagePrePullJobs failed; watched again")
+            Err(e) => {
+                tracing::warn!(kind = kind.name(), error = %e, "jobs: watching failed; watched again")
             }
-            Some(Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job))) => {
+            Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) => {
                 let uid = job.uid().unwrap_or_default();
                 let phase = job.data["status"]["phase"].as_str().unwrap_or_default();
                 let over = matches!(phase, "Completed" | "Failure");
@@ -138,24 +268,32 @@ pub async fn run(client: kube::Client, hub: Arc<CloudHub>, stop: CancellationTok
                     continue;
                 }
                 let token = stop.child_token();
-                let task = tokio::spawn(run_job(client.clone(), hub.clone(), job, token.clone()));
-                jobs.insert(uid, (token, task));
+                tokio::spawn(run_job(
+                    kind,
+                    client.clone(),
+                    hub.clone(),
+                    data_dir.join("releases"),
+                    job,
+                    token.clone(),
+                ));
+                jobs.insert(uid, token);
             }
-            Some(Ok(watcher::Event::Delete(job))) => {
-                if let Some((token, _)) = jobs.remove(&job.uid().unwrap_or_default()) {
+            Ok(watcher::Event::Delete(job)) => {
+                if let Some(token) = jobs.remove(&job.uid().unwrap_or_default()) {
                     token.cancel();
                 }
             }
-            Some(Ok(_)) => {}
+            Ok(_) => {}
         }
     }
-    for (token, _) in jobs.into_values() {
+    for token in jobs.into_values() {
         token.cancel();
     }
 }
 
 /// Writes a job's status (its phase, reason and every node's part).
 async fn write_status(
+    kind: Kind,
     api: &Api<DynamicObject>,
     name: &str,
     phase: JobPhase,
@@ -171,37 +309,67 @@ async fn write_status(
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
     {
-        tracing::warn!(job = name, error = %e, "jobs: cannot write the ImagePrePullJob's status");
+        tracing::warn!(kind = kind.name(), job = name, error = %e, "jobs: cannot write the job's status");
     }
 }
 
 /// The job's task: from its template to its last status.
 async fn run_job(
+    kind: Kind,
     client: kube::Client,
     hub: Arc<CloudHub>,
+    releases: PathBuf,
     job: DynamicObject,
     token: CancellationToken,
 ) {
     let name = job.name_any();
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &prepull_resource());
-    let template = match plan::prepull_template(&job.data["spec"]) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(job = %name, reason = %e, "jobs: ImagePrePullJob refused");
-            write_status(&api, &name, JobPhase::Failure, &e, &[]).await;
-            return;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
+    let spec = &job.data["spec"];
+    let template = match kind {
+        Kind::PrePull => plan::prepull_template(spec),
+        Kind::Upgrade => plan::upgrade_template(spec),
+    };
+    let refuse = |e: String| {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            tracing::warn!(kind = kind.name(), job = %name, reason = %e, "jobs: refused");
+            write_status(kind, &api, &name, JobPhase::Failure, &e, &[]).await;
         }
     };
-    let auths = match &template.image_secrets {
-        None => BTreeMap::new(),
-        Some((ns, secret)) => match registry_auths(&client, ns, secret).await {
-            Ok(a) => a,
-            Err(e) => {
-                write_status(&api, &name, JobPhase::Failure, &e, &[]).await;
-                return;
-            }
-        },
+    let template = match template {
+        Ok(t) => t,
+        Err(e) => return refuse(e).await,
     };
+    let content = match kind {
+        Kind::PrePull => {
+            let auths = match &template.image_secrets {
+                None => BTreeMap::new(),
+                Some((ns, secret)) => match registry_auths(&client, ns, secret).await {
+                    Ok(a) => a,
+                    Err(e) => return refuse(e).await,
+                },
+            };
+            serde_json::to_value(PrePull {
+                images: template.images.clone(),
+                retry_times: template.retry_times,
+                // The node answers a little before the cloud stops waiting.
+                timeout_seconds: template.timeout_seconds.saturating_sub(2).max(1),
+                auths,
+            })
+        }
+        Kind::Upgrade => match release(&releases, &template.version).await {
+            Ok(sha256) => serde_json::to_value(Upgrade {
+                path: format!("/releases/{}/edgecore", template.version),
+                version: template.version.clone(),
+                sha256,
+                // Half the job's time to download and swap, half for the new one to connect.
+                health_seconds: (template.timeout_seconds / 2).max(10),
+            }),
+            Err(e) => return refuse(e).await,
+        },
+    }
+    .unwrap_or_default();
     let nodes = loop {
         match Api::<Node>::all(client.clone())
             .list(&Default::default())
@@ -248,14 +416,8 @@ async fn run_job(
                 "reason": format!("checkItems {:?} are not checked by this cloudcore", template.check_items)}));
         }
     }
-    let question = PrePull {
-        images: template.images.clone(),
-        retry_times: template.retry_times,
-        // The node answers a little before the cloud stops waiting.
-        timeout_seconds: template.timeout_seconds.saturating_sub(2).max(1),
-        auths,
-    };
-    let mut working: JoinSet<(usize, PrePullResult)> = JoinSet::new();
+    let mut working: JoinSet<(usize, Report)> = JoinSet::new();
+    let (progress_tx, mut progress) = mpsc::channel::<(usize, Report)>(64);
     let mut written: Option<Value> = None;
     loop {
         let phases: Vec<NodePhase> = tasks.iter().map(|t| t.phase).collect();
@@ -263,14 +425,15 @@ async fn run_job(
         for i in next.start {
             tasks[i].phase = NodePhase::InProgress;
             tasks[i].reason.clear();
-            let (hub, node, q, job) = (
-                hub.clone(),
-                tasks[i].node.clone(),
-                question.clone(),
-                name.clone(),
-            );
-            let wait = Duration::from_secs(template.timeout_seconds.into());
-            working.spawn(async move { (i, ask_node(&hub, &node, &job, q, wait).await) });
+            let ask = Ask {
+                kind,
+                node: tasks[i].node.clone(),
+                job: name.clone(),
+                content: content.clone(),
+                wait: Duration::from_secs(template.timeout_seconds.into()),
+            };
+            let (hub, progress) = (hub.clone(), progress_tx.clone());
+            working.spawn(async move { (i, ask.run(&hub, i, &progress).await) });
         }
         let shown = json!([
             next.phase.as_str(),
@@ -278,17 +441,23 @@ async fn run_job(
             tasks.iter().map(NodeTask::to_json).collect::<Vec<_>>()
         ]);
         if written.as_ref() != Some(&shown) {
-            write_status(&api, &name, next.phase, &next.reason, &tasks).await;
+            write_status(kind, &api, &name, next.phase, &next.reason, &tasks).await;
             written = Some(shown);
         }
         if next.phase.is_final() {
-            tracing::info!(job = %name, phase = next.phase.as_str(), reason = %next.reason, "jobs: ImagePrePullJob over");
+            tracing::info!(kind = kind.name(), job = %name, phase = next.phase.as_str(), reason = %next.reason, "jobs: over");
             return;
         }
         tokio::select! {
             _ = token.cancelled() => return,
+            Some((i, report)) = progress.recv() => {
+                if tasks[i].phase == NodePhase::InProgress {
+                    tasks[i].update(kind, report, false);
+                    tasks[i].phase = NodePhase::InProgress;
+                }
+            }
             done = working.join_next() => match done {
-                Some(Ok((i, result))) => tasks[i].finish(result),
+                Some(Ok((i, report))) => tasks[i].update(kind, report, true),
                 Some(Err(e)) => {
                     tracing::warn!(job = %name, error = %e, "jobs: a node's task failed");
                     return;
@@ -299,59 +468,119 @@ async fn run_job(
     }
 }
 
-/// Asks `node` to pull; waits for its session while it is away, until `wait` is over.
-async fn ask_node(
-    hub: &CloudHub,
-    node: &str,
-    job: &str,
-    question: PrePull,
-    wait: Duration,
-) -> PrePullResult {
-    let deadline = Instant::now() + wait;
-    let content = serde_json::to_value(&question).unwrap_or_default();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return PrePullResult::refused(format!(
-                "node {node} had no session with this cloudcore within timeoutSeconds ({}s)",
-                wait.as_secs()
-            ));
+/// The SHA-256 (lowercase hex) of the release `version`'s edgecore; the error says where it
+/// was looked for.
+async fn release(releases: &Path, version: &str) -> Result<String, String> {
+    let file = releases.join(version).join("edgecore");
+    let version = version.to_string();
+    let shown = file.display().to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&file).map_err(|e| {
+            format!("no release {version:?}: put its edgecore at {shown} on cloudcore ({e})")
+        })?;
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| format!("cannot read {shown}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            ctx.update(&buf[..n]);
         }
-        let msg = Message::new(
-            "cloudhub",
-            "operations",
-            operations::OPERATION,
-            format!(
-                "{}/{}/{job}",
-                operations::NAMESPACE,
-                operations::IMAGE_PREPULL
-            ),
-            content.clone(),
-        );
-        match hub.ask(node, msg, left).await {
-            Ok(answer) if answer.route.operation == "response" => {
-                return serde_json::from_value(answer.content.clone()).unwrap_or_else(|e| {
-                    PrePullResult::refused(format!("node {node}'s answer is not understood: {e}"))
+        Ok(ctx
+            .finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("cannot read the release: {e}")))
+}
+
+/// One node's part of a job, asked over its session.
+struct Ask {
+    kind: Kind,
+    node: String,
+    job: String,
+    content: Value,
+    wait: Duration,
+}
+
+impl Ask {
+    /// Asks until the node's part is over or `wait` is; waits for its session while it is away
+    /// (an upgrading node is away while it restarts). How it is going goes to `progress`.
+    async fn run(
+        &self,
+        hub: &CloudHub,
+        i: usize,
+        progress: &mpsc::Sender<(usize, Report)>,
+    ) -> Report {
+        let node = &self.node;
+        let secs = self.wait.as_secs();
+        let deadline = Instant::now() + self.wait;
+        let mut answered = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Report::refused(if answered {
+                    format!("node {node} was not done within timeoutSeconds ({secs}s)")
+                } else {
+                    format!(
+                        "node {node} had no session with this cloudcore within timeoutSeconds ({secs}s)"
+                    )
                 });
             }
-            Ok(answer) => {
-                let said = answer.content["message"]
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| answer.content.to_string());
-                return PrePullResult::refused(format!("node {node} refused: {said}"));
-            }
-            Err(Unanswered::Late(..)) => {
-                return PrePullResult::refused(format!(
-                    "node {node} did not answer within timeoutSeconds ({}s)",
-                    wait.as_secs()
-                ));
-            }
-            Err(Unanswered::Away(_)) => {
-                tokio::time::sleep(AWAY_RETRY.min(left)).await;
-            }
-            Err(Unanswered::Busy(_)) => {
-                tokio::time::sleep(Duration::from_secs(1).min(left)).await;
+            let msg = Message::new(
+                "cloudhub",
+                "operations",
+                operations::OPERATION,
+                format!(
+                    "{}/{}/{}",
+                    operations::NAMESPACE,
+                    self.kind.message_kind(),
+                    self.job
+                ),
+                self.content.clone(),
+            );
+            // An upgrading node answers at once from its state, but may restart before it
+            // does: asked again soon rather than waited for to the end.
+            let wait = match self.kind {
+                Kind::Upgrade => left.min(Duration::from_secs(15)),
+                Kind::PrePull => left,
+            };
+            match hub.ask(node, msg, wait).await {
+                Ok(answer) if answer.route.operation == "response" => {
+                    answered = true;
+                    let report = Report::of(self.kind, answer.content);
+                    if report.phase != NodePhase::InProgress {
+                        return report;
+                    }
+                    let _ = progress.try_send((i, report));
+                    tokio::time::sleep(UPGRADE_POLL.min(left)).await;
+                }
+                Ok(answer) => {
+                    let said = answer.content["message"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| answer.content.to_string());
+                    return Report::refused(format!("node {node} refused: {said}"));
+                }
+                Err(Unanswered::Late(..)) if !answered => {
+                    return Report::refused(format!(
+                        "node {node} did not answer within timeoutSeconds ({secs}s)"
+                    ));
+                }
+                // Restarting: its session goes and comes back.
+                Err(Unanswered::Late(..) | Unanswered::Away(_)) => {
+                    tokio::time::sleep(AWAY_RETRY.min(left)).await;
+                }
+                Err(Unanswered::Busy(_)) => {
+                    tokio::time::sleep(Duration::from_secs(1).min(left)).await;
+                }
             }
         }
     }

@@ -55,39 +55,91 @@ pub struct Template {
     pub images: Vec<String>,
     pub image_secrets: Option<(String, String)>,
     pub check_items: Vec<String>,
+    /// A `NodeUpgradeJob`'s release.
+    pub version: String,
 }
 
 /// Reads an `ImagePrePullJob`'s `spec.imagePrePullTemplate`; the error names the field.
 pub fn prepull_template(spec: &Value) -> Result<Template, String> {
     let t = &spec["imagePrePullTemplate"];
     let f = "spec.imagePrePullTemplate";
-    let strings = |key: &str| -> Result<Vec<String>, String> {
-        match &t[key] {
-            Value::Null => Ok(Vec::new()),
-            Value::Array(a) => a
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .filter(|s| !s.trim().is_empty())
-                        .map(str::to_string)
-                        .ok_or_else(|| format!("{f}.{key}: every item is a non-empty string"))
-                })
-                .collect(),
-            _ => Err(format!("{f}.{key} is a list of strings")),
-        }
-    };
-    let images = strings("images")?;
+    let images = strings(t, f, "images")?;
     if images.is_empty() {
         return Err(format!("{f}.images: give at least one image"));
     }
     if let Some(bad) = images.iter().find(|i| i.chars().any(char::is_whitespace)) {
         return Err(format!("{f}.images: {bad:?} is not an image reference"));
     }
-    let node_names = strings("nodeNames")?;
+    let mut out = common(t, f, "to pull on")?;
+    out.images = images;
+    out.retry_times = int(t, f, "retryTimes", 0)?;
+    out.image_secrets = match t["imageSecrets"].as_str().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(
+            s.split_once('/')
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+                .map(|(ns, n)| (ns.to_string(), n.to_string()))
+                .ok_or_else(|| format!("{f}.imageSecrets: {s:?} is not namespace/name"))?,
+        ),
+    };
+    Ok(out)
+}
+
+/// Reads a `NodeUpgradeJob`'s `spec`; the error names the field. One node goes first (the
+/// canary); the others only once one has succeeded.
+pub fn upgrade_template(spec: &Value) -> Result<Template, String> {
+    let f = "spec";
+    let mut out = common(spec, f, "to upgrade")?;
+    out.rules.canary = true;
+    out.version = spec["version"].as_str().unwrap_or_default().to_string();
+    if !api::operations::valid_version(&out.version) {
+        return Err(format!(
+            "{f}.version: {:?} is not a release name (letters, digits, . _ + -)",
+            out.version
+        ));
+    }
+    if spec["requireConfirmation"].as_bool() == Some(true) {
+        return Err(format!(
+            "{f}.requireConfirmation: confirmation on the node is not supported; a canary goes first instead"
+        ));
+    }
+    Ok(out)
+}
+
+fn strings(t: &Value, f: &str, key: &str) -> Result<Vec<String>, String> {
+    match &t[key] {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .filter(|s| !s.trim().is_empty())
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("{f}.{key}: every item is a non-empty string"))
+            })
+            .collect(),
+        _ => Err(format!("{f}.{key} is a list of strings")),
+    }
+}
+
+fn int(t: &Value, f: &str, key: &str, default: u32) -> Result<u32, String> {
+    match &t[key] {
+        Value::Null => Ok(default),
+        v => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| format!("{f}.{key}: {v} is not a count")),
+    }
+}
+
+/// What every job's template has: its nodes, how many at once, what failure it tolerates,
+/// its time.
+fn common(t: &Value, f: &str, what: &str) -> Result<Template, String> {
+    let node_names = strings(t, f, "nodeNames")?;
     let selector = t.get("labelSelector").filter(|v| !v.is_null()).cloned();
     if node_names.is_empty() && selector.is_none() {
         return Err(format!(
-            "{f}: give nodeNames or labelSelector (the nodes to pull on)"
+            "{f}: give nodeNames or labelSelector (the nodes {what})"
         ));
     }
     if let Some(s) = &selector {
@@ -101,29 +153,10 @@ pub fn prepull_template(spec: &Value) -> Result<Template, String> {
             .filter(|x| (0.0..=1.0).contains(x))
             .ok_or_else(|| format!("{f}.failureTolerate: {s:?} is not a ratio from 0 to 1"))?,
     };
-    let int = |key: &str, default: u32| -> Result<u32, String> {
-        match &t[key] {
-            Value::Null => Ok(default),
-            v => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| format!("{f}.{key}: {v} is not a count")),
-        }
-    };
-    let concurrency = int("concurrency", 1)?.max(1) as usize;
-    let timeout_seconds = match int("timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)? {
+    let concurrency = int(t, f, "concurrency", 1)?.max(1) as usize;
+    let timeout_seconds = match int(t, f, "timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)? {
         0 => DEFAULT_TIMEOUT_SECONDS,
         n => n,
-    };
-    let retry_times = int("retryTimes", 0)?;
-    let image_secrets = match t["imageSecrets"].as_str().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => Some(
-            s.split_once('/')
-                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-                .map(|(ns, n)| (ns.to_string(), n.to_string()))
-                .ok_or_else(|| format!("{f}.imageSecrets: {s:?} is not namespace/name"))?,
-        ),
     };
     Ok(Template {
         node_names,
@@ -134,10 +167,11 @@ pub fn prepull_template(spec: &Value) -> Result<Template, String> {
             canary: false,
         },
         timeout_seconds,
-        retry_times,
-        images,
-        image_secrets,
-        check_items: strings("checkItems")?,
+        retry_times: 0,
+        images: Vec::new(),
+        image_secrets: None,
+        check_items: strings(t, f, "checkItems")?,
+        version: String::new(),
     })
 }
 
@@ -344,6 +378,28 @@ mod tests {
             ),
         ] {
             let e = prepull_template(&json!({ "imagePrePullTemplate": bad })).expect_err("refused");
+            assert!(e.contains(field), "{e} (want {field})");
+        }
+    }
+
+    #[test]
+    fn an_upgrade_names_a_safe_release_and_goes_canary_first() {
+        let t = upgrade_template(&json!({"version": "v2", "nodeNames": ["n"]})).expect("ok");
+        assert!(t.rules.canary);
+        assert_eq!(t.version, "v2");
+        for (bad, field) in [
+            (
+                json!({"version": "../../etc", "nodeNames": ["n"]}),
+                "spec.version",
+            ),
+            (json!({"nodeNames": ["n"]}), "spec.version"),
+            (json!({"version": "v2"}), "nodeNames or labelSelector"),
+            (
+                json!({"version": "v2", "nodeNames": ["n"], "requireConfirmation": true}),
+                "requireConfirmation",
+            ),
+        ] {
+            let e = upgrade_template(&bad).expect_err("refused");
             assert!(e.contains(field), "{e} (want {field})");
         }
     }

@@ -19,6 +19,7 @@
 pub(crate) mod join;
 mod nodeinfo;
 mod prepull;
+pub(crate) use join::{host_port, server_name};
 pub(crate) mod tunnel;
 mod usage;
 
@@ -61,6 +62,11 @@ pub(crate) struct EdgeHub {
     pub runtime: Option<std::sync::Arc<edged::Runtime>>,
     /// Image pre-pull jobs running ([`prepull::AT_ONCE`] at most).
     pub prepulls: std::sync::Arc<tokio::sync::Semaphore>,
+    /// `NodeUpgradeJob`s on this node.
+    pub upgrader: std::sync::Arc<crate::upgrade::Upgrader>,
+    /// The certificate server and TLS client of the session now (an upgrade downloads there).
+    pub link:
+        std::sync::Mutex<Option<(String, std::sync::Arc<tokio_rustls::rustls::ClientConfig>)>>,
 }
 
 /// The slots of the image pre-pull jobs that may run at once.
@@ -220,6 +226,8 @@ impl EdgeHub {
             .await
             .context("websocket handshake with cloudhub failed")?;
         tracing::info!(%server, "edgehub: connected");
+        *self.link.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((cert_server.to_string(), creds.client_config()?));
         // The streaming tunnel, beside this session and ended with it.
         let tunnel_end = cancel.child_token();
         let _tunnel_end = tunnel_end.clone().drop_guard();
@@ -271,7 +279,11 @@ impl EdgeHub {
         );
         // The node's system info first (its version on the fleet page and in `kubectl get
         // nodes`); the answer says whether the cloud took it.
-        let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"));
+        let info = nodeinfo::patch(
+            &self.node,
+            self.pods.as_ref().map(|_| "containerd"),
+            &crate::upgrade::version(&self.data_dir),
+        );
         let mut info_id = info.header.id.clone();
         // Sent again when refused: the Node may not be made yet (cloudhub makes it as the
         // session starts), at most a few times.
@@ -293,7 +305,7 @@ impl EdgeHub {
                 _ = sleep_until_some(info_again) => {
                     info_again = None;
                     info_tries += 1;
-                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"));
+                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &crate::upgrade::version(&self.data_dir));
                     info_id = info.header.id.clone();
                     sink.send(Frame::text(serde_json::to_string(&info)?)).await?;
                 }
@@ -484,6 +496,11 @@ impl EdgeHub {
             }
             ("device" | "devicemodel", "delete") => self.delete_object(&kind, &id).await,
             ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
+            (api::operations::NODE_UPGRADE, api::operations::OPERATION)
+                if namespace == api::operations::NAMESPACE =>
+            {
+                return Some(self.answer_upgrade(&msg, &name));
+            }
             (api::operations::IMAGE_PREPULL, api::operations::OPERATION)
                 if namespace == api::operations::NAMESPACE =>
             {
@@ -522,6 +539,31 @@ impl EdgeHub {
                 m
             }
         };
+        answer.route.source = "edgehub".into();
+        answer
+    }
+
+    /// A `NodeUpgradeJob`'s question: how it goes, or the upgrade starts ([`crate::upgrade`]).
+    fn answer_upgrade(&self, msg: &Message, job: &str) -> Message {
+        let link = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let result = match (serde_json::from_value(msg.content.clone()), link) {
+            (Ok(q), Some((cert_server, tls))) => self.upgrader.answer(job, q, &cert_server, tls),
+            (Err(e), _) => api::operations::UpgradeResult {
+                phase: api::operations::NodePhase::Failure,
+                reason: format!("the job's question is not understood here: {e}"),
+                current_version: crate::upgrade::version(&self.data_dir),
+                historic_version: String::new(),
+                action_flow: Vec::new(),
+            },
+            (_, None) => api::operations::UpgradeResult {
+                phase: api::operations::NodePhase::InProgress,
+                reason: "connecting".into(),
+                current_version: crate::upgrade::version(&self.data_dir),
+                historic_version: String::new(),
+                action_flow: Vec::new(),
+            },
+        };
+        let mut answer = msg.response(serde_json::to_value(&result).unwrap_or_default());
         answer.route.source = "edgehub".into();
         answer
     }

@@ -908,6 +908,7 @@ impl Drop for PtyPair {
 pub struct Proxy {
     pub port: u16,
     cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Proxy {
@@ -917,6 +918,8 @@ impl Proxy {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let (tx, rx) = tokio::sync::watch::channel(false);
         let cut = std::sync::Arc::new(tx);
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refusing = closed.clone();
         std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -929,7 +932,7 @@ impl Proxy {
                     return;
                 };
                 while let Ok((mut down, _)) = listener.accept().await {
-                    if *rx.borrow() {
+                    if *rx.borrow() || refusing.load(std::sync::atomic::Ordering::SeqCst) {
                         continue;
                     }
                     let mut rx = rx.clone();
@@ -947,7 +950,13 @@ impl Proxy {
                 }
             });
         });
-        Self { port, cut }
+        Self { port, cut, closed }
+    }
+
+    /// Refuses new connections; those open go on (a link that holds a session and will not
+    /// let a new one start).
+    pub fn refuse_new(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Drops every connection and refuses new ones.
@@ -956,6 +965,8 @@ impl Proxy {
     }
 
     pub fn restore(&self) {
+        self.closed
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         let _ = self.cut.send(false);
     }
 }

@@ -1,0 +1,610 @@
+//! A `NodeUpgradeJob`'s part on this node: edgecore replaced by a release, proved, or rolled
+//! back by itself.
+//!
+//! 1. The cloud asks (`operations/nodeupgradejob/{job}`, [`api::operations::Upgrade`]); the node
+//!    answers `InProgress` and works beside its session: it downloads the release from its
+//!    certificate server with its node certificate into `{dataDir}/upgrade/`, checks its SHA-256,
+//!    runs it once (`--version`: a binary that cannot start, for another machine or truncated,
+//!    stops here), keeps the running binary as `upgrade/edgecore.prev` (`BackUp`), then renames
+//!    the new one over its own path (atomic: the path holds the old or the new binary, never
+//!    neither, whenever edgecore is killed) and restarts into it (`exec`, same process id, after
+//!    a clean stop).
+//! 2. The new edgecore reads `upgrade/state.json` first thing at start: when it is the release
+//!    (its own SHA-256), it has `healthSeconds` to get its session with the cloud back; then the
+//!    job is `Successful`. `upgrade/version` names the release it runs (the node's version:
+//!    `kubectl get nodes` and the fleet page) from its start on trial, and the old one again
+//!    after a rollback. Otherwise it renames `edgecore.prev` back and
+//!    restarts into the old one (`RollBack`); so does a new edgecore started a second time while
+//!    its check was going (it stopped during it).
+//! 3. The cloud asks again every few seconds; every answer comes from the state file, so it
+//!    survives the restarts. A question for a job already done is answered from it again.
+
+use anyhow::{Context, Result, bail};
+use api::operations::{Action, NodePhase, Upgrade, UpgradeResult};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The path this edgecore was started from (read before anything can replace it).
+static EXE: OnceLock<PathBuf> = OnceLock::new();
+/// Set when edgecore must start again from [`EXE`] once it has stopped.
+static RESTART: AtomicBool = AtomicBool::new(false);
+/// The whole program's stop.
+static SHUTDOWN: OnceLock<CancellationToken> = OnceLock::new();
+
+/// Where this edgecore runs from; called first thing in `main`.
+pub fn remember_exe() {
+    if let Ok(p) = std::env::current_exe() {
+        let _ = EXE.set(p);
+    }
+}
+
+/// The program's stop, for an upgrade to restart it.
+pub(crate) fn set_shutdown(token: CancellationToken) {
+    let _ = SHUTDOWN.set(token);
+}
+
+/// Whether edgecore stopped to start again (upgraded or rolled back): `main` then `exec`s
+/// [`EXE`] with its arguments. The error says why it could not.
+pub fn restart_if_asked() -> Option<std::io::Error> {
+    if !RESTART.load(Ordering::SeqCst) {
+        return None;
+    }
+    let exe = EXE.get()?;
+    use std::os::unix::process::CommandExt;
+    tracing::info!(exe = %exe.display(), "edgecore: starting again");
+    Some(
+        std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .exec(),
+    )
+}
+
+fn restart() {
+    RESTART.store(true, Ordering::SeqCst);
+    if let Some(t) = SHUTDOWN.get() {
+        t.cancel();
+    }
+}
+
+/// Where an upgrade's state is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Step {
+    /// Downloaded and checked; the binary is being replaced.
+    Swapping,
+    /// Replaced; edgecore restarts into it.
+    Restarting,
+    /// The new edgecore runs and waits for its session.
+    Checking,
+    Successful,
+    RolledBack,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct State {
+    job: String,
+    version: String,
+    sha256: String,
+    from: String,
+    step: Step,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    starts: u32,
+    health_seconds: u32,
+    #[serde(default)]
+    actions: Vec<Action>,
+}
+
+impl State {
+    fn result(&self) -> UpgradeResult {
+        let (phase, current) = match self.step {
+            Step::Successful => (NodePhase::Successful, self.version.clone()),
+            Step::RolledBack | Step::Failed => (NodePhase::Failure, self.from.clone()),
+            _ => (NodePhase::InProgress, self.from.clone()),
+        };
+        UpgradeResult {
+            phase,
+            reason: self.reason.clone(),
+            current_version: current,
+            historic_version: self.from.clone(),
+            action_flow: self.actions.clone(),
+        }
+    }
+
+    fn act(&mut self, action: &str, ok: bool, reason: impl Into<String>) {
+        self.actions.push(Action {
+            action: action.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            time: now(),
+        });
+    }
+}
+
+fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+fn dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("upgrade")
+}
+
+fn load(data_dir: &Path) -> Option<State> {
+    let text = std::fs::read(dir(data_dir).join("state.json")).ok()?;
+    match serde_json::from_slice(&text) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade: upgrade/state.json is not readable; ignored");
+            None
+        }
+    }
+}
+
+/// Written whole and synced before it replaces the old one: a kill leaves one or the other.
+fn save(data_dir: &Path, s: &State) -> Result<()> {
+    let d = dir(data_dir);
+    rt::fs::private_dir(&d)?;
+    let tmp = d.join("state.json.tmp");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).with_context(|| format!("{}", tmp.display()))?;
+        f.write_all(&serde_json::to_vec_pretty(s)?)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, d.join("state.json"))?;
+    sync_dir(&d);
+    Ok(())
+}
+
+fn sync_dir(d: &Path) {
+    if let Ok(f) = std::fs::File::open(d) {
+        let _ = f.sync_all();
+    }
+}
+
+/// The version this node runs: the release it was last upgraded to, else the build's own.
+pub fn version(data_dir: &Path) -> String {
+    std::fs::read_to_string(dir(data_dir).join("version"))
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| api::operations::valid_version(v))
+        .unwrap_or_else(|| format!("v{}", env!("CARGO_PKG_VERSION")))
+}
+
+fn write_version(data_dir: &Path, v: &str) -> Result<()> {
+    let d = dir(data_dir);
+    let tmp = d.join("version.tmp");
+    std::fs::write(&tmp, v).context("cannot write upgrade/version")?;
+    std::fs::rename(&tmp, d.join("version")).context("cannot write upgrade/version")?;
+    Ok(())
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(hex(ctx.finish().as_ref()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// What the start of edgecore does about an upgrade under way: `Some(seconds)` when this is
+/// the new edgecore on trial (its session must be back within them: [`watch_health`]). A new
+/// edgecore started a second time during its trial rolls back here and restarts (`Err` is
+/// then what to stop with).
+pub fn on_start(data_dir: &Path) -> Result<Option<u32>> {
+    let Some(mut s) = load(data_dir) else {
+        return Ok(None);
+    };
+    if !matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking) {
+        return Ok(None);
+    }
+    let exe = EXE
+        .get()
+        .cloned()
+        .context("edgecore's own path is not known")?;
+    let running_new = sha256_file(&exe).is_ok_and(|d| d == s.sha256);
+    if !running_new {
+        // The swap did not happen (killed before the rename), or a rollback's rename did.
+        let (step, reason) = match s.step {
+            Step::Swapping => (
+                Step::Failed,
+                format!(
+                    "edgecore stopped before its binary was replaced; {} kept",
+                    s.from
+                ),
+            ),
+            _ => (
+                Step::RolledBack,
+                format!("the old edgecore ({}) runs again", s.from),
+            ),
+        };
+        s.step = step;
+        s.reason = reason;
+        save(data_dir, &s)?;
+        tracing::warn!(job = %s.job, reason = %s.reason, "upgrade: not upgraded");
+        return Ok(None);
+    }
+    s.starts += 1;
+    if s.step == Step::Checking && s.starts > 1 {
+        let why = format!(
+            "the new edgecore ({}) stopped during its health check",
+            s.version
+        );
+        roll_back(data_dir, &mut s, &why)?;
+        restart();
+        bail!("rolled back: {why}; starting the old edgecore");
+    }
+    s.step = Step::Checking;
+    // The version this node says it runs (its session's node info) is the new one from now.
+    write_version(data_dir, &s.version)?;
+    save(data_dir, &s)?;
+    tracing::info!(job = %s.job, version = %s.version, seconds = s.health_seconds, "upgrade: the new edgecore starts; its session must be back in time");
+    Ok(Some(s.health_seconds))
+}
+
+/// Puts `edgecore.prev` back at edgecore's path.
+fn roll_back(data_dir: &Path, s: &mut State, why: &str) -> Result<()> {
+    let exe = EXE
+        .get()
+        .cloned()
+        .context("edgecore's own path is not known")?;
+    let prev = dir(data_dir).join("edgecore.prev");
+    let back = std::fs::rename(&prev, &exe)
+        .with_context(|| format!("cannot put {} back at {}", prev.display(), exe.display()));
+    if let Some(parent) = exe.parent() {
+        sync_dir(parent);
+    }
+    s.step = Step::RolledBack;
+    s.reason = format!("{why}; rolled back to {}", s.from);
+    write_version(data_dir, &s.from)?;
+    s.act("RollBack", back.is_ok(), why);
+    if let Err(e) = &back {
+        s.reason = format!("{why}; the rollback failed: {e:#}");
+    }
+    save(data_dir, s)?;
+    tracing::warn!(job = %s.job, reason = %s.reason, "upgrade: rolled back");
+    back
+}
+
+/// The new edgecore's trial: `Successful` once `connected` (edgehub's session), else rolled
+/// back and restarted into the old one after `seconds`.
+pub async fn watch_health(
+    data_dir: PathBuf,
+    connected: Arc<crate::metrics::Metrics>,
+    seconds: u32,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds.into());
+    loop {
+        if connected.cloud_connected.load(Ordering::Relaxed) == 1 {
+            if let Some(mut s) = load(&data_dir) {
+                s.step = Step::Successful;
+                s.reason = format!("{} runs; its session with the cloud is back", s.version);
+                s.act("Upgrade", true, s.reason.clone());
+                let kept = save(&data_dir, &s);
+                match kept {
+                    Ok(()) => tracing::info!(job = %s.job, version = %s.version, "upgrade: done"),
+                    Err(e) => {
+                        tracing::warn!(
+                            error = format!("{e:#}"),
+                            "upgrade: cannot record the upgrade"
+                        )
+                    }
+                }
+            }
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            if let Some(mut s) = load(&data_dir) {
+                let why = format!(
+                    "the new edgecore ({}) had no session with the cloud within {seconds}s",
+                    s.version
+                );
+                if let Err(e) = roll_back(&data_dir, &mut s, &why) {
+                    tracing::warn!(error = format!("{e:#}"), "upgrade: rollback failed");
+                    return;
+                }
+                restart();
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// This node's side of upgrade questions.
+pub(crate) struct Upgrader {
+    data_dir: PathBuf,
+    /// Jobs downloading or checking, before a state file is written.
+    working: Mutex<HashMap<String, UpgradeResult>>,
+}
+
+impl Upgrader {
+    pub(crate) fn new(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            working: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn working(&self) -> std::sync::MutexGuard<'_, HashMap<String, UpgradeResult>> {
+        self.working.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The answer to `job`'s question: from its state when it has one here, else the work
+    /// starts (download from `cert_server` with `tls`).
+    pub(crate) fn answer(
+        self: &Arc<Self>,
+        job: &str,
+        q: Upgrade,
+        cert_server: &str,
+        tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    ) -> UpgradeResult {
+        if let Some(s) = load(&self.data_dir).filter(|s| s.job == job) {
+            return s.result();
+        }
+        if let Some(r) = self.working().get(job) {
+            return r.clone();
+        }
+        let current = version(&self.data_dir);
+        if current == q.version {
+            return UpgradeResult {
+                phase: NodePhase::Successful,
+                reason: format!("already runs {current}"),
+                current_version: current,
+                historic_version: String::new(),
+                action_flow: Vec::new(),
+            };
+        }
+        if !api::operations::valid_version(&q.version) || q.path.contains("..") {
+            return failed(&current, format!("{:?} is not a release name", q.version));
+        }
+        // (A job whose download or check failed stays in `working` with its answer.)
+        let busy = self
+            .working()
+            .values()
+            .any(|r| r.phase == NodePhase::InProgress);
+        if busy
+            || load(&self.data_dir).is_some_and(|s| {
+                matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking)
+            })
+        {
+            return failed(&current, "another upgrade is under way on this node".into());
+        }
+        let r = UpgradeResult {
+            phase: NodePhase::InProgress,
+            reason: format!("downloading {}", q.version),
+            current_version: current.clone(),
+            historic_version: current.clone(),
+            action_flow: Vec::new(),
+        };
+        self.working().insert(job.to_string(), r.clone());
+        let (me, job, base) = (self.clone(), job.to_string(), cert_server.to_string());
+        tokio::spawn(async move {
+            let mut s = State {
+                job: job.clone(),
+                version: q.version.clone(),
+                sha256: q.sha256.clone(),
+                from: current.clone(),
+                step: Step::Swapping,
+                reason: String::new(),
+                starts: 0,
+                health_seconds: q.health_seconds.max(5),
+                actions: Vec::new(),
+            };
+            match me.prepare(&base, tls, &q, &mut s).await {
+                Ok(()) => {
+                    me.working().remove(&job);
+                    restart();
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    tracing::warn!(%job, reason = %why, "upgrade: not upgraded");
+                    let mut r = failed(&current, why);
+                    r.action_flow = s.actions.clone();
+                    me.working().insert(job, r);
+                }
+            }
+        });
+        r
+    }
+
+    /// Download, check, back up, swap: ready to restart into the new edgecore.
+    async fn prepare(
+        &self,
+        base: &str,
+        tls: Arc<tokio_rustls::rustls::ClientConfig>,
+        q: &Upgrade,
+        s: &mut State,
+    ) -> Result<()> {
+        let d = dir(&self.data_dir);
+        rt::fs::private_dir(&d)?;
+        let exe = EXE
+            .get()
+            .cloned()
+            .context("edgecore's own path is not known")?;
+        let new = d.join(format!("edgecore-{}", q.version));
+        let got = download(base, &q.path, tls, &new).await;
+        let got = match got {
+            Ok(digest) if digest == q.sha256 => Ok(()),
+            Ok(digest) => Err(anyhow::anyhow!(
+                "the release's SHA-256 is {digest}, not {} as the job says",
+                q.sha256
+            )),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = got {
+            let _ = std::fs::remove_file(&new);
+            s.act("Check", false, format!("{e:#}"));
+            return Err(e);
+        }
+        // Run once: it must start and say what it is.
+        let trial = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new(&new).arg("--version").output(),
+        )
+        .await;
+        let said = match trial {
+            Ok(Ok(o)) if o.status.success() => {
+                String::from_utf8_lossy(&o.stdout).trim().to_string()
+            }
+            Ok(Ok(o)) => {
+                let e = anyhow::anyhow!(
+                    "the new edgecore does not run: --version ended with {}",
+                    o.status
+                );
+                s.act("Check", false, format!("{e:#}"));
+                return Err(e);
+            }
+            Ok(Err(e)) => {
+                let e = anyhow::anyhow!("the new edgecore does not run: {e}");
+                s.act("Check", false, format!("{e:#}"));
+                return Err(e);
+            }
+            Err(_) => {
+                let e = anyhow::anyhow!("the new edgecore's --version did not end within 20 s");
+                s.act("Check", false, format!("{e:#}"));
+                return Err(e);
+            }
+        };
+        s.act("Check", true, format!("SHA-256 matches; it runs ({said})"));
+        let prev = d.join("edgecore.prev");
+        let _ = std::fs::remove_file(&prev);
+        if std::fs::hard_link(&exe, &prev).is_err() {
+            std::fs::copy(&exe, &prev)
+                .with_context(|| format!("cannot keep {} as {}", exe.display(), prev.display()))?;
+        }
+        sync_dir(&d);
+        s.act(
+            "BackUp",
+            true,
+            format!("{} kept as upgrade/edgecore.prev", s.from),
+        );
+        s.step = Step::Swapping;
+        save(&self.data_dir, s)?;
+        step_pause();
+        std::fs::rename(&new, &exe)
+            .with_context(|| format!("cannot put the new edgecore at {}", exe.display()))?;
+        if let Some(parent) = exe.parent() {
+            sync_dir(parent);
+        }
+        step_pause();
+        s.step = Step::Restarting;
+        s.reason = format!("restarting into {}", q.version);
+        save(&self.data_dir, s)?;
+        tracing::info!(job = %s.job, version = %q.version, "upgrade: binary replaced; restarting");
+        Ok(())
+    }
+}
+
+/// For tests of a kill in the middle of the swap: `EDGECORE_UPGRADE_STEP_PAUSE_MS` pauses
+/// before and after the rename.
+fn step_pause() {
+    if let Some(ms) = std::env::var("EDGECORE_UPGRADE_STEP_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms.min(60_000)));
+    }
+}
+
+fn failed(current: &str, reason: String) -> UpgradeResult {
+    UpgradeResult {
+        phase: NodePhase::Failure,
+        reason,
+        current_version: current.into(),
+        historic_version: current.into(),
+        action_flow: Vec::new(),
+    }
+}
+
+/// `GET {base}{path}` with the node's certificate into `to` (private, executable); its SHA-256.
+async fn download(
+    base: &str,
+    path: &str,
+    tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    to: &Path,
+) -> Result<String> {
+    use http_body_util::BodyExt;
+    use tokio::io::AsyncWriteExt;
+    let (authority, host) = crate::edgehub::host_port(base)?;
+    let tcp = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::net::TcpStream::connect(&authority),
+    )
+    .await
+    .with_context(|| format!("{base}: connect timed out"))?
+    .with_context(|| format!("cannot connect to {base}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(crate::edgehub::server_name(&host)?, tcp)
+        .await
+        .with_context(|| format!("TLS with {base} failed"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header("Host", authority.as_str())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+    let resp = tokio::time::timeout(Duration::from_secs(30), sender.send_request(req))
+        .await
+        .with_context(|| format!("{base}{path}: no answer within 30 s"))??;
+    let status = resp.status();
+    let mut body = resp.into_body();
+    if !status.is_success() {
+        let text = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        bail!(
+            "{base}{path}: {status}: {}",
+            String::from_utf8_lossy(&text).trim()
+        );
+    }
+    let part = to.with_extension("part");
+    let mut f = {
+        let mut o = tokio::fs::OpenOptions::new();
+        o.write(true).create(true).truncate(true).mode(0o700);
+        o.open(&part)
+            .await
+            .with_context(|| format!("cannot write {}", part.display()))?
+    };
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.with_context(|| format!("{base}{path}: the download broke off"))?;
+        if let Some(data) = frame.data_ref() {
+            ctx.update(data);
+            f.write_all(data)
+                .await
+                .with_context(|| format!("cannot write {}", part.display()))?;
+        }
+    }
+    f.sync_all().await?;
+    drop(f);
+    std::fs::rename(&part, to)?;
+    Ok(hex(ctx.finish().as_ref()))
+}

@@ -1,0 +1,307 @@
+//! `NodeUpgradeJob` from the real `kubectl` against `cloudcore`: three joined `edgecore`s, each
+//! running from a path of its own, upgraded to the release `v2` (the build with bytes appended,
+//! so its SHA-256 differs) that cloudcore keeps in `{dataDir}/releases/v2/edgecore`. The canary
+//! goes alone first; the third node's link lets its old session on but no new one, so its new
+//! edgecore cannot get its session back and rolls back by itself; the job's status says each
+//! node's phase, versions, steps and reason, and `kubectl get nodes` the versions. Then
+//! `kill -9` of edgecore before and after the rename of its swap: it starts again either way
+//! (old, then new), and the job says what happened.
+
+use serde_json::Value;
+use sim::stack::Cloud;
+use sim::{Node, Proc, Proxy, bin, eventually};
+use std::path::{Path, PathBuf};
+
+fn job(cloud: &Cloud, name: &str) -> Value {
+    serde_json::from_str(&cloud.ok(&["get", "nodeupgradejob", name, "-o", "json"])).expect("json")
+}
+
+fn over(cloud: &Cloud, name: &str, secs: u64) -> Value {
+    eventually(secs, &format!("job {name} over"), || {
+        let j = job(cloud, name);
+        matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
+    })
+}
+
+fn node_status<'a>(j: &'a Value, node: &str) -> &'a Value {
+    j["status"]["nodeStatus"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["nodeName"] == node))
+        .unwrap_or_else(|| panic!("no nodeStatus of {node}: {j}"))
+}
+
+fn actions(s: &Value) -> Vec<(String, String)> {
+    s["actionFlow"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a["action"].as_str().unwrap_or_default().to_string(),
+                a["status"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The release `v2` in cloudcore's data directory: the build with bytes appended.
+fn release(cloud: &Cloud, build: &Path) -> PathBuf {
+    let dir = cloud.dir.path().join("data/releases/v2");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("edgecore");
+    let mut bytes = std::fs::read(build).expect("the build");
+    bytes.extend_from_slice(b"\nrelease v2\n");
+    std::fs::write(&file, bytes).expect("release");
+    file
+}
+
+/// A directory holding a link to the build as `edgecore`, for a node to run from its own path.
+fn own_bins(build: &Path) -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tempdir");
+    std::fs::hard_link(build, d.path().join("edgecore"))
+        .or_else(|_| std::fs::copy(build, d.path().join("edgecore")).map(|_| ()))
+        .expect("edgecore");
+    d
+}
+
+fn state(node: &Node) -> Value {
+    std::fs::read(node.dir.path().join("data/upgrade/state.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn kubelet_version(cloud: &Cloud, node: &str) -> String {
+    cloud
+        .kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.nodeInfo.kubeletVersion}",
+        ])
+        .1
+}
+
+fn apply(cloud: &Cloud, dir: &Path, yaml: &str) {
+    let f = dir.join("job.yaml");
+    std::fs::write(&f, yaml).expect("write");
+    cloud.ok(&["apply", "-f", f.to_str().expect("path")]);
+}
+
+#[test]
+fn a_fleet_is_upgraded_canary_first_and_a_node_that_fails_its_check_rolls_back() {
+    let build = bin("edgecore");
+    let cloud = Cloud::start();
+    let _release = release(&cloud, &build);
+    let bins: Vec<tempfile::TempDir> = (0..3).map(|_| own_bins(&build)).collect();
+    let link = Proxy::start(cloud.hub);
+    let n1 = Node::start_named(bins[0].path(), "edge-node-1", "", &cloud.edge_config());
+    let n2 = Node::start_named(bins[1].path(), "edge-node-2", "", &cloud.edge_config());
+    let n3 = Node::start_named(
+        bins[2].path(),
+        "edge-node-3",
+        "",
+        &cloud.edge_config_via(link.port),
+    );
+    let before = format!("v{}-edgecore", env!("CARGO_PKG_VERSION"));
+    for n in ["edge-node-1", "edge-node-2", "edge-node-3"] {
+        eventually(60, &format!("{n} joined"), || {
+            (kubelet_version(&cloud, n) == before).then_some(())
+        });
+    }
+    cloud.ok(&[
+        "label",
+        "node",
+        "edge-node-1",
+        "edge-node-2",
+        "edge-node-3",
+        "fleet=plant-a",
+    ]);
+    // The third node's session goes on, but a new one cannot start.
+    link.refuse_new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    apply(
+        &cloud,
+        dir.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: to-v2}\nspec:\n  version: v2\n  labelSelector: {matchLabels: {fleet: plant-a}}\n  concurrency: 2\n  failureTolerate: \"0.5\"\n  timeoutSeconds: 60\n",
+    );
+    // The canary alone until it succeeded; then the others.
+    let mut restored = false;
+    let j = eventually(180, "job to-v2 over", || {
+        let j = job(&cloud, "to-v2");
+        let phase = |n: &str| {
+            j["status"]["nodeStatus"]
+                .as_array()
+                .and_then(|a| a.iter().find(|s| s["nodeName"] == n))
+                .and_then(|s| s["phase"].as_str())
+                .unwrap_or("Pending")
+                .to_string()
+        };
+        if phase("edge-node-1") != "Successful" {
+            for n in ["edge-node-2", "edge-node-3"] {
+                assert_eq!(phase(n), "Pending", "{n} started before the canary: {j}");
+            }
+        }
+        // The third node rolled back by itself: its link lets new sessions on again.
+        if !restored && state(&n3)["step"] == "RolledBack" {
+            link.restore();
+            restored = true;
+        }
+        matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
+    });
+    assert_eq!(j["status"]["phase"], "Completed", "{j}");
+    assert_eq!(
+        j["status"]["reason"], "2 of 3 nodes succeeded; 1 failed, within failureTolerate 0.5",
+        "{j}"
+    );
+    for n in ["edge-node-1", "edge-node-2"] {
+        let s = node_status(&j, n);
+        assert_eq!(s["phase"], "Successful", "{j}");
+        assert_eq!(s["currentVersion"], "v2", "{j}");
+        assert_eq!(
+            s["historicVersion"],
+            format!("v{}", env!("CARGO_PKG_VERSION")),
+            "{j}"
+        );
+        let steps = actions(s);
+        for step in ["Check", "BackUp", "Upgrade"] {
+            assert!(
+                steps.contains(&(step.to_string(), "True".to_string())),
+                "{n}: {step} in {steps:?}"
+            );
+        }
+        eventually(30, &format!("{n} says v2"), || {
+            (kubelet_version(&cloud, n) == "v2-edgecore").then_some(())
+        });
+    }
+    let s3 = node_status(&j, "edge-node-3");
+    assert_eq!(s3["phase"], "Failure", "{j}");
+    let why = s3["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("had no session with the cloud within 30s")
+            && why.contains(&format!("rolled back to v{}", env!("CARGO_PKG_VERSION"))),
+        "{j}"
+    );
+    assert!(
+        actions(s3).contains(&("RollBack".to_string(), "True".to_string())),
+        "{j}"
+    );
+    assert_eq!(kubelet_version(&cloud, "edge-node-3"), before);
+    // Same processes, new programs (exec): the upgraded ones run the release.
+    let release_bytes =
+        std::fs::read(cloud.dir.path().join("data/releases/v2/edgecore")).expect("release");
+    for (n, b) in [(&n1, &bins[0]), (&n2, &bins[1])] {
+        assert!(n.started(), "edgecore runs");
+        assert!(std::fs::read(b.path().join("edgecore")).expect("binary") == release_bytes);
+    }
+    assert!(n3.started());
+    assert!(
+        std::fs::read(bins[2].path().join("edgecore")).expect("binary")
+            == std::fs::read(&build).expect("build"),
+        "the third node runs the old build again"
+    );
+    let table = cloud.ok(&["get", "nodeupgradejobs"]);
+    assert!(
+        table.contains("VERSION") && table.contains("Completed"),
+        "{table}"
+    );
+
+    // A bad release name never reaches a node; a release cloudcore does not have ends the job.
+    apply(
+        &cloud,
+        dir.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: to-v9}\nspec:\n  version: v9\n  nodeNames: [edge-node-1]\n",
+    );
+    let j = over(&cloud, "to-v9", 60);
+    assert_eq!(j["status"]["phase"], "Failure", "{j}");
+    assert!(
+        j["status"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("no release \"v9\": put its edgecore at ")),
+        "{j}"
+    );
+    let f = dir.path().join("bad.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: escape}\nspec:\n  version: ../../etc\n  nodeNames: [edge-node-1]\n",
+    )
+    .expect("write");
+    let (ok, said) = cloud.kubectl(&["apply", "-f", f.to_str().expect("path")]);
+    assert!(!ok && said.contains("spec.version"), "{said}");
+}
+
+#[test]
+fn edgecore_killed_in_the_middle_of_its_swap_starts_again_old_or_new() {
+    let build = bin("edgecore");
+    let cloud = Cloud::start();
+    let _release = release(&cloud, &build);
+    let bins = own_bins(&build);
+    let mut node = Node::start_named(bins.path(), "edge-node-1", "", &cloud.edge_config());
+    eventually(60, "the node joined", || {
+        cloud
+            .kubectl(&["get", "node", "edge-node-1"])
+            .0
+            .then_some(())
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Slowed down around the rename, to be killed there.
+    let slow = |node: &mut Node, log: &str| {
+        node.kill_edgecore();
+        node.edgecore = Proc::spawn_env(
+            &bins.path().join("edgecore"),
+            &["--config", "edgecore.yaml"],
+            node.dir.path(),
+            log,
+            &[("EDGECORE_UPGRADE_STEP_PAUSE_MS", "3000".to_string())],
+        );
+        eventually(30, "edgecore ready", || node.started().then_some(()));
+    };
+    let build_bytes = std::fs::read(&build).expect("build");
+    let release_bytes =
+        std::fs::read(cloud.dir.path().join("data/releases/v2/edgecore")).expect("release");
+    let binary = || std::fs::read(bins.path().join("edgecore")).expect("binary");
+
+    // Killed before the rename: the old edgecore starts; the job says so.
+    slow(&mut node, "edgecore-slow.log");
+    apply(
+        &cloud,
+        dir.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: first}\nspec:\n  version: v2\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 60\n",
+    );
+    eventually(60, "the swap begun", || {
+        (state(&node)["step"] == "Swapping").then_some(())
+    });
+    node.kill_edgecore();
+    assert!(binary() == build_bytes, "before the rename: the old binary");
+    node.revive();
+    let j = over(&cloud, "first", 90);
+    assert_eq!(j["status"]["phase"], "Failure", "{j}");
+    assert!(
+        node_status(&j, "edge-node-1")["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("edgecore stopped before its binary was replaced")),
+        "{j}"
+    );
+
+    // Killed after the rename: the new edgecore starts, proves itself, the job succeeds.
+    slow(&mut node, "edgecore-slow2.log");
+    apply(
+        &cloud,
+        dir.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: second}\nspec:\n  version: v2\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 60\n",
+    );
+    eventually(60, "the binary renamed", || {
+        (state(&node)["step"] == "Swapping" && binary() == release_bytes).then_some(())
+    });
+    node.kill_edgecore();
+    node.revive();
+    let j = over(&cloud, "second", 90);
+    assert_eq!(j["status"]["phase"], "Completed", "{j}");
+    assert_eq!(
+        node_status(&j, "edge-node-1")["currentVersion"],
+        "v2",
+        "{j}"
+    );
+    assert!(binary() == release_bytes);
+}
