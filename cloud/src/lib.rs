@@ -8,6 +8,7 @@
 //!   Nodes (their Ready condition as sessions come and go, KubeEdge kubelets' own requests);
 //! - [`daemonset`]: the DaemonSet controller of the embedded API;
 //! - [`leader`]: the Lease election of replicas, for what runs once;
+//! - [`jobs`]: `ImagePrePullJob` and `NodeUpgradeJob` over the fleet, on the leader;
 //! - `ui`: the fleet's page, which the API serves at `/ui`.
 //!
 //! [`run`] wires them on a config; the device controller is the `devicecontroller` crate.

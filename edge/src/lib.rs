@@ -15,6 +15,8 @@
 //!   besides the twins.
 //! - [`metrics`]: counters for `/metrics`; `ui`: the gateway's page at `/ui` on the HTTP
 //!   listener.
+//! - [`upgrade`]: a `NodeUpgradeJob` on this node (download, check, swap, `exec`; at start, the
+//!   new edgecore's health check or its rollback).
 //!
 //! The twin itself is the `twin` crate, pods are the `edged` crate, and process plumbing is
 //! `rt`'s.

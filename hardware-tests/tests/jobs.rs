@@ -216,13 +216,17 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
             let c = browser(&driver).await;
             c.goto(&url).await.expect("the page");
             submit(&c, "#token", "#login button", &token).await;
-            wait_text(&c, r#"tr[data-job="by-label"]"#, 60, "the job", |t| {
-                t.contains("Completed") && t.contains("2 succeeded, 0 failed")
-            })
+            wait_text(
+                &c,
+                r#"tr[data-job="imageprepulljob/by-label"]"#,
+                60,
+                "the job",
+                |t| t.contains("Completed") && t.contains("2 succeeded, 0 failed"),
+            )
             .await;
             wait_text(
                 &c,
-                r#"tr[data-job-node="by-name/edge-node-1"]"#,
+                r#"tr[data-job-node="imageprepulljob/by-name/edge-node-1"]"#,
                 30,
                 "a node's part",
                 |t| t.contains("Failure") && t.contains("1 of 2 images pulled"),
@@ -230,7 +234,7 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
             .await;
             wait_text(
                 &c,
-                r#"tr[data-job-node="by-name/edge-node-3"]"#,
+                r#"tr[data-job-node="imageprepulljob/by-name/edge-node-3"]"#,
                 30,
                 "a node without edged",
                 |t| t.contains("edged is off"),

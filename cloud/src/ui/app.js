@@ -11,7 +11,8 @@ const F = {
   statuses: new Map(),  // "ns/name" -> DeviceStatus
   models: new Map(),    // "ns/name" -> DeviceModel
   pods: new Map(),      // "ns/name" -> Pod
-  jobs: new Map(),      // name -> ImagePrePullJob
+  prepulls: new Map(),  // "default/name" -> ImagePrePullJob
+  upgrades: new Map(),  // "default/name" -> NodeUpgradeJob
   shown: null,          // the device whose page is open
   pod: null,            // the pod whose page is open
   errors: new Map(),    // property -> the API's answer to the last desired value set here
@@ -399,43 +400,58 @@ function renderPod() {
   }
 }
 
-// Jobs over the fleet: a row per job (its phase, how many of its nodes are done), then a row
-// per node (its phase, its images pulled, its reason), as the controller writes its status.
-const JOBS = "/apis/operations.kubeedge.io/v1alpha2/imageprepulljobs";
+// Jobs over the fleet: a row per job (its kind, phase, how many of its nodes are done), then a
+// row per node (its phase, what it did, its reason), as the controller writes its status.
+const OPS = "/apis/operations.kubeedge.io/v1alpha2";
+const JOB_KINDS = [
+  { kind: "imageprepulljob", label: "image pre-pull", path: `${OPS}/imageprepulljobs`, store: "prepulls" },
+  { kind: "nodeupgradejob", label: "upgrade", path: `${OPS}/nodeupgradejobs`, store: "upgrades" },
+];
+function jobProgress(kind, x) {
+  if (kind === "imageprepulljob") {
+    const images = x.imageStatus || [];
+    const pulled = images.filter((i) => i.status === "True").length;
+    return images.length ? `${pulled} of ${images.length} images pulled` : "";
+  }
+  const steps = (x.actionFlow || []).map((a) => `${a.action}${a.status === "True" ? "" : " ✗"}`).join(" → ");
+  const version = x.currentVersion ? `runs ${x.currentVersion}` : "";
+  return [version, steps].filter(Boolean).join(" · ");
+}
 function renderJobs() {
-  const jobs = [...F.jobs.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
   const rows = [];
-  for (const j of jobs) {
-    const st = j.status || {};
-    const nodes = st.nodeStatus || [];
-    const n = (p) => nodes.filter((x) => x.phase === p).length;
-    const name = j.metadata.name;
-    rows.push({
-      key: name,
-      attrs: `data-job="${esc(name)}"`,
-      cells: [
-        `<strong>${esc(name)}</strong>`,
-        esc(st.phase || "Init"),
-        esc(`${n("Successful")} succeeded, ${n("Failure")} failed, ${n("InProgress")} in progress, ${n("Pending")} pending`),
-        esc(st.reason || ""),
-      ],
-    });
-    for (const x of nodes) {
-      const images = x.imageStatus || [];
-      const pulled = images.filter((i) => i.status === "True").length;
+  for (const k of JOB_KINDS) {
+    const jobs = [...F[k.store].values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+    for (const j of jobs) {
+      const st = j.status || {};
+      const nodes = st.nodeStatus || [];
+      const n = (p) => nodes.filter((x) => x.phase === p).length;
+      const id = `${k.kind}/${j.metadata.name}`;
+      const what = k.kind === "nodeupgradejob" ? `${k.label} to ${(j.spec || {}).version || "?"}` : k.label;
       rows.push({
-        key: `${name}/${x.nodeName}`,
-        attrs: `data-job-node="${esc(name)}/${esc(x.nodeName)}"`,
+        key: id,
+        attrs: `data-job="${esc(id)}"`,
         cells: [
-          `<span class="sub">${esc(x.nodeName)}</span>`,
-          esc(x.phase || "Pending"),
-          images.length ? esc(`${pulled} of ${images.length} images pulled`) : "",
-          esc(x.reason || ""),
+          `<strong>${esc(j.metadata.name)}</strong> <span class="muted">${esc(what)}</span>`,
+          esc(st.phase || "Init"),
+          esc(`${n("Successful")} succeeded, ${n("Failure")} failed, ${n("InProgress")} in progress, ${n("Pending")} pending`),
+          esc(st.reason || ""),
         ],
       });
+      for (const x of nodes) {
+        rows.push({
+          key: `${id}/${x.nodeName}`,
+          attrs: `data-job-node="${esc(id)}/${esc(x.nodeName)}"`,
+          cells: [
+            `<span class="sub">${esc(x.nodeName)}</span>`,
+            esc(x.phase || "Pending"),
+            esc(jobProgress(k.kind, x)),
+            esc(x.reason || ""),
+          ],
+        });
+      }
     }
   }
-  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob)", 4);
+  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob or a NodeUpgradeJob)", 4);
 }
 
 // The open pod's log: its last 500 lines, then followed as the node writes it (the API's
@@ -530,11 +546,13 @@ function route() {
     F.pods.clear();
   }
   // Jobs too, only while their page is open.
-  if (!$("jobs").hidden && !jobWatch) jobWatch = follow("jobs", JOBS, "", F.jobs, changed);
+  if (!$("jobs").hidden && !jobWatch) {
+    jobWatch = JOB_KINDS.map((k) => follow(`${k.label} jobs`, k.path, "", F[k.store], changed));
+  }
   if ($("jobs").hidden && jobWatch) {
-    jobWatch.stop();
+    for (const w of jobWatch) w.stop();
     jobWatch = null;
-    F.jobs.clear();
+    for (const k of JOB_KINDS) F[k.store].clear();
   }
   if (F.pod !== wasPod) {
     $("pod-container").innerHTML = "";
@@ -570,7 +588,7 @@ function start() {
   ];
   if (podWatch) podWatch.stop();
   podWatch = null;
-  if (jobWatch) jobWatch.stop();
+  if (jobWatch) for (const w of jobWatch) w.stop();
   jobWatch = null;
   route();
 }
