@@ -38,6 +38,9 @@ pub struct PrePull {
     pub retry_times: u32,
     /// The node answers within this many seconds, pulled or not.
     pub timeout_seconds: u32,
+    /// Checks before anything is done (`cpu`, `mem`, `disk`: each used at most 80 %).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_items: Vec<String>,
     /// Registry credentials from the job's `imageSecrets`, by registry host (a docker config's
     /// `auths`: `auth` is base64 of `user:password`, or `username` and `password`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -91,6 +94,9 @@ pub struct PrePullResult {
     pub reason: String,
     #[serde(default)]
     pub image_status: Vec<ImageStatus>,
+    /// The node's steps (`Check`, `Pull`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub action_flow: Vec<Action>,
 }
 
 impl PrePullResult {
@@ -114,6 +120,7 @@ impl PrePullResult {
             phase,
             reason,
             image_status: images,
+            action_flow: Vec::new(),
         }
     }
 
@@ -123,6 +130,7 @@ impl PrePullResult {
             phase: NodePhase::Failure,
             reason: reason.into(),
             image_status: Vec::new(),
+            action_flow: Vec::new(),
         }
     }
 }
@@ -141,6 +149,9 @@ pub struct Upgrade {
     /// How long the new edgecore has to prove itself (its session back) before it is rolled
     /// back.
     pub health_seconds: u32,
+    /// Checks before anything is done (`cpu`, `mem`, `disk`: each used at most 80 %).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_items: Vec<String>,
 }
 
 /// One step of a node's upgrade (KubeEdge's `actionFlow` item: `Check`, `BackUp`, `Upgrade`,

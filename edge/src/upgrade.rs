@@ -447,6 +447,13 @@ impl Upgrader {
             .get()
             .cloned()
             .context("edgecore's own path is not known")?;
+        let checked = match crate::edgehub::checks::run(&q.check_items, &self.data_dir).await {
+            Ok(found) => found,
+            Err(why) => {
+                s.act("Check", false, why.clone());
+                bail!("checkItems: {why}");
+            }
+        };
         let new = d.join(format!("edgecore-{}", q.version));
         let got = download(base, &q.path, tls, &new).await;
         let got = match got {
@@ -491,7 +498,16 @@ impl Upgrader {
                 return Err(e);
             }
         };
-        s.act("Check", true, format!("SHA-256 matches; it runs ({said})"));
+        let checked = if checked.is_empty() {
+            String::new()
+        } else {
+            format!("; {checked}")
+        };
+        s.act(
+            "Check",
+            true,
+            format!("SHA-256 matches; it runs ({said}){checked}"),
+        );
         let prev = d.join("edgecore.prev");
         let _ = std::fs::remove_file(&prev);
         if std::fs::hard_link(&exe, &prev).is_err() {

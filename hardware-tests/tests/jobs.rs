@@ -166,6 +166,27 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
     );
     assert_eq!(node_status(&j, "edge-node-2")["phase"], "Pending", "{j}");
 
+    // checkItems run on the node first; one it does not know fails the node there.
+    let (ok, said) = apply(
+        &cloud,
+        dir.path(),
+        &format!(
+            "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ImagePrePullJob\nmetadata: {{name: checked}}\nspec:\n  imagePrePullTemplate:\n    images: [\"{image}\"]\n    nodeNames: [edge-node-1]\n    checkItems: [gpu]\n"
+        ),
+    );
+    assert!(ok, "{said}");
+    let j = over(&cloud, "checked");
+    let s = node_status(&j, "edge-node-1");
+    assert_eq!(s["phase"], "Failure", "{j}");
+    assert_eq!(
+        s["reason"],
+        "checkItems: check item \"gpu\" is not supported (cpu, mem, disk)",
+        "{j}"
+    );
+    assert_eq!(s["actionFlow"][0]["action"], "Check", "{j}");
+    assert_eq!(s["actionFlow"][0]["status"], "False", "{j}");
+    assert!(s["imageStatus"].is_null(), "nothing pulled: {j}");
+
     // A node away: it has until timeoutSeconds to come back.
     n2.kill_edgecore();
     let (ok, said) = apply(

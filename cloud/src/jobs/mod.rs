@@ -106,11 +106,17 @@ impl Report {
                             serde_json::to_value(&r.image_status).unwrap_or_default(),
                         );
                     }
+                    let actions = (!r.action_flow.is_empty()).then(|| {
+                        r.action_flow
+                            .iter()
+                            .filter_map(|a| serde_json::to_value(a).ok())
+                            .collect()
+                    });
                     Self {
                         phase: r.phase,
                         reason: r.reason,
                         fields,
-                        actions: None,
+                        actions,
                     }
                 }
                 Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
@@ -212,11 +218,8 @@ impl NodeTask {
         self.reason = r.reason;
         self.fields.extend(r.fields);
         match r.actions {
-            // The node's own steps, after what the cloud recorded before asking.
-            Some(steps) => {
-                self.actions.retain(|a| a["action"] == "Check");
-                self.actions.extend(steps);
-            }
+            // The node's own steps.
+            Some(steps) => self.actions = steps,
             None if over && kind == Kind::PrePull => {
                 let ok = self.phase == NodePhase::Successful;
                 self.actions.push(
@@ -355,6 +358,7 @@ async fn run_job(
                 retry_times: template.retry_times,
                 // The node answers a little before the cloud stops waiting.
                 timeout_seconds: template.timeout_seconds.saturating_sub(2).max(1),
+                check_items: template.check_items.clone(),
                 auths,
             })
         }
@@ -365,6 +369,7 @@ async fn run_job(
                 sha256,
                 // Half the job's time to download and swap, half for the new one to connect.
                 health_seconds: (template.timeout_seconds / 2).max(10),
+                check_items: template.check_items.clone(),
             }),
             Err(e) => return refuse(e).await,
         },
@@ -409,12 +414,6 @@ async fn run_job(
         t.phase = NodePhase::Failure;
         t.reason = format!("no node named {n}");
         tasks.push(t);
-    }
-    if !template.check_items.is_empty() {
-        for t in tasks.iter_mut().filter(|t| t.actions.is_empty()) {
-            t.actions.push(json!({"action": "Check", "status": "Unknown", "time": now(),
-                "reason": format!("checkItems {:?} are not checked by this cloudcore", template.check_items)}));
-        }
     }
     let mut working: JoinSet<(usize, Report)> = JoinSet::new();
     let (progress_tx, mut progress) = mpsc::channel::<(usize, Report)>(64);

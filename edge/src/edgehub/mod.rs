@@ -16,6 +16,7 @@
 //!   (after it stored the DeviceStatus), so a link that drops loses nothing; unanswered
 //!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
 
+pub(crate) mod checks;
 pub(crate) mod join;
 mod nodeinfo;
 mod prepull;
@@ -504,7 +505,13 @@ impl EdgeHub {
             (api::operations::IMAGE_PREPULL, api::operations::OPERATION)
                 if namespace == api::operations::NAMESPACE =>
             {
-                return prepull::start(self.runtime.clone(), &self.prepulls, &msg, later.clone());
+                return prepull::start(
+                    self.runtime.clone(),
+                    self.data_dir.clone(),
+                    &self.prepulls,
+                    &msg,
+                    later.clone(),
+                );
             }
             _ => {
                 tracing::debug!(%kind, op = %msg.route.operation, "edgehub: not a device message; ignored");

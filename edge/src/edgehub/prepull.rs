@@ -5,7 +5,7 @@
 //! [`AT_ONCE`] jobs pull at a time, a further one is refused, saying so.
 
 use api::message::Message;
-use api::operations::{ImageStatus, PrePull, PrePullResult, registry_of};
+use api::operations::{Action, ImageStatus, PrePull, PrePullResult, registry_of};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc};
@@ -16,6 +16,7 @@ pub(super) const AT_ONCE: usize = 2;
 /// Starts the work of `question`; what to answer at once when it cannot start.
 pub(super) fn start(
     runtime: Option<Arc<edged::Runtime>>,
+    data_dir: std::path::PathBuf,
     slots: &Arc<Semaphore>,
     question: &Message,
     answers: mpsc::Sender<Message>,
@@ -46,7 +47,23 @@ pub(super) fn start(
     let question = question.clone();
     tokio::spawn(async move {
         let _slot = slot;
-        let result = pull_all(&runtime, &ask).await;
+        let result = match super::checks::run(&ask.check_items, &data_dir).await {
+            Err(why) => {
+                let mut r = PrePullResult::refused(format!("checkItems: {why}"));
+                r.action_flow.push(action("Check", false, why));
+                r
+            }
+            Ok(found) => {
+                let mut r = pull_all(&runtime, &ask).await;
+                let pulled = r.phase == api::operations::NodePhase::Successful;
+                if !ask.check_items.is_empty() {
+                    r.action_flow.push(action("Check", true, found));
+                }
+                let why = r.reason.clone();
+                r.action_flow.push(action("Pull", pulled, why));
+                r
+            }
+        };
         tracing::info!(resource = %question.route.resource, phase = ?result.phase, reason = %result.reason, "edgehub: image pre-pull done");
         let mut m = question.response(serde_json::to_value(&result).unwrap_or_default());
         m.route.source = "edgehub".into();
@@ -103,4 +120,21 @@ async fn pull_all(runtime: &edged::Runtime, ask: &PrePull) -> PrePullResult {
         });
     }
     PrePullResult::of(out)
+}
+
+fn action(name: &str, ok: bool, reason: String) -> Action {
+    let time = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    Action {
+        action: name.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason,
+        time,
+    }
 }
