@@ -166,6 +166,31 @@ pub struct Action {
     pub time: String,
 }
 
+impl Action {
+    /// The step `action` done (`ok`) or failed at `when`, its time in RFC 3339 (seconds).
+    pub fn at(
+        action: &str,
+        ok: bool,
+        reason: impl Into<String>,
+        when: std::time::SystemTime,
+    ) -> Self {
+        let time = time::OffsetDateTime::from(when)
+            .replace_nanosecond(0)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_default();
+        Self {
+            action: action.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            time,
+        }
+    }
+}
+
 /// A node's answer to an [`Upgrade`]: `InProgress` until the new edgecore proved itself or was
 /// rolled back (the cloud asks again), then `Successful` or `Failure`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,6 +222,14 @@ pub fn valid_version(v: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_says_its_time_in_rfc3339() {
+        let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_795_000_000_500);
+        let a = Action::at("Pull", false, "not found", when);
+        assert_eq!(a.time, "2026-11-18T11:06:40Z");
+        assert_eq!(a.status, "False");
+    }
 
     #[test]
     fn a_version_is_a_safe_path_segment() {

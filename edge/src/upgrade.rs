@@ -119,24 +119,9 @@ impl State {
     }
 
     fn act(&mut self, action: &str, ok: bool, reason: impl Into<String>) {
-        self.actions.push(Action {
-            action: action.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            time: now(),
-        });
+        self.actions
+            .push(Action::at(action, ok, reason, std::time::SystemTime::now()));
     }
-}
-
-fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 fn dir(data_dir: &Path) -> PathBuf {

@@ -179,8 +179,7 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
     let s = node_status(&j, "edge-node-1");
     assert_eq!(s["phase"], "Failure", "{j}");
     assert_eq!(
-        s["reason"],
-        "checkItems: check item \"gpu\" is not supported (cpu, mem, disk)",
+        s["reason"], "checkItems: check item \"gpu\" is not supported (cpu, mem, disk)",
         "{j}"
     );
     assert_eq!(s["actionFlow"][0]["action"], "Check", "{j}");
@@ -228,43 +227,29 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
     );
 
     // The fleet page's jobs: each job, then each of its nodes with its reason.
-    if let Some(driver) = sim::browser::chromedriver() {
-        use sim::browser::{assert_accessible, browser, submit, wait_text};
-        let url = format!("https://127.0.0.1:{}/ui#/jobs", cloud.api);
-        let token = cloud.admin_token();
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        rt.block_on(async {
-            let c = browser(&driver).await;
-            c.goto(&url).await.expect("the page");
-            submit(&c, "#token", "#login button", &token).await;
-            wait_text(
-                &c,
+    sim::browser::fleet_view_shows(
+        cloud.api,
+        &cloud.admin_token(),
+        "jobs",
+        &[
+            (
                 r#"tr[data-job="imageprepulljob/by-label"]"#,
-                60,
                 "the job",
-                |t| t.contains("Completed") && t.contains("2 succeeded, 0 failed"),
-            )
-            .await;
-            wait_text(
-                &c,
+                &|t| t.contains("Completed") && t.contains("2 succeeded, 0 failed"),
+            ),
+            (
                 r#"tr[data-job-node="imageprepulljob/by-name/edge-node-1"]"#,
-                30,
                 "a node's part",
-                |t| t.contains("Failure") && t.contains("1 of 2 images pulled"),
-            )
-            .await;
-            wait_text(
-                &c,
+                &|t| t.contains("Failure") && t.contains("1 of 2 images pulled"),
+            ),
+            (
                 r#"tr[data-job-node="imageprepulljob/by-name/edge-node-3"]"#,
-                30,
                 "a node without edged",
-                |t| t.contains("edged is off"),
-            )
-            .await;
-            assert_accessible(&c, "the fleet's jobs").await;
-            let _ = c.close().await;
-        });
-    }
+                &|t| t.contains("edged is off"),
+            ),
+        ],
+        "the fleet's jobs",
+    );
 
     // Who may: not a viewer, not a node.
     cloud.ok(&[

@@ -207,43 +207,29 @@ fn a_fleet_is_upgraded_canary_first_and_a_node_that_fails_its_check_rolls_back()
         "{table}"
     );
     // The fleet page's jobs: the upgrade, its nodes' versions and steps, the rollback's reason.
-    if let Some(driver) = sim::browser::chromedriver() {
-        use sim::browser::{assert_accessible, browser, submit, wait_text};
-        let url = format!("https://127.0.0.1:{}/ui#/jobs", cloud.api);
-        let token = cloud.admin_token();
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        rt.block_on(async {
-            let c = browser(&driver).await;
-            c.goto(&url).await.expect("the page");
-            submit(&c, "#token", "#login button", &token).await;
-            wait_text(
-                &c,
+    sim::browser::fleet_view_shows(
+        cloud.api,
+        &cloud.admin_token(),
+        "jobs",
+        &[
+            (
                 r#"tr[data-job="nodeupgradejob/to-v2"]"#,
-                60,
                 "the upgrade",
-                |t| t.contains("upgrade to v2") && t.contains("2 succeeded, 1 failed"),
-            )
-            .await;
-            wait_text(
-                &c,
+                &|t| t.contains("upgrade to v2") && t.contains("2 succeeded, 1 failed"),
+            ),
+            (
                 r#"tr[data-job-node="nodeupgradejob/to-v2/edge-node-1"]"#,
-                30,
                 "the canary",
-                |t| t.contains("runs v2") && t.contains("Check → BackUp → Upgrade"),
-            )
-            .await;
-            wait_text(
-                &c,
+                &|t| t.contains("runs v2") && t.contains("Check → BackUp → Upgrade"),
+            ),
+            (
                 r#"tr[data-job-node="nodeupgradejob/to-v2/edge-node-3"]"#,
-                30,
                 "the node rolled back",
-                |t| t.contains("RollBack") && t.contains("rolled back to"),
-            )
-            .await;
-            assert_accessible(&c, "the fleet's upgrades").await;
-            let _ = c.close().await;
-        });
-    }
+                &|t| t.contains("RollBack") && t.contains("rolled back to"),
+            ),
+        ],
+        "the fleet's upgrades",
+    );
 
     // A bad release name never reaches a node; a release cloudcore does not have ends the job.
     apply(

@@ -146,17 +146,6 @@ impl Report {
     }
 }
 
-fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
-}
-
 /// One node's part of a job, as `status.nodeStatus` shows it.
 #[derive(Debug, Clone)]
 struct NodeTask {
@@ -222,10 +211,14 @@ impl NodeTask {
             Some(steps) => self.actions = steps,
             None if over && kind == Kind::PrePull => {
                 let ok = self.phase == NodePhase::Successful;
-                self.actions.push(
-                    json!({"action": "Pull", "status": if ok { "True" } else { "False" },
-                    "reason": self.reason, "time": now()}),
+                let step = operations::Action::at(
+                    "Pull",
+                    ok,
+                    self.reason.clone(),
+                    std::time::SystemTime::now(),
                 );
+                self.actions
+                    .push(serde_json::to_value(step).unwrap_or_default());
             }
             None => {}
         }

@@ -123,18 +123,5 @@ async fn pull_all(runtime: &edged::Runtime, ask: &PrePull) -> PrePullResult {
 }
 
 fn action(name: &str, ok: bool, reason: String) -> Action {
-    let time = time::OffsetDateTime::now_utc()
-        .replace_nanosecond(0)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default();
-    Action {
-        action: name.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason,
-        time,
-    }
+    Action::at(name, ok, reason, std::time::SystemTime::now())
 }

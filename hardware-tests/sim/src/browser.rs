@@ -179,6 +179,38 @@ pub async fn submit(c: &Client, field: &str, button: &str, value: &str) {
         .expect("clicked");
 }
 
+/// A browser at `url` of a page behind the API's token form (the fleet page), signed in with
+/// `token`.
+pub async fn signed_in(driver: &Driver, url: &str, token: &str) -> Client {
+    let c = browser(driver).await;
+    c.goto(url).await.expect("the page");
+    submit(&c, "#token", "#login button", token).await;
+    c
+}
+
+/// What a test expects at one place of a page: the CSS selector, what it is (for the failure
+/// message), and when its text is right.
+pub type Expect<'a> = (&'a str, &'a str, &'a dyn Fn(&str) -> bool);
+
+/// The fleet page of the cloudcore whose API is on `api_port` at `#/{view}`, signed in with
+/// `token`: each of `expect` shows what it should within 60 s, then the view passes axe's
+/// audit (`what`). Skipped, saying why, without chromium.
+pub fn fleet_view_shows(api_port: u16, token: &str, view: &str, expect: &[Expect<'_>], what: &str) {
+    let Some(driver) = chromedriver() else {
+        return;
+    };
+    let url = format!("https://127.0.0.1:{api_port}/ui#/{view}");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let c = signed_in(&driver, &url, token).await;
+        for (css, it, ok) in expect {
+            wait_text(&c, css, 60, it, ok).await;
+        }
+        assert_accessible(&c, what).await;
+        let _ = c.close().await;
+    });
+}
+
 /// A screenshot to `target/screenshots/NAME` (and `docs/screenshots/NAME` with
 /// `UPDATE_SCREENSHOTS=1`).
 pub async fn screenshot(c: &Client, name: &str) {
