@@ -543,6 +543,9 @@ fn failed(current: &str, reason: String) -> UpgradeResult {
     }
 }
 
+/// The longest a download may go without a byte.
+const DOWNLOAD_IDLE: Duration = Duration::from_secs(60);
+
 /// `GET {base}{path}` with the node's certificate into `to` (private, executable); its SHA-256.
 async fn download(
     base: &str,
@@ -594,18 +597,42 @@ async fn download(
             .await
             .with_context(|| format!("cannot write {}", part.display()))?
     };
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.with_context(|| format!("{base}{path}: the download broke off"))?;
-        if let Some(data) = frame.data_ref() {
-            ctx.update(data);
-            f.write_all(data)
+    let written = async {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        loop {
+            // A stalled download ends: a minute without a byte.
+            let frame = tokio::time::timeout(DOWNLOAD_IDLE, body.frame())
                 .await
-                .with_context(|| format!("cannot write {}", part.display()))?;
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "{base}{path}: nothing received for {} s",
+                        DOWNLOAD_IDLE.as_secs()
+                    )
+                })?;
+            let Some(frame) = frame else { break };
+            let frame = frame.with_context(|| format!("{base}{path}: the download broke off"))?;
+            if let Some(data) = frame.data_ref() {
+                ctx.update(data);
+                f.write_all(data)
+                    .await
+                    .with_context(|| format!("cannot write {}", part.display()))?;
+            }
         }
+        f.sync_all()
+            .await
+            .with_context(|| format!("cannot write {}", part.display()))?;
+        anyhow::Ok(ctx)
     }
-    f.sync_all().await?;
+    .await;
     drop(f);
+    // A download cut, or a full disk: nothing of it stays.
+    let ctx = match written {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+    };
     std::fs::rename(&part, to)?;
     Ok(hex(ctx.finish().as_ref()))
 }
