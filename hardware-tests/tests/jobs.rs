@@ -188,6 +188,13 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
 
     // A node away: it has until timeoutSeconds to come back.
     n2.kill_edgecore();
+    // Once the cloud knows its session is gone (a question sent before would wait it out).
+    eventually(30, "edge-node-2 NotReady", || {
+        cloud
+            .ok(&["get", "node", "edge-node-2"])
+            .contains("NotReady")
+            .then_some(())
+    });
     let (ok, said) = apply(
         &cloud,
         dir.path(),

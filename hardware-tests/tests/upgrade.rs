@@ -277,7 +277,7 @@ fn edgecore_killed_in_the_middle_of_its_swap_starts_again_old_or_new() {
             &["--config", "edgecore.yaml"],
             node.dir.path(),
             log,
-            &[("EDGECORE_UPGRADE_STEP_PAUSE_MS", "3000".to_string())],
+            &[("EDGECORE_UPGRADE_STEP_PAUSE_MS", "5000".to_string())],
         );
         eventually(30, "edgecore ready", || node.started().then_some(()));
     };
@@ -316,6 +316,8 @@ fn edgecore_killed_in_the_middle_of_its_swap_starts_again_old_or_new() {
         "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: second}\nspec:\n  version: v2\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 60\n",
     );
     eventually(60, "the binary renamed", || {
+        // In the pause between the rename and the restart (Restarting would be too late:
+        // the new edgecore may have started its trial, and a kill then is a second start).
         (state(&node)["step"] == "Swapping" && binary() == release_bytes).then_some(())
     });
     node.kill_edgecore();
