@@ -166,6 +166,26 @@ fn images_are_pulled_ahead_on_the_nodes_chosen_and_every_failure_says_why() {
     );
     assert_eq!(node_status(&j, "edge-node-2")["phase"], "Pending", "{j}");
 
+    // Registry credentials from a Secret that is not there: said before any node is asked.
+    let (ok, said) = apply(
+        &cloud,
+        dir.path(),
+        &format!(
+            "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ImagePrePullJob\nmetadata: {{name: no-secret}}\nspec:\n  imagePrePullTemplate:\n    images: [\"{image}\"]\n    nodeNames: [edge-node-1]\n    imageSecrets: default/regcred\n"
+        ),
+    );
+    assert!(ok, "{said}");
+    let j = over(&cloud, "no-secret");
+    assert_eq!(j["status"]["phase"], "Failure", "{j}");
+    assert!(
+        j["status"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with(
+                "spec.imagePrePullTemplate.imageSecrets default/regcred: cannot read the Secret"
+            )),
+        "{j}"
+    );
+
     // checkItems run on the node first; one it does not know fails the node there.
     let (ok, said) = apply(
         &cloud,
