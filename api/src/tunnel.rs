@@ -137,6 +137,21 @@ pub enum Open {
     /// The container's own process, as `pods/attach` asks it (the request's command is
     /// empty); the data as for [`Open::Exec`].
     Attach(ExecRequest),
+    /// A TCP connection to a port of the pod, as `pods/portforward` asks it (one per
+    /// connection kubectl accepts): the stream's data either way is the connection's bytes.
+    /// The node's runtime cannot pass on a half-close, so the connection ends when either side
+    /// ends it.
+    PortForward(PortForwardRequest),
+}
+
+/// One connection of `pods/portforward`, with the pod the cloud stores.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortForwardRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub port: u16,
 }
 
 /// The query of `pods/exec`, with the pod the cloud stores.

@@ -24,6 +24,8 @@ pub mod jobs;
 pub mod leader;
 pub mod podexec;
 pub mod podlog;
+pub mod podportforward;
+pub mod spdy;
 mod ui;
 pub mod usage;
 
@@ -101,6 +103,9 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
             api_config
                 .subresources
                 .push(podexec::subresource(hub_cell.clone(), true));
+            api_config
+                .subresources
+                .push(podportforward::subresource(hub_cell.clone()));
             api_config.externals = usage::metrics_api(hub_cell.clone());
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.

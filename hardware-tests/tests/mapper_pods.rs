@@ -98,13 +98,14 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     );
     // The example, with this test's paths: the node's directory holds edgecore's DMI socket.
     let dir = node.dir.path().display().to_string();
+    let http_port = free_port();
     let example = std::fs::read_to_string(
         sim::workspace_root().join("examples/pods/mapper-modbus-daemonset.yaml"),
     )
     .expect("example")
     .replace("/etc/kubeedge/dmi.sock", &format!("{dir}/dmi.sock"))
     .replace("/etc/kubeedge", &dir)
-    .replace("http_port: 7777", &format!("http_port: {}", free_port()))
+    .replace("http_port: 7777", &format!("http_port: {http_port}"))
     .replace(
         "image: kubeedge-rs/mapper-modbus:0.1.0",
         &format!("image: {image}"),
@@ -136,6 +137,18 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     eventually(90, "temperature 21.5 in DeviceStatus", || {
         reported(&cloud.status("oven-1"), "temperature").filter(|v| v.starts_with("21.5"))
     });
+    // The mapper's REST API from the cloud: `kubectl port-forward` to its port, through the
+    // node's tunnel (the gateway listens on nothing the cloud could reach).
+    let forward = cloud.port_forward(&format!("pod/{pod}"), http_port, &[], &[]);
+    let (status, body) = eventually(30, "the mapper's REST API through port-forward", || {
+        forward.get("/api/v1/device/default/oven-1").ok()
+    });
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        status.contains("200") && body.contains("temperature") && body.contains("21.5"),
+        "{status} {body}"
+    );
+    drop(forward);
 
     // edgecore killed: the mapper keeps running, is adopted (not restarted) and values still
     // flow.

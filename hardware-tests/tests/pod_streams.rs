@@ -492,3 +492,177 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     let (ok, still) = cloud.kubectl(&["logs", "ticker"]);
     assert!(!ok, "a revoked node's tunnel stays closed: {still}");
 }
+
+/// `kubectl port-forward` to a pod's port on an edge node: a web server in a busybox pod, the
+/// connection made by the node's containerd, its bytes through the tunnel. kubectl's two ways
+/// (SPDY in a websocket, the default since 1.31; the SPDY upgrade with
+/// `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`), several connections at once, a megabyte whole; a
+/// port nothing listens on said by kubectl; a user without `pods/portforward`, a node's
+/// certificate and a node away refused.
+#[test]
+fn kubectl_port_forward_reaches_a_pods_port_through_the_tunnel() {
+    let rt_dir = tempfile::tempdir().expect("tempdir");
+    let rt = Containerd::start(rt_dir.path());
+    rt.import_busybox();
+    let edgecore = bin("edgecore");
+    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let cloud = Cloud::start();
+    let mut node = Node::start_named(
+        &bins,
+        "edge-node-1",
+        "",
+        &format!(
+            "{}edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500}}\n",
+            cloud.edge_config(),
+            rt.socket.display()
+        ),
+    );
+    let port = sim::free_port();
+    let unused = sim::free_port();
+    // A megabyte that says where each of its parts was: a part out of place shows.
+    let web = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: web}}
+spec:
+  nodeName: edge-node-1
+  hostNetwork: true
+  containers:
+  - name: main
+    image: edged-test/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, 'mkdir -p /tmp/www && echo hello from the pod > /tmp/www/index.html && seq -w 0 199999 | head -c 1048576 > /tmp/www/big && exec httpd -f -p {port} -h /tmp/www']
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: pod-reader}}
+rules:
+- {{apiGroups: [\"\"], resources: [pods], verbs: [get, list]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: pod-reader}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}}
+"
+    );
+    let applied = rt_dir.path().join("web.yaml");
+    std::fs::write(&applied, web).expect("write");
+    cloud.ok(&["apply", "-f", applied.to_str().expect("path")]);
+    eventually(120, "the web pod Running", || {
+        running(&cloud, "web").then_some(())
+    });
+    let expected: Vec<u8> = {
+        let mut all = String::new();
+        for i in 0..200_000 {
+            all.push_str(&format!("{i:06}\n"));
+        }
+        all.into_bytes()[..1_048_576].to_vec()
+    };
+
+    let kubectls = sim::stack::kubectls();
+    if kubectls.len() < 2 {
+        eprintln!("note: only {kubectls:?} is here; port-forward is tried with that kubectl alone");
+    }
+    for (kubectl, version) in &kubectls {
+        for websockets in ["true", "false"] {
+            let way = format!("{version}, KUBECTL_PORT_FORWARD_WEBSOCKETS={websockets}");
+            let env = [("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)];
+            let pf = cloud.port_forward_with(kubectl, "pod/web", port, &[], &env);
+            // The server may take a moment to listen after the pod shows Running.
+            let (status, body) = eventually(30, "the pod's page through port-forward", || {
+                pf.get("/index.html")
+                    .ok()
+                    .filter(|(s, _)| s.contains("200"))
+            });
+            assert!(status.contains("200"), "{way}: {status}");
+            assert_eq!(body, b"hello from the pod\n", "{way}");
+            // Several connections at once, each a megabyte, each whole and in order.
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..4).map(|_| s.spawn(|| pf.get("/big"))).collect();
+                for h in handles {
+                    let (status, body) = h.join().expect("thread").expect("GET /big");
+                    assert!(status.contains("200"), "{way}: {status}");
+                    assert!(
+                        body == expected,
+                        "{way}: {} bytes, not the file's",
+                        body.len()
+                    );
+                }
+            });
+            // One after another, on the same kubectl.
+            for _ in 0..5 {
+                let (_, body) = pf.get("/index.html").expect("again");
+                assert_eq!(body, b"hello from the pod\n", "{way}");
+            }
+        }
+    }
+
+    // A port nothing listens on: the runtime's refusal, as kubectl prints it (kubectl then
+    // ends, having lost the forward).
+    let mut pf = cloud.port_forward("pod/web", unused, &[], &[]);
+    let got = pf.get("/");
+    assert!(got.is_err(), "no answer from a closed port: {got:?}");
+    let (status, err) = pf.ended(30).expect("kubectl ends after the error");
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "error forwarding port {unused} to pod default/web on node edge-node-1"
+        )),
+        "{err}"
+    );
+
+    // Who may not: a user with pods but not pods/portforward; a node's own certificate.
+    let (ok, denied) = cloud.kubectl(&[
+        "port-forward",
+        "pod/web",
+        &format!(":{port}"),
+        "--as=reader",
+    ]);
+    assert!(
+        !ok && denied.contains("cannot create resource \"pods/portforward\""),
+        "{denied}"
+    );
+    let certs = node.dir.path().join("data/certs");
+    let node_kubeconfig = rt_dir.path().join("node.kubeconfig");
+    std::fs::write(
+        &node_kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", insecure-skip-tls-verify: true}}\nusers:\n- name: node\n  user: {{client-certificate: \"{}\", client-key: \"{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
+            cloud.api,
+            certs.join("edge.crt").display(),
+            certs.join("edge.key").display()
+        ),
+    )
+    .expect("write");
+    let out = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(&node_kubeconfig)
+        .args(["port-forward", "pod/web", &format!(":{port}")])
+        .output()
+        .expect("kubectl");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("system:node:edge-node-1")
+            && said.contains("pods/portforward"),
+        "a node's certificate forwards nothing: {said}"
+    );
+
+    // A forward open when the node goes: kubectl loses it; a new one says the node is away.
+    let pf = cloud.port_forward("pod/web", port, &[], &[]);
+    assert!(pf.get("/index.html").is_ok());
+    node.kill_edgecore();
+    let got = pf.get("/index.html");
+    assert!(
+        got.is_err() || got.as_ref().is_ok_and(|(_, b)| b.is_empty()),
+        "{got:?}"
+    );
+    drop(pf);
+    let away = eventually(60, "the node's absence said", || {
+        let (ok, said) = cloud.kubectl(&["port-forward", "pod/web", &format!(":{port}")]);
+        (!ok && said.contains("edge-node-1")).then_some(said)
+    });
+    assert!(away.contains("no streaming tunnel"), "{away}");
+}

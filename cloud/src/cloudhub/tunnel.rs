@@ -96,6 +96,11 @@ impl Tunnels {
     }
 
     /// The number of tunnels open.
+    /// Whether `node` has a tunnel to this cloudcore now.
+    pub fn has(&self, node: &str) -> bool {
+        self.lock().contains_key(node)
+    }
+
     pub fn count(&self) -> usize {
         self.lock().len()
     }

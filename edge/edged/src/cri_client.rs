@@ -350,6 +350,24 @@ impl Runtime {
         Ok(r.into_inner().url)
     }
 
+    /// Asks the runtime to prepare a connection to `port` in the pod's network (`kubectl
+    /// port-forward`): the URL of its streaming server where it is then served (once).
+    pub async fn port_forward(&self, sandbox_id: &str, port: u16) -> Result<String, CriError> {
+        let r = self
+            .runtime
+            .clone()
+            .port_forward(self.request(
+                cri::PortForwardRequest {
+                    pod_sandbox_id: sandbox_id.into(),
+                    port: vec![i32::from(port)],
+                },
+                self.timeout,
+            ))
+            .await
+            .map_err(|s| failed("PortForward", s))?;
+        Ok(r.into_inner().url)
+    }
+
     /// Each container's CPU time and memory as the runtime measures them (`kubectl top`): by
     /// (namespace, pod, container) from the kubelet's labels, with the cumulative CPU
     /// nanoseconds, when they were read (Unix nanoseconds) and the working set in bytes.

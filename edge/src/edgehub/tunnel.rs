@@ -8,7 +8,9 @@
 
 use crate::config::Streams;
 use anyhow::{Context, Result};
-use api::tunnel::{ExecRequest, Frame, Kind, LogRequest, MAX_DATA, Open, Outcome, WINDOW};
+use api::tunnel::{
+    ExecRequest, Frame, Kind, LogRequest, MAX_DATA, Open, Outcome, PortForwardRequest, WINDOW,
+};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -239,6 +241,7 @@ fn handle(
                     Open::Log(req) => log(&services, req, &out).await,
                     Open::Exec(req) => exec(&services, req, false, &out, inbound).await,
                     Open::Attach(req) => exec(&services, req, true, &out, inbound).await,
+                    Open::PortForward(req) => port_forward(&services, req, &out, inbound).await,
                 };
                 streams
                     .lock()
@@ -522,47 +525,10 @@ async fn exec(
         Ok(u) => u,
         Err(e) => return fail(500, e.to_string()),
     };
-    let ws_url = url
-        .replacen("http://", "ws://", 1)
-        .replacen("https://", "wss://", 1);
-    let mut request = match ws_url.as_str().into_client_request() {
-        Ok(r) => r,
-        Err(e) => return fail(500, format!("the runtime's exec URL {url:?}: {e}")),
-    };
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        // v5 can say that the client closed stdin; a runtime that knows only v4 picks v4.
-        tokio_tungstenite::tungstenite::http::HeaderValue::from_static(
-            "v5.channel.k8s.io, v4.channel.k8s.io",
-        ),
-    );
-    // The runtime's streaming server is plain HTTP on this host (containerd's
-    // `stream_server_address`).
-    let authority = request
-        .uri()
-        .authority()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let connect = async {
-        let tcp = tokio::net::TcpStream::connect(&authority)
-            .await
-            .map_err(|e| format!("{authority}: {e}"))?;
-        tokio_tungstenite::client_async(request, tcp)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let (ws, v5) = match tokio::time::timeout(Duration::from_secs(10), connect).await {
-        Ok(Ok((ws, resp))) => {
-            let chosen = resp.headers().get("sec-websocket-protocol");
-            (ws, chosen.is_some_and(|p| p == "v5.channel.k8s.io"))
-        }
-        Ok(Err(e)) => return fail(500, format!("the runtime's streaming server: {e}")),
-        Err(_) => {
-            return fail(
-                504,
-                "the runtime's streaming server did not answer within 10 s".into(),
-            );
-        }
+    // v5 can say that the client closed stdin; a runtime that knows only v4 picks v4.
+    let (ws, v5) = match runtime_socket(&url, "v5.channel.k8s.io, v4.channel.k8s.io").await {
+        Ok((ws, chosen)) => (ws, chosen.as_deref() == Some("v5.channel.k8s.io")),
+        Err((code, message)) => return fail(code, message),
     };
     if !out.ready().await {
         return done();
@@ -601,6 +567,152 @@ async fn exec(
                 }
             }
         }
+    }
+}
+
+type RuntimeSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A websocket to the runtime's streaming server at `url` (plain HTTP on this host:
+/// containerd's `stream_server_address`) offering `protocols`, and the protocol it chose; or
+/// why not, as a status and a message.
+async fn runtime_socket(
+    url: &str,
+    protocols: &'static str,
+) -> Result<(RuntimeSocket, Option<String>), (u16, String)> {
+    let ws_url = url
+        .replacen("http://", "ws://", 1)
+        .replacen("https://", "wss://", 1);
+    let mut request = ws_url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| (500, format!("the runtime's streaming URL {url:?}: {e}")))?;
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        tokio_tungstenite::tungstenite::http::HeaderValue::from_static(protocols),
+    );
+    let authority = request
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let connect = async {
+        let tcp = tokio::net::TcpStream::connect(&authority)
+            .await
+            .map_err(|e| format!("{authority}: {e}"))?;
+        tokio_tungstenite::client_async(request, tcp)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(10), connect).await {
+        Ok(Ok((ws, resp))) => {
+            let chosen = resp
+                .headers()
+                .get("sec-websocket-protocol")
+                .and_then(|p| p.to_str().ok())
+                .map(str::to_string);
+            Ok((ws, chosen))
+        }
+        Ok(Err(e)) => Err((500, format!("the runtime's streaming server: {e}"))),
+        Err(_) => Err((
+            504,
+            "the runtime's streaming server did not answer within 10 s".into(),
+        )),
+    }
+}
+
+/// A connection to a port in the pod's network, made by the runtime (CRI `PortForward`, its
+/// streaming server's websocket with the channel protocol: channel 0 the connection's bytes,
+/// channel 1 the runtime's error, each starting with the port, two bytes little-endian).
+async fn port_forward(
+    services: &Services,
+    req: PortForwardRequest,
+    out: &Out,
+    mut inbound: mpsc::Receiver<Vec<u8>>,
+) -> Outcome {
+    let node = &services.node;
+    let fail = |code: u16, message: String| Outcome {
+        code,
+        message: format!("node {node}: {message}"),
+    };
+    let (Some(runtime), Some(pods)) = (&services.runtime, &services.pods) else {
+        return fail(
+            404,
+            "it runs no pods (edged is not enabled in its config)".into(),
+        );
+    };
+    let list = pods.list();
+    let Some(pod) = list
+        .pods
+        .iter()
+        .find(|p| p.namespace == req.namespace && p.name == req.pod)
+        .filter(|p| !p.sandbox_id.is_empty())
+    else {
+        return fail(
+            404,
+            format!("pod {}/{} does not run here", req.namespace, req.pod),
+        );
+    };
+    let url = match runtime.port_forward(&pod.sandbox_id, req.port).await {
+        Ok(u) => u,
+        Err(e) => return fail(500, e.to_string()),
+    };
+    let (ws, _) = match runtime_socket(&url, "v4.channel.k8s.io").await {
+        Ok(w) => w,
+        Err((code, message)) => return fail(code, message),
+    };
+    if !out.ready().await {
+        return done();
+    }
+    let (mut sink, mut from_runtime) = ws.split();
+    // Each channel's first message is its port.
+    let mut port_said = [false; 2];
+    let mut error = Vec::new();
+    loop {
+        tokio::select! {
+            _ = out.stop.cancelled() => {
+                let _ = sink.close().await;
+                return done();
+            }
+            m = from_runtime.next() => match m {
+                Some(Ok(WsFrame::Binary(b))) => {
+                    let Some((&channel, mut rest)) = b.split_first() else { continue };
+                    let Some(said) = port_said.get_mut(usize::from(channel)) else { continue };
+                    if !*said {
+                        *said = true;
+                        rest = rest.get(2..).unwrap_or_default();
+                    }
+                    if channel == 1 {
+                        // Bounded: a message, not a stream.
+                        let room = 4096usize.saturating_sub(error.len());
+                        error.extend_from_slice(&rest[..rest.len().min(room)]);
+                    } else if !rest.is_empty() && !out.data(rest).await {
+                        let _ = sink.close().await;
+                        return done();
+                    }
+                }
+                Some(Ok(WsFrame::Close(_))) | None => break,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return fail(502, format!("the runtime's stream broke: {e}")),
+            },
+            d = inbound.recv() => {
+                let Some(d) = d else { return done() };
+                let n = u32::try_from(d.len()).unwrap_or(WINDOW);
+                let mut m = Vec::with_capacity(d.len() + 1);
+                m.push(0u8);
+                m.extend_from_slice(&d);
+                if sink.send(WsFrame::binary(m)).await.is_err() {
+                    return fail(502, "the runtime's stream closed".into());
+                }
+                if n > 0 && out.tx.send(Frame::credit(out.id, n)).await.is_err() {
+                    return done();
+                }
+            }
+        }
+    }
+    if error.is_empty() {
+        done()
+    } else {
+        fail(500, String::from_utf8_lossy(&error).trim().to_string())
     }
 }
 

@@ -113,6 +113,63 @@ impl Cloud {
         text
     }
 
+    /// `kubectl port-forward {target} :{port}` running, with `extra` arguments and `env`, once it
+    /// says the local port it listens on.
+    pub fn port_forward(
+        &self,
+        target: &str,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> PortForward {
+        self.port_forward_with(&kubectl_bin(), target, port, extra, env)
+    }
+
+    /// As [`Cloud::port_forward`] with the `kubectl` at `kubectl`.
+    pub fn port_forward_with(
+        &self,
+        kubectl: &std::path::Path,
+        target: &str,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> PortForward {
+        use std::io::BufRead;
+        let mut child = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args([
+                "port-forward",
+                target,
+                &format!(":{port}"),
+                "--address=127.0.0.1",
+            ])
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl port-forward runs");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        // "Forwarding from 127.0.0.1:PORT -> REMOTE"
+        let _ = out.read_line(&mut line);
+        let local = line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok());
+        let Some(local) = local else {
+            let _ = child.kill();
+            let mut err = String::new();
+            let _ =
+                std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+            panic!("kubectl port-forward {target} :{port}: {line:?} {err}");
+        };
+        // The rest of its output is read as it comes, so kubectl never blocks on a full pipe.
+        std::thread::spawn(move || for _ in out.lines() {});
+        PortForward { child, local }
+    }
+
     /// `kubectl patch device NAME` giving its `index`th property the desired value `value`,
     /// whether or not it had one.
     pub fn set_desired(&self, name: &str, index: usize, value: &str) {
@@ -212,4 +269,90 @@ pub fn oven_manifest(port: u16) -> PathBuf {
     let file = std::env::temp_dir().join(format!("oven-{port}.yaml"));
     std::fs::write(&file, text).expect("write");
     file
+}
+
+/// The `kubectl`s to try a client-side feature with: [`kubectl_bin`], then Debian's or the
+/// PATH's `/usr/bin/kubectl` when it is there and another version (on the developers' machine,
+/// 1.32 beside the pinned newest), each with its version.
+pub fn kubectls() -> Vec<(PathBuf, String)> {
+    let version = |k: &std::path::Path| {
+        Command::new(k)
+            .args(["version", "--client"])
+            .output()
+            .ok()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+    };
+    let mut all = Vec::new();
+    for k in [kubectl_bin(), PathBuf::from("/usr/bin/kubectl")] {
+        if let Some(v) = version(&k)
+            && !v.is_empty()
+            && !all.iter().any(|(_, seen)| *seen == v)
+        {
+            all.push((k, v));
+        }
+    }
+    all
+}
+
+/// A running `kubectl port-forward`; killed when dropped.
+pub struct PortForward {
+    pub child: std::process::Child,
+    /// The local port it forwards.
+    pub local: u16,
+}
+
+impl PortForward {
+    /// An HTTP/1.0 `GET path` through the forward: the status line and the body.
+    pub fn get(&self, path: &str) -> std::io::Result<(String, Vec<u8>)> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.local))?;
+        c.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+        write!(c, "GET {path} HTTP/1.0\r\nHost: pod\r\n\r\n")?;
+        let mut all = Vec::new();
+        c.read_to_end(&mut all)?;
+        let split = all
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "no HTTP answer: {:?}",
+                    String::from_utf8_lossy(&all)
+                ))
+            })?;
+        let status = String::from_utf8_lossy(&all[..split])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Ok((status, all[split + 4..].to_vec()))
+    }
+
+    /// kubectl's exit and what it wrote on stderr, once it ends within `secs`.
+    pub fn ended(&mut self, secs: u64) -> Option<(std::process::ExitStatus, String)> {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Some((status, err));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        None
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
