@@ -134,40 +134,7 @@ impl Cloud {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> PortForward {
-        use std::io::BufRead;
-        let mut child = Command::new(kubectl)
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args([
-                "port-forward",
-                target,
-                &format!(":{port}"),
-                "--address=127.0.0.1",
-            ])
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl port-forward runs");
-        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        // "Forwarding from 127.0.0.1:PORT -> REMOTE"
-        let _ = out.read_line(&mut line);
-        let local = line
-            .strip_prefix("Forwarding from 127.0.0.1:")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok());
-        let Some(local) = local else {
-            let _ = child.kill();
-            let mut err = String::new();
-            let _ =
-                std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
-            panic!("kubectl port-forward {target} :{port}: {line:?} {err}");
-        };
-        // The rest of its output is read as it comes, so kubectl never blocks on a full pipe.
-        std::thread::spawn(move || for _ in out.lines() {});
-        PortForward { child, local }
+        port_forward(kubectl, &self.kubeconfig(), target, port, extra, env)
     }
 
     /// `kubectl patch device NAME` giving its `index`th property the desired value `value`,
@@ -271,6 +238,54 @@ pub fn oven_manifest(port: u16) -> PathBuf {
     file
 }
 
+/// `kubectl port-forward {target} :{port}` with `kubeconfig`, running once it says the local port
+/// it listens on.
+pub fn port_forward(
+    kubectl: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    target: &str,
+    port: u16,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> PortForward {
+    use std::io::BufRead;
+    let mut child = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "port-forward",
+            target,
+            &format!(":{port}"),
+            "--address=127.0.0.1",
+        ])
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward runs");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    // "Forwarding from 127.0.0.1:PORT -> REMOTE"
+    let _ = out.read_line(&mut line);
+    let local = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok());
+    let Some(local) = local else {
+        let _ = child.kill();
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+        panic!("kubectl port-forward {target} :{port}: {line:?} {err}");
+    };
+    // The rest of its output is read as it comes, so kubectl never blocks on a full pipe.
+    std::thread::spawn(move || for _ in out.lines() {});
+    PortForward {
+        child: Some(child),
+        local,
+    }
+}
+
 /// The `kubectl`s to try a client-side feature with: [`kubectl_bin`], then Debian's or the
 /// PATH's `/usr/bin/kubectl` when it is there and another version (on the developers' machine,
 /// 1.32 beside the pinned newest), each with its version.
@@ -302,12 +317,17 @@ pub fn kubectls() -> Vec<(PathBuf, String)> {
 
 /// A running `kubectl port-forward`; killed when dropped.
 pub struct PortForward {
-    pub child: std::process::Child,
+    pub child: Option<std::process::Child>,
     /// The local port it forwards.
     pub local: u16,
 }
 
 impl PortForward {
+    /// No forward: `get` straight to a local port (what a forward is measured against).
+    pub fn to(local: u16) -> Self {
+        Self { child: None, local }
+    }
+
     /// An HTTP/1.0 `GET path` through the forward: the status line and the body.
     pub fn get(&self, path: &str) -> std::io::Result<(String, Vec<u8>)> {
         use std::io::{Read, Write};
@@ -336,10 +356,11 @@ impl PortForward {
     /// kubectl's exit and what it wrote on stderr, once it ends within `secs`.
     pub fn ended(&mut self, secs: u64) -> Option<(std::process::ExitStatus, String)> {
         let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let child = self.child.as_mut()?;
         while std::time::Instant::now() < until {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = child.try_wait() {
                 let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
+                if let Some(mut e) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut err);
                 }
                 return Some((status, err));
@@ -352,7 +373,9 @@ impl PortForward {
 
 impl Drop for PortForward {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -13,6 +13,10 @@
 //!   `GET /api/v1/pods/{ns}/{name}/log` on the node (what `kectl logs` reads), lines per second;
 //! - `kubectl exec POD -- echo` through the tunnel against `ctr tasks exec` on the node (the
 //!   runtime's own client), `--rounds` times;
+//! - `kubectl port-forward` to a web server in a pod (busybox `httpd`, host network): an 8 MiB
+//!   download through the tunnel against the same from the node's own address, MB/s (best of
+//!   3), and a small `GET` through the open forward against the same on the node, `--rounds`
+//!   times;
 //! - a register change until `DeviceStatus` shows it, `--rounds` times, first with no stream
 //!   open, then while a pod writes 1 MB of log a second and `kubectl logs -f` reads it: what an
 //!   open stream costs the session's twin reports.
@@ -105,6 +109,10 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     let line = "x".repeat(99);
     let pods_yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: big}}\nspec:\n  nodeName: edge-node-1\n  hostNetwork: true\n  containers:\n  - {{name: main, image: edged-test/busybox:1, imagePullPolicy: Never, command: [sh, -c, 'busybox yes {line} | busybox head -n {lines}; echo done; sleep 36000']}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: spew}}\nspec:\n  nodeName: edge-node-1\n  hostNetwork: true\n  containers:\n  - {{name: main, image: edged-test/busybox:1, imagePullPolicy: Never, command: [sh, -c, 'while true; do busybox yes {line} | busybox head -n 10000; sleep 1; done']}}\n"
+    );
+    let web_port = sim::free_port();
+    let pods_yaml = format!(
+        "{pods_yaml}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  nodeName: edge-node-1\n  hostNetwork: true\n  containers:\n  - {{name: main, image: edged-test/busybox:1, imagePullPolicy: Never, command: [sh, -c, 'mkdir -p /tmp/www && head -c 8388608 /dev/zero > /tmp/www/big && echo ok > /tmp/www/small && exec httpd -f -p {web_port} -h /tmp/www']}}\n"
     );
     let applied = dir.path().join("pods.yaml");
     std::fs::write(&applied, pods_yaml)?;
@@ -210,6 +218,65 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
         "ctr tasks exec ... echo on the node:     {}",
         percentiles(ctr)
     );
+
+    // port-forward: bytes and round trips through the tunnel, against the node's own address.
+    let forward = sim::stack::port_forward(
+        &sim::stack::kubectl_bin(),
+        &kubeconfig,
+        "pod/web",
+        web_port,
+        &[],
+        &[],
+    );
+    let direct = sim::stack::PortForward::to(web_port);
+    sim::poll::until_async(
+        120,
+        Duration::from_millis(500),
+        "the web pod answering through port-forward",
+        async || {
+            forward
+                .get("/small")
+                .ok()
+                .filter(|(s, _)| s.contains("200"))
+        },
+    )
+    .await?;
+    let download = |via: &sim::stack::PortForward| -> Result<f64> {
+        let t = Instant::now();
+        let (_, body) = via.get("/big")?;
+        anyhow::ensure!(body.len() == 8 << 20, "GET /big gave {} bytes", body.len());
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let (mut through, mut on_node) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        through.push(download(&forward)?);
+        on_node.push(download(&direct)?);
+    }
+    let (a, b) = (best(&through), best(&on_node));
+    println!(
+        "8 MiB over HTTP: kubectl port-forward through the tunnel {:.1} MB/s, on the node {:.1} MB/s: {:.2}x (best of 3)",
+        8.0 * 1.048576 / a,
+        8.0 * 1.048576 / b,
+        b / a
+    );
+    let (mut through, mut on_node) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for (via, into) in [(&forward, &mut through), (&direct, &mut on_node)] {
+            let t = Instant::now();
+            let (status, _) = via.get("/small")?;
+            anyhow::ensure!(status.contains("200"), "GET /small: {status}");
+            into.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    println!(
+        "GET /small through kubectl port-forward: {}",
+        percentiles(through)
+    );
+    println!(
+        "GET /small on the node:                  {}",
+        percentiles(on_node)
+    );
+    drop(forward);
 
     // Twin reports, without and with a 1 MB/s log stream open.
     let statuses: Api<DynamicObject> =
