@@ -13,6 +13,8 @@ pub const OPERATION: &str = "run";
 pub const IMAGE_PREPULL: &str = "imageprepulljob";
 /// The message resource kind of a `NodeUpgradeJob`'s question.
 pub const NODE_UPGRADE: &str = "nodeupgradejob";
+/// The message resource kind of a `ConfigUpdateJob`'s question.
+pub const CONFIG_UPDATE: &str = "configupdatejob";
 /// The namespace segment of a job question's resource (jobs are cluster-scoped).
 pub const NAMESPACE: &str = "operations";
 
@@ -148,6 +150,21 @@ pub struct Upgrade {
     pub path: String,
     /// How long the new edgecore has to prove itself (its session back) before it is rolled
     /// back.
+    pub health_seconds: u32,
+    /// Checks before anything is done (`cpu`, `mem`, `disk`: each used at most 80 %).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check_items: Vec<String>,
+}
+
+/// What a `ConfigUpdateJob` asks of one node: fields of its edgecore config set, by their
+/// dotted path in the YAML (`modules.edgeHub.heartbeat` in KubeEdge's; `cloud.metricsSeconds`
+/// in edgecore's), each value a YAML scalar as text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigUpdate {
+    pub update_fields: std::collections::BTreeMap<String, String>,
+    /// How long edgecore on the new config has to get its session back before the old config
+    /// is put back.
     pub health_seconds: u32,
     /// Checks before anything is done (`cpu`, `mem`, `disk`: each used at most 80 %).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -40,6 +40,7 @@ const CLUSTER_OBJECTSYNC_CRD: &str =
     include_str!("../crds/reliablesyncs_v1alpha1_clusterobjectsync.yaml");
 const IMAGEPREPULLJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_imageprepulljob.yaml");
 const NODEUPGRADEJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_nodeupgradejob.yaml");
+const CONFIGUPDATEJOB_CRD: &str = include_str!("../crds/operations_v1alpha2_configupdatejob.yaml");
 
 /// The CRDs cloudcore installs: Device, DeviceModel, DeviceStatus, ObjectSync,
 /// ClusterObjectSync, ImagePrePullJob and NodeUpgradeJob.
@@ -56,6 +57,10 @@ pub fn crds() -> Result<Vec<Value>> {
             IMAGEPREPULLJOB_CRD.to_string(),
         ),
         ("nodeupgradejob".to_string(), NODEUPGRADEJOB_CRD.to_string()),
+        (
+            "configupdatejob".to_string(),
+            CONFIGUPDATEJOB_CRD.to_string(),
+        ),
     ]) {
         for doc in serde_yaml_ng::Deserializer::from_str(&yaml) {
             use serde::Deserialize;

@@ -122,13 +122,7 @@ fn websocket(headers: &HeaderMap) -> Option<(&'static str, String)> {
     let key = headers
         .get("sec-websocket-key")
         .and_then(|v| v.to_str().ok())?;
-    let offered: Vec<&str> = headers
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
+    let offered = crate::podportforward::header_words(headers, "sec-websocket-protocol");
     let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p))?;
     upgrade.then(|| (protocol, key.to_string()))
 }

@@ -76,7 +76,8 @@ enum Transport {
     Spdy,
 }
 
-fn header_words<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+/// A header's comma-separated words, over all its lines.
+pub(crate) fn header_words<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
     headers
         .get_all(name)
         .iter()
@@ -522,6 +523,25 @@ mod tests {
             .await;
         }
 
+        /// What a connection's error stream says, once both its streams end (replies skipped).
+        async fn said(&mut self, error: u32) -> String {
+            let mut said = Vec::new();
+            let mut ended = 0;
+            while ended < 2 {
+                match self.next().await {
+                    Frame::SynReply { .. } => {}
+                    Frame::Data {
+                        stream,
+                        fin: false,
+                        data,
+                    } if stream == error => said.extend(data),
+                    Frame::Data { fin: true, .. } => ended += 1,
+                    other => panic!("{other:?}"),
+                }
+            }
+            String::from_utf8_lossy(&said).into_owned()
+        }
+
         async fn next(&mut self) -> Frame {
             loop {
                 if let Some((f, n)) = Frame::parse(&self.buf).expect("a frame") {
@@ -652,21 +672,7 @@ mod tests {
         // A port the pod does not listen on: the node's refusal on the error stream.
         c.open(5, "error", "9", "1").await;
         c.open(7, "data", "9", "1").await;
-        let mut said = Vec::new();
-        let mut ended = 0;
-        while ended < 2 {
-            match c.next().await {
-                Frame::SynReply { .. } => {}
-                Frame::Data {
-                    stream: 5,
-                    fin: false,
-                    data,
-                } => said.extend(data),
-                Frame::Data { fin: true, .. } => ended += 1,
-                other => panic!("{other:?}"),
-            }
-        }
-        let said = String::from_utf8_lossy(&said);
+        let said = c.said(5).await;
         assert!(
             said.starts_with("error forwarding port 9 to pod ns/web on node edge-1")
                 && said.contains("connection refused"),
@@ -675,21 +681,8 @@ mod tests {
         // A port that is not one, said without asking the node.
         c.open(9, "error", "http", "2").await;
         c.open(11, "data", "http", "2").await;
-        let mut said = Vec::new();
-        let mut ended = 0;
-        while ended < 2 {
-            match c.next().await {
-                Frame::SynReply { .. } => {}
-                Frame::Data {
-                    stream: 9,
-                    fin: false,
-                    data,
-                } => said.extend(data),
-                Frame::Data { fin: true, .. } => ended += 1,
-                other => panic!("{other:?}"),
-            }
-        }
-        assert!(String::from_utf8_lossy(&said).contains("invalid port \"http\""));
+        let said = c.said(9).await;
+        assert!(said.contains("invalid port \"http\""), "{said}");
         // A stream without a request id, or a stream id used twice: reset.
         c.open(13, "data", "8080", "").await;
         assert_eq!(

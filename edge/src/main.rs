@@ -22,6 +22,9 @@ fn main() -> ExitCode {
     rt::sys::single_arena();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
+    if let Some(f) = &args.config {
+        edge::upgrade::remember_config(f);
+    }
     let config = match &args.config {
         Some(f) => edge::config::Config::load(f),
         None => edge::config::Config::parse(
@@ -37,9 +40,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let code = rt::bootstrap::run("edgecore", rt::bootstrap::Threads::PerCore, |cancel| {
-        edge::app::run(config, cancel)
-    });
+    let data_dir = config.data_dir.clone();
+    let code = rt::bootstrap::run(
+        "edgecore",
+        rt::bootstrap::Threads::PerCore,
+        |cancel| async move {
+            let ran = edge::app::run(config, cancel).await;
+            // On trial after an upgrade or a config update, a failure puts the old one back.
+            if let Err(e) = &ran
+                && edge::upgrade::roll_back_after_failure(&data_dir, &format!("{e:#}"))
+            {
+                eprintln!("edgecore: rolled back after: {e:#}");
+            }
+            ran
+        },
+    );
     // Upgraded or rolled back: the binary at edgecore's path starts in this process's place.
     if let Some(e) = edge::upgrade::restart_if_asked() {
         eprintln!("edgecore: cannot start again after an upgrade: {e}");

@@ -18,9 +18,16 @@
 //!    its check was going (it stopped during it).
 //! 3. The cloud asks again every few seconds; every answer comes from the state file, so it
 //!    survives the restarts. A question for a job already done is answered from it again.
+//!
+//! A `ConfigUpdateJob` ([`api::operations::ConfigUpdate`]) goes the same way with the config
+//! file in the binary's place: its fields set in the file's YAML ([`apply_fields`]), the result
+//! parsed as edgecore parses it at start (a field that is not one, a bad value, and the job
+//! fails naming it, nothing written), the file kept as `upgrade/edgecore.yaml.prev`, the new
+//! one renamed over it, a restart; the session must be back within `healthSeconds`, or the old
+//! file is put back and edgecore restarts on it.
 
 use anyhow::{Context, Result, bail};
-use api::operations::{Action, NodePhase, Upgrade, UpgradeResult};
+use api::operations::{Action, ConfigUpdate, NodePhase, Upgrade, UpgradeResult};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +38,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The path this edgecore was started from (read before anything can replace it).
 static EXE: OnceLock<PathBuf> = OnceLock::new();
+/// The config file this edgecore was started with (none: it runs on the defaults).
+static CONFIG: OnceLock<PathBuf> = OnceLock::new();
 /// Set when edgecore must start again from [`EXE`] once it has stopped.
 static RESTART: AtomicBool = AtomicBool::new(false);
 /// The whole program's stop.
@@ -41,6 +50,26 @@ pub fn remember_exe() {
     if let Ok(p) = std::env::current_exe() {
         let _ = EXE.set(p);
     }
+}
+
+/// The config file edgecore runs with (`--config`), for a `ConfigUpdateJob`; called in `main`.
+pub fn remember_config(file: &Path) {
+    let _ = CONFIG.set(std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()));
+}
+
+/// edgecore ended with an error while on trial after a config update or an upgrade (a config
+/// that parses but cannot run: a port taken, a path it may not write): the old one is put back
+/// and `main` restarts into it ([`restart_if_asked`]). True when it did.
+pub fn roll_back_after_failure(data_dir: &Path, error: &str) -> bool {
+    let Some(mut s) = load(data_dir).filter(|s| s.step == Step::Checking) else {
+        return false;
+    };
+    let why = format!("{} stopped: {error}", s.on_trial());
+    if roll_back(data_dir, &mut s, &why).is_err() {
+        return false;
+    }
+    RESTART.store(true, Ordering::SeqCst);
+    true
 }
 
 /// The program's stop, for an upgrade to restart it.
@@ -85,9 +114,21 @@ enum Step {
     Failed,
 }
 
+/// What a job replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+enum What {
+    /// edgecore's binary (`NodeUpgradeJob`).
+    #[default]
+    Binary,
+    /// Its config file (`ConfigUpdateJob`).
+    Config,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct State {
+    #[serde(default)]
+    what: What,
     job: String,
     version: String,
     sha256: String,
@@ -115,6 +156,28 @@ impl State {
             current_version: current,
             historic_version: self.from.clone(),
             action_flow: self.actions.clone(),
+        }
+    }
+
+    /// What runs on trial, in words.
+    fn on_trial(&self) -> String {
+        match self.what {
+            What::Binary => format!("the new edgecore ({})", self.version),
+            What::Config => "edgecore on its new config".into(),
+        }
+    }
+
+    /// The file replaced and the replacement's path.
+    fn target(&self) -> Result<PathBuf> {
+        match self.what {
+            What::Binary => EXE
+                .get()
+                .cloned()
+                .context("edgecore's own path is not known"),
+            What::Config => CONFIG
+                .get()
+                .cloned()
+                .context("edgecore's config file is not known"),
         }
     }
 
@@ -208,24 +271,28 @@ pub fn on_start(data_dir: &Path) -> Result<Option<u32>> {
     if !matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking) {
         return Ok(None);
     }
-    let exe = EXE
-        .get()
-        .cloned()
-        .context("edgecore's own path is not known")?;
-    let running_new = sha256_file(&exe).is_ok_and(|d| d == s.sha256);
+    let running_new = sha256_file(&s.target()?).is_ok_and(|d| d == s.sha256);
     if !running_new {
         // The swap did not happen (killed before the rename), or a rollback's rename did.
-        let (step, reason) = match s.step {
-            Step::Swapping => (
+        let (step, reason) = match (s.step, s.what) {
+            (Step::Swapping, What::Binary) => (
                 Step::Failed,
                 format!(
                     "edgecore stopped before its binary was replaced; {} kept",
                     s.from
                 ),
             ),
-            _ => (
+            (Step::Swapping, What::Config) => (
+                Step::Failed,
+                "edgecore stopped before its config was replaced; the old config kept".into(),
+            ),
+            (_, What::Binary) => (
                 Step::RolledBack,
                 format!("the old edgecore ({}) runs again", s.from),
+            ),
+            (_, What::Config) => (
+                Step::RolledBack,
+                "edgecore runs on its old config again".into(),
             ),
         };
         s.step = step;
@@ -236,37 +303,39 @@ pub fn on_start(data_dir: &Path) -> Result<Option<u32>> {
     }
     s.starts += 1;
     if s.step == Step::Checking && s.starts > 1 {
-        let why = format!(
-            "the new edgecore ({}) stopped during its health check",
-            s.version
-        );
+        let why = format!("{} stopped during its health check", s.on_trial());
         roll_back(data_dir, &mut s, &why)?;
         restart();
         bail!("rolled back: {why}; starting the old edgecore");
     }
     s.step = Step::Checking;
     // The version this node says it runs (its session's node info) is the new one from now.
-    write_version(data_dir, &s.version)?;
+    if s.what == What::Binary {
+        write_version(data_dir, &s.version)?;
+    }
     save(data_dir, &s)?;
     tracing::info!(job = %s.job, version = %s.version, seconds = s.health_seconds, "upgrade: the new edgecore starts; its session must be back in time");
     Ok(Some(s.health_seconds))
 }
 
-/// Puts `edgecore.prev` back at edgecore's path.
+/// Puts `upgrade/edgecore.prev` back at edgecore's path (or `upgrade/edgecore.yaml.prev` at its
+/// config's).
 fn roll_back(data_dir: &Path, s: &mut State, why: &str) -> Result<()> {
-    let exe = EXE
-        .get()
-        .cloned()
-        .context("edgecore's own path is not known")?;
-    let prev = dir(data_dir).join("edgecore.prev");
-    let back = std::fs::rename(&prev, &exe)
-        .with_context(|| format!("cannot put {} back at {}", prev.display(), exe.display()));
-    if let Some(parent) = exe.parent() {
+    let target = s.target()?;
+    let prev = dir(data_dir).join(match s.what {
+        What::Binary => "edgecore.prev",
+        What::Config => "edgecore.yaml.prev",
+    });
+    let back = std::fs::rename(&prev, &target)
+        .with_context(|| format!("cannot put {} back at {}", prev.display(), target.display()));
+    if let Some(parent) = target.parent() {
         sync_dir(parent);
     }
     s.step = Step::RolledBack;
     s.reason = format!("{why}; rolled back to {}", s.from);
-    write_version(data_dir, &s.from)?;
+    if s.what == What::Binary {
+        write_version(data_dir, &s.from)?;
+    }
     s.act("RollBack", back.is_ok(), why);
     if let Err(e) = &back {
         s.reason = format!("{why}; the rollback failed: {e:#}");
@@ -288,8 +357,19 @@ pub async fn watch_health(
         if connected.cloud_connected.load(Ordering::Relaxed) == 1 {
             if let Some(mut s) = load(&data_dir) {
                 s.step = Step::Successful;
-                s.reason = format!("{} runs; its session with the cloud is back", s.version);
-                s.act("Upgrade", true, s.reason.clone());
+                s.reason = match s.what {
+                    What::Binary => {
+                        format!("{} runs; its session with the cloud is back", s.version)
+                    }
+                    What::Config => {
+                        "edgecore runs on its new config; its session with the cloud is back".into()
+                    }
+                };
+                let action = match s.what {
+                    What::Binary => "Upgrade",
+                    What::Config => "Update",
+                };
+                s.act(action, true, s.reason.clone());
                 let kept = save(&data_dir, &s);
                 match kept {
                     Ok(()) => tracing::info!(job = %s.job, version = %s.version, "upgrade: done"),
@@ -306,8 +386,8 @@ pub async fn watch_health(
         if tokio::time::Instant::now() >= deadline {
             if let Some(mut s) = load(&data_dir) {
                 let why = format!(
-                    "the new edgecore ({}) had no session with the cloud within {seconds}s",
-                    s.version
+                    "{} had no session with the cloud within {seconds}s",
+                    s.on_trial()
                 );
                 if let Err(e) = roll_back(&data_dir, &mut s, &why) {
                     tracing::warn!(error = format!("{e:#}"), "upgrade: rollback failed");
@@ -391,6 +471,7 @@ impl Upgrader {
         let (me, job, base) = (self.clone(), job.to_string(), cert_server.to_string());
         tokio::spawn(async move {
             let mut s = State {
+                what: What::Binary,
                 job: job.clone(),
                 version: q.version.clone(),
                 sha256: q.sha256.clone(),
@@ -522,6 +603,210 @@ impl Upgrader {
     }
 }
 
+impl Upgrader {
+    /// The answer to a `ConfigUpdateJob`'s question: from its state when it has one here,
+    /// else the update starts.
+    pub(crate) fn configure(self: &Arc<Self>, job: &str, q: ConfigUpdate) -> UpgradeResult {
+        if let Some(s) = load(&self.data_dir).filter(|s| s.job == job) {
+            return s.result();
+        }
+        if let Some(r) = self.working().get(job) {
+            return r.clone();
+        }
+        let current = version(&self.data_dir);
+        let busy = self
+            .working()
+            .values()
+            .any(|r| r.phase == NodePhase::InProgress);
+        if busy
+            || load(&self.data_dir).is_some_and(|s| {
+                matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking)
+            })
+        {
+            return failed(
+                &current,
+                "another upgrade or config update is under way on this node".into(),
+            );
+        }
+        let Some(file) = CONFIG.get().cloned() else {
+            return failed(
+                &current,
+                "edgecore runs on its defaults (no --config file): there is no config to update"
+                    .into(),
+            );
+        };
+        let r = UpgradeResult {
+            phase: NodePhase::InProgress,
+            reason: "checking the new config".into(),
+            current_version: current.clone(),
+            historic_version: current.clone(),
+            action_flow: Vec::new(),
+        };
+        self.working().insert(job.to_string(), r.clone());
+        let (me, job) = (self.clone(), job.to_string());
+        tokio::spawn(async move {
+            let mut s = State {
+                what: What::Config,
+                job: job.clone(),
+                version: current.clone(),
+                sha256: String::new(),
+                from: "its old config".into(),
+                step: Step::Swapping,
+                reason: String::new(),
+                starts: 0,
+                health_seconds: q.health_seconds.max(5),
+                actions: Vec::new(),
+            };
+            match me.prepare_config(&file, &q, &mut s).await {
+                Ok(()) => {
+                    me.working().remove(&job);
+                    restart();
+                }
+                Err(e) => {
+                    let why = format!("{e:#}");
+                    tracing::warn!(%job, reason = %why, "config update: not applied");
+                    let mut r = failed(&current, why);
+                    r.action_flow = s.actions.clone();
+                    me.working().insert(job, r);
+                }
+            }
+        });
+        r
+    }
+
+    /// Check, write beside, back up, swap: ready to restart on the new config.
+    async fn prepare_config(&self, file: &Path, q: &ConfigUpdate, s: &mut State) -> Result<()> {
+        let d = dir(&self.data_dir);
+        rt::fs::private_dir(&d)?;
+        let checked = match crate::edgehub::checks::run(&q.check_items, &self.data_dir).await {
+            Ok(found) => found,
+            Err(why) => {
+                s.act("Check", false, why.clone());
+                bail!("checkItems: {why}");
+            }
+        };
+        let checked_config = (|| {
+            let old = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            let new = apply_fields(&old, &q.update_fields)?;
+            let base = file.parent().unwrap_or(Path::new("."));
+            let parsed =
+                crate::config::Config::parse(&new, file, base).map_err(|e| e.to_string())?;
+            let same = |a: &Path, b: &Path| {
+                let real = |p: &Path| {
+                    std::fs::canonicalize(p)
+                        .or_else(|_| std::path::absolute(p))
+                        .unwrap_or_else(|_| p.to_path_buf())
+                };
+                real(a) == real(b)
+            };
+            if !same(&parsed.data_dir, &self.data_dir) {
+                return Err("dataDir cannot be changed by a job (the twins and this job's state are kept there)".to_string());
+            }
+            Ok(new)
+        })();
+        let new = match checked_config {
+            Ok(n) => n,
+            Err(why) => {
+                s.act("Check", false, why.clone());
+                bail!("the new config: {why}");
+            }
+        };
+        let fields: Vec<&str> = q.update_fields.keys().map(String::as_str).collect();
+        let checked = if checked.is_empty() {
+            String::new()
+        } else {
+            format!("; {checked}")
+        };
+        s.act(
+            "Check",
+            true,
+            format!("the new config parses ({}){checked}", fields.join(", ")),
+        );
+        let staged = d.join("edgecore.yaml.new");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&staged)
+                .with_context(|| format!("cannot write {}", staged.display()))?;
+            f.write_all(new.as_bytes())?;
+            f.sync_all()?;
+        }
+        // The config keeps its owner's permissions.
+        if let Ok(m) = std::fs::metadata(file) {
+            let _ = std::fs::set_permissions(&staged, m.permissions());
+        }
+        s.sha256 = sha256_file(&staged)?;
+        let prev = d.join("edgecore.yaml.prev");
+        std::fs::copy(file, &prev)
+            .with_context(|| format!("cannot keep {} as {}", file.display(), prev.display()))?;
+        sync_dir(&d);
+        s.act(
+            "BackUp",
+            true,
+            "the old config kept as upgrade/edgecore.yaml.prev",
+        );
+        s.step = Step::Swapping;
+        save(&self.data_dir, s)?;
+        step_pause();
+        std::fs::rename(&staged, file)
+            .with_context(|| format!("cannot put the new config at {}", file.display()))?;
+        if let Some(parent) = file.parent() {
+            sync_dir(parent);
+        }
+        step_pause();
+        s.step = Step::Restarting;
+        s.reason = "restarting on the new config".into();
+        save(&self.data_dir, s)?;
+        tracing::info!(job = %s.job, fields = ?fields, "config update: config replaced; restarting");
+        Ok(())
+    }
+}
+
+/// `fields` set in the YAML `text` (each by its dotted path, its value read as YAML: `20` a
+/// number, `true` a boolean, `[a, b]` a list, anything else a string), written back as YAML.
+/// Mappings along a path are made where missing; a path through something that is not one is
+/// refused, naming it. (Comments are not kept.)
+pub fn apply_fields(
+    text: &str,
+    fields: &std::collections::BTreeMap<String, String>,
+) -> std::result::Result<String, String> {
+    use serde_yaml_ng::{Mapping, Value};
+    let mut doc: Value = if text.trim().is_empty() {
+        Value::Mapping(Mapping::new())
+    } else {
+        serde_yaml_ng::from_str(text).map_err(|e| format!("the config is not YAML: {e}"))?
+    };
+    for (path, value) in fields {
+        let parts: Vec<&str> = path.split('.').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(format!(
+                "{path:?} is not a field path (names joined by dots)"
+            ));
+        }
+        let v: Value =
+            serde_yaml_ng::from_str(value).unwrap_or_else(|_| Value::String(value.clone()));
+        let mut at = &mut doc;
+        for (i, part) in parts.iter().enumerate() {
+            if at.is_null() {
+                *at = Value::Mapping(Mapping::new());
+            }
+            let Value::Mapping(m) = at else {
+                return Err(format!(
+                    "{path}: {} is not a mapping in the config",
+                    parts[..i].join(".")
+                ));
+            };
+            let key = Value::String((*part).to_string());
+            if i + 1 == parts.len() {
+                m.insert(key, v.clone());
+                break;
+            }
+            at = m.entry(key).or_insert(Value::Null);
+        }
+    }
+    serde_yaml_ng::to_string(&doc).map_err(|e| e.to_string())
+}
+
 /// For tests of a kill in the middle of the swap: `EDGECORE_UPGRADE_STEP_PAUSE_MS` pauses
 /// before and after the rename.
 fn step_pause() {
@@ -635,4 +920,61 @@ async fn download(
     };
     std::fs::rename(&part, to)?;
     Ok(hex(ctx.finish().as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn fields_are_set_by_their_path_as_yaml_values() {
+        let text = "node: {name: gw-1}\ncloud:\n  metricsSeconds: 15\n";
+        let out = apply_fields(
+            text,
+            &fields(&[
+                ("cloud.metricsSeconds", "30"),
+                ("cloud.streams.enable", "false"),
+                ("node.labels", "[a, b]"),
+                ("node.name", "gw-2"),
+            ]),
+        )
+        .expect("applied");
+        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&out).expect("yaml");
+        assert_eq!(v["cloud"]["metricsSeconds"], serde_yaml_ng::Value::from(30));
+        assert_eq!(
+            v["cloud"]["streams"]["enable"],
+            serde_yaml_ng::Value::from(false)
+        );
+        assert_eq!(v["node"]["name"], serde_yaml_ng::Value::from("gw-2"));
+        assert_eq!(v["node"]["labels"][1], serde_yaml_ng::Value::from("b"));
+        // An empty file takes fields too.
+        assert!(
+            apply_fields("", &fields(&[("a.b", "1")]))
+                .expect("empty")
+                .contains("b: 1")
+        );
+        // A path through a value, or with an empty name: refused, named.
+        assert_eq!(
+            apply_fields(text, &fields(&[("node.name.first", "x")])).expect_err("through"),
+            "node.name.first: node.name is not a mapping in the config"
+        );
+        assert!(
+            apply_fields(text, &fields(&[("cloud..x", "1")]))
+                .expect_err("empty")
+                .contains("not a field path")
+        );
+        assert!(
+            apply_fields("a: [", &fields(&[]))
+                .expect_err("bad")
+                .contains("not YAML")
+        );
+    }
 }

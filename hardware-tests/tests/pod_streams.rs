@@ -63,6 +63,23 @@ fn last_tick(log: &str) -> Option<u64> {
         .max()
 }
 
+/// A kubeconfig for the API with `node`'s own certificate, written in `dir`.
+fn node_kubeconfig(cloud: &Cloud, node: &Node, dir: &Path) -> std::path::PathBuf {
+    let certs = node.dir.path().join("data/certs");
+    let path = dir.join("node.kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", insecure-skip-tls-verify: true}}\nusers:\n- name: node\n  user: {{client-certificate: \"{}\", client-key: \"{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
+            cloud.api,
+            certs.join("edge.crt").display(),
+            certs.join("edge.key").display()
+        ),
+    )
+    .expect("write");
+    path
+}
+
 fn running(cloud: &Cloud, pod: &str) -> bool {
     cloud
         .kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"])
@@ -424,18 +441,7 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
         !ok && denied.contains("cannot create resource \"pods/exec\""),
         "{denied}"
     );
-    let certs = node.dir.path().join("data/certs");
-    let node_kubeconfig = rt_dir.path().join("node.kubeconfig");
-    std::fs::write(
-        &node_kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", insecure-skip-tls-verify: true}}\nusers:\n- name: node\n  user: {{client-certificate: \"{}\", client-key: \"{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
-            cloud.api,
-            certs.join("edge.crt").display(),
-            certs.join("edge.key").display()
-        ),
-    )
-    .expect("write");
+    let node_kubeconfig = node_kubeconfig(&cloud, &node, rt_dir.path());
     let out = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(&node_kubeconfig)
@@ -624,18 +630,7 @@ subjects:
         !ok && denied.contains("cannot create resource \"pods/portforward\""),
         "{denied}"
     );
-    let certs = node.dir.path().join("data/certs");
-    let node_kubeconfig = rt_dir.path().join("node.kubeconfig");
-    std::fs::write(
-        &node_kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", insecure-skip-tls-verify: true}}\nusers:\n- name: node\n  user: {{client-certificate: \"{}\", client-key: \"{}\"}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: node}}\ncurrent-context: c\n",
-            cloud.api,
-            certs.join("edge.crt").display(),
-            certs.join("edge.key").display()
-        ),
-    )
-    .expect("write");
+    let node_kubeconfig = node_kubeconfig(&cloud, &node, rt_dir.path());
     let out = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(&node_kubeconfig)

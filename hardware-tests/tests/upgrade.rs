@@ -6,6 +6,10 @@
 //! node's phase, versions, steps and reason, and `kubectl get nodes` the versions. Then
 //! `kill -9` of edgecore before and after the rename of its swap: it starts again either way
 //! (old, then new), and the job says what happened.
+//!
+//! `ConfigUpdateJob` the same way: a field that is not one and a value that is not one refused
+//! before anything is written; a field set on two nodes, the canary first, the node whose link
+//! takes no new session putting its old config back by itself.
 
 use serde_json::Value;
 use sim::stack::Cloud;
@@ -13,12 +17,20 @@ use sim::{Node, Proc, Proxy, bin, eventually};
 use std::path::{Path, PathBuf};
 
 fn job(cloud: &Cloud, name: &str) -> Value {
-    serde_json::from_str(&cloud.ok(&["get", "nodeupgradejob", name, "-o", "json"])).expect("json")
+    job_of(cloud, "nodeupgradejob", name)
+}
+
+fn job_of(cloud: &Cloud, kind: &str, name: &str) -> Value {
+    serde_json::from_str(&cloud.ok(&["get", kind, name, "-o", "json"])).expect("json")
 }
 
 fn over(cloud: &Cloud, name: &str, secs: u64) -> Value {
-    eventually(secs, &format!("job {name} over"), || {
-        let j = job(cloud, name);
+    over_of(cloud, "nodeupgradejob", name, secs)
+}
+
+fn over_of(cloud: &Cloud, kind: &str, name: &str, secs: u64) -> Value {
+    eventually(secs, &format!("{kind} {name} over"), || {
+        let j = job_of(cloud, kind, name);
         matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
     })
 }
@@ -330,4 +342,142 @@ fn edgecore_killed_in_the_middle_of_its_swap_starts_again_old_or_new() {
         "{j}"
     );
     assert!(binary() == release_bytes);
+}
+
+#[test]
+fn a_config_update_is_checked_applied_and_rolled_back_by_a_node_that_does_not_come_back() {
+    let cloud = Cloud::start();
+    let bins = bin("edgecore")
+        .parent()
+        .map(Path::to_path_buf)
+        .expect("bin dir");
+    let link = Proxy::start(cloud.hub);
+    let n1 = Node::start_named(&bins, "edge-node-1", "", &cloud.edge_config());
+    let n2 = Node::start_named(&bins, "edge-node-2", "", &cloud.edge_config_via(link.port));
+    for n in ["edge-node-1", "edge-node-2"] {
+        eventually(60, &format!("{n} Ready"), || {
+            let s = cloud.ok(&["get", "node", n, "--no-headers"]);
+            (s.contains("Ready") && !s.contains("NotReady")).then_some(())
+        });
+    }
+    let config =
+        |n: &Node| std::fs::read_to_string(n.dir.path().join("edgecore.yaml")).expect("config");
+    let (first1, first2) = (config(&n1), config(&n2));
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Checked on the node as edgecore reads its config: nothing written when it is wrong.
+    for (name, fields, said) in [
+        ("typo", "{cloud.metricSeconds: \"30\"}", "metricSeconds"),
+        (
+            "bad-value",
+            "{cloud.metricsSeconds: soon}",
+            "metricsSeconds",
+        ),
+    ] {
+        apply(
+            &cloud,
+            dir.path(),
+            &format!(
+                "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {{name: {name}}}\nspec:\n  nodeNames: [edge-node-1]\n  updateFields: {fields}\n  timeoutSeconds: 60\n"
+            ),
+        );
+        let j = over_of(&cloud, "configupdatejob", name, 60);
+        assert_eq!(j["status"]["phase"], "Failure", "{j}");
+        let s = node_status(&j, "edge-node-1");
+        assert_eq!(s["phase"], "Failure", "{j}");
+        let reason = s["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(said), "{name}: {reason}");
+        assert_eq!(
+            actions(s),
+            [("Check".to_string(), "False".to_string())],
+            "{j}"
+        );
+        assert_eq!(config(&n1), first1, "{name}: the config is untouched");
+    }
+    // The schema refuses a job without fields.
+    let f = dir.path().join("empty.yaml");
+    std::fs::write(&f, "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {name: empty}\nspec:\n  nodeNames: [edge-node-1]\n").expect("write");
+    let (ok, said) = cloud.kubectl(&["apply", "-f", f.to_str().expect("path")]);
+    assert!(!ok && said.contains("updateFields"), "{said}");
+
+    // Both nodes, the canary first; the second's link lets no new session on.
+    link.refuse_new();
+    apply(
+        &cloud,
+        dir.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {name: metrics-7}\nspec:\n  nodeNames: [edge-node-1, edge-node-2]\n  updateFields: {cloud.metricsSeconds: \"7\"}\n  concurrency: 2\n  failureTolerate: \"0.5\"\n  timeoutSeconds: 60\n",
+    );
+    // Once the second node put its old config back by itself, its link lets it on again, so
+    // it can say so.
+    let mut restored = false;
+    let j = eventually(180, "configupdatejob metrics-7 over", || {
+        if !restored && state(&n2)["step"] == "RolledBack" {
+            assert_eq!(config(&n2), first2, "the old config is back, as it was");
+            link.restore();
+            restored = true;
+        }
+        let j = job_of(&cloud, "configupdatejob", "metrics-7");
+        matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
+    });
+    let s1 = node_status(&j, "edge-node-1");
+    assert_eq!(s1["phase"], "Successful", "{j}");
+    let steps1: Vec<String> = actions(s1)
+        .into_iter()
+        .map(|(a, st)| format!("{a}={st}"))
+        .collect();
+    assert_eq!(steps1, ["Check=True", "BackUp=True", "Update=True"], "{j}");
+    let new1: serde_yaml_ng::Value = serde_yaml_ng::from_str(&config(&n1)).expect("yaml");
+    assert_eq!(
+        new1["cloud"]["metricsSeconds"],
+        serde_yaml_ng::Value::from(7),
+        "{}",
+        config(&n1)
+    );
+    let s2 = node_status(&j, "edge-node-2");
+    assert_eq!(s2["phase"], "Failure", "{j}");
+    let reason = s2["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("had no session") && reason.contains("rolled back"),
+        "{reason}"
+    );
+    let steps2: Vec<String> = actions(s2)
+        .into_iter()
+        .map(|(a, st)| format!("{a}={st}"))
+        .collect();
+    assert_eq!(
+        steps2,
+        ["Check=True", "BackUp=True", "RollBack=True"],
+        "{j}"
+    );
+    assert_eq!(config(&n2), first2, "the old config is back, as it was");
+    // The job as a whole: one node failed, within what it tolerates.
+    assert_eq!(j["status"]["phase"], "Completed", "{j}");
+    // The fleet page's jobs: the update, the field, each node's steps.
+    sim::browser::fleet_view_shows(
+        cloud.api,
+        &cloud.admin_token(),
+        "jobs",
+        &[
+            (
+                r#"tr[data-job="configupdatejob/metrics-7"]"#,
+                "the config update",
+                &|t| {
+                    t.contains("config update: cloud.metricsSeconds")
+                        && t.contains("1 succeeded, 1 failed")
+                },
+            ),
+            (
+                r#"tr[data-job-node="configupdatejob/metrics-7/edge-node-2"]"#,
+                "the node rolled back",
+                &|t| t.contains("Check → BackUp → RollBack") && t.contains("rolled back"),
+            ),
+        ],
+        "the fleet's config updates",
+    );
+    // The node runs on its old config again, back with the cloud.
+    eventually(60, "edge-node-2 Ready again", || {
+        let s = cloud.ok(&["get", "node", "edge-node-2", "--no-headers"]);
+        (s.contains("Ready") && !s.contains("NotReady")).then_some(())
+    });
+    drop((n1, n2));
 }

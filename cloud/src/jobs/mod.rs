@@ -18,7 +18,9 @@ pub mod plan;
 
 use crate::cloudhub::{CloudHub, Unanswered};
 use api::message::Message;
-use api::operations::{self, NodePhase, PrePull, PrePullResult, RegistryAuth, Upgrade};
+use api::operations::{
+    self, ConfigUpdate, NodePhase, PrePull, PrePullResult, RegistryAuth, Upgrade,
+};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
@@ -45,6 +47,7 @@ const UPGRADE_POLL: Duration = Duration::from_secs(2);
 pub enum Kind {
     PrePull,
     Upgrade,
+    Config,
 }
 
 impl Kind {
@@ -52,6 +55,7 @@ impl Kind {
         match self {
             Self::PrePull => "ImagePrePullJob",
             Self::Upgrade => "NodeUpgradeJob",
+            Self::Config => "ConfigUpdateJob",
         }
     }
 
@@ -59,6 +63,7 @@ impl Kind {
         let plural = match self {
             Self::PrePull => "imageprepulljobs",
             Self::Upgrade => "nodeupgradejobs",
+            Self::Config => "configupdatejobs",
         };
         ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("operations.kubeedge.io", "v1alpha2", self.name()),
@@ -70,6 +75,7 @@ impl Kind {
         match self {
             Self::PrePull => operations::IMAGE_PREPULL,
             Self::Upgrade => operations::NODE_UPGRADE,
+            Self::Config => operations::CONFIG_UPDATE,
         }
     }
 }
@@ -121,27 +127,31 @@ impl Report {
                 }
                 Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
             },
-            Kind::Upgrade => match serde_json::from_value::<operations::UpgradeResult>(content) {
-                Ok(r) => {
-                    let mut fields = serde_json::Map::new();
-                    fields.insert("currentVersion".into(), r.current_version.into());
-                    if !r.historic_version.is_empty() {
-                        fields.insert("historicVersion".into(), r.historic_version.into());
+            Kind::Upgrade | Kind::Config => {
+                match serde_json::from_value::<operations::UpgradeResult>(content) {
+                    Ok(r) => {
+                        let mut fields = serde_json::Map::new();
+                        if kind == Kind::Upgrade {
+                            fields.insert("currentVersion".into(), r.current_version.into());
+                            if !r.historic_version.is_empty() {
+                                fields.insert("historicVersion".into(), r.historic_version.into());
+                            }
+                        }
+                        Self {
+                            phase: r.phase,
+                            reason: r.reason,
+                            fields,
+                            actions: Some(
+                                r.action_flow
+                                    .iter()
+                                    .filter_map(|a| serde_json::to_value(a).ok())
+                                    .collect(),
+                            ),
+                        }
                     }
-                    Self {
-                        phase: r.phase,
-                        reason: r.reason,
-                        fields,
-                        actions: Some(
-                            r.action_flow
-                                .iter()
-                                .filter_map(|a| serde_json::to_value(a).ok())
-                                .collect(),
-                        ),
-                    }
+                    Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
                 }
-                Err(e) => Self::refused(format!("the node's answer is not understood: {e}")),
-            },
+            }
         }
     }
 }
@@ -239,7 +249,10 @@ pub async fn run(
             .default_backoff()
             .map(move |ev| (kind, ev))
     };
-    let events = futures_util::stream::select(watch(Kind::PrePull), watch(Kind::Upgrade));
+    let events = futures_util::stream::select(
+        futures_util::stream::select(watch(Kind::PrePull), watch(Kind::Upgrade)),
+        watch(Kind::Config),
+    );
     futures_util::pin_mut!(events);
     let mut jobs: HashMap<String, CancellationToken> = HashMap::new();
     loop {
@@ -324,6 +337,7 @@ async fn run_job(
     let template = match kind {
         Kind::PrePull => plan::prepull_template(spec),
         Kind::Upgrade => plan::upgrade_template(spec),
+        Kind::Config => plan::config_template(spec),
     };
     let refuse = |e: String| {
         let api = api.clone();
@@ -366,6 +380,11 @@ async fn run_job(
             }),
             Err(e) => return refuse(e).await,
         },
+        Kind::Config => serde_json::to_value(ConfigUpdate {
+            update_fields: template.update_fields.clone(),
+            health_seconds: (template.timeout_seconds / 2).max(10),
+            check_items: template.check_items.clone(),
+        }),
     }
     .unwrap_or_default();
     let nodes = loop {
@@ -541,7 +560,7 @@ impl Ask {
             // An upgrading node answers at once from its state, but may restart before it
             // does: asked again soon rather than waited for to the end.
             let wait = match self.kind {
-                Kind::Upgrade => left.min(Duration::from_secs(15)),
+                Kind::Upgrade | Kind::Config => left.min(Duration::from_secs(15)),
                 Kind::PrePull => left,
             };
             match hub.ask(node, msg, wait).await {

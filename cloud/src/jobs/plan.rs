@@ -57,6 +57,8 @@ pub struct Template {
     pub check_items: Vec<String>,
     /// A `NodeUpgradeJob`'s release.
     pub version: String,
+    /// A `ConfigUpdateJob`'s fields, by their dotted path in edgecore's config.
+    pub update_fields: BTreeMap<String, String>,
 }
 
 /// Reads an `ImagePrePullJob`'s `spec.imagePrePullTemplate`; the error names the field.
@@ -102,6 +104,36 @@ pub fn upgrade_template(spec: &Value) -> Result<Template, String> {
         return Err(format!(
             "{f}.requireConfirmation: confirmation on the node is not supported; a canary goes first instead"
         ));
+    }
+    Ok(out)
+}
+
+/// Reads a `ConfigUpdateJob`'s `spec`; the error names the field. One node goes first (the
+/// canary), as for an upgrade: a config that keeps nodes from coming back stops at one.
+pub fn config_template(spec: &Value) -> Result<Template, String> {
+    let f = "spec";
+    let mut out = common(spec, f, "to update")?;
+    out.rules.canary = true;
+    let Some(fields) = spec["updateFields"].as_object().filter(|m| !m.is_empty()) else {
+        return Err(format!(
+            "{f}.updateFields: give the fields to set, by their path in edgecore's config"
+        ));
+    };
+    for (path, value) in fields {
+        if path.is_empty() || path.split('.').any(|p| p.is_empty()) {
+            return Err(format!(
+                "{f}.updateFields: {path:?} is not a field path (names joined by dots)"
+            ));
+        }
+        if path == "dataDir" {
+            return Err(format!(
+                "{f}.updateFields: dataDir cannot be changed by a job (the node's twins are kept there)"
+            ));
+        }
+        let Some(v) = value.as_str() else {
+            return Err(format!("{f}.updateFields.{path}: {value} is not a string"));
+        };
+        out.update_fields.insert(path.clone(), v.to_string());
     }
     Ok(out)
 }
@@ -172,6 +204,7 @@ fn common(t: &Value, f: &str, what: &str) -> Result<Template, String> {
         image_secrets: None,
         check_items: strings(t, f, "checkItems")?,
         version: String::new(),
+        update_fields: BTreeMap::new(),
     })
 }
 
@@ -345,6 +378,45 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_config_update_names_its_fields_and_refuses_what_cannot_be_one() {
+        let t = config_template(
+            &json!({"nodeNames": ["a"], "updateFields": {"cloud.metricsSeconds": "30"}}),
+        )
+        .expect("ok");
+        assert!(t.rules.canary);
+        assert_eq!(t.update_fields["cloud.metricsSeconds"], "30");
+        for (spec, said) in [
+            (
+                json!({"nodeNames": ["a"]}),
+                "spec.updateFields: give the fields",
+            ),
+            (
+                json!({"nodeNames": ["a"], "updateFields": {}}),
+                "spec.updateFields: give the fields",
+            ),
+            (
+                json!({"nodeNames": ["a"], "updateFields": {"a..b": "1"}}),
+                "not a field path",
+            ),
+            (
+                json!({"nodeNames": ["a"], "updateFields": {"dataDir": "/x"}}),
+                "dataDir cannot be changed",
+            ),
+            (
+                json!({"nodeNames": ["a"], "updateFields": {"a": 1}}),
+                "spec.updateFields.a: 1 is not a string",
+            ),
+            (
+                json!({"updateFields": {"a": "1"}}),
+                "give nodeNames or labelSelector",
+            ),
+        ] {
+            let e = config_template(&spec).expect_err(said);
+            assert!(e.contains(said), "{spec}: {e}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ const F = {
   pods: new Map(),      // "ns/name" -> Pod
   prepulls: new Map(),  // "default/name" -> ImagePrePullJob
   upgrades: new Map(),  // "default/name" -> NodeUpgradeJob
+  configs: new Map(),   // "default/name" -> ConfigUpdateJob
   shown: null,          // the device whose page is open
   pod: null,            // the pod whose page is open
   errors: new Map(),    // property -> the API's answer to the last desired value set here
@@ -406,6 +407,7 @@ const OPS = "/apis/operations.kubeedge.io/v1alpha2";
 const JOB_KINDS = [
   { kind: "imageprepulljob", label: "image pre-pull", path: `${OPS}/imageprepulljobs`, store: "prepulls" },
   { kind: "nodeupgradejob", label: "upgrade", path: `${OPS}/nodeupgradejobs`, store: "upgrades" },
+  { kind: "configupdatejob", label: "config update", path: `${OPS}/configupdatejobs`, store: "configs" },
 ];
 function jobProgress(kind, x) {
   if (kind === "imageprepulljob") {
@@ -426,7 +428,10 @@ function renderJobs() {
       const nodes = st.nodeStatus || [];
       const n = (p) => nodes.filter((x) => x.phase === p).length;
       const id = `${k.kind}/${j.metadata.name}`;
-      const what = k.kind === "nodeupgradejob" ? `${k.label} to ${(j.spec || {}).version || "?"}` : k.label;
+      const spec = j.spec || {};
+      const what = k.kind === "nodeupgradejob" ? `${k.label} to ${spec.version || "?"}`
+        : k.kind === "configupdatejob" ? `${k.label}: ${Object.keys(spec.updateFields || {}).join(", ")}`
+        : k.label;
       rows.push({
         key: id,
         attrs: `data-job="${esc(id)}"`,
@@ -451,7 +456,7 @@ function renderJobs() {
       }
     }
   }
-  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob or a NodeUpgradeJob)", 4);
+  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob, a NodeUpgradeJob or a ConfigUpdateJob)", 4);
 }
 
 // The open pod's log: its last 500 lines, then followed as the node writes it (the API's

@@ -502,6 +502,23 @@ impl EdgeHub {
             {
                 return Some(self.answer_upgrade(&msg, &name));
             }
+            (api::operations::CONFIG_UPDATE, api::operations::OPERATION)
+                if namespace == api::operations::NAMESPACE =>
+            {
+                let result = match serde_json::from_value(msg.content.clone()) {
+                    Ok(q) => self.upgrader.configure(&name, q),
+                    Err(e) => api::operations::UpgradeResult {
+                        phase: api::operations::NodePhase::Failure,
+                        reason: format!("the job's question is not understood here: {e}"),
+                        current_version: crate::upgrade::version(&self.data_dir),
+                        historic_version: String::new(),
+                        action_flow: Vec::new(),
+                    },
+                };
+                let mut answer = msg.response(serde_json::to_value(&result).unwrap_or_default());
+                answer.route.source = "edgehub".into();
+                return Some(answer);
+            }
             (api::operations::IMAGE_PREPULL, api::operations::OPERATION)
                 if namespace == api::operations::NAMESPACE =>
             {

@@ -469,27 +469,10 @@ async fn exec(
     out: &Out,
     mut inbound: mpsc::Receiver<Vec<u8>>,
 ) -> Outcome {
-    let node = &services.node;
-    let fail = |code: u16, message: String| Outcome {
-        code,
-        message: format!("node {node}: {message}"),
-    };
-    let (Some(runtime), Some(pods)) = (&services.runtime, &services.pods) else {
-        return fail(
-            404,
-            "it runs no pods (edged is not enabled in its config)".into(),
-        );
-    };
-    let list = pods.list();
-    let Some(pod) = list
-        .pods
-        .iter()
-        .find(|p| p.namespace == req.namespace && p.name == req.pod)
-    else {
-        return fail(
-            404,
-            format!("pod {}/{} does not run here", req.namespace, req.pod),
-        );
+    let fail = |code: u16, message: String| services.fail(code, message);
+    let (runtime, pod) = match services.pod(&req.namespace, &req.pod) {
+        Ok(p) => p,
+        Err(o) => return o,
     };
     let Some(c) = pod.containers.iter().find(|c| c.name == req.container) else {
         return fail(
@@ -629,28 +612,10 @@ async fn port_forward(
     out: &Out,
     mut inbound: mpsc::Receiver<Vec<u8>>,
 ) -> Outcome {
-    let node = &services.node;
-    let fail = |code: u16, message: String| Outcome {
-        code,
-        message: format!("node {node}: {message}"),
-    };
-    let (Some(runtime), Some(pods)) = (&services.runtime, &services.pods) else {
-        return fail(
-            404,
-            "it runs no pods (edged is not enabled in its config)".into(),
-        );
-    };
-    let list = pods.list();
-    let Some(pod) = list
-        .pods
-        .iter()
-        .find(|p| p.namespace == req.namespace && p.name == req.pod)
-        .filter(|p| !p.sandbox_id.is_empty())
-    else {
-        return fail(
-            404,
-            format!("pod {}/{} does not run here", req.namespace, req.pod),
-        );
+    let fail = |code: u16, message: String| services.fail(code, message);
+    let (runtime, pod) = match services.pod(&req.namespace, &req.pod) {
+        Ok(p) => p,
+        Err(o) => return o,
     };
     let url = match runtime.port_forward(&pod.sandbox_id, req.port).await {
         Ok(u) => u,
@@ -713,6 +678,32 @@ async fn port_forward(
         done()
     } else {
         fail(500, String::from_utf8_lossy(&error).trim().to_string())
+    }
+}
+
+impl Services {
+    /// An outcome naming this node.
+    fn fail(&self, code: u16, message: String) -> Outcome {
+        Outcome {
+            code,
+            message: format!("node {}: {message}", self.node),
+        }
+    }
+
+    /// The runtime and the pod `ns/name` as edged runs it here (its sandbox made), or why not.
+    fn pod(&self, ns: &str, name: &str) -> Result<(&edged::Runtime, edged::PodView), Outcome> {
+        let (Some(runtime), Some(pods)) = (&self.runtime, &self.pods) else {
+            return Err(self.fail(
+                404,
+                "it runs no pods (edged is not enabled in its config)".into(),
+            ));
+        };
+        pods.list()
+            .pods
+            .into_iter()
+            .find(|p| p.namespace == ns && p.name == name && !p.sandbox_id.is_empty())
+            .map(|p| (runtime.as_ref(), p))
+            .ok_or_else(|| self.fail(404, format!("pod {ns}/{name} does not run here")))
     }
 }
 
