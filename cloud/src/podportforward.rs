@@ -278,7 +278,6 @@ async fn session(
     let mut buf: Vec<u8> = Vec::new();
     let (mut inflater, mut deflater) = (Inflater::default(), Deflater::default());
     let mut pending: HashMap<String, Half> = HashMap::new();
-    let mut seen: std::collections::HashSet<u32> = Default::default();
     // A connection's data stream: what the client sends on it goes to its task.
     let mut to_pairs: HashMap<u32, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut tasks: HashMap<u32, tokio::task::AbortHandle> = HashMap::new();
@@ -300,15 +299,7 @@ async fn session(
                 Ok(None) => break,
                 Err(e) => {
                     tracing::info!(target = describe, error = %e, "kubectl port-forward: ended");
-                    let _ = out
-                        .send(
-                            Frame::GoAway {
-                                last: last_good,
-                                status: spdy::status::PROTOCOL_ERROR,
-                            }
-                            .encode(),
-                        )
-                        .await;
+                    let _ = out.send(protocol_error(last_good)).await;
                     break 'session;
                 }
             };
@@ -320,23 +311,16 @@ async fn session(
                         Ok(h) => h,
                         Err(e) => {
                             tracing::info!(target = describe, error = %e, "kubectl port-forward: ended");
-                            let _ = out
-                                .send(
-                                    Frame::GoAway {
-                                        last: last_good,
-                                        status: spdy::status::PROTOCOL_ERROR,
-                                    }
-                                    .encode(),
-                                )
-                                .await;
+                            let _ = out.send(protocol_error(last_good)).await;
                             break 'session;
                         }
                     };
-                    if !seen.insert(stream) {
+                    // A client's stream ids only grow (SPDY/3): one not above the last is reused.
+                    if stream <= last_good {
                         let _ = out.send(reset(stream, spdy::status::STREAM_IN_USE)).await;
                         continue;
                     }
-                    last_good = last_good.max(stream);
+                    last_good = stream;
                     let get =
                         |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
                     let (Some(kind), Some(request)) = (get("streamtype"), get("requestid")) else {
@@ -426,6 +410,15 @@ async fn session(
     for t in tasks.values() {
         t.abort();
     }
+}
+
+/// The end of a session whose client broke the protocol.
+fn protocol_error(last: u32) -> Vec<u8> {
+    Frame::GoAway {
+        last,
+        status: spdy::status::PROTOCOL_ERROR,
+    }
+    .encode()
 }
 
 /// One connection: its stream on the node, the bytes both ways, and what went wrong written on
