@@ -23,6 +23,8 @@
 #![warn(unreachable_pub)]
 
 pub mod app;
+#[doc(hidden)]
+pub mod benchkit;
 pub mod catalog;
 pub mod config;
 pub mod dmi;

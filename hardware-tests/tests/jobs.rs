@@ -12,33 +12,18 @@
 
 use serde_json::Value;
 use sim::containerd::{Containerd, Registry, binary_image};
+use sim::jobs::{apply, node_status};
 use sim::stack::Cloud;
 use sim::{Node, bin, eventually};
 use std::path::Path;
 
 fn job(cloud: &Cloud, name: &str) -> Value {
-    serde_json::from_str(&cloud.ok(&["get", "imageprepulljob", name, "-o", "json"])).expect("json")
+    sim::jobs::get(cloud, "imageprepulljob", name)
 }
 
 /// The job once it is over (Completed or Failure).
 fn over(cloud: &Cloud, name: &str) -> Value {
-    eventually(120, &format!("job {name} over"), || {
-        let j = job(cloud, name);
-        matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
-    })
-}
-
-fn node_status<'a>(j: &'a Value, node: &str) -> &'a Value {
-    j["status"]["nodeStatus"]
-        .as_array()
-        .and_then(|a| a.iter().find(|n| n["nodeName"] == node))
-        .unwrap_or_else(|| panic!("no nodeStatus of {node}: {j}"))
-}
-
-fn apply(cloud: &Cloud, dir: &Path, yaml: &str) -> (bool, String) {
-    let f = dir.join("job.yaml");
-    std::fs::write(&f, yaml).expect("write");
-    cloud.kubectl(&["apply", "-f", f.to_str().expect("path")])
+    sim::jobs::over(cloud, "imageprepulljob", name, 120)
 }
 
 #[test]

@@ -12,48 +12,17 @@
 //! takes no new session putting its old config back by itself.
 
 use serde_json::Value;
+use sim::jobs::{actions, node_status};
 use sim::stack::Cloud;
 use sim::{Node, Proc, Proxy, bin, eventually};
 use std::path::{Path, PathBuf};
 
 fn job(cloud: &Cloud, name: &str) -> Value {
-    job_of(cloud, "nodeupgradejob", name)
-}
-
-fn job_of(cloud: &Cloud, kind: &str, name: &str) -> Value {
-    serde_json::from_str(&cloud.ok(&["get", kind, name, "-o", "json"])).expect("json")
+    sim::jobs::get(cloud, "nodeupgradejob", name)
 }
 
 fn over(cloud: &Cloud, name: &str, secs: u64) -> Value {
-    over_of(cloud, "nodeupgradejob", name, secs)
-}
-
-fn over_of(cloud: &Cloud, kind: &str, name: &str, secs: u64) -> Value {
-    eventually(secs, &format!("{kind} {name} over"), || {
-        let j = job_of(cloud, kind, name);
-        matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
-    })
-}
-
-fn node_status<'a>(j: &'a Value, node: &str) -> &'a Value {
-    j["status"]["nodeStatus"]
-        .as_array()
-        .and_then(|a| a.iter().find(|n| n["nodeName"] == node))
-        .unwrap_or_else(|| panic!("no nodeStatus of {node}: {j}"))
-}
-
-fn actions(s: &Value) -> Vec<(String, String)> {
-    s["actionFlow"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|a| {
-            (
-                a["action"].as_str().unwrap_or_default().to_string(),
-                a["status"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
+    sim::jobs::over(cloud, "nodeupgradejob", name, secs)
 }
 
 /// The release `v2` in cloudcore's data directory: the build with bytes appended.
@@ -96,9 +65,8 @@ fn kubelet_version(cloud: &Cloud, node: &str) -> String {
 }
 
 fn apply(cloud: &Cloud, dir: &Path, yaml: &str) {
-    let f = dir.join("job.yaml");
-    std::fs::write(&f, yaml).expect("write");
-    cloud.ok(&["apply", "-f", f.to_str().expect("path")]);
+    let (ok, said) = sim::jobs::apply(cloud, dir, yaml);
+    assert!(ok, "kubectl apply: {said}");
 }
 
 #[test]
@@ -381,7 +349,7 @@ fn a_config_update_is_checked_applied_and_rolled_back_by_a_node_that_does_not_co
                 "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {{name: {name}}}\nspec:\n  nodeNames: [edge-node-1]\n  updateFields: {fields}\n  timeoutSeconds: 60\n"
             ),
         );
-        let j = over_of(&cloud, "configupdatejob", name, 60);
+        let j = sim::jobs::over(&cloud, "configupdatejob", name, 60);
         assert_eq!(j["status"]["phase"], "Failure", "{j}");
         let s = node_status(&j, "edge-node-1");
         assert_eq!(s["phase"], "Failure", "{j}");
@@ -416,7 +384,7 @@ fn a_config_update_is_checked_applied_and_rolled_back_by_a_node_that_does_not_co
             link.restore();
             restored = true;
         }
-        let j = job_of(&cloud, "configupdatejob", "metrics-7");
+        let j = sim::jobs::get(&cloud, "configupdatejob", "metrics-7");
         matches!(j["status"]["phase"].as_str(), Some("Completed" | "Failure")).then_some(j)
     });
     let s1 = node_status(&j, "edge-node-1");

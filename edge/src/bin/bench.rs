@@ -11,11 +11,11 @@
 //!    server) to its answer, which comes after the commit, at an offered 10,000 reports/s.
 //! 4. Start-up time with 10,000 twins in the database.
 
-use api::paths::DeviceId;
 use api::v1beta1::PropertyType;
+use edge::benchkit::id;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use twin::engine::{DeviceDecl, Limits, PropertyDecl, Reported};
+use twin::engine::{DeviceDecl, Limits, Reported};
 use twin::service::Op;
 use twin::{Store, Synchronous, TwinService};
 
@@ -24,27 +24,7 @@ const PROPS: usize = 10;
 const REPORTERS: u64 = 512;
 
 fn decl(n: usize) -> DeviceDecl {
-    DeviceDecl {
-        id: id(n),
-        description: String::new(),
-        model: "m".into(),
-        protocol: "modbus".into(),
-        properties: (0..PROPS)
-            .map(|p| PropertyDecl {
-                name: format!("p{p}"),
-                value_type: PropertyType::Int,
-                writable: true,
-                desired: None,
-                minimum: None,
-                maximum: None,
-                unit: None,
-            })
-            .collect(),
-    }
-}
-
-fn id(n: usize) -> DeviceId {
-    DeviceId::new("default", format!("dev-{n}"))
+    edge::benchkit::decl(n, PROPS, PropertyType::Int, true)
 }
 
 #[tokio::main]

@@ -14,12 +14,12 @@
 //!    rolled up; then 24 h at 1-minute steps, 7 days at 1-minute and at 1-hour steps, and the
 //!    last hour raw, each 200 times: p50 and p99.
 
-use api::paths::DeviceId;
 use api::v1beta1::PropertyType;
+use edge::benchkit::id;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use twin::engine::{DeviceDecl, Limits, PropertyDecl, Reported};
+use twin::engine::{DeviceDecl, Limits, Reported};
 use twin::history::{History, HistoryConfig, Point};
 use twin::service::Op;
 use twin::{Store, Synchronous, TwinService};
@@ -36,28 +36,8 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn id(n: usize) -> DeviceId {
-    DeviceId::new("default", format!("dev-{n}"))
-}
-
 fn decl(n: usize) -> DeviceDecl {
-    DeviceDecl {
-        id: id(n),
-        description: String::new(),
-        model: "m".into(),
-        protocol: "modbus".into(),
-        properties: (0..PROPS)
-            .map(|p| PropertyDecl {
-                name: format!("p{p}"),
-                value_type: PropertyType::Float,
-                writable: false,
-                desired: None,
-                minimum: None,
-                maximum: None,
-                unit: None,
-            })
-            .collect(),
-    }
+    edge::benchkit::decl(n, PROPS, PropertyType::Float, false)
 }
 
 /// User plus system CPU time of this process, in seconds.

@@ -10,6 +10,7 @@ pub mod bluez;
 pub mod browser;
 pub mod containerd;
 pub mod etcd;
+pub mod jobs;
 pub mod modbus_sim;
 pub mod opcua_sim;
 pub mod poll;
