@@ -17,10 +17,6 @@ use sim::stack::Cloud;
 use sim::{Node, bin, eventually};
 use std::path::Path;
 
-fn job(cloud: &Cloud, name: &str) -> Value {
-    sim::jobs::get(cloud, "imageprepulljob", name)
-}
-
 /// The job once it is over (Completed or Failure).
 fn over(cloud: &Cloud, name: &str) -> Value {
     sim::jobs::over(cloud, "imageprepulljob", name, 120)
