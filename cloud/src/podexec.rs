@@ -113,6 +113,18 @@ pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<Exec
     })
 }
 
+/// The node a pod is scheduled to, or why there is none (naming the pod).
+pub(crate) fn scheduled_node(pod: &Value) -> Result<String, String> {
+    pod["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            format!("pod {name} is not scheduled to a node yet")
+        })
+}
+
 /// The channel protocol a websocket request offers that is served, and its key.
 fn websocket(headers: &HeaderMap) -> Option<(&'static str, String)> {
     let upgrade = headers
@@ -133,16 +145,9 @@ async fn serve(
     request: apiserver::SubresourceRequest,
     attach: bool,
 ) -> Response {
-    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    let Some(node) = pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-    else {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            format!("pod {name} is not scheduled to a node yet"),
-        );
+    let node = match scheduled_node(&pod) {
+        Ok(n) => n,
+        Err(m) => return failure(StatusCode::BAD_REQUEST, m),
     };
     let Some((protocol, key)) = websocket(&request.headers) else {
         return failure(

@@ -111,15 +111,9 @@ type Opener = Arc<
 async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRequest) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
-    let Some(node) = pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-    else {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            format!("pod {name} is not scheduled to a node yet"),
-        );
+    let node = match crate::podexec::scheduled_node(&pod) {
+        Ok(n) => n,
+        Err(m) => return failure(StatusCode::BAD_REQUEST, m),
     };
     let Some(transport) = transport(&request.headers) else {
         return failure(

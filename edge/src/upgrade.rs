@@ -420,6 +420,25 @@ impl Upgrader {
         self.working.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `job`'s answer when it has one here: from its state file, else from its work before it.
+    fn known(&self, job: &str) -> Option<UpgradeResult> {
+        if let Some(s) = load(&self.data_dir).filter(|s| s.job == job) {
+            return Some(s.result());
+        }
+        self.working().get(job).cloned()
+    }
+
+    /// Whether another job is under way here (working, or between its swap and its check).
+    /// (A job whose work failed stays in `working` with its answer.)
+    fn busy(&self) -> bool {
+        self.working()
+            .values()
+            .any(|r| r.phase == NodePhase::InProgress)
+            || load(&self.data_dir).is_some_and(|s| {
+                matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking)
+            })
+    }
+
     /// The answer to `job`'s question: from its state when it has one here, else the work
     /// starts (download from `cert_server` with `tls`).
     pub(crate) fn answer(
@@ -429,11 +448,8 @@ impl Upgrader {
         cert_server: &str,
         tls: Arc<tokio_rustls::rustls::ClientConfig>,
     ) -> UpgradeResult {
-        if let Some(s) = load(&self.data_dir).filter(|s| s.job == job) {
-            return s.result();
-        }
-        if let Some(r) = self.working().get(job) {
-            return r.clone();
+        if let Some(r) = self.known(job) {
+            return r;
         }
         let current = version(&self.data_dir);
         if current == q.version {
@@ -448,16 +464,7 @@ impl Upgrader {
         if !api::operations::valid_version(&q.version) || q.path.contains("..") {
             return failed(&current, format!("{:?} is not a release name", q.version));
         }
-        // (A job whose download or check failed stays in `working` with its answer.)
-        let busy = self
-            .working()
-            .values()
-            .any(|r| r.phase == NodePhase::InProgress);
-        if busy
-            || load(&self.data_dir).is_some_and(|s| {
-                matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking)
-            })
-        {
+        if self.busy() {
             return failed(&current, "another upgrade is under way on this node".into());
         }
         let r = UpgradeResult {
@@ -607,22 +614,11 @@ impl Upgrader {
     /// The answer to a `ConfigUpdateJob`'s question: from its state when it has one here,
     /// else the update starts.
     pub(crate) fn configure(self: &Arc<Self>, job: &str, q: ConfigUpdate) -> UpgradeResult {
-        if let Some(s) = load(&self.data_dir).filter(|s| s.job == job) {
-            return s.result();
-        }
-        if let Some(r) = self.working().get(job) {
-            return r.clone();
+        if let Some(r) = self.known(job) {
+            return r;
         }
         let current = version(&self.data_dir);
-        let busy = self
-            .working()
-            .values()
-            .any(|r| r.phase == NodePhase::InProgress);
-        if busy
-            || load(&self.data_dir).is_some_and(|s| {
-                matches!(s.step, Step::Swapping | Step::Restarting | Step::Checking)
-            })
-        {
+        if self.busy() {
             return failed(
                 &current,
                 "another upgrade or config update is under way on this node".into(),

@@ -18,6 +18,22 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A user `reader` who may get and list pods and nothing of their streams.
+const READER: &str = "---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader}
+rules:
+- {apiGroups: [\"\"], resources: [pods], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: pod-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}
+";
+
 const PODS: &str = "apiVersion: v1
 kind: Pod
 metadata: {name: ticker}
@@ -41,19 +57,6 @@ spec:
     image: edged-test/busybox:1
     imagePullPolicy: Never
     command: [sh, -c, 'echo \"run at $(cat /proc/uptime)\"; sleep 1; exit 3']
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-reader}
-rules:
-- {apiGroups: [\"\"], resources: [pods], verbs: [get, list]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}
 ";
 
 /// The highest `tick N` in a log.
@@ -121,7 +124,7 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     );
     let applied = rt_dir.path().join("pods.yaml");
     let other = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: other}\nspec:\n  nodeName: edge-node-2\n  hostNetwork: true\n  containers:\n  - {name: main, image: edged-test/busybox:1, imagePullPolicy: Never, command: [sh, -c, 'echo on the second node; sleep 3600']}\n";
-    std::fs::write(&applied, format!("{PODS}{other}")).expect("write");
+    std::fs::write(&applied, format!("{PODS}{READER}{other}")).expect("write");
     cloud.ok(&["apply", "-f", applied.to_str().expect("path")]);
     eventually(120, "the ticker pod Running", || {
         running(&cloud, "ticker").then_some(())
@@ -538,23 +541,10 @@ spec:
     image: edged-test/busybox:1
     imagePullPolicy: Never
     command: [sh, -c, 'mkdir -p /tmp/www && echo hello from the pod > /tmp/www/index.html && seq -w 0 199999 | head -c 1048576 > /tmp/www/big && exec httpd -f -p {port} -h /tmp/www']
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: pod-reader}}
-rules:
-- {{apiGroups: [\"\"], resources: [pods], verbs: [get, list]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: pod-reader}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}}
-subjects:
-- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}}
 "
     );
     let applied = rt_dir.path().join("web.yaml");
-    std::fs::write(&applied, web).expect("write");
+    std::fs::write(&applied, format!("{web}{READER}")).expect("write");
     cloud.ok(&["apply", "-f", applied.to_str().expect("path")]);
     eventually(120, "the web pod Running", || {
         running(&cloud, "web").then_some(())
