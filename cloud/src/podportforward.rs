@@ -16,20 +16,17 @@
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::{Event, Stream};
 use crate::history::failure;
-use crate::spdy::{self, Deflater, Frame, Inflater};
+use crate::spdy::{self, Deflater, Frame, Input, Reader};
 use api::tunnel::{MAX_DATA, Open, PortForwardRequest};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message as WsFrame;
 
 /// The stream protocol (`X-Stream-Protocol-Version`).
 const PROTOCOL: &str = "portforward.k8s.io";
@@ -41,8 +38,6 @@ const WAIT: Duration = Duration::from_secs(15);
 const IDLE: Duration = Duration::from_secs(4 * 3600);
 /// Streams waiting for the other of their pair, per session.
 const PENDING: usize = 64;
-/// Frames queued for the client, per session.
-const OUT_QUEUE: usize = 64;
 
 /// The `pods/portforward` subresource, through the hub's tunnels once it runs.
 pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subresource {
@@ -168,64 +163,10 @@ async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRe
                 return;
             }
         };
-        let (in_tx, in_rx) = mpsc::channel::<Vec<u8>>(16);
-        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUT_QUEUE);
-        if websocket {
-            let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-                upgraded,
-                tokio_tungstenite::tungstenite::protocol::Role::Server,
-                None,
-            )
-            .await;
-            let (mut sink, mut from_client) = ws.split();
-            let reading = tokio::spawn(async move {
-                while let Some(Ok(m)) = from_client.next().await {
-                    match m {
-                        WsFrame::Binary(b) if in_tx.send(b.to_vec()).await.is_err() => break,
-                        WsFrame::Close(_) => break,
-                        _ => {}
-                    }
-                }
-            });
-            let writing = tokio::spawn(async move {
-                while let Some(b) = out_rx.recv().await {
-                    if sink.send(WsFrame::binary(b)).await.is_err() {
-                        return;
-                    }
-                }
-                let normal = tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                    code:
-                        tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
-                    reason: "".into(),
-                };
-                let _ = sink.send(WsFrame::Close(Some(normal))).await;
-                let _ = sink.close().await;
-            });
-            session(opener, &describe, in_rx, out_tx).await;
-            reading.abort();
-            let _ = writing.await;
-        } else {
-            let (mut r, mut w) = tokio::io::split(upgraded);
-            let reading = tokio::spawn(async move {
-                let mut buf = vec![0u8; 32 * 1024];
-                while let Ok(n) = r.read(&mut buf).await {
-                    if n == 0 || in_tx.send(buf[..n].to_vec()).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            let writing = tokio::spawn(async move {
-                while let Some(b) = out_rx.recv().await {
-                    if w.write_all(&b).await.is_err() {
-                        return;
-                    }
-                }
-                let _ = w.shutdown().await;
-            });
-            session(opener, &describe, in_rx, out_tx).await;
-            reading.abort();
-            let _ = writing.await;
-        }
+        spdy::carry(upgraded, websocket, |incoming, out| {
+            session(opener, &describe, incoming, out)
+        })
+        .await;
     });
     let mut response = Response::new(axum::body::Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -269,13 +210,12 @@ async fn session(
     mut incoming: mpsc::Receiver<Vec<u8>>,
     out: mpsc::Sender<Vec<u8>>,
 ) {
-    let mut buf: Vec<u8> = Vec::new();
-    let (mut inflater, mut deflater) = (Inflater::default(), Deflater::default());
+    let mut reader = Reader::default();
+    let mut deflater = Deflater::default();
     let mut pending: HashMap<String, Half> = HashMap::new();
     // A connection's data stream: what the client sends on it goes to its task.
     let mut to_pairs: HashMap<u32, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut tasks: HashMap<u32, tokio::task::AbortHandle> = HashMap::new();
-    let mut last_good = 0u32;
     'session: loop {
         let chunk = tokio::select! {
             c = incoming.recv() => c,
@@ -285,49 +225,31 @@ async fn session(
             }
         };
         let Some(chunk) = chunk else { break };
-        buf.extend_from_slice(&chunk);
-        let mut at = 0;
-        loop {
-            let (frame, n) = match Frame::parse(&buf[at..]) {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::info!(target = describe, error = %e, "kubectl port-forward: ended");
-                    let _ = out.send(protocol_error(last_good)).await;
-                    break 'session;
-                }
-            };
-            at += n;
-            let reset = |stream: u32, status: u32| Frame::RstStream { stream, status }.encode();
-            match frame {
-                Frame::SynStream { stream, block, .. } => {
-                    let headers = match inflater.headers(&block) {
-                        Ok(h) => h,
-                        Err(e) => {
-                            tracing::info!(target = describe, error = %e, "kubectl port-forward: ended");
-                            let _ = out.send(protocol_error(last_good)).await;
-                            break 'session;
-                        }
-                    };
-                    // A client's stream ids only grow (SPDY/3): one not above the last is reused.
-                    if stream <= last_good {
-                        let _ = out.send(reset(stream, spdy::status::STREAM_IN_USE)).await;
-                        continue;
-                    }
-                    last_good = stream;
-                    let get =
-                        |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-                    let (Some(kind), Some(request)) = (get("streamtype"), get("requestid")) else {
+        let inputs = match reader.feed(&chunk) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::info!(target = describe, error = %e, "kubectl port-forward: ended");
+                let _ = out.send(spdy::protocol_error(reader.last())).await;
+                break;
+            }
+        };
+        let reset = |stream: u32, status: u32| Frame::RstStream { stream, status }.encode();
+        for input in inputs {
+            match input {
+                Input::Open { stream, .. } => {
+                    let (Some(kind), Some(request)) =
+                        (input.header("streamtype"), input.header("requestid"))
+                    else {
                         // The kubelet refuses such a stream too.
                         let _ = out.send(reset(stream, spdy::status::PROTOCOL_ERROR)).await;
                         continue;
                     };
-                    if !pending.contains_key(&request) && pending.len() >= PENDING {
+                    if !pending.contains_key(request) && pending.len() >= PENDING {
                         let _ = out.send(reset(stream, spdy::status::REFUSED_STREAM)).await;
                         continue;
                     }
-                    let half = pending.entry(request.clone()).or_default();
-                    match kind.as_str() {
+                    let half = pending.entry(request.to_string()).or_default();
+                    match kind {
                         "error" if half.error.is_none() => half.error = Some(stream),
                         "data" if half.data.is_none() => half.data = Some(stream),
                         _ => {
@@ -335,8 +257,8 @@ async fn session(
                             continue;
                         }
                     }
-                    if let Some(p) = get("port") {
-                        half.port = p;
+                    if let Some(p) = input.header("port") {
+                        half.port = p.to_string();
                     }
                     let reply = Frame::SynReply {
                         stream,
@@ -350,7 +272,7 @@ async fn session(
                         continue;
                     };
                     let port = half.port.clone();
-                    pending.remove(&request);
+                    pending.remove(request);
                     let (tx, rx) = mpsc::channel(4);
                     to_pairs.insert(data, tx);
                     let task = tokio::spawn(connection(
@@ -365,7 +287,10 @@ async fn session(
                     tasks.insert(data, task.abort_handle());
                     tasks.insert(error, task.abort_handle());
                 }
-                Frame::Data { stream, fin, data } => {
+                Input::Refuse { stream, status } => {
+                    let _ = out.send(reset(stream, status)).await;
+                }
+                Input::Data { stream, fin, data } => {
                     if let Some(tx) = to_pairs.get(&stream)
                         && !data.is_empty()
                         && tx.send(data).await.is_err()
@@ -378,41 +303,24 @@ async fn session(
                         to_pairs.remove(&stream);
                     }
                 }
-                Frame::RstStream { stream, .. } => {
+                Input::Reset { stream } => {
                     to_pairs.remove(&stream);
                     if let Some(t) = tasks.remove(&stream) {
                         t.abort();
                     }
                 }
-                Frame::Ping(id) => {
+                Input::Ping(id) => {
                     if out.send(Frame::Ping(id).encode()).await.is_err() {
                         break 'session;
                     }
                 }
-                Frame::Headers { block, .. } => {
-                    // Read to keep the header stream in step; nothing in it is used.
-                    if inflater.headers(&block).is_err() {
-                        break 'session;
-                    }
-                }
-                Frame::GoAway { .. } => break 'session,
-                Frame::SynReply { .. } | Frame::WindowUpdate { .. } | Frame::Ignored(_) => {}
+                Input::GoAway => break 'session,
             }
         }
-        buf.drain(..at);
     }
     for t in tasks.values() {
         t.abort();
     }
-}
-
-/// The end of a session whose client broke the protocol.
-fn protocol_error(last: u32) -> Vec<u8> {
-    Frame::GoAway {
-        last,
-        status: spdy::status::PROTOCOL_ERROR,
-    }
-    .encode()
 }
 
 /// One connection: its stream on the node, the bytes both ways, and what went wrong written on
@@ -425,14 +333,7 @@ async fn connection(
     mut inbound: mpsc::Receiver<Vec<u8>>,
     out: mpsc::Sender<Vec<u8>>,
 ) {
-    let frame = |stream: u32, fin: bool, bytes: Vec<u8>| {
-        Frame::Data {
-            stream,
-            fin,
-            data: bytes,
-        }
-        .encode()
-    };
+    let frame = spdy::data;
     let failed = match port.parse::<u16>() {
         Ok(p) if p > 0 => match opener(p).await {
             Ok(mut stream) => {

@@ -474,6 +474,198 @@ impl Deflater {
     }
 }
 
+/// What a client's frames ask of a server's session, header blocks inflated.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A new stream and its headers (names lower-case, as SPDY/3 writes them); the session
+    /// answers it with `SYN_REPLY` or refuses it.
+    Open {
+        stream: u32,
+        headers: Vec<(String, String)>,
+    },
+    Data {
+        stream: u32,
+        fin: bool,
+        data: Vec<u8>,
+    },
+    Reset {
+        stream: u32,
+    },
+    /// Answered with the same ping.
+    Ping(u32),
+    /// The client ends the session.
+    GoAway,
+    /// A stream to refuse with `RST_STREAM` and this status (its id not above the last one's:
+    /// a client's ids only grow).
+    Refuse {
+        stream: u32,
+        status: u32,
+    },
+}
+
+impl Input {
+    /// A header's value, of an [`Input::Open`].
+    pub fn header(&self, name: &str) -> Option<&str> {
+        match self {
+            Input::Open { headers, .. } => headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// A server's reading side of a session: the client's bytes in any pieces in, its frames out
+/// as [`Input`]s, with the header stream kept in step.
+#[derive(Default)]
+pub struct Reader {
+    buf: Vec<u8>,
+    inflater: Inflater,
+    last: u32,
+}
+
+impl Reader {
+    /// The inputs the bytes read so far complete; an error ends the session (see
+    /// [`protocol_error`]).
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Input>, Error> {
+        self.buf.extend_from_slice(chunk);
+        let mut inputs = Vec::new();
+        let mut at = 0;
+        let result = loop {
+            let (frame, n) = match Frame::parse(&self.buf[at..]) {
+                Ok(Some(f)) => f,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            at += n;
+            match frame {
+                Frame::SynStream { stream, block, .. } => {
+                    let headers = match self.inflater.headers(&block) {
+                        Ok(h) => h,
+                        Err(e) => break Err(e),
+                    };
+                    if stream <= self.last {
+                        inputs.push(Input::Refuse {
+                            stream,
+                            status: status::STREAM_IN_USE,
+                        });
+                        continue;
+                    }
+                    self.last = stream;
+                    inputs.push(Input::Open { stream, headers });
+                }
+                Frame::Data { stream, fin, data } => inputs.push(Input::Data { stream, fin, data }),
+                Frame::RstStream { stream, .. } => inputs.push(Input::Reset { stream }),
+                Frame::Ping(id) => inputs.push(Input::Ping(id)),
+                Frame::Headers { block, .. } => {
+                    // Read to keep the header stream in step; nothing in it is used.
+                    if let Err(e) = self.inflater.headers(&block) {
+                        break Err(e);
+                    }
+                }
+                Frame::GoAway { .. } => inputs.push(Input::GoAway),
+                Frame::SynReply { .. } | Frame::WindowUpdate { .. } | Frame::Ignored(_) => {}
+            }
+        };
+        self.buf.drain(..at);
+        result.map(|()| inputs)
+    }
+
+    /// The last stream the client opened.
+    pub fn last(&self) -> u32 {
+        self.last
+    }
+}
+
+/// The end of a session whose client broke the protocol (`last`: [`Reader::last`]).
+pub fn protocol_error(last: u32) -> Vec<u8> {
+    Frame::GoAway {
+        last,
+        status: status::PROTOCOL_ERROR,
+    }
+    .encode()
+}
+
+/// A stream's data frame, encoded.
+pub fn data(stream: u32, fin: bool, bytes: Vec<u8>) -> Vec<u8> {
+    Frame::Data {
+        stream,
+        fin,
+        data: bytes,
+    }
+    .encode()
+}
+
+/// Frames queued for the client, per session.
+const OUT_QUEUE: usize = 64;
+
+/// Runs `session` over an upgraded connection `io`: the client's bytes in (from a websocket's
+/// binary messages when `websocket`, else as they come), whole frames out (a websocket message
+/// each, else written as they are); the connection is closed once `session` ends.
+pub async fn carry<S, F, Fut>(io: S, websocket: bool, session: F)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Receiver<Vec<u8>>, tokio::sync::mpsc::Sender<Vec<u8>>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::Message as WsFrame;
+    use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, frame::coding::CloseCode};
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(OUT_QUEUE);
+    let (reading, writing) = if websocket {
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+        let (mut sink, mut from_client) = ws.split();
+        let reading = tokio::spawn(async move {
+            while let Some(Ok(m)) = from_client.next().await {
+                match m {
+                    WsFrame::Binary(b) if in_tx.send(b.to_vec()).await.is_err() => break,
+                    WsFrame::Close(_) => break,
+                    _ => {}
+                }
+            }
+        });
+        let writing = tokio::spawn(async move {
+            while let Some(b) = out_rx.recv().await {
+                if sink.send(WsFrame::binary(b)).await.is_err() {
+                    return;
+                }
+            }
+            let normal = CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            };
+            let _ = sink.send(WsFrame::Close(Some(normal))).await;
+            let _ = sink.close().await;
+        });
+        (reading, writing)
+    } else {
+        let (mut r, mut w) = tokio::io::split(io);
+        let reading = tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 * 1024];
+            while let Ok(n) = r.read(&mut buf).await {
+                if n == 0 || in_tx.send(buf[..n].to_vec()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let writing = tokio::spawn(async move {
+            while let Some(b) = out_rx.recv().await {
+                if w.write_all(&b).await.is_err() {
+                    return;
+                }
+            }
+            let _ = w.shutdown().await;
+        });
+        (reading, writing)
+    };
+    session(in_rx, out_tx).await;
+    reading.abort();
+    let _ = writing.await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,6 +712,63 @@ mod tests {
         assert!(inp.headers(&huge).is_err());
         // Garbage is an error, not a panic.
         assert!(Inflater::default().headers(b"not zlib at all").is_err());
+    }
+
+    /// A client's opening of streams 1 and 3, a data frame, a ping, stream 1 again, GOAWAY.
+    fn client_bytes() -> Vec<u8> {
+        let mut d = Deflater::default();
+        let mut bytes = Vec::new();
+        for (stream, kind) in [(1, "error"), (3, "stdin")] {
+            let block = d.block(&[("streamType", kind)]);
+            bytes.extend(
+                Frame::SynStream {
+                    stream,
+                    fin: false,
+                    block,
+                }
+                .encode(),
+            );
+        }
+        bytes.extend(data(3, true, b"typed".to_vec()));
+        bytes.extend(Frame::Ping(7).encode());
+        let block = d.block(&[("streamType", "stdout")]);
+        bytes.extend(
+            Frame::SynStream {
+                stream: 1,
+                fin: false,
+                block,
+            }
+            .encode(),
+        );
+        bytes.extend(Frame::GoAway { last: 3, status: 0 }.encode());
+        bytes
+    }
+
+    #[test]
+    fn a_reader_gives_what_the_client_asks_and_refuses_a_stream_id_used_before() {
+        let mut r = Reader::default();
+        let inputs = r.feed(&client_bytes()).expect("a session");
+        assert_eq!(inputs[0].header("streamtype"), Some("error"));
+        assert_eq!(inputs[1].header("streamtype"), Some("stdin"));
+        assert_eq!(
+            inputs[2..],
+            [
+                Input::Data {
+                    stream: 3,
+                    fin: true,
+                    data: b"typed".to_vec()
+                },
+                Input::Ping(7),
+                Input::Refuse {
+                    stream: 1,
+                    status: status::STREAM_IN_USE
+                },
+                Input::GoAway,
+            ]
+        );
+        assert_eq!(r.last(), 3);
+        let mut bad = Reader::default();
+        assert!(bad.feed(&[0x80, 2, 0, 1, 0, 0, 0, 0]).is_err(), "version 2");
     }
 
     #[test]
@@ -585,6 +834,22 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_reader_gives_the_same_whatever_pieces_the_bytes_come_in(cuts in proptest::collection::vec(0usize..400, 0..8)) {
+            let bytes = client_bytes();
+            let whole = Reader::default().feed(&bytes).expect("whole");
+            let mut r = Reader::default();
+            let mut got = Vec::new();
+            let mut at = 0;
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort_unstable();
+            for c in cuts.into_iter().chain([bytes.len()]) {
+                got.extend(r.feed(&bytes[at..c]).expect("pieces"));
+                at = c;
+            }
+            prop_assert_eq!(got, whole);
+        }
+
         /// Any bytes: a frame, an error or a wait for more; never a panic, and a frame never
         /// takes more bytes than there are.
         #[test]
