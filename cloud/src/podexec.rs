@@ -6,8 +6,14 @@
 //! through its streaming tunnel before the upgrade is answered, so a refusal (no such
 //! container, not running, node away) is an API error kubectl shows; then the channel
 //! messages are relayed both ways as they are (stdin and a terminal's size up; stdout, stderr
-//! and the exit status down). A stream with no traffic either way for `idle` ends. SPDY (the
-//! older kubectl's protocol) is not served: refused with a message that says so.
+//! and the exit status down). A stream with no traffic either way for `idle` ends.
+//!
+//! SPDY/3.1 (`v4.channel.k8s.io` over the HTTP upgrade: kubectl before 1.30, or
+//! `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`, and what kube-apiserver speaks to a kubelet) is
+//! served too: the client opens one SPDY stream per `streamType` (`error`, `stdin`, `stdout`,
+//! `stderr`, `resize`); once those the query asks for are there, each carries its channel's
+//! bytes (stdin's end is the channel protocol's close of stdin), and the outcome is written on
+//! `error` before every stream ends.
 
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::Event;
@@ -27,6 +33,10 @@ const WAIT: Duration = Duration::from_secs(15);
 const IDLE: Duration = Duration::from_secs(4 * 3600);
 /// The channel protocols served, newest first.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+/// The one served over SPDY (kubectl offers v4 to v1 there; v5 is for websockets only).
+const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
+/// How long a SPDY client has to open the streams its query asks for (the kubelet's).
+const STREAMS_WAIT: Duration = Duration::from_secs(30);
 
 /// The `pods/exec` subresource (or with `attach`, `pods/attach`: the container's own process,
 /// no command), through the hub's tunnels once it runs.
@@ -125,18 +135,29 @@ pub(crate) fn scheduled_node(pod: &Value) -> Result<String, String> {
         })
 }
 
-/// The channel protocol a websocket request offers that is served, and its key.
-fn websocket(headers: &HeaderMap) -> Option<(&'static str, String)> {
-    let upgrade = headers
-        .get("upgrade")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let key = headers
-        .get("sec-websocket-key")
-        .and_then(|v| v.to_str().ok())?;
-    let offered = crate::podportforward::header_words(headers, "sec-websocket-protocol");
-    let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p))?;
-    upgrade.then(|| (protocol, key.to_string()))
+/// How a client asked for the stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Transport {
+    /// A websocket: the channel protocol chosen and its key.
+    WebSocket(&'static str, String),
+    /// The connection upgraded to SPDY/3.1 ([`SPDY_PROTOCOL`]).
+    Spdy,
+}
+
+/// The transport a request asks for, if it is one served.
+fn transport(headers: &HeaderMap) -> Option<Transport> {
+    let upgrade = crate::podportforward::header_words(headers, "upgrade");
+    if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
+        let key = headers
+            .get("sec-websocket-key")
+            .and_then(|v| v.to_str().ok())?;
+        let offered = crate::podportforward::header_words(headers, "sec-websocket-protocol");
+        let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p))?;
+        return Some(Transport::WebSocket(protocol, key.to_string()));
+    }
+    let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    let offered = crate::podportforward::header_words(headers, "x-stream-protocol-version");
+    (spdy && offered.contains(&SPDY_PROTOCOL)).then_some(Transport::Spdy)
 }
 
 async fn serve(
@@ -149,11 +170,11 @@ async fn serve(
         Ok(n) => n,
         Err(m) => return failure(StatusCode::BAD_REQUEST, m),
     };
-    let Some((protocol, key)) = websocket(&request.headers) else {
+    let Some(transport) = transport(&request.headers) else {
         return failure(
             StatusCode::BAD_REQUEST,
             format!(
-                "pods/exec is served as a websocket with the protocol {} (kubectl 1.30 or newer); SPDY is not served",
+                "pods/exec is served as a websocket with the protocol {} or as SPDY/3.1 with {SPDY_PROTOCOL}",
                 PROTOCOLS.join(" or ")
             ),
         );
@@ -165,9 +186,10 @@ async fn serve(
     let Some(upgrade) = request.upgrade else {
         return failure(
             StatusCode::BAD_REQUEST,
-            "this connection cannot be upgraded to a websocket",
+            "this connection cannot be upgraded (HTTP/1.1 is needed)",
         );
     };
+    let asked = Asked::of(&exec);
     let open = if attach {
         Open::Attach(exec)
     } else {
@@ -181,40 +203,247 @@ async fn serve(
             return failure(code, message);
         }
     };
+    let websocket = matches!(transport, Transport::WebSocket(..));
     tokio::spawn(async move {
         let upgraded = match upgrade.await {
-            Ok(u) => u,
+            Ok(u) => hyper_util::rt::TokioIo::new(u),
             Err(e) => {
-                tracing::info!(%node, error = %e, "kubectl exec: the websocket upgrade failed");
+                tracing::info!(%node, error = %e, "kubectl exec: the upgrade failed");
                 return;
             }
         };
-        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-            hyper_util::rt::TokioIo::new(upgraded),
-            tokio_tungstenite::tungstenite::protocol::Role::Server,
-            None,
-        )
-        .await;
-        relay(ws, stream).await;
+        if websocket {
+            let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                upgraded,
+                tokio_tungstenite::tungstenite::protocol::Role::Server,
+                None,
+            )
+            .await;
+            relay(ws, stream).await;
+        } else {
+            crate::spdy::carry(upgraded, false, |incoming, out| {
+                spdy_session(stream, asked, incoming, out)
+            })
+            .await;
+        }
     });
     let mut response = Response::new(axum::body::Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = response.headers_mut();
-    h.insert("upgrade", axum::http::HeaderValue::from_static("websocket"));
     h.insert(
         "connection",
         axum::http::HeaderValue::from_static("Upgrade"),
     );
-    if let Ok(v) =
-        tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()).parse()
-    {
-        h.insert("sec-websocket-accept", v);
+    match transport {
+        Transport::WebSocket(protocol, key) => {
+            h.insert("upgrade", axum::http::HeaderValue::from_static("websocket"));
+            if let Ok(v) =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes())
+                    .parse()
+            {
+                h.insert("sec-websocket-accept", v);
+            }
+            h.insert(
+                "sec-websocket-protocol",
+                axum::http::HeaderValue::from_static(protocol),
+            );
+        }
+        Transport::Spdy => {
+            h.insert("upgrade", axum::http::HeaderValue::from_static("SPDY/3.1"));
+            h.insert(
+                "x-stream-protocol-version",
+                axum::http::HeaderValue::from_static(SPDY_PROTOCOL),
+            );
+        }
     }
-    h.insert(
-        "sec-websocket-protocol",
-        axum::http::HeaderValue::from_static(protocol),
-    );
     response.into_response()
+}
+
+/// The streams a query asks for (`error` always).
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+impl Asked {
+    fn of(r: &ExecRequest) -> Self {
+        Self {
+            stdin: r.stdin,
+            stdout: r.stdout,
+            // A terminal has no stderr of its own.
+            stderr: r.stderr && !r.tty,
+            tty: r.tty,
+        }
+    }
+}
+
+/// A SPDY exec's streams, by `streamType`.
+#[derive(Default, Debug)]
+struct Streams {
+    error: Option<u32>,
+    stdin: Option<u32>,
+    stdout: Option<u32>,
+    stderr: Option<u32>,
+    resize: Option<u32>,
+}
+
+impl Streams {
+    /// The slot of a `streamType`.
+    fn slot(&mut self, kind: &str) -> Option<&mut Option<u32>> {
+        Some(match kind {
+            "error" => &mut self.error,
+            "stdin" => &mut self.stdin,
+            "stdout" => &mut self.stdout,
+            "stderr" => &mut self.stderr,
+            "resize" => &mut self.resize,
+            _ => return None,
+        })
+    }
+
+    /// Whether every stream `asked` is open (a terminal's size stream too).
+    fn complete(&self, asked: Asked) -> bool {
+        self.error.is_some()
+            && (!asked.stdin || self.stdin.is_some())
+            && (!asked.stdout || self.stdout.is_some())
+            && (!asked.stderr || self.stderr.is_some())
+            && (!asked.tty || self.resize.is_some())
+    }
+
+    /// The stream a node's channel message goes to.
+    fn down(&self, channel: u8) -> Option<u32> {
+        match channel {
+            1 => self.stdout,
+            2 => self.stderr,
+            3 => self.error,
+            _ => None,
+        }
+    }
+}
+
+/// A SPDY exec: the client's streams opened and answered; once those `asked` are there, the
+/// node's channel messages go to their streams and stdin and the terminal's size to the node,
+/// until the command ends, the client goes, or both sides are idle for [`IDLE`].
+async fn spdy_session(
+    mut stream: crate::cloudhub::tunnel::Stream,
+    asked: Asked,
+    mut incoming: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    out: tokio::sync::mpsc::Sender<Vec<u8>>,
+) {
+    use crate::spdy::{Deflater, Frame, Input, Reader, data, status};
+    let (mut reader, mut deflater) = (Reader::default(), Deflater::default());
+    let mut streams = Streams::default();
+    let up = stream.sender();
+    let (to_node, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let sending = tokio::spawn(async move {
+        while let Some(m) = queued.recv().await {
+            if !up.send(m).await {
+                break;
+            }
+        }
+    });
+    let opening = tokio::time::sleep(STREAMS_WAIT);
+    tokio::pin!(opening);
+    'session: loop {
+        let ready = streams.complete(asked);
+        let event = tokio::select! {
+            e = stream.next(), if ready => e,
+            chunk = incoming.recv() => {
+                let Some(chunk) = chunk else { break };
+                let inputs = match reader.feed(&chunk) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        tracing::info!(node = %stream.node, error = %e, "kubectl exec (SPDY): ended");
+                        let _ = out.send(crate::spdy::protocol_error(reader.last())).await;
+                        break;
+                    }
+                };
+                for input in inputs {
+                    let reply = match input {
+                        Input::Open { stream: id, .. } => {
+                            let kind = input.header("streamtype").unwrap_or_default();
+                            match streams.slot(kind) {
+                                Some(slot) if slot.is_none() => {
+                                    *slot = Some(id);
+                                    Frame::SynReply { stream: id, fin: false, block: deflater.block(&[]) }
+                                }
+                                _ => Frame::RstStream { stream: id, status: status::PROTOCOL_ERROR },
+                            }
+                        }
+                        Input::Refuse { stream: id, status } => Frame::RstStream { stream: id, status },
+                        Input::Data { stream: id, fin, data } => {
+                            let channel = if Some(id) == streams.stdin {
+                                0
+                            } else if Some(id) == streams.resize {
+                                4
+                            } else {
+                                continue;
+                            };
+                            let mut m = vec![channel];
+                            m.extend_from_slice(&data);
+                            let mut parts = if data.is_empty() { Vec::new() } else { api::tunnel::channel_chunks(&m) };
+                            if fin && channel == 0 {
+                                // The client closed stdin: the channel protocol's close (v5).
+                                parts.push(vec![255, 0]);
+                            }
+                            for part in parts {
+                                if to_node.send(part).await.is_err() {
+                                    break 'session;
+                                }
+                            }
+                            continue;
+                        }
+                        Input::Ping(id) => Frame::Ping(id),
+                        Input::Reset { .. } => continue,
+                        Input::GoAway => break 'session,
+                    };
+                    if out.send(reply.encode()).await.is_err() {
+                        break 'session;
+                    }
+                }
+                continue;
+            }
+            _ = &mut opening, if !ready => {
+                tracing::info!(node = %stream.node, ?streams, "kubectl exec (SPDY): the streams asked for were not opened within {STREAMS_WAIT:?}; ended");
+                break;
+            }
+            _ = tokio::time::sleep(IDLE) => {
+                tracing::info!(node = %stream.node, "kubectl exec (SPDY): idle for {IDLE:?}; ended");
+                break;
+            }
+        };
+        match event {
+            Event::Data(b) => {
+                if let Some((&channel, rest)) = b.split_first()
+                    && let Some(id) = streams.down(channel)
+                    && out.send(data(id, false, rest.to_vec())).await.is_err()
+                {
+                    break;
+                }
+            }
+            Event::Ready => {}
+            Event::End(o) => {
+                if o.code != 200
+                    && let Some(id) = streams.error
+                {
+                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "metadata": {}, "status": "Failure", "message": o.message});
+                    let _ = out.send(data(id, false, status.to_string().into_bytes())).await;
+                }
+                break;
+            }
+        }
+    }
+    sending.abort();
+    // Every stream ends: kubectl reads stdout and stderr to their end, then the outcome.
+    for id in [streams.stdout, streams.stderr, streams.error, streams.stdin, streams.resize]
+        .into_iter()
+        .flatten()
+    {
+        let _ = out.send(data(id, true, Vec::new())).await;
+    }
 }
 
 /// Channel messages both ways until the command ends, the client goes, or both are idle.
@@ -334,7 +563,7 @@ mod tests {
     }
 
     #[test]
-    fn a_websocket_with_a_channel_protocol_is_served_and_nothing_else() {
+    fn a_websocket_with_a_channel_protocol_or_spdy_with_v4_is_served_and_nothing_else() {
         let mut h = HeaderMap::new();
         h.insert("upgrade", "websocket".parse().expect("v"));
         h.insert(
@@ -345,14 +574,21 @@ mod tests {
             "sec-websocket-protocol",
             "v4.channel.k8s.io, v5.channel.k8s.io".parse().expect("v"),
         );
-        assert_eq!(websocket(&h).map(|w| w.0), Some("v5.channel.k8s.io"));
+        assert!(matches!(
+            transport(&h),
+            Some(Transport::WebSocket("v5.channel.k8s.io", _))
+        ));
         h.insert(
             "sec-websocket-protocol",
             "base64.channel.k8s.io".parse().expect("v"),
         );
-        assert_eq!(websocket(&h), None);
+        assert_eq!(transport(&h), None);
         let mut spdy = HeaderMap::new();
         spdy.insert("upgrade", "SPDY/3.1".parse().expect("v"));
-        assert_eq!(websocket(&spdy), None);
+        assert_eq!(transport(&spdy), None, "no protocol offered");
+        spdy.append("x-stream-protocol-version", "v2.channel.k8s.io".parse().expect("v"));
+        assert_eq!(transport(&spdy), None, "only v4 over SPDY");
+        spdy.append("x-stream-protocol-version", "v4.channel.k8s.io".parse().expect("v"));
+        assert_eq!(transport(&spdy), Some(Transport::Spdy));
     }
 }

@@ -247,12 +247,14 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     });
     assert_eq!(previous.lines().count(), 1, "{previous}");
 
-    // A command in the container: its output, its stderr, its exit code.
-    let run = |args: &[&str], stdin: Option<&str>| {
-        let mut child = Command::new(kubectl_bin())
+    // A command in the container: its output, its stderr, its exit code; with each kubectl,
+    // over a websocket and over SPDY (kubectl before 1.30 speaks only SPDY).
+    let run_with = |kubectl: &Path, env: &[(&str, &str)], args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new(kubectl)
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -270,52 +272,69 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, out, err) = run(
-        &[
-            "exec",
-            "ticker",
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 7",
-        ],
-        None,
-    );
-    assert_eq!((code, out.as_str()), (Some(7), "out\n"), "stderr: {err}");
-    assert!(err.contains("err"), "{err}");
-    let (code, out, err) = run(&["exec", "ticker", "--", "echo", "two words"], None);
-    assert_eq!((code, out.as_str()), (Some(0), "two words\n"), "{err}");
-    // stdin reaches the command.
-    let (code, out, err) = run(
-        &[
-            "exec",
-            "-i",
-            "ticker",
-            "--",
-            "sh",
-            "-c",
-            "read line; echo \"got $line\"",
-        ],
-        Some("hello\n"),
-    );
-    assert_eq!((code, out.as_str()), (Some(0), "got hello\n"), "{err}");
-    // A terminal (kubectl under a pty of `script`): the command sees a tty of kubectl's size
-    // (which kubectl sends once the stream is open: the command waits for it).
-    let tty = Command::new("script")
-        .args(["-qec"])
-        .arg(format!(
-            "stty cols 101 rows 33; {} --kubeconfig {} exec -it ticker -- sh -c 'tty; for i in $(seq 100); do s=$(stty size 2>/dev/null); [ \"$s\" = \"33 101\" ] && break; sleep 0.1; done; echo \"size $s\"; exit 4'",
-            kubectl_bin().display(),
-            kubeconfig.display()
-        ))
-        .arg("/dev/null")
-        .stdin(Stdio::piped())
-        .output()
-        .expect("script");
-    let said = String::from_utf8_lossy(&tty.stdout);
-    assert!(said.contains("/dev/pts/"), "a terminal: {said}");
-    assert!(said.contains("size 33 101"), "its size: {said}");
-    assert_eq!(tty.status.code(), Some(4), "{said}");
+    let run = |args: &[&str], stdin: Option<&str>| run_with(&kubectl_bin(), &[], args, stdin);
+    for (kubectl, version) in sim::stack::kubectls() {
+        for websockets in ["true", "false"] {
+            let way = format!("{version}, KUBECTL_REMOTE_COMMAND_WEBSOCKETS={websockets}");
+            let env = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websockets)];
+            let run = |args: &[&str], stdin: Option<&str>| run_with(&kubectl, &env, args, stdin);
+            let (code, out, err) = run(
+                &[
+                    "exec",
+                    "ticker",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo out; echo err >&2; exit 7",
+                ],
+                None,
+            );
+            assert_eq!((code, out.as_str()), (Some(7), "out\n"), "{way}: {err}");
+            assert!(err.contains("err"), "{way}: {err}");
+            let (code, out, err) = run(&["exec", "ticker", "--", "echo", "two words"], None);
+            assert_eq!(
+                (code, out.as_str()),
+                (Some(0), "two words\n"),
+                "{way}: {err}"
+            );
+            // stdin reaches the command.
+            let (code, out, err) = run(
+                &[
+                    "exec",
+                    "-i",
+                    "ticker",
+                    "--",
+                    "sh",
+                    "-c",
+                    "read line; echo \"got $line\"",
+                ],
+                Some("hello\n"),
+            );
+            assert_eq!(
+                (code, out.as_str()),
+                (Some(0), "got hello\n"),
+                "{way}: {err}"
+            );
+            // A terminal (kubectl under a pty of `script`): the command sees a tty of
+            // kubectl's size (which kubectl sends once the stream is open: the command waits
+            // for it).
+            let tty = Command::new("script")
+                .args(["-qec"])
+                .arg(format!(
+                    "stty cols 101 rows 33; KUBECTL_REMOTE_COMMAND_WEBSOCKETS={websockets} {} --kubeconfig {} exec -it ticker -- sh -c 'tty; for i in $(seq 100); do s=$(stty size 2>/dev/null); [ \"$s\" = \"33 101\" ] && break; sleep 0.1; done; echo \"size $s\"; exit 4'",
+                    kubectl.display(),
+                    kubeconfig.display()
+                ))
+                .arg("/dev/null")
+                .stdin(Stdio::piped())
+                .output()
+                .expect("script");
+            let said = String::from_utf8_lossy(&tty.stdout);
+            assert!(said.contains("/dev/pts/"), "{way}: a terminal: {said}");
+            assert!(said.contains("size 33 101"), "{way}: its size: {said}");
+            assert_eq!(tty.status.code(), Some(4), "{way}: {said}");
+        }
+    }
     // What cannot run is said: a command not in the image, a container not running.
     let (code, _, err) = run(&["exec", "ticker", "--", "/no/such"], None);
     assert_ne!(code, Some(0));
