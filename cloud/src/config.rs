@@ -50,6 +50,15 @@
 //!     url: ""                        # what the API server calls; default
 //!                                    #   https://{advertiseAddress[0]}:{certListen port}/admission/devices
 //!     failurePolicy: Ignore          # Fail: no Device write while cloudcore is unreachable
+//!   cloudStream:                     # a real cluster's `kubectl logs/exec/attach/port-forward`
+//!     enable: auto                   #   of edge pods: the kubelet's endpoints the API server
+//!                                    #   calls (auto: on when clientCaFile is given)
+//!     listen: "0.0.0.0:10003"        # where the API server's node connections are sent (a DNAT
+//!                                    #   of each edge node's port 10350: docs/real-cluster.md)
+//!     clientCaFile: /etc/kubernetes/pki/ca.crt  # the CA of the API server's kubelet client
+//!                                    #   certificate (--kubelet-client-certificate)
+//!     certFile: ""                   # the serving certificate and key; default: one signed by
+//!     keyFile: ""                    #   cloudcore's CA for advertiseAddress
 //!   metrics:
 //!     listen: "127.0.0.1:9091"       # Prometheus /metrics (plain HTTP); "" turns it off
 //! ```
@@ -90,7 +99,34 @@ pub struct Modules {
     pub cloud_hub: CloudHub,
     pub leader_election: LeaderElection,
     pub admission_webhook: AdmissionWebhook,
+    pub cloud_stream: CloudStream,
     pub metrics: MetricsModule,
+}
+
+/// The kubelet's streaming endpoints of edge nodes, for a real cluster's API server
+/// (`modules.cloudStream`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CloudStream {
+    /// `auto` (on when `clientCaFile` is given), `true` or `false`.
+    pub enable: Auto,
+    pub listen: SocketAddr,
+    /// The CA whose client certificates are taken (the API server's kubelet client's).
+    pub client_ca_file: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+impl Default for CloudStream {
+    fn default() -> Self {
+        Self {
+            enable: Auto::Auto,
+            listen: SocketAddr::from(([0, 0, 0, 0], 10003)),
+            client_ca_file: None,
+            cert_file: None,
+            key_file: None,
+        }
+    }
 }
 
 /// The validating admission webhook a real cluster's API server calls on Device writes
@@ -370,6 +406,25 @@ impl Config {
                 *f = abs(f);
             }
         }
+        let cs = &mut config.modules.cloud_stream;
+        for f in [&mut cs.client_ca_file, &mut cs.cert_file, &mut cs.key_file]
+            .into_iter()
+            .flatten()
+        {
+            *f = abs(f);
+        }
+        if cs.enable == Auto::On && cs.client_ca_file.is_none() {
+            return Err(invalid(
+                "modules.cloudStream.clientCaFile".into(),
+                "give the CA of the API server's kubelet client certificate (kubeadm: /etc/kubernetes/pki/ca.crt): only clients it signed may stream".into(),
+            ));
+        }
+        if cs.cert_file.is_some() != cs.key_file.is_some() {
+            return Err(invalid(
+                "modules.cloudStream.certFile".into(),
+                "certFile and keyFile go together".into(),
+            ));
+        }
         let a = &config.modules.apiserver;
         if a.watch_history < 100 {
             return Err(invalid(
@@ -493,6 +548,18 @@ impl Config {
         }))
     }
 
+    /// Whether cloudcore serves the kubelet's streaming endpoints (with cloudhub only: the
+    /// streams go through its tunnels).
+    pub fn cloud_stream(&self) -> bool {
+        let c = &self.modules.cloud_stream;
+        self.modules.cloud_hub.enable
+            && match c.enable {
+                Auto::On => true,
+                Auto::Off => false,
+                Auto::Auto => c.client_ca_file.is_some(),
+            }
+    }
+
     pub fn elects_leader(&self) -> bool {
         match self.modules.leader_election.enable {
             Auto::On => true,
@@ -582,6 +649,31 @@ mod tests {
         assert_eq!(c.data_dir, Path::new("/etc/cloudcore-data"));
         assert_eq!(c.modules.apiserver.listen.port(), 6443);
         assert!(c.kubeconfig.is_none());
+    }
+
+    #[test]
+    fn cloud_stream_is_on_with_a_client_ca_and_needs_one() {
+        assert!(!parse("").expect("defaults").cloud_stream());
+        let c = parse("modules:\n  cloudStream:\n    clientCaFile: pki/ca.crt\n").expect("on");
+        assert!(c.cloud_stream());
+        assert_eq!(
+            c.modules.cloud_stream.client_ca_file.as_deref(),
+            Some(Path::new("/etc/pki/ca.crt"))
+        );
+        assert_eq!(c.modules.cloud_stream.listen.port(), 10003);
+        let e = parse("modules:\n  cloudStream:\n    enable: true\n").expect_err("no CA");
+        assert!(
+            e.to_string().contains("modules.cloudStream.clientCaFile"),
+            "{e}"
+        );
+        let e = parse("modules:\n  cloudStream:\n    clientCaFile: a\n    certFile: b\n")
+            .expect_err("no key");
+        assert!(e.to_string().contains("certFile and keyFile"), "{e}");
+        let off = "modules:\n  cloudStream:\n    clientCaFile: a\n  cloudHub:\n    enable: false\n";
+        assert!(
+            !parse(off).expect("off").cloud_stream(),
+            "no tunnels without cloudhub"
+        );
     }
 
     #[test]

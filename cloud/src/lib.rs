@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod cloudhub;
+pub mod cloudstream;
 pub mod config;
 pub mod daemonset;
 pub mod edgecontroller;
@@ -354,6 +355,17 @@ async fn start_cloudhub(
         releases: config.data_dir.join("releases"),
     });
     let ca_pem = certs.ca.pem.clone();
+    if config.cloud_stream() {
+        serve_cloud_stream(
+            config,
+            (&certs.ca.pem, &certs.ca.key_pem),
+            &sans,
+            client.clone(),
+            hub.clone(),
+            stop.clone(),
+        )
+        .await?;
+    }
     let mut cert_routes = certs.router();
     if let Some(url) = config.admission_webhook() {
         // A real cluster's API server asks here whether a Device's desired values can land.
@@ -396,6 +408,67 @@ async fn start_cloudhub(
         c.listen, c.cert_listen
     );
     Ok(hub)
+}
+
+/// The kubelet's streaming endpoints of the edge nodes (`modules.cloudStream`), through `hub`'s
+/// tunnels, on their own TLS listener taking the clients `clientCaFile` signed.
+async fn serve_cloud_stream(
+    config: &config::Config,
+    (ca, ca_key): (&str, &str),
+    sans: &[String],
+    client: kube::Client,
+    hub: Arc<cloudhub::CloudHub>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let c = &config.modules.cloud_stream;
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {} (modules.cloudStream.{key})", path.display()))
+    };
+    let Some(client_ca) = &c.client_ca_file else {
+        anyhow::bail!(
+            "modules.cloudStream.clientCaFile is needed to serve the kubelet's endpoints"
+        );
+    };
+    let client_ca = read("clientCaFile", client_ca)?;
+    let (cert, key) = match (&c.cert_file, &c.key_file) {
+        (Some(cert), Some(key)) => (read("certFile", cert)?, read("keyFile", key)?),
+        _ => pki::sign_leaf(ca, ca_key, "cloudstream", None, sans, true, 365)?,
+    };
+    let tls = pki::tls::server_config(
+        &cert,
+        &key,
+        Some((&client_ca, pki::tls::ClientCerts::Required)),
+        &[b"http/1.1"],
+    )
+    .context("modules.cloudStream")?;
+    let cell: Arc<std::sync::OnceLock<Arc<cloudhub::CloudHub>>> = Arc::default();
+    let _ = cell.set(hub);
+    use cloudstream::Kind;
+    let serve = [
+        (Kind::Log, podlog::subresource(cell.clone())),
+        (Kind::Exec, podexec::subresource(cell.clone(), false)),
+        (Kind::Attach, podexec::subresource(cell.clone(), true)),
+        (Kind::PortForward, podportforward::subresource(cell)),
+    ]
+    .into_iter()
+    .map(|(k, s)| (k, s.serve))
+    .collect();
+    let endpoints = Arc::new(cloudstream::Endpoints { client, serve });
+    let listener = tokio::net::TcpListener::bind(c.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (modules.cloudStream.listen)", c.listen))?;
+    tokio::spawn(apiserver::serve(
+        listener,
+        tokio_rustls::TlsAcceptor::from(tls),
+        cloudstream::router(endpoints),
+        stop,
+    ));
+    eprintln!(
+        "cloudcore: the edge nodes' kubelet endpoints (logs, exec, attach, port-forward) at https://{}",
+        c.listen
+    );
+    Ok(())
 }
 
 /// `cloudcore gettoken`: a join token for edge nodes.

@@ -238,8 +238,7 @@ async fn serve(
         Transport::WebSocket(protocol, key) => {
             h.insert("upgrade", axum::http::HeaderValue::from_static("websocket"));
             if let Ok(v) =
-                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes())
-                    .parse()
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()).parse()
             {
                 h.insert("sec-websocket-accept", v);
             }
@@ -430,7 +429,9 @@ async fn spdy_session(
                 {
                     let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
                         "metadata": {}, "status": "Failure", "message": o.message});
-                    let _ = out.send(data(id, false, status.to_string().into_bytes())).await;
+                    let _ = out
+                        .send(data(id, false, status.to_string().into_bytes()))
+                        .await;
                 }
                 break;
             }
@@ -438,9 +439,15 @@ async fn spdy_session(
     }
     sending.abort();
     // Every stream ends: kubectl reads stdout and stderr to their end, then the outcome.
-    for id in [streams.stdout, streams.stderr, streams.error, streams.stdin, streams.resize]
-        .into_iter()
-        .flatten()
+    for id in [
+        streams.stdout,
+        streams.stderr,
+        streams.error,
+        streams.stdin,
+        streams.resize,
+    ]
+    .into_iter()
+    .flatten()
     {
         let _ = out.send(data(id, true, Vec::new())).await;
     }
@@ -586,9 +593,15 @@ mod tests {
         let mut spdy = HeaderMap::new();
         spdy.insert("upgrade", "SPDY/3.1".parse().expect("v"));
         assert_eq!(transport(&spdy), None, "no protocol offered");
-        spdy.append("x-stream-protocol-version", "v2.channel.k8s.io".parse().expect("v"));
+        spdy.append(
+            "x-stream-protocol-version",
+            "v2.channel.k8s.io".parse().expect("v"),
+        );
         assert_eq!(transport(&spdy), None, "only v4 over SPDY");
-        spdy.append("x-stream-protocol-version", "v4.channel.k8s.io".parse().expect("v"));
+        spdy.append(
+            "x-stream-protocol-version",
+            "v4.channel.k8s.io".parse().expect("v"),
+        );
         assert_eq!(transport(&spdy), Some(Transport::Spdy));
     }
 }

@@ -3,7 +3,9 @@
 //! joined to it, each running pods on a real containerd of its own (busybox). Logs whole,
 //! `--tail`, `--timestamps`, `--limit-bytes`, `--since`, `-f` (lines arriving while it runs, and
 //! clients that go away closing their streams on the node), `--previous` after a crash; exec
-//! with its exit code, stderr, stdin and a terminal of kubectl's size; attach; top pod and node;
+//! with its exit code, stderr, stdin and a terminal of kubectl's size, over a websocket and over
+//! SPDY, with each kubectl at hand; attach; top pod and node; port-forward; and a real cluster's
+//! way (`sim::kubelet_calls` playing kube-apiserver against cloudcore's kubelet endpoints);
 //! refused: a user without `pods/log`, `pods/exec` or the metrics (403), a node's own
 //! certificate (403), a node away or revoked (said, with the node's name; a followed stream cut
 //! ends kubectl with an error).
@@ -534,7 +536,16 @@ fn kubectl_port_forward_reaches_a_pods_port_through_the_tunnel() {
     rt.import_busybox();
     let edgecore = bin("edgecore");
     let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
-    let cloud = Cloud::start();
+    // A real cluster's CA, which signs its API server's kubelet client certificate: what
+    // cloudcore's kubelet endpoints (cloudStream) take.
+    let cluster_ca_dir = rt_dir.path().join("cluster-ca");
+    std::fs::create_dir_all(&cluster_ca_dir).expect("dir");
+    let (cluster_ca, cluster_key) = pki::load_or_make_ca(&cluster_ca_dir).expect("a CA");
+    let stream_port = sim::free_port();
+    let cloud = Cloud::start_with_modules(&format!(
+        "  cloudStream:\n    listen: \"127.0.0.1:{stream_port}\"\n    clientCaFile: \"{}\"\n",
+        cluster_ca_dir.join("ca.crt").display()
+    ));
     let mut node = Node::start_named(
         &bins,
         "edge-node-1",
@@ -559,7 +570,7 @@ spec:
   - name: main
     image: edged-test/busybox:1
     imagePullPolicy: Never
-    command: [sh, -c, 'mkdir -p /tmp/www && echo hello from the pod > /tmp/www/index.html && seq -w 0 199999 | head -c 1048576 > /tmp/www/big && exec httpd -f -p {port} -h /tmp/www']
+    command: [sh, -c, 'mkdir -p /tmp/www && echo hello from the pod > /tmp/www/index.html && seq -w 0 199999 | head -c 1048576 > /tmp/www/big && echo serving on {port} && exec httpd -f -p {port} -h /tmp/www']
 "
     );
     let applied = rt_dir.path().join("web.yaml");
@@ -613,6 +624,153 @@ spec:
             }
         }
     }
+
+    // A real cluster's way: its API server calls the node's kubelet port, which the Node
+    // gives (10350, with the address the node reaches the cloud from); a DNAT sends that to
+    // cloudStream. Here `sim::kubelet_calls` plays the API server (its kubelet client
+    // certificate, the kubelet's paths, SPDY as kube-apiserver speaks it to kubelets).
+    let endpoint = cloud.ok(&[
+        "get",
+        "node",
+        "edge-node-1",
+        "-o",
+        "jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port} {.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    assert_eq!(endpoint, "10350 127.0.0.1", "the Node's kubelet endpoint");
+    let api_ca = std::fs::read_to_string(cloud.dir.path().join("data/pki/ca.crt")).expect("CA");
+    let (client_cert, client_key) = pki::sign_leaf(
+        &cluster_ca,
+        &cluster_key,
+        "kube-apiserver-kubelet-client",
+        Some("system:masters"),
+        &[],
+        false,
+        1,
+    )
+    .expect("the API server's kubelet client certificate");
+    let token = cloud.admin_token();
+    let front = sim::kubelet_calls::Front::start(
+        cloud.api,
+        stream_port,
+        &api_ca,
+        (&client_cert, &client_key),
+        &token,
+    );
+    let via_cluster = front.kubeconfig(rt_dir.path(), "cluster.kubeconfig");
+    let spdy = [
+        ("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false"),
+        ("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false"),
+    ];
+    let kubectl_with = |kubeconfig: &Path, args: &[&str]| {
+        let out = Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .envs(spdy)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, log, err) = kubectl_with(&via_cluster, &["logs", "web"]);
+    assert_eq!(
+        (code, log.as_str()),
+        (Some(0), format!("serving on {port}\n").as_str()),
+        "kubectl logs through the kubelet endpoint: {err}"
+    );
+    let (code, out, err) = kubectl_with(
+        &via_cluster,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo from the node; exit 5",
+        ],
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(5), "from the node\n"),
+        "kubectl exec through the kubelet endpoint: {err}"
+    );
+    {
+        let pf =
+            sim::stack::port_forward(&kubectl_bin(), &via_cluster, "pod/web", port, &[], &spdy);
+        let (_, body) = pf
+            .get("/index.html")
+            .expect("a page through the kubelet endpoint");
+        assert_eq!(body, b"hello from the pod\n");
+    }
+    // A certificate of the cluster's CA whose user may not proxy to nodes: the cluster's
+    // SubjectAccessReview says no; one of another CA (the node's own): refused in the handshake.
+    let (reader_cert, reader_key) =
+        pki::sign_leaf(&cluster_ca, &cluster_key, "reader", None, &[], false, 1).expect("cert");
+    let reader_front = sim::kubelet_calls::Front::start(
+        cloud.api,
+        stream_port,
+        &api_ca,
+        (&reader_cert, &reader_key),
+        &token,
+    );
+    let as_reader = reader_front.kubeconfig(rt_dir.path(), "reader-front.kubeconfig");
+    for args in [&["logs", "web"][..], &["exec", "web", "--", "true"]] {
+        let (code, _, err) = kubectl_with(&as_reader, args);
+        assert_ne!(code, Some(0), "{args:?}");
+        assert!(
+            err.contains("user=reader") && err.contains("subresource=proxy"),
+            "{args:?}: {err}"
+        );
+    }
+    let certs = node.dir.path().join("data/certs");
+    let node_cert = std::fs::read_to_string(certs.join("edge.crt")).expect("node cert");
+    let node_key = std::fs::read_to_string(certs.join("edge.key")).expect("node key");
+    let node_front = sim::kubelet_calls::Front::start(
+        cloud.api,
+        stream_port,
+        &api_ca,
+        (&node_cert, &node_key),
+        &token,
+    );
+    let as_node = node_front.kubeconfig(rt_dir.path(), "node-front.kubeconfig");
+    // (TLS 1.3: the refusal comes after the client's side of the handshake, so the front
+    // sees the connection end rather than a failed dial.)
+    let (code, _, err) = kubectl_with(
+        &as_node,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo > /tmp/www/by-the-node",
+        ],
+    );
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("EOF") || err.contains("error dialing backend"),
+        "{err}"
+    );
+    let (code, seen, err) = kubectl_with(
+        &via_cluster,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "test -e /tmp/www/by-the-node && echo ran || echo absent",
+        ],
+    );
+    assert_eq!(
+        (code, seen.as_str()),
+        (Some(0), "absent\n"),
+        "the node's request ran: {err}"
+    );
 
     // A port nothing listens on: the runtime's refusal, as kubectl prints it (kubectl then
     // ends, having lost the forward).

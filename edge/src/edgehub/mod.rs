@@ -206,6 +206,8 @@ impl EdgeHub {
             .await
             .with_context(|| format!("cannot connect to {server}"))?;
         let _ = tcp.set_nodelay(true);
+        // The address the node reaches the cloud from: its Node's InternalIP.
+        let node_ip = tcp.local_addr().ok().map(|a| a.ip());
         let tls = tokio_rustls::TlsConnector::from(creds.client_config()?)
             .connect(join::server_name(&host)?, tcp)
             .await
@@ -284,6 +286,7 @@ impl EdgeHub {
             &self.node,
             self.pods.as_ref().map(|_| "containerd"),
             &crate::upgrade::version(&self.data_dir),
+            node_ip,
         );
         let mut info_id = info.header.id.clone();
         // Sent again when refused: the Node may not be made yet (cloudhub makes it as the
@@ -306,7 +309,7 @@ impl EdgeHub {
                 _ = sleep_until_some(info_again) => {
                     info_again = None;
                     info_tries += 1;
-                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &crate::upgrade::version(&self.data_dir));
+                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &crate::upgrade::version(&self.data_dir), node_ip);
                     info_id = info.header.id.clone();
                     sink.send(Frame::text(serde_json::to_string(&info)?)).await?;
                 }

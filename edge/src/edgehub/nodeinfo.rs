@@ -1,6 +1,9 @@
 //! The node's `status.nodeInfo`, sent to the cloud at each session's start as KubeEdge's edged
 //! patches it (`{ns}/nodepatch/{name}`, a strategic merge patch of the Node's status): what the
-//! fleet page's Version column and `kubectl get nodes -o wide` show.
+//! fleet page's Version column and `kubectl get nodes -o wide` show. With it, the node's address
+//! (the one it reaches the cloud from, as `InternalIP`) and its kubelet port (10350, as
+//! KubeEdge's edge gives it): where a real cluster's API server sends `kubectl logs` and
+//! `exec`, which a DNAT on the API server's host turns to cloudcore's cloudStream.
 
 use serde_json::{Value, json};
 
@@ -58,12 +61,24 @@ fn capacity(cpus: usize, meminfo: &str) -> Value {
     json!({"cpu": cpus.to_string(), "memory": format!("{kib}Ki"), "pods": "110"})
 }
 
-/// The message that patches node `node`'s status with its info.
-pub(super) fn patch(node: &str, runtime: Option<&str>, version: &str) -> api::message::Message {
+/// The kubelet port a Node gives (KubeEdge's edge's `ServerPort`).
+const KUBELET_PORT: u16 = 10350;
+
+/// The message that patches node `node`'s status with its info and, when known, its address.
+pub(super) fn patch(
+    node: &str,
+    runtime: Option<&str>,
+    version: &str,
+    ip: Option<std::net::IpAddr>,
+) -> api::message::Message {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let capacity = capacity(cpus, &read("/proc/meminfo"));
-    let patch = json!({"status": {"nodeInfo": node_info(runtime, version), "capacity": capacity,
-        "allocatable": capacity}});
+    let mut patch = json!({"status": {"nodeInfo": node_info(runtime, version), "capacity": capacity,
+        "allocatable": capacity,
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}}}});
+    if let Some(ip) = ip {
+        patch["status"]["addresses"] = json!([{"type": "InternalIP", "address": ip.to_string()}]);
+    }
     api::message::Message::new(
         "edged",
         "meta",
@@ -84,11 +99,19 @@ mod tests {
             "Debian GNU/Linux 12 (bookworm)"
         );
         assert_eq!(os_image(""), "");
-        let m = patch("edge-1", None, "v2");
+        let m = patch("edge-1", None, "v2", Some([192, 0, 2, 7].into()));
         assert_eq!(m.route.resource, "default/nodepatch/edge-1");
         let v: Value = serde_json::from_str(m.content.as_str().expect("text")).expect("JSON");
         assert_eq!(v["status"]["nodeInfo"]["kubeletVersion"], "v2-edgecore");
         assert_eq!(v["status"]["nodeInfo"]["operatingSystem"], "linux");
+        assert_eq!(
+            v["status"]["addresses"],
+            json!([{"type": "InternalIP", "address": "192.0.2.7"}])
+        );
+        assert_eq!(
+            v["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            10350
+        );
         assert_eq!(
             capacity(4, "MemTotal:       16384 kB\nMemFree: 1 kB\n"),
             json!({"cpu": "4", "memory": "16384Ki", "pods": "110"})

@@ -11,6 +11,7 @@ pub mod browser;
 pub mod containerd;
 pub mod etcd;
 pub mod jobs;
+pub mod kubelet_calls;
 pub mod modbus_sim;
 pub mod opcua_sim;
 pub mod poll;

@@ -33,6 +33,11 @@ impl Cloud {
         Self::start_with("", "")
     }
 
+    /// Started with more lines under `modules` (indented by 2).
+    pub fn start_with_modules(modules: &str) -> Self {
+        Self::start_with("", modules)
+    }
+
     /// Started with more lines under `modules.apiserver` (indented by 4) and under `modules`
     /// (indented by 2).
     fn start_with(apiserver: &str, modules: &str) -> Self {
