@@ -31,6 +31,7 @@ pub mod dmi;
 mod edgehub;
 mod eventbus;
 mod http;
+pub mod join;
 mod listeners;
 mod manifests;
 mod meta;

@@ -1,6 +1,7 @@
 //! `edgecore --config FILE`: the edge gateway. See `edge::config` for the file.
+//! `edgecore join --cloud HOST --token TOKEN`: a bare gateway joined (see `edge::join`).
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,9 +12,106 @@ use std::process::ExitCode;
     about = "Edge gateway: device twins, MQTT $hw API, DMI server, local manifests"
 )]
 struct Args {
-    /// YAML config file; without one, every default applies.
-    #[arg(long, short)]
+    /// YAML config file; without one, every default applies (`join`: the file it writes,
+    /// default /etc/kubeedge/edgecore.yaml).
+    #[arg(long, short, global = true)]
     config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Join a cloudcore: check its CA against the token, get this node's certificate, write
+    /// the config, start edgecore.service where systemd has it.
+    Join(JoinArgs),
+}
+
+#[derive(clap::Args)]
+struct JoinArgs {
+    /// The cloud's host name or address (cloudhub and its certificate port).
+    #[arg(long)]
+    cloud: String,
+    /// The join token (`cloudcore gettoken`); or --token-file.
+    #[arg(
+        long,
+        required_unless_present = "token_file",
+        conflicts_with = "token_file"
+    )]
+    token: Option<String>,
+    /// A file whose first line is the token (keeps it out of the process list).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// This node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    #[arg(long, default_value_t = 10000)]
+    hub_port: u16,
+    #[arg(long, default_value_t = 10002)]
+    cert_port: u16,
+    #[arg(long, default_value = "/var/lib/edgecore")]
+    data_dir: PathBuf,
+    /// Replace the identity of a node already joined.
+    #[arg(long)]
+    force: bool,
+    /// Write everything but do not start edgecore.service.
+    #[arg(long)]
+    no_start: bool,
+}
+
+/// `edgecore join`.
+fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
+    let token = match (&a.token, &a.token_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => match std::fs::read_to_string(f) {
+            Ok(t) => t.lines().next().unwrap_or_default().trim().to_string(),
+            Err(e) => {
+                eprintln!(
+                    "edgecore join: cannot read --token-file {}: {e}",
+                    f.display()
+                );
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => String::new(),
+    };
+    let Some(node_name) = a.node_name.or_else(rt::host::name) else {
+        eprintln!("edgecore join: no host name to name the node by: give --node-name");
+        return ExitCode::from(2);
+    };
+    let args = edge::join::Join {
+        cloud: a.cloud,
+        hub_port: a.hub_port,
+        cert_port: a.cert_port,
+        token,
+        node_name,
+        config: config.unwrap_or_else(|| PathBuf::from("/etc/kubeedge/edgecore.yaml")),
+        data_dir: a.data_dir,
+        force: a.force,
+        start: !a.no_start,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("edgecore join: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(edge::join::join(&args)) {
+        Ok(did) => {
+            for line in did {
+                println!("edgecore join: {line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("edgecore join: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -22,6 +120,9 @@ fn main() -> ExitCode {
     rt::sys::single_arena();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
+    if let Some(Command::Join(j)) = args.command {
+        return join(j, args.config);
+    }
     if let Some(f) = &args.config {
         edge::upgrade::remember_config(f);
     }

@@ -1,0 +1,286 @@
+//! `edgecore join`: a bare gateway to a joined node in one command, as `keadm join` does for
+//! KubeEdge. Given the cloud's address and a token (`cloudcore gettoken`), it checks the cloud's
+//! CA against the token's hash, gets the node's certificate, writes a complete config (the
+//! node's name, the data directory, the cloud's addresses; every other key at its default),
+//! and starts the `edgecore` service where systemd has one. The token is not written anywhere:
+//! the certificate is what the node uses from then on (and renews itself).
+//!
+//! Order, for a join cut at any point (`kill -9`, power): the certificate first, then the
+//! config, each file written whole and renamed. A node is joined when its config exists and
+//! names a data directory holding a certificate; until then, running `join` again finishes it
+//! (keeping the certificate an unfinished join got, when it is valid and from the token's CA).
+//! A joined node's identity is not replaced without `--force`.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// What `edgecore join` is given.
+#[derive(Clone, Debug)]
+pub struct Join {
+    /// The cloud's host name or address (cloudhub and its certificate port are on it).
+    pub cloud: String,
+    pub hub_port: u16,
+    pub cert_port: u16,
+    pub token: String,
+    pub node_name: String,
+    /// The config file to write.
+    pub config: PathBuf,
+    pub data_dir: PathBuf,
+    /// Replace a joined node's identity.
+    pub force: bool,
+    /// Enable and start `edgecore.service` when systemd has it.
+    pub start: bool,
+}
+
+/// A joined node's config: its node, its cloud, its certificate.
+#[derive(Debug)]
+pub struct Joined {
+    pub node: String,
+    pub server: String,
+    pub certificate: PathBuf,
+}
+
+/// The node `config` says is joined, if it is (the file there and a certificate in its data
+/// directory); a config that does not parse is an error naming it.
+pub fn joined(config: &Path) -> Result<Option<Joined>> {
+    if !config.exists() {
+        return Ok(None);
+    }
+    let c = crate::config::Config::load(config).map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (a config is at {}: --force replaces it)",
+            config.display()
+        )
+    })?;
+    let certificate = c.data_dir.join("certs").join("edge.crt");
+    let Some(cloud) = c.cloud.as_ref().filter(|_| certificate.exists()) else {
+        return Ok(None);
+    };
+    Ok(Some(Joined {
+        node: c.node_name.clone(),
+        server: cloud.server.clone(),
+        certificate,
+    }))
+}
+
+/// A host for a URL: an IPv6 address in brackets.
+fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+/// The config `join` writes: YAML with its values quoted as JSON strings (a name or address
+/// with YAML's special characters stays a string).
+pub fn config_text(j: &Join) -> String {
+    let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let host = url_host(&j.cloud);
+    format!(
+        "# Written by `edgecore join`; every key not here has its default (README: edgecore's config).\n\
+         nodeName: {}\n\
+         dataDir: {}\n\
+         cloud:\n  server: {}\n  certServer: {}\n",
+        q(&j.node_name),
+        q(&j.data_dir.to_string_lossy()),
+        q(&format!("wss://{host}:{}", j.hub_port)),
+        q(&format!("https://{host}:{}", j.cert_port)),
+    )
+}
+
+/// Whether `name` is a Kubernetes node name (a DNS subdomain: lower-case letters, digits, `-`
+/// and `.`, starting and ending with a letter or digit, at most 253).
+fn node_name_ok(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !name.is_empty()
+        && name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+/// Joins: returns what it did, a line each.
+pub async fn join(j: &Join) -> Result<Vec<String>> {
+    if !node_name_ok(&j.node_name) {
+        bail!(
+            "--node-name {:?} is not a node name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
+            j.node_name
+        );
+    }
+    if j.token.trim().split('.').count() != 4 {
+        bail!("--token is not a join token ({{CA hash}}.{{JWT}}, from `cloudcore gettoken`)");
+    }
+    let was_joined = matches!(joined(&j.config), Ok(Some(_)));
+    match joined(&j.config) {
+        Ok(Some(done)) if !j.force => bail!(
+            "this gateway is already joined as {} to {} (config {}, certificate {}): `edgecore reset` first, or --force to replace its identity",
+            done.node,
+            done.server,
+            j.config.display(),
+            done.certificate.display()
+        ),
+        Err(e) if !j.force => return Err(e),
+        _ => {}
+    }
+    let text = config_text(j);
+    let base = j.config.parent().map(Path::to_path_buf).unwrap_or_default();
+    // The very text written is what edgecore will read: checked the way it reads it.
+    let config = crate::config::Config::parse(&text, &j.config, &base)
+        .map_err(|e| anyhow::anyhow!("the config join would write is refused: {e}"))?;
+    let Some(cloud) = config.cloud.as_ref() else {
+        bail!("the config join would write has no cloud section");
+    };
+    let mut did = Vec::new();
+    // A fresh certificate for this name, got beside the current one (which stays until the
+    // new one is there: a refused --force leaves the node as it was).
+    rt::fs::private_dir(&config.data_dir)
+        .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
+    let certs = config.data_dir.join("certs");
+    let kept_name = std::fs::read_to_string(certs.join("edge.crt"))
+        .ok()
+        .and_then(|pem| pki::pem_to_der(&pem).ok())
+        .and_then(|der| pki::subject(&der))
+        .map(|(cn, _)| cn);
+    if !was_joined && kept_name == Some(format!("system:node:{}", j.node_name)) {
+        // An unfinished join of this node (cut before its config was written): its
+        // certificate is kept if it is valid and from the token's CA, else got again.
+        crate::edgehub::join::credentials(&certs, &cloud.cert_server, &j.node_name, &j.token)
+            .await
+            .with_context(|| format!("cannot join {}", cloud.cert_server))?;
+    } else {
+        let joining = config.data_dir.join("certs.joining");
+        remove_dir(&joining)?;
+        crate::edgehub::join::credentials(&joining, &cloud.cert_server, &j.node_name, &j.token)
+            .await
+            .with_context(|| format!("cannot join {}", cloud.cert_server))?;
+        remove_dir(&certs)?;
+        std::fs::rename(&joining, &certs).with_context(|| {
+            format!("cannot rename {} to {}", joining.display(), certs.display())
+        })?;
+    }
+    did.push(format!(
+        "the cloud's CA matches the token; node certificate for {} in {}",
+        j.node_name,
+        certs.display()
+    ));
+    if let Some(dir) = j.config.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    pki::write_private(&j.config, &text)?;
+    did.push(format!(
+        "config written to {} (node {}, cloud {})",
+        j.config.display(),
+        j.node_name,
+        cloud.server
+    ));
+    did.push(service(j));
+    Ok(did)
+}
+
+/// Removes `dir` and what it holds, if it is there.
+fn remove_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", dir.display())),
+    }
+}
+
+/// Starts the service where systemd has one, or says how to start edgecore.
+fn service(j: &Join) -> String {
+    let by_hand = format!("start it with: edgecore --config {}", j.config.display());
+    if !j.start {
+        return format!("not started (--no-start); {by_hand}");
+    }
+    if !Path::new("/run/systemd/system").exists() {
+        return format!("systemd is not running here; {by_hand}");
+    }
+    let systemctl = |args: &[&str]| {
+        std::process::Command::new("systemctl")
+            .args(args)
+            .output()
+            .map(|o| {
+                (
+                    o.status.success(),
+                    String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                )
+            })
+    };
+    match systemctl(&["cat", "edgecore.service"]) {
+        Ok((true, _)) => {}
+        _ => {
+            return format!(
+                "no edgecore.service unit is installed (the package installs one); {by_hand}"
+            );
+        }
+    }
+    match systemctl(&["enable", "edgecore.service"])
+        .and_then(|_| systemctl(&["restart", "edgecore.service"]))
+    {
+        Ok((true, _)) => {
+            "edgecore.service enabled and (re)started: `systemctl status edgecore`".into()
+        }
+        Ok((false, e)) => {
+            format!("edgecore.service did not start: {e}; `journalctl -u edgecore` says why")
+        }
+        Err(e) => format!("cannot run systemctl: {e}; {by_hand}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(dir: &Path) -> Join {
+        Join {
+            cloud: "cloud.example.com".into(),
+            hub_port: 10000,
+            cert_port: 10002,
+            token: "a.b.c.d".into(),
+            node_name: "gw-1".into(),
+            config: dir.join("edgecore.yaml"),
+            data_dir: dir.join("data"),
+            force: false,
+            start: false,
+        }
+    }
+
+    #[test]
+    fn the_config_written_is_one_edgecore_reads_with_the_nodes_name_and_cloud() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut j = args(dir.path());
+        j.cloud = "fd00::1".into();
+        let text = config_text(&j);
+        let c = crate::config::Config::parse(&text, &j.config, dir.path()).expect("parses");
+        assert_eq!(c.node_name, "gw-1");
+        assert_eq!(c.data_dir, dir.path().join("data"));
+        let cloud = c.cloud.expect("cloud");
+        assert_eq!(cloud.server, "wss://[fd00::1]:10000");
+        assert_eq!(cloud.cert_server, "https://[fd00::1]:10002");
+        assert!(cloud.token.is_empty(), "the token is not kept");
+        assert!(joined(&j.config).expect("none").is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_names_and_tokens_are_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut j = args(dir.path());
+        j.node_name = "GW_1".into();
+        let e = join(&j).await.expect_err("bad name");
+        assert!(e.to_string().contains("is not a node name"), "{e}");
+        let mut j = args(dir.path());
+        j.token = "not-a-token".into();
+        let e = join(&j).await.expect_err("bad token");
+        assert!(e.to_string().contains("is not a join token"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+        for ok in ["gw-1", "a", "plant-3.line-2"] {
+            assert!(node_name_ok(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a_b", "a b"] {
+            assert!(!node_name_ok(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! `edgecore join` as a user runs it on a bare gateway, against a cloudcore started by the test:
+//! a token whose CA hash is not the cloud's, an expired token, a good one (from a file), a node
+//! already joined, `--force`, a join cut after the certificate (as `kill -9` would leave it);
+//! each outcome said, nothing half-written; then the node runs on the config join wrote and
+//! shows Ready in the cloud.
+
+use sim::stack::Cloud;
+use sim::{Proc, bin, eventually};
+use std::path::Path;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin("edgecore"))
+        .args(args)
+        .output()
+        .expect("edgecore runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The files under `dir`, with their contents.
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                all.push((
+                    p.display().to_string(),
+                    std::fs::read(&p).unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothing() {
+    let cloud = Cloud::start();
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = root.path().join("etc/kubeedge/edgecore.yaml");
+    let data = root.path().join("var/lib/edgecore");
+    let (hub, certs) = (cloud.hub.to_string(), cloud.certs.to_string());
+    let base = [
+        "join",
+        "--cloud",
+        "127.0.0.1",
+        "--hub-port",
+        &hub,
+        "--cert-port",
+        &certs,
+        "--node-name",
+        "gw-1",
+        "--config",
+        config.to_str().expect("path"),
+        "--data-dir",
+        data.to_str().expect("path"),
+        "--no-start",
+    ];
+    let join = |more: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(more);
+        run(&args)
+    };
+    let token = cloud.token();
+
+    // A token naming another CA (a cloud rebuilt, or a man in the middle): refused, nothing
+    // written.
+    let (_, rest) = token.split_once('.').expect("a token");
+    let other = format!("{}.{rest}", "0".repeat(64));
+    let (code, _, err) = join(&["--token", &other]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("failed to validate the CA certificate"),
+        "{err}"
+    );
+    assert!(!config.exists(), "no config after a refused join");
+    assert!(!data.join("certs/edge.crt").exists(), "{err}");
+
+    // An expired token: the cloud's words.
+    let out = Command::new(bin("cloudcore"))
+        .args(["token", "create", "--ttl-hours", "0", "--config"])
+        .arg(cloud.dir.path().join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore token create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expired = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, _, err) = join(&["--token", &expired]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("expired"), "{err}");
+    assert!(!config.exists());
+
+    // Not a token at all; a name that cannot be a node's.
+    let (code, _, err) = join(&["--token", "hello"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is not a join token"), "{err}");
+
+    // The good token, from a file (not on the command line, where `ps` shows it).
+    let token_file = root.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).expect("write");
+    let (code, out, err) = join(&["--token-file", token_file.to_str().expect("path")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("the cloud's CA matches the token"), "{out}");
+    assert!(out.contains("config written to"), "{out}");
+    assert!(out.contains("not started (--no-start)"), "{out}");
+    let written = std::fs::read_to_string(&config).expect("config");
+    assert!(!written.contains(&token), "the token is not kept");
+    use std::os::unix::fs::PermissionsExt;
+    for f in [
+        config.clone(),
+        data.join("certs/edge.key"),
+        data.join("certs/edge.crt"),
+    ] {
+        let mode = std::fs::metadata(&f).expect("file").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", f.display());
+    }
+
+    // Joined: a second join is refused and changes nothing. --force asks anew, and the cloud
+    // refuses a second certificate for a name whose certificate is valid (a leaked token
+    // cannot take over a joined node), saying how; the node keeps what it had. Once that
+    // certificate is revoked in the cloud, --force replaces the identity.
+    let before = files(root.path());
+    let (code, _, err) = join(&["--token", &token]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("already joined as gw-1") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(files(root.path()), before, "a refused join changes nothing");
+    let (code, _, err) = join(&["--token", &token, "--force"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cloudcore node revoke gw-1"), "{err}");
+    assert_eq!(
+        files(root.path()),
+        before,
+        "a refused --force changes nothing"
+    );
+    let out = Command::new(bin("cloudcore"))
+        .args(["node", "revoke", "gw-1", "--config"])
+        .arg(cloud.dir.path().join("cloudcore.yaml"))
+        .output()
+        .expect("cloudcore node revoke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, out, err) = join(&["--token", &token, "--force"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let cert = |p: &Path| std::fs::read(p.join("certs/edge.crt")).expect("certificate");
+    assert_ne!(
+        before
+            .iter()
+            .find(|(p, _)| p.ends_with("certs/edge.crt"))
+            .map(|(_, c)| c.clone()),
+        Some(cert(&data)),
+        "a new certificate"
+    );
+
+    // Cut after the certificate, before the config (what kill -9 there leaves): not joined;
+    // join again finishes with the certificate it got.
+    let got = cert(&data);
+    std::fs::remove_file(&config).expect("remove");
+    let (code, out, err) = join(&["--token", &token]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        cert(&data),
+        got,
+        "the unfinished join's certificate is kept"
+    );
+
+    // The node runs on what join wrote, with no token, and the cloud sees it.
+    let _edge = Proc::spawn(
+        &bin("edgecore"),
+        &["--config", config.to_str().expect("path")],
+        root.path(),
+        "edgecore.log",
+    );
+    eventually(60, "node gw-1 Ready", || {
+        let (ok, s) = cloud.kubectl(&[
+            "get",
+            "node",
+            "gw-1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (ok && s == "True").then_some(())
+    });
+}
