@@ -10,6 +10,11 @@
 //! names a data directory holding a certificate; until then, running `join` again finishes it
 //! (keeping the certificate an unfinished join got, when it is valid and from the token's CA).
 //! A joined node's identity is not replaced without `--force`.
+//!
+//! `edgecore reset` undoes it: the cloud told to revoke the node's certificates (with the
+//! certificate itself, where the cloud is reachable; else it says how to revoke there), the
+//! certificates, upgrade state and config removed, the twins and their history kept (the rest
+//! of the data directory, listed) unless `--all`.
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -178,6 +183,107 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
     ));
     did.push(service(j));
     Ok(did)
+}
+
+/// What `edgecore reset` is given.
+#[derive(Clone, Debug)]
+pub struct Reset {
+    pub config: PathBuf,
+    /// Remove the whole data directory (twins, history, pods' logs) too.
+    pub all: bool,
+    /// Stop and disable `edgecore.service` where systemd has it.
+    pub stop: bool,
+}
+
+/// Undoes a join: returns what it did, a line each.
+pub async fn reset(r: &Reset) -> Result<Vec<String>> {
+    if !r.config.exists() {
+        bail!(
+            "no config at {}: nothing to reset (give --config)",
+            r.config.display()
+        );
+    }
+    let c = crate::config::Config::load(&r.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut did = Vec::new();
+    if r.stop {
+        did.push(stop_service());
+    }
+    // An edgecore still running would go on with what is removed under it.
+    let socket = c.dmi_socket();
+    if tokio::net::UnixStream::connect(&socket).await.is_ok() {
+        bail!(
+            "edgecore still runs on {} (its DMI socket {} answers): stop it first",
+            c.data_dir.display(),
+            socket.display()
+        );
+    }
+    let certs = c.data_dir.join("certs");
+    if let Some(cloud) = &c.cloud
+        && certs.join("edge.crt").exists()
+    {
+        match crate::edgehub::join::give_up(&certs, &cloud.cert_server, &c.node_name).await {
+            Ok(()) => did.push(format!(
+                "{} revoked node {}'s certificates",
+                cloud.cert_server, c.node_name
+            )),
+            Err(e) => did.push(format!(
+                "the cloud was not told ({e:#}): revoke there with `cloudcore node revoke {}`",
+                c.node_name
+            )),
+        }
+    }
+    for d in ["certs", "certs.joining", "upgrade"] {
+        remove_dir(&c.data_dir.join(d))?;
+    }
+    match std::fs::remove_file(&r.config) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", r.config.display())),
+    }
+    did.push(format!(
+        "removed the certificates, the upgrade state and {}",
+        r.config.display()
+    ));
+    if r.all {
+        remove_dir(&c.data_dir)?;
+        did.push(format!("removed {}", c.data_dir.display()));
+    } else {
+        let mut kept: Vec<String> = std::fs::read_dir(&c.data_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        kept.sort();
+        did.push(format!(
+            "kept in {}: {} (the twins and their history; --all removes them)",
+            c.data_dir.display(),
+            if kept.is_empty() {
+                "nothing".into()
+            } else {
+                kept.join(", ")
+            }
+        ));
+    }
+    Ok(did)
+}
+
+/// Stops and disables `edgecore.service` where systemd has it; what happened.
+fn stop_service() -> String {
+    if !Path::new("/run/systemd/system").exists() {
+        return "systemd is not running here: no service to stop".into();
+    }
+    match std::process::Command::new("systemctl")
+        .args(["disable", "--now", "edgecore.service"])
+        .output()
+    {
+        Ok(o) if o.status.success() => "edgecore.service stopped and disabled".into(),
+        Ok(o) => format!(
+            "edgecore.service not stopped: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("cannot run systemctl: {e}"),
+    }
 }
 
 /// Removes `dir` and what it holds, if it is there.

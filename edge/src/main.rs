@@ -25,6 +25,16 @@ enum Command {
     /// Join a cloudcore: check its CA against the token, get this node's certificate, write
     /// the config, start edgecore.service where systemd has it.
     Join(JoinArgs),
+    /// Undo a join: the cloud told to revoke this node's certificates, the certificates and
+    /// the config removed; the twins kept unless --all.
+    Reset {
+        /// Remove the whole data directory too (twins, history, pods' logs).
+        #[arg(long)]
+        all: bool,
+        /// Leave edgecore.service as it is.
+        #[arg(long)]
+        no_stop: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -90,25 +100,33 @@ fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
         force: a.force,
         start: !a.no_start,
     };
+    run_once("join", edge::join::join(&args))
+}
+
+/// Runs `edgecore {what}` to its end: each line it did on stdout, or why it failed (exit 1).
+fn run_once(
+    what: &str,
+    task: impl std::future::Future<Output = anyhow::Result<Vec<String>>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("edgecore join: {e}");
+            eprintln!("edgecore {what}: {e}");
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(edge::join::join(&args)) {
+    match runtime.block_on(task) {
         Ok(did) => {
             for line in did {
-                println!("edgecore join: {line}");
+                println!("edgecore {what}: {line}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("edgecore join: {e:#}");
+            eprintln!("edgecore {what}: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -120,8 +138,19 @@ fn main() -> ExitCode {
     rt::sys::single_arena();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
-    if let Some(Command::Join(j)) = args.command {
-        return join(j, args.config);
+    match args.command {
+        Some(Command::Join(j)) => return join(j, args.config),
+        Some(Command::Reset { all, no_stop }) => {
+            let r = edge::join::Reset {
+                config: args
+                    .config
+                    .unwrap_or_else(|| PathBuf::from("/etc/kubeedge/edgecore.yaml")),
+                all,
+                stop: !no_stop,
+            };
+            return run_once("reset", edge::join::reset(&r));
+        }
+        None => {}
     }
     if let Some(f) = &args.config {
         edge::upgrade::remember_config(f);

@@ -183,7 +183,7 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
     );
 
     // The node runs on what join wrote, with no token, and the cloud sees it.
-    let _edge = Proc::spawn(
+    let edge = Proc::spawn(
         &bin("edgecore"),
         &["--config", config.to_str().expect("path")],
         root.path(),
@@ -199,4 +199,41 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
         ]);
         (ok && s == "True").then_some(())
     });
+    let reset = |more: &[&str]| {
+        let mut args = vec![
+            "reset",
+            "--no-stop",
+            "--config",
+            config.to_str().expect("path"),
+        ];
+        args.extend_from_slice(more);
+        run(&args)
+    };
+    // Not under a running edgecore.
+    let (code, _, err) = reset(&[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("still runs"), "{err}");
+    assert!(config.exists() && data.join("certs/edge.crt").exists());
+    drop(edge);
+
+    // Reset: the cloud revokes the node's certificates (so the name can join again with a
+    // token, no `cloudcore node revoke` needed); certificates and config gone; twins kept.
+    let (code, out, err) = reset(&[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("revoked node gw-1's certificates"), "{out}");
+    assert!(
+        out.contains("edgecore.db"),
+        "the twin store is kept and said: {out}"
+    );
+    assert!(!config.exists() && !data.join("certs").exists());
+    assert!(data.join("edgecore.db").exists());
+    let (code, _, err) = reset(&[]);
+    assert_eq!(code, Some(1), "twice: nothing to reset");
+    assert!(err.contains("nothing to reset"), "{err}");
+    let (code, out, err) = join(&["--token", &token]);
+    assert_eq!(code, Some(0), "joined again after reset: {out}{err}");
+    // --all: nothing of the node is left.
+    let (code, out, err) = reset(&["--all"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!data.exists() && !config.exists(), "{out}");
 }

@@ -196,7 +196,8 @@ fn refuse(code: StatusCode, why: String) -> Response {
 }
 
 impl CertServer {
-    /// `GET /ca.crt`, `GET /edge.crt` and `GET /releases/{version}/edgecore`.
+    /// `GET /ca.crt`, `GET /edge.crt` (and `DELETE`: a node gives its certificates up) and
+    /// `GET /releases/{version}/edgecore`.
     pub fn router(self: Arc<Self>) -> axum::Router {
         let me = self.clone();
         let releases = self.clone();
@@ -230,11 +231,67 @@ impl CertServer {
             )
             .route(
                 "/edge.crt",
-                axum::routing::get(move |req: Request| {
+                axum::routing::get({
                     let me = me.clone();
-                    async move { me.edge_cert(req).await }
+                    move |req: Request| {
+                        let me = me.clone();
+                        async move { me.edge_cert(req).await }
+                    }
+                })
+                .delete(move |req: Request| {
+                    let me = me.clone();
+                    async move { me.give_up(&req) }
                 }),
             )
+    }
+
+    /// `DELETE /edge.crt` (`edgecore reset`): the node of the presented certificate (not
+    /// revoked, naming the `NodeName` asked for) gives up every certificate it was given; its
+    /// sessions end as with `cloudcore node revoke`, and it can join again with a token.
+    fn give_up(&self, req: &Request) -> Response {
+        let ident = req
+            .extensions()
+            .get::<apiserver::Identity>()
+            .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
+        let presented = req
+            .extensions()
+            .get::<apiserver::ClientCertificate>()
+            .and_then(|c| pki::serial_and_expiry(&c.0))
+            .map(|(serial, _)| serial);
+        let Some(node) = req
+            .headers()
+            .get("NodeName")
+            .and_then(|v| v.to_str().ok())
+            .filter(|n| !n.is_empty())
+        else {
+            return refuse(StatusCode::BAD_REQUEST, "no NodeName header".into());
+        };
+        if ident.as_deref() != Some(&format!("system:node:{node}")) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                format!("only node {node:?}'s own certificate can give up its certificates"),
+            );
+        }
+        if presented
+            .as_deref()
+            .is_none_or(|s| self.book.is_revoked(s).unwrap_or(true))
+        {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                format!("the certificate of node {node:?} was revoked already"),
+            );
+        }
+        match self.book.revoke_node(node) {
+            Ok(_) => {
+                tracing::info!(%node, "the node gave up its certificates (edgecore reset)");
+                (
+                    StatusCode::OK,
+                    format!("the certificates of node {node:?} are revoked\n"),
+                )
+                    .into_response()
+            }
+            Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+        }
     }
 
     /// A release's edgecore, for a node (its certificate, not revoked) a `NodeUpgradeJob`
@@ -444,5 +501,52 @@ mod tests {
         let err = other.verify(jwt).expect_err("refused");
         assert!(matches!(err, TokenError::WrongSignature), "{err}");
         assert_ne!(other.hash(), ca.hash());
+    }
+
+    #[test]
+    fn a_node_gives_up_its_own_certificates_and_nobody_elses() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = Ca::load(dir.path()).expect("ca");
+        let csr = pki::node::request("gw-1").expect("csr");
+        let der = pki::node::sign(&ca.pem, &ca.key_pem, &csr.csr_der, "gw-1", 30).expect("cert");
+        let (serial, not_after) = pki::serial_and_expiry(&der).expect("serial");
+        let book = super::super::joins::Book::new(dir.path());
+        book.issued("gw-1", serial.clone(), not_after)
+            .expect("recorded");
+        let server = CertServer {
+            ca,
+            cert_days: 30,
+            book: super::super::joins::Book::new(dir.path()),
+            claims: None,
+            releases: dir.path().join("releases"),
+        };
+        let asking = |user: &str, node: Option<&str>| {
+            let mut b = axum::http::Request::delete("/edge.crt");
+            if let Some(n) = node {
+                b = b.header("NodeName", n);
+            }
+            let mut req = b.body(axum::body::Body::empty()).expect("request");
+            req.extensions_mut()
+                .insert(apiserver::Identity(Some(apiserver::User::new(
+                    user,
+                    vec!["system:nodes".into()],
+                ))));
+            req.extensions_mut()
+                .insert(apiserver::ClientCertificate(Arc::new(der.clone())));
+            server.give_up(&req).status()
+        };
+        assert_eq!(
+            asking("system:node:gw-2", Some("gw-1")),
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(asking("system:node:gw-1", None), StatusCode::BAD_REQUEST);
+        assert!(!book.is_revoked(&serial).expect("book"));
+        assert_eq!(asking("system:node:gw-1", Some("gw-1")), StatusCode::OK);
+        assert!(book.is_revoked(&serial).expect("book"));
+        assert_eq!(
+            asking("system:node:gw-1", Some("gw-1")),
+            StatusCode::UNAUTHORIZED,
+            "a revoked certificate gives up nothing more"
+        );
     }
 }

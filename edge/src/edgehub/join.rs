@@ -240,6 +240,44 @@ async fn get(
     headers: &[(&str, &str)],
     body: Vec<u8>,
 ) -> Result<(u16, Vec<u8>)> {
+    call(hyper::Method::GET, base, path, tls, headers, body).await
+}
+
+/// Gives up the node's certificate kept in `dir` (`DELETE /edge.crt` with it): the cloud
+/// revokes every certificate it gave the node.
+pub(crate) async fn give_up(dir: &Path, cert_server: &str, node: &str) -> Result<()> {
+    let kept = Credentials {
+        ca_pem: std::fs::read_to_string(dir.join("ca.crt"))?,
+        cert_pem: std::fs::read_to_string(dir.join("edge.crt"))?,
+        key_pem: std::fs::read_to_string(dir.join("edge.key"))?,
+    };
+    let (status, body) = call(
+        hyper::Method::DELETE,
+        cert_server,
+        "/edge.crt",
+        kept.client_config()?,
+        &[("NodeName", node)],
+        Vec::new(),
+    )
+    .await?;
+    if status != 200 {
+        bail!(
+            "{cert_server}/edge.crt answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `{method} {base}{path}` over TLS with a body; the status and body of the answer.
+async fn call(
+    method: hyper::Method,
+    base: &str,
+    path: &str,
+    tls: Arc<rustls::ClientConfig>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>)> {
     let (authority, host) = host_port(base)?;
     let tcp = tokio::time::timeout(
         std::time::Duration::from_secs(10),
@@ -255,7 +293,10 @@ async fn get(
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(conn);
-    let mut req = hyper::Request::get(path).header("Host", authority.as_str());
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("Host", authority.as_str());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
