@@ -27,6 +27,7 @@ pub mod app;
 pub mod benchkit;
 pub mod catalog;
 pub mod config;
+pub mod debug;
 pub mod dmi;
 mod edgehub;
 mod eventbus;

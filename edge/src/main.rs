@@ -25,6 +25,11 @@ enum Command {
     /// Join a cloudcore: check its CA against the token, get this node's certificate, write
     /// the config, start edgecore.service where systemd has it.
     Join(JoinArgs),
+    /// A support bundle, or a check of this node's prerequisites.
+    Debug {
+        #[command(subcommand)]
+        command: DebugCommand,
+    },
     /// Undo a join: the cloud told to revoke this node's certificates, the certificates and
     /// the config removed; the twins kept unless --all.
     Reset {
@@ -35,6 +40,24 @@ enum Command {
         #[arg(long)]
         no_stop: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum DebugCommand {
+    /// Write one tar.gz for a support request (versions, the config with its secrets redacted,
+    /// the running edgecore's health, mappers, devices, pods and metrics, the data directory,
+    /// the certificate's validity, the last log lines, the checks); no secret is in it.
+    Collect {
+        /// The archive to write (default: edgecore-debug-NODE.tar.gz here).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// edgecore's log file, when it does not log to the journal.
+        #[arg(long)]
+        log: Option<PathBuf>,
+    },
+    /// A line per prerequisite (time sync, disk, serial ports, containerd, the cloud, the
+    /// certificate's expiry); exit 1 when one fails.
+    Check,
 }
 
 #[derive(clap::Args)]
@@ -103,33 +126,55 @@ fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
     run_once("join", edge::join::join(&args))
 }
 
+/// `edgecore debug check`: its lines on stdout; exit 1 when one failed.
+fn debug_check(config: &std::path::Path) -> ExitCode {
+    match block_on("debug check", edge::debug::check(config)) {
+        Ok((lines, ok)) => {
+            for l in lines {
+                println!("{l}");
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(code) => code,
+    }
+}
+
 /// Runs `edgecore {what}` to its end: each line it did on stdout, or why it failed (exit 1).
 fn run_once(
     what: &str,
     task: impl std::future::Future<Output = anyhow::Result<Vec<String>>>,
 ) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("edgecore {what}: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(task) {
+    match block_on(what, task) {
         Ok(did) => {
             for line in did {
                 println!("edgecore {what}: {line}");
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("edgecore {what}: {e:#}");
-            ExitCode::from(1)
-        }
+        Err(code) => code,
     }
+}
+
+/// `task` run to its end on a runtime of its own; its failure said (exit 1).
+fn block_on<T>(
+    what: &str,
+    task: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> Result<T, ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("edgecore {what}: {e}");
+            ExitCode::from(1)
+        })?;
+    runtime.block_on(task).map_err(|e| {
+        eprintln!("edgecore {what}: {e:#}");
+        ExitCode::from(1)
+    })
 }
 
 fn main() -> ExitCode {
@@ -149,6 +194,22 @@ fn main() -> ExitCode {
                 stop: !no_stop,
             };
             return run_once("reset", edge::join::reset(&r));
+        }
+        Some(Command::Debug { command }) => {
+            let config = args
+                .config
+                .unwrap_or_else(|| PathBuf::from("/etc/kubeedge/edgecore.yaml"));
+            return match command {
+                DebugCommand::Collect { output, log } => {
+                    let out = output.unwrap_or_else(|| {
+                        let node = rt::host::name().unwrap_or_else(|| "node".into());
+                        PathBuf::from(format!("edgecore-debug-{node}.tar.gz"))
+                    });
+                    let c = edge::debug::Collect { config, out, log };
+                    run_once("debug collect", edge::debug::collect(&c))
+                }
+                DebugCommand::Check => debug_check(&config),
+            };
         }
         None => {}
     }

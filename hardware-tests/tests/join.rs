@@ -2,7 +2,9 @@
 //! a token whose CA hash is not the cloud's, an expired token, a good one (from a file), a node
 //! already joined, `--force`, a join cut after the certificate (as `kill -9` would leave it);
 //! each outcome said, nothing half-written; then the node runs on the config join wrote and
-//! shows Ready in the cloud.
+//! shows Ready in the cloud; `edgecore reset` (and `--all`). And `kectl debug collect` on a
+//! running node (what matters in the bundle, none of the secrets it was given) and `kectl
+//! debug check`.
 
 use sim::stack::Cloud;
 use sim::{Proc, bin, eventually};
@@ -236,4 +238,148 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
     let (code, out, err) = reset(&["--all"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(!data.exists() && !config.exists(), "{out}");
+}
+
+/// Every file of a `tar.gz`, unpacked by the system's `tar` into `dir`, with its text.
+fn unpack(archive: &Path, dir: &Path) -> Vec<(String, String)> {
+    let status = Command::new("tar")
+        .arg("xzf")
+        .arg(archive)
+        .arg("-C")
+        .arg(dir)
+        .status()
+        .expect("tar");
+    assert!(status.success(), "the bundle unpacks with tar");
+    files(dir)
+        .into_iter()
+        .map(|(p, b)| (p, String::from_utf8_lossy(&b).into_owned()))
+        .collect()
+}
+
+#[test]
+fn a_support_bundle_says_what_matters_and_holds_no_secret() {
+    let cloud = Cloud::start();
+    let root = tempfile::tempdir().expect("tempdir");
+    let (http, mqtt) = (sim::free_port(), sim::free_port());
+    let api_token = "api-token-0815-do-not-leak";
+    let token_file = root.path().join("api-token");
+    std::fs::write(&token_file, format!("{api_token}\n")).expect("write");
+    let join_token = cloud.token();
+    let config = root.path().join("edgecore.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "nodeName: gw-9\ndataDir: data\nhttp: {{address: \"127.0.0.1:{http}\", tokenFile: \"{}\"}}\nmqtt: {{address: \"127.0.0.1:{mqtt}\", password: \"mqtt-pass-4711-secret\"}}\n{}",
+            token_file.display(),
+            cloud.edge_config()
+        ),
+    )
+    .expect("config");
+    let edge = Proc::spawn(
+        &bin("edgecore"),
+        &["--config", config.to_str().expect("path")],
+        root.path(),
+        "edgecore.log",
+    );
+    eventually(60, "node gw-9 Ready", || {
+        let (ok, s) = cloud.kubectl(&[
+            "get",
+            "node",
+            "gw-9",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (ok && s == "True").then_some(())
+    });
+    let kectl = |args: &[&str]| {
+        let out = Command::new(bin("kectl"))
+            .args(args)
+            .output()
+            .expect("kectl");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let bundle = root.path().join("bundle.tar.gz");
+    let log = root.path().join("edgecore.log");
+    let (code, out, err) = kectl(&[
+        "debug",
+        "collect",
+        "--config",
+        config.to_str().expect("path"),
+        "-o",
+        bundle.to_str().expect("path"),
+        "--log",
+        log.to_str().expect("path"),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&bundle)
+        .expect("bundle")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let unpacked = root.path().join("unpacked");
+    std::fs::create_dir(&unpacked).expect("dir");
+    let all = unpack(&bundle, &unpacked);
+    let file = |name: &str| {
+        all.iter()
+            .find(|(p, _)| p.ends_with(name))
+            .map(|(_, t)| t.clone())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} in the bundle: {:?}",
+                    all.iter().map(|f| &f.0).collect::<Vec<_>>()
+                )
+            })
+    };
+    // What matters is there.
+    assert!(
+        file("api/healthz.txt").starts_with("200"),
+        "{}",
+        file("api/healthz.txt")
+    );
+    assert!(
+        file("api/metrics.txt").contains("edgecore_"),
+        "the node's counters"
+    );
+    assert!(file("certificate.txt").contains("system:node:gw-9"));
+    assert!(file("store.txt").contains("edgecore.db"));
+    assert!(file("edgecore.yaml").contains("REDACTED"));
+    assert!(file("edgecore.yaml").contains("nodeName: gw-9"));
+    assert!(file("check.txt").contains("reachable"));
+    assert!(!file("logs.txt").trim().is_empty(), "the log's last lines");
+    // And no secret: the join token (whole and its JWT), the API's token, the MQTT password,
+    // the node's private key.
+    let key = std::fs::read_to_string(root.path().join("data/certs/edge.key")).expect("key");
+    let key_body: Vec<&str> = key.lines().filter(|l| !l.starts_with("-----")).collect();
+    let jwt = join_token.split_once('.').expect("token").1;
+    for (path, text) in &all {
+        for secret in [join_token.as_str(), jwt, api_token, "mqtt-pass-4711-secret"] {
+            assert!(!text.contains(secret), "{path} holds a secret");
+        }
+        for line in &key_body {
+            assert!(!text.contains(line), "{path} holds the node's key");
+        }
+    }
+
+    // The prerequisites, a line each; the cloud away is a failure (exit 1) naming it.
+    let check =
+        |config: &Path| kectl(&["debug", "check", "--config", config.to_str().expect("path")]);
+    let (code, out, err) = check(&config);
+    assert!(out.contains("ok   cloud: wss://127.0.0.1"), "{out}{err}");
+    assert!(
+        out.contains("ok   certificate:") && out.contains("expires in"),
+        "{out}"
+    );
+    assert!(out.contains("disk:") && out.contains("time sync:"), "{out}");
+    assert_eq!(code, Some(0), "{out}{err}");
+    drop(edge);
+    drop(cloud);
+    let (code, out, _) = check(&config);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("FAIL cloud: wss://127.0.0.1"), "{out}");
 }

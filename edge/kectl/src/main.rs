@@ -76,6 +76,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// `kectl debug collect [-o FILE] [--log FILE]`: a support bundle with no secret in it;
+    /// `kectl debug check`: a line per prerequisite of this node. Runs `edgecore debug`
+    /// (`--config FILE` for another config than /etc/kubeedge/edgecore.yaml).
+    Debug {
+        /// `collect` or `check` and their options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -91,12 +99,17 @@ enum HilCommand {
 
 /// `devsim SUB ARGS`: `devsim` beside this binary, else on PATH; its exit code.
 fn run_devsim(sub: &str, args: &[std::ffi::OsString]) -> ExitCode {
+    run_beside("devsim", sub, args)
+}
+
+/// `PROGRAM SUB ARGS`: `PROGRAM` beside this binary, else on PATH; its exit code.
+fn run_beside(program: &str, sub: &str, args: &[std::ffi::OsString]) -> ExitCode {
     let beside = std::env::current_exe()
         .ok()
-        .and_then(|p| p.parent().map(|d| d.join("devsim")))
+        .and_then(|p| p.parent().map(|d| d.join(program)))
         .filter(|p| p.exists());
-    let devsim = beside.unwrap_or_else(|| PathBuf::from("devsim"));
-    match std::process::Command::new(&devsim)
+    let path = beside.unwrap_or_else(|| PathBuf::from(program));
+    match std::process::Command::new(&path)
         .arg(sub)
         .args(args)
         .status()
@@ -104,8 +117,13 @@ fn run_devsim(sub: &str, args: &[std::ffi::OsString]) -> ExitCode {
         Ok(s) => ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2)),
         Err(e) => {
             eprintln!(
-                "kectl {sub}: cannot run {} ({e}); it is built with `cargo build -p devsim` and found beside kectl or on PATH",
-                devsim.display()
+                "kectl {sub}: cannot run {} ({e}); it is built with `cargo build -p {}` and found beside kectl or on PATH",
+                path.display(),
+                if program == "devsim" {
+                    "devsim"
+                } else {
+                    "edge"
+                }
             );
             ExitCode::from(2)
         }
@@ -250,6 +268,7 @@ fn main() -> ExitCode {
             command: HilCommand::Run { args },
         } => return run_devsim("hil", args),
         Command::Discover { args } => return run_devsim("discover", args),
+        Command::Debug { args } => return run_beside("edgecore", "debug", args),
         Command::Validate { files } => run_validate(files),
         Command::Twin {
             server,
