@@ -334,15 +334,7 @@ async fn spdy_session(
     use crate::spdy::{Deflater, Frame, Input, Reader, data, status};
     let (mut reader, mut deflater) = (Reader::default(), Deflater::default());
     let mut streams = Streams::default();
-    let up = stream.sender();
-    let (to_node, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-    let sending = tokio::spawn(async move {
-        while let Some(m) = queued.recv().await {
-            if !up.send(m).await {
-                break;
-            }
-        }
-    });
+    let (to_node, sending) = sender(&stream);
     let opening = tokio::time::sleep(STREAMS_WAIT);
     tokio::pin!(opening);
     'session: loop {
@@ -427,11 +419,7 @@ async fn spdy_session(
                 if o.code != 200
                     && let Some(id) = streams.error
                 {
-                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                        "metadata": {}, "status": "Failure", "message": o.message});
-                    let _ = out
-                        .send(data(id, false, status.to_string().into_bytes()))
-                        .await;
+                    let _ = out.send(data(id, false, failure_status(&o.message))).await;
                 }
                 break;
             }
@@ -453,17 +441,15 @@ async fn spdy_session(
     }
 }
 
-/// Channel messages both ways until the command ends, the client goes, or both are idle.
-async fn relay<S>(
-    ws: tokio_tungstenite::WebSocketStream<S>,
-    mut stream: crate::cloudhub::tunnel::Stream,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let (mut sink, mut from_client) = ws.split();
+/// A queue of channel messages to the node: they wait for its credit in their own task, so
+/// that the node's output keeps flowing meanwhile.
+fn sender(
+    stream: &crate::cloudhub::tunnel::Stream,
+) -> (
+    tokio::sync::mpsc::Sender<Vec<u8>>,
+    tokio::task::JoinHandle<()>,
+) {
     let up = stream.sender();
-    // Data to the node waits for its credit in its own task: the node's output keeps flowing
-    // meanwhile.
     let (to_node, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
     let sending = tokio::spawn(async move {
         while let Some(m) = queued.recv().await {
@@ -472,6 +458,26 @@ async fn relay<S>(
             }
         }
     });
+    (to_node, sending)
+}
+
+/// The outcome of a command that did not end well, as the `Status` kubectl prints.
+fn failure_status(message: &str) -> Vec<u8> {
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message})
+    .to_string()
+    .into_bytes()
+}
+
+/// Channel messages both ways until the command ends, the client goes, or both are idle.
+async fn relay<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    mut stream: crate::cloudhub::tunnel::Stream,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, mut from_client) = ws.split();
+    let (to_node, sending) = sender(&stream);
     loop {
         let event = tokio::select! {
             e = stream.next() => Some(e),
@@ -504,10 +510,8 @@ async fn relay<S>(
             Some(Event::End(o)) => {
                 if o.code != 200 {
                     // The outcome on the error channel, as a Status kubectl prints.
-                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                        "metadata": {}, "status": "Failure", "message": o.message});
                     let mut m = vec![3u8];
-                    m.extend_from_slice(status.to_string().as_bytes());
+                    m.extend_from_slice(&failure_status(&o.message));
                     let _ = sink.send(WsFrame::binary(m)).await;
                 }
                 break;

@@ -23,6 +23,20 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// Waits for `node`'s Node to be Ready.
+fn ready(cloud: &Cloud, node: &str) {
+    eventually(60, &format!("node {node} Ready"), || {
+        let (ok, s) = cloud.kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (ok && s == "True").then_some(())
+    });
+}
+
 /// The files under `dir`, with their contents.
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
@@ -191,16 +205,7 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
         root.path(),
         "edgecore.log",
     );
-    eventually(60, "node gw-1 Ready", || {
-        let (ok, s) = cloud.kubectl(&[
-            "get",
-            "node",
-            "gw-1",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ]);
-        (ok && s == "True").then_some(())
-    });
+    ready(&cloud, "gw-1");
     let reset = |more: &[&str]| {
         let mut args = vec![
             "reset",
@@ -281,16 +286,7 @@ fn a_support_bundle_says_what_matters_and_holds_no_secret() {
         root.path(),
         "edgecore.log",
     );
-    eventually(60, "node gw-9 Ready", || {
-        let (ok, s) = cloud.kubectl(&[
-            "get",
-            "node",
-            "gw-9",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ]);
-        (ok && s == "True").then_some(())
-    });
+    ready(&cloud, "gw-9");
     let kectl = |args: &[&str]| {
         let out = Command::new(bin("kectl"))
             .args(args)

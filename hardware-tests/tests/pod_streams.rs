@@ -649,14 +649,15 @@ spec:
     )
     .expect("the API server's kubelet client certificate");
     let token = cloud.admin_token();
-    let front = sim::kubelet_calls::Front::start(
-        cloud.api,
-        stream_port,
-        &api_ca,
-        (&client_cert, &client_key),
-        &token,
-    );
-    let via_cluster = front.kubeconfig(rt_dir.path(), "cluster.kubeconfig");
+    // An API server in front of cloudcore presenting `cert` to the kubelet endpoints, and a
+    // kubeconfig for kubectl to use it (`name`).
+    let front = |cert: &str, key: &str, name: &str| {
+        let f =
+            sim::kubelet_calls::Front::start(cloud.api, stream_port, &api_ca, (cert, key), &token);
+        let kubeconfig = f.kubeconfig(rt_dir.path(), name);
+        (f, kubeconfig)
+    };
+    let (_front, via_cluster) = front(&client_cert, &client_key, "cluster.kubeconfig");
     let spdy = [
         ("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false"),
         ("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false"),
@@ -710,14 +711,7 @@ spec:
     // SubjectAccessReview says no; one of another CA (the node's own): refused in the handshake.
     let (reader_cert, reader_key) =
         pki::sign_leaf(&cluster_ca, &cluster_key, "reader", None, &[], false, 1).expect("cert");
-    let reader_front = sim::kubelet_calls::Front::start(
-        cloud.api,
-        stream_port,
-        &api_ca,
-        (&reader_cert, &reader_key),
-        &token,
-    );
-    let as_reader = reader_front.kubeconfig(rt_dir.path(), "reader-front.kubeconfig");
+    let (_reader_front, as_reader) = front(&reader_cert, &reader_key, "reader-front.kubeconfig");
     for args in [&["logs", "web"][..], &["exec", "web", "--", "true"]] {
         let (code, _, err) = kubectl_with(&as_reader, args);
         assert_ne!(code, Some(0), "{args:?}");
@@ -729,14 +723,7 @@ spec:
     let certs = node.dir.path().join("data/certs");
     let node_cert = std::fs::read_to_string(certs.join("edge.crt")).expect("node cert");
     let node_key = std::fs::read_to_string(certs.join("edge.key")).expect("node key");
-    let node_front = sim::kubelet_calls::Front::start(
-        cloud.api,
-        stream_port,
-        &api_ca,
-        (&node_cert, &node_key),
-        &token,
-    );
-    let as_node = node_front.kubeconfig(rt_dir.path(), "node-front.kubeconfig");
+    let (_node_front, as_node) = front(&node_cert, &node_key, "node-front.kubeconfig");
     // (TLS 1.3: the refusal comes after the client's side of the handshake, so the front
     // sees the connection end rather than a failed dial.)
     let (code, _, err) = kubectl_with(

@@ -195,6 +195,20 @@ fn refuse(code: StatusCode, why: String) -> Response {
     (code, why).into_response()
 }
 
+/// The user of a request's client certificate and that certificate's serial number.
+fn caller(req: &Request) -> (Option<String>, Option<String>) {
+    let ident = req
+        .extensions()
+        .get::<apiserver::Identity>()
+        .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
+    let presented = req
+        .extensions()
+        .get::<apiserver::ClientCertificate>()
+        .and_then(|c| pki::serial_and_expiry(&c.0))
+        .map(|(serial, _)| serial);
+    (ident, presented)
+}
+
 impl CertServer {
     /// `GET /ca.crt`, `GET /edge.crt` (and `DELETE`: a node gives its certificates up) and
     /// `GET /releases/{version}/edgecore`.
@@ -249,15 +263,7 @@ impl CertServer {
     /// revoked, naming the `NodeName` asked for) gives up every certificate it was given; its
     /// sessions end as with `cloudcore node revoke`, and it can join again with a token.
     fn give_up(&self, req: &Request) -> Response {
-        let ident = req
-            .extensions()
-            .get::<apiserver::Identity>()
-            .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
-        let presented = req
-            .extensions()
-            .get::<apiserver::ClientCertificate>()
-            .and_then(|c| pki::serial_and_expiry(&c.0))
-            .map(|(serial, _)| serial);
+        let (ident, presented) = caller(req);
         let Some(node) = req
             .headers()
             .get("NodeName")
@@ -346,15 +352,7 @@ impl CertServer {
     }
 
     async fn edge_cert(&self, req: Request) -> Response {
-        let ident = req
-            .extensions()
-            .get::<apiserver::Identity>()
-            .and_then(|i| i.0.as_ref().map(|u| u.name.clone()));
-        let presented = req
-            .extensions()
-            .get::<apiserver::ClientCertificate>()
-            .and_then(|c| pki::serial_and_expiry(&c.0))
-            .map(|(serial, _)| serial);
+        let (ident, presented) = caller(&req);
         let headers: HeaderMap = req.headers().clone();
         let Some(node) = headers
             .get("NodeName")
