@@ -1,0 +1,461 @@
+//! `scripts/package`'s Debian packages, as an operator meets them: built from the workspace's
+//! binaries, checked with `systemd-analyze verify`, installed with Debian's `dpkg` into a fresh
+//! root made by the test (`--root`, the maintainer scripts run chrootless with `DPKG_ROOT`),
+//! then: cloudcore started as its unit says (its user, no capabilities, no new privileges,
+//! emulated with `setpriv`), a gateway joined with the installed `edgecore join` and run as
+//! its unit says, a Device reaching its twin, `edgecore reset`, `dpkg --remove` keeping the
+//! data, `dpkg --purge` leaving nothing of the packages.
+//!
+//! Runs as root (`dpkg --root`, `setpriv`); Debian's dpkg, systemd (for `systemd-analyze`) and
+//! util-linux (`setpriv`) are on the machine `scripts/test` sets up.
+
+use sim::{Proc, bin, eventually, free_port, workspace_root};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs a command; its exit status must be success; its stdout.
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Every file and directory under `dir` (relative), but those named in `except`.
+fn tree(dir: &Path, except: &[&str]) -> Vec<String> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let rel = p
+                .strip_prefix(dir)
+                .map(|r| r.display().to_string())
+                .unwrap_or_default();
+            if except
+                .iter()
+                .any(|x| rel == *x || rel.starts_with(&format!("{x}/")))
+            {
+                continue;
+            }
+            if p.is_dir() && !p.is_symlink() {
+                todo.push(p);
+            }
+            all.push(rel);
+        }
+    }
+    all.sort();
+    all
+}
+
+/// The line `key=...` of a unit's `[Service]`.
+fn unit_value(unit: &str, key: &str) -> String {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The `setpriv` arguments emulating a unit's user, `NoNewPrivileges` and
+/// `CapabilityBoundingSet` (with `ids` for the user's uid and gid).
+fn sandbox(unit: &str, ids: Option<(u32, u32)>) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some((uid, gid)) = ids {
+        args.extend([
+            format!("--reuid={uid}"),
+            format!("--regid={gid}"),
+            "--clear-groups".into(),
+        ]);
+    }
+    if unit_value(unit, "NoNewPrivileges") == "yes" {
+        args.push("--no-new-privs".into());
+    }
+    let caps: Vec<String> = unit_value(unit, "CapabilityBoundingSet")
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_ascii_lowercase()))
+        .collect();
+    let mut bounding = vec!["-all".to_string()];
+    bounding.extend(caps);
+    args.push(format!("--bounding-set={}", bounding.join(",")));
+    args.push("--inh-caps=-all".into());
+    args
+}
+
+#[test]
+fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
+    // The binaries, built if missing (all of them, the mappers included).
+    let bins = bin("edgecore")
+        .parent()
+        .map(Path::to_path_buf)
+        .expect("bin dir");
+    for b in [
+        "kectl",
+        "cloudcore",
+        "mapper-modbus",
+        "mapper-serial",
+        "mapper-opcua",
+        "mapper-ble",
+    ] {
+        bin(b);
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let debs_dir = work.path().join("debs");
+    let made = ok(Command::new(workspace_root().join("scripts/package"))
+        .args(["--no-build", "--fast", "--bin-dir"])
+        .arg(&bins)
+        .arg("--out")
+        .arg(&debs_dir));
+    let debs: Vec<PathBuf> = made.lines().map(PathBuf::from).collect();
+    let names: Vec<String> = debs
+        .iter()
+        .map(|d| {
+            ok(Command::new("dpkg-deb").args(["-f"]).arg(d).arg("Package"))
+                .trim()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "edgecore",
+            "cloudcore",
+            "mapper-modbus",
+            "mapper-serial",
+            "mapper-opcua",
+            "mapper-ble"
+        ]
+    );
+    let version = ok(Command::new("dpkg-deb")
+        .arg("-f")
+        .arg(&debs[0])
+        .arg("Version"));
+    let workspace =
+        std::fs::read_to_string(workspace_root().join("Cargo.toml")).expect("Cargo.toml");
+    assert!(
+        workspace.contains(&format!("version = \"{}\"", version.trim())),
+        "the workspace's version: {version}"
+    );
+
+    // A fresh root: dpkg's database and the files useradd edits, nothing else.
+    let root = work.path().join("root");
+    for d in [
+        "var/lib/dpkg/info",
+        "var/lib/dpkg/updates",
+        "var/lib/dpkg/triggers",
+        "etc",
+    ] {
+        std::fs::create_dir_all(root.join(d)).expect("dir");
+    }
+    for (f, text) in [
+        ("var/lib/dpkg/status", ""),
+        ("var/lib/dpkg/available", ""),
+        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+        ("etc/group", "root:x:0:\n"),
+        ("etc/shadow", "root:*:20000:0:99999:7:::\n"),
+        ("etc/gshadow", "root:*::\n"),
+    ] {
+        std::fs::write(root.join(f), text).expect("write");
+    }
+    std::fs::copy("/etc/login.defs", root.join("etc/login.defs")).expect("login.defs");
+    use std::os::unix::fs::PermissionsExt;
+    // Its users must reach their directories through it.
+    for d in [work.path(), root.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let dpkg = |args: &[&str]| {
+        let mut c = Command::new("dpkg");
+        c.arg(format!("--root={}", root.display()))
+            .args(["--force-script-chrootless", "--force-depends"])
+            .arg(format!("--log={}", work.path().join("dpkg.log").display()))
+            .args(args);
+        c
+    };
+    let mut install = dpkg(&["--install"]);
+    install.args(&debs);
+    let said = ok(&mut install);
+    assert!(said.contains("edgecore join --cloud HOST"), "{said}");
+    let query = |package: &str, field: &str| {
+        ok(Command::new("dpkg-query")
+            .arg(format!(
+                "--admindir={}",
+                root.join("var/lib/dpkg").display()
+            ))
+            .args(["-W", &format!("-f=${{{field}}}"), package]))
+    };
+    assert!(query("cloudcore", "Conffiles").contains("/etc/cloudcore/cloudcore.yaml"));
+    assert!(query("mapper-modbus", "Conffiles").contains("/etc/kubeedge/mappers/modbus.yaml"));
+    assert_eq!(query("edgecore", "Status").trim(), "install ok installed");
+    let mode = |p: &Path| std::fs::metadata(p).expect("there").permissions().mode() & 0o777;
+    assert_eq!(mode(&root.join("var/lib/edgecore")), 0o700);
+    assert_eq!(mode(&root.join("var/lib/cloudcore")), 0o700);
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("passwd");
+    let user = passwd
+        .lines()
+        .find(|l| l.starts_with("cloudcore:"))
+        .expect("the cloudcore user");
+    let fields: Vec<&str> = user.split(':').collect();
+    let (uid, gid): (u32, u32) = (
+        fields[2].parse().expect("uid"),
+        fields[3].parse().expect("gid"),
+    );
+    assert!(uid > 0 && uid < 1000, "a system user: {user}");
+    assert!(user.ends_with(":/usr/sbin/nologin"), "{user}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(root.join("var/lib/cloudcore"))
+            .expect("dir")
+            .uid(),
+        uid
+    );
+    // A mapper's config points at the packaged edgecore's sockets.
+    let modbus =
+        std::fs::read_to_string(root.join("etc/kubeedge/mappers/modbus.yaml")).expect("conf");
+    assert!(modbus.contains("/var/lib/edgecore/dmi.sock"), "{modbus}");
+
+    // The units: clean for systemd-analyze verify (with systemd's own units beside them).
+    let units = root.join("lib/systemd/system");
+    let scratch = work.path().join("verify");
+    std::fs::create_dir_all(scratch.join("usr/lib/systemd")).expect("dir");
+    ok(Command::new("cp")
+        .arg("-a")
+        .arg("/lib/systemd/system")
+        .arg(scratch.join("usr/lib/systemd/")));
+    ok(Command::new("cp")
+        .arg("-a")
+        .arg(root.join("usr"))
+        .arg(&scratch));
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&units).expect("units").flatten() {
+        std::fs::copy(
+            e.path(),
+            scratch.join("usr/lib/systemd/system").join(e.file_name()),
+        )
+        .expect("copy");
+        names.push(format!(
+            "/usr/lib/systemd/system/{}",
+            e.file_name().to_string_lossy()
+        ));
+    }
+    assert_eq!(names.len(), 6, "{names:?}");
+    let verify = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(format!("--root={}", scratch.display()))
+        .args(&names)
+        .output()
+        .expect("systemd-analyze");
+    let said = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+
+    // cloudcore as its unit runs it: its user, its sandbox (the config's paths and ports moved
+    // into this root).
+    let cloud_unit = std::fs::read_to_string(units.join("cloudcore.service")).expect("unit");
+    assert_eq!(
+        unit_value(&cloud_unit, "ExecStart"),
+        "/usr/bin/cloudcore --config /etc/cloudcore/cloudcore.yaml"
+    );
+    let (api, hub, certs) = (free_port(), free_port(), free_port());
+    let cloud_config = work.path().join("cloudcore.yaml");
+    let packaged =
+        std::fs::read_to_string(root.join("etc/cloudcore/cloudcore.yaml")).expect("conf");
+    std::fs::write(
+        &cloud_config,
+        packaged
+            .replace(
+                "/var/lib/cloudcore",
+                &root.join("var/lib/cloudcore").display().to_string(),
+            )
+            .replace("127.0.0.1:6443", &format!("127.0.0.1:{api}"))
+            .replace("0.0.0.0:10000", &format!("127.0.0.1:{hub}"))
+            .replace("0.0.0.0:10002", &format!("127.0.0.1:{certs}"))
+            + "  metrics:\n    listen: \"\"\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(&cloud_config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let as_cloudcore = |args: &[&str]| {
+        let mut a = sandbox(&cloud_unit, Some((uid, gid)));
+        a.push("--".into());
+        a.push(root.join("usr/bin/cloudcore").display().to_string());
+        a.extend(args.iter().map(|s| s.to_string()));
+        a.extend(["--config".to_string(), cloud_config.display().to_string()]);
+        a
+    };
+    let args = as_cloudcore(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _cloud = Proc::spawn(
+        Path::new("/usr/bin/setpriv"),
+        &args,
+        work.path(),
+        "cloudcore.log",
+    );
+    let kubeconfig = root.join("var/lib/cloudcore/admin.kubeconfig");
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(sim::stack::kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    eventually(60, "cloudcore's API", || {
+        kubectl(&["get", "nodes"]).0.then_some(())
+    });
+    let token_args = as_cloudcore(&["gettoken"]);
+    let token = ok(Command::new("setpriv").args(&token_args))
+        .trim()
+        .to_string();
+
+    // The gateway: joined with the installed edgecore, then run as its unit runs it.
+    let edge_unit = std::fs::read_to_string(units.join("edgecore.service")).expect("unit");
+    assert_eq!(
+        unit_value(&edge_unit, "ExecStart"),
+        "/usr/bin/edgecore --config /etc/kubeedge/edgecore.yaml"
+    );
+    let edge_config = root.join("etc/kubeedge/edgecore.yaml");
+    let joined = ok(Command::new(root.join("usr/bin/edgecore"))
+        .args([
+            "join",
+            "--cloud",
+            "127.0.0.1",
+            "--hub-port",
+            &hub.to_string(),
+        ])
+        .args([
+            "--cert-port",
+            &certs.to_string(),
+            "--node-name",
+            "pkg-node",
+            "--token",
+            &token,
+        ])
+        .arg("--config")
+        .arg(&edge_config)
+        .arg("--data-dir")
+        .arg(root.join("var/lib/edgecore")));
+    assert!(
+        joined.contains("systemd is not running here; start it with: edgecore --config"),
+        "{joined}"
+    );
+    // Its local listeners moved off the default ports, as an operator might.
+    let (http, mqtt) = (free_port(), free_port());
+    let mut text = std::fs::read_to_string(&edge_config).expect("config");
+    text.push_str(&format!(
+        "http: {{address: \"127.0.0.1:{http}\"}}\nmqtt: {{address: \"127.0.0.1:{mqtt}\"}}\n"
+    ));
+    std::fs::write(&edge_config, text).expect("write");
+    let mut args = sandbox(&edge_unit, None);
+    args.extend([
+        "--".into(),
+        root.join("usr/bin/edgecore").display().to_string(),
+        "--config".into(),
+        edge_config.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let edge = Proc::spawn(
+        Path::new("/usr/bin/setpriv"),
+        &args,
+        work.path(),
+        "edgecore.log",
+    );
+    eventually(60, "node pkg-node Ready", || {
+        let (ok, s) = kubectl(&[
+            "get",
+            "node",
+            "pkg-node",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (ok && s == "True").then_some(())
+    });
+    // A Device for it reaches its twin.
+    let manifest = std::fs::read_to_string(workspace_root().join("examples/modbus-tcp.yaml"))
+        .expect("example")
+        .replace("nodeName: edge-node-1", "nodeName: pkg-node");
+    let file = work.path().join("oven.yaml");
+    std::fs::write(&file, manifest).expect("write");
+    assert!(kubectl(&["apply", "-f", file.to_str().expect("path")]).0);
+    eventually(60, "the oven's twin on the gateway", || {
+        let out = Command::new(root.join("usr/bin/kectl"))
+            .args([
+                "twin",
+                "get",
+                "oven-1",
+                "--json",
+                "--server",
+                &format!("http://127.0.0.1:{http}"),
+            ])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .contains("temperature")
+            .then_some(())
+    });
+    drop(edge);
+
+    // reset, then remove (the data stays), then purge (nothing of the packages is left).
+    let reset = ok(Command::new(root.join("usr/bin/edgecore"))
+        .args(["reset", "--no-stop", "--config"])
+        .arg(&edge_config));
+    assert!(
+        reset.contains("revoked node pkg-node's certificates"),
+        "{reset}"
+    );
+    assert!(!edge_config.exists());
+    let mut remove = dpkg(&["--remove"]);
+    remove.args(&names_of(&debs));
+    ok(&mut remove);
+    assert!(
+        root.join("var/lib/edgecore/edgecore.db").exists(),
+        "remove keeps the data"
+    );
+    assert!(
+        root.join("etc/cloudcore/cloudcore.yaml").exists(),
+        "remove keeps conffiles"
+    );
+    assert!(!root.join("usr/bin/edgecore").exists());
+    let mut purge = dpkg(&["--purge"]);
+    purge.args(&names_of(&debs));
+    ok(&mut purge);
+    let left = tree(
+        &root,
+        &[
+            "var/lib/dpkg",
+            "etc/passwd",
+            "etc/group",
+            "etc/shadow",
+            "etc/gshadow",
+            "etc/login.defs",
+        ],
+    );
+    // What stays is what Debian keeps: the system user's lines (in the files above), and the
+    // empty top directories that were there before (etc, var, var/lib).
+    let allowed = ["etc", "var", "var/lib"];
+    let extra: Vec<&String> = left
+        .iter()
+        .filter(|p| !allowed.contains(&p.as_str()) && !p.ends_with('-'))
+        .collect();
+    assert!(extra.is_empty(), "left after purge: {extra:?}");
+}
+
+/// The package names of `debs` (their files' names up to the version).
+fn names_of(debs: &[PathBuf]) -> Vec<String> {
+    debs.iter()
+        .filter_map(|d| {
+            d.file_name()?
+                .to_str()?
+                .split('_')
+                .next()
+                .map(str::to_string)
+        })
+        .collect()
+}
