@@ -412,7 +412,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     );
     assert!(!edge_config.exists());
     let mut remove = dpkg(&["--remove"]);
-    remove.args(&names_of(&debs));
+    remove.args(names_of(&debs));
     ok(&mut remove);
     assert!(
         root.join("var/lib/edgecore/edgecore.db").exists(),
@@ -424,7 +424,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     );
     assert!(!root.join("usr/bin/edgecore").exists());
     let mut purge = dpkg(&["--purge"]);
-    purge.args(&names_of(&debs));
+    purge.args(names_of(&debs));
     ok(&mut purge);
     let left = tree(
         &root,
