@@ -3,7 +3,8 @@
 //!
 //! ```yaml
 //! dataDir: /var/lib/cloudcore        # default: ./cloudcore-data
-//! kubeconfig: /root/.kube/config     # a real cluster instead of the embedded API (default: none)
+//! kubeconfig: /root/.kube/config     # a real cluster instead of the embedded API (default: none;
+//!                                    #   in-cluster: the pod's ServiceAccount, cloud/deploy/)
 //! modules:
 //!   apiserver:                       # the embedded Kubernetes-compatible API
 //!     enable: true
@@ -68,6 +69,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use rt::config::ConfigError;
+
+/// `kubeconfig: in-cluster`: the cluster cloudcore runs in as a pod.
+pub const IN_CLUSTER: &str = "in-cluster";
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -395,7 +399,9 @@ impl Config {
             }
         };
         config.data_dir = abs(&config.data_dir);
-        if let Some(k) = &config.kubeconfig {
+        if let Some(k) = &config.kubeconfig
+            && k != Path::new(IN_CLUSTER)
+        {
             config.kubeconfig = Some(abs(k));
         }
         if let Some(e) = config.modules.apiserver.etcd.as_mut() {
@@ -649,6 +655,14 @@ mod tests {
         assert_eq!(c.data_dir, Path::new("/etc/cloudcore-data"));
         assert_eq!(c.modules.apiserver.listen.port(), 6443);
         assert!(c.kubeconfig.is_none());
+    }
+
+    #[test]
+    fn in_cluster_is_a_kubeconfig_of_its_own_and_a_path_is_made_absolute() {
+        let c = parse("kubeconfig: in-cluster\n").expect("in-cluster");
+        assert_eq!(c.kubeconfig.as_deref(), Some(Path::new(IN_CLUSTER)));
+        let c = parse("kubeconfig: k.yaml\n").expect("a file");
+        assert_eq!(c.kubeconfig.as_deref(), Some(Path::new("/etc/k.yaml")));
     }
 
     #[test]

@@ -490,8 +490,15 @@ pub fn create_token(
     ca.token(Duration::from_secs(ttl), &record.id)
 }
 
-/// A kube-rs client of the cluster a kubeconfig names.
+/// A kube-rs client of the cluster a kubeconfig names, or with `in-cluster`, of the cluster
+/// cloudcore runs in as a pod (its ServiceAccount's token and CA, `KUBERNETES_SERVICE_HOST`).
 pub async fn cluster_client(path: &std::path::Path) -> Result<kube::Client> {
+    if path == std::path::Path::new(config::IN_CLUSTER) {
+        let cfg = kube::Config::incluster().context(
+            "kubeconfig: in-cluster, but this is not a pod with a ServiceAccount (KUBERNETES_SERVICE_HOST, /var/run/secrets/kubernetes.io/serviceaccount)",
+        )?;
+        return kube::Client::try_from(cfg).context("cannot make an in-cluster client");
+    }
     let kc = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
