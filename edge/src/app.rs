@@ -249,6 +249,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         let hub = crate::edgehub::EdgeHub {
             cloud: cloud.clone(),
             node: config.node_name.clone(),
+            node_labels: config.node_labels.clone(),
             data_dir: config.data_dir.clone(),
             twin: twin.clone(),
             sources: sources.clone(),

@@ -3,6 +3,7 @@
 //!
 //! ```yaml
 //! nodeName: edge-node-1          # default: the host name
+//! nodeLabels: {site: plant-3}   # the Node's labels, sent at each session's start
 //! dataDir: /var/lib/edgecore      # default: ./edgecore-data
 //! modules: {eventbus: true, dmi: true, http: true, manifests: true}   # the twin always runs
 //! manifests: {dir: manifests, pollIntervalMs: 1000}   # default dir: {dataDir}/manifests
@@ -44,6 +45,10 @@ pub use rt::config::ConfigError;
 pub struct Config {
     /// The name of this edge node; devices whose `spec.nodeName` names another node are skipped.
     pub node_name: String,
+    /// Labels of this node's Node, sent when its session starts (as KubeEdge's edged
+    /// registers with `nodeLabels`); a label a node may not set on itself (NodeRestriction:
+    /// `node-restriction.kubernetes.io/...`, most of `kubernetes.io`) is refused here.
+    pub node_labels: std::collections::BTreeMap<String, String>,
     /// Where the twin database (`edgecore.db` and its journal `edgecore-log.db`) and the default
     /// socket live.
     pub data_dir: PathBuf,
@@ -382,6 +387,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             node_name: default_node_name(),
+            node_labels: Default::default(),
             data_dir: PathBuf::from("edgecore-data"),
             modules: Modules::default(),
             manifests: Manifests::default(),
@@ -465,6 +471,35 @@ impl Config {
     fn check(&self) -> Result<(), (&'static str, String)> {
         api::validate::names::check_dns1123_subdomain(&self.node_name)
             .map_err(|e| ("nodeName", e.to_string()))?;
+        for (k, v) in &self.node_labels {
+            let name = k.rsplit_once('/').map_or(k.as_str(), |(_, n)| n);
+            let prefix_ok = k
+                .rsplit_once('/')
+                .is_none_or(|(p, _)| api::validate::names::check_dns1123_subdomain(p).is_ok());
+            let chars = |s: &str| {
+                s.len() <= 63
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                    && s.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+                    && s.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+            };
+            if name.is_empty() || !chars(name) || !prefix_ok || !chars(v) {
+                return Err((
+                    "nodeLabels",
+                    format!(
+                        "{k}={v} is not a Kubernetes label (name and value: at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+                    ),
+                ));
+            }
+            if !api::validate::node::may_set_label(k) {
+                return Err((
+                    "nodeLabels",
+                    format!(
+                        "{k}: a node may not set this label on its own Node (NodeRestriction); an administrator sets it"
+                    ),
+                ));
+            }
+        }
         split_host_port(&self.mqtt.address, None).map_err(|e| ("mqtt.address", e.to_string()))?;
         if let Some(t) = &self.mqtt.tls {
             split_host_port(&t.address, None).map_err(|e| ("mqtt.tls.address", e.to_string()))?;

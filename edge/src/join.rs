@@ -35,7 +35,17 @@ pub struct Join {
     pub force: bool,
     /// Enable and start `edgecore.service` when systemd has it.
     pub start: bool,
+    /// The Node's labels (`nodeLabels`).
+    pub labels: Vec<(String, String)>,
+    /// The mappers to start beside it (`modbus`, `serial`, `opcua`, `ble`: their packages'
+    /// `mapper-NAME.service`).
+    pub mappers: Vec<String>,
+    /// An external MQTT broker (`host:port`) instead of the embedded one.
+    pub mqtt_broker: Option<String>,
 }
+
+/// The mappers the packages install.
+pub const MAPPERS: [&str; 4] = ["modbus", "serial", "opcua", "ble"];
 
 /// A joined node's config: its node, its cloud, its certificate.
 #[derive(Debug)]
@@ -82,7 +92,7 @@ fn url_host(host: &str) -> String {
 pub fn config_text(j: &Join) -> String {
     let q = |s: &str| serde_json::Value::String(s.to_string()).to_string();
     let host = url_host(&j.cloud);
-    format!(
+    let mut text = format!(
         "# Written by `edgecore join`; every key not here has its default (README: edgecore's config).\n\
          nodeName: {}\n\
          dataDir: {}\n\
@@ -91,7 +101,20 @@ pub fn config_text(j: &Join) -> String {
         q(&j.data_dir.to_string_lossy()),
         q(&format!("wss://{host}:{}", j.hub_port)),
         q(&format!("https://{host}:{}", j.cert_port)),
-    )
+    );
+    if !j.labels.is_empty() {
+        text.push_str("nodeLabels:\n");
+        for (k, v) in &j.labels {
+            text.push_str(&format!("  {}: {}\n", q(k), q(v)));
+        }
+    }
+    if let Some(broker) = &j.mqtt_broker {
+        text.push_str(&format!(
+            "mqtt:\n  mode: external\n  address: {}\n",
+            q(broker)
+        ));
+    }
+    text
 }
 
 /// Whether `name` is a Kubernetes node name (a DNS subdomain: lower-case letters, digits, `-`
@@ -114,6 +137,9 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
             "--node-name {:?} is not a node name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit)",
             j.node_name
         );
+    }
+    if let Some(m) = j.mappers.iter().find(|m| !MAPPERS.contains(&m.as_str())) {
+        bail!("--mapper {m:?}: the mappers are {}", MAPPERS.join(", "));
     }
     if j.token.trim().split('.').count() != 4 {
         bail!("--token is not a join token ({{CA hash}}.{{JWT}}, from `cloudcore gettoken`)");
@@ -181,7 +207,16 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
         j.node_name,
         cloud.server
     ));
-    did.push(service(j));
+    did.push(service(
+        j,
+        "edgecore",
+        &format!("edgecore --config {}", j.config.display()),
+    ));
+    for m in &j.mappers {
+        let name = format!("mapper-{m}");
+        let by_hand = format!("{name} --config-file /etc/kubeedge/mappers/{m}.yaml");
+        did.push(service(j, &name, &by_hand));
+    }
     Ok(did)
 }
 
@@ -295,11 +330,11 @@ fn remove_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// Starts the service where systemd has one, or says how to start edgecore.
-fn service(j: &Join) -> String {
-    let by_hand = format!("start it with: edgecore --config {}", j.config.display());
+/// Starts `{unit}.service` where systemd has it, or says how to start it by hand (`by_hand`).
+fn service(j: &Join, unit: &str, by_hand: &str) -> String {
+    let by_hand = format!("start it with: {by_hand}");
     if !j.start {
-        return format!("not started (--no-start); {by_hand}");
+        return format!("{unit} not started (--no-start); {by_hand}");
     }
     if !Path::new("/run/systemd/system").exists() {
         return format!("systemd is not running here; {by_hand}");
@@ -315,22 +350,17 @@ fn service(j: &Join) -> String {
                 )
             })
     };
-    match systemctl(&["cat", "edgecore.service"]) {
+    let file = format!("{unit}.service");
+    match systemctl(&["cat", &file]) {
         Ok((true, _)) => {}
         _ => {
-            return format!(
-                "no edgecore.service unit is installed (the package installs one); {by_hand}"
-            );
+            return format!("no {file} unit is installed (its package installs one); {by_hand}");
         }
     }
-    match systemctl(&["enable", "edgecore.service"])
-        .and_then(|_| systemctl(&["restart", "edgecore.service"]))
-    {
-        Ok((true, _)) => {
-            "edgecore.service enabled and (re)started: `systemctl status edgecore`".into()
-        }
+    match systemctl(&["enable", &file]).and_then(|_| systemctl(&["restart", &file])) {
+        Ok((true, _)) => format!("{file} enabled and (re)started: `systemctl status {unit}`"),
         Ok((false, e)) => {
-            format!("edgecore.service did not start: {e}; `journalctl -u edgecore` says why")
+            format!("{file} did not start: {e}; `journalctl -u {unit}` says why")
         }
         Err(e) => format!("cannot run systemctl: {e}; {by_hand}"),
     }
@@ -351,6 +381,9 @@ mod tests {
             data_dir: dir.join("data"),
             force: false,
             start: false,
+            labels: Vec::new(),
+            mappers: Vec::new(),
+            mqtt_broker: None,
         }
     }
 
@@ -368,6 +401,29 @@ mod tests {
         assert_eq!(cloud.cert_server, "https://[fd00::1]:10002");
         assert!(cloud.token.is_empty(), "the token is not kept");
         assert!(joined(&j.config).expect("none").is_none());
+        // Labels and an external broker, as given.
+        j.labels = vec![
+            ("site".into(), "plant-3".into()),
+            ("example.com/line".into(), "2".into()),
+        ];
+        j.mqtt_broker = Some("10.0.0.5:1883".into());
+        let c =
+            crate::config::Config::parse(&config_text(&j), &j.config, dir.path()).expect("parses");
+        assert_eq!(
+            c.node_labels.get("site").map(String::as_str),
+            Some("plant-3")
+        );
+        assert_eq!(
+            c.node_labels.get("example.com/line").map(String::as_str),
+            Some("2")
+        );
+        assert_eq!(c.mqtt.mode, crate::config::MqttMode::External);
+        assert_eq!(c.mqtt.address, "10.0.0.5:1883");
+        // A label a node may not set on itself is refused by the config check.
+        j.labels = vec![("node-restriction.kubernetes.io/zone".into(), "a".into())];
+        let e = crate::config::Config::parse(&config_text(&j), &j.config, dir.path())
+            .expect_err("refused");
+        assert!(e.to_string().contains("NodeRestriction"), "{e}");
     }
 
     #[tokio::test]

@@ -90,6 +90,15 @@ struct JoinArgs {
     /// Write everything but do not start edgecore.service.
     #[arg(long)]
     no_start: bool,
+    /// A label of this node's Node, KEY=VALUE (again for more).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// A mapper to start beside it: modbus, serial, opcua, ble (again for more).
+    #[arg(long = "mapper", value_name = "NAME")]
+    mappers: Vec<String>,
+    /// An external MQTT broker, HOST:PORT, instead of the embedded one.
+    #[arg(long)]
+    mqtt_broker: Option<String>,
 }
 
 /// `edgecore join`.
@@ -112,6 +121,14 @@ fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
         eprintln!("edgecore join: no host name to name the node by: give --node-name");
         return ExitCode::from(2);
     };
+    let mut labels = Vec::new();
+    for l in &a.labels {
+        let Some((k, v)) = l.split_once('=') else {
+            eprintln!("edgecore join: --label {l:?} is not KEY=VALUE");
+            return ExitCode::from(2);
+        };
+        labels.push((k.to_string(), v.to_string()));
+    }
     let args = edge::join::Join {
         cloud: a.cloud,
         hub_port: a.hub_port,
@@ -122,6 +139,9 @@ fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
         data_dir: a.data_dir,
         force: a.force,
         start: !a.no_start,
+        labels,
+        mappers: a.mappers,
+        mqtt_broker: a.mqtt_broker,
     };
     run_once("join", edge::join::join(&args))
 }

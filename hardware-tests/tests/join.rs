@@ -190,8 +190,19 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
     // join again finishes with the certificate it got.
     let got = cert(&data);
     std::fs::remove_file(&config).expect("remove");
-    let (code, out, err) = join(&["--token", &token]);
+    let (code, out, err) = join(&[
+        "--token",
+        &token,
+        "--label",
+        "site=plant-3",
+        "--mapper",
+        "modbus",
+    ]);
     assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("mapper-modbus not started (--no-start); start it with: mapper-modbus --config-file /etc/kubeedge/mappers/modbus.yaml"),
+        "{out}"
+    );
     assert_eq!(
         cert(&data),
         got,
@@ -206,6 +217,17 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
         "edgecore.log",
     );
     ready(&cloud, "gw-1");
+    // Its label, as join was given it.
+    eventually(30, "gw-1's label", || {
+        let (ok, site) = cloud.kubectl(&[
+            "get",
+            "node",
+            "gw-1",
+            "-o",
+            "jsonpath={.metadata.labels.site}",
+        ]);
+        (ok && site == "plant-3").then_some(())
+    });
     let reset = |more: &[&str]| {
         let mut args = vec![
             "reset",

@@ -46,6 +46,8 @@ use twin::model::{OutboxEntry, Section};
 pub(crate) struct EdgeHub {
     pub cloud: Cloud,
     pub node: String,
+    /// The Node's labels this node sets (`nodeLabels`), sent at each session's start.
+    pub node_labels: std::collections::BTreeMap<String, String>,
     pub data_dir: PathBuf,
     pub twin: TwinService,
     pub sources: SharedSources,
@@ -295,6 +297,10 @@ impl EdgeHub {
         let mut info_tries = 1;
         sink.send(Frame::text(serde_json::to_string(&info)?))
             .await?;
+        if !self.node_labels.is_empty() {
+            let reg = nodeinfo::register(&self.node, &self.node_labels);
+            sink.send(Frame::text(serde_json::to_string(&reg)?)).await?;
+        }
         for msg in self.device_states().await {
             bucket.take().await;
             sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;

@@ -61,6 +61,23 @@ fn capacity(cpus: usize, meminfo: &str) -> Value {
     json!({"cpu": cpus.to_string(), "memory": format!("{kib}Ki"), "pods": "110"})
 }
 
+/// The message that registers node `node` with `labels` (KubeEdge's kubelet's `insert` of its
+/// Node): the cloud makes the Node or merges the labels into it.
+pub(super) fn register(
+    node: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> api::message::Message {
+    let body = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": labels}});
+    api::message::Message::new(
+        "edged",
+        "meta",
+        "insert",
+        format!("default/node/{node}"),
+        Value::String(body.to_string()),
+    )
+}
+
 /// The kubelet port a Node gives (KubeEdge's edge's `ServerPort`).
 const KUBELET_PORT: u16 = 10350;
 
