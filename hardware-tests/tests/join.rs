@@ -401,3 +401,79 @@ fn a_support_bundle_says_what_matters_and_holds_no_secret() {
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("FAIL cloud: wss://127.0.0.1"), "{out}");
 }
+
+/// The `--flags` of the command lines starting with one of `commands` (and their `#`
+/// continuation lines) in the README's code block after `start`.
+fn readme_flags(start: &str, commands: &[&str]) -> Vec<String> {
+    let readme = std::fs::read_to_string(sim::workspace_root().join("README.md")).expect("README");
+    let at = readme
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} in the README"));
+    let block = &readme[at..];
+    let open = block.find("```sh").expect("a code block");
+    let close = block[open + 5..].find("```").expect("its end") + open + 5;
+    let mut taken = false;
+    let mut flags: Vec<String> = Vec::new();
+    for line in block[open..close].lines() {
+        let line = line.trim_start_matches("sudo ");
+        taken = commands.iter().any(|c| line.starts_with(c)) || (taken && line.starts_with('#'));
+        if taken {
+            flags.extend(
+                line.split(|c: char| c.is_whitespace() || matches!(c, '[' | ']' | '='))
+                    .filter(|w| w.starts_with("--") && w.len() > 2)
+                    .map(str::to_string),
+            );
+        }
+    }
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+#[test]
+fn the_help_of_each_command_has_the_options_the_readme_gives() {
+    let help = |args: &[&str]| {
+        let out = Command::new(bin("edgecore"))
+            .args(args)
+            .output()
+            .expect("edgecore");
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let join_reset = format!(
+        "{}{}",
+        help(&["join", "--help"]),
+        help(&["reset", "--help"])
+    );
+    let flags = readme_flags(
+        "**Joining a gateway in one command**",
+        &["edgecore join", "edgecore reset"],
+    );
+    assert!(flags.len() >= 12, "{flags:?}");
+    for f in &flags {
+        assert!(
+            join_reset.contains(f.as_str()),
+            "{f} is in the README, not in --help"
+        );
+    }
+    let package = Command::new(sim::workspace_root().join("scripts/package"))
+        .arg("--help")
+        .output()
+        .expect("scripts/package");
+    let package = String::from_utf8_lossy(&package.stdout);
+    let flags = readme_flags(
+        "## Installing on gateways and cloud hosts",
+        &["scripts/package"],
+    );
+    assert!(!flags.is_empty());
+    for f in flags {
+        assert!(
+            package.contains(f.as_str()),
+            "scripts/package --help lacks {f}"
+        );
+    }
+    let debug = help(&["debug", "collect", "--help"]);
+    for f in ["--output", "--log", "--config"] {
+        assert!(debug.contains(f), "{f}: {debug}");
+    }
+}
