@@ -102,17 +102,7 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
     assert!(!data.join("certs/edge.crt").exists(), "{err}");
 
     // An expired token: the cloud's words.
-    let out = Command::new(bin("cloudcore"))
-        .args(["token", "create", "--ttl-hours", "0", "--config"])
-        .arg(cloud.dir.path().join("cloudcore.yaml"))
-        .output()
-        .expect("cloudcore token create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expired = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let expired = cloud.cli(&["token", "create", "--ttl-hours", "0"]);
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let (code, _, err) = join(&["--token", &expired]);
     assert_eq!(code, Some(1), "{err}");
@@ -164,16 +154,7 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
         before,
         "a refused --force changes nothing"
     );
-    let out = Command::new(bin("cloudcore"))
-        .args(["node", "revoke", "gw-1", "--config"])
-        .arg(cloud.dir.path().join("cloudcore.yaml"))
-        .output()
-        .expect("cloudcore node revoke");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cloud.cli(&["node", "revoke", "gw-1"]);
     let (code, out, err) = join(&["--token", &token, "--force"]);
     assert_eq!(code, Some(0), "{out}{err}");
     let cert = |p: &Path| std::fs::read(p.join("certs/edge.crt")).expect("certificate");

@@ -9,21 +9,10 @@
 //! Runs as root (`dpkg --root`, `setpriv`); Debian's dpkg, systemd (for `systemd-analyze`) and
 //! util-linux (`setpriv`) are on the machine `scripts/test` sets up.
 
+use sim::containerd::run as ok;
 use sim::{Proc, bin, eventually, free_port, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// Runs a command; its exit status must be success; its stdout.
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Every file and directory under `dir` (relative), but those named in `except`.
 fn tree(dir: &Path, except: &[&str]) -> Vec<String> {

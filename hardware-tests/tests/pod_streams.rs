@@ -503,16 +503,7 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     });
 
     // Revoked: the tunnel ends with the session, and no log is read through it again.
-    let out = Command::new(bin("cloudcore"))
-        .args(["node", "revoke", "edge-node-1", "--config"])
-        .arg(cloud.dir.path().join("cloudcore.yaml"))
-        .output()
-        .expect("cloudcore node revoke");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cloud.cli(&["node", "revoke", "edge-node-1"]);
     let revoked = eventually(60, "no log through a revoked node", || {
         let (ok, log) = cloud.kubectl(&["logs", "ticker"]);
         (!ok).then_some(log)

@@ -174,14 +174,21 @@ impl Cloud {
     }
 
     pub fn token(&self) -> String {
+        self.cli(&["gettoken"])
+    }
+
+    /// `cloudcore ARGS --config` this cloud's file: its stdout, trimmed; a panic with its
+    /// stderr when it fails.
+    pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new(bin("cloudcore"))
-            .args(["gettoken", "--config"])
+            .args(args)
+            .arg("--config")
             .arg(self.dir.path().join("cloudcore.yaml"))
             .output()
-            .expect("cloudcore gettoken");
+            .expect("cloudcore runs");
         assert!(
             out.status.success(),
-            "{}",
+            "cloudcore {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
