@@ -389,6 +389,60 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             .contains("temperature")
             .then_some(())
     });
+    // A mapper as its unit runs it (root without any capability, no new privileges, the
+    // dialout group), on its packaged config with the paths moved into this root: it
+    // registers with edgecore through the socket in edgecore's 0700 data directory.
+    let mapper_unit = std::fs::read_to_string(units.join("mapper-modbus.service")).expect("unit");
+    assert_eq!(
+        unit_value(&mapper_unit, "ExecStart"),
+        "/usr/bin/mapper-modbus --config-file /etc/kubeedge/mappers/modbus.yaml"
+    );
+    assert_eq!(unit_value(&mapper_unit, "CapabilityBoundingSet"), "");
+    let mapper_config = work.path().join("modbus.yaml");
+    std::fs::write(
+        &mapper_config,
+        modbus
+            .replace(
+                "/var/lib/edgecore/",
+                &format!("{}/", root.join("var/lib/edgecore").display()),
+            )
+            .replace("http_port: 7777", &format!("http_port: {}", free_port())),
+    )
+    .expect("write");
+    let mut args = sandbox(&mapper_unit, None);
+    if let Some(gid) = std::fs::read_to_string("/etc/group").ok().and_then(|g| {
+        g.lines().find_map(|l| {
+            l.strip_prefix("dialout:x:")?
+                .split(':')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+    }) {
+        args.push(format!("--groups={gid}"));
+    }
+    args.extend([
+        "--".into(),
+        root.join("usr/bin/mapper-modbus").display().to_string(),
+        "--config-file".into(),
+        mapper_config.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _mapper = Proc::spawn(
+        Path::new("/usr/bin/setpriv"),
+        &args,
+        work.path(),
+        "mapper.log",
+    );
+    eventually(60, "mapper-modbus registered with edgecore", || {
+        let listed = ureq::get(&format!("http://127.0.0.1:{http}/api/v1/mappers"))
+            .call()
+            .ok()?
+            .into_body()
+            .read_to_string()
+            .ok()?;
+        listed.contains("modbus").then_some(())
+    });
     drop(edge);
 
     // reset, then remove (the data stays), then purge (nothing of the packages is left).
