@@ -471,23 +471,13 @@ impl Config {
     fn check(&self) -> Result<(), (&'static str, String)> {
         api::validate::names::check_dns1123_subdomain(&self.node_name)
             .map_err(|e| ("nodeName", e.to_string()))?;
+        use api::validate::names::{label_key_ok, label_value_ok};
         for (k, v) in &self.node_labels {
-            let name = k.rsplit_once('/').map_or(k.as_str(), |(_, n)| n);
-            let prefix_ok = k
-                .rsplit_once('/')
-                .is_none_or(|(p, _)| api::validate::names::check_dns1123_subdomain(p).is_ok());
-            let chars = |s: &str| {
-                s.len() <= 63
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                    && s.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
-                    && s.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
-            };
-            if name.is_empty() || !chars(name) || !prefix_ok || !chars(v) {
+            if !label_key_ok(k) || !label_value_ok(v) {
                 return Err((
                     "nodeLabels",
                     format!(
-                        "{k}={v} is not a Kubernetes label (name and value: at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+                        "{k}={v} is not a Kubernetes label (name and value: at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit; a prefix is a DNS subdomain)"
                     ),
                 ));
             }

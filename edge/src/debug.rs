@@ -250,7 +250,7 @@ pub async fn collect(c: &Collect) -> Result<Vec<String>> {
     files.push(("store.txt".into(), store(&config.data_dir)));
     files.push(("certificate.txt".into(), certificate(&config.data_dir)));
     files.push(("logs.txt".into(), logs(c.log.as_deref())));
-    let (lines, _) = check(&c.config).await?;
+    let (lines, _) = checks(&config).await;
     files.push(("check.txt".into(), lines.join("\n") + "\n"));
     let stamp = time::OffsetDateTime::now_utc().unix_timestamp();
     let top = format!("edgecore-debug-{}-{stamp}", config.node_name);
@@ -405,6 +405,11 @@ fn line(v: Verdict, what: &str, said: impl AsRef<str>) -> String {
 /// The prerequisites, a line each; whether none failed.
 pub async fn check(config_file: &Path) -> Result<(Vec<String>, bool)> {
     let (c, _) = load(config_file)?;
+    Ok(checks(&c).await)
+}
+
+/// The prerequisites of the node `c` configures, a line each; whether none failed.
+async fn checks(c: &crate::config::Config) -> (Vec<String>, bool) {
     let mut lines = Vec::new();
     let mut failed = false;
     let mut say = |v: Verdict, what: &str, said: String| {
@@ -573,7 +578,7 @@ pub async fn check(config_file: &Path) -> Result<(Vec<String>, bool)> {
             "no cloud section: local manifests only".into(),
         );
     }
-    Ok((lines, !failed))
+    (lines, !failed)
 }
 
 #[cfg(test)]

@@ -144,8 +144,9 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
     if j.token.trim().split('.').count() != 4 {
         bail!("--token is not a join token ({{CA hash}}.{{JWT}}, from `cloudcore gettoken`)");
     }
-    let was_joined = matches!(joined(&j.config), Ok(Some(_)));
-    match joined(&j.config) {
+    let before = joined(&j.config);
+    let was_joined = matches!(before, Ok(Some(_)));
+    match before {
         Ok(Some(done)) if !j.force => bail!(
             "this gateway is already joined as {} to {} (config {}, certificate {}): `edgecore reset` first, or --force to replace its identity",
             done.node,

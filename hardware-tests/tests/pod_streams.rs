@@ -668,23 +668,15 @@ spec:
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // `exec web -- sh -c SCRIPT`.
+    let sh_c = |script: &'static str| ["exec", "web", "--", "sh", "-c", script];
     let (code, log, err) = kubectl_with(&via_cluster, &["logs", "web"]);
     assert_eq!(
         (code, log.as_str()),
         (Some(0), format!("serving on {port}\n").as_str()),
         "kubectl logs through the kubelet endpoint: {err}"
     );
-    let (code, out, err) = kubectl_with(
-        &via_cluster,
-        &[
-            "exec",
-            "web",
-            "--",
-            "sh",
-            "-c",
-            "echo from the node; exit 5",
-        ],
-    );
+    let (code, out, err) = kubectl_with(&via_cluster, &sh_c("echo from the node; exit 5"));
     assert_eq!(
         (code, out.as_str()),
         (Some(5), "from the node\n"),
@@ -717,17 +709,7 @@ spec:
     let (_node_front, as_node) = front(&node_cert, &node_key, "node-front.kubeconfig");
     // (TLS 1.3: the refusal comes after the client's side of the handshake, so the front
     // sees the connection end rather than a failed dial.)
-    let (code, _, err) = kubectl_with(
-        &as_node,
-        &[
-            "exec",
-            "web",
-            "--",
-            "sh",
-            "-c",
-            "echo > /tmp/www/by-the-node",
-        ],
-    );
+    let (code, _, err) = kubectl_with(&as_node, &sh_c("echo > /tmp/www/by-the-node"));
     assert_ne!(code, Some(0), "{err}");
     assert!(
         err.contains("EOF") || err.contains("error dialing backend"),
@@ -735,14 +717,7 @@ spec:
     );
     let (code, seen, err) = kubectl_with(
         &via_cluster,
-        &[
-            "exec",
-            "web",
-            "--",
-            "sh",
-            "-c",
-            "test -e /tmp/www/by-the-node && echo ran || echo absent",
-        ],
+        &sh_c("test -e /tmp/www/by-the-node && echo ran || echo absent"),
     );
     assert_eq!(
         (code, seen.as_str()),

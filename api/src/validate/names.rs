@@ -88,6 +88,40 @@ pub fn check_dns1123_label(name: &str) -> Result<(), NameError> {
     check_label_chars(name, name)
 }
 
+/// Whether `key` is a label (or annotation) key, a Kubernetes qualified name: an optional
+/// prefix that is a DNS-1123 subdomain and `/`, then a name of 1 to 63 letters, digits, `-`,
+/// `_` and `.`, starting and ending with a letter or digit.
+pub fn label_key_ok(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let dns_label = |s: &str| {
+        let b = s.as_bytes();
+        !b.is_empty()
+            && b.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    !name.is_empty()
+        && label_value_ok(name)
+        && prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(dns_label))
+}
+
+/// Whether `value` is a label value: empty, or at most 63 letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+pub fn label_value_ok(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
 fn check_label_chars(whole: &str, label: &str) -> Result<(), NameError> {
     let bad = || {
         Err(NameError::NotDns1123 {
@@ -153,6 +187,26 @@ mod tests {
         assert!(check_dns1123_label("default").is_ok());
         assert!(check_dns1123_label("a.b").is_err());
         assert!(check_dns1123_label(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn label_keys_and_values_are_kubernetes_qualified_names() {
+        for ok in ["site", "example.com/line", "a_b.c-1", "k8s.io/x"] {
+            assert!(label_key_ok(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/x",
+            "Example.com/x",
+            "a/",
+            "-a",
+            "a b",
+            &"a".repeat(64),
+        ] {
+            assert!(!label_key_ok(bad), "{bad}");
+        }
+        assert!(label_value_ok("") && label_value_ok("plant-3"));
+        assert!(!label_value_ok("plant 3") && !label_value_ok("-x"));
     }
 
     #[test]

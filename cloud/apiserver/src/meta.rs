@@ -52,29 +52,7 @@ pub(crate) fn check_name(name: &str, label: bool) -> Option<Cause> {
     }
 }
 
-fn qualified_name_ok(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    name_ok && prefix.is_none_or(|p| !p.is_empty() && is_dns_subdomain(p))
-}
-
-fn label_value_ok(s: &str) -> bool {
-    s.is_empty()
-        || (s.len() <= 63
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
-}
+use api::validate::names::{label_key_ok as qualified_name_ok, label_value_ok};
 
 /// Checks labels and annotation keys.
 pub(crate) fn check_meta(meta: &Value) -> Vec<Cause> {

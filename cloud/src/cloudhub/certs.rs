@@ -229,16 +229,9 @@ impl CertServer {
                     move |axum::extract::Path(version): axum::extract::Path<String>,
                           req: Request| {
                         let me = releases.clone();
-                        let node = req
-                            .extensions()
-                            .get::<apiserver::Identity>()
-                            .and_then(|i| i.0.as_ref())
-                            .and_then(|u| u.name.strip_prefix("system:node:").map(str::to_string));
-                        let presented = req
-                            .extensions()
-                            .get::<apiserver::ClientCertificate>()
-                            .and_then(|c| pki::serial_and_expiry(&c.0))
-                            .map(|(serial, _)| serial);
+                        let (user, presented) = caller(&req);
+                        let node =
+                            user.and_then(|u| u.strip_prefix("system:node:").map(str::to_string));
                         async move { me.release(&version, node, presented).await }
                     },
                 ),
