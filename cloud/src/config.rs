@@ -34,7 +34,8 @@
 //!     nodeLimit: 1000                # sessions at once
 //!     maxFrameBytes: 33554432        # larger frames close the session (KubeEdge: 32 MiB)
 //!     keepaliveSeconds: 30           # a silent session is closed after this
-//!     nodeQps: 30                    # messages/s a node may send (burst nodeBurst: 60)
+//!     nodeQps: 200                   # reports/s a node may send (burst nodeBurst: 400); its
+//!                                    #   answers and keepalives are not counted
 //!     resendSeconds: 5               # unacknowledged messages are sent again after this
 //!     tokenTtlHours: 24              # validity of `cloudcore gettoken` tokens
 //!     edgeCertDays: 365
@@ -264,8 +265,8 @@ impl Default for CloudHub {
             node_limit: 1000,
             max_frame_bytes: 32 << 20,
             keepalive_seconds: 30,
-            node_qps: 30,
-            node_burst: 60,
+            node_qps: 200,
+            node_burst: 400,
             resend_seconds: 5,
             token_ttl_hours: 24,
             edge_cert_days: 365,

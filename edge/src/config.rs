@@ -24,6 +24,9 @@
 //! # join a cloudcore (edgehub; none: local manifests only); the token (cloudcore gettoken) is
 //! # needed only until the node has its certificate ({dataDir}/certs)
 //! cloud: {server: "wss://cloud.example.com:10000", certServer: "https://cloud.example.com:10002", token: "TOKEN", heartbeatSeconds: 15}
+//! # the link: reports at most qps a second (burst above it), the session made again when
+//! # the cloud sends nothing (not even a pong) for keepaliveSeconds
+//! #   qps: 100, burst: 200, keepaliveSeconds: 30
 //! # cloudcore replicas: more addresses, tried in turn (or one name that resolves to several);
 //! # the node returns to its own replica (picked by its name) within rebalanceSeconds
 //! #   servers: [wss://cloud-b:10000, wss://cloud-c:10000]
@@ -90,7 +93,13 @@ pub struct Cloud {
     pub token: String,
     pub project_id: String,
     pub heartbeat_seconds: u64,
-    /// Messages per second this node sends upstream, and the burst above it.
+    /// The cloud sent no frame (a message, an answer, a pong to the node's ping) for this
+    /// long: the session is dropped and made again (a link that went silent without closing).
+    pub keepalive_seconds: u64,
+    /// Reports per second this node sends upstream (twin and state messages, pod status), and
+    /// the burst above it. Answers and keepalives do not count. A report carries every value
+    /// of a device that changed since its last one, so at 100 a second each of 1,000 devices
+    /// that change all the time reaches the cloud at least every 10 s.
     pub qps: u32,
     pub burst: u32,
     /// The node certificate is renewed (with itself, no token) when less than a fifth of its
@@ -156,8 +165,9 @@ impl Default for Cloud {
             token: String::new(),
             project_id: "e632aba927ea4ac2b575ec1603d56f10".into(),
             heartbeat_seconds: 15,
-            qps: 30,
-            burst: 60,
+            keepalive_seconds: 30,
+            qps: 100,
+            burst: 200,
             renew_before_days: 0,
             streams: Streams::default(),
             metrics_seconds: 15,
@@ -554,6 +564,15 @@ impl Config {
                 return Err((
                     "cloud.heartbeatSeconds",
                     "heartbeatSeconds, qps and burst must be more than 0".into(),
+                ));
+            }
+            if c.keepalive_seconds <= c.heartbeat_seconds {
+                return Err((
+                    "cloud.keepaliveSeconds",
+                    format!(
+                        "{} is not more than heartbeatSeconds ({}): the cloud's answer to one ping could never come in time",
+                        c.keepalive_seconds, c.heartbeat_seconds
+                    ),
                 ));
             }
         }

@@ -13,7 +13,7 @@
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
-//! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length, the cloud link (`none`, `connected`, `cut`) |
+//! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length and its oldest change's age, the cloud link (`none`, `connected`, `cut`) and its queues |
 //! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind |
 //! | `GET /ui` | the gateway's web page (no token needed to load it; it asks for the token the API needs) |
 
@@ -298,7 +298,8 @@ pub(crate) fn router(state: ApiState) -> Router {
 /// The node, the twin store's health and what waits for the cloud.
 async fn status(State(s): State<ApiState>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    let outbox = s.twin.store().outbox_len().await.ok();
+    let outbox = s.twin.store().outbox_stats().await.ok();
+    let m = &s.metrics;
     Json(json!({
         "node": &*s.node,
         "version": env!("CARGO_PKG_VERSION"),
@@ -306,7 +307,17 @@ async fn status(State(s): State<ApiState>) -> Response {
             None => "ok".to_string(),
             Some(reason) => format!("degraded: {reason}"),
         },
-        "outbox": outbox,
+        "outbox": outbox.map(|o| o.0),
+        // How old the oldest change waiting for the cloud is: a link that does not drain
+        // shows here first.
+        "outboxOldestSeconds": outbox.map(|o| o.1.map_or(0, crate::metrics::outbox_age_seconds)),
+        "link": {
+            "queued": m.cloud_queued.load(Ordering::Relaxed),
+            "inFlight": m.cloud_in_flight.load(Ordering::Relaxed),
+            "oldestInFlightMs": m.cloud_oldest_in_flight_ms.load(Ordering::Relaxed),
+            "resent": m.cloud_resent.load(Ordering::Relaxed),
+            "silentSessions": m.cloud_silent.load(Ordering::Relaxed),
+        },
         "cloud": if !s.cloud {
             "none"
         } else if s.metrics.cloud_connected.load(Ordering::Relaxed) == 1 {
@@ -411,12 +422,12 @@ fn event_data(applied: &twin::engine::Applied) -> Option<String> {
 
 async fn metrics(State(s): State<ApiState>) -> Response {
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
-    let depth = s.twin.store().outbox_len().await.ok();
+    let outbox = s.twin.store().outbox_stats().await.ok();
     (
         [("content-type", rt::metrics::CONTENT_TYPE)],
         s.metrics.render(
             s.twin.stats(),
-            depth,
+            outbox,
             s.twin.store().history().map(|h| &h.stats),
         ),
     )

@@ -16,6 +16,16 @@ pub struct Metrics {
     pub mqtt_connection_errors: AtomicU64,
     /// 1 while edgehub holds a session with the cloud.
     pub cloud_connected: AtomicI64,
+    /// The link's reports waiting for the rate, messages sent and not answered, and how long
+    /// the oldest of those has waited (ms): gauges of the session now.
+    pub cloud_queued: AtomicI64,
+    pub cloud_in_flight: AtomicI64,
+    pub cloud_oldest_in_flight_ms: AtomicI64,
+    /// Reports sent again for want of an answer; sessions dropped because the cloud was
+    /// silent; frames received from the cloud.
+    pub cloud_resent: AtomicU64,
+    pub cloud_silent: AtomicU64,
+    pub cloud_frames_in: AtomicU64,
     /// The cloud server (replica) of that session.
     pub cloud_server: std::sync::Mutex<String>,
     /// QoS 0 requests dropped because the request queue was full.
@@ -63,7 +73,7 @@ impl Metrics {
     pub fn render(
         &self,
         twin: &twin::service::Stats,
-        outbox_depth: Option<u64>,
+        outbox: Option<(u64, Option<i64>)>,
         history: Option<&twin::history::HistoryStats>,
     ) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -127,13 +137,48 @@ impl Metrics {
                 g(&h.evicted),
             );
         }
-        if let Some(d) = outbox_depth {
+        if let Some((depth, oldest)) = outbox {
             o.gauge(
                 "edgecore_outbox_depth",
                 "Changes waiting to reach the cloud.",
-                d,
+                depth,
+            );
+            o.gauge(
+                "edgecore_outbox_oldest_seconds",
+                "Age of the oldest change waiting to reach the cloud (0: none waits).",
+                oldest.map_or(0, outbox_age_seconds),
             );
         }
+        o.gauge(
+            "edgecore_cloud_queued",
+            "Reports waiting for the link's rate (qps).",
+            gi(&self.cloud_queued),
+        );
+        o.gauge(
+            "edgecore_cloud_in_flight",
+            "Reports sent to the cloud and not answered yet.",
+            gi(&self.cloud_in_flight),
+        );
+        o.gauge(
+            "edgecore_cloud_oldest_in_flight_ms",
+            "How long the oldest report in flight has waited for the cloud's answer.",
+            gi(&self.cloud_oldest_in_flight_ms),
+        );
+        o.counter(
+            "edgecore_cloud_resent",
+            "Reports sent again because the cloud did not answer within 10 s of sending.",
+            g(&self.cloud_resent),
+        );
+        o.counter(
+            "edgecore_cloud_silent",
+            "Sessions dropped because the cloud sent nothing for keepaliveSeconds.",
+            g(&self.cloud_silent),
+        );
+        o.counter(
+            "edgecore_cloud_frames_in",
+            "Frames received from the cloud.",
+            g(&self.cloud_frames_in),
+        );
         o.counter(
             "edgecore_mqtt_messages_in",
             "MQTT messages received.",
@@ -297,4 +342,10 @@ impl Metrics {
         );
         o.render()
     }
+}
+
+/// Seconds from `timestamp` (ms since the epoch) to now; 0 for one in the future.
+pub fn outbox_age_seconds(timestamp: i64) -> u64 {
+    let now = api::message::now_millis();
+    u64::try_from(now.saturating_sub(timestamp) / 1000).unwrap_or(0)
 }

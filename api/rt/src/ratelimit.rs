@@ -23,6 +23,24 @@ impl Bucket {
         }
     }
 
+    /// How long until a token is there (zero: now), without taking it: for a loop that does
+    /// other work meanwhile instead of waiting in [`Bucket::take`].
+    pub fn ready_in(&mut self) -> Duration {
+        self.refill();
+        if self.tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - self.tokens) / self.qps)
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
+        self.at = now;
+    }
+
     /// How long to wait before the next message may go (zero: now), taking its token.
     pub fn reserve(&mut self) -> Duration {
         self.reserve_n(1)
@@ -30,10 +48,7 @@ impl Bucket {
 
     /// As [`Bucket::reserve`] for `n` tokens at once (a rate of bytes: one token per byte).
     pub fn reserve_n(&mut self, n: u32) -> Duration {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.qps).min(self.burst);
-        self.at = now;
+        self.refill();
         self.tokens -= f64::from(n);
         if self.tokens >= 0.0 {
             Duration::ZERO
@@ -78,6 +93,18 @@ mod tests {
             assert_eq!(b.reserve(), Duration::ZERO);
         }
         assert_eq!(b.reserve(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_in_says_when_a_token_is_there_without_taking_it() {
+        let mut b = Bucket::new(10, 2);
+        assert_eq!(b.ready_in(), Duration::ZERO);
+        assert_eq!(b.ready_in(), Duration::ZERO, "asking takes nothing");
+        b.reserve();
+        b.reserve();
+        assert_eq!(b.ready_in(), Duration::from_millis(100));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(b.ready_in(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@
 pub mod certs;
 pub mod joins;
 pub mod objectsync;
+mod queue;
 pub mod tunnel;
 mod ws;
 
@@ -21,7 +22,7 @@ use api::bus::Hub;
 use api::bus::{AckKey, Outbound};
 use api::message::{Message, MessageHeader, MessageRoute};
 use api::packed::Packed;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -66,12 +67,19 @@ pub struct HubMetrics {
     pub bad_frames: AtomicU64,
     /// Sessions ended because the node stopped reading.
     pub stalled: AtomicU64,
+    /// Sessions ended because the node sent nothing for `keepaliveSeconds`.
+    pub silent: AtomicU64,
 }
 
 impl HubMetrics {
     /// Adds these to a scrape of `/metrics`, with the acknowledgements pending and the
     /// ObjectSync records (written, failed).
-    pub fn scrape(&self, o: &mut rt::metrics::Scrape, pending: usize, records: (u64, u64)) {
+    pub fn scrape(
+        &self,
+        o: &mut rt::metrics::Scrape,
+        (pending, written): (usize, usize),
+        records: (u64, u64),
+    ) {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
         o.gauge(
             "cloudhub_sessions",
@@ -133,10 +141,20 @@ impl HubMetrics {
             "Sessions ended because the node stopped reading.",
             g(&self.stalled),
         )
+        .counter(
+            "cloudhub_sessions_silent",
+            "Sessions ended because the node sent nothing for keepaliveSeconds.",
+            g(&self.silent),
+        )
         .gauge(
             "cloudhub_pending_acks",
             "Messages waiting for their acknowledgement.",
             pending,
+        )
+        .gauge(
+            "cloudhub_in_flight",
+            "Messages written to their node and not acknowledged yet (at most 128 a node).",
+            written,
         )
         .counter(
             "cloudhub_objectsync_written",
@@ -176,6 +194,18 @@ fn fits(msg: &Message) -> bool {
         .all(|f| f.len() <= MAX_FIELD)
 }
 
+/// Whether a node's message waits for the node's rate (`nodeQps`) before it is handled: what
+/// costs the cloud work (reports, pod status, requests). Keepalives and answers to the cloud's
+/// own messages do not: they cost nothing, and an answer held back keeps the node's window of
+/// the cloud's messages shut, so that a node reporting at its full rate would never be sent
+/// anything.
+fn metered(msg: &Message) -> bool {
+    !matches!(
+        msg.route.operation.as_str(),
+        "keepalive" | "response" | "error"
+    )
+}
+
 /// A session's way out: frames to write, and how to end it.
 struct Session {
     id: u64,
@@ -190,8 +220,10 @@ struct Pending {
     /// `msg_id`, a UUID as [`Message::new`] makes them.
     id: u128,
     timestamp: i64,
-    /// When it was last written to a session.
-    sent: Option<Instant>,
+    /// When it was last written to the session now, if it was ([`queue`] decides).
+    written: Option<queue::Written>,
+    /// How many times it was written, all sessions.
+    tries: u32,
     /// The content's JSON: the controller's own copy of the object where it gave one (a second
     /// copy per message would double what the cloud keeps of its devices), else compressed here.
     body: Packed,
@@ -209,7 +241,7 @@ type ObjectKey = (&'static str, Box<str>, Box<str>);
 struct NodeState {
     session: Option<Session>,
     /// By object `(kind, namespace, name)`: a newer message about it replaces the older.
-    unacked: BTreeMap<ObjectKey, Pending>,
+    unacked: queue::Queue,
     noack: VecDeque<Packed>,
 }
 
@@ -248,7 +280,7 @@ fn frame(header: &MessageHeader, route: &MessageRoute, content: &[u8]) -> String
 }
 
 impl Pending {
-    fn new(message: &Message, ack: &AckKey, body: Packed, sent: Option<Instant>) -> Option<Self> {
+    fn new(message: &Message, ack: &AckKey, body: Packed) -> Option<Self> {
         let r = &message.route;
         let parts = [&r.source, &r.group, &r.operation, &r.resource];
         if parts.iter().any(|p| p.contains('\n')) {
@@ -257,7 +289,8 @@ impl Pending {
         Some(Self {
             id: uuid::Uuid::parse_str(&message.header.id).ok()?.as_u128(),
             timestamp: message.header.timestamp,
-            sent,
+            written: None,
+            tries: 0,
             body,
             uid: ack.uid.as_str().into(),
             rv: message.header.resource_version.as_str().into(),
@@ -413,9 +446,13 @@ impl CloudHub {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Messages waiting for an acknowledgement, all nodes.
-    pub fn pending(&self) -> usize {
-        self.lock().values().map(|n| n.unacked.len()).sum()
+    /// Messages waiting for an acknowledgement, all nodes: all of them, and those written and
+    /// not answered yet.
+    pub fn pending(&self) -> (usize, usize) {
+        let nodes = self.lock();
+        let waiting = nodes.values().map(|n| n.unacked.len()).sum();
+        let written = nodes.values().map(|n| n.unacked.in_flight()).sum();
+        (waiting, written)
     }
 
     /// Sessions now.
@@ -445,21 +482,9 @@ impl CloudHub {
         } else {
             self.metrics.sessions.fetch_add(1, Ordering::Relaxed);
         }
-        for p in st.unacked.values_mut() {
-            p.sent = None;
-        }
-        let Some(s) = &st.session else {
-            return Some(id);
-        };
-        while let Some(t) = st.noack.pop_front() {
-            if s.tx.try_send(text(&t)).is_err() {
-                st.noack.push_front(t);
-                break;
-            }
-            self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
-        }
-        drop(nodes);
-        self.resend_due(Instant::now());
+        let now = Instant::now();
+        st.unacked.restart(now);
+        self.write_waiting(st, now);
         Some(id)
     }
 
@@ -546,14 +571,11 @@ impl CloudHub {
         }
         if msg.route.operation == "response" && !msg.header.parent_id.is_empty() {
             let mut nodes = self.lock();
-            if let Some(st) = nodes.get_mut(node) {
-                let parent = uuid::Uuid::parse_str(&msg.header.parent_id).map(|u| u.as_u128());
-                let key = st
-                    .unacked
-                    .iter()
-                    .find(|(_, p)| parent.as_ref().is_ok_and(|id| p.id == *id))
-                    .map(|(k, _)| k.clone());
-                if let Some((k, p)) = key.and_then(|k| st.unacked.remove_entry(&k)) {
+            if let Some(st) = nodes.get_mut(node)
+                && let Ok(parent) = uuid::Uuid::parse_str(&msg.header.parent_id)
+            {
+                let now = Instant::now();
+                if let Some((k, p)) = st.unacked.answered(parent.as_u128(), now) {
                     self.metrics.acked.fetch_add(1, Ordering::Relaxed);
                     if let Some(w) = self.records.get() {
                         w.record(objectsync::Record {
@@ -562,6 +584,8 @@ impl CloudHub {
                             deleted: p.is_delete(),
                         });
                     }
+                    // The window has room again.
+                    self.write_waiting(st, now);
                 }
             }
             return;
@@ -654,9 +678,10 @@ impl CloudHub {
         let json = frame(&message.header, &message.route, &content);
         let mut nodes = self.lock();
         let st = nodes.entry(node.to_string()).or_default();
-        let sent = match &st.session {
-            Some(s) => s.tx.try_send(json.clone()).is_ok(),
-            None => false,
+        // A message to acknowledge is written when its node's queue says (its window).
+        let sent = match (&st.session, &ack) {
+            (Some(s), None) => s.tx.try_send(json.clone()).is_ok(),
+            _ => false,
         };
         if sent {
             self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
@@ -664,10 +689,11 @@ impl CloudHub {
         match ack {
             Some(k) => {
                 let body = body.unwrap_or_else(|| Packed::new(&content));
-                match Pending::new(&message, &k, body, sent.then(Instant::now)) {
+                match Pending::new(&message, &k, body) {
                     Some(p) => {
                         st.unacked
-                            .insert((k.kind, k.namespace.into(), k.name.into()), p);
+                            .put((k.kind, k.namespace.into(), k.name.into()), p);
+                        self.write_waiting(st, Instant::now());
                     }
                     None => {
                         self.metrics.dropped.fetch_add(1, Ordering::Relaxed);
@@ -686,26 +712,38 @@ impl CloudHub {
         }
     }
 
-    /// Writes again what was not acknowledged within `resend` (or never written).
+    /// Writes what `st`'s queue says is due now (its window, its resends), as much as the
+    /// session's way out takes.
+    fn write_waiting(&self, st: &mut NodeState, now: Instant) {
+        let Some(s) = &st.session else { return };
+        // First what needs no answer and found the way out full.
+        while let Some(t) = st.noack.pop_front() {
+            if s.tx.try_send(text(&t)).is_err() {
+                st.noack.push_front(t);
+                return;
+            }
+            self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
+        }
+        let batch = st.unacked.next(now, self.settings.resend, s.tx.capacity());
+        let n = batch.frames.len() as u64;
+        for f in batch.frames {
+            if s.tx.try_send(f).is_err() {
+                // Not expected (the room was asked for under the lock); the queue writes it
+                // again once its resend time has passed.
+                break;
+            }
+        }
+        self.metrics.frames_out.fetch_add(n, Ordering::Relaxed);
+        self.metrics
+            .resent
+            .fetch_add(batch.resent, Ordering::Relaxed);
+    }
+
+    /// Writes, on every session, what is due (resends, and what a full way out held back).
     fn resend_due(&self, now: Instant) {
         let mut nodes = self.lock();
         for st in nodes.values_mut() {
-            let Some(s) = &st.session else { continue };
-            for p in st.unacked.values_mut() {
-                if p.sent
-                    .is_some_and(|t| now.duration_since(t) < self.settings.resend)
-                {
-                    continue;
-                }
-                if s.tx.try_send(p.frame()).is_err() {
-                    break;
-                }
-                if p.sent.is_some() {
-                    self.metrics.resent.fetch_add(1, Ordering::Relaxed);
-                }
-                self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
-                p.sent = Some(now);
-            }
+            self.write_waiting(st, now);
         }
     }
 
@@ -725,8 +763,7 @@ impl CloudHub {
         let Some(st) = nodes.get_mut(node) else {
             return;
         };
-        let before = st.unacked.len();
-        st.unacked.retain(|k, p| {
+        let dropped = st.unacked.retain(|k, p| {
             if k.0 != kind || &*k.1 != namespace || &*k.2 != name || &*p.uid != uid {
                 return true;
             }
@@ -735,7 +772,6 @@ impl CloudHub {
                 Some(rv) => p.is_delete() || !not_newer(&p.rv, rv),
             }
         });
-        let dropped = before - st.unacked.len();
         if dropped > 0 {
             self.metrics
                 .acked_elsewhere
@@ -848,7 +884,7 @@ mod tests {
             uid: "u-1".into(),
             resource_version: "42".into(),
         };
-        let p = Pending::new(&m, &ack, Packed::new(&content), None).expect("kept");
+        let p = Pending::new(&m, &ack, Packed::new(&content)).expect("kept");
         wire.header.parent_id.clear();
         assert_eq!(p.frame(), serde_json::to_string(&wire).expect("json"));
         let key: ObjectKey = ("device", "default".into(), "d1".into());
@@ -856,12 +892,12 @@ mod tests {
         assert!(!p.is_delete());
         m.route.operation = "delete".into();
         assert!(
-            Pending::new(&m, &ack, Packed::new(&content), None)
+            Pending::new(&m, &ack, Packed::new(&content))
                 .expect("kept")
                 .is_delete()
         );
         m.header.id = "not-a-uuid".into();
-        assert!(Pending::new(&m, &ack, Packed::new(&content), None).is_none());
+        assert!(Pending::new(&m, &ack, Packed::new(&content)).is_none());
     }
 
     /// A message kept for a node away from this replica is dropped once the node acknowledged
@@ -945,19 +981,19 @@ mod tests {
         };
         send("d1", "12");
         send("d2", "7");
-        assert_eq!(hub.pending(), 2);
+        assert_eq!(hub.pending().0, 2);
         hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-d1", Some("11"));
         assert_eq!(
-            hub.pending(),
+            hub.pending().0,
             2,
             "an older version acknowledged: still to send"
         );
         hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-other", Some("12"));
-        assert_eq!(hub.pending(), 2, "another object of the same name");
+        assert_eq!(hub.pending().0, 2, "another object of the same name");
         hub.acknowledged_elsewhere("n1", "device", "default", "d1", "uid-d1", Some("12"));
-        assert_eq!(hub.pending(), 1, "acknowledged elsewhere: not sent again");
+        assert_eq!(hub.pending().0, 1, "acknowledged elsewhere: not sent again");
         hub.acknowledged_elsewhere("n2", "device", "default", "d2", "uid-d2", Some("9"));
-        assert_eq!(hub.pending(), 1, "another node's acknowledgement");
+        assert_eq!(hub.pending().0, 1, "another node's acknowledgement");
         assert_eq!(hub.metrics.acked_elsewhere.load(Ordering::Relaxed), 1);
     }
 }

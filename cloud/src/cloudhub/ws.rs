@@ -222,8 +222,11 @@ async fn session(
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
     });
     let mut bucket = rt::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+    // The Node's heartbeat (its Ready condition's time) while frames come; silence for
+    // `keepalive` (no frame of any kind from the node) ends the session.
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
     heartbeat.tick().await;
+    let mut silence = Silence::new(hub.settings.keepalive, tokio::time::Instant::now());
     let book = hub.settings.joins.clone();
     let revoked = book.until_revoked(serial.as_deref(), revocations);
     tokio::pin!(revoked);
@@ -243,14 +246,18 @@ async fn session(
                 nodes.set(&node, true);
                 continue;
             }
-            f = tokio::time::timeout(hub.settings.keepalive, frames.next()) => f,
+            _ = tokio::time::sleep_until(silence.deadline()) => {
+                hub.metrics.silent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                break format!("silent for {:?} (no frame from the node)", hub.settings.keepalive);
+            }
+            f = frames.next() => f,
         };
         let frame = match next {
-            Err(_) => break format!("silent for {:?}", hub.settings.keepalive),
-            Ok(None) => break "closed by the node".to_string(),
-            Ok(Some(Err(e))) => break format!("read failed: {e}"),
-            Ok(Some(Ok(f))) => f,
+            None => break "closed by the node".to_string(),
+            Some(Err(e)) => break format!("read failed: {e}"),
+            Some(Ok(f)) => f,
         };
+        silence.heard(tokio::time::Instant::now());
         let data = match frame {
             Frame::Text(t) => t.as_bytes().to_vec(),
             Frame::Binary(b) => b.to_vec(),
@@ -270,7 +277,11 @@ async fn session(
                 continue;
             }
         };
-        bucket.take().await;
+        // What costs the cloud work waits for the node's rate; answers and keepalives do not
+        // (an answer frees the node's window, and holding it back would stall both ways).
+        if super::metered(&msg) {
+            bucket.take().await;
+        }
         hub.received(&node, msg).await;
     };
     end.cancel();
@@ -281,6 +292,32 @@ async fn session(
         hub.node_lost(&node);
     } else {
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
+    }
+}
+
+/// When a session is silent: `keepalive` after the last frame the node sent, of any kind (its
+/// keepalive message, a websocket ping, a report, an answer). The cloud's own heartbeat of the
+/// Node is not a frame from the node and does not count.
+#[derive(Debug, Clone, Copy)]
+struct Silence {
+    keepalive: Duration,
+    last: tokio::time::Instant,
+}
+
+impl Silence {
+    fn new(keepalive: Duration, now: tokio::time::Instant) -> Self {
+        Self {
+            keepalive,
+            last: now,
+        }
+    }
+
+    fn heard(&mut self, now: tokio::time::Instant) {
+        self.last = now;
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.last + self.keepalive
     }
 }
 
@@ -417,6 +454,28 @@ mod tests {
             .header("node_id", node_id)
             .body(())
             .expect("request")
+    }
+
+    /// The silence deadline moves only with the node's frames: ticks of the cloud's own
+    /// heartbeat between them do not push it (the fault was a 30 s heartbeat that rebuilt a
+    /// 30 s read timeout, so that a frozen node never went silent).
+    #[tokio::test(start_paused = true)]
+    async fn a_node_silent_for_keepalive_is_silent_whatever_ticks_meanwhile() {
+        let keepalive = Duration::from_secs(30);
+        let t0 = tokio::time::Instant::now();
+        let mut s = Silence::new(keepalive, t0);
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(10));
+        heartbeat.tick().await;
+        tokio::time::advance(Duration::from_secs(12)).await;
+        s.heard(tokio::time::Instant::now());
+        let frozen_at = tokio::time::Instant::now();
+        // The node freezes; the cloud's heartbeat goes on ticking.
+        let silent = tokio::select! {
+            _ = async { loop { heartbeat.tick().await; } } => unreachable!(),
+            _ = tokio::time::sleep_until(s.deadline()) => tokio::time::Instant::now(),
+        };
+        assert_eq!(silent - frozen_at, keepalive);
+        assert_eq!(silent - t0, Duration::from_secs(42));
     }
 
     #[test]

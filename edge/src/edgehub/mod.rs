@@ -1,8 +1,10 @@
 //! edgehub: this node's session with cloudhub, in KubeEdge's wire format.
 //!
 //! - Joins by token once ([`join`]), then connects to `{server}/{projectID}/{node}/events` with
-//!   its certificate, sends a keepalive every `heartbeatSeconds`, and reconnects with backoff
-//!   and jitter when the link drops.
+//!   its certificate, sends a keepalive (and a websocket ping) every `heartbeatSeconds`, and
+//!   reconnects with backoff (1 s to 6 s) and jitter when the link drops, or goes silent: no
+//!   frame from the cloud for `keepaliveSeconds` (a link that stops carrying bytes without
+//!   closing).
 //! - Replicas (`cloud.servers`): the node's own replica is the one its name picks among them
 //!   (spreading the nodes evenly); when a session ends or a replica cannot be reached, the next
 //!   is tried at once (the same certificate, no new join). Away from its own, the node checks
@@ -12,12 +14,16 @@
 //!   catalog beside the local manifests (a local manifest wins for the same `namespace/name`).
 //!   After a restart without a link, the devices the cloud sent run as before.
 //! - Upstream: the twin's outbox (durable) is sent as `twin/edge_updated` messages, one per
-//!   device, and `state/update` messages, at most `qps` per second; an entry leaves the outbox only when the cloud answered
-//!   (after it stored the DeviceStatus), so a link that drops loses nothing; unanswered
-//!   messages are sent again after 10 s. Values that changed meanwhile go out as one newest value.
+//!   device, and `state/update` messages, at most `qps` per second; an entry leaves the outbox
+//!   only when the cloud answered (after it stored the DeviceStatus), so a link that drops
+//!   loses nothing; messages unanswered 10 s after they were sent are sent again. Values that
+//!   changed meanwhile go out as one newest value. The policy (what goes next, what is in
+//!   flight, what an answer clears) is [`link`]'s; the session loop only moves bytes, and
+//!   reads and handles the cloud's frames while reports wait for the rate.
 
 pub(crate) mod checks;
 pub(crate) mod join;
+mod link;
 mod nodeinfo;
 mod prepull;
 pub(crate) use join::{host_port, server_name};
@@ -80,7 +86,9 @@ pub(crate) fn prepull_slots() -> std::sync::Arc<tokio::sync::Semaphore> {
 impl EdgeHub {
     /// Runs until `cancel`: joins, connects, and reconnects.
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let mut backoff = rt::Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        // At most 6 s (and up to half as much again of jitter) between tries: a node whose link
+        // comes back is Ready again within about 10 s; a site's nodes spread over those seconds.
+        let mut backoff = rt::Backoff::new(Duration::from_secs(1), Duration::from_secs(6));
         let mut renewal_tried = None;
         let replicas = self.cloud.replicas();
         let home = home_of(&self.node, replicas.len());
@@ -210,10 +218,16 @@ impl EdgeHub {
         let _ = tcp.set_nodelay(true);
         // The address the node reaches the cloud from: its Node's InternalIP.
         let node_ip = tcp.local_addr().ok().map(|a| a.ip());
-        let tls = tokio_rustls::TlsConnector::from(creds.client_config()?)
-            .connect(join::server_name(&host)?, tcp)
-            .await
-            .context("TLS with cloudhub failed")?;
+        // A link that takes the connection but carries nothing (a dead route behind a proxy)
+        // must not hold the node here: each handshake has 10 s.
+        let tls = tokio::time::timeout(
+            HANDSHAKE,
+            tokio_rustls::TlsConnector::from(creds.client_config()?)
+                .connect(join::server_name(&host)?, tcp),
+        )
+        .await
+        .context("TLS with cloudhub timed out")?
+        .context("TLS with cloudhub failed")?;
         let url = format!(
             "{}/{}/{}/events",
             server.trim_end_matches('/'),
@@ -227,8 +241,9 @@ impl EdgeHub {
             "project_id",
             self.cloud.project_id.parse().context("project id")?,
         );
-        let (ws, _) = tokio_tungstenite::client_async(req, tls)
+        let (ws, _) = tokio::time::timeout(HANDSHAKE, tokio_tungstenite::client_async(req, tls))
             .await
+            .context("websocket handshake with cloudhub timed out")?
             .context("websocket handshake with cloudhub failed")?;
         tracing::info!(%server, "edgehub: connected");
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -252,7 +267,25 @@ impl EdgeHub {
         self.metrics
             .cloud_connected
             .store(1, std::sync::atomic::Ordering::Relaxed);
-        let (mut sink, mut frames) = ws.split();
+        let (sink, mut frames) = ws.split();
+        // The socket is written by a task of its own: the loop below never waits on a slow
+        // socket while the cloud's frames wait to be read. What waits to be written is bounded
+        // (`OUT_FRAMES`): reports take only half of it; answers and keepalives the rest.
+        let (out, out_rx) = tokio::sync::mpsc::channel::<Frame>(OUT_FRAMES);
+        let mut writer = tokio::spawn(write_frames(
+            sink,
+            out_rx,
+            Duration::from_secs(self.cloud.keepalive_seconds.max(1)),
+        ));
+        let send = |f: Frame| {
+            let out = out.clone();
+            async move {
+                out.send(f)
+                    .await
+                    .map_err(|_| anyhow::anyhow!("the socket's writer ended"))
+            }
+        };
+        let text = |m: &Message| -> Result<Frame> { Ok(Frame::text(serde_json::to_string(m)?)) };
         let mut home_check = back_home.map(|(t, _)| t);
         let mut heartbeat =
             tokio::time::interval(Duration::from_secs(self.cloud.heartbeat_seconds));
@@ -269,8 +302,16 @@ impl EdgeHub {
         let mut events = self.twin.subscribe();
         let mut dirty = true;
         let mut last_read = Instant::now();
-        let mut inflight: HashMap<String, (Instant, Vec<OutboxEntry>)> = HashMap::new();
-        let mut bucket = rt::ratelimit::Bucket::new(self.cloud.qps, self.cloud.burst);
+        let mut link = link::Link::new(
+            link::Settings {
+                qps: self.cloud.qps,
+                burst: self.cloud.burst,
+                resend: RESEND,
+                keepalive: Duration::from_secs(self.cloud.keepalive_seconds.max(1)),
+            },
+            tokio::time::Instant::now(),
+        );
+        let gauges = LinkGauges(&self.metrics);
         // Pod status: the version of each pod's report sent in this session, and the messages
         // not answered yet. A new session sends every pod's status again.
         let mut pod_sent: BTreeMap<edged::cloud::Key, u64> = BTreeMap::new();
@@ -295,21 +336,30 @@ impl EdgeHub {
         // session starts), at most a few times.
         let mut info_again: Option<Instant> = None;
         let mut info_tries = 1;
-        sink.send(Frame::text(serde_json::to_string(&info)?))
-            .await?;
+        send(text(&info)?).await?;
         if !self.node_labels.is_empty() {
             let reg = nodeinfo::register(&self.node, &self.node_labels);
-            sink.send(Frame::text(serde_json::to_string(&reg)?)).await?;
+            send(text(&reg)?).await?;
         }
+        // Each device's state again, at the rate of reports, before the outbox.
         for msg in self.device_states().await {
-            bucket.take().await;
-            sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+            link.offer(msg, link::Up::Plain);
         }
-        loop {
+        // Objects from the cloud stored since the catalog was last rebuilt.
+        let mut catalog_stale = false;
+        let mut writer_done = false;
+        let why: Result<String> = async { Ok(loop {
+            let next_up = link.next_at(tokio::time::Instant::now());
+            let expires = link.expires_at();
             tokio::select! {
-                _ = cancel.cancelled() => {
-                    let _ = sink.close().await;
-                    return Ok("edgecore stops".into());
+                _ = cancel.cancelled() => break "edgecore stops".to_string(),
+                w = &mut writer, if !writer_done => {
+                    writer_done = true;
+                    break w.unwrap_or_else(|e| format!("the socket's writer failed: {e}"));
+                }
+                _ = tokio::time::sleep_until(link.silent_at()) => {
+                    self.metrics.cloud_silent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    break format!("the cloud was silent for {}s (no frame, not even a pong)", self.cloud.keepalive_seconds);
                 }
                 _ = renewal.tick() => self.renew_if_due(cert_server, &mut creds, renewal_tried).await,
                 _ = sleep_until_some(info_again) => {
@@ -317,68 +367,98 @@ impl EdgeHub {
                     info_tries += 1;
                     let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &crate::upgrade::version(&self.data_dir), node_ip);
                     info_id = info.header.id.clone();
-                    sink.send(Frame::text(serde_json::to_string(&info)?)).await?;
+                    send(text(&info)?).await?;
                 }
                 _ = sleep_until_some(home_check) => {
                     if let Some((_, home)) = back_home
                         && reachable(home).await
                     {
-                        let _ = sink.close().await;
-                        return Ok(MOVING_HOME.into());
+                        break MOVING_HOME.into();
                     }
                     // Not yet: checked again half a window later.
                     home_check = Some(Instant::now() + Duration::from_secs(self.cloud.rebalance_seconds.max(2) / 2));
                 }
                 _ = heartbeat.tick() => {
+                    // KubeEdge's keepalive message, which cloudhub's silence timer reads, and a
+                    // websocket ping, whose pong tells this side the cloud still reads.
                     let ping = Message::new("websocket", "resource", "keepalive", "node", json!("ping"));
-                    sink.send(Frame::text(serde_json::to_string(&ping)?)).await?;
+                    send(text(&ping)?).await?;
+                    send(Frame::Ping(Vec::new().into())).await?;
                 }
                 _ = usage_tick.tick(), if self.cloud.metrics_seconds > 0 => {
                     if let Some(content) = usage::sample(&mut sampler, self.runtime.as_deref(), self.cloud.metrics_seconds).await {
                         let msg = Message::new("edgehub", "meta", "update", usage::RESOURCE, content);
-                        sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+                        send(text(&msg)?).await?;
                     }
                 }
-                Some(answer) = later_rx.recv() => {
-                    sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
-                }
+                Some(answer) = later_rx.recv() => send(text(&answer)?).await?,
                 ev = events.recv() => match ev {
                     Ok(a) => dirty |= !a.outbox.is_empty(),
                     Err(broadcast::error::RecvError::Lagged(_)) => dirty = true,
-                    Err(broadcast::error::RecvError::Closed) => return Ok("the twin stopped".into()),
+                    Err(broadcast::error::RecvError::Closed) => break "the twin stopped".into(),
                 },
                 _ = async {
                     match &reported {
                         Some(n) => n.notified().await,
                         None => std::future::pending().await,
                     }
-                } => {
-                    self.send_pod_status(&mut sink, &mut bucket, &mut pod_sent, &mut pod_inflight, &mut pod_retry).await?;
+                } => self.offer_pod_status(&mut link, &mut pod_sent, &mut pod_retry),
+                _ = sleep_until_some(expires.map(Into::into)) => {
+                    // Unanswered since `RESEND` after it was sent: read from the outbox again.
+                    let n = link.expire(tokio::time::Instant::now());
+                    if n > 0 {
+                        self.metrics.cloud_resent.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                        dirty = true;
+                    }
+                }
+                _ = sleep_until_some(next_up.map(Into::into)), if out.capacity() > OUT_FRAMES / 2 => {
+                    // Reports, as the rate lets them out, while half the way out is free.
+                    let now = tokio::time::Instant::now();
+                    while out.capacity() > OUT_FRAMES / 2 {
+                        let Some((msg, up)) = link.next_up(now) else { break };
+                        if let link::Up::Pod(key) = up {
+                            pod_inflight.insert(msg.header.id.clone(), key);
+                        }
+                        send(text(&msg)?).await?;
+                    }
+                    gauges.set(&link);
                 }
                 _ = poll.tick() => {
                     if last_read.elapsed() >= Duration::from_secs(1) {
-                        self.send_pod_status(&mut sink, &mut bucket, &mut pod_sent, &mut pod_inflight, &mut pod_retry).await?;
+                        self.offer_pod_status(&mut link, &mut pod_sent, &mut pod_retry);
+                        // Answers lost with nothing else to clear them stay bounded by the
+                        // pods there are.
+                        if pod_inflight.len() > 4 * pod_sent.len().max(64) {
+                            pod_inflight.clear();
+                        }
                     }
-                    if !dirty && last_read.elapsed() < Duration::from_secs(1) {
+                    if catalog_stale {
+                        catalog_stale = false;
+                        let src = self.sources.lock().await;
+                        self.sync.publish(&src).await;
+                    }
+                    gauges.set(&link);
+                    if (!dirty && last_read.elapsed() < Duration::from_secs(1)) || !link.wants_outbox() {
                         continue;
                     }
                     dirty = false;
                     last_read = Instant::now();
-                    for msg in self.outbox_messages(&mut inflight).await {
-                        bucket.take().await;
-                        sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
+                    for (msg, entries) in self.outbox_messages(&link).await {
+                        link.offer(msg, link::Up::Entries(entries));
                     }
                 }
                 f = frames.next() => {
+                    link.heard(tokio::time::Instant::now());
+                    self.metrics.cloud_frames_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let frame = match f {
-                        None => return Ok("closed by the cloud".into()),
-                        Some(Err(e)) => return Ok(format!("read failed: {e}")),
+                        None => break "closed by the cloud".into(),
+                        Some(Err(e)) => break format!("read failed: {e}"),
                         Some(Ok(f)) => f,
                     };
                     let data = match frame {
                         Frame::Text(t) => t.as_bytes().to_vec(),
                         Frame::Binary(b) => b.to_vec(),
-                        Frame::Close(c) => return Ok(format!("closed by the cloud: {c:?}")),
+                        Frame::Close(c) => break format!("closed by the cloud: {c:?}"),
                         _ => continue,
                     };
                     let msg: Message = match serde_json::from_slice(&data) {
@@ -412,28 +492,35 @@ impl EdgeHub {
                     // An answer frees its properties: values that changed while it was in
                     // flight go now, not at the next commit.
                     dirty |= !msg.header.parent_id.is_empty();
-                    if let Some(answer) = self.received(msg, &mut inflight, &later_tx).await {
-                        sink.send(Frame::text(serde_json::to_string(&answer)?)).await?;
+                    if let Some(answer) = self.received(msg, &mut link, &later_tx, &mut catalog_stale).await {
+                        send(text(&answer)?).await?;
                     }
                 }
             }
+        }) }.await;
+        if catalog_stale {
+            let src = self.sources.lock().await;
+            self.sync.publish(&src).await;
         }
+        gauges.clear();
+        // What waits to be written goes, and the socket is closed, if it can be within 5 s.
+        drop(out);
+        if !writer_done {
+            let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        }
+        why
     }
 
-    /// Sends the pod status reports not sent in this session yet (newer than the sent ones).
-    async fn send_pod_status<S>(
+    /// Offers the pod status reports not sent in this session yet (newer than the sent ones)
+    /// to the link, which sends them at the rate of reports.
+    fn offer_pod_status(
         &self,
-        sink: &mut S,
-        bucket: &mut rt::ratelimit::Bucket,
+        link: &mut link::Link,
         sent: &mut BTreeMap<edged::cloud::Key, u64>,
-        inflight: &mut HashMap<String, edged::cloud::Key>,
         retry: &mut HashMap<edged::cloud::Key, Instant>,
-    ) -> Result<()>
-    where
-        S: futures_util::Sink<Frame, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
-    {
+    ) {
         let Some(pods) = &self.pods else {
-            return Ok(());
+            return;
         };
         let now = Instant::now();
         retry.retain(|_, t| *t > now);
@@ -442,30 +529,27 @@ impl EdgeHub {
                 continue;
             }
             let msg = edged::cloud::podpatch(&key, &uid, &status);
-            bucket.take().await;
-            sink.send(Frame::text(serde_json::to_string(&msg)?)).await?;
-            inflight.insert(msg.header.id.clone(), key.clone());
+            link.offer(msg, link::Up::Pod(key.clone()));
             sent.insert(key, version);
         }
-        // Answers lost with nothing else to clear them stay bounded by the pods there are.
-        if inflight.len() > 4 * sent.len().max(64) {
-            inflight.clear();
-        }
-        Ok(())
     }
 
     /// A message from the cloud; what to answer, if anything.
+    /// `catalog_stale`: set when an object was stored; the catalog is rebuilt once for many
+    /// (rebuilding it per object made a node given thousands of devices take each one more
+    /// slowly than the last).
     async fn received(
         &self,
         msg: Message,
-        inflight: &mut HashMap<String, (Instant, Vec<OutboxEntry>)>,
+        link: &mut link::Link,
         later: &tokio::sync::mpsc::Sender<Message>,
+        catalog_stale: &mut bool,
     ) -> Option<Message> {
         if !msg.header.parent_id.is_empty()
             && matches!(msg.route.operation.as_str(), "response" | "error")
         {
             // The cloud's answer to a report: stored (or refused for good) either way.
-            if let Some((_, entries)) = inflight.remove(&msg.header.parent_id) {
+            if let Some(entries) = link.answered(&msg.header.parent_id) {
                 if msg.route.operation == "error" {
                     tracing::warn!(content = %msg.content, "edgehub: the cloud refused a report; dropped");
                 }
@@ -502,9 +586,13 @@ impl EdgeHub {
                 self.delete_pod_object(&kind, &namespace, &name).await
             }
             ("device" | "devicemodel", "insert" | "update") => {
+                *catalog_stale = true;
                 self.store_object(&kind, &id, &msg.content).await
             }
-            ("device" | "devicemodel", "delete") => self.delete_object(&kind, &id).await,
+            ("device" | "devicemodel", "delete") => {
+                *catalog_stale = true;
+                self.delete_object(&kind, &id).await
+            }
             ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
             (api::operations::NODE_UPGRADE, api::operations::OPERATION)
                 if namespace == api::operations::NAMESPACE =>
@@ -651,7 +739,6 @@ impl EdgeHub {
             self.meta.save_cloud_model(id, &m).await?;
             src.cloud.models.insert(id.clone(), m);
         }
-        self.sync.publish(&src).await;
         Ok(())
     }
 
@@ -663,29 +750,20 @@ impl EdgeHub {
         } else {
             src.cloud.models.remove(id);
         }
-        self.sync.publish(&src).await;
         Ok(())
     }
 
-    /// The outbox entries not in flight, as one `twin/edge_updated` message per device.
-    async fn outbox_messages(
-        &self,
-        inflight: &mut HashMap<String, (Instant, Vec<OutboxEntry>)>,
-    ) -> Vec<Message> {
-        // Unanswered for 10 s: sent again.
-        inflight.retain(|_, (at, _)| at.elapsed() < Duration::from_secs(10));
-        let entries = match self.twin.store().outbox(1000).await {
+    /// The outbox entries neither in flight nor waiting in `link`, as one `twin/edge_updated`
+    /// message per device (and one `state/update` per state), each with its entries.
+    async fn outbox_messages(&self, link: &link::Link) -> Vec<(Message, Vec<OutboxEntry>)> {
+        let entries = match self.twin.store().outbox(link.read_limit()).await {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "edgehub: cannot read the outbox");
                 return Vec::new();
             }
         };
-        let busy: std::collections::HashSet<(String, String, String)> = inflight
-            .values()
-            .flat_map(|(_, es)| es.iter())
-            .map(|e| (e.namespace.clone(), e.name.clone(), e.property.clone()))
-            .collect();
+        let busy = link.busy();
         let mut by_device: BTreeMap<(String, String), Vec<OutboxEntry>> = BTreeMap::new();
         let mut out = Vec::new();
         let mut local = Vec::new();
@@ -710,8 +788,7 @@ impl EdgeHub {
             }
             if e.section == Section::State {
                 let msg = self.state_message(&e.namespace, &e.name, &e.value, e.timestamp);
-                inflight.insert(msg.header.id.clone(), (Instant::now(), vec![e]));
-                out.push(msg);
+                out.push((msg, vec![e]));
                 continue;
             }
             by_device
@@ -754,8 +831,7 @@ impl EdgeHub {
                 json!({"event_id": uuid::Uuid::new_v4().to_string(),
                     "timestamp": api::message::now_millis(), "twin": twin}),
             );
-            inflight.insert(msg.header.id.clone(), (Instant::now(), entries));
-            out.push(msg);
+            out.push((msg, entries));
         }
         if !local.is_empty() {
             // Never sent: they leave the outbox here (the twin and its MQTT and HTTP APIs have them).
@@ -873,7 +949,61 @@ impl EdgeHub {
     }
 }
 
-/// A few random bits for jitter (the clock's nanoseconds: no generator needed for this).
+/// The time each of the TLS and websocket handshakes with cloudhub has.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// An outbox message not answered this long after it was sent is offered again.
+const RESEND: Duration = Duration::from_secs(10);
+
+/// Frames waiting to be written to the socket; reports take at most half.
+const OUT_FRAMES: usize = 256;
+
+/// Writes `frames` to the socket until the session drops its sender (then closes the socket) or
+/// a write fails or waits longer than `limit` (a cloud that stopped reading). Returns why.
+async fn write_frames<S>(
+    mut sink: S,
+    mut frames: tokio::sync::mpsc::Receiver<Frame>,
+    limit: Duration,
+) -> String
+where
+    S: futures_util::Sink<Frame, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
+    while let Some(f) = frames.recv().await {
+        match tokio::time::timeout(limit, sink.send(f)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return format!("write failed: {e}"),
+            Err(_) => {
+                return format!("the cloud stopped reading: a frame waited {limit:?} to be written");
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
+    "closed".into()
+}
+
+/// The link's gauges in `/metrics`, set by the session and cleared when it ends.
+struct LinkGauges<'a>(&'a crate::metrics::Metrics);
+
+impl LinkGauges<'_> {
+    fn set(&self, link: &link::Link) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = self.0;
+        m.cloud_queued.store(link.queued() as i64, Relaxed);
+        m.cloud_in_flight.store(link.in_flight() as i64, Relaxed);
+        let oldest = link.oldest_in_flight(tokio::time::Instant::now());
+        m.cloud_oldest_in_flight_ms
+            .store(oldest.map_or(0, |d| d.as_millis() as i64), Relaxed);
+    }
+
+    fn clear(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = self.0;
+        m.cloud_queued.store(0, Relaxed);
+        m.cloud_in_flight.store(0, Relaxed);
+        m.cloud_oldest_in_flight_ms.store(0, Relaxed);
+    }
+}
+
 /// What a session that ends to go back to the node's own replica says.
 const MOVING_HOME: &str = "moving back to this node's own replica";
 
@@ -940,6 +1070,7 @@ async fn reachable(server: &str) -> bool {
     )
 }
 
+/// A few random bits for jitter (the clock's nanoseconds: no generator needed for this).
 fn rand_u16() -> u16 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -373,6 +373,17 @@ impl Store {
         Ok(u(n))
     }
 
+    /// How many changes wait for the cloud, and the time (ms since the epoch) of the oldest
+    /// value among them.
+    pub async fn outbox_stats(&self) -> Result<(u64, Option<i64>)> {
+        self.fold().await?;
+        let (n, oldest): (i64, Option<i64>) =
+            sqlx::query_as("SELECT COUNT(*), MIN(timestamp) FROM outbox")
+                .fetch_one(self.pool())
+                .await?;
+        Ok((u(n), oldest))
+    }
+
     /// Removes acknowledged entries. An entry replaced by a newer change since it was sent (a
     /// higher `seq`) stays. Returns how many were removed.
     pub async fn ack(&self, entries: &[OutboxEntry]) -> Result<u64> {
