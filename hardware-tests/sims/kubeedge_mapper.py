@@ -334,6 +334,8 @@ def run_load(args, pb, pb_grpc):
             end = [loop.time() + args.warmup + args.seconds]
             start = [None]
 
+            begin = loop.time()
+
             async def worker():
                 while True:
                     now = loop.time()
@@ -341,6 +343,12 @@ def run_load(args, pb, pb_grpc):
                         return
                     n = counter[0]
                     counter[0] += 1
+                    if args.rate > 0:
+                        # Paced: report n is due n/rate seconds after the start, so every
+                        # device reports once each devices/rate seconds, as a polling mapper does.
+                        delay = begin + n / args.rate - loop.time()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
                     t0 = time.perf_counter()
                     try:
                         await stub.ReportDeviceStatus(request(n), timeout=10)
@@ -384,6 +392,8 @@ def main():
     ld.add_argument("--prefix", default="dev-", help="device names: PREFIX0, PREFIX1, ...")
     ld.add_argument("--namespace", default="default")
     ld.add_argument("--inflight", type=int, default=16)
+    ld.add_argument("--rate", type=float, default=0,
+                    help="reports per second in all (aio only; 0: as fast as they are answered)")
     ld.add_argument("--seconds", type=float, default=5)
     ld.add_argument("--warmup", type=float, default=1)
     ld.add_argument("--api", choices=["aio", "sync"], default="aio",

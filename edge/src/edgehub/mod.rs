@@ -973,7 +973,9 @@ where
             Ok(Ok(())) => {}
             Ok(Err(e)) => return format!("write failed: {e}"),
             Err(_) => {
-                return format!("the cloud stopped reading: a frame waited {limit:?} to be written");
+                return format!(
+                    "the cloud stopped reading: a frame waited {limit:?} to be written"
+                );
             }
         }
     }

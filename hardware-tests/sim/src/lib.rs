@@ -906,11 +906,38 @@ impl Drop for PtyPair {
 
 /// A TCP proxy to `127.0.0.1:{upstream}` that can cut the link: [`Proxy::cut`] drops every
 /// connection and refuses new ones (as a site's uplink that goes down), [`Proxy::restore`]
-/// lets them through again. Runs on its own thread.
+/// lets them through again. [`Proxy::blackhole`] is the hard case: every connection stays
+/// open but no byte passes either way (a dead modem, a NAT that forgot the flow), new ones are
+/// taken and held; [`Proxy::unblock`] lets the held bytes through, as TCP's retransmissions
+/// would. Runs on its own thread.
 pub struct Proxy {
     pub port: u16,
     cut: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    paused: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
     closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Bytes from `from` to `to` while the proxy is not paused; what was read as it paused waits.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut paused: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if paused.wait_for(|p| !*p).await.is_err() {
+            break;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if paused.wait_for(|p| !*p).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Proxy {
@@ -920,6 +947,8 @@ impl Proxy {
         std_listener.set_nonblocking(true).expect("nonblocking");
         let (tx, rx) = tokio::sync::watch::channel(false);
         let cut = std::sync::Arc::new(tx);
+        let (pause_tx, pause_rx) = tokio::sync::watch::channel(false);
+        let paused = std::sync::Arc::new(pause_tx);
         let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refusing = closed.clone();
         std::thread::spawn(move || {
@@ -933,26 +962,52 @@ impl Proxy {
                 let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
                     return;
                 };
-                while let Ok((mut down, _)) = listener.accept().await {
+                while let Ok((down, _)) = listener.accept().await {
                     if *rx.borrow() || refusing.load(std::sync::atomic::Ordering::SeqCst) {
                         continue;
                     }
                     let mut rx = rx.clone();
+                    let mut pause = pause_rx.clone();
                     tokio::spawn(async move {
-                        let Ok(mut up) =
-                            tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                        // Taken, and held while the link is a black hole.
+                        if pause.wait_for(|p| !*p).await.is_err() {
+                            return;
+                        }
+                        let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
                         else {
                             return;
                         };
+                        let (down_r, down_w) = down.into_split();
+                        let (up_r, up_w) = up.into_split();
                         tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                            _ = async {
+                                tokio::join!(
+                                    pump(down_r, up_w, pause.clone()),
+                                    pump(up_r, down_w, pause.clone())
+                                )
+                            } => {}
                             _ = rx.wait_for(|cut| *cut) => {}
                         }
                     });
                 }
             });
         });
-        Self { port, cut, closed }
+        Self {
+            port,
+            cut,
+            paused,
+            closed,
+        }
+    }
+
+    /// No byte passes either way and nothing closes; new connections are taken and held.
+    pub fn blackhole(&self) {
+        let _ = self.paused.send(true);
+    }
+
+    /// The bytes held pass, and new ones with them.
+    pub fn unblock(&self) {
+        let _ = self.paused.send(false);
     }
 
     /// Refuses new connections; those open go on (a link that holds a session and will not
