@@ -179,6 +179,54 @@ async fn api_get(address: std::net::SocketAddr, token: Option<&str>, path: &str)
     }
 }
 
+/// The local API's token, when the config names a token file (its first line).
+fn api_token(config: &crate::config::Config) -> Option<String> {
+    config
+        .http
+        .token_file
+        .as_ref()
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .map(|t| t.lines().next().unwrap_or_default().trim().to_string())
+}
+
+/// The link with the cloud as the running edgecore's `/api/v1/status` tells it: connected,
+/// and its outbox draining (its oldest change younger than four keepalives).
+fn link_verdict(answer: &str, keepalive_seconds: u64) -> (Verdict, String) {
+    let Some(("200 OK", body)) = answer.split_once('\n') else {
+        return (
+            Verdict::Warn,
+            format!("cannot ask edgecore how the link goes: {}", answer.trim()),
+        );
+    };
+    let Ok(st) = serde_json::from_str::<serde_json::Value>(body) else {
+        return (Verdict::Warn, "edgecore's status is not JSON".into());
+    };
+    let depth = st["outbox"].as_u64().unwrap_or(0);
+    let oldest = st["outboxOldestSeconds"].as_u64().unwrap_or(0);
+    let link = &st["link"];
+    let said = format!(
+        "outbox {depth} changes, the oldest {oldest}s old; {} reports waiting for the rate, {} sent and not answered (the oldest {} ms), {} sent again",
+        link["queued"], link["inFlight"], link["oldestInFlightMs"], link["resent"]
+    );
+    match st["cloud"].as_str().unwrap_or_default() {
+        "connected" if depth > 0 && oldest > 4 * keepalive_seconds => (
+            Verdict::Warn,
+            format!(
+                "connected to {}, but the outbox does not drain: {said}",
+                st["cloudServer"].as_str().unwrap_or_default()
+            ),
+        ),
+        "connected" => (
+            Verdict::Ok,
+            format!(
+                "connected to {}; {said}",
+                st["cloudServer"].as_str().unwrap_or_default()
+            ),
+        ),
+        other => (Verdict::Warn, format!("not connected ({other}); {said}")),
+    }
+}
+
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -227,12 +275,7 @@ pub async fn collect(c: &Collect) -> Result<Vec<String>> {
             ),
         },
     ));
-    let token = config
-        .http
-        .token_file
-        .as_ref()
-        .and_then(|f| std::fs::read_to_string(f).ok())
-        .map(|t| t.lines().next().unwrap_or_default().trim().to_string());
+    let token = api_token(&config);
     for (name, path) in [
         ("api/healthz.txt", "/healthz"),
         ("api/readyz.txt", "/readyz"),
@@ -539,6 +582,10 @@ async fn checks(c: &crate::config::Config) -> (Vec<String>, bool) {
                 Err(s) => say(Verdict::Fail, "cloud", s),
             }
         }
+        // The running edgecore's link: connected, and the outbox draining.
+        let status = api_get(c.http.address, api_token(c).as_deref(), "/api/v1/status").await;
+        let (v, said) = link_verdict(&status, cloud.keepalive_seconds);
+        say(v, "cloud link", said);
         let file = c.data_dir.join("certs").join("edge.crt");
         match std::fs::read_to_string(&file).map(|p| pki::validity_of(&p)) {
             Ok(Ok((_, to))) => {
@@ -584,6 +631,34 @@ async fn checks(c: &crate::config::Config) -> (Vec<String>, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_link_check_warns_of_an_outbox_that_does_not_drain_while_connected() {
+        let status = |cloud: &str, depth: u64, oldest: u64| {
+            format!(
+                "200 OK\n{}",
+                serde_json::json!({"cloud": cloud, "cloudServer": "wss://c:10000", "outbox": depth,
+                    "outboxOldestSeconds": oldest, "link": {"queued": 3, "inFlight": 7,
+                    "oldestInFlightMs": 120, "resent": 0}})
+            )
+        };
+        let (v, said) = link_verdict(&status("connected", 40, 2), 30);
+        assert_eq!(v, Verdict::Ok, "{said}");
+        assert!(
+            said.contains("outbox 40 changes, the oldest 2s old"),
+            "{said}"
+        );
+        let (v, said) = link_verdict(&status("connected", 804, 121), 30);
+        assert_eq!(v, Verdict::Warn);
+        assert!(said.contains("does not drain"), "{said}");
+        // Old changes are expected while the link is down; said, not a failure.
+        let (v, said) = link_verdict(&status("cut", 804, 900), 30);
+        assert_eq!(v, Verdict::Warn);
+        assert!(said.starts_with("not connected (cut)"), "{said}");
+        let (v, said) = link_verdict("not answered: connection refused", 30);
+        assert_eq!(v, Verdict::Warn);
+        assert!(said.contains("connection refused"), "{said}");
+    }
 
     #[test]
     fn secrets_are_redacted_by_their_keys_wherever_they_are_and_paths_kept() {

@@ -345,6 +345,10 @@ impl EdgeHub {
         for msg in self.device_states().await {
             link.offer(msg, link::Up::Plain);
         }
+        // Whether the outbox drains, checked every 10 s: its oldest change older than four
+        // keepalives while connected is a stuck link, said once a minute at most.
+        let mut drain_check = tokio::time::interval(Duration::from_secs(10));
+        let mut stuck_said: Option<Instant> = None;
         // Objects from the cloud stored since the catalog was last rebuilt.
         let mut catalog_stale = false;
         let mut writer_done = false;
@@ -362,6 +366,23 @@ impl EdgeHub {
                     break format!("the cloud was silent for {}s (no frame, not even a pong)", self.cloud.keepalive_seconds);
                 }
                 _ = renewal.tick() => self.renew_if_due(cert_server, &mut creds, renewal_tried).await,
+                _ = drain_check.tick() => {
+                    let limit = 4 * self.cloud.keepalive_seconds;
+                    if let Ok((depth, Some(oldest))) = self.twin.store().outbox_stats().await
+                        && crate::metrics::outbox_age_seconds(oldest) > limit
+                        && stuck_said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                    {
+                        stuck_said = Some(Instant::now());
+                        tracing::warn!(
+                            depth,
+                            oldest_seconds = crate::metrics::outbox_age_seconds(oldest),
+                            queued = link.queued(),
+                            in_flight = link.in_flight(),
+                            oldest_in_flight_ms = link.oldest_in_flight(tokio::time::Instant::now()).map_or(0, |d| d.as_millis()),
+                            "edgehub: the outbox does not drain: its oldest change is older than four keepalives ({limit}s) while connected"
+                        );
+                    }
+                }
                 _ = sleep_until_some(info_again) => {
                     info_again = None;
                     info_tries += 1;
