@@ -221,7 +221,23 @@ async fn session(
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), sink.close()).await;
     });
-    let mut bucket = rt::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+    // What costs the cloud work (reports, pod status) is handled by a task of its own, at the
+    // node's rate: the socket is read on meanwhile, so that the node's answers to the cloud's
+    // messages (which open its window) never wait behind its reports. A node that sends more
+    // than `WORK_QUEUE` unanswered reports (edgecore sends at most its window) is read no
+    // faster than they are handled.
+    let (work_tx, mut work_rx) = tokio::sync::mpsc::channel::<Message>(WORK_QUEUE);
+    let worker = {
+        let (hub, node) = (hub.clone(), node.clone());
+        tokio::spawn(async move {
+            let mut bucket =
+                rt::ratelimit::Bucket::new(hub.settings.node_qps, hub.settings.node_burst);
+            while let Some(msg) = work_rx.recv().await {
+                bucket.take().await;
+                hub.received(&node, msg).await;
+            }
+        })
+    };
     // The Node's heartbeat (its Ready condition's time) while frames come; silence for
     // `keepalive` (no frame of any kind from the node) ends the session.
     let mut heartbeat = tokio::time::interval(Duration::from_secs(30));
@@ -280,11 +296,16 @@ async fn session(
         // What costs the cloud work waits for the node's rate; answers and keepalives do not
         // (an answer frees the node's window, and holding it back would stall both ways).
         if super::metered(&msg) {
-            bucket.take().await;
+            if work_tx.send(msg).await.is_err() {
+                break "its work queue closed".to_string();
+            }
+        } else {
+            hub.received(&node, msg).await;
         }
-        hub.received(&node, msg).await;
     };
     end.cancel();
+    // Reports not handled yet are not answered: the node sends them again.
+    worker.abort();
     let _ = writer.await;
     if hub.detach(&node, id) {
         tracing::info!(%node, reason = %why, "cloudhub: node disconnected");
@@ -294,6 +315,9 @@ async fn session(
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
     }
 }
+
+/// A node's reports read and waiting to be handled, at most.
+const WORK_QUEUE: usize = 1024;
 
 /// When a session is silent: `keepalive` after the last frame the node sent, of any kind (its
 /// keepalive message, a websocket ping, a report, an answer). The cloud's own heartbeat of the

@@ -9,15 +9,19 @@
 //!    session's start) go up at most `qps` a second, `burst` at once. Nothing else waits for
 //!    that rate: answers to the cloud, keepalives, the node's info are written as they come,
 //!    and the cloud's frames are read and handled while reports wait.
-//! 2. An entry is in flight from the moment its message leaves the limiter, not from when it
-//!    was read from the outbox; it is offered again only if it was not answered within
-//!    `resend` of that moment.
-//! 3. The outbox is read again only when less than a second of the rate waits in the queue, so
+//! 2. At most `window` outbox messages are in flight (sent, not answered): the cloud's answers
+//!    pace the node, so a cloud that stores DeviceStatus more slowly than the node reports gets
+//!    no more than it can take, and nothing is sent twice for being slow.
+//! 3. An entry is in flight from the moment its message leaves the limiter, not from when it
+//!    was read from the outbox. It is offered again once it is `resend` old and either the
+//!    cloud answered nothing for `resend` (the link or the cloud is stuck) or it answered a
+//!    message sent after this one (past it: this one was lost).
+//! 4. The outbox is read again only when less than a second of the rate waits in the queue, so
 //!    what waits is never more than about a second old when it leaves.
-//! 4. An answer clears the entries of the message it answers, even after they were offered
+//! 5. An answer clears the entries of the message it answers, even after they were offered
 //!    again (the store clears an entry only up to the version that was sent, so a newer value
 //!    stays); an answer for an id not known here is harmless.
-//! 5. The cloud is silent when no frame of any kind came from it for `keepalive`.
+//! 6. The cloud is silent when no frame of any kind came from it for `keepalive`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -48,6 +52,8 @@ fn key_of(e: &OutboxEntry) -> EntryKey {
 /// Sent and not answered yet.
 struct Flight {
     at: Instant,
+    /// Its place in the order messages were sent.
+    seq: u64,
     entries: Vec<OutboxEntry>,
 }
 
@@ -58,6 +64,8 @@ pub(super) struct Settings {
     pub(super) burst: u32,
     pub(super) resend: Duration,
     pub(super) keepalive: Duration,
+    /// Outbox messages in flight at most.
+    pub(super) window: usize,
 }
 
 /// One session's link policy.
@@ -71,6 +79,11 @@ pub(super) struct Link {
     heard: Instant,
     /// Messages offered again for want of an answer, this session.
     pub(super) resent: u64,
+    /// The order of sending, and the highest place the cloud answered.
+    next_seq: u64,
+    answered_seq: u64,
+    /// When the cloud last answered a report (or the session started).
+    progress: Instant,
 }
 
 impl Link {
@@ -83,6 +96,9 @@ impl Link {
             late: HashMap::new(),
             heard: now,
             resent: 0,
+            next_seq: 0,
+            answered_seq: 0,
+            progress: now,
         }
     }
 
@@ -145,16 +161,20 @@ impl Link {
     /// Rules 1 and 2: the next report, if the rate lets it go at `now`; its entries are in
     /// flight from now.
     pub(super) fn next_up(&mut self, now: Instant) -> Option<(Message, Up)> {
-        if self.queue.is_empty() || !self.bucket.ready_in().is_zero() {
+        let (_, up) = self.queue.front()?;
+        if !self.bucket.ready_in().is_zero() || (matches!(up, Up::Entries(_)) && self.window_full())
+        {
             return None;
         }
         let (msg, up) = self.queue.pop_front()?;
         self.bucket.reserve();
         if let Up::Entries(entries) = &up {
+            self.next_seq += 1;
             self.inflight.insert(
                 msg.header.id.clone(),
                 Flight {
                     at: now,
+                    seq: self.next_seq,
                     entries: entries.clone(),
                 },
             );
@@ -162,19 +182,38 @@ impl Link {
         Some((msg, up))
     }
 
-    /// When the next report may go: `None` with nothing waiting.
-    pub(super) fn next_at(&mut self, now: Instant) -> Option<Instant> {
-        (!self.queue.is_empty()).then(|| now + self.bucket.ready_in())
+    /// Rule 2.
+    fn window_full(&self) -> bool {
+        self.inflight.len() >= self.settings.window.max(1)
     }
 
-    /// Rule 2: what was sent `resend` ago and not answered is offered again (its entries are
-    /// read from the outbox again, as the newest values). Returns how many messages.
+    /// When the next report may go: `None` with nothing waiting, or while the window is full
+    /// (an answer opens it).
+    pub(super) fn next_at(&mut self, now: Instant) -> Option<Instant> {
+        let (_, up) = self.queue.front()?;
+        if matches!(up, Up::Entries(_)) && self.window_full() {
+            return None;
+        }
+        Some(now + self.bucket.ready_in())
+    }
+
+    /// Rule 3: what was sent `resend` ago, not answered, and given up on is offered again
+    /// (its entries are read from the outbox again, as the newest values). Returns how many
+    /// messages.
     pub(super) fn expire(&mut self, now: Instant) -> usize {
         let resend = self.settings.resend;
+        let stuck = now.saturating_duration_since(self.progress) >= resend;
         let due: Vec<String> = (self.inflight.iter())
-            .filter(|(_, f)| now.saturating_duration_since(f.at) >= resend)
+            .filter(|(_, f)| {
+                now.saturating_duration_since(f.at) >= resend
+                    && (stuck || self.answered_seq > f.seq)
+            })
             .map(|(id, _)| id.clone())
             .collect();
+        if stuck && !due.is_empty() {
+            // The resends get their own `resend` to be answered.
+            self.progress = now;
+        }
         for id in &due {
             if let Some(f) = self.inflight.remove(id) {
                 self.late.insert(id.clone(), f);
@@ -188,24 +227,36 @@ impl Link {
         due.len()
     }
 
-    /// When the oldest message in flight is due to be offered again.
+    /// When to look again at what is in flight: the oldest's resend time, or, once that has
+    /// passed with the cloud still answering, the moment the cloud would count as stuck.
     pub(super) fn expires_at(&self) -> Option<Instant> {
+        let resend = self.settings.resend;
+        let stuck_at = self.progress + resend;
         self.inflight
             .values()
-            .map(|f| f.at + self.settings.resend)
+            .map(|f| {
+                let due = f.at + resend;
+                if self.answered_seq > f.seq {
+                    due
+                } else {
+                    due.max(stuck_at)
+                }
+            })
             .min()
     }
 
-    /// Rule 4: the cloud answered message `id`: the entries it clears (none for an id not
+    /// Rule 5: the cloud answered message `id`: the entries it clears (none for an id not
     /// known here).
-    pub(super) fn answered(&mut self, id: &str) -> Option<Vec<OutboxEntry>> {
-        self.inflight
-            .remove(id)
-            .or_else(|| self.late.remove(id))
-            .map(|f| f.entries)
+    pub(super) fn answered(&mut self, id: &str, now: Instant) -> Option<Vec<OutboxEntry>> {
+        if let Some(f) = self.inflight.remove(id) {
+            self.answered_seq = self.answered_seq.max(f.seq);
+            self.progress = now;
+            return Some(f.entries);
+        }
+        self.late.remove(id).map(|f| f.entries)
     }
 
-    /// Rule 5: a frame came from the cloud.
+    /// Rule 6: a frame came from the cloud.
     pub(super) fn heard(&mut self, now: Instant) {
         self.heard = now;
     }
@@ -235,6 +286,7 @@ mod tests {
             burst: 5,
             resend: Duration::from_secs(10),
             keepalive: Duration::from_secs(30),
+            window: 1000,
         }
     }
 
@@ -300,7 +352,7 @@ mod tests {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in old {
-                assert!(link.answered(&id).is_some());
+                assert!(link.answered(&id, Instant::now()).is_some());
             }
         }
         sent += drain(&mut link).len();
@@ -346,9 +398,86 @@ mod tests {
         assert_eq!(link.resent, 1);
         assert!(link.busy().is_empty(), "free to be read again");
         // The answer to the first copy arrives after all: its entries are cleared.
-        let cleared = link.answered(&id).expect("still known");
+        let cleared = link.answered(&id, Instant::now()).expect("still known");
         assert_eq!(cleared, vec![entry(1, "p0", 2)]);
-        assert!(link.answered(&id).is_none(), "once");
+        assert!(link.answered(&id, Instant::now()).is_none(), "once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_window_waits_for_answers_whatever_the_rate_allows() {
+        let mut link = Link::new(
+            Settings {
+                window: 3,
+                ..settings()
+            },
+            Instant::now(),
+        );
+        for d in 0..10 {
+            let (m, u) = report(d);
+            link.offer(m, u);
+        }
+        let sent = drain(&mut link);
+        assert_eq!(sent.len(), 3, "the window, though the burst is 5");
+        assert_eq!(link.next_at(Instant::now()), None, "nothing to wake for");
+        // A pod's status is not an outbox message: it does not wait for the window.
+        link.queue
+            .push_front((report(99).0, Up::Pod(("ns".into(), "p".into()))));
+        assert_eq!(drain(&mut link).len(), 1);
+        assert!(link.answered(&sent[0].header.id, Instant::now()).is_some());
+        assert_eq!(drain(&mut link).len(), 1, "one answer, one more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cloud_answering_slowly_is_sent_nothing_twice() {
+        let mut link = Link::new(
+            Settings {
+                window: 5,
+                ..settings()
+            },
+            Instant::now(),
+        );
+        for d in 0..60 {
+            let (m, u) = report(d);
+            link.offer(m, u);
+        }
+        let mut flying: Vec<String> = drain(&mut link).into_iter().map(|m| m.header.id).collect();
+        // One answer every 3 s, oldest first: each message waits 15 s for its answer, longer
+        // than `resend`, but the cloud is busy, not stuck.
+        for _ in 0..40 {
+            tokio::time::advance(Duration::from_secs(3)).await;
+            let now = Instant::now();
+            assert_eq!(link.expire(now), 0, "nothing resent");
+            assert!(link.answered(&flying.remove(0), now).is_some());
+            flying.extend(drain(&mut link).into_iter().map(|m| m.header.id));
+        }
+        assert_eq!(link.resent, 0);
+        // The cloud stops answering: after `resend` without an answer, the window goes again.
+        let stuck_at = link.expires_at().expect("in flight");
+        assert_eq!(stuck_at, Instant::now() + Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(link.expire(Instant::now()), 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_the_cloud_went_past_is_offered_again_after_resend() {
+        let mut link = Link::new(settings(), Instant::now());
+        for d in 0..3 {
+            let (m, u) = report(d);
+            link.offer(m, u);
+        }
+        let sent = drain(&mut link);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // The second and third are answered; the first never is.
+        for m in &sent[1..] {
+            assert!(link.answered(&m.header.id, Instant::now()).is_some());
+        }
+        assert_eq!(
+            link.expires_at(),
+            Some(Instant::now() + Duration::from_secs(9)),
+            "its own resend time: the cloud went past it"
+        );
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(link.expire(Instant::now()), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -357,8 +486,8 @@ mod tests {
         let (m, u) = report(1);
         link.offer(m, u);
         drain(&mut link);
-        assert!(link.answered("not-ours").is_none());
-        assert!(link.answered("").is_none());
+        assert!(link.answered("not-ours", Instant::now()).is_none());
+        assert!(link.answered("", Instant::now()).is_none());
         assert_eq!(link.in_flight(), 1);
     }
 

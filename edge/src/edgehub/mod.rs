@@ -308,6 +308,8 @@ impl EdgeHub {
                 burst: self.cloud.burst,
                 resend: RESEND,
                 keepalive: Duration::from_secs(self.cloud.keepalive_seconds.max(1)),
+                // Two seconds of the rate: enough for the cloud's answers to keep it full.
+                window: 2 * self.cloud.qps.max(self.cloud.burst / 2) as usize,
             },
             tokio::time::Instant::now(),
         );
@@ -570,7 +572,8 @@ impl EdgeHub {
             && matches!(msg.route.operation.as_str(), "response" | "error")
         {
             // The cloud's answer to a report: stored (or refused for good) either way.
-            if let Some(entries) = link.answered(&msg.header.parent_id) {
+            if let Some(entries) = link.answered(&msg.header.parent_id, tokio::time::Instant::now())
+            {
                 if msg.route.operation == "error" {
                     tracing::warn!(content = %msg.content, "edgehub: the cloud refused a report; dropped");
                 }
