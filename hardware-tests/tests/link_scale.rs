@@ -22,25 +22,6 @@ use std::time::{Duration, Instant};
 
 const NODE: &str = "edge-node-1";
 
-/// A DeviceModel `m` of 4 INT properties and `n` Devices `dev-{i}` of it on [`NODE`].
-fn fleet_manifest(n: usize) -> String {
-    let props: String = (0..4)
-        .map(|p| format!("    - {{name: p{p}, type: INT, accessMode: ReadWrite}}\n"))
-        .collect();
-    let mut out = format!(
-        "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {{name: m, namespace: default}}\nspec:\n  protocol: bench\n  properties:\n{props}"
-    );
-    let device_props: String = (0..4)
-        .map(|p| format!("    - {{name: p{p}, reportToCloud: true}}\n"))
-        .collect();
-    for d in 0..n {
-        out.push_str(&format!(
-            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  nodeName: {NODE}\n  protocol: {{protocolName: bench}}\n  properties:\n{device_props}"
-        ));
-    }
-    out
-}
-
 /// The devices the node's twin holds.
 fn edge_devices(node: &Node) -> Option<usize> {
     let (status, v) = node.get("/api/v1/devices");
@@ -103,7 +84,7 @@ fn a_gateway_with_1000_reporting_devices_applies_what_the_cloud_says() {
             .then_some(())
     });
     let file = cloud.dir.path().join("fleet.yaml");
-    std::fs::write(&file, fleet_manifest(N)).expect("manifest");
+    std::fs::write(&file, sim::bench_manifests_on(N, 4, Some(NODE))).expect("manifest");
     let started = Instant::now();
     cloud.ok(&["create", "-f", file.to_str().expect("path")]);
     eventually_or(180, "every device on the edge", || {

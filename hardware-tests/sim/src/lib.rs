@@ -260,6 +260,12 @@ pub fn bench_edgecore_dir(
 /// The benches' manifests: a DeviceModel `m` of `props` INT ReadWrite properties `p0`..., and
 /// `devices` Devices `dev-0`... of it (protocol `bench`, which no mapper serves).
 pub fn bench_manifests(devices: usize, props: usize) -> String {
+    bench_manifests_on(devices, props, None)
+}
+
+/// [`bench_manifests`], the devices on node `node` (`spec.nodeName`) when one is given: what a
+/// cloud sends that node.
+pub fn bench_manifests_on(devices: usize, props: usize, node: Option<&str>) -> String {
     let model: String = (0..props)
         .map(|p| format!("    - {{name: p{p}, type: INT, accessMode: ReadWrite}}\n"))
         .collect();
@@ -269,9 +275,10 @@ pub fn bench_manifests(devices: usize, props: usize) -> String {
     let visitors: String = (0..props)
         .map(|p| format!("    - {{name: p{p}, visitors: {{protocolName: bench, configData: {{offset: {p}}}}}}}\n"))
         .collect();
+    let node_line = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
     for d in 0..devices {
         out.push_str(&format!(
-            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: bench}}\n  properties:\n{visitors}"
+            "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: dev-{d}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n{node_line}  protocol: {{protocolName: bench}}\n  properties:\n{visitors}"
         ));
     }
     out
