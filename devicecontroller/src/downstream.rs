@@ -424,34 +424,50 @@ impl Downstream {
     }
 
     /// What `node` must hold, against what it was sent; the messages that close the gap.
+    /// Compared in place: what the node was sent is updated for what changed only, so that a
+    /// node of thousands of devices given one more does not cost a copy of all of them (a
+    /// gateway given 5,000 devices took the controller minutes).
     fn reconcile(&mut self, node: &str) -> Vec<Outbound> {
-        let mut want = Sent::default();
-        if let Some(keys) = self.by_node.get(node) {
-            for k in keys {
-                let Some(d) = self.devices.get(k) else {
-                    continue;
-                };
-                let mk = (k.0.clone(), d.model.clone());
-                // A device whose model does not exist yet waits for it.
-                let Some(m) = self.models.get(&mk) else {
-                    continue;
-                };
-                want.devices.insert(k.clone(), d.spec);
-                want.models.insert(mk, m.spec);
+        let mut had = self.sent.remove(node).unwrap_or_default();
+        // The spec of each model this node's devices use, if it exists (looked up once each).
+        let mut model_specs: HashMap<(&str, &str), Option<u64>> = HashMap::new();
+        let mut want_models: BTreeMap<Key, u64> = BTreeMap::new();
+        let mut added: Vec<&Key> = Vec::new();
+        let mut changed: Vec<(&Key, &'static str)> = Vec::new();
+        let mut wanted = 0usize;
+        let empty = BTreeSet::new();
+        let keys = self.by_node.get(node).unwrap_or(&empty);
+        for k in keys {
+            let Some((spec, model_spec)) =
+                wanted_spec(&self.devices, &self.models, &mut model_specs, k)
+            else {
+                continue;
+            };
+            wanted += 1;
+            if let Some(d) = self.devices.get(k) {
+                want_models
+                    .entry((k.0.clone(), d.model.clone()))
+                    .or_insert(model_spec);
+            }
+            match had.devices.get(k) {
+                None => {
+                    added.push(k);
+                    changed.push((k, operation::INSERT));
+                }
+                Some(old) if *old != spec => changed.push((k, operation::UPDATE)),
+                Some(_) => {}
             }
         }
-        let had = self.sent.remove(node).unwrap_or_default();
+        let removed: Vec<Key> = had
+            .devices
+            .keys()
+            .filter(|k| {
+                !keys.contains(*k)
+                    || wanted_spec(&self.devices, &self.models, &mut model_specs, k).is_none()
+            })
+            .cloned()
+            .collect();
         let mut out = Vec::new();
-        let added: Vec<&Key> = want
-            .devices
-            .keys()
-            .filter(|k| !had.devices.contains_key(*k))
-            .collect();
-        let removed: Vec<&Key> = had
-            .devices
-            .keys()
-            .filter(|k| !want.devices.contains_key(*k))
-            .collect();
         if !added.is_empty() || !removed.is_empty() {
             let entry = |k: &Key, desc: &str| json!({"id": format!("{}/{}", k.0, k.1), "name": k.1, "description": desc});
             let added: Vec<Value> = added
@@ -482,7 +498,7 @@ impl Downstream {
                 body: None,
             });
         }
-        for (k, spec) in &want.models {
+        for (k, spec) in &want_models {
             let op = match had.models.get(k) {
                 None => operation::INSERT,
                 Some(old) if old != spec => operation::UPDATE,
@@ -492,21 +508,14 @@ impl Downstream {
                 out.push(object_message(node, "devicemodel", k, op, &m.object));
             }
         }
-        for (k, spec) in &want.devices {
-            let op = match had.devices.get(k) {
-                None => operation::INSERT,
-                Some(old) if old != spec => operation::UPDATE,
-                Some(_) => continue,
-            };
-            if let Some(d) = self.devices.get(k) {
+        for (k, op) in &changed {
+            if let Some(d) = self.devices.get(*k) {
                 out.push(object_message(node, "device", k, op, &d.object));
+                had.devices.insert((*k).clone(), d.spec);
             }
         }
-        for k in had
-            .devices
-            .keys()
-            .filter(|k| !want.devices.contains_key(*k))
-        {
+        for k in &removed {
+            had.devices.remove(k);
             let last = self
                 .devices
                 .get(k)
@@ -515,7 +524,13 @@ impl Downstream {
                 .or_else(|| self.gone.remove(&(node.to_string(), "device", k.clone())));
             out.push(delete_message(node, "device", k, last.as_ref()));
         }
-        for k in had.models.keys().filter(|k| !want.models.contains_key(*k)) {
+        let gone_models: Vec<Key> = had
+            .models
+            .keys()
+            .filter(|k| !want_models.contains_key(*k))
+            .cloned()
+            .collect();
+        for k in &gone_models {
             let last = self
                 .models
                 .get(k)
@@ -527,11 +542,32 @@ impl Downstream {
                 });
             out.push(delete_message(node, "devicemodel", k, last.as_ref()));
         }
-        if !want.devices.is_empty() || !want.models.is_empty() {
-            self.sent.insert(node.to_string(), want);
+        had.models = want_models;
+        debug_assert_eq!(had.devices.len(), wanted);
+        if !had.devices.is_empty() || !had.models.is_empty() {
+            self.sent.insert(node.to_string(), had);
         }
         out
     }
+}
+
+/// Device `k`'s spec hash and its model's, if both exist (a device whose model does not exist
+/// yet is not wanted on its node); `memo` holds each model's once looked up.
+fn wanted_spec<'a>(
+    devices: &'a BTreeMap<Key, DeviceEntry>,
+    models: &BTreeMap<Key, ModelEntry>,
+    memo: &mut HashMap<(&'a str, &'a str), Option<u64>>,
+    k: &Key,
+) -> Option<(u64, u64)> {
+    let (key, d) = devices.get_key_value(k)?;
+    let model = *memo
+        .entry((key.0.as_str(), d.model.as_str()))
+        .or_insert_with(|| {
+            models
+                .get(&(key.0.clone(), d.model.clone()))
+                .map(|m| m.spec)
+        });
+    model.map(|m| (d.spec, m))
 }
 
 fn object_message(node: &str, kind: &'static str, k: &Key, op: &str, text: &Packed) -> Outbound {
