@@ -265,7 +265,8 @@ async fn serve_metrics(
                     m.scrape(&mut o);
                 }
                 if let Some(h) = &cloudhub {
-                    h.metrics.scrape(&mut o, h.pending(), h.records());
+                    h.metrics
+                        .scrape(&mut o, h.pending(), h.records(), h.to_write());
                     h.tunnels.scrape(&mut o);
                 }
                 o.gauge(

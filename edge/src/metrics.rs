@@ -21,6 +21,8 @@ pub struct Metrics {
     pub cloud_queued: AtomicI64,
     pub cloud_in_flight: AtomicI64,
     pub cloud_oldest_in_flight_ms: AtomicI64,
+    /// Frames waiting to be written to the cloud's socket.
+    pub cloud_frames_to_write: AtomicI64,
     /// Reports sent again for want of an answer; sessions dropped because the cloud was
     /// silent; frames received from the cloud.
     pub cloud_resent: AtomicU64,
@@ -163,6 +165,11 @@ impl Metrics {
             "edgecore_cloud_oldest_in_flight_ms",
             "How long the oldest report in flight has waited for the cloud's answer.",
             gi(&self.cloud_oldest_in_flight_ms),
+        );
+        o.gauge(
+            "edgecore_cloud_frames_to_write",
+            "Frames waiting to be written to the cloud's socket (reports, answers, keepalives).",
+            gi(&self.cloud_frames_to_write),
         );
         o.counter(
             "edgecore_cloud_resent",

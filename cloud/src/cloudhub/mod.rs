@@ -79,6 +79,7 @@ impl HubMetrics {
         o: &mut rt::metrics::Scrape,
         (pending, written): (usize, usize),
         records: (u64, u64),
+        to_write: usize,
     ) {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
         o.gauge(
@@ -150,6 +151,11 @@ impl HubMetrics {
             "cloudhub_pending_acks",
             "Messages waiting for their acknowledgement.",
             pending,
+        )
+        .gauge(
+            "cloudhub_frames_to_write",
+            "Frames waiting to be written to the nodes' sockets.",
+            to_write,
         )
         .gauge(
             "cloudhub_in_flight",
@@ -453,6 +459,15 @@ impl CloudHub {
         let waiting = nodes.values().map(|n| n.unacked.len()).sum();
         let written = nodes.values().map(|n| n.unacked.in_flight()).sum();
         (waiting, written)
+    }
+
+    /// Frames waiting to be written to the nodes' sockets, all sessions.
+    pub fn to_write(&self) -> usize {
+        self.lock()
+            .values()
+            .filter_map(|n| n.session.as_ref())
+            .map(|s| s.tx.max_capacity() - s.tx.capacity())
+            .sum()
     }
 
     /// Sessions now.

@@ -444,7 +444,7 @@ impl EdgeHub {
                         }
                         send(text(&msg)?).await?;
                     }
-                    gauges.set(&link);
+                    gauges.set(&link, OUT_FRAMES - out.capacity());
                 }
                 _ = poll.tick() => {
                     if last_read.elapsed() >= Duration::from_secs(1) {
@@ -460,7 +460,7 @@ impl EdgeHub {
                         let src = self.sources.lock().await;
                         self.sync.publish(&src).await;
                     }
-                    gauges.set(&link);
+                    gauges.set(&link, OUT_FRAMES - out.capacity());
                     if (!dirty && last_read.elapsed() < Duration::from_secs(1)) || !link.wants_outbox() {
                         continue;
                     }
@@ -1011,9 +1011,10 @@ where
 struct LinkGauges<'a>(&'a crate::metrics::Metrics);
 
 impl LinkGauges<'_> {
-    fn set(&self, link: &link::Link) {
+    fn set(&self, link: &link::Link, to_write: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         let m = self.0;
+        m.cloud_frames_to_write.store(to_write as i64, Relaxed);
         m.cloud_queued.store(link.queued() as i64, Relaxed);
         m.cloud_in_flight.store(link.in_flight() as i64, Relaxed);
         let oldest = link.oldest_in_flight(tokio::time::Instant::now());
@@ -1026,6 +1027,7 @@ impl LinkGauges<'_> {
         let m = self.0;
         m.cloud_queued.store(0, Relaxed);
         m.cloud_in_flight.store(0, Relaxed);
+        m.cloud_frames_to_write.store(0, Relaxed);
         m.cloud_oldest_in_flight_ms.store(0, Relaxed);
     }
 }
