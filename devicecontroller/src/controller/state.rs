@@ -76,6 +76,9 @@ pub(super) struct Reconciler {
     profiles: HashMap<(String, String), u64>,
     profile_inflight: HashSet<(String, String)>,
     last_profiles: Instant,
+    /// When each node's profile was last made: a node of thousands of devices that keeps
+    /// changing (being given them) gets its profile at most every [`profile_every`].
+    profile_made: HashMap<String, Instant>,
     attempts: HashMap<Key, u32>,
     /// DeviceStatus creates and patches spawned and not done: at most `max_in_flight`. What
     /// waits beyond that is a key in `create_queue` or a plan in `up`, not a task with its body.
@@ -136,6 +139,7 @@ impl Reconciler {
             profiles: HashMap::new(),
             profile_inflight: HashSet::new(),
             last_profiles: Instant::now(),
+            profile_made: HashMap::new(),
             attempts: HashMap::new(),
             writes_active: 0,
             create_queue: VecDeque::new(),
@@ -770,10 +774,21 @@ impl Reconciler {
         }
         // Nodes whose profile is being written now: dirty again after this round.
         let mut later = Vec::new();
+        let now = Instant::now();
         while self.profile_active < PROFILE_WRITES {
             let Some(node) = self.dirty_nodes.pop_first() else {
                 break;
             };
+            let every = profile_every(self.config.profile_interval, self.down.devices_on(&node));
+            if self
+                .profile_made
+                .get(&node)
+                .is_some_and(|t| now.duration_since(*t) < every)
+            {
+                later.push(node);
+                continue;
+            }
+            self.profile_made.insert(node.clone(), now);
             let mut by_ns: BTreeMap<String, Vec<(Value, Option<Value>)>> = BTreeMap::new();
             for (d, m) in self.down.node_devices(&node) {
                 let ns = d["metadata"]["namespace"]
@@ -855,6 +870,14 @@ impl Reconciler {
 /// Profile ConfigMap writes at once.
 const PROFILE_WRITES: usize = 2;
 
+/// How often a node's profile is made at most: `interval`, and as much again for each 250 of its
+/// devices (making one reads every device of the node, and its ConfigMap grows with them: a
+/// gateway being given 5,000 devices had a multi-megabyte profile rewritten five times a
+/// second, most of cloudcore's work while it applied them).
+fn profile_every(interval: Duration, devices: usize) -> Duration {
+    interval.saturating_mul(1 + u32::try_from(devices / 250).unwrap_or(u32::MAX))
+}
+
 /// What the controller keeps of a DeviceStatus: its version and its twins, as JSON text (a
 /// whole parsed object costs ten times as much, for every device of a site).
 #[derive(Debug)]
@@ -911,6 +934,15 @@ fn event<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_nodes_profile_is_made_less_often_in_proportion_to_its_devices() {
+        let i = Duration::from_millis(200);
+        assert_eq!(profile_every(i, 0), i);
+        assert_eq!(profile_every(i, 249), i);
+        assert_eq!(profile_every(i, 1000), Duration::from_millis(1000));
+        assert_eq!(profile_every(i, 5000), Duration::from_millis(4200));
+    }
 
     #[test]
     fn an_object_without_a_namespace_is_in_default_and_one_without_a_name_has_no_key() {
