@@ -16,8 +16,7 @@
 use serde_json::Value;
 use sim::poll::eventually_or;
 use sim::stack::{Cloud, oven_manifest};
-use sim::{Node, Proc, Proxy, PyModbus, bin, eventually, free_port, write_holdings};
-use std::path::Path;
+use sim::{Node, Proc, Proxy, PyModbus, eventually, free_port, write_holdings};
 use std::time::{Duration, Instant};
 
 const NODE: &str = "edge-node-1";
@@ -74,8 +73,7 @@ fn desired(twin: &Value, prop: &str) -> Option<String> {
 fn a_gateway_with_1000_reporting_devices_applies_what_the_cloud_says() {
     const N: usize = 1000;
     let cloud = Cloud::start();
-    let edgecore = bin("edgecore");
-    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let bins = sim::bin_dir();
     let node = Node::start_named(&bins, NODE, "", &cloud.edge_config());
     eventually(30, "the node Ready", || {
         cloud
@@ -205,8 +203,7 @@ fn silent_site(cloud: &Cloud, proxy: &Proxy) -> (Node, PyModbus, Proc) {
     write_holdings(sim_port, 0, &[215, 40]);
     let manifest = oven_manifest(sim_port);
     cloud.ok(&["apply", "-f", manifest.to_str().expect("path")]);
-    let edgecore = bin("edgecore");
-    let bins = edgecore.parent().map(Path::to_path_buf).expect("bin dir");
+    let bins = sim::bin_dir();
     let config = cloud.edge_config_via(proxy.port) + "  keepaliveSeconds: 8\n";
     let node = Node::start_named(&bins, NODE, "", &config);
     eventually(30, "oven-1 on the edge", || node.twin("default/oven-1"));
