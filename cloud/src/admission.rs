@@ -7,8 +7,12 @@
 //! registers it as the `ValidatingWebhookConfiguration` `cloudcore-devices` with that CA.
 //!
 //! The endpoint decides on what the API server sends and reads one DeviceModel; it stores
-//! nothing and says nothing beyond the model's bounds, so it needs no client certificate. Its
-//! bodies are bounded ([`MAX_BODY`]).
+//! nothing and says nothing beyond the model's bounds, so it needs no client certificate. What
+//! an anonymous client can make it spend is bounded: a body of at most [`MAX_BODY`], refused
+//! by its `Content-Length` before it is read and cut off while it is read, and sent within
+//! [`BODY_TIME`]; at most [`PER_CLIENT`] reviews at once from one address (429 beyond) and
+//! [`AT_ONCE`] in all (a review waits [`WAIT`] for a slot, then 503). kube-apiserver sends one
+//! review per Device write and waits for it, so it needs few slots.
 
 use anyhow::{Context, Result};
 use api::v1beta1::DeviceModel;
@@ -17,6 +21,10 @@ use axum::http::StatusCode;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The path the API server posts `AdmissionReview`s to.
 pub const PATH: &str = "/admission/devices";
@@ -24,22 +32,141 @@ pub const PATH: &str = "/admission/devices";
 /// The registration's name.
 pub const NAME: &str = "cloudcore-devices";
 
-/// An AdmissionReview carries the object and the old one: twice the API server's 1.5 MiB
-/// object limit, and some.
-pub const MAX_BODY: usize = 4 << 20;
+/// An AdmissionReview carries the Device written and the one stored. A Device of a thousand
+/// properties with their desired values is about 200 KiB; a review of 1 MiB is refused (413)
+/// and, with `failurePolicy: Ignore`, let through by the API server to the edge, which still
+/// refuses a value that cannot land on its property.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// Reviews judged at once in all.
+pub const AT_ONCE: usize = 8;
+
+/// Reviews judged at once for one client address.
+pub const PER_CLIENT: usize = 2;
+
+/// How long a review waits for one of the [`AT_ONCE`] slots.
+pub const WAIT: Duration = Duration::from_secs(2);
+
+/// How long a client has to send the whole body once its headers are in.
+pub const BODY_TIME: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Webhook {
+    client: kube::Client,
+    slots: Arc<tokio::sync::Semaphore>,
+    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One client's review in progress, counted against [`PER_CLIENT`] until dropped.
+struct Turn {
+    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl Turn {
+    fn take(clients: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Turn> {
+        let mut m = clients.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_default();
+        if *n >= PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(Turn {
+            clients: clients.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut m = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// The webhook's route, reading models through `client`.
 pub fn router(client: kube::Client) -> axum::Router {
     axum::Router::new()
         .route(PATH, axum::routing::post(review))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .with_state(client)
+        .with_state(Webhook {
+            client,
+            slots: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
+            clients: Arc::default(),
+        })
 }
 
-async fn review(
-    State(client): State<kube::Client>,
-    body: axum::body::Bytes,
-) -> (StatusCode, axum::Json<Value>) {
+type Answer = (StatusCode, axum::Json<Value>);
+
+fn refused(code: StatusCode, message: String) -> Answer {
+    tracing::debug!(%code, %message, "admission: a review refused");
+    (code, axum::Json(json!({"error": message})))
+}
+
+/// The body of a review, within the limits the module's header gives.
+async fn body_of(
+    w: &Webhook,
+    req: axum::extract::Request,
+) -> Result<(axum::body::Bytes, Turn, tokio::sync::OwnedSemaphorePermit), Answer> {
+    let ip = req
+        .extensions()
+        .get::<apiserver::Peer>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |p| p.0.ip());
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("an AdmissionReview of at most {MAX_BODY} bytes is judged here"),
+        ));
+    }
+    let turn = Turn::take(&w.clients, ip).ok_or_else(|| {
+        refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{PER_CLIENT} AdmissionReviews from {ip} are being judged already"),
+        )
+    })?;
+    let permit = tokio::time::timeout(WAIT, w.slots.clone().acquire_owned())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .ok_or_else(|| {
+            refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{AT_ONCE} AdmissionReviews are being judged already"),
+            )
+        })?;
+    let body = tokio::time::timeout(BODY_TIME, axum::body::to_bytes(req.into_body(), MAX_BODY))
+        .await
+        .map_err(|_| {
+            refused(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the AdmissionReview did not arrive within {BODY_TIME:?}"),
+            )
+        })?
+        .map_err(|_| {
+            refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("an AdmissionReview of at most {MAX_BODY} bytes is judged here"),
+            )
+        })?;
+    Ok((body, turn, permit))
+}
+
+async fn review(State(w): State<Webhook>, req: axum::extract::Request) -> Answer {
+    let (body, _turn, _permit) = match body_of(&w, req).await {
+        Ok(b) => b,
+        Err(a) => return a,
+    };
+    let client = &w.client;
     let answer = |r: AdmissionResponse| {
         (
             StatusCode::OK,
@@ -69,7 +196,7 @@ async fn review(
         return answer(response);
     };
     let ns = req.namespace.as_deref().unwrap_or("default");
-    let model = match model_of(&client, ns, &device).await {
+    let model = match model_of(client, ns, &device).await {
         Ok(Some(m)) => m,
         // No model (yet): nothing to judge the values by; the Device waits for it.
         Ok(None) => return answer(response),

@@ -50,6 +50,10 @@ pub struct Identity(pub Option<User>);
 #[derive(Clone, Debug)]
 pub struct ClientCertificate(pub Arc<Vec<u8>>);
 
+/// The address a connection comes from (for limits per client).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
 /// The user a request comes from, or `None` (401): the client certificate's (a revoked node
 /// certificate authenticates nobody), else the bearer token's line in `tokens.csv`.
 pub(crate) fn authenticate(

@@ -61,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 pub const KUBE_VERSION: &str = "v1.33.0";
 
 pub use admission::refused_device;
-pub use authn::{ClientCertificate, Identity, User};
+pub use authn::{ClientCertificate, Identity, Peer, User};
 pub use external::{External, ExternalRequest};
 pub use serve::serve;
 pub use store::{EtcdOptions, EtcdTls};

@@ -10,7 +10,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::handshakes::Handshakes;
-use crate::{ClientCertificate, Identity, User};
+use crate::{ClientCertificate, Identity, Peer, User};
 
 /// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
 /// of its client certificate's common name.
@@ -69,6 +69,7 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(ident.clone());
+                    req.extensions_mut().insert(Peer(peer));
                     if let Some(d) = &der {
                         req.extensions_mut().insert(ClientCertificate(d.clone()));
                     }
