@@ -152,19 +152,13 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             started: started.clone(),
             pods,
             pod_log_dir: config.edged.as_ref().and_then(|e| e.pod_log_dir.clone()),
-            hosts: http::served_hosts(&config.http.hosts),
+            hosts: rt::host::served_names(&config.http.hosts),
             token: match &config.http.token_file {
                 None => None,
                 Some(f) => {
-                    let text = std::fs::read_to_string(f)
-                        .with_context(|| format!("cannot read http.tokenFile {}", f.display()))?;
-                    let token = text.lines().next().unwrap_or_default().trim().to_string();
-                    anyhow::ensure!(
-                        !token.is_empty(),
-                        "http.tokenFile {} is empty: its first line is the token",
-                        f.display()
-                    );
-                    Some(Arc::from(token))
+                    Some(Arc::from(rt::secret::token_file(f).with_context(|| {
+                        format!("http.tokenFile {}", f.display())
+                    })?))
                 }
             },
         };

@@ -50,7 +50,7 @@ pub(crate) struct ApiState {
     /// The token requests must carry (`http.tokenFile`), if any.
     pub token: Option<Arc<str>>,
     /// Without a token: the `Host` names answered besides IP addresses and `localhost`
-    /// ([`served_hosts`]).
+    /// ([`rt::host::served_names`]).
     pub hosts: Arc<[String]>,
     /// The node's name.
     pub node: Arc<str>,
@@ -63,40 +63,8 @@ pub(crate) struct ApiState {
     pub stop: CancellationToken,
 }
 
-/// Whether a request's `Host` is one this API serves when it has no token: an IP address
-/// (a page cannot rebind those), `localhost` or a name under it, this machine's host name, or
-/// one of `configured`. A name a web page's own domain resolves to this machine is none of
-/// these, so a page the operator opens cannot use the API (DNS rebinding).
-fn served_host(host: &str, configured: &[String]) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(v6) => {
-            return v6
-                .split_once(']')
-                .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok());
-        }
-        None => host.rsplit_once(':').map_or(host, |(n, port)| {
-            if port.chars().all(|c| c.is_ascii_digit()) {
-                n
-            } else {
-                host
-            }
-        }),
-    };
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name.parse::<std::net::Ipv4Addr>().is_ok()
-        || name == "localhost"
-        || name.ends_with(".localhost")
-        || configured.iter().any(|c| c.eq_ignore_ascii_case(&name))
-}
-
-/// The names [`served_host`] answers besides IP addresses and `localhost`: `http.hosts` and
-/// this machine's host name.
-pub(crate) fn served_hosts(configured: &[String]) -> Arc<[String]> {
-    configured.iter().cloned().chain(rt::host::name()).collect()
-}
-
 /// Refuses (401) a request without the API's token, when it has one; without one, refuses
-/// (403) a request whose `Host` is not one the API serves ([`served_host`]).
+/// (403) a request whose `Host` is not one the API serves ([`rt::host::served`]).
 async fn require_token(
     State(s): State<ApiState>,
     req: axum::extract::Request,
@@ -109,7 +77,7 @@ async fn require_token(
             .and_then(|v| v.to_str().ok())
             .or_else(|| req.uri().authority().map(|a| a.as_str()))
             .unwrap_or_default();
-        if !served_host(host, &s.hosts) {
+        if !rt::host::served(host, &s.hosts) {
             return error(
                 StatusCode::FORBIDDEN,
                 format!(
@@ -119,13 +87,7 @@ async fn require_token(
         }
     }
     if let Some(token) = &s.token {
-        let given = req
-            .headers()
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or_default();
+        let given = rt::secret::bearer(req.headers().get(axum::http::header::AUTHORIZATION));
         let same = rt::secret::same(given.as_bytes(), token.as_bytes());
         if !same {
             return (
@@ -772,37 +734,4 @@ pub(crate) async fn serve(
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn without_a_token_only_the_hosts_it_serves_are_answered() {
-        let configured = ["gw-3.plant.example".to_string()];
-        for host in [
-            "127.0.0.1:10360",
-            "127.0.0.1",
-            "10.0.0.7:10360",
-            "[::1]:10360",
-            "localhost:10360",
-            "LOCALHOST",
-            "ui.localhost:8080",
-            "gw-3.plant.example:10360",
-            "gw-3.plant.example.",
-        ] {
-            assert!(served_host(host, &configured), "{host}");
-        }
-        for host in [
-            "evil.example:10360",
-            "evil.example",
-            "127.0.0.1.evil.example",
-            "localhost.evil.example",
-            "[evil]:80",
-            "",
-        ] {
-            assert!(!served_host(host, &configured), "{host}");
-        }
-    }
 }

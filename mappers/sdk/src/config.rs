@@ -12,6 +12,8 @@
 //!   address: 127.0.0.1                         # the REST API's address
 //!   edgecore_sock: /etc/kubeedge/dmi.sock
 //!   http_port: 7777                            # 0 turns the REST API off
+//!   http_token_file: /etc/kubeedge/mappers/modbus.token  # every request but ping carries it
+//!   http_hosts: [gw-3.plant.example]           # without a token: Host names answered
 //!   data_dir: /var/lib/kubeedge/modbus-mapper  # what the mapper keeps (certificates); the default
 //! ```
 //!
@@ -64,6 +66,16 @@ pub struct Common {
     pub edgecore_sock: String,
     #[serde(default = "default_http_port")]
     pub http_port: u16,
+    /// A file whose first line is the token every REST request but `GET /api/v1/ping` must
+    /// carry (`Authorization: Bearer TOKEN`). Empty: no token; then only requests whose `Host`
+    /// is an IP address, `localhost`, this host's name or one of `http_hosts` are answered.
+    /// Not a mapper-framework key.
+    #[serde(default)]
+    pub http_token_file: String,
+    /// Without a token, the `Host` names the REST API answers besides IP addresses, `localhost`
+    /// and this host's name. Not a mapper-framework key.
+    #[serde(default)]
+    pub http_hosts: Vec<String>,
     /// Where the mapper keeps what must survive a restart (OPC UA's application certificate).
     /// Default `/var/lib/kubeedge/{name}`. Not a mapper-framework key.
     #[serde(default)]
@@ -167,6 +179,9 @@ impl Config {
             c.common.data_dir = format!("/var/lib/kubeedge/{}", c.common.name);
         }
         c.common.data_dir = resolve(base, &c.common.data_dir);
+        if !c.common.http_token_file.is_empty() {
+            c.common.http_token_file = resolve(base, &c.common.http_token_file);
+        }
         Ok(c)
     }
 

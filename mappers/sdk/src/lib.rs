@@ -53,6 +53,12 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot read the REST token file {path}: {source}")]
+    Token {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{protocol}: {source}")]
     Protocol {
         protocol: String,
@@ -90,6 +96,16 @@ pub async fn run<P: Protocol>(
     let metrics = Arc::new(metrics::Metrics::default());
     let socket = config.socket();
     let listener = bind(&socket)?;
+    let token = match config.common.http_token_file.as_str() {
+        "" => None,
+        path => Some(Arc::<str>::from(
+            rt::secret::token_file(Path::new(path)).map_err(|source| RunError::Token {
+                path: path.to_string(),
+                source,
+            })?,
+        )),
+    };
+    let hosts = rt::host::served_names(&config.common.http_hosts);
     let http = if config.common.http_port != 0 {
         let address = format!("{}:{}", config.common.address, config.common.http_port);
         let l = tokio::net::TcpListener::bind(&address)
@@ -132,6 +148,8 @@ pub async fn run<P: Protocol>(
             devices: mapper.shared.devices.clone(),
             metrics: metrics.clone(),
             protocol: protocol_name,
+            token,
+            hosts,
         });
         let c = cancel.clone();
         tokio::spawn(async move {
