@@ -204,6 +204,16 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     let modbus =
         std::fs::read_to_string(root.join("etc/kubeedge/mappers/modbus.yaml")).expect("conf");
     assert!(modbus.contains("/var/lib/edgecore/dmi.sock"), "{modbus}");
+    // Its REST API needs the token postinst made, which only its owner reads.
+    assert!(
+        modbus.contains("http_token_file: /etc/kubeedge/mappers/modbus.token"),
+        "{modbus}"
+    );
+    let token_file = root.join("etc/kubeedge/mappers/modbus.token");
+    let meta = std::fs::metadata(&token_file).expect("the mapper's token");
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    let mapper_token = std::fs::read_to_string(&token_file).expect("token");
+    assert!(mapper_token.trim().len() >= 32, "{mapper_token:?}");
 
     // The units: clean for systemd-analyze verify (with systemd's own units beside them).
     let units = root.join("lib/systemd/system");
@@ -399,6 +409,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     );
     assert_eq!(unit_value(&mapper_unit, "CapabilityBoundingSet"), "");
     let mapper_config = work.path().join("modbus.yaml");
+    let mapper_http = free_port();
     std::fs::write(
         &mapper_config,
         modbus
@@ -406,7 +417,11 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
                 "/var/lib/edgecore/",
                 &format!("{}/", root.join("var/lib/edgecore").display()),
             )
-            .replace("http_port: 7777", &format!("http_port: {}", free_port())),
+            .replace(
+                "/etc/kubeedge/mappers/",
+                &format!("{}/", root.join("etc/kubeedge/mappers").display()),
+            )
+            .replace("http_port: 7777", &format!("http_port: {mapper_http}")),
     )
     .expect("write");
     let mut args = sandbox(&mapper_unit, None);
@@ -443,6 +458,37 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             .ok()?;
         listed.contains("modbus").then_some(())
     });
+    // Its REST API, asked with curl: nothing without the token (a page's cross-site text/plain
+    // POST included), its devices with it.
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(args)
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let rest = format!("http://127.0.0.1:{mapper_http}/api/v1");
+    let write = format!("{rest}/devicemethod/default/oven-1/set-temperature/setpoint");
+    assert_eq!(
+        curl(&[
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: text/plain",
+            "-H",
+            "Origin: http://evil.example",
+            "-H",
+            "Host: evil.example",
+            "--data",
+            "90",
+            &write
+        ]),
+        "401"
+    );
+    assert_eq!(curl(&[&format!("{rest}/devices")]), "401");
+    let bearer = format!("Authorization: Bearer {}", mapper_token.trim());
+    assert_eq!(curl(&["-H", &bearer, &format!("{rest}/devices")]), "200");
     drop(edge);
 
     // reset, then remove (the data stays), then purge (nothing of the packages is left).
