@@ -194,6 +194,7 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
     // A property the method does not list is refused.
     let (status, _) = post(&http, &format!("{method}/heater"), "false");
     assert_eq!(status, 403);
+    cross_site_pages_move_nothing(&format!("{method}/setpoint"), sim_port);
 
     // The planner merges the reads: over a few cycles, fewer requests than properties read (6
     // per cycle in 4 requests: HR0-13 merged, HR25 and HR30 split apart once the device refused
@@ -255,5 +256,71 @@ fn values_flow_desired_values_land_and_faults_stay_contained() {
         mapper.log_text().contains("reconnected"),
         "{}",
         mapper.log_text()
+    );
+}
+
+/// A page of another site that the operator opens, in a real browser (chromium): its simple
+/// cross-site POST (`no-cors`, `text/plain`) and its JSON `fetch` (which needs a preflight the
+/// mapper never grants) both leave the register as it was (61). The same POST wrote the
+/// register before the mapper's REST API checked origins and content types.
+fn cross_site_pages_move_nothing(target: &str, sim_port: u16) {
+    let Some(driver) = sim::browser::chromedriver() else {
+        return;
+    };
+    let site = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        site.path().join("page.html"),
+        "<!doctype html><html lang=en><title>another site</title><p>hello</p></html>",
+    )
+    .expect("page");
+    let page_port = free_port();
+    let _server = sim::Proc::spawn(
+        &sim::python(),
+        &[
+            "-m",
+            "http.server",
+            &page_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ],
+        site.path(),
+        "page-server.log",
+    );
+    eventually(20, "the other site's server", || {
+        std::net::TcpStream::connect(("127.0.0.1", page_port)).ok()
+    });
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let target = target.to_string();
+    let answers = rt.block_on(async move {
+        let c = sim::browser::browser(&driver).await;
+        c.goto(&format!("http://localhost:{page_port}/page.html"))
+            .await
+            .expect("the page loads");
+        let attack = "const [url, done] = arguments;
+            const body = JSON.stringify({value: '90'});
+            const simple = fetch(url, {method: 'POST', mode: 'no-cors',
+                headers: {'Content-Type': 'text/plain'}, body})
+              .then(() => 'answered', (e) => 'failed: ' + e);
+            const json = fetch(url, {method: 'POST',
+                headers: {'Content-Type': 'application/json'}, body})
+              .then((r) => 'status ' + r.status, (e) => 'failed: ' + e);
+            Promise.all([simple, json]).then((r) => done(r.join('; ')));";
+        let out = c
+            .execute_async(attack, vec![serde_json::Value::String(target)])
+            .await
+            .expect("the page's script runs");
+        let _ = c.close().await;
+        out.as_str().unwrap_or_default().to_string()
+    });
+    // The simple POST reached the mapper and was answered (opaquely); the JSON one was stopped
+    // at its preflight. Either way the register is untouched.
+    assert!(
+        answers.starts_with("answered; failed"),
+        "what the page saw: {answers}"
+    );
+    assert_eq!(
+        read_holding(sim_port, 30),
+        61,
+        "the page's POST wrote the register"
     );
 }
