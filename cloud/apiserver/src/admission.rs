@@ -33,6 +33,8 @@ pub(crate) struct Author {
     pub rbac: Option<Tables>,
     /// The DeviceModels when the write is a Device's spec, for its desired values.
     pub models: Option<Tables>,
+    /// The Pod Security levels of the namespace when the write is a pod (not its status).
+    pub pod_security: Option<crate::podsecurity::Policy>,
 }
 
 const DEVICES: &str = "devices.kubeedge.io";

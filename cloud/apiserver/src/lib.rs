@@ -34,6 +34,7 @@ mod install;
 mod managed;
 mod meta;
 mod patch;
+mod podsecurity;
 mod proto;
 mod resources;
 mod routes;

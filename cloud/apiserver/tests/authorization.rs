@@ -562,3 +562,117 @@ fn roles_and_bindings_grant_no_more_than_their_author_holds() {
     ]);
     may(&bob, STAR_ROLE);
 }
+
+/// The pod that took a gateway's root: `hostPath: /`, `hostNetwork`, `hostPID`, `privileged`,
+/// `nodeName` a gateway.
+const ROOT_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: root}
+spec:
+  nodeName: gw-plant-b
+  hostNetwork: true
+  hostPID: true
+  volumes: [{name: host, hostPath: {path: /}}]
+  containers:
+  - name: c
+    image: "busybox:1"
+    securityContext: {privileged: true}
+    volumeMounts: [{name: host, mountPath: /host}]
+"#;
+
+/// Pod Security admission as kube-apiserver applies the namespace labels, with kubectl as a
+/// namespace's `edit` user: `restricted` and `baseline` refuse the root pod naming each check,
+/// `warn` stores it with kubectl printing the warning, an unlabelled namespace is `privileged`
+/// (kube-apiserver's default); a restricted pod passes `restricted`.
+#[test]
+fn pod_security_levels_refuse_a_pod_that_takes_the_gateway() {
+    let s = Server::start();
+    for (ns, labels) in [
+        ("plant-a", "pod-security.kubernetes.io/enforce=restricted"),
+        ("plant-b", "pod-security.kubernetes.io/enforce=baseline"),
+        ("plant-c", "pod-security.kubernetes.io/warn=baseline"),
+        ("plant-d", ""),
+    ] {
+        s.ok(&["create", "namespace", ns]);
+        if !labels.is_empty() {
+            s.ok(&["label", "namespace", ns, labels]);
+        }
+        s.ok(&[
+            "create",
+            "rolebinding",
+            "bob-edit",
+            "--clusterrole=edit",
+            "--user=bob",
+            "-n",
+            ns,
+        ]);
+    }
+    let bob = kubeconfig_for(&s, "bob", None);
+    let create = |ns: &str, pod: &str| {
+        let mut all = vec!["--kubeconfig", bob.to_str().expect("utf-8")];
+        all.extend_from_slice(&["create", "-n", ns, "-f", "-"]);
+        let mut child = std::process::Command::new(common::kubectl_bin())
+            .args(&all)
+            .arg("--cache-dir")
+            .arg(s.dir.join("kube-cache"))
+            .env("HOME", &s.dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        use std::io::Write;
+        let _ = child.stdin.take().expect("stdin").write_all(pod.as_bytes());
+        let out = child.wait_with_output().expect("kubectl exits");
+        (out.status.success(), text(&out))
+    };
+    let (ok, out) = create("plant-a", ROOT_POD);
+    assert!(!ok, "{out}");
+    for part in [
+        "pods \"root\" is forbidden: violates PodSecurity \"restricted:latest\"",
+        "host namespaces (hostNetwork=true, hostPID=true)",
+        "privileged (container \"c\" must not set securityContext.privileged=true)",
+        "hostPath volumes (volume \"host\")",
+        "allowPrivilegeEscalation != false",
+    ] {
+        assert!(out.contains(part), "{part} in {out}");
+    }
+    let (ok, out) = create("plant-b", ROOT_POD);
+    assert!(
+        !ok && out.contains("violates PodSecurity \"baseline:latest\"")
+            && !out.contains("allowPrivilegeEscalation"),
+        "{out}"
+    );
+    let (ok, out) = create("plant-c", ROOT_POD);
+    assert!(
+        ok && out.contains("Warning: would violate PodSecurity \"baseline:latest\""),
+        "{out}"
+    );
+    let (ok, out) = create("plant-d", ROOT_POD);
+    assert!(ok, "unlabelled: privileged, as kube-apiserver: {out}");
+    // Refused pods were not stored (nothing reaches the gateway).
+    let (_, listed) = as_user(&s, &bob, &["get", "pods", "-n", "plant-a", "-o", "name"]);
+    assert!(!listed.contains("pod/root"), "{listed}");
+    // A pod that keeps to restricted passes it; changing its spec later is judged again.
+    let good = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: good}
+spec:
+  nodeName: gw-plant-b
+  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: "busybox:1"
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+    let (ok, out) = create("plant-a", good);
+    assert!(ok, "{out}");
+    let (ok, out) = as_user(
+        &s,
+        &bob,
+        &["label", "pod", "good", "-n", "plant-a", "team=line-1"],
+    );
+    assert!(ok, "a label change is not judged: {out}");
+}

@@ -542,6 +542,18 @@ impl Api {
                     && t.res.plural == "devices"
                     && t.sub.is_none())
                 .then(|| self.store.read().only(&[crate::admission::MODELS_KEY])),
+                pod_security: (t.res.group.is_empty() && t.res.plural == "pods" && t.sub.is_none())
+                    .then(|| {
+                        let tables = self.store.read();
+                        let ns = tables
+                            .get(&Key {
+                                res: Arc::from("namespaces"),
+                                ns: String::new(),
+                                name: t.ns.clone(),
+                            })
+                            .map(|o| o.value());
+                        crate::podsecurity::Policy::of_namespace(ns.as_ref())
+                    }),
             },
         }
     }

@@ -457,6 +457,34 @@ pub(super) fn finish(
     builtin_rules(c, old, &mut new)?;
     let what = (c.res.group.as_str(), c.res.plural.as_str());
     crate::admission::admit(&c.author, what, &c.ns, &c.name, old, &new)?;
+    if let Some(policy) = c.author.pod_security
+        && crate::podsecurity::judged(old, &new)
+    {
+        use crate::podsecurity::{message, violations};
+        let found = violations(policy.enforce, &new);
+        if !found.is_empty() {
+            return Err(Status::new(
+                403,
+                "Forbidden",
+                format!(
+                    "pods \"{}\" is forbidden: {}",
+                    c.name,
+                    message(policy.enforce, &found)
+                ),
+            ));
+        }
+        if let Some(level) = policy.warn {
+            let found = violations(level, &new);
+            if !found.is_empty()
+                && let Ok(mut w) = c.warnings.lock()
+            {
+                w.push(format!(
+                    "would {}",
+                    message(level, &found).replacen("violates", "violate", 1)
+                ));
+            }
+        }
+    }
     let mut causes = meta::check_meta(&new["metadata"]);
     if let Some(schema_v) = c.res.version(&c.version).and_then(|v| v.schema.as_ref()) {
         let f = schema::apply(&mut new, schema_v);
