@@ -85,8 +85,10 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
     ]);
 
     let edged = format!(
-        "edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500, initialBackoffMs: 1000, maxBackoffMs: 4000}}\n",
-        rt.socket.display()
+        "edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500, initialBackoffMs: 1000, maxBackoffMs: 4000, hostPathPrefixes: [{:?}]}}\n",
+        rt.socket.display(),
+        // The node's directory (a temporary one) stands for /etc/kubeedge.
+        std::env::temp_dir().display().to_string()
     );
     // The link goes through a proxy that can cut it.
     let link = Proxy::start(cloud.hub);
@@ -149,6 +151,31 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
         "{status} {body}"
     );
     drop(forward);
+
+    // A pod that asks for the gateway's root, in a namespace without Pod Security labels (the
+    // cloud stores it, as kube-apiserver would): the node refuses it, and kubectl shows why.
+    let root_pod = rt_dir.path().join("root-pod.yaml");
+    std::fs::write(
+        &root_pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: root}\nspec:\n  nodeName: edge-node-1\n  hostPID: true\n  volumes: [{name: host, hostPath: {path: /}}]\n  containers: [{name: c, image: \"busybox:1\", securityContext: {privileged: true}, volumeMounts: [{name: host, mountPath: /host}]}]\n",
+    )
+    .expect("write");
+    cloud.ok(&["apply", "-f", root_pod.to_str().expect("path")]);
+    let why = eventually(60, "the root pod refused by the node", || {
+        let out = cloud.ok(&[
+            "get",
+            "pod",
+            "root",
+            "-o",
+            "jsonpath={.status.phase} {.status.reason}: {.status.message}",
+        ]);
+        out.starts_with("Failed InvalidPodSpec").then_some(out)
+    });
+    assert!(
+        why.contains("spec.hostPID: true") && why.contains("does not give pods from the cloud"),
+        "{why}"
+    );
+    cloud.ok(&["delete", "pod", "root", "--wait=false"]);
 
     // edgecore killed: the mapper keeps running, is adopted (not restarted) and values still
     // flow.

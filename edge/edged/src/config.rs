@@ -29,6 +29,16 @@ pub struct Config {
     /// The node's address, reported as pods' `hostIP` (and `podIP` with `hostNetwork`);
     /// default: the address of the interface with the default route.
     pub node_ip: Option<String>,
+    /// The host directories a pod from the cloud may mount (`hostPath`), each with what is
+    /// under it; default `[/etc/kubeedge]`, where KubeEdge's mapper DaemonSets find the DMI
+    /// socket. `[]`: none. A pod asking for another path, for `hostPID`, `hostIPC` or a
+    /// privileged container is refused with why in its status (`InvalidPodSpec`), whatever the
+    /// cloud allowed: a cloud (or a cluster without Pod Security) never hands out the
+    /// gateway's root. Static pods, which the gateway's own administrator writes, are not
+    /// limited.
+    pub host_path_prefixes: Vec<String>,
+    /// Whether a pod from the cloud may use the node's network (`hostNetwork`); default yes.
+    pub host_network: bool,
 }
 
 impl Default for Config {
@@ -44,6 +54,8 @@ impl Default for Config {
             container_log_max_size_bytes: 10 * 1024 * 1024,
             container_log_max_files: 5,
             node_ip: None,
+            host_path_prefixes: vec!["/etc/kubeedge".into()],
+            host_network: true,
         }
     }
 }

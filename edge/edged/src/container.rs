@@ -491,9 +491,9 @@ mod tests {
             .expect("stored");
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: m, uid: u1}\nspec:\n  nodeName: n\n  volumes:\n  - {name: c, configMap: {name: cfg, items: [{key: config.yaml, path: config.yaml}]}}\n  - {name: s, secret: {secretName: pw}}\n  containers:\n  - name: c\n    image: 'x:1'\n    volumeMounts: [{name: c, mountPath: /etc/mapper}, {name: s, mountPath: /s}]\n    envFrom: [{configMapRef: {name: cfg}, prefix: CFG_}]\n    env:\n    - {name: PW, valueFrom: {secretKeyRef: {name: pw, key: password}}}\n    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}\n    - {name: GONE, valueFrom: {configMapKeyRef: {name: nope, key: k, optional: true}}}\n";
         let pod: Pod = serde_yaml_ng::from_str(text).expect("a pod");
-        let d = cloud_pod(&pod, "n").expect("bound here");
+        let d = cloud_pod(&pod, "n", &Default::default()).expect("bound here");
         assert!(
-            cloud_pod(&pod, "other")
+            cloud_pod(&pod, "other", &Default::default())
                 .expect_err("not here")
                 .to_string()
                 .contains("not to this node")

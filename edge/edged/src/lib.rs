@@ -258,7 +258,11 @@ impl Edged {
         let mut seen_bad = Vec::new();
         for p in &cloud_pods {
             let uid = p.metadata.uid.clone().unwrap_or_default();
-            match cloud_pod(p, &self.node) {
+            let host = spec::HostAccess {
+                path_prefixes: self.config.host_path_prefixes.clone(),
+                network: self.config.host_network,
+            };
+            match cloud_pod(p, &self.node, &host) {
                 Ok(d) => {
                     let key = format!("{}/{}", d.namespace, d.name);
                     if let Some(other) = desired.get(&key) {

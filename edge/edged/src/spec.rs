@@ -34,6 +34,70 @@ pub(crate) enum PodError {
     NoImage { container: String },
     #[error("bound to node {bound:?}, not to this node {node:?}")]
     OtherNode { bound: String, node: String },
+    #[error("{0}; this node does not give pods from the cloud such access to the host")]
+    HostAccess(String),
+}
+
+/// What of the host a pod from the cloud may take (`edged.hostPathPrefixes`,
+/// `edged.hostNetwork`).
+#[derive(Clone, Debug)]
+pub(crate) struct HostAccess {
+    pub(crate) path_prefixes: Vec<String>,
+    pub(crate) network: bool,
+}
+
+impl HostAccess {
+    /// The first thing `pod` asks of the host that is not given, in the pod's own terms.
+    fn refused(&self, pod: &Pod) -> Option<String> {
+        let spec = pod.spec.as_ref()?;
+        if spec.host_pid == Some(true) {
+            return Some("spec.hostPID: true".into());
+        }
+        if spec.host_ipc == Some(true) {
+            return Some("spec.hostIPC: true".into());
+        }
+        if spec.host_network == Some(true) && !self.network {
+            return Some("spec.hostNetwork: true (edged.hostNetwork is false)".into());
+        }
+        let contexts = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .map(|c| (&c.name, &c.security_context))
+            .chain(
+                spec.ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .map(|c| (&c.name, &c.security_context)),
+            );
+        for (name, context) in contexts {
+            if context.as_ref().and_then(|s| s.privileged) == Some(true) {
+                return Some(format!(
+                    "container {name}: securityContext.privileged: true"
+                ));
+            }
+        }
+        for v in spec.volumes.iter().flatten() {
+            let Some(h) = &v.host_path else { continue };
+            let path = std::path::Path::new(&h.path);
+            let clean = path.is_absolute()
+                && !path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir));
+            let under = |prefix: &String| {
+                let prefix = std::path::Path::new(prefix);
+                prefix.is_absolute() && path.starts_with(prefix)
+            };
+            if !clean || !self.path_prefixes.iter().any(under) {
+                return Some(format!(
+                    "volume {}: hostPath {:?} is outside edged.hostPathPrefixes {:?}",
+                    v.name, h.path, self.path_prefixes
+                ));
+            }
+        }
+        None
+    }
 }
 
 /// A pod declared in the directory, or sent by the cloud.
@@ -131,8 +195,11 @@ fn check_pod(pod: &Pod) -> Result<(String, String), PodError> {
 }
 
 /// A pod the cloud sent: its uid is the API's.
-pub(crate) fn cloud_pod(pod: &Pod, node: &str) -> Result<Desired, PodError> {
+pub(crate) fn cloud_pod(pod: &Pod, node: &str, host: &HostAccess) -> Result<Desired, PodError> {
     let (namespace, name) = check_pod(pod)?;
+    if let Some(why) = host.refused(pod) {
+        return Err(PodError::HostAccess(why));
+    }
     let uid = pod
         .metadata
         .uid
@@ -154,6 +221,17 @@ pub(crate) fn cloud_pod(pod: &Pod, node: &str) -> Result<Desired, PodError> {
         uid,
         pod: pod.clone(),
     })
+}
+
+#[cfg(test)]
+impl Default for HostAccess {
+    fn default() -> Self {
+        let c = crate::Config::default();
+        HostAccess {
+            path_prefixes: c.host_path_prefixes,
+            network: c.host_network,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -190,5 +268,63 @@ mod tests {
         )
         .expect_err("bad name");
         assert!(e.to_string().contains("metadata.name: \"M_\""), "{e}");
+    }
+
+    /// The pod that took a gateway's root, as the cloud sends it: refused, naming the first
+    /// door; each door alone too; the mapper DaemonSet's /etc/kubeedge passes.
+    #[test]
+    fn a_pod_from_the_cloud_gets_only_the_host_access_the_node_gives() {
+        let pod = |spec: &str| -> Pod {
+            serde_yaml_ng::from_str(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: u1}}\nspec:\n  nodeName: n\n{spec}"
+            ))
+            .expect("a pod")
+        };
+        let c = "  containers: [{name: c, image: 'x:1'}]\n";
+        let host = HostAccess::default();
+        let refused = |spec: String| {
+            cloud_pod(&pod(&spec), "n", &host)
+                .expect_err("refused")
+                .to_string()
+        };
+        let root = "  hostNetwork: true\n  hostPID: true\n  volumes: [{name: root, hostPath: {path: /}}]\n  containers: [{name: c, image: 'x:1', securityContext: {privileged: true}}]\n".to_string();
+        let e = refused(root);
+        assert!(
+            e.contains("spec.hostPID: true") && e.contains("does not give"),
+            "{e}"
+        );
+        assert!(refused(format!("  hostIPC: true\n{c}")).contains("hostIPC"));
+        let e = refused(
+            "  containers: [{name: c, image: 'x:1', securityContext: {privileged: true}}]\n".into(),
+        );
+        assert!(
+            e.contains("container c: securityContext.privileged: true"),
+            "{e}"
+        );
+        for path in [
+            "/",
+            "/var/lib/edgecore",
+            "/etc",
+            "/etc/kubeedge/../shadow",
+            "/etc/kubeedgex",
+        ] {
+            let e = refused(format!(
+                "  volumes: [{{name: h, hostPath: {{path: '{path}'}}}}]\n{c}"
+            ));
+            assert!(e.contains("outside edged.hostPathPrefixes"), "{path}: {e}");
+        }
+        for path in ["/etc/kubeedge", "/etc/kubeedge/dmi"] {
+            let spec = format!("  volumes: [{{name: h, hostPath: {{path: '{path}'}}}}]\n{c}");
+            assert!(cloud_pod(&pod(&spec), "n", &host).is_ok(), "{path}");
+        }
+        assert!(cloud_pod(&pod(&format!("  hostNetwork: true\n{c}")), "n", &host).is_ok());
+        let closed = HostAccess {
+            path_prefixes: vec![],
+            network: false,
+        };
+        let e = cloud_pod(&pod(&format!("  hostNetwork: true\n{c}")), "n", &closed)
+            .expect_err("no host network")
+            .to_string();
+        assert!(e.contains("edged.hostNetwork is false"), "{e}");
     }
 }

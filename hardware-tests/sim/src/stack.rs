@@ -345,7 +345,12 @@ impl PortForward {
         use std::io::{Read, Write};
         let mut c = std::net::TcpStream::connect(("127.0.0.1", self.local))?;
         c.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
-        write!(c, "GET {path} HTTP/1.0\r\nHost: pod\r\n\r\n")?;
+        // The Host a client of the forwarded port sends (curl http://127.0.0.1:PORT/...).
+        write!(
+            c,
+            "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            self.local
+        )?;
         let mut all = Vec::new();
         c.read_to_end(&mut all)?;
         let split = all

@@ -85,8 +85,10 @@ async fn run() -> Result<()> {
     let image = "docker.io/kubeedge-rs/mapper-modbus:bench";
     rt.import(&archive, image);
     let edged = format!(
-        "edged: {{runtimeEndpoint: \"unix://{}\"}}\n",
-        rt.socket.display()
+        "edged: {{runtimeEndpoint: \"unix://{}\", hostPathPrefixes: [{:?}]}}\n",
+        rt.socket.display(),
+        // The mappers' socket directory (a temporary one) stands for /etc/kubeedge.
+        std::env::temp_dir().display().to_string()
     );
 
     let (http, mqtt) = (sim::free_port(), sim::free_port());
