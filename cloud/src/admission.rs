@@ -21,9 +21,8 @@ use axum::http::StatusCode;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The path the API server posts `AdmissionReview`s to.
@@ -54,40 +53,7 @@ pub const BODY_TIME: Duration = Duration::from_secs(5);
 struct Webhook {
     client: kube::Client,
     slots: Arc<tokio::sync::Semaphore>,
-    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-/// One client's review in progress, counted against [`PER_CLIENT`] until dropped.
-struct Turn {
-    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
-}
-
-impl Turn {
-    fn take(clients: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Turn> {
-        let mut m = clients.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(ip).or_default();
-        if *n >= PER_CLIENT {
-            return None;
-        }
-        *n += 1;
-        Some(Turn {
-            clients: clients.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let mut m = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.ip);
-            }
-        }
-    }
+    clients: apiserver::PerAddress,
 }
 
 /// The webhook's route, reading models through `client`.
@@ -97,7 +63,7 @@ pub fn router(client: kube::Client) -> axum::Router {
         .with_state(Webhook {
             client,
             slots: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
-            clients: Arc::default(),
+            clients: apiserver::PerAddress::new(PER_CLIENT),
         })
 }
 
@@ -112,7 +78,14 @@ fn refused(code: StatusCode, message: String) -> Answer {
 async fn body_of(
     w: &Webhook,
     req: axum::extract::Request,
-) -> Result<(axum::body::Bytes, Turn, tokio::sync::OwnedSemaphorePermit), Answer> {
+) -> Result<
+    (
+        axum::body::Bytes,
+        apiserver::Turn,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    Answer,
+> {
     let ip = req
         .extensions()
         .get::<apiserver::Peer>()
@@ -128,7 +101,7 @@ async fn body_of(
             format!("an AdmissionReview of at most {MAX_BODY} bytes is judged here"),
         ));
     }
-    let turn = Turn::take(&w.clients, ip).ok_or_else(|| {
+    let turn = w.clients.begin(ip).ok_or_else(|| {
         refused(
             StatusCode::TOO_MANY_REQUESTS,
             format!("{PER_CLIENT} AdmissionReviews from {ip} are being judged already"),

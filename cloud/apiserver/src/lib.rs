@@ -16,7 +16,7 @@
 //! - `authn`: who a request comes from (client certificates, revoked ones refused, bearer
 //!   tokens, impersonation); `authz`: what it may do, as kube-apiserver decides.
 //! - `routes`: health checks, then every request authenticated; `serve`: the TLS listener,
-//!   bounding handshakes per address (`handshakes`); `install`: namespaces and objects made
+//!   bounding handshakes per address (`per_address`); `install`: namespaces and objects made
 //!   at start.
 
 #![warn(unreachable_pub)]
@@ -29,11 +29,11 @@ mod controllers;
 mod credentials;
 mod discovery;
 pub mod external;
-mod handshakes;
 mod install;
 mod managed;
 mod meta;
 mod patch;
+mod per_address;
 mod podsecurity;
 mod proto;
 mod resources;
@@ -64,6 +64,7 @@ pub const KUBE_VERSION: &str = "v1.33.0";
 pub use admission::refused_device;
 pub use authn::{ClientCertificate, Identity, Peer, User};
 pub use external::{External, ExternalRequest};
+pub use per_address::{PerAddress, Turn};
 pub use serve::serve;
 pub use store::{EtcdOptions, EtcdTls};
 

@@ -74,8 +74,43 @@ fn names<'a>(it: impl Iterator<Item = &'a Value>) -> String {
         .join(", ")
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
-    if n == 1 { one.into() } else { many.into() }
+/// `check (container "a" must ...)` or `check (containers "a", "b" must ...)` for the
+/// containers `found`, when there are any.
+fn each(out: &mut Vec<String>, found: Vec<&Value>, check: &str, must: &str) {
+    if found.is_empty() {
+        return;
+    }
+    let which = if found.len() == 1 {
+        "container"
+    } else {
+        "containers"
+    };
+    // The pod-level checks name the pod too: "pod or container ...".
+    let (check, or_pod) = match check.strip_prefix("pod or ") {
+        Some(c) => (c, "pod or "),
+        None => (check, ""),
+    };
+    out.push(format!(
+        "{check} ({or_pod}{which} {} must {must})",
+        names(found.into_iter())
+    ));
+}
+
+/// The capabilities the containers add that `allowed` does not allow, quoted, once each.
+fn added_caps(spec: &Value, allowed: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut added: Vec<String> = containers(spec)
+        .flat_map(|c| {
+            c["securityContext"]["capabilities"]["add"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(Value::as_str)
+        .filter(|cap| !allowed(cap))
+        .map(|cap| format!("{cap:?}"))
+        .collect();
+    added.dedup();
+    added
 }
 
 /// Capabilities baseline lets a container add.
@@ -142,28 +177,14 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
     let privileged: Vec<&Value> = containers(spec)
         .filter(|c| sc(c)["privileged"] == true)
         .collect();
-    if !privileged.is_empty() {
-        out.push(format!(
-            "privileged ({} {} must not set securityContext.privileged=true)",
-            plural(privileged.len(), "container", "containers"),
-            names(privileged.into_iter())
-        ));
-    }
-    let mut added = Vec::new();
-    for c in containers(spec) {
-        for cap in sc(c)["capabilities"]["add"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let cap = cap.as_str().unwrap_or_default();
-            if !BASELINE_CAPS.contains(&cap) {
-                added.push(format!("{cap:?}"));
-            }
-        }
-    }
+    each(
+        &mut out,
+        privileged,
+        "privileged",
+        "not set securityContext.privileged=true",
+    );
+    let added = added_caps(spec, |cap| BASELINE_CAPS.contains(&cap));
     if !added.is_empty() {
-        added.dedup();
         out.push(format!(
             "non-default capabilities (containers must not include {} in securityContext.capabilities.add)",
             added.join(", ")
@@ -176,9 +197,13 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
         .filter(|v| v.get("hostPath").is_some())
         .collect();
     if !host_paths.is_empty() {
+        let which = if host_paths.len() == 1 {
+            "volume"
+        } else {
+            "volumes"
+        };
         out.push(format!(
-            "hostPath volumes ({} {})",
-            plural(host_paths.len(), "volume", "volumes"),
+            "hostPath volumes ({which} {})",
             names(host_paths.into_iter())
         ));
     }
@@ -268,13 +293,12 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
     let escalating: Vec<&Value> = containers(spec)
         .filter(|c| sc(c)["allowPrivilegeEscalation"] != false)
         .collect();
-    if !escalating.is_empty() {
-        out.push(format!(
-            "allowPrivilegeEscalation != false ({} {} must set securityContext.allowPrivilegeEscalation=false)",
-            plural(escalating.len(), "container", "containers"),
-            names(escalating.into_iter())
-        ));
-    }
+    each(
+        &mut out,
+        escalating,
+        "allowPrivilegeEscalation != false",
+        "set securityContext.allowPrivilegeEscalation=false",
+    );
     let pod_non_root = spec["securityContext"]["runAsNonRoot"] == true;
     let rooted: Vec<&Value> = containers(spec)
         .filter(|c| match &sc(c)["runAsNonRoot"] {
@@ -282,12 +306,17 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
             _ => !pod_non_root,
         })
         .collect();
-    if spec["securityContext"]["runAsNonRoot"] == false || !rooted.is_empty() {
-        out.push(format!(
-            "runAsNonRoot != true (pod or {} {} must set securityContext.runAsNonRoot=true)",
-            plural(rooted.len(), "container", "containers"),
-            names(rooted.into_iter())
-        ));
+    if spec["securityContext"]["runAsNonRoot"] == false {
+        out.push(
+            "runAsNonRoot != true (pod must not set securityContext.runAsNonRoot=false)".into(),
+        );
+    } else {
+        each(
+            &mut out,
+            rooted,
+            "pod or runAsNonRoot != true",
+            "set securityContext.runAsNonRoot=true",
+        );
     }
     if profiles.clone().any(|s| s["runAsUser"] == 0) {
         out.push("runAsUser=0 (the pod and its containers must not set runAsUser=0)".into());
@@ -302,13 +331,12 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
             None => !pod_seccomp,
         })
         .collect();
-    if !unconfined.is_empty() {
-        out.push(format!(
-            "seccompProfile (pod or {} {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")",
-            plural(unconfined.len(), "container", "containers"),
-            names(unconfined.into_iter())
-        ));
-    }
+    each(
+        &mut out,
+        unconfined,
+        "pod or seccompProfile",
+        "set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
+    );
     let undropped: Vec<&Value> = containers(spec)
         .filter(|c| {
             !sc(c)["capabilities"]["drop"]
@@ -316,28 +344,14 @@ pub(crate) fn violations(level: Level, pod: &Value) -> Vec<String> {
                 .is_some_and(|d| d.iter().any(|x| x == "ALL"))
         })
         .collect();
-    if !undropped.is_empty() {
-        out.push(format!(
-            "unrestricted capabilities ({} {} must set securityContext.capabilities.drop=[\"ALL\"])",
-            plural(undropped.len(), "container", "containers"),
-            names(undropped.into_iter())
-        ));
-    }
-    let mut added = Vec::new();
-    for c in containers(spec) {
-        for cap in sc(c)["capabilities"]["add"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let cap = cap.as_str().unwrap_or_default();
-            if cap != "NET_BIND_SERVICE" {
-                added.push(format!("{cap:?}"));
-            }
-        }
-    }
+    each(
+        &mut out,
+        undropped,
+        "unrestricted capabilities",
+        "set securityContext.capabilities.drop=[\"ALL\"]",
+    );
+    let added = added_caps(spec, |cap| cap == "NET_BIND_SERVICE");
     if !added.is_empty() {
-        added.dedup();
         out.push(format!(
             "unrestricted capabilities (containers must not include {} in securityContext.capabilities.add)",
             added.join(", ")

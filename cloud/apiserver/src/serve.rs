@@ -1,5 +1,5 @@
 //! The TLS listener: connections accepted (a bounded number of handshakes per address,
-//! `handshakes`), each request carrying the client certificate's [`crate::Identity`].
+//! `per_address`), each request carrying the client certificate's [`crate::Identity`].
 
 use axum::Router;
 use axum::body::Body;
@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::handshakes::Handshakes;
+use crate::per_address::{MAX_HANDSHAKES_PER_ADDRESS, PerAddress};
 use crate::{ClientCertificate, Identity, Peer, User};
 
 /// Serves `app` over TLS on `listener` until `stop`; each request carries the [`Identity`]
@@ -19,7 +19,7 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
     // Connections still in their TLS handshake (no credential seen yet), per client address:
     // one over the bound is closed at once, so that one host's half-open connections neither
     // take every descriptor nor shut other hosts out.
-    let handshakes = Handshakes::default();
+    let handshakes = PerAddress::new(MAX_HANDSHAKES_PER_ADDRESS);
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => break,
