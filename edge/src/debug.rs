@@ -150,6 +150,42 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
         };
     }
     out.push_str(rest);
+    without_orphan_key_bodies(&out)
+}
+
+/// A PEM line: base64 only, at most 80 characters.
+fn base64_line(line: &str) -> bool {
+    let t = line.trim_end();
+    !t.is_empty()
+        && t.len() <= 80
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+/// `text` without the body of a private key whose BEGIN line is not in it (a log's tail cut
+/// there): each `-----END ... PRIVATE KEY-----` left over, with the base64 lines before it,
+/// becomes one redaction line.
+fn without_orphan_key_bodies(text: &str) -> String {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut drop = vec![false; lines.len()];
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("-----END ") && l.contains("PRIVATE KEY") {
+            drop[i] = true;
+            let mut j = i;
+            while j > 0 && base64_line(lines[j - 1]) {
+                j -= 1;
+                drop[j] = true;
+            }
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for (i, l) in lines.iter().enumerate() {
+        if !drop[i] {
+            out.push_str(l);
+        } else if i == 0 || !drop[i - 1] {
+            out.push_str(&format!("[{REDACTED} private key]\n"));
+        }
+    }
     out
 }
 
@@ -688,6 +724,17 @@ mod tests {
         );
         assert!(out.contains("BEGIN CERTIFICATE-----\nMIIB"), "{out}");
         assert!(out.contains("tail"), "{out}");
+        // A log's tail that starts inside a key: its BEGIN line is gone, its body is not kept.
+        let cut = "Yk1JSUV2Z0lCQURBTkJna3Foa2lHOXcwQkFRRUZBQVNDQktnd2dnU2tBZ0VBQW9JQkFRQzRy\nMIIEvgIBADANBgkqhkiG9w0BAQEFAASCBKgwggSkAgEAAoIBAQC4r==\n-----END RSA PRIVATE KEY-----\n2026-11-29T10:00:00Z INFO next line\n";
+        let out = scrub(cut, &[]);
+        assert!(
+            !out.contains("MIIEvgIB") && !out.contains("Yk1JSUV2") && !out.contains("-----END"),
+            "{out}"
+        );
+        assert!(
+            out.starts_with("[REDACTED private key]\n") && out.contains("INFO next line"),
+            "{out}"
+        );
     }
 
     #[test]
