@@ -256,6 +256,7 @@ async fn handle(State(endpoints): State<Arc<Endpoints>>, mut request: Request) -
         .contains_key(axum::http::header::UPGRADE)
         .then(|| hyper::upgrade::on(&mut request));
     let sub = SubresourceRequest {
+        user: user.name.clone(),
         method,
         query: pairs.into_iter().collect(),
         raw_query,

@@ -195,7 +195,14 @@ async fn serve(
     } else {
         Open::Exec(exec)
     };
-    let stream = match crate::cloudhub::tunnel::open_for_api(&hub.tunnels, &node, &open, WAIT).await
+    let stream = match crate::cloudhub::tunnel::open_for_api(
+        &hub.tunnels,
+        &node,
+        &open,
+        &request.user,
+        WAIT,
+    )
+    .await
     {
         Ok(s) => s,
         Err((code, message)) => {

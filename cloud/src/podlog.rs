@@ -31,7 +31,7 @@ pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subre
             let hub = hub.get().cloned();
             Box::pin(async move {
                 match hub {
-                    Some(hub) => serve(&hub, &pod, &request.query).await,
+                    Some(hub) => serve(&hub, &pod, &request.query, &request.user).await,
                     None => failure(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "cloudhub is off (modules.cloudHub.enable): no node can be asked for a log",
@@ -160,7 +160,12 @@ fn now_nanos() -> i64 {
         .unwrap_or(0)
 }
 
-async fn serve(hub: &CloudHub, pod: &Value, query: &HashMap<String, String>) -> Response {
+async fn serve(
+    hub: &CloudHub,
+    pod: &Value,
+    query: &HashMap<String, String>,
+    user: &str,
+) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
         return failure(
@@ -176,6 +181,7 @@ async fn serve(hub: &CloudHub, pod: &Value, query: &HashMap<String, String>) -> 
         &hub.tunnels,
         node,
         &Open::Log(req),
+        user,
         WAIT,
     )
     .await

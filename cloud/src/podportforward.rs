@@ -142,15 +142,15 @@ async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRe
     };
     let describe = format!("pod {namespace}/{name} on node {node}");
     let opener: Opener = {
-        let (hub, node) = (hub.clone(), node.clone());
+        let (hub, node, user) = (hub.clone(), node.clone(), request.user.clone());
         Arc::new(move |port| {
-            let (hub, node) = (hub.clone(), node.clone());
+            let (hub, node, user) = (hub.clone(), node.clone(), user.clone());
             let open = Open::PortForward(PortForwardRequest {
                 port,
                 ..target.clone()
             });
             Box::pin(async move {
-                crate::cloudhub::tunnel::open_for_api(&hub.tunnels, &node, &open, WAIT).await
+                crate::cloudhub::tunnel::open_for_api(&hub.tunnels, &node, &open, &user, WAIT).await
             })
         })
     };
@@ -508,7 +508,8 @@ mod tests {
                     port,
                 });
                 Box::pin(async move {
-                    crate::cloudhub::tunnel::open_for_api(&tunnels, "edge-1", &open, WAIT).await
+                    crate::cloudhub::tunnel::open_for_api(&tunnels, "edge-1", &open, "alice", WAIT)
+                        .await
                 })
             })
         };

@@ -124,6 +124,8 @@ pub struct Subresource {
 
 /// The request a [`Subresource`] answers, as it came.
 pub struct SubresourceRequest {
+    /// Who asks (the authenticated user's name): streams are shared per user.
+    pub user: String,
     pub method: axum::http::Method,
     /// The query, one value per key (the last).
     pub query: std::collections::HashMap<String, String>,

@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 /// Frames of one stream that may wait for its reader: a node within its credit sends fewer.
 const QUEUED: usize = 1024;
 
-/// Where a stream's frames from the node go, and the credit it gave for what the cloud sends.
-type Route = (mpsc::Sender<Frame>, Arc<Semaphore>);
+/// Where a stream's frames from the node go, the credit it gave for what the cloud sends, and
+/// who opened it.
+type Route = (mpsc::Sender<Frame>, Arc<Semaphore>, Arc<str>);
 
 /// One node's open tunnel.
 pub(crate) struct Tunnel {
@@ -38,6 +39,9 @@ pub struct Tunnels {
     next_id: AtomicU64,
     /// Streams open at once per node.
     pub per_node: usize,
+    /// Streams one user may hold at once on one node: half of `per_node`, so that one user's
+    /// streams (sixteen `kubectl logs -f`) never lock everybody else out of a node.
+    pub per_user: usize,
     /// Streams closed because their node sent beyond its credit.
     pub overran: AtomicU64,
     /// Streams opened.
@@ -53,6 +57,10 @@ pub enum NotOpened {
     NoTunnel(String),
     #[error("node {0} has {1} streams open (the most per node); try again when one ends")]
     TooMany(String, usize),
+    #[error(
+        "{0} has {2} streams open on node {1} (the most one user may hold on a node, half of its streams); end one first"
+    )]
+    TooManyOfUser(String, String, usize),
     #[error("node {0}'s tunnel closed")]
     Closed(String),
 }
@@ -63,6 +71,7 @@ impl Tunnels {
             by_node: Mutex::default(),
             next_id: AtomicU64::new(1),
             per_node,
+            per_user: (per_node / 2).max(1),
             overran: AtomicU64::new(0),
             opened: AtomicU64::new(0),
         }
@@ -137,8 +146,8 @@ impl Tunnels {
         );
     }
 
-    /// Opens a stream on `node`'s tunnel.
-    pub async fn open(&self, node: &str, what: &Open) -> Result<Stream, NotOpened> {
+    /// Opens a stream on `node`'s tunnel for `user`.
+    pub async fn open(&self, node: &str, what: &Open, user: &str) -> Result<Stream, NotOpened> {
         let tunnel = self
             .lock()
             .get(node)
@@ -148,6 +157,14 @@ impl Tunnels {
         let credit = Arc::new(Semaphore::new(WINDOW as usize));
         let id = {
             let mut streams = tunnel.streams.lock().unwrap_or_else(|e| e.into_inner());
+            let held = streams.values().filter(|r| &*r.2 == user).count();
+            if held >= self.per_user {
+                return Err(NotOpened::TooManyOfUser(
+                    user.into(),
+                    node.into(),
+                    self.per_user,
+                ));
+            }
             if streams.len() >= self.per_node {
                 return Err(NotOpened::TooMany(node.into(), self.per_node));
             }
@@ -155,7 +172,7 @@ impl Tunnels {
             while id == 0 || streams.contains_key(&id) {
                 id = tunnel.next.fetch_add(1, Ordering::Relaxed);
             }
-            streams.insert(id, (tx, credit.clone()));
+            streams.insert(id, (tx, credit.clone(), Arc::from(user)));
             id
         };
         let stream = Stream {
@@ -180,7 +197,7 @@ impl Tunnels {
         let id = frame.stream;
         let last = frame.kind == Kind::Close;
         let mut streams = tunnel.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((to, credit)) = streams.get(&id) else {
+        let Some((to, credit, _)) = streams.get(&id) else {
             return;
         };
         if frame.kind == Kind::Credit {
@@ -216,11 +233,14 @@ pub async fn open_for_api(
     tunnels: &Tunnels,
     node: &str,
     what: &Open,
+    user: &str,
     wait: std::time::Duration,
 ) -> Result<Stream, (u16, String)> {
-    let mut stream = match tunnels.open(node, what).await {
+    let mut stream = match tunnels.open(node, what, user).await {
         Ok(s) => s,
-        Err(e @ NotOpened::TooMany(..)) => return Err((429, e.to_string())),
+        Err(e @ (NotOpened::TooMany(..) | NotOpened::TooManyOfUser(..))) => {
+            return Err((429, e.to_string()));
+        }
         Err(e) => return Err((503, e.to_string())),
     };
     match tokio::time::timeout(wait, stream.next()).await {
@@ -353,15 +373,15 @@ mod tests {
     async fn streams_are_bounded_per_node_credited_as_read_and_closed_when_dropped() {
         let tunnels = Tunnels::new(2);
         assert_eq!(
-            tunnels.open("edge-1", &log()).await.err(),
+            tunnels.open("edge-1", &log(), "alice").await.err(),
             Some(NotOpened::NoTunnel("edge-1".into()))
         );
         let (tx, mut to_node) = mpsc::channel(16);
         let t = tunnels.attach("edge-1", tx);
-        let mut a = tunnels.open("edge-1", &log()).await.expect("a");
-        let b = tunnels.open("edge-1", &log()).await.expect("b");
+        let mut a = tunnels.open("edge-1", &log(), "alice").await.expect("a");
+        let b = tunnels.open("edge-1", &log(), "bob").await.expect("b");
         assert_eq!(
-            tunnels.open("edge-1", &log()).await.err(),
+            tunnels.open("edge-1", &log(), "carol").await.err(),
             Some(NotOpened::TooMany("edge-1".into(), 2))
         );
         let open = to_node.recv().await.expect("open");
@@ -387,7 +407,7 @@ mod tests {
         drop(b);
         let close = to_node.recv().await.expect("close");
         assert_eq!((close.kind, close.stream), (Kind::Close, b_id));
-        let _c = tunnels.open("edge-1", &log()).await.expect("c");
+        let _c = tunnels.open("edge-1", &log(), "bob").await.expect("c");
         // A node that sends beyond its credit has the stream closed.
         for _ in 0..QUEUED {
             tunnels.deliver(
@@ -412,5 +432,35 @@ mod tests {
                 break;
             }
         }
+    }
+
+    /// One viewer's sixteen `logs -f` locked everyone, the admin included, out of a node:
+    /// a user holds at most half of a node's streams, so others always find a place.
+    #[tokio::test]
+    async fn one_user_holds_at_most_half_of_a_nodes_streams() {
+        let tunnels = Tunnels::new(16);
+        let (tx, _to_node) = mpsc::channel(64);
+        let _t = tunnels.attach("edge-1", tx);
+        let mut viewer = Vec::new();
+        for _ in 0..8 {
+            viewer.push(
+                tunnels
+                    .open("edge-1", &log(), "viewer")
+                    .await
+                    .expect("within the share"),
+            );
+        }
+        assert_eq!(
+            tunnels.open("edge-1", &log(), "viewer").await.err(),
+            Some(NotOpened::TooManyOfUser(
+                "viewer".into(),
+                "edge-1".into(),
+                8
+            ))
+        );
+        let admin = tunnels.open("edge-1", &log(), "admin").await;
+        assert!(admin.is_ok(), "another user still gets a stream");
+        viewer.pop();
+        assert!(tunnels.open("edge-1", &log(), "viewer").await.is_ok());
     }
 }

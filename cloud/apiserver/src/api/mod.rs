@@ -366,6 +366,7 @@ impl Api {
             }
             .ok_or_else(|| Status::not_found(&t.res.group, &t.res.plural, &name))?;
             let request = crate::SubresourceRequest {
+                user: user.name.clone(),
                 method,
                 query,
                 raw_query,
