@@ -10,6 +10,9 @@
 //!   `api::validate`, as the edge's), else 422 naming the field path. Only values that change
 //!   are judged, so a value stored before (or a model changed since) does not hold back a
 //!   write of another property.
+//! - **Authority follows the author**: an ImagePrePullJob may name in `imageSecrets` only a
+//!   Secret its author may `get` (cloudcore reads it with its own rights and sends it to the
+//!   nodes), judged when the field is set or changed.
 //! - **RBAC escalation**: a Role or ClusterRole may grant only what its author holds in that
 //!   namespace (cluster-wide for a ClusterRole), unless the author may `escalate` it; a binding
 //!   may give only a role whose every rule its author holds where the binding applies, unless
@@ -24,12 +27,14 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
+const JOBS: &str = "operations.kubeedge.io";
 
 /// Who writes, with what the checks above need to know about them, read before the write.
 pub(crate) struct Author {
     pub user: User,
     /// The RBAC objects when the write is one of them (roles and bindings), for the escalation
-    /// check; `None` otherwise.
+    /// check, or an ImagePrePullJob, for its Secret; `None` otherwise (and for
+    /// `system:masters`).
     pub rbac: Option<Tables>,
     /// The DeviceModels when the write is a Device's spec, for its desired values.
     pub models: Option<Tables>,
@@ -138,6 +143,36 @@ pub(crate) fn admit(
         let causes = desired_values(models, ns, old, new);
         if !causes.is_empty() {
             return Err(Status::invalid("Device", DEVICES, name, causes));
+        }
+    }
+    if (group, plural) == (JOBS, "imageprepulljobs")
+        && let Some(t) = &author.rbac
+    {
+        let secret = |v: &Value| {
+            v["spec"]["imagePrePullTemplate"]["imageSecrets"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        if let Some(s) = secret(new)
+            && old.and_then(secret).as_ref() != Some(&s)
+            && let Some((secret_ns, secret_name)) = s.split_once('/')
+        {
+            let may = Attributes {
+                verb: "get",
+                group: "",
+                resource: "secrets",
+                sub: None,
+                ns: secret_ns,
+                name: Some(secret_name),
+                field_selector: None,
+            };
+            if !authz::allowed(t, &author.user, &may) {
+                return Err(forbidden(format!(
+                    "spec.imagePrePullTemplate.imageSecrets names the Secret {s}, which User \"{}\" may not get: a job uses only Secrets its author may read",
+                    author.user.name
+                )));
+            }
         }
     }
     if group == RBAC

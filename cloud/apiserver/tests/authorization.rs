@@ -676,3 +676,68 @@ spec:
     );
     assert!(ok, "a label change is not judged: {out}");
 }
+
+/// An ImagePrePullJob's author who may not read a Secret had its registry username and password
+/// delivered to nodes (cloudcore reads the Secret with its own rights). Now the job may name
+/// only a Secret its author may `get`: kubectl as a user who may create jobs but not read the
+/// Secret is refused naming it; once given `get` on that Secret, the job is stored.
+#[test]
+fn a_job_uses_only_secrets_its_author_may_read() {
+    let s = Server::start();
+    let out = s.kubectl_stdin(&["apply", "-f", "-"], OBJECTS);
+    assert!(out.status.success(), "{}", text(&out));
+    s.ok(&[
+        "create",
+        "clusterrole",
+        "job-maker",
+        "--verb=create,get,list,update,patch",
+        "--resource=imageprepulljobs.operations.kubeedge.io",
+    ]);
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "carol-jobs",
+        "--clusterrole=job-maker",
+        "--user=carol",
+    ]);
+    let carol = kubeconfig_for(&s, "carol", None);
+    let job = |name: &str, secret: Option<&str>| {
+        let file = s.dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ImagePrePullJob\nmetadata: {{name: {name}}}\nspec:\n  imagePrePullTemplate:\n    images: [\"busybox:1\"]\n    nodeNames: [n1]\n{}",
+                secret.map_or(String::new(), |s| format!("    imageSecrets: {s}\n"))
+            ),
+        )
+        .expect("job file");
+        as_user(&s, &carol, &["create", "-f", file.to_str().expect("utf-8")])
+    };
+    let (ok, out) = job("pull-1", Some("default/s1"));
+    assert!(
+        !ok && out.contains("imageprepulljobs.operations.kubeedge.io \"pull-1\" is forbidden")
+            && out.contains("names the Secret default/s1, which User \"carol\" may not get"),
+        "{out}"
+    );
+    let (ok, out) = job("pull-2", None);
+    assert!(ok, "a job without a Secret: {out}");
+    s.ok(&[
+        "create",
+        "role",
+        "s1-reader",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=s1",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "carol-s1",
+        "--role=s1-reader",
+        "--user=carol",
+    ]);
+    let (ok, out) = job("pull-3", Some("default/s1"));
+    assert!(ok, "{out}");
+    let (ok, out) = job("pull-4", Some("default/s2"));
+    assert!(!ok && out.contains("default/s2"), "{out}");
+}

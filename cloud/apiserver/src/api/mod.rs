@@ -536,7 +536,9 @@ impl Api {
             audit: Mutex::new(Vec::new()),
             author: crate::admission::Author {
                 user: user.clone(),
-                rbac: (t.res.group == "rbac.authorization.k8s.io"
+                rbac: ((t.res.group == "rbac.authorization.k8s.io"
+                    || (t.res.group == "operations.kubeedge.io"
+                        && t.res.plural == "imageprepulljobs"))
                     && !user.in_group("system:masters"))
                 .then(|| self.store.read().only(&RBAC_KEYS)),
                 models: (t.res.group == "devices.kubeedge.io"
