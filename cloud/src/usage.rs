@@ -74,16 +74,26 @@ impl Usage {
             .collect()
     }
 
-    /// `PodMetrics` of the pods in `ns` (all namespaces when empty), or only `name`.
-    pub fn pods(&self, ns: &str, name: Option<&str>) -> Vec<Value> {
+    /// `PodMetrics` of the pods in `ns` (all namespaces when empty), or only `name`: only
+    /// those a node reports for a pod that `node_of` says is bound to it (a node's report of
+    /// another node's pod, or of a pod that does not exist, is not shown).
+    pub fn pods(
+        &self,
+        ns: &str,
+        name: Option<&str>,
+        node_of: impl Fn(&str, &str) -> Option<String>,
+    ) -> Vec<Value> {
         let mut out = Vec::new();
-        for (_, r) in self.fresh() {
+        for (node, r) in self.fresh() {
             for p in r["pods"].as_array().into_iter().flatten() {
                 let (pns, pname) = (
                     p["namespace"].as_str().unwrap_or_default(),
                     p["name"].as_str().unwrap_or_default(),
                 );
                 if (!ns.is_empty() && pns != ns) || name.is_some_and(|x| x != pname) {
+                    continue;
+                }
+                if node_of(pns, pname).as_deref() != Some(node.as_str()) {
                     continue;
                 }
                 let containers: Vec<Value> = p["containers"]
@@ -125,7 +135,10 @@ pub(crate) fn metrics_api(
                 if nodes {
                     hub.usage.nodes(r.name.as_deref())
                 } else {
-                    hub.usage.pods(&r.ns, r.name.as_deref())
+                    hub.usage.pods(&r.ns, r.name.as_deref(), |ns, name| {
+                        (r.stored)("pods", ns, name)
+                            .and_then(|p| p["spec"]["nodeName"].as_str().map(str::to_string))
+                    })
                 }
             }),
         }
@@ -156,11 +169,19 @@ mod tests {
         assert_eq!(nodes[0]["usage"]["memory"], "2048Ki");
         assert_eq!(nodes[0]["window"], "15s");
         assert!(u.nodes(Some("edge-2")).is_empty());
-        let pods = u.pods("default", None);
+        let on_edge_1 = |_: &str, _: &str| Some("edge-1".to_string());
+        let pods = u.pods("default", None, on_edge_1);
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0]["containers"][0]["usage"]["memory"], "4Ki");
-        assert_eq!(u.pods("", None).len(), 2, "every namespace");
-        assert!(u.pods("default", Some("nope")).is_empty());
+        assert_eq!(u.pods("", None, on_edge_1).len(), 2, "every namespace");
+        assert!(u.pods("default", Some("nope"), on_edge_1).is_empty());
+        // A node's figures for another node's pod, or for a pod that does not exist: not shown.
+        let m_elsewhere = |_: &str, name: &str| (name == "m").then(|| "edge-2".to_string());
+        assert!(u.pods("", None, m_elsewhere).is_empty());
+        let only_x = |_: &str, name: &str| (name == "x").then(|| "edge-1".to_string());
+        let shown = u.pods("", None, only_x);
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0]["metadata"]["name"], "x");
         u.forget("edge-1");
         assert!(u.nodes(None).is_empty());
     }

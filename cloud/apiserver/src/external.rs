@@ -19,10 +19,13 @@ pub struct External {
 
 /// A `get` (with `name`) or a `list` of an [`External`] kind: its namespace (empty for every
 /// namespace, or a cluster-scoped kind) and the request's query.
-pub struct ExternalRequest {
+pub struct ExternalRequest<'a> {
     pub ns: String,
     pub name: Option<String>,
     pub query: std::collections::HashMap<String, String>,
+    /// A stored object, by resource (the store's key: `pods`), namespace and name: what the
+    /// program's answer may depend on (a pod's node).
+    pub stored: &'a (dyn Fn(&str, &str, &str) -> Option<serde_json::Value> + Sync),
 }
 
 /// What answers an [`External`] kind: the objects (a `get` takes the one named; none is a 404).

@@ -432,10 +432,21 @@ impl Api {
                 ),
             ));
         }
+        let stored = |res: &str, ns: &str, name: &str| {
+            self.store
+                .read()
+                .get(&Key {
+                    res: Arc::from(res),
+                    ns: ns.to_string(),
+                    name: name.to_string(),
+                })
+                .map(|o| o.value())
+        };
         let request = crate::external::ExternalRequest {
             ns: t.ns.clone(),
             name: t.name.clone(),
             query,
+            stored: &stored,
         };
         let items = (e.serve)(&request);
         let api_version = t.res.api_version(&t.version);
