@@ -173,6 +173,19 @@ async fn handle(State(endpoints): State<Arc<Endpoints>>, mut request: Request) -
     else {
         return failure(StatusCode::UNAUTHORIZED, "a client certificate is needed");
     };
+    // A node's identity opens nothing here, whatever the cluster's authorization says (a
+    // fleet CA given as clientCaFile signs node certificates): `nodes/proxy` is the API
+    // server's, never a node's.
+    if user.in_group("system:nodes") || user.name.starts_with("system:node:") {
+        tracing::info!(user = %user.name, path = %request.uri().path(), "cloudstream: a node's certificate refused");
+        return failure(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Forbidden (user={}): a node's certificate opens no stream (nodes/proxy is never a node's)",
+                user.name
+            ),
+        );
+    }
     let target = match target(request.uri().path()) {
         Ok(t) => t,
         Err(m) => return failure(StatusCode::NOT_FOUND, m),

@@ -703,6 +703,28 @@ spec:
             "{args:?}: {err}"
         );
     }
+    // A node's identity signed by the client CA (as when the fleet CA is given as
+    // clientCaFile): refused by cloudStream itself, whatever the authorization says.
+    let (as_node_cert, as_node_key) = pki::sign_leaf(
+        &cluster_ca,
+        &cluster_key,
+        "system:node:edge-node-1",
+        Some("system:nodes"),
+        &[],
+        false,
+        1,
+    )
+    .expect("cert");
+    let (_node_id_front, node_identity) =
+        front(&as_node_cert, &as_node_key, "node-id-front.kubeconfig");
+    for args in [&["logs", "web"][..], &["exec", "web", "--", "true"]] {
+        let (code, _, err) = kubectl_with(&node_identity, args);
+        assert_ne!(code, Some(0), "{args:?}");
+        assert!(
+            err.contains("system:node:edge-node-1") && err.contains("opens no stream"),
+            "{args:?}: {err}"
+        );
+    }
     let certs = node.dir.path().join("data/certs");
     let node_cert = std::fs::read_to_string(certs.join("edge.crt")).expect("node cert");
     let node_key = std::fs::read_to_string(certs.join("edge.key")).expect("node key");
