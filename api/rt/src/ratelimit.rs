@@ -71,6 +71,40 @@ impl Bucket {
     }
 }
 
+/// A log line about something that may repeat fast (a peer's bad frames): the first one is
+/// written, then at most one per `every`, saying how many were not written in between. The
+/// count is what a metric gives; the log only says that it happens, and what it looks like.
+pub struct Quiet {
+    every: Duration,
+    last: Option<Instant>,
+    skipped: u64,
+}
+
+impl Quiet {
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            skipped: 0,
+        }
+    }
+
+    /// One more happened: `Some(skipped since the last line)` when this one is to be logged.
+    pub fn note(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        match self.last {
+            Some(t) if now.duration_since(t) < self.every => {
+                self.skipped += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.skipped))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +147,17 @@ mod tests {
         assert_eq!(b.reserve_n(1000), Duration::ZERO);
         assert_eq!(b.reserve_n(500), Duration::from_millis(500));
         assert_eq!(b.reserve_n(1500), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_writes_one_line_then_one_per_interval_with_what_it_skipped() {
+        let mut q = super::Quiet::new(Duration::from_secs(10));
+        assert_eq!(q.note(), Some(0));
+        for _ in 0..4999 {
+            assert_eq!(q.note(), None);
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(q.note(), Some(4999));
+        assert_eq!(q.note(), None);
     }
 }

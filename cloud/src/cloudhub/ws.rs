@@ -246,6 +246,7 @@ async fn session(
     let book = hub.settings.joins.clone();
     let revoked = book.until_revoked(serial.as_deref(), revocations);
     tokio::pin!(revoked);
+    let mut bad_frames = rt::ratelimit::Quiet::new(std::time::Duration::from_secs(10));
     let why = loop {
         let next = tokio::select! {
             _ = stop.cancelled() => break "cloudcore stops".to_string(),
@@ -289,7 +290,9 @@ async fn session(
                 hub.metrics
                     .bad_frames
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(%node, error = %e, bytes = data.len(), "cloudhub: a frame is not a message; skipped");
+                if let Some(skipped) = bad_frames.note() {
+                    tracing::warn!(%node, error = %e, bytes = data.len(), skipped, "cloudhub: a frame is not a message; skipped (one line per 10 s: cloudhub_bad_frames counts them all)");
+                }
                 continue;
             }
         };
@@ -382,6 +385,7 @@ async fn tunnel(
         .joins
         .until_revoked(serial.as_deref(), revocations);
     tokio::pin!(revoked);
+    let mut bad_frames = rt::ratelimit::Quiet::new(std::time::Duration::from_secs(10));
     let why = loop {
         let next = tokio::select! {
             _ = stop.cancelled() => break "cloudcore stops".to_string(),
@@ -402,7 +406,9 @@ async fn tunnel(
                 hub.metrics
                     .bad_frames
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(%node, error = %e, "cloudhub: a tunnel frame that is not one; skipped");
+                if let Some(skipped) = bad_frames.note() {
+                    tracing::warn!(%node, error = %e, skipped, "cloudhub: a tunnel frame that is not one; skipped (one line per 10 s: cloudhub_bad_frames counts them all)");
+                }
             }
         }
     };
