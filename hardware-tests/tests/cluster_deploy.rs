@@ -58,6 +58,10 @@ fn the_deployment_applies_and_its_rbac_is_what_cloudcore_needs_and_no_more() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "Role",
+            "RoleBinding",
+            "Role",
+            "RoleBinding",
             "ConfigMap",
             "Deployment",
             "Service"
@@ -143,6 +147,12 @@ fn the_deployment_applies_and_its_rbac_is_what_cloudcore_needs_and_no_more() {
         ("delete", "devices.devices.kubeedge.io", "default"),
         ("update", "secrets/other", "kube-system"),
         ("create", "clusterrolebindings", ""),
+        // Other components' Leases, webhooks and CRDs.
+        ("update", "leases/kube-scheduler", "kube-system"),
+        ("update", "leases/kube-controller-manager", "kube-system"),
+        ("update", "leases/other", "kubeedge"),
+        ("patch", "validatingwebhookconfigurations/other-webhook", ""),
+        ("patch", "customresourcedefinitions/certificates.cert-manager.io", ""),
     ] {
         let mut args = vec!["auth", "can-i", verb, what, "--as", sa];
         if !ns.is_empty() {
