@@ -203,7 +203,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 
     if config.modules.dmi {
         let path = config.dmi_socket();
-        let listener = dmi::bind(&path)?;
+        let group = config
+            .dmi
+            .socket_group
+            .as_deref()
+            .and_then(rt::host::group_id);
+        let listener = dmi::bind(&path, group)?;
         let m = dmi::mappers::start(
             twin.clone(),
             catalog.clone(),

@@ -305,6 +305,12 @@ pub struct Dmi {
     pub socket: Option<PathBuf>,
     /// Most mapper connections served at once; more wait to be accepted.
     pub max_connections: usize,
+    /// A group (its name, or its number) given the socket (0660) and the socket's directory
+    /// (0750): mappers that run as their own users in that group reach the socket and nothing
+    /// else of edgecore's (its data directory stays 0700, its key edgecore's alone). The
+    /// socket must then be outside `dataDir`. The packages use `kubeedge-mappers`, with the
+    /// socket `/run/edgecore/dmi.sock`; `edgecore join` writes both when the group exists.
+    pub socket_group: Option<String>,
     /// How often each registered mapper is probed (a `GetDevice` call, which KubeEdge's mappers
     /// answer too), in milliseconds.
     pub probe_interval_ms: u64,
@@ -322,6 +328,7 @@ impl Default for Dmi {
         Self {
             socket: None,
             max_connections: 256,
+            socket_group: None,
             probe_interval_ms: liveness.interval.as_millis() as u64,
             probe_timeout_ms: liveness.timeout.as_millis() as u64,
             probe_failures: liveness.failures,
@@ -481,6 +488,23 @@ impl Config {
     fn check(&self) -> Result<(), (&'static str, String)> {
         api::validate::names::check_dns1123_subdomain(&self.node_name)
             .map_err(|e| ("nodeName", e.to_string()))?;
+        if let Some(g) = &self.dmi.socket_group {
+            if rt::host::group_id(g).is_none() {
+                return Err((
+                    "dmi.socketGroup",
+                    format!("{g:?} is neither a group of /etc/group nor a group number"),
+                ));
+            }
+            if self.dmi_socket().starts_with(&self.data_dir) {
+                return Err((
+                    "dmi.socketGroup",
+                    format!(
+                        "the socket {} is inside dataDir, which is edgecore's alone (0700): give dmi.socket outside it (the packages use /run/edgecore/dmi.sock)",
+                        self.dmi_socket().display()
+                    ),
+                ));
+            }
+        }
         use api::validate::names::{label_key_ok, label_value_ok};
         for (k, v) in &self.node_labels {
             if !label_key_ok(k) || !label_value_ok(v) {

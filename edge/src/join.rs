@@ -42,7 +42,13 @@ pub struct Join {
     pub mappers: Vec<String>,
     /// An external MQTT broker (`host:port`) instead of the embedded one.
     pub mqtt_broker: Option<String>,
+    /// The DMI socket and the group of the mappers that reach it (`dmi.socket`,
+    /// `dmi.socketGroup`), when mappers run as their own users.
+    pub dmi: Option<(PathBuf, String)>,
 }
+
+/// The group the mapper packages put their users in, given edgecore's DMI socket.
+pub const MAPPERS_GROUP: &str = "kubeedge-mappers";
 
 /// The mappers the packages install.
 pub const MAPPERS: [&str; 4] = ["modbus", "serial", "opcua", "ble"];
@@ -112,6 +118,13 @@ pub fn config_text(j: &Join) -> String {
         text.push_str(&format!(
             "mqtt:\n  mode: external\n  address: {}\n",
             q(broker)
+        ));
+    }
+    if let Some((socket, group)) = &j.dmi {
+        text.push_str(&format!(
+            "dmi:\n  socket: {}\n  socketGroup: {}\n",
+            q(&socket.to_string_lossy()),
+            q(group)
         ));
     }
     text
@@ -385,6 +398,7 @@ mod tests {
             labels: Vec::new(),
             mappers: Vec::new(),
             mqtt_broker: None,
+            dmi: None,
         }
     }
 
@@ -420,6 +434,21 @@ mod tests {
         );
         assert_eq!(c.mqtt.mode, crate::config::MqttMode::External);
         assert_eq!(c.mqtt.address, "10.0.0.5:1883");
+        // Mappers as their own users: the socket outside dataDir, with their group.
+        j.dmi = Some(("/run/edgecore/dmi.sock".into(), "0".into()));
+        let c =
+            crate::config::Config::parse(&config_text(&j), &j.config, dir.path()).expect("parses");
+        assert_eq!(c.dmi_socket(), Path::new("/run/edgecore/dmi.sock"));
+        assert_eq!(c.dmi.socket_group.as_deref(), Some("0"));
+        j.dmi = Some((dir.path().join("data/dmi.sock"), "0".into()));
+        let e = crate::config::Config::parse(&config_text(&j), &j.config, dir.path())
+            .expect_err("inside dataDir");
+        assert!(e.to_string().contains("dmi.socketGroup"), "{e}");
+        j.dmi = Some(("/run/edgecore/dmi.sock".into(), "no-such-group-here".into()));
+        let e = crate::config::Config::parse(&config_text(&j), &j.config, dir.path())
+            .expect_err("no such group");
+        assert!(e.to_string().contains("no-such-group-here"), "{e}");
+        j.dmi = None;
         // A label a node may not set on itself is refused by the config check.
         j.labels = vec![("node-restriction.kubernetes.io/zone".into(), "a".into())];
         let e = crate::config::Config::parse(&config_text(&j), &j.config, dir.path())

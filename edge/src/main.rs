@@ -99,6 +99,13 @@ struct JoinArgs {
     /// An external MQTT broker, HOST:PORT, instead of the embedded one.
     #[arg(long)]
     mqtt_broker: Option<String>,
+    /// The group whose mappers reach the DMI socket (dmi.socketGroup); default
+    /// `kubeedge-mappers` when that group exists (the mapper packages make it), else none.
+    #[arg(long, value_name = "GROUP")]
+    dmi_group: Option<String>,
+    /// The DMI socket when it has a group (dmi.socket); default /run/edgecore/dmi.sock.
+    #[arg(long, value_name = "PATH", default_value = "/run/edgecore/dmi.sock")]
+    dmi_socket: PathBuf,
 }
 
 /// `edgecore join`.
@@ -142,6 +149,13 @@ fn join(a: JoinArgs, config: Option<PathBuf>) -> ExitCode {
         labels,
         mappers: a.mappers,
         mqtt_broker: a.mqtt_broker,
+        dmi: a
+            .dmi_group
+            .or_else(|| {
+                rt::host::group_id(edge::join::MAPPERS_GROUP)
+                    .map(|_| edge::join::MAPPERS_GROUP.to_string())
+            })
+            .map(|g| (a.dmi_socket, g)),
     };
     run_once("join", edge::join::join(&args))
 }

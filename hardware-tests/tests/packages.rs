@@ -74,6 +74,17 @@ fn sandbox(unit: &str, ids: Option<(u32, u32)>) -> Vec<String> {
     args
 }
 
+/// A user's uid and gid in `root`'s /etc/passwd.
+fn passwd_entry(root: &Path, name: &str) -> (u32, u32) {
+    let passwd = std::fs::read_to_string(root.join("etc/passwd")).expect("passwd");
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no user {name}: {passwd}"));
+    let f: Vec<&str> = line.split(':').collect();
+    (f[2].parse().expect("uid"), f[3].parse().expect("gid"))
+}
+
 #[test]
 fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     // The binaries, built if missing (all of them, the mappers included).
@@ -200,10 +211,37 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             .uid(),
         uid
     );
-    // A mapper's config points at the packaged edgecore's sockets.
+    // A mapper's config points at the packaged edgecore's DMI socket, shared with the mappers'
+    // group, and keeps its own socket and data in its runtime and state directories.
     let modbus =
         std::fs::read_to_string(root.join("etc/kubeedge/mappers/modbus.yaml")).expect("conf");
-    assert!(modbus.contains("/var/lib/edgecore/dmi.sock"), "{modbus}");
+    for line in [
+        "edgecore_sock: /run/edgecore/dmi.sock",
+        "socket_path: /run/mapper-modbus/mapper.sock",
+        "data_dir: /var/lib/mapper-modbus",
+    ] {
+        assert!(modbus.contains(line), "{line}: {modbus}");
+    }
+    // Each mapper has its own system user, in the group that reaches edgecore's DMI socket.
+    let group = std::fs::read_to_string(root.join("etc/group")).expect("group");
+    let mappers_gid: u32 = group
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("kubeedge-mappers:x:")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the kubeedge-mappers group");
+    let mapper_user = passwd_entry(&root, "mapper-modbus");
+    assert!(
+        group.lines().any(|l| l.starts_with("kubeedge-mappers:")
+            && l.rsplit(':')
+                .next()
+                .is_some_and(|m| m.split(',').any(|u| u == "mapper-modbus"))),
+        "{group}"
+    );
     // Its REST API needs the token postinst made, which only its owner reads.
     assert!(
         modbus.contains("http_token_file: /etc/kubeedge/mappers/modbus.token"),
@@ -211,7 +249,11 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     );
     let token_file = root.join("etc/kubeedge/mappers/modbus.token");
     let meta = std::fs::metadata(&token_file).expect("the mapper's token");
-    assert_eq!(meta.mode() & 0o777, 0o600);
+    assert_eq!(
+        (meta.mode() & 0o777, meta.uid()),
+        (0o600, mapper_user.0),
+        "the token is the mapper's alone"
+    );
     let mapper_token = std::fs::read_to_string(&token_file).expect("token");
     assert!(mapper_token.trim().len() >= 32, "{mapper_token:?}");
 
@@ -340,7 +382,11 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
         .arg("--config")
         .arg(&edge_config)
         .arg("--data-dir")
-        .arg(root.join("var/lib/edgecore")));
+        .arg(root.join("var/lib/edgecore"))
+        // (This root's group, which the host's /etc/group does not have: by number; the
+        // socket under this root's /run.)
+        .args(["--dmi-group", &mappers_gid.to_string(), "--dmi-socket"])
+        .arg(root.join("run/edgecore/dmi.sock")));
     assert!(
         joined.contains("systemd is not running here; start it with: edgecore --config"),
         "{joined}"
@@ -399,9 +445,15 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             .contains("temperature")
             .then_some(())
     });
-    // A mapper as its unit runs it (root without any capability, no new privileges, the
-    // dialout group), on its packaged config with the paths moved into this root: it
-    // registers with edgecore through the socket in edgecore's 0700 data directory.
+    // edgecore shares its DMI socket with the mappers' group, and nothing else.
+    let socket = std::fs::metadata(root.join("run/edgecore/dmi.sock")).expect("socket");
+    assert_eq!((socket.gid(), socket.mode() & 0o777), (mappers_gid, 0o660));
+    let run = std::fs::metadata(root.join("run/edgecore")).expect("dir");
+    assert_eq!((run.gid(), run.mode() & 0o777), (mappers_gid, 0o750));
+    // A mapper as its unit runs it (its own user, in kubeedge-mappers, without any capability,
+    // no new privileges), on its packaged config with the paths moved into this root, and its
+    // runtime and state directories made as systemd makes them: it registers with edgecore
+    // through the shared socket, and cannot read the node's key.
     let mapper_unit = std::fs::read_to_string(units.join("mapper-modbus.service")).expect("unit");
     assert_eq!(
         unit_value(&mapper_unit, "ExecStart"),
@@ -413,9 +465,10 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     std::fs::write(
         &mapper_config,
         modbus
+            .replace("/run/", &format!("{}/", root.join("run").display()))
             .replace(
-                "/var/lib/edgecore/",
-                &format!("{}/", root.join("var/lib/edgecore").display()),
+                "/var/lib/mapper-modbus",
+                &root.join("var/lib/mapper-modbus").display().to_string(),
             )
             .replace(
                 "/etc/kubeedge/mappers/",
@@ -424,18 +477,34 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             .replace("http_port: 7777", &format!("http_port: {mapper_http}")),
     )
     .expect("write");
-    let mut args = sandbox(&mapper_unit, None);
-    if let Some(gid) = std::fs::read_to_string("/etc/group").ok().and_then(|g| {
-        g.lines().find_map(|l| {
-            l.strip_prefix("dialout:x:")?
-                .split(':')
-                .next()?
-                .parse::<u32>()
-                .ok()
-        })
-    }) {
-        args.push(format!("--groups={gid}"));
+    assert_eq!(unit_value(&mapper_unit, "User"), "mapper-modbus");
+    for d in ["run/mapper-modbus", "var/lib/mapper-modbus"] {
+        std::fs::create_dir_all(root.join(d)).expect("dir");
+        std::os::unix::fs::chown(root.join(d), Some(mapper_user.0), Some(mapper_user.1))
+            .expect("chown");
     }
+    let as_mapper = |args: &mut Vec<String>| {
+        args.extend([
+            format!("--reuid={}", mapper_user.0),
+            format!("--regid={}", mapper_user.1),
+            format!("--groups={mappers_gid}"),
+        ]);
+    };
+    let key = root.join("var/lib/edgecore/certs/edge.key");
+    assert!(key.exists());
+    let mut args = sandbox(&mapper_unit, None);
+    as_mapper(&mut args);
+    args.extend(["--".into(), "cat".into(), key.display().to_string()]);
+    let read = Command::new("setpriv")
+        .args(&args)
+        .output()
+        .expect("setpriv");
+    assert!(
+        !read.status.success() && read.stdout.is_empty(),
+        "the mapper's user read the node's key"
+    );
+    let mut args = sandbox(&mapper_unit, None);
+    as_mapper(&mut args);
     args.extend([
         "--".into(),
         root.join("usr/bin/mapper-modbus").display().to_string(),
@@ -512,6 +581,9 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
         "remove keeps conffiles"
     );
     assert!(!root.join("usr/bin/edgecore").exists());
+    // The runtime directories go with their units' stop (systemd removes them; here the test
+    // made them, so it removes them).
+    let _ = std::fs::remove_dir_all(root.join("run"));
     let mut purge = dpkg(&["--purge"]);
     purge.args(names_of(&debs));
     ok(&mut purge);

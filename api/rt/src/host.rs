@@ -9,6 +9,19 @@ pub fn name() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// The number of a group: `name` as a number, or its line in `/etc/group`.
+pub fn group_id(name: &str) -> Option<u32> {
+    if let Ok(n) = name.parse::<u32>() {
+        return Some(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
 /// Whether a request's `Host` is one a local API serves without a token: an IP address (a page
 /// cannot rebind those), `localhost` or a name under it, or one of `names` (this machine's
 /// host name and configured ones: [`served_names`]). A name a web page's own domain resolves

@@ -230,7 +230,7 @@ async fn dmi_latency(
     )
     .await;
     let path = dir.join(format!("dmi-{per_report}.sock"));
-    let listener = edge::dmi::bind(&path)?;
+    let listener = edge::dmi::bind(&path, None)?;
     let server = edge::dmi::DmiServer {
         twin: svc.clone(),
         mappers,

@@ -291,10 +291,18 @@ pub enum DmiError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot give {path} to group {gid} (dmi.socketGroup): {source}")]
+    Group {
+        path: PathBuf,
+        gid: u32,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// Binds the socket, replacing a stale one left by a crash.
-pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, DmiError> {
+/// Binds the socket, replacing a stale one left by a crash. With `group`, the socket is that
+/// group's (0660) and so is its directory (0750): mappers of the group reach it, no one else.
+pub fn bind(path: &Path, group: Option<u32>) -> Result<tokio::net::UnixListener, DmiError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| DmiError::Dir {
             path: path.to_path_buf(),
@@ -304,10 +312,27 @@ pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, DmiError> {
     if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
         let _ = std::fs::remove_file(path);
     }
-    tokio::net::UnixListener::bind(path).map_err(|source| DmiError::Bind {
+    let listener = tokio::net::UnixListener::bind(path).map_err(|source| DmiError::Bind {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    if let Some(gid) = group {
+        use std::os::unix::fs::PermissionsExt;
+        let share = |p: &Path, mode: u32| {
+            std::os::unix::fs::chown(p, None, Some(gid))
+                .and_then(|()| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)))
+                .map_err(|source| DmiError::Group {
+                    path: p.to_path_buf(),
+                    gid,
+                    source,
+                })
+        };
+        if let Some(dir) = path.parent() {
+            share(dir, 0o750)?;
+        }
+        share(path, 0o660)?;
+    }
+    Ok(listener)
 }
 
 /// Serves DMI on `listener` until `cancel`.
@@ -328,4 +353,26 @@ pub async fn serve(
         tracing::error!(error = %e, "DMI server failed");
     }
     let _ = std::fs::remove_file(&path);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// With a group, the socket is the group's 0660 and its directory the group's 0750 (a
+    /// mapper of the group reaches it, nobody else); without, as the umask makes them.
+    #[tokio::test]
+    async fn a_socket_with_a_group_is_shared_with_that_group_only() {
+        let d = tempfile::tempdir().expect("dir");
+        let gid = std::fs::metadata(d.path()).expect("meta").gid();
+        let path = d.path().join("run/edgecore/dmi.sock");
+        let _l = super::bind(&path, Some(gid)).expect("bound");
+        let sock = std::fs::metadata(&path).expect("socket");
+        assert_eq!(
+            (sock.gid(), sock.permissions().mode() & 0o777),
+            (gid, 0o660)
+        );
+        let dir = std::fs::metadata(d.path().join("run/edgecore")).expect("dir");
+        assert_eq!((dir.gid(), dir.permissions().mode() & 0o777), (gid, 0o750));
+    }
 }
