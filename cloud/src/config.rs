@@ -251,8 +251,11 @@ pub struct CloudHub {
     /// How long an edge certificate is valid.
     pub edge_cert_days: i64,
     /// Streams (`kubectl logs`) open at once through one node's tunnel; one more is refused
-    /// (429).
+    /// (429). One user holds at most half of them.
     pub streams_per_node: usize,
+    /// A stream that carries nothing either way for this long is closed (the kubelet's
+    /// streaming-connection-idle-timeout, 4 h).
+    pub stream_idle_seconds: u64,
 }
 
 impl Default for CloudHub {
@@ -271,6 +274,7 @@ impl Default for CloudHub {
             token_ttl_hours: 24,
             edge_cert_days: 365,
             streams_per_node: 16,
+            stream_idle_seconds: 4 * 3600,
         }
     }
 }

@@ -334,6 +334,7 @@ async fn start_cloudhub(
         noack_limit: 100,
         replica,
         streams_per_node: c.streams_per_node,
+        stream_idle: std::time::Duration::from_secs(c.stream_idle_seconds.max(1)),
     });
     hub.spawn_resender(stop.clone());
     hub.set_records(cloudhub::objectsync::Writer::start(client.clone()));

@@ -48,6 +48,8 @@ pub struct Settings {
     pub replica: Option<String>,
     /// Streams open at once through one node's tunnel.
     pub streams_per_node: usize,
+    /// A stream idle this long is closed.
+    pub stream_idle: Duration,
 }
 
 /// Counters for `/metrics`.
@@ -392,7 +394,8 @@ pub enum Unanswered {
 
 impl CloudHub {
     pub fn new(settings: Settings) -> Arc<Self> {
-        let tunnels = tunnel::Tunnels::new(settings.streams_per_node);
+        let mut tunnels = tunnel::Tunnels::new(settings.streams_per_node);
+        tunnels.idle = settings.stream_idle;
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
@@ -832,6 +835,7 @@ mod tests {
             noack_limit: 10,
             replica,
             streams_per_node: 4,
+            stream_idle: Duration::from_secs(3600),
         }
     }
 

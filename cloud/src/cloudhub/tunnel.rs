@@ -42,6 +42,8 @@ pub struct Tunnels {
     /// Streams one user may hold at once on one node: half of `per_node`, so that one user's
     /// streams (sixteen `kubectl logs -f`) never lock everybody else out of a node.
     pub per_user: usize,
+    /// A stream that carries nothing either way for this long is closed.
+    pub idle: std::time::Duration,
     /// Streams closed because their node sent beyond its credit.
     pub overran: AtomicU64,
     /// Streams opened.
@@ -72,6 +74,7 @@ impl Tunnels {
             next_id: AtomicU64::new(1),
             per_node,
             per_user: (per_node / 2).max(1),
+            idle: std::time::Duration::from_secs(4 * 3600),
             overran: AtomicU64::new(0),
             opened: AtomicU64::new(0),
         }
@@ -182,6 +185,8 @@ impl Tunnels {
             rx,
             credit,
             closed: false,
+            idle: self.idle,
+            active: Arc::new(Mutex::new(tokio::time::Instant::now())),
         };
         let open = Frame::new(id, Kind::Open, serde_json::to_vec(what).unwrap_or_default());
         if tunnel.tx.send(open).await.is_err() {
@@ -271,6 +276,14 @@ pub struct Stream {
     /// What the node lets the cloud send.
     credit: Arc<Semaphore>,
     closed: bool,
+    /// Closed once nothing went either way for this long.
+    idle: std::time::Duration,
+    /// When something last went either way.
+    active: Arc<Mutex<tokio::time::Instant>>,
+}
+
+fn touch(active: &Mutex<tokio::time::Instant>) {
+    *active.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
 }
 
 /// The sending half of a [`Stream`] (what the cloud's client writes: a command's stdin).
@@ -279,6 +292,7 @@ pub struct Sender {
     id: u32,
     tunnel: Arc<Tunnel>,
     credit: Arc<Semaphore>,
+    active: Arc<Mutex<tokio::time::Instant>>,
 }
 
 impl Sender {
@@ -294,6 +308,7 @@ impl Sender {
             Ok(p) => p.forget(),
             Err(_) => return false,
         }
+        touch(&self.active);
         tokio::select! {
             _ = self.tunnel.end.cancelled() => false,
             r = self.tunnel.tx.send(Frame::new(self.id, Kind::Data, bytes)) => r.is_ok(),
@@ -307,15 +322,30 @@ impl Stream {
             id: self.id,
             tunnel: self.tunnel.clone(),
             credit: self.credit.clone(),
+            active: self.active.clone(),
         }
     }
 
     /// The next event. Data is credited back to the node as it is taken.
     pub async fn next(&mut self) -> Event {
         loop {
+            let since = *self.active.lock().unwrap_or_else(|e| e.into_inner());
             let frame = tokio::select! {
                 f = self.rx.recv() => f,
                 _ = self.tunnel.end.cancelled() => None,
+                _ = tokio::time::sleep_until(since + self.idle) => {
+                    if *self.active.lock().unwrap_or_else(|e| e.into_inner()) != since {
+                        continue;
+                    }
+                    // Dropped with `closed` false, the stream is closed on the node too.
+                    return Event::End(Outcome {
+                        code: 408,
+                        message: format!(
+                            "the stream carried nothing for {:?} (streamIdleSeconds): closed",
+                            self.idle
+                        ),
+                    });
+                }
             };
             let Some(frame) = frame else {
                 self.closed = true;
@@ -327,6 +357,7 @@ impl Stream {
             match frame.kind {
                 Kind::Ready => return Event::Ready,
                 Kind::Data => {
+                    touch(&self.active);
                     let n = u32::try_from(frame.payload.len()).unwrap_or(WINDOW);
                     if n > 0 {
                         let _ = self.tunnel.tx.send(Frame::credit(self.id, n)).await;
@@ -462,5 +493,39 @@ mod tests {
         assert!(admin.is_ok(), "another user still gets a stream");
         viewer.pop();
         assert!(tunnels.open("edge-1", &log(), "viewer").await.is_ok());
+    }
+
+    /// A stream that carries nothing either way for its idle time is closed (408) and closed
+    /// on the node; bytes either way keep it open.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_carries_nothing_for_its_idle_time_is_closed() {
+        let mut tunnels = Tunnels::new(4);
+        tunnels.idle = std::time::Duration::from_secs(60);
+        let (tx, mut to_node) = mpsc::channel(16);
+        let t = tunnels.attach("edge-1", tx);
+        let mut s = tunnels.open("edge-1", &log(), "alice").await.expect("s");
+        let open = to_node.recv().await.expect("open");
+        let started = tokio::time::Instant::now();
+        tokio::time::advance(std::time::Duration::from_secs(50)).await;
+        tunnels.deliver(
+            &t,
+            "edge-1",
+            Frame::new(open.stream, Kind::Data, b"x".to_vec()),
+        );
+        assert_eq!(s.next().await, Event::Data(b"x".to_vec()));
+        tokio::time::advance(std::time::Duration::from_secs(50)).await;
+        assert!(s.sender().send(b"in".to_vec()).await);
+        match s.next().await {
+            Event::End(o) => assert_eq!(o.code, 408, "{}", o.message),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(started.elapsed(), std::time::Duration::from_secs(160));
+        drop(s);
+        let mut kinds = Vec::new();
+        while let Ok(f) = to_node.try_recv() {
+            kinds.push((f.kind, f.stream));
+        }
+        assert!(kinds.contains(&(Kind::Close, open.stream)), "{kinds:?}");
+        assert_eq!(tunnels.streams(), 0);
     }
 }
