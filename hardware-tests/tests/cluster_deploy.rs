@@ -152,7 +152,11 @@ fn the_deployment_applies_and_its_rbac_is_what_cloudcore_needs_and_no_more() {
         ("update", "leases/kube-controller-manager", "kube-system"),
         ("update", "leases/other", "kubeedge"),
         ("patch", "validatingwebhookconfigurations/other-webhook", ""),
-        ("patch", "customresourcedefinitions/certificates.cert-manager.io", ""),
+        (
+            "patch",
+            "customresourcedefinitions/certificates.cert-manager.io",
+            "",
+        ),
     ] {
         let mut args = vec!["auth", "can-i", verb, what, "--as", sa];
         if !ns.is_empty() {
