@@ -180,6 +180,10 @@ fn steps_csv_state_and_mistakes_as_a_user_reads_them() {
         ("step=5x", 400, "step=\"5x\""),
         ("from=-1h&to=-2h", 400, "is not after"),
         ("step=10", 400, "at least 1000"),
+        // A step per second over 23 hours: refused, naming the limit (it took the gateway from
+        // 38 to 288 MiB).
+        ("from=-23h&step=1s", 400, "82800 steps of 1000 ms"),
+        ("from=-23h&step=1s", 400, "at most 20000 buckets"),
     ] {
         let (got, doc) = e.get(&format!("{HISTORY}?{query}"));
         assert_eq!(got, status, "{query}: {doc}");

@@ -219,6 +219,60 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
         let (ok, log) = cloud.kubectl(&["logs", "ticker", "--tail=1"]);
         (ok && log.starts_with("tick ")).then_some(())
     });
+    // One user holds at most half of a node's streams: a viewer's ninth `logs -f` is refused
+    // naming the limit, while the admin still reads the log (sixteen of one viewer's locked
+    // everyone out before).
+    cloud.ok(&[
+        "create",
+        "rolebinding",
+        "viewer-view",
+        "--clusterrole=view",
+        "--user=viewer",
+    ]);
+    let follow_as_viewer = || {
+        Command::new(kubectl_bin())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["logs", "-f", "ticker", "--as", "viewer"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl logs -f")
+    };
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let mut f = follow_as_viewer();
+        let mut out = BufReader::new(f.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        let _ = out.read_line(&mut first);
+        assert!(
+            first.starts_with("tick "),
+            "viewer's follower {i}: {first:?}"
+        );
+        held.push((f, out));
+    }
+    let (ok, refused) = cloud.kubectl(&["logs", "ticker", "--tail=1", "--as", "viewer"]);
+    assert!(
+        !ok && refused.contains("the most one user may hold on a node"),
+        "{refused}"
+    );
+    let (ok, log) = cloud.kubectl(&["logs", "ticker", "--tail=1"]);
+    assert!(
+        ok && log.starts_with("tick "),
+        "the admin is not locked out: {log}"
+    );
+    for (mut f, _) in held {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    eventually(
+        30,
+        "the viewer reads again once its followers went away",
+        || {
+            let (ok, log) = cloud.kubectl(&["logs", "ticker", "--tail=1", "--as", "viewer"]);
+            (ok && log.starts_with("tick ")).then_some(())
+        },
+    );
     // The node counts them: its tunnel open, every stream opened, none left open.
     let metrics = eventually(30, "no stream left open on the node", || {
         let text = sim::agent()
