@@ -8,18 +8,14 @@ use time::format_description::well_known::Rfc3339;
 pub(crate) const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 pub(crate) const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
+/// A DNS-1123 label (namespace names, resource plurals): `api::validate::names`' check.
 pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
+    api::validate::names::check_dns1123_label(s).is_ok()
 }
 
+/// A DNS-1123 subdomain (object names): `api::validate::names`' check.
 pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    api::validate::names::check_dns1123_subdomain(s).is_ok()
 }
 
 /// Checks `metadata.name` (a DNS-1123 label for namespaces, a subdomain otherwise).
