@@ -15,6 +15,7 @@
 //! - [`tunnel`]: the frames of the streaming tunnel a node opens beside its session (`kubectl
 //!   logs` through the cloud), and what the cloud asks on it.
 //! - [`operations`]: what a fleet job (`ImagePrePullJob`) asks of one node and its answer.
+//! - [`rfc3339`]: times as Kubernetes writes them.
 pub mod bus;
 pub mod crd;
 pub mod dmi;
@@ -24,6 +25,7 @@ pub mod message;
 pub mod operations;
 pub mod packed;
 pub mod paths;
+pub mod rfc3339;
 pub mod tunnel;
 pub mod v1beta1;
 pub mod validate;

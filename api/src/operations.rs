@@ -191,14 +191,7 @@ impl Action {
         reason: impl Into<String>,
         when: std::time::SystemTime,
     ) -> Self {
-        let time = time::OffsetDateTime::from(when)
-            .replace_nanosecond(0)
-            .ok()
-            .and_then(|t| {
-                t.format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
-            .unwrap_or_default();
+        let time = crate::rfc3339::of_system(when);
         Self {
             action: action.into(),
             status: if ok { "True" } else { "False" }.into(),

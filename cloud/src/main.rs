@@ -74,13 +74,7 @@ fn token_command(config: &cloud::config::Config, c: TokenCommand) -> anyhow::Res
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
             for t in book.list()? {
-                let expires = time::OffsetDateTime::from_unix_timestamp(t.expires as i64)
-                    .ok()
-                    .and_then(|d| {
-                        d.format(&time::format_description::well_known::Rfc3339)
-                            .ok()
-                    })
-                    .unwrap_or_default();
+                let expires = api::rfc3339::of_unix_seconds(t.expires as i64).unwrap_or_default();
                 let joins = match t.max_joins {
                     Some(m) => format!("{}/{m}", t.joins),
                     None => t.joins.to_string(),

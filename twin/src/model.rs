@@ -14,13 +14,7 @@ pub fn rfc3339(ms: Millis) -> String {
     if ms <= 0 {
         return String::new();
     }
-    time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000))
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
+    api::rfc3339::of_unix_seconds(ms.div_euclid(1000)).unwrap_or_default()
 }
 
 /// KubeEdge's version vector of one twin section: how many times the cloud and the edge have

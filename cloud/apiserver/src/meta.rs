@@ -139,8 +139,7 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 pub(crate) fn rfc3339(t: OffsetDateTime) -> String {
-    let t = t.replace_nanosecond(0).unwrap_or(t);
-    t.format(&Rfc3339).unwrap_or_default()
+    api::rfc3339::format(t)
 }
 
 /// Seconds since an RFC 3339 time, if it parses.

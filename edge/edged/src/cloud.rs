@@ -145,13 +145,7 @@ impl CloudPods {
 pub fn pod_status(view: &super::PodView, host_ip: Option<&str>, host_network: bool) -> Value {
     let time = |nanos: Option<i64>| -> Value {
         nanos
-            .and_then(|n| time::OffsetDateTime::from_unix_timestamp_nanos(n as i128).ok())
-            .and_then(|t| {
-                t.replace_nanosecond(0)
-                    .ok()?
-                    .format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
+            .and_then(|n| api::rfc3339::of_unix_nanos(i128::from(n)))
             .map_or(Value::Null, Value::String)
     };
     let mut ready = !view.containers.is_empty();

@@ -144,9 +144,7 @@ pub(crate) async fn sample(
     if node.is_none() && containers.is_empty() {
         return None;
     }
-    let timestamp = time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
+    let timestamp = api::rfc3339::now();
     Some(content(&timestamp, window_seconds, node, &containers))
 }
 
