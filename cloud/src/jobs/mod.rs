@@ -338,7 +338,8 @@ async fn run_job(
         Kind::PrePull => plan::prepull_template(spec),
         Kind::Upgrade => plan::upgrade_template(spec),
         Kind::Config => plan::config_template(spec),
-    };
+    }
+    .map_err(|e| e.to_string());
     let refuse = |e: String| {
         let api = api.clone();
         let name = name.clone();

@@ -61,16 +61,49 @@ pub struct Template {
     pub update_fields: BTreeMap<String, String>,
 }
 
+/// Why a job's template cannot be used: the field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {why}")]
+pub struct TemplateError {
+    pub field: String,
+    pub why: String,
+}
+
+fn bad(field: impl Into<String>, why: impl Into<String>) -> TemplateError {
+    TemplateError {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+/// Why a label selector cannot be used: where in it, and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{at}: {why}")]
+pub struct SelectorError {
+    pub at: String,
+    pub why: String,
+}
+
+fn bad_selector(at: impl Into<String>, why: impl Into<String>) -> SelectorError {
+    SelectorError {
+        at: at.into(),
+        why: why.into(),
+    }
+}
+
 /// Reads an `ImagePrePullJob`'s `spec.imagePrePullTemplate`; the error names the field.
-pub fn prepull_template(spec: &Value) -> Result<Template, String> {
+pub fn prepull_template(spec: &Value) -> Result<Template, TemplateError> {
     let t = &spec["imagePrePullTemplate"];
     let f = "spec.imagePrePullTemplate";
     let images = strings(t, f, "images")?;
     if images.is_empty() {
-        return Err(format!("{f}.images: give at least one image"));
+        return Err(bad(format!("{f}.images"), "give at least one image"));
     }
-    if let Some(bad) = images.iter().find(|i| i.chars().any(char::is_whitespace)) {
-        return Err(format!("{f}.images: {bad:?} is not an image reference"));
+    if let Some(b) = images.iter().find(|i| i.chars().any(char::is_whitespace)) {
+        return Err(bad(
+            format!("{f}.images"),
+            format!("{b:?} is not an image reference"),
+        ));
     }
     let mut out = common(t, f, "to pull on")?;
     out.images = images;
@@ -81,7 +114,12 @@ pub fn prepull_template(spec: &Value) -> Result<Template, String> {
             s.split_once('/')
                 .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
                 .map(|(ns, n)| (ns.to_string(), n.to_string()))
-                .ok_or_else(|| format!("{f}.imageSecrets: {s:?} is not namespace/name"))?,
+                .ok_or_else(|| {
+                    bad(
+                        format!("{f}.imageSecrets"),
+                        format!("{s:?} is not namespace/name"),
+                    )
+                })?,
         ),
     };
     Ok(out)
@@ -89,20 +127,24 @@ pub fn prepull_template(spec: &Value) -> Result<Template, String> {
 
 /// Reads a `NodeUpgradeJob`'s `spec`; the error names the field. One node goes first (the
 /// canary); the others only once one has succeeded.
-pub fn upgrade_template(spec: &Value) -> Result<Template, String> {
+pub fn upgrade_template(spec: &Value) -> Result<Template, TemplateError> {
     let f = "spec";
     let mut out = common(spec, f, "to upgrade")?;
     out.rules.canary = true;
     out.version = spec["version"].as_str().unwrap_or_default().to_string();
     if !api::operations::valid_version(&out.version) {
-        return Err(format!(
-            "{f}.version: {:?} is not a release name (letters, digits, . _ + -)",
-            out.version
+        return Err(bad(
+            format!("{f}.version"),
+            format!(
+                "{:?} is not a release name (letters, digits, . _ + -)",
+                out.version
+            ),
         ));
     }
     if spec["requireConfirmation"].as_bool() == Some(true) {
-        return Err(format!(
-            "{f}.requireConfirmation: confirmation on the node is not supported; a canary goes first instead"
+        return Err(bad(
+            format!("{f}.requireConfirmation"),
+            "confirmation on the node is not supported; a canary goes first instead",
         ));
     }
     Ok(out)
@@ -110,35 +152,41 @@ pub fn upgrade_template(spec: &Value) -> Result<Template, String> {
 
 /// Reads a `ConfigUpdateJob`'s `spec`; the error names the field. One node goes first (the
 /// canary), as for an upgrade: a config that keeps nodes from coming back stops at one.
-pub fn config_template(spec: &Value) -> Result<Template, String> {
+pub fn config_template(spec: &Value) -> Result<Template, TemplateError> {
     let f = "spec";
     let mut out = common(spec, f, "to update")?;
     out.rules.canary = true;
     let Some(fields) = spec["updateFields"].as_object().filter(|m| !m.is_empty()) else {
-        return Err(format!(
-            "{f}.updateFields: give the fields to set, by their path in edgecore's config"
+        return Err(bad(
+            format!("{f}.updateFields"),
+            "give the fields to set, by their path in edgecore's config",
         ));
     };
     for (path, value) in fields {
         if path.is_empty() || path.split('.').any(|p| p.is_empty()) {
-            return Err(format!(
-                "{f}.updateFields: {path:?} is not a field path (names joined by dots)"
+            return Err(bad(
+                format!("{f}.updateFields"),
+                format!("{path:?} is not a field path (names joined by dots)"),
             ));
         }
         if path == "dataDir" {
-            return Err(format!(
-                "{f}.updateFields: dataDir cannot be changed by a job (the node's twins are kept there)"
+            return Err(bad(
+                format!("{f}.updateFields"),
+                "dataDir cannot be changed by a job (the node's twins are kept there)",
             ));
         }
         let Some(v) = value.as_str() else {
-            return Err(format!("{f}.updateFields.{path}: {value} is not a string"));
+            return Err(bad(
+                format!("{f}.updateFields.{path}"),
+                format!("{value} is not a string"),
+            ));
         };
         out.update_fields.insert(path.clone(), v.to_string());
     }
     Ok(out)
 }
 
-fn strings(t: &Value, f: &str, key: &str) -> Result<Vec<String>, String> {
+fn strings(t: &Value, f: &str, key: &str) -> Result<Vec<String>, TemplateError> {
     match &t[key] {
         Value::Null => Ok(Vec::new()),
         Value::Array(a) => a
@@ -147,35 +195,37 @@ fn strings(t: &Value, f: &str, key: &str) -> Result<Vec<String>, String> {
                 v.as_str()
                     .filter(|s| !s.trim().is_empty())
                     .map(str::to_string)
-                    .ok_or_else(|| format!("{f}.{key}: every item is a non-empty string"))
+                    .ok_or_else(|| bad(format!("{f}.{key}"), "every item is a non-empty string"))
             })
             .collect(),
-        _ => Err(format!("{f}.{key} is a list of strings")),
+        _ => Err(bad(format!("{f}.{key}"), "a list of strings")),
     }
 }
 
-fn int(t: &Value, f: &str, key: &str, default: u32) -> Result<u32, String> {
+fn int(t: &Value, f: &str, key: &str, default: u32) -> Result<u32, TemplateError> {
     match &t[key] {
         Value::Null => Ok(default),
         v => v
             .as_u64()
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| format!("{f}.{key}: {v} is not a count")),
+            .ok_or_else(|| bad(format!("{f}.{key}"), format!("{v} is not a count"))),
     }
 }
 
 /// What every job's template has: its nodes, how many at once, what failure it tolerates,
 /// its time.
-fn common(t: &Value, f: &str, what: &str) -> Result<Template, String> {
+fn common(t: &Value, f: &str, what: &str) -> Result<Template, TemplateError> {
     let node_names = strings(t, f, "nodeNames")?;
     let selector = t.get("labelSelector").filter(|v| !v.is_null()).cloned();
     if node_names.is_empty() && selector.is_none() {
-        return Err(format!(
-            "{f}: give nodeNames or labelSelector (the nodes {what})"
+        return Err(bad(
+            f,
+            format!("give nodeNames or labelSelector (the nodes {what})"),
         ));
     }
     if let Some(s) = &selector {
-        selects(s, &BTreeMap::new()).map_err(|e| format!("{f}.labelSelector: {e}"))?;
+        selects(s, &BTreeMap::new())
+            .map_err(|e| bad(format!("{f}.labelSelector"), e.to_string()))?;
     }
     let tolerate = match t["failureTolerate"].as_str().filter(|s| !s.is_empty()) {
         None => DEFAULT_TOLERATE,
@@ -183,7 +233,12 @@ fn common(t: &Value, f: &str, what: &str) -> Result<Template, String> {
             .parse::<f64>()
             .ok()
             .filter(|x| (0.0..=1.0).contains(x))
-            .ok_or_else(|| format!("{f}.failureTolerate: {s:?} is not a ratio from 0 to 1"))?,
+            .ok_or_else(|| {
+                bad(
+                    format!("{f}.failureTolerate"),
+                    format!("{s:?} is not a ratio from 0 to 1"),
+                )
+            })?,
     };
     let concurrency = int(t, f, "concurrency", 1)?.max(1) as usize;
     let timeout_seconds = match int(t, f, "timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)? {
@@ -210,7 +265,7 @@ fn common(t: &Value, f: &str, what: &str) -> Result<Template, String> {
 
 /// Whether a label selector (`matchLabels`, `matchExpressions`) selects `labels`; an error
 /// names what in the selector is wrong.
-pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
     let mut all = true;
     match &selector["matchLabels"] {
         Value::Null => {}
@@ -218,11 +273,11 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bo
             for (k, v) in m {
                 let v = v
                     .as_str()
-                    .ok_or_else(|| format!("matchLabels.{k} is not a string"))?;
+                    .ok_or_else(|| bad_selector(format!("matchLabels.{k}"), "not a string"))?;
                 all &= labels.get(k).map(String::as_str) == Some(v);
             }
         }
-        _ => return Err("matchLabels is not a map".into()),
+        _ => return Err(bad_selector("matchLabels", "not a map")),
     }
     match &selector["matchExpressions"] {
         Value::Null => {}
@@ -230,7 +285,7 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bo
             for (i, e) in exprs.iter().enumerate() {
                 let key = e["key"]
                     .as_str()
-                    .ok_or_else(|| format!("matchExpressions[{i}].key is missing"))?;
+                    .ok_or_else(|| bad_selector(format!("matchExpressions[{i}].key"), "missing"))?;
                 let values: Vec<&str> = e["values"]
                     .as_array()
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -244,20 +299,27 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bo
                     Some("Exists") if values.is_empty() => have.is_some(),
                     Some("DoesNotExist") if values.is_empty() => have.is_none(),
                     Some(op @ ("In" | "NotIn")) => {
-                        return Err(format!("matchExpressions[{i}]: {op} needs values"));
+                        return Err(bad_selector(
+                            format!("matchExpressions[{i}]"),
+                            format!("{op} needs values"),
+                        ));
                     }
                     Some(op @ ("Exists" | "DoesNotExist")) => {
-                        return Err(format!("matchExpressions[{i}]: {op} takes no values"));
+                        return Err(bad_selector(
+                            format!("matchExpressions[{i}]"),
+                            format!("{op} takes no values"),
+                        ));
                     }
                     other => {
-                        return Err(format!(
-                            "matchExpressions[{i}].operator {other:?} is not In, NotIn, Exists or DoesNotExist"
+                        return Err(bad_selector(
+                            format!("matchExpressions[{i}].operator"),
+                            format!("{other:?} is not In, NotIn, Exists or DoesNotExist"),
                         ));
                     }
                 };
             }
         }
-        _ => return Err("matchExpressions is not a list".into()),
+        _ => return Err(bad_selector("matchExpressions", "not a list")),
     }
     Ok(all)
 }
@@ -415,7 +477,7 @@ mod tests {
             ),
         ] {
             let e = config_template(&spec).expect_err(said);
-            assert!(e.contains(said), "{spec}: {e}");
+            assert!(e.to_string().contains(said), "{spec}: {e}");
         }
     }
 
@@ -450,7 +512,7 @@ mod tests {
             ),
         ] {
             let e = prepull_template(&json!({ "imagePrePullTemplate": bad })).expect_err("refused");
-            assert!(e.contains(field), "{e} (want {field})");
+            assert!(e.to_string().contains(field), "{e} (want {field})");
         }
     }
 
@@ -472,7 +534,7 @@ mod tests {
             ),
         ] {
             let e = upgrade_template(&bad).expect_err("refused");
-            assert!(e.contains(field), "{e} (want {field})");
+            assert!(e.to_string().contains(field), "{e} (want {field})");
         }
     }
 
