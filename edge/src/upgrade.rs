@@ -523,7 +523,7 @@ impl Upgrader {
         let checked = match crate::edgehub::checks::run(&q.check_items, &self.data_dir).await {
             Ok(found) => found,
             Err(why) => {
-                s.act("Check", false, why.clone());
+                s.act("Check", false, why.to_string());
                 bail!("checkItems: {why}");
             }
         };
@@ -677,7 +677,7 @@ impl Upgrader {
         let checked = match crate::edgehub::checks::run(&q.check_items, &self.data_dir).await {
             Ok(found) => found,
             Err(why) => {
-                s.act("Check", false, why.clone());
+                s.act("Check", false, why.to_string());
                 bail!("checkItems: {why}");
             }
         };

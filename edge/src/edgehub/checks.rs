@@ -10,12 +10,24 @@ use std::time::Duration;
 /// KubeEdge's limit for each item, percent.
 pub(crate) const MAX_PERCENT: f64 = 80.0;
 
+/// Why a job's checks refuse it on this node.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum CheckError {
+    #[error("{item} usage is {used:.1}%, more than the {MAX_PERCENT:.0}% a job allows")]
+    Over { item: String, used: f64 },
+    #[error("{item} usage cannot be read from {from}")]
+    Unreadable { item: &'static str, from: String },
+    #[error("check item {0:?} is not supported (cpu, mem, disk)")]
+    Unknown(String),
+}
+
 /// Whether `used` percent of `what` is within the limit; the error says by how much not.
-fn within(what: &str, used: f64) -> Result<f64, String> {
+fn within(what: &str, used: f64) -> Result<f64, CheckError> {
     if used > MAX_PERCENT {
-        Err(format!(
-            "{what} usage is {used:.1}%, more than the {MAX_PERCENT:.0}% a job allows"
-        ))
+        Err(CheckError::Over {
+            item: what.to_string(),
+            used,
+        })
     } else {
         Ok(used)
     }
@@ -49,7 +61,11 @@ fn disk_percent(dir: &Path) -> Option<f64> {
 }
 
 /// Runs `items`; what each found, or the first that failed.
-pub(crate) async fn run(items: &[String], data_dir: &Path) -> Result<String, String> {
+pub(crate) async fn run(items: &[String], data_dir: &Path) -> Result<String, CheckError> {
+    let unreadable = |item, from: &str| CheckError::Unreadable {
+        item,
+        from: from.to_string(),
+    };
     let mut found = Vec::new();
     for item in items {
         let used = match item.as_str() {
@@ -57,17 +73,13 @@ pub(crate) async fn run(items: &[String], data_dir: &Path) -> Result<String, Str
                 let before = std::fs::read_to_string("/proc/stat").unwrap_or_default();
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let after = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-                cpu_percent(&before, &after).ok_or("cpu usage cannot be read from /proc/stat")?
+                cpu_percent(&before, &after).ok_or_else(|| unreadable("cpu", "/proc/stat"))?
             }
             "mem" => mem_percent(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default())
-                .ok_or("mem usage cannot be read from /proc/meminfo")?,
+                .ok_or_else(|| unreadable("mem", "/proc/meminfo"))?,
             "disk" => disk_percent(data_dir)
-                .ok_or_else(|| format!("disk usage of {} cannot be read", data_dir.display()))?,
-            other => {
-                return Err(format!(
-                    "check item {other:?} is not supported (cpu, mem, disk)"
-                ));
-            }
+                .ok_or_else(|| unreadable("disk", &data_dir.display().to_string()))?,
+            other => return Err(CheckError::Unknown(other.to_string())),
         };
         found.push(format!("{item} {:.1}%", within(item, used)?));
     }
@@ -89,7 +101,7 @@ mod tests {
         assert_eq!(mem_percent(mem), Some(70.0));
         assert_eq!(within("mem", 70.0), Ok(70.0));
         assert_eq!(
-            within("cpu", 90.0),
+            within("cpu", 90.0).map_err(|e| e.to_string()),
             Err("cpu usage is 90.0%, more than the 80% a job allows".into())
         );
         assert!(disk_percent(Path::new("/")).is_some_and(|p| (0.0..=100.0).contains(&p)));
@@ -100,7 +112,10 @@ mod tests {
         let e = run(&["gpu".into()], Path::new("/"))
             .await
             .expect_err("refused");
-        assert_eq!(e, "check item \"gpu\" is not supported (cpu, mem, disk)");
+        assert_eq!(
+            e.to_string(),
+            "check item \"gpu\" is not supported (cpu, mem, disk)"
+        );
         assert_eq!(run(&[], Path::new("/")).await, Ok(String::new()));
     }
 }

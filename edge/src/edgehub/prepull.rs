@@ -50,7 +50,7 @@ pub(super) fn start(
         let result = match super::checks::run(&ask.check_items, &data_dir).await {
             Err(why) => {
                 let mut r = PrePullResult::refused(format!("checkItems: {why}"));
-                r.action_flow.push(action("Check", false, why));
+                r.action_flow.push(action("Check", false, why.to_string()));
                 r
             }
             Ok(found) => {
