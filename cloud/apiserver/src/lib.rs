@@ -15,6 +15,8 @@
 //!   first one's); `controllers`: namespace deletion, CRD cleanup and garbage collection.
 //! - `authn`: who a request comes from (client certificates, revoked ones refused, bearer
 //!   tokens, impersonation); `authz`: what it may do, as kube-apiserver decides.
+//!   `admission`: what the object as stored may hold (NodeRestriction, RBAC escalation,
+//!   desired values, a job's Secret); `podsecurity`: Pod Security levels by namespace label.
 //! - `routes`: health checks, then every request authenticated; `serve`: the TLS listener,
 //!   bounding handshakes per address (`per_address`); `install`: namespaces and objects made
 //!   at start.
