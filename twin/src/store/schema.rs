@@ -9,7 +9,6 @@ use sqlx::sqlite::{
 use std::path::Path;
 use std::time::Duration;
 
-use super::rows::u;
 use super::{Result, StoreError, Synchronous};
 
 /// Rows written by one multi-row statement, at most.
@@ -249,7 +248,11 @@ pub(super) async fn migrate(pool: &SqlitePool, path: &Path, migrations: &[&str])
             known: migrations.len(),
         });
     }
-    for (n, sql) in migrations.iter().enumerate().skip(u(current) as usize) {
+    for (n, sql) in migrations
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
         let version = n + 1;
         let err = |source| StoreError::Migrate { version, source };
         let mut tx = pool.begin().await.map_err(err)?;
