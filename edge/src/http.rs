@@ -71,12 +71,7 @@ async fn require_token(
     next: axum::middleware::Next,
 ) -> Response {
     if s.token.is_none() {
-        let host = req
-            .headers()
-            .get(axum::http::header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()))
-            .unwrap_or_default();
+        let host = rt::host::of_request(&req);
         if !rt::host::served(host, &s.hosts) {
             return error(
                 StatusCode::FORBIDDEN,

@@ -22,6 +22,15 @@ pub fn group_id(name: &str) -> Option<u32> {
     })
 }
 
+/// A request's `Host`: its header, else the authority of its URI (HTTP/2), else "".
+pub fn of_request<B>(req: &http::Request<B>) -> &str {
+    req.headers()
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or_default()
+}
+
 /// Whether a request's `Host` is one a local API serves without a token: an IP address (a page
 /// cannot rebind those), `localhost` or a name under it, or one of `names` (this machine's
 /// host name and configured ones: [`served_names`]). A name a web page's own domain resolves

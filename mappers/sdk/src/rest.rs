@@ -79,11 +79,7 @@ pub fn router(state: RestState) -> Router {
 async fn guard(State(s): State<RestState>, req: Request, next: Next) -> Response {
     use axum::http::{Method, header};
     let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()))
-        .unwrap_or_default();
+    let host = rt::host::of_request(&req);
     match &s.token {
         Some(token) if req.uri().path() != "/api/v1/ping" => {
             let given = rt::secret::bearer(headers.get(header::AUTHORIZATION));
