@@ -14,11 +14,14 @@ use tokio_util::sync::CancellationToken;
 use twin::{Store, TwinService};
 
 /// Runs edgecore until `cancel` is triggered.
-pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    config: Config,
+    cancel: CancellationToken,
+    relaunch: Arc<crate::upgrade::Relaunch>,
+) -> anyhow::Result<()> {
     rt::bootstrap::raise_nofile_limit();
     // An upgrade under way: this may be the new edgecore on trial (or must roll back now).
-    crate::upgrade::set_shutdown(cancel.clone());
-    let trial = crate::upgrade::on_start(&config.data_dir)?;
+    let trial = crate::upgrade::on_start(&config.data_dir, &relaunch, &cancel)?;
     // Private: the twins, and the Secrets sent to the node's pods, are kept here.
     rt::fs::private_dir(&config.data_dir).with_context(|| {
         format!(
@@ -245,6 +248,12 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
                 Duration::from_millis(e.runtime_timeout_ms),
             ))
         });
+        let jobs = Arc::new(crate::edgehub::jobs::Jobs::new(
+            config.data_dir.clone(),
+            relaunch.clone(),
+            cancel.clone(),
+            runtime.clone(),
+        ));
         let hub = crate::edgehub::EdgeHub {
             cloud: cloud.clone(),
             node: config.node_name.clone(),
@@ -258,8 +267,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             pods: config.edged.is_some().then(|| cloud_pods.clone()),
             metrics: metrics.clone(),
             runtime: runtime.clone(),
-            prepulls: crate::edgehub::prepull_slots(),
-            upgrader: std::sync::Arc::new(crate::upgrade::Upgrader::new(config.data_dir.clone())),
+            jobs: jobs.clone(),
             link: std::sync::Mutex::new(None),
             tunnel: cloud.streams.enable.then(|| {
                 std::sync::Arc::new(crate::edgehub::tunnel::Services {
@@ -274,11 +282,7 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
         };
         tasks.spawn(hub.run(cancel.clone()));
         if let Some(seconds) = trial {
-            tokio::spawn(crate::upgrade::watch_health(
-                config.data_dir.clone(),
-                metrics.clone(),
-                seconds,
-            ));
+            tokio::spawn(jobs.trial(seconds));
         }
     }
 

@@ -598,7 +598,7 @@ async fn checks(c: &crate::config::Config) -> (Vec<String>, bool) {
     // The cloud: reachable, and the certificate's time left.
     if let Some(cloud) = &c.cloud {
         for url in [&cloud.server, &cloud.cert_server] {
-            let reach = match crate::edgehub::host_port(url) {
+            let reach = match crate::edgehub::certserver::host_port(url) {
                 Ok((authority, _)) => {
                     match tokio::time::timeout(
                         Duration::from_secs(5),

@@ -15,8 +15,9 @@
 //!   besides the twins.
 //! - [`metrics`]: counters for `/metrics`; `ui`: the gateway's page at `/ui` on the HTTP
 //!   listener.
-//! - [`upgrade`]: a `NodeUpgradeJob` on this node (download, check, swap, `exec`; at start, the
-//!   new edgecore's health check or its rollback).
+//! - [`upgrade`]: what `main` needs of the fleet jobs' part on this node (`edgehub::jobs`):
+//!   [`upgrade::Relaunch`] (the binary and config it started from, `exec`ed again after an
+//!   upgrade or a rollback), the version the node runs, and a config update's field setter.
 //!
 //! The twin itself is the `twin` crate, pods are the `edged` crate, and process plumbing is
 //! `rt`'s.
@@ -38,4 +39,7 @@ mod manifests;
 mod meta;
 pub mod metrics;
 mod ui;
-pub mod upgrade;
+/// What `main` needs of the fleet jobs' part on this node.
+pub mod upgrade {
+    pub use crate::edgehub::jobs::{ConfigError, Relaunch, apply_fields, on_start, version};
+}

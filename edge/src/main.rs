@@ -213,7 +213,7 @@ fn block_on<T>(
 
 fn main() -> ExitCode {
     // Before anything could replace it (an upgrade renames a new binary over it).
-    edge::upgrade::remember_exe();
+    let exe = std::env::current_exe();
     rt::sys::single_arena();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
@@ -247,9 +247,10 @@ fn main() -> ExitCode {
         }
         None => {}
     }
-    if let Some(f) = &args.config {
-        edge::upgrade::remember_config(f);
-    }
+    let relaunch = std::sync::Arc::new(edge::upgrade::Relaunch::of_process(
+        exe.ok(),
+        args.config.as_deref(),
+    ));
     let config = match &args.config {
         Some(f) => edge::config::Config::load(f),
         None => edge::config::Config::parse(
@@ -266,14 +267,15 @@ fn main() -> ExitCode {
         }
     };
     let data_dir = config.data_dir.clone();
+    let trial = relaunch.clone();
     let code = rt::bootstrap::run(
         "edgecore",
         rt::bootstrap::Threads::PerCore,
         |cancel| async move {
-            let ran = edge::app::run(config, cancel).await;
+            let ran = edge::app::run(config, cancel, trial.clone()).await;
             // On trial after an upgrade or a config update, a failure puts the old one back.
             if let Err(e) = &ran
-                && edge::upgrade::roll_back_after_failure(&data_dir, &format!("{e:#}"))
+                && trial.roll_back_after_failure(&data_dir, &format!("{e:#}"))
             {
                 eprintln!("edgecore: rolled back after: {e:#}");
             }
@@ -281,7 +283,7 @@ fn main() -> ExitCode {
         },
     );
     // Upgraded or rolled back: the binary at edgecore's path starts in this process's place.
-    if let Some(e) = edge::upgrade::restart_if_asked() {
+    if let Some(e) = relaunch.exec_if_asked() {
         eprintln!("edgecore: cannot start again after an upgrade: {e}");
         return ExitCode::from(1);
     }

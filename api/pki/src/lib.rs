@@ -220,6 +220,46 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// A SHA-256 digest taken piece by piece (a release as it downloads).
+pub struct Sha256(ring::digest::Context);
+
+impl Default for Sha256 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sha256 {
+    pub fn new() -> Self {
+        Self(ring::digest::Context::new(&ring::digest::SHA256))
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The digest as lower-case hex.
+    pub fn hex(self) -> String {
+        hex(self.0.finish().as_ref())
+    }
+}
+
+/// The SHA-256 of a file's bytes as lower-case hex, read 64 KiB at a time.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut digest = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        digest.update(&buf[..n]);
+    }
+    Ok(digest.hex())
+}
+
 /// The common name of a DER certificate.
 pub fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
@@ -252,6 +292,26 @@ pub fn pem_to_der(pem_text: &str) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_digest_is_the_known_sha256_of_its_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("abc");
+        std::fs::write(&f, "abc").expect("write");
+        // FIPS 180-2's example for "abc".
+        assert_eq!(
+            sha256_file(&f).expect("digest"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        // Piece by piece, across the 64 KiB reads.
+        let big = vec![7u8; (1 << 16) + 3];
+        std::fs::write(&f, &big).expect("write");
+        let mut d = Sha256::new();
+        d.update(&big[..10]);
+        d.update(&big[10..]);
+        assert_eq!(sha256_file(&f).expect("digest"), d.hex());
+        assert!(sha256_file(&dir.path().join("none")).is_err());
+    }
 
     #[test]
     fn the_ca_is_made_once_and_kept_private() {

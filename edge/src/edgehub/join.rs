@@ -10,13 +10,12 @@
 //! another CA than the token names (the cloud was rebuilt and the node given a new token), is
 //! replaced by joining again with the token.
 
+use super::certserver::call;
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use std::path::Path;
 use std::sync::Arc;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 /// The node's credentials: the cloud CA and its own certificate and key (PEM).
 #[derive(Clone)]
@@ -209,28 +208,6 @@ pub(crate) async fn renew(
     Ok(creds)
 }
 
-/// `host:port` and the host of a `scheme://host:port[/...]` address.
-pub(crate) fn host_port(url: &str) -> Result<(String, String)> {
-    let rest = url
-        .split_once("://")
-        .map(|(_, r)| r)
-        .with_context(|| format!("{url:?} has no scheme"))?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.rsplit_once(':') {
-        Some((h, p)) if p.parse::<u16>().is_ok() => h,
-        _ => bail!("{url:?} has no port"),
-    };
-    Ok((
-        authority.to_string(),
-        host.trim_matches(['[', ']']).to_string(),
-    ))
-}
-
-/// The server name TLS checks: an IP address or a DNS name.
-pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>> {
-    ServerName::try_from(host.to_string()).with_context(|| format!("{host:?} is not a host name"))
-}
-
 /// `GET {base}{path}` over TLS with a body (as KubeEdge's edgehub sends its CSR); the status and
 /// body of the answer.
 async fn get(
@@ -269,48 +246,6 @@ pub(crate) async fn give_up(dir: &Path, cert_server: &str, node: &str) -> Result
     Ok(())
 }
 
-/// `{method} {base}{path}` over TLS with a body; the status and body of the answer.
-async fn call(
-    method: hyper::Method,
-    base: &str,
-    path: &str,
-    tls: Arc<rustls::ClientConfig>,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> Result<(u16, Vec<u8>)> {
-    let (authority, host) = host_port(base)?;
-    let tcp = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        tokio::net::TcpStream::connect(&authority),
-    )
-    .await
-    .with_context(|| format!("{base}: connect timed out"))?
-    .with_context(|| format!("cannot connect to {base}"))?;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(server_name(&host)?, tcp)
-        .await
-        .with_context(|| format!("TLS with {base} failed"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("Host", authority.as_str());
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        sender.send_request(req.body(Full::new(Bytes::from(body)))?),
-    )
-    .await
-    .with_context(|| format!("{base}{path}: no answer within 30 s"))??;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes().to_vec();
-    Ok((status, body))
-}
-
 /// A TLS client that accepts any server certificate: only for fetching the CA, which the
 /// token's hash then checks.
 fn insecure() -> Result<Arc<rustls::ClientConfig>> {
@@ -321,7 +256,7 @@ fn insecure() -> Result<Arc<rustls::ClientConfig>> {
             &self,
             _: &CertificateDer<'_>,
             _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
+            _: &rustls::pki_types::ServerName<'_>,
             _: &[u8],
             _: rustls::pki_types::UnixTime,
         ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {

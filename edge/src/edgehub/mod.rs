@@ -21,12 +21,11 @@
 //!   flight, what an answer clears) is [`link`]'s; the session loop only moves bytes, and
 //!   reads and handles the cloud's frames while reports wait for the rate.
 
-pub(crate) mod checks;
+pub(crate) mod certserver;
+pub(crate) mod jobs;
 pub(crate) mod join;
 mod link;
 mod nodeinfo;
-mod prepull;
-pub(crate) use join::{host_port, server_name};
 pub(crate) mod tunnel;
 mod usage;
 
@@ -69,18 +68,11 @@ pub(crate) struct EdgeHub {
     pub tunnel: Option<std::sync::Arc<tunnel::Services>>,
     /// The container runtime, when edged runs (its containers' usage for `kubectl top`).
     pub runtime: Option<std::sync::Arc<edged::Runtime>>,
-    /// Image pre-pull jobs running ([`prepull::AT_ONCE`] at most).
-    pub prepulls: std::sync::Arc<tokio::sync::Semaphore>,
-    /// `NodeUpgradeJob`s on this node.
-    pub upgrader: std::sync::Arc<crate::upgrade::Upgrader>,
+    /// Fleet jobs on this node (pre-pulls, upgrades, config updates).
+    pub jobs: std::sync::Arc<jobs::Jobs>,
     /// The certificate server and TLS client of the session now (an upgrade downloads there).
     pub link:
         std::sync::Mutex<Option<(String, std::sync::Arc<tokio_rustls::rustls::ClientConfig>)>>,
-}
-
-/// The slots of the image pre-pull jobs that may run at once.
-pub(crate) fn prepull_slots() -> std::sync::Arc<tokio::sync::Semaphore> {
-    std::sync::Arc::new(tokio::sync::Semaphore::new(prepull::AT_ONCE))
 }
 
 impl EdgeHub {
@@ -109,6 +101,7 @@ impl EdgeHub {
             self.metrics
                 .cloud_connected
                 .store(0, std::sync::atomic::Ordering::Relaxed);
+            self.jobs.session(false);
             let moving_home = matches!(&r, Ok(why) if why == MOVING_HOME);
             if moving_home {
                 tracing::info!(server = %replicas[home].0, "edgehub: this node's own replica answers again; moving back to it");
@@ -211,7 +204,7 @@ impl EdgeHub {
         .await?;
         self.renew_if_due(cert_server, &mut creds, renewal_tried)
             .await;
-        let (authority, host) = join::host_port(server)?;
+        let (authority, host) = certserver::host_port(server)?;
         let tcp = connect_spread(&authority, &self.node)
             .await
             .with_context(|| format!("cannot connect to {server}"))?;
@@ -223,7 +216,7 @@ impl EdgeHub {
         let tls = tokio::time::timeout(
             HANDSHAKE,
             tokio_rustls::TlsConnector::from(creds.client_config()?)
-                .connect(join::server_name(&host)?, tcp),
+                .connect(certserver::server_name(&host)?, tcp),
         )
         .await
         .context("TLS with cloudhub timed out")?
@@ -267,6 +260,7 @@ impl EdgeHub {
         self.metrics
             .cloud_connected
             .store(1, std::sync::atomic::Ordering::Relaxed);
+        self.jobs.session(true);
         let (sink, mut frames) = ws.split();
         // The socket is written by a task of its own: the loop below never waits on a slow
         // socket while the cloud's frames wait to be read. What waits to be written is bounded
@@ -330,7 +324,7 @@ impl EdgeHub {
         let info = nodeinfo::patch(
             &self.node,
             self.pods.as_ref().map(|_| "containerd"),
-            &crate::upgrade::version(&self.data_dir),
+            &jobs::version(&self.data_dir),
             node_ip,
         );
         let mut info_id = info.header.id.clone();
@@ -388,7 +382,7 @@ impl EdgeHub {
                 _ = sleep_until_some(info_again) => {
                     info_again = None;
                     info_tries += 1;
-                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &crate::upgrade::version(&self.data_dir), node_ip);
+                    let info = nodeinfo::patch(&self.node, self.pods.as_ref().map(|_| "containerd"), &jobs::version(&self.data_dir), node_ip);
                     info_id = info.header.id.clone();
                     send(text(&info)?).await?;
                 }
@@ -618,38 +612,13 @@ impl EdgeHub {
                 self.delete_object(&kind, &id).await
             }
             ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
-            (api::operations::NODE_UPGRADE, api::operations::OPERATION)
-                if namespace == api::operations::NAMESPACE =>
-            {
-                return Some(self.answer_upgrade(&msg, &name));
-            }
-            (api::operations::CONFIG_UPDATE, api::operations::OPERATION)
-                if namespace == api::operations::NAMESPACE =>
-            {
-                let result = match serde_json::from_value(msg.content.clone()) {
-                    Ok(q) => self.upgrader.configure(&name, q),
-                    Err(e) => api::operations::UpgradeResult {
-                        phase: api::operations::NodePhase::Failure,
-                        reason: format!("the job's question is not understood here: {e}"),
-                        current_version: crate::upgrade::version(&self.data_dir),
-                        historic_version: String::new(),
-                        action_flow: Vec::new(),
-                    },
-                };
-                let mut answer = msg.response(serde_json::to_value(&result).unwrap_or_default());
-                answer.route.source = "edgehub".into();
-                return Some(answer);
-            }
-            (api::operations::IMAGE_PREPULL, api::operations::OPERATION)
-                if namespace == api::operations::NAMESPACE =>
-            {
-                return prepull::start(
-                    self.runtime.clone(),
-                    self.data_dir.clone(),
-                    &self.prepulls,
-                    &msg,
-                    later.clone(),
-                );
+            (job_kind, api::operations::OPERATION) if namespace == api::operations::NAMESPACE => {
+                let link = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(answer) = self.jobs.answer(job_kind, &name, &msg, link, later) {
+                    return Some(answer);
+                }
+                tracing::debug!(%kind, "edgehub: not a job known here; ignored");
+                return None;
             }
             _ => {
                 tracing::debug!(%kind, op = %msg.route.operation, "edgehub: not a device message; ignored");
@@ -684,31 +653,6 @@ impl EdgeHub {
                 m
             }
         };
-        answer.route.source = "edgehub".into();
-        answer
-    }
-
-    /// A `NodeUpgradeJob`'s question: how it goes, or the upgrade starts ([`crate::upgrade`]).
-    fn answer_upgrade(&self, msg: &Message, job: &str) -> Message {
-        let link = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let result = match (serde_json::from_value(msg.content.clone()), link) {
-            (Ok(q), Some((cert_server, tls))) => self.upgrader.answer(job, q, &cert_server, tls),
-            (Err(e), _) => api::operations::UpgradeResult {
-                phase: api::operations::NodePhase::Failure,
-                reason: format!("the job's question is not understood here: {e}"),
-                current_version: crate::upgrade::version(&self.data_dir),
-                historic_version: String::new(),
-                action_flow: Vec::new(),
-            },
-            (_, None) => api::operations::UpgradeResult {
-                phase: api::operations::NodePhase::InProgress,
-                reason: "connecting".into(),
-                current_version: crate::upgrade::version(&self.data_dir),
-                historic_version: String::new(),
-                action_flow: Vec::new(),
-            },
-        };
-        let mut answer = msg.response(serde_json::to_value(&result).unwrap_or_default());
         answer.route.source = "edgehub".into();
         answer
     }
@@ -1085,7 +1029,7 @@ async fn sleep_until_some(t: Option<Instant>) {
 
 /// Whether `server` (`wss://host:port`) takes a TCP connection within 2 s.
 async fn reachable(server: &str) -> bool {
-    let Ok((authority, _)) = join::host_port(server) else {
+    let Ok((authority, _)) = certserver::host_port(server) else {
         return false;
     };
     matches!(

@@ -85,13 +85,13 @@ async fn once(
     target: &Target,
     cancel: &CancellationToken,
 ) -> Result<String> {
-    let (authority, host) = super::join::host_port(&target.server)?;
+    let (authority, host) = super::certserver::host_port(&target.server)?;
     let tcp = tokio::net::TcpStream::connect(&authority)
         .await
         .with_context(|| format!("cannot connect to {}", target.server))?;
     let _ = tcp.set_nodelay(true);
     let tls = tokio_rustls::TlsConnector::from(target.tls.clone())
-        .connect(super::join::server_name(&host)?, tcp)
+        .connect(super::certserver::server_name(&host)?, tcp)
         .await
         .context("TLS with cloudhub failed")?;
     let url = format!(

@@ -3,7 +3,7 @@
 //! `/proc/meminfo`) and `disk` (the data directory's file system, used as `df` counts it), each
 //! at most 80 %. An item not known is refused by name.
 
-use super::usage::{cpu_ticks, memory_in_use};
+use super::super::usage::{cpu_ticks, memory_in_use};
 use std::path::Path;
 use std::time::Duration;
 
