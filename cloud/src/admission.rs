@@ -26,28 +26,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The path the API server posts `AdmissionReview`s to.
-pub const PATH: &str = "/admission/devices";
+pub(crate) const PATH: &str = "/admission/devices";
 
 /// The registration's name.
-pub const NAME: &str = "cloudcore-devices";
+pub(crate) const NAME: &str = "cloudcore-devices";
 
 /// An AdmissionReview carries the Device written and the one stored. A Device of a thousand
 /// properties with their desired values is about 200 KiB; a review of 1 MiB is refused (413)
 /// and, with `failurePolicy: Ignore`, let through by the API server to the edge, which still
 /// refuses a value that cannot land on its property.
-pub const MAX_BODY: usize = 1 << 20;
+pub(crate) const MAX_BODY: usize = 1 << 20;
 
 /// Reviews judged at once in all.
-pub const AT_ONCE: usize = 8;
+pub(crate) const AT_ONCE: usize = 8;
 
 /// Reviews judged at once for one client address.
-pub const PER_CLIENT: usize = 2;
+pub(crate) const PER_CLIENT: usize = 2;
 
 /// How long a review waits for one of the [`AT_ONCE`] slots.
-pub const WAIT: Duration = Duration::from_secs(2);
+pub(crate) const WAIT: Duration = Duration::from_secs(2);
 
 /// How long a client has to send the whole body once its headers are in.
-pub const BODY_TIME: Duration = Duration::from_secs(5);
+pub(crate) const BODY_TIME: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 struct Webhook {
@@ -57,7 +57,7 @@ struct Webhook {
 }
 
 /// The webhook's route, reading models through `client`.
-pub fn router(client: kube::Client) -> axum::Router {
+pub(crate) fn router(client: kube::Client) -> axum::Router {
     axum::Router::new()
         .route(PATH, axum::routing::post(review))
         .with_state(Webhook {
@@ -224,7 +224,7 @@ async fn model_of(client: &kube::Client, ns: &str, device: &Value) -> Result<Opt
 }
 
 /// The `ValidatingWebhookConfiguration` that sends Device writes to `url`, trusting `ca_pem`.
-pub fn registration(
+pub(crate) fn registration(
     url: &str,
     ca_pem: &str,
     failure_policy: &str,
@@ -270,7 +270,7 @@ pub fn registration(
 }
 
 /// Registers (server-side apply) the webhook on the cluster.
-pub async fn register(
+pub(crate) async fn register(
     client: &kube::Client,
     config: &k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
 ) -> Result<()> {

@@ -22,13 +22,13 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// The label with the hash of the template a pod was made from (the name Kubernetes uses).
-pub const HASH_LABEL: &str = "controller-revision-hash";
+pub(crate) const HASH_LABEL: &str = "controller-revision-hash";
 /// A pod just created is not created again for this long while the watch catches up.
 const EXPECT: Duration = Duration::from_secs(10);
 
 /// What to do, from the DaemonSets, nodes and pods seen.
 #[derive(Debug, Default, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Pods to create.
     pub create: Vec<Pod>,
     /// Pods to delete: namespace, name, why.
@@ -38,7 +38,7 @@ pub struct Plan {
 }
 
 /// The hash of a DaemonSet's pod template (10 hex digits).
-pub fn template_hash(ds: &DaemonSet) -> String {
+pub(crate) fn template_hash(ds: &DaemonSet) -> String {
     let text = serde_json::to_string(&ds.spec.as_ref().map(|s| &s.template)).unwrap_or_default();
     let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     d.as_ref()[..5].iter().map(|b| format!("{b:02x}")).collect()
@@ -76,7 +76,7 @@ fn phase(pod: &Pod) -> &str {
 }
 
 /// The pod of `ds` for `node`.
-pub fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
+pub(crate) fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
     let spec = ds.spec.clone().unwrap_or_default();
     let mut template = spec.template;
     let mut meta = template.metadata.take().unwrap_or_default();
@@ -111,7 +111,7 @@ pub fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
 
 /// The plan for the objects seen. `expected` holds (DaemonSet uid, node) pairs whose pod was
 /// just created and is not seen yet.
-pub fn plan(
+pub(crate) fn plan(
     sets: &[Arc<DaemonSet>],
     nodes: &[Arc<Node>],
     pods: &[Arc<Pod>],
@@ -280,7 +280,7 @@ where
 }
 
 /// Runs until `stop`.
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub(crate) async fn run(client: kube::Client, stop: CancellationToken) {
     let wake = Arc::new(Notify::new());
     let sets = watch(
         Api::<DaemonSet>::all(client.clone()),

@@ -35,7 +35,7 @@ pub struct Settings {
 
 /// Starts the election: `leading` says whether this replica leads now. The task ends after
 /// `stop`, once it gave the Lease up.
-pub fn start(
+pub(crate) fn start(
     client: kube::Client,
     settings: Settings,
     leading: watch::Sender<bool>,
@@ -46,8 +46,11 @@ pub fn start(
 
 /// Runs `work` while this replica leads: started when it becomes leader, cancelled when it
 /// stops leading (or at `stop`).
-pub fn while_leading<F, Fut>(mut leader: watch::Receiver<bool>, stop: CancellationToken, work: F)
-where
+pub(crate) fn while_leading<F, Fut>(
+    mut leader: watch::Receiver<bool>,
+    stop: CancellationToken,
+    work: F,
+) where
     F: Fn(CancellationToken) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {

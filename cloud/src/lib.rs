@@ -14,21 +14,18 @@
 //! [`run`] wires them on a config; the device controller is the `devicecontroller` crate.
 #![warn(unreachable_pub)]
 
-pub mod admission;
-pub mod cloudhub;
-pub mod cloudstream;
+mod admission;
+mod cloudhub;
 pub mod config;
-pub mod daemonset;
-pub mod edgecontroller;
-pub mod history;
-pub mod jobs;
-pub mod leader;
-pub mod podexec;
-pub mod podlog;
-pub mod podportforward;
-pub mod spdy;
+mod daemonset;
+mod edgecontroller;
+mod jobs;
+mod leader;
+mod nodeapi;
 mod ui;
-pub mod usage;
+
+/// The record of join tokens and node certificates given out and revoked.
+pub use cloudhub::joins::Book as JoinBook;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -82,8 +79,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let elects = config.elects_leader();
     let leader_settings = config.leader_settings();
     let (leading_tx, leading) = tokio::sync::watch::channel(!elects);
-    // The hub, once it runs, for what the API asks gateways (a device's history, a pod's log).
-    let hub_cell: Arc<std::sync::OnceLock<Arc<cloudhub::CloudHub>>> = Arc::default();
+    // What the API asks gateways (a device's history, a pod's log), through the hub once it runs.
+    let nodes = nodeapi::NodeApi::default();
     let (client, running) = match &config.kubeconfig {
         Some(path) => {
             let client = cluster_client(path).await?;
@@ -97,22 +94,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
         None => {
             let mut api_config = config.apiserver(crds)?;
             api_config.leader = Some(leading.clone());
-            api_config
-                .subresources
-                .push(history::subresource(hub_cell.clone()));
-            api_config
-                .subresources
-                .push(podlog::subresource(hub_cell.clone()));
-            api_config
-                .subresources
-                .push(podexec::subresource(hub_cell.clone(), false));
-            api_config
-                .subresources
-                .push(podexec::subresource(hub_cell.clone(), true));
-            api_config
-                .subresources
-                .push(podportforward::subresource(hub_cell.clone()));
-            api_config.externals = usage::metrics_api(hub_cell.clone());
+            api_config.subresources.extend(nodes.subresources());
+            api_config.externals = nodes.metrics_api();
             // A node certificate revoked by `cloudcore node revoke` authenticates nobody here
             // either.
             let book = cloudhub::joins::Book::new(&config.data_dir);
@@ -147,8 +130,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     let hub_cfg = &config.modules.cloud_hub;
     let cloudhub = if hub_cfg.enable {
         let replica = elects.then(|| leader_settings.identity.clone());
-        let hub = start_cloudhub(&config, client.clone(), replica, stop.clone()).await?;
-        let _ = hub_cell.set(hub.clone());
+        let hub = start_cloudhub(&config, client.clone(), replica, &nodes, stop.clone()).await?;
+        nodes.attach(hub.clone());
         Some(hub)
     } else {
         None
@@ -297,6 +280,7 @@ async fn start_cloudhub(
     config: &config::Config,
     client: kube::Client,
     replica: Option<String>,
+    nodes: &nodeapi::NodeApi,
     stop: CancellationToken,
 ) -> Result<Arc<cloudhub::CloudHub>> {
     let c = &config.modules.cloud_hub;
@@ -362,8 +346,7 @@ async fn start_cloudhub(
             config,
             (&certs.ca.pem, &certs.ca.key_pem),
             &sans,
-            client.clone(),
-            hub.clone(),
+            nodes.kubelet(client.clone()),
             stop.clone(),
         )
         .await?;
@@ -418,8 +401,7 @@ async fn serve_cloud_stream(
     config: &config::Config,
     (ca, ca_key): (&str, &str),
     sans: &[String],
-    client: kube::Client,
-    hub: Arc<cloudhub::CloudHub>,
+    endpoints: axum::Router,
     stop: CancellationToken,
 ) -> Result<()> {
     let c = &config.modules.cloud_stream;
@@ -444,26 +426,13 @@ async fn serve_cloud_stream(
         &[b"http/1.1"],
     )
     .context("modules.cloudStream")?;
-    let cell: Arc<std::sync::OnceLock<Arc<cloudhub::CloudHub>>> = Arc::default();
-    let _ = cell.set(hub);
-    use cloudstream::Kind;
-    let serve = [
-        (Kind::Log, podlog::subresource(cell.clone())),
-        (Kind::Exec, podexec::subresource(cell.clone(), false)),
-        (Kind::Attach, podexec::subresource(cell.clone(), true)),
-        (Kind::PortForward, podportforward::subresource(cell)),
-    ]
-    .into_iter()
-    .map(|(k, s)| (k, s.serve))
-    .collect();
-    let endpoints = Arc::new(cloudstream::Endpoints { client, serve });
     let listener = tokio::net::TcpListener::bind(c.listen)
         .await
         .with_context(|| format!("cannot listen on {} (modules.cloudStream.listen)", c.listen))?;
     tokio::spawn(apiserver::serve(
         listener,
         tokio_rustls::TlsAcceptor::from(tls),
-        cloudstream::router(endpoints),
+        endpoints,
         stop,
     ));
     eprintln!(

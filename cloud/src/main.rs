@@ -57,7 +57,7 @@ enum TokenCommand {
 }
 
 fn token_command(config: &cloud::config::Config, c: TokenCommand) -> anyhow::Result<String> {
-    let book = cloud::cloudhub::joins::Book::new(&config.data_dir);
+    let book = cloud::JoinBook::new(&config.data_dir);
     Ok(match c {
         TokenCommand::Create {
             node,
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::Node(NodeCommand::Revoke { name })) = &args.command {
-        let book = cloud::cloudhub::joins::Book::new(&config.data_dir);
+        let book = cloud::JoinBook::new(&config.data_dir);
         return match book.revoke_node(name) {
             Ok(true) => {
                 println!("the certificate of node {name} is revoked");

@@ -3,7 +3,7 @@
 //! script it shares with edgecore's page ([`rt::ui`]). It reads and writes through the API like
 //! any client, with the token the user gives it (its requests are authorized as that user's);
 //! loading it needs none. It knows cloudcore's own things (the devices' API group, the Node
-//! annotation naming a replica, [`crate::edgecontroller::SESSION_ANNOTATION`]), so it lives here,
+//! annotation naming a replica, [`crate::edgecontroller::node::SESSION_ANNOTATION`]), so it lives here,
 //! and the API mounts it ([`apiserver::Config::pages`]).
 
 use axum::extract::Path;
@@ -32,7 +32,7 @@ mod tests {
     #[test]
     fn the_page_reads_the_session_annotation_cloudhub_writes() {
         assert!(
-            include_str!("ui/app.js").contains(crate::edgecontroller::SESSION_ANNOTATION),
+            include_str!("ui/app.js").contains(crate::edgecontroller::node::SESSION_ANNOTATION),
             "the Served by column reads the annotation by name"
         );
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The CA the edge certificates are signed with.
 #[derive(Clone)]
-pub struct Ca {
+pub(crate) struct Ca {
     pub pem: String,
     pub key_pem: String,
     pub der: Vec<u8>,
@@ -26,12 +26,12 @@ pub struct Ca {
 
 /// The Secret replicas against a cluster share the CA in (as KubeEdge keeps its CA in a
 /// Secret): the same name the embedded API's replicas use.
-pub const SHARED_CA: (&str, &str) = ("kube-system", "cloudcore-pki");
+pub(crate) const SHARED_CA: (&str, &str) = ("kube-system", "cloudcore-pki");
 
 /// Replicas against a cluster (`kubeconfig:`): the first one's CA goes into the Secret
 /// [`SHARED_CA`]; the others take it (a replica with no CA of its own yet takes it, one whose
 /// own differs refuses to start, naming the file).
-pub async fn share_on_cluster(client: &kube::Client, data_dir: &Path) -> Result<()> {
+pub(crate) async fn share_on_cluster(client: &kube::Client, data_dir: &Path) -> Result<()> {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, ObjectMeta, PostParams};
@@ -102,7 +102,7 @@ pub async fn share_on_cluster(client: &kube::Client, data_dir: &Path) -> Result<
 
 impl Ca {
     /// The CA of a data directory (the embedded API's, in `{dataDir}/pki`), made on first use.
-    pub fn load(data_dir: &Path) -> Result<Self> {
+    pub(crate) fn load(data_dir: &Path) -> Result<Self> {
         let dir = data_dir.join("pki");
         rt::fs::private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (pem, key_pem) = pki::load_or_make_ca(&dir)?;
@@ -117,12 +117,12 @@ impl Ca {
     }
 
     /// `sha256hex(CA DER)`, the first part of a token.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         pki::node::ca_hash(&self.der)
     }
 
     /// A join token valid for `ttl`, with `id` as its `jti`.
-    pub fn token(&self, ttl: Duration, id: &str) -> Result<String> {
+    pub(crate) fn token(&self, ttl: Duration, id: &str) -> Result<String> {
         let exp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -140,7 +140,7 @@ impl Ca {
     }
 
     /// Checks the JWT part of a token (what an edge sends as its bearer token): its claims.
-    pub fn verify(&self, jwt: &str) -> Result<Claims, TokenError> {
+    pub(crate) fn verify(&self, jwt: &str) -> Result<Claims, TokenError> {
         let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256);
         v.required_spec_claims = ["exp".to_string()].into();
         v.leeway = 0;
@@ -160,7 +160,7 @@ impl Ca {
 
 /// What a join token says.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     pub exp: u64,
     /// The token's record (tokens made before records were kept have none, and join nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,7 +169,7 @@ pub struct Claims {
 
 /// Why a bearer token is refused (the edge is answered with this text).
 #[derive(Debug, thiserror::Error)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     #[error("the token has expired: get a new one with `cloudcore gettoken`")]
     Expired,
     #[error("the token was not made by this cloudcore (wrong signature)")]
@@ -179,7 +179,7 @@ pub enum TokenError {
 }
 
 /// What the certificate server needs.
-pub struct CertServer {
+pub(crate) struct CertServer {
     pub ca: Ca,
     pub cert_days: i64,
     /// The tokens given out.
@@ -212,7 +212,7 @@ fn caller(req: &Request) -> (Option<String>, Option<String>) {
 impl CertServer {
     /// `GET /ca.crt`, `GET /edge.crt` (and `DELETE`: a node gives its certificates up) and
     /// `GET /releases/{version}/edgecore`.
-    pub fn router(self: Arc<Self>) -> axum::Router {
+    pub(crate) fn router(self: Arc<Self>) -> axum::Router {
         let me = self.clone();
         let releases = self.clone();
         axum::Router::new()

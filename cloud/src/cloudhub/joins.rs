@@ -62,7 +62,7 @@ pub enum Refused {
 /// The certificate a node was last given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeCert {
+pub(crate) struct NodeCert {
     pub serial: String,
     /// Unix seconds.
     pub not_after: i64,
@@ -405,14 +405,14 @@ impl Book {
 }
 
 /// The Secret the replicas of a fleet share their join records in.
-pub const SHARED: (&str, &str) = ("kube-system", "cloudcore-joins");
+pub(crate) const SHARED: (&str, &str) = ("kube-system", "cloudcore-joins");
 
 /// Replicas: claims one of the `max` joins of token `id` for `node` through the API, where a
 /// create is atomic: the ConfigMaps `kube-system/cloudcore-join-{id}-{n}`, `n` below `max`;
 /// the first free one is made, and when all are there the token is used up. Two replicas
 /// given the same one-join token at the same moment cannot both admit it (their records
 /// only merge a second later). `Ok(false)`: used up.
-pub async fn claim(client: &kube::Client, id: &str, max: u32, node: &str) -> Result<bool> {
+pub(crate) async fn claim(client: &kube::Client, id: &str, max: u32, node: &str) -> Result<bool> {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, ObjectMeta, PostParams};
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), SHARED.0);
@@ -444,7 +444,11 @@ pub async fn claim(client: &kube::Client, id: &str, max: u32, node: &str) -> Res
 /// Replicas: keeps this replica's book and the fleet's (the Secret [`SHARED`]) merged, every
 /// second: a token made or revoked, a join counted, a certificate given or revoked on one
 /// replica reaches the others within seconds. Runs until `stop`.
-pub async fn share(client: kube::Client, book: Book, stop: tokio_util::sync::CancellationToken) {
+pub(crate) async fn share(
+    client: kube::Client,
+    book: Book,
+    stop: tokio_util::sync::CancellationToken,
+) {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, ObjectMeta, PostParams};

@@ -11,11 +11,12 @@
 //! (`node/{node}/...`); its messages go to the device controller at most `nodeQps` per second
 //! (the rest wait: the node's socket is read no faster).
 
-pub mod certs;
-pub mod joins;
-pub mod objectsync;
+pub(crate) mod certs;
+pub(crate) mod joins;
+pub(crate) mod objectsync;
 mod queue;
-pub mod tunnel;
+pub(crate) mod tunnel;
+pub(crate) mod usage;
 mod ws;
 
 use api::bus::Hub;
@@ -29,11 +30,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use ws::serve;
+pub(crate) use ws::serve;
 
 /// Settings (from `modules.cloudHub`).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The join tokens and node certificates given out (revoked ones are refused).
     pub joins: joins::Book,
     pub node_limit: usize,
@@ -54,7 +55,7 @@ pub struct Settings {
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
-pub struct HubMetrics {
+pub(crate) struct HubMetrics {
     pub sessions: AtomicU64,
     pub sessions_replaced: AtomicU64,
     pub sessions_refused: AtomicU64,
@@ -76,7 +77,7 @@ pub struct HubMetrics {
 impl HubMetrics {
     /// Adds these to a scrape of `/metrics`, with the acknowledgements pending and the
     /// ObjectSync records (written, failed).
-    pub fn scrape(
+    pub(crate) fn scrape(
         &self,
         o: &mut rt::metrics::Scrape,
         (pending, written): (usize, usize),
@@ -261,7 +262,7 @@ fn text(p: &Packed) -> String {
 /// cloudhub does (`TrimMessage`) before writing a frame, since KubeEdge's edge (metamanager, the
 /// DMI worker) reads `{namespace}/{kind}/{name}` and `membership`. Inside the cloud, queues and
 /// acknowledgements keep the whole resource.
-pub fn trimmed(resource: &str) -> &str {
+pub(crate) fn trimmed(resource: &str) -> &str {
     match resource.strip_prefix("node/") {
         Some(rest) => match rest.split_once('/') {
             Some((_, tail)) if !tail.is_empty() => tail,
@@ -355,7 +356,7 @@ fn not_newer(a: &str, b: &str) -> bool {
 }
 
 /// The hub: sessions and queues of every node.
-pub struct CloudHub {
+pub(crate) struct CloudHub {
     nodes: Mutex<HashMap<String, NodeState>>,
     upstream: OnceLock<mpsc::Sender<(String, Message)>>,
     /// Where a node whose session ended is told (the device controller: its devices become
@@ -373,7 +374,7 @@ pub struct CloudHub {
     /// The nodes' streaming tunnels (`kubectl logs`).
     pub tunnels: tunnel::Tunnels,
     /// What each node last reported it and its pods use (`kubectl top`).
-    pub usage: crate::usage::Usage,
+    pub usage: usage::Usage,
 }
 
 /// Questions waiting for their answers at once, all nodes together.
@@ -381,7 +382,7 @@ const ASKED_LIMIT: usize = 1024;
 
 /// Why a question to a node got no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum Unanswered {
+pub(crate) enum Unanswered {
     #[error(
         "node {0} has no session with this cloudcore (it is away, or connected to another replica)"
     )]
@@ -393,7 +394,7 @@ pub enum Unanswered {
 }
 
 impl CloudHub {
-    pub fn new(settings: Settings) -> Arc<Self> {
+    pub(crate) fn new(settings: Settings) -> Arc<Self> {
         let mut tunnels = tunnel::Tunnels::new(settings.streams_per_node);
         tunnels.idle = settings.stream_idle;
         Arc::new(Self {
@@ -407,17 +408,17 @@ impl CloudHub {
             metrics: HubMetrics::default(),
             next_session: AtomicU64::new(1),
             tunnels,
-            usage: crate::usage::Usage::default(),
+            usage: usage::Usage::default(),
         })
     }
 
     /// Where acknowledgements are recorded (ObjectSync).
-    pub fn set_records(&self, w: objectsync::Writer) {
+    pub(crate) fn set_records(&self, w: objectsync::Writer) {
         let _ = self.records.set(w);
     }
 
     /// ObjectSync records written and failed.
-    pub fn records(&self) -> (u64, u64) {
+    pub(crate) fn records(&self) -> (u64, u64) {
         self.records.get().map_or((0, 0), |w| {
             (
                 w.written.load(Ordering::Relaxed),
@@ -427,7 +428,7 @@ impl CloudHub {
     }
 
     /// Where a node whose session ended is told.
-    pub fn set_lost(&self, tx: mpsc::Sender<String>) {
+    pub(crate) fn set_lost(&self, tx: mpsc::Sender<String>) {
         let _ = self.lost.set(tx);
     }
 
@@ -442,12 +443,12 @@ impl CloudHub {
     }
 
     /// Where upstream messages go (the device controller's input).
-    pub fn set_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
+    pub(crate) fn set_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
         let _ = self.upstream.set(tx);
     }
 
     /// Where pod status messages (`podpatch`, `podstatus`) go: the edge controller's input.
-    pub fn set_pod_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
+    pub(crate) fn set_pod_upstream(&self, tx: mpsc::Sender<(String, Message)>) {
         let _ = self.pods.set(tx);
     }
 
@@ -457,7 +458,7 @@ impl CloudHub {
 
     /// Messages waiting for an acknowledgement, all nodes: all of them, and those written and
     /// not answered yet.
-    pub fn pending(&self) -> (usize, usize) {
+    pub(crate) fn pending(&self) -> (usize, usize) {
         let nodes = self.lock();
         let waiting = nodes.values().map(|n| n.unacked.len()).sum();
         let written = nodes.values().map(|n| n.unacked.in_flight()).sum();
@@ -465,17 +466,12 @@ impl CloudHub {
     }
 
     /// Frames waiting to be written to the nodes' sockets, all sessions.
-    pub fn to_write(&self) -> usize {
+    pub(crate) fn to_write(&self) -> usize {
         self.lock()
             .values()
             .filter_map(|n| n.session.as_ref())
             .map(|s| s.tx.max_capacity() - s.tx.capacity())
             .sum()
-    }
-
-    /// Sessions now.
-    pub fn sessions(&self) -> usize {
-        self.lock().values().filter(|n| n.session.is_some()).count()
     }
 
     /// A new session for `node`: replaces any other, then gets everything queued for it.
@@ -509,7 +505,7 @@ impl CloudHub {
     /// Asks `node` and waits up to `wait` for its answer (a `response` or `error` whose parent
     /// is the question): what the cloud reads from a gateway on demand, a device's history.
     /// Only an open session is asked; nothing is kept for a node that is away.
-    pub async fn ask(
+    pub(crate) async fn ask(
         &self,
         node: &str,
         question: Message,
@@ -768,7 +764,7 @@ impl CloudHub {
     /// An acknowledgement recorded through another replica (an ObjectSync): what this hub
     /// keeps for the same object of `node`, at that version or older, is dropped (and a delete,
     /// once its record is gone). `rv: None`: the record was deleted.
-    pub fn acknowledged_elsewhere(
+    pub(crate) fn acknowledged_elsewhere(
         &self,
         node: &str,
         kind: &str,
@@ -798,7 +794,7 @@ impl CloudHub {
     }
 
     /// Resends every second until `stop`.
-    pub fn spawn_resender(self: &Arc<Self>, stop: CancellationToken) {
+    pub(crate) fn spawn_resender(self: &Arc<Self>, stop: CancellationToken) {
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -19,21 +19,21 @@ use tokio::sync::mpsc;
 
 /// What a node acknowledged: an object it now holds, or a delete.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     pub node: String,
     pub ack: AckKey,
     pub deleted: bool,
 }
 
 /// The queue of records and what became of them.
-pub struct Writer {
+pub(crate) struct Writer {
     tx: mpsc::Sender<Record>,
     pub written: Arc<AtomicU64>,
     pub failed: Arc<AtomicU64>,
 }
 
 impl Writer {
-    pub fn start(client: kube::Client) -> Self {
+    pub(crate) fn start(client: kube::Client) -> Self {
         let (tx, mut rx) = mpsc::channel::<Record>(8192);
         let written = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
@@ -64,7 +64,7 @@ impl Writer {
     }
 
     /// Queues a record; when the queue is full it is dropped and counted.
-    pub fn record(&self, r: Record) {
+    pub(crate) fn record(&self, r: Record) {
         if r.ack.uid.is_empty() {
             return;
         }
@@ -111,7 +111,7 @@ async fn write(api: &Api<DynamicObject>, r: &Record) -> Result<(), kube::Error> 
 
 /// Follows every ObjectSync record (replicas): an acknowledgement a node gave through another
 /// replica clears what `hub` keeps for it. Runs until `stop`.
-pub async fn follow(
+pub(crate) async fn follow(
     client: kube::Client,
     hub: Arc<super::CloudHub>,
     stop: tokio_util::sync::CancellationToken,

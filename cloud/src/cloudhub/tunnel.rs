@@ -34,7 +34,7 @@ pub(crate) struct Tunnel {
 }
 
 /// Every node's tunnel, on this replica.
-pub struct Tunnels {
+pub(crate) struct Tunnels {
     by_node: Mutex<HashMap<String, Arc<Tunnel>>>,
     next_id: AtomicU64,
     /// Streams open at once per node.
@@ -52,7 +52,7 @@ pub struct Tunnels {
 
 /// Why a stream could not be opened.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NotOpened {
+pub(crate) enum NotOpened {
     #[error(
         "node {0} has no streaming tunnel to this cloudcore (it is away, connected to another replica, or runs with cloud.streams.enable: false)"
     )]
@@ -68,7 +68,7 @@ pub enum NotOpened {
 }
 
 impl Tunnels {
-    pub fn new(per_node: usize) -> Self {
+    pub(crate) fn new(per_node: usize) -> Self {
         Self {
             by_node: Mutex::default(),
             next_id: AtomicU64::new(1),
@@ -109,16 +109,16 @@ impl Tunnels {
 
     /// The number of tunnels open.
     /// Whether `node` has a tunnel to this cloudcore now.
-    pub fn has(&self, node: &str) -> bool {
+    pub(crate) fn has(&self, node: &str) -> bool {
         self.lock().contains_key(node)
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.lock().len()
     }
 
     /// The streams open on every tunnel.
-    pub fn streams(&self) -> usize {
+    pub(crate) fn streams(&self) -> usize {
         self.lock()
             .values()
             .map(|t| t.streams.lock().unwrap_or_else(|e| e.into_inner()).len())
@@ -126,7 +126,7 @@ impl Tunnels {
     }
 
     /// Adds the tunnels' figures to a scrape of `/metrics`.
-    pub fn scrape(&self, o: &mut rt::metrics::Scrape) {
+    pub(crate) fn scrape(&self, o: &mut rt::metrics::Scrape) {
         o.gauge(
             "cloudhub_tunnels",
             "Nodes with a streaming tunnel open to this cloudcore.",
@@ -150,7 +150,12 @@ impl Tunnels {
     }
 
     /// Opens a stream on `node`'s tunnel for `user`.
-    pub async fn open(&self, node: &str, what: &Open, user: &str) -> Result<Stream, NotOpened> {
+    pub(crate) async fn open(
+        &self,
+        node: &str,
+        what: &Open,
+        user: &str,
+    ) -> Result<Stream, NotOpened> {
         let tunnel = self
             .lock()
             .get(node)
@@ -234,7 +239,7 @@ impl Tunnels {
 /// Opens a stream on `node` for an API request and waits up to `wait` for the node to accept
 /// it: the stream, or the API's answer saying why not (429 beyond the streams per node, 503 a
 /// node without a tunnel here, 504 a node that did not answer, the node's own refusal).
-pub async fn open_for_api(
+pub(crate) async fn open_for_api(
     tunnels: &Tunnels,
     node: &str,
     what: &Open,
@@ -260,7 +265,7 @@ pub async fn open_for_api(
 
 /// What a stream brings: the node's acceptance, its bytes, its end.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     Ready,
     Data(Vec<u8>),
     /// The end, as the node said it (or the tunnel's end: 502).
@@ -268,7 +273,7 @@ pub enum Event {
 }
 
 /// One stream on a node's tunnel; dropping it closes the stream on the node.
-pub struct Stream {
+pub(crate) struct Stream {
     pub node: String,
     id: u32,
     tunnel: Arc<Tunnel>,
@@ -288,7 +293,7 @@ fn touch(active: &Mutex<tokio::time::Instant>) {
 
 /// The sending half of a [`Stream`] (what the cloud's client writes: a command's stdin).
 #[derive(Clone)]
-pub struct Sender {
+pub(crate) struct Sender {
     id: u32,
     tunnel: Arc<Tunnel>,
     credit: Arc<Semaphore>,
@@ -298,7 +303,7 @@ pub struct Sender {
 impl Sender {
     /// Sends `bytes` to the node on this stream, as one frame, once the node's credit allows;
     /// false once the stream or its tunnel is closed.
-    pub async fn send(&self, bytes: Vec<u8>) -> bool {
+    pub(crate) async fn send(&self, bytes: Vec<u8>) -> bool {
         let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         let granted = tokio::select! {
             _ = self.tunnel.end.cancelled() => return false,
@@ -317,7 +322,7 @@ impl Sender {
 }
 
 impl Stream {
-    pub fn sender(&self) -> Sender {
+    pub(crate) fn sender(&self) -> Sender {
         Sender {
             id: self.id,
             tunnel: self.tunnel.clone(),
@@ -327,7 +332,7 @@ impl Stream {
     }
 
     /// The next event. Data is credited back to the node as it is taken.
-    pub async fn next(&mut self) -> Event {
+    pub(crate) async fn next(&mut self) -> Event {
         loop {
             let since = *self.active.lock().unwrap_or_else(|e| e.into_inner());
             let frame = tokio::select! {

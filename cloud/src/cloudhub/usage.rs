@@ -1,5 +1,6 @@
-//! `kubectl top`: the metrics API (`metrics.k8s.io/v1beta1` `NodeMetrics` and `PodMetrics`, as
-//! metrics-server serves them on a cluster) from what each node reports over its session
+//! What `kubectl top` reads (`crate::nodeapi`'s metrics API: `metrics.k8s.io/v1beta1`
+//! `NodeMetrics` and `PodMetrics`, as metrics-server serves them on a cluster), from what each
+//! node reports over its session
 //! (`node/{node}/metrics`, every `cloud.metricsSeconds`: its own CPU and memory, and each of its
 //! containers'). The latest report of each node is kept in memory, on the replica the node is
 //! connected to; one older than three of its windows is not shown (the node is away or stopped
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// The newest report of each node.
 #[derive(Default)]
-pub struct Usage {
+pub(crate) struct Usage {
     latest: Mutex<HashMap<String, (Instant, Value)>>,
 }
 
@@ -28,19 +29,11 @@ fn memory(bytes: &Value) -> String {
 
 impl Usage {
     /// A node's report (its content as the edge sent it).
-    pub fn set(&self, node: &str, report: Value) {
+    pub(crate) fn set(&self, node: &str, report: Value) {
         self.latest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(node.to_string(), (Instant::now(), report));
-    }
-
-    /// A node's report is dropped with its node (the Node deleted).
-    pub fn forget(&self, node: &str) {
-        self.latest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(node);
     }
 
     /// The fresh reports, by node name.
@@ -59,7 +52,7 @@ impl Usage {
     }
 
     /// `NodeMetrics` of the nodes with a fresh report (or only `name`).
-    pub fn nodes(&self, name: Option<&str>) -> Vec<Value> {
+    pub(crate) fn nodes(&self, name: Option<&str>) -> Vec<Value> {
         self.fresh()
             .into_iter()
             .filter(|(n, _)| name.is_none_or(|x| x == n))
@@ -77,7 +70,7 @@ impl Usage {
     /// `PodMetrics` of the pods in `ns` (all namespaces when empty), or only `name`: only
     /// those a node reports for a pod that `node_of` says is bound to it (a node's report of
     /// another node's pod, or of a pod that does not exist, is not shown).
-    pub fn pods(
+    pub(crate) fn pods(
         &self,
         ns: &str,
         name: Option<&str>,
@@ -116,39 +109,6 @@ impl Usage {
     }
 }
 
-/// `metrics.k8s.io/v1beta1` `nodes` and `pods`, from the hub's reports once it runs.
-pub(crate) fn metrics_api(
-    hub: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<crate::cloudhub::CloudHub>>>,
-) -> Vec<apiserver::External> {
-    let kind = |plural: &str, kind: &str, namespaced: bool, nodes: bool| {
-        let hub = hub.clone();
-        apiserver::External {
-            group: "metrics.k8s.io".into(),
-            version: "v1beta1".into(),
-            plural: plural.into(),
-            kind: kind.into(),
-            namespaced,
-            serve: std::sync::Arc::new(move |r: &apiserver::ExternalRequest| {
-                let Some(hub) = hub.get() else {
-                    return Vec::new();
-                };
-                if nodes {
-                    hub.usage.nodes(r.name.as_deref())
-                } else {
-                    hub.usage.pods(&r.ns, r.name.as_deref(), |ns, name| {
-                        (r.stored)("pods", ns, name)
-                            .and_then(|p| p["spec"]["nodeName"].as_str().map(str::to_string))
-                    })
-                }
-            }),
-        }
-    };
-    vec![
-        kind("nodes", "NodeMetrics", false, true),
-        kind("pods", "PodMetrics", true, false),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +142,5 @@ mod tests {
         let shown = u.pods("", None, only_x);
         assert_eq!(shown.len(), 1);
         assert_eq!(shown[0]["metadata"]["name"], "x");
-        u.forget("edge-1");
-        assert!(u.nodes(None).is_empty());
     }
 }

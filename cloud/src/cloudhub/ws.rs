@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::{Message as Frame, http};
 use tokio_util::sync::CancellationToken;
 
 /// Accepts sessions until `stop`.
-pub async fn serve(
+pub(crate) async fn serve(
     hub: Arc<CloudHub>,
     listener: TcpListener,
     tls: TlsAcceptor,

@@ -15,9 +15,8 @@
 //!
 //! A node's own Node and Lease, as KubeEdge's edge registers and renews them: [`node`].
 
-mod node;
+pub(crate) mod node;
 
-pub use node::SESSION_ANNOTATION;
 pub(crate) use node::set_ready;
 
 use crate::daemonset::watch;
@@ -33,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-pub const EDGE_LABEL: &str = "node-role.kubernetes.io/edge";
+pub(crate) const EDGE_LABEL: &str = "node-role.kubernetes.io/edge";
 
 /// What a node holds of one object: (kind, namespace, name).
 type ObjKey = (&'static str, String, String);
@@ -65,7 +64,7 @@ fn pod_hash(p: &Value) -> u64 {
 }
 
 /// The ConfigMaps and Secrets a pod names (volumes, env, envFrom; projected sources too).
-pub fn references(pod: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+pub(crate) fn references(pod: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
     let (mut cms, mut secrets) = (BTreeSet::new(), BTreeSet::new());
     let spec = &pod["spec"];
     let mut add = |v: &Value, secret: bool| {
@@ -113,7 +112,7 @@ fn outward(obj: &Value, kind: &str) -> Value {
 }
 
 /// The objects each edge node must hold.
-pub fn desired(
+pub(crate) fn desired(
     is_edge: impl Fn(&str) -> bool,
     pods: &[Value],
     config_maps: &impl Objects,
@@ -243,7 +242,7 @@ fn diff(
 /// Where [`desired`] finds the ConfigMaps and Secrets pods name, by namespace and name: only
 /// those are serialized (a cluster holds many a pod never names, such as the device profiles
 /// of every node, rewritten as devices change).
-pub trait Objects {
+pub(crate) trait Objects {
     fn object(&self, namespace: &str, name: &str) -> Option<Value>;
 }
 
@@ -343,7 +342,7 @@ async fn delivered(client: &kube::Client) -> BTreeMap<String, BTreeMap<ObjKey, S
 }
 
 /// Starts the controller; returns the input for pod status messages from cloudhub.
-pub fn start(
+pub(crate) fn start(
     client: kube::Client,
     hub: Arc<dyn Hub>,
     stop: CancellationToken,

@@ -239,7 +239,7 @@ fn own_labels(labels: &mut Value) -> Vec<String> {
 }
 
 /// The annotation of a `Node` naming the replica that holds its session (replicas only).
-pub const SESSION_ANNOTATION: &str = "cloudcore.kubeedge.io/session";
+pub(crate) const SESSION_ANNOTATION: &str = "cloudcore.kubeedge.io/session";
 
 /// The metadata of the Node made for a node that connects (or that leaves before it had one).
 fn new_node(node: &str, ready: bool, replica: Option<&str>) -> Value {

@@ -14,7 +14,7 @@
 //! restarts goes on where its status says (nodes that were in progress are asked again: both
 //! questions are idempotent on the node).
 
-pub mod plan;
+pub(crate) mod plan;
 
 use crate::cloudhub::{CloudHub, Unanswered};
 use api::message::Message;
@@ -44,7 +44,7 @@ const UPGRADE_POLL: Duration = Duration::from_secs(2);
 
 /// The kinds of job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     PrePull,
     Upgrade,
     Config,
@@ -237,7 +237,7 @@ impl NodeTask {
 
 /// Runs the controller until `stop` (on the leader only: `leader::while_leading`). `data_dir`:
 /// cloudcore's, whose `releases/` holds what `NodeUpgradeJob`s install.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     hub: Arc<CloudHub>,
     data_dir: PathBuf,
@@ -358,7 +358,7 @@ async fn run_job(
                 None => BTreeMap::new(),
                 Some((ns, secret)) => match registry_auths(&client, ns, secret).await {
                     Ok(a) => a,
-                    Err(e) => return refuse(e).await,
+                    Err(e) => return refuse(e.to_string()).await,
                 },
             };
             serde_json::to_value(PrePull {
@@ -379,7 +379,7 @@ async fn run_job(
                 health_seconds: (template.timeout_seconds / 2).max(10),
                 check_items: template.check_items.clone(),
             }),
-            Err(e) => return refuse(e).await,
+            Err(e) => return refuse(e.to_string()).await,
         },
         Kind::Config => serde_json::to_value(ConfigUpdate {
             update_fields: template.update_fields.clone(),
@@ -480,37 +480,36 @@ async fn run_job(
     }
 }
 
+/// Why a job cannot be asked of its nodes.
+#[derive(Debug, thiserror::Error)]
+enum Unaskable {
+    #[error("no release {version:?}: put its edgecore at {file} on cloudcore ({error})")]
+    NoRelease {
+        version: String,
+        file: String,
+        error: std::io::Error,
+    },
+    #[error("spec.imagePrePullTemplate.imageSecrets {ns}/{name}: {why}")]
+    Secret {
+        ns: String,
+        name: String,
+        why: String,
+    },
+}
+
 /// The SHA-256 (lowercase hex) of the release `version`'s edgecore; the error says where it
 /// was looked for.
-async fn release(releases: &Path, version: &str) -> Result<String, String> {
+async fn release(releases: &Path, version: &str) -> Result<String, Unaskable> {
     let file = releases.join(version).join("edgecore");
-    let version = version.to_string();
-    let shown = file.display().to_string();
-    tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut f = std::fs::File::open(&file).map_err(|e| {
-            format!("no release {version:?}: put its edgecore at {shown} on cloudcore ({e})")
-        })?;
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = f
-                .read(&mut buf)
-                .map_err(|e| format!("cannot read {shown}: {e}"))?;
-            if n == 0 {
-                break;
-            }
-            ctx.update(&buf[..n]);
-        }
-        Ok(ctx
-            .finish()
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect())
+    let read = file.clone();
+    let digest = tokio::task::spawn_blocking(move || pki::sha256_file(&read))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    digest.map_err(|error| Unaskable::NoRelease {
+        version: version.to_string(),
+        file: file.display().to_string(),
+        error,
     })
-    .await
-    .unwrap_or_else(|e| Err(format!("cannot read the release: {e}")))
 }
 
 /// One node's part of a job, asked over its session.
@@ -604,21 +603,25 @@ async fn registry_auths(
     client: &kube::Client,
     ns: &str,
     name: &str,
-) -> Result<BTreeMap<String, RegistryAuth>, String> {
-    let what = format!("spec.imagePrePullTemplate.imageSecrets {ns}/{name}");
+) -> Result<BTreeMap<String, RegistryAuth>, Unaskable> {
+    let refused = |why: String| Unaskable::Secret {
+        ns: ns.to_string(),
+        name: name.to_string(),
+        why,
+    };
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get(name)
         .await
-        .map_err(|e| format!("{what}: cannot read the Secret: {e}"))?;
+        .map_err(|e| refused(format!("cannot read the Secret: {e}")))?;
     let raw = secret
         .data
         .as_ref()
         .and_then(|d| d.get(".dockerconfigjson"))
-        .ok_or_else(|| format!("{what}: the Secret has no .dockerconfigjson"))?;
+        .ok_or_else(|| refused("the Secret has no .dockerconfigjson".into()))?;
     let config: Value = serde_json::from_slice(&raw.0)
-        .map_err(|e| format!("{what}: .dockerconfigjson is not JSON: {e}"))?;
+        .map_err(|e| refused(format!(".dockerconfigjson is not JSON: {e}")))?;
     let auths: BTreeMap<String, RegistryAuth> = serde_json::from_value(config["auths"].clone())
-        .map_err(|e| format!("{what}: .dockerconfigjson has no auths map: {e}"))?;
+        .map_err(|e| refused(format!(".dockerconfigjson has no auths map: {e}")))?;
     // Docker Hub's key is a URL in most configs.
     Ok(auths
         .into_iter()

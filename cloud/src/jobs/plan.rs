@@ -6,36 +6,34 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// KubeEdge's defaults.
-pub const DEFAULT_TIMEOUT_SECONDS: u32 = 300;
-pub const DEFAULT_TOLERATE: f64 = 0.1;
+pub(crate) const DEFAULT_TIMEOUT_SECONDS: u32 = 300;
+pub(crate) const DEFAULT_TOLERATE: f64 = 0.1;
 
 /// A job's phase (KubeEdge's `JobPhase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobPhase {
-    Init,
+pub(crate) enum JobPhase {
     InProgress,
     Completed,
     Failure,
 }
 
 impl JobPhase {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Self::Init => "Init",
             Self::InProgress => "InProgress",
             Self::Completed => "Completed",
             Self::Failure => "Failure",
         }
     }
 
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(self, Self::Completed | Self::Failure)
     }
 }
 
 /// How a job goes through its nodes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// Nodes working at once (at least 1).
     pub concurrency: usize,
     /// The share of nodes that may fail; more, and no further node starts.
@@ -46,7 +44,7 @@ pub struct Rules {
 
 /// A job's template as the controller uses it, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Template {
+pub(crate) struct Template {
     pub node_names: Vec<String>,
     pub selector: Option<Value>,
     pub rules: Rules,
@@ -64,7 +62,7 @@ pub struct Template {
 /// Why a job's template cannot be used: the field, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field}: {why}")]
-pub struct TemplateError {
+pub(crate) struct TemplateError {
     pub field: String,
     pub why: String,
 }
@@ -79,7 +77,7 @@ fn bad(field: impl Into<String>, why: impl Into<String>) -> TemplateError {
 /// Why a label selector cannot be used: where in it, and what is wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{at}: {why}")]
-pub struct SelectorError {
+pub(crate) struct SelectorError {
     pub at: String,
     pub why: String,
 }
@@ -92,7 +90,7 @@ fn bad_selector(at: impl Into<String>, why: impl Into<String>) -> SelectorError 
 }
 
 /// Reads an `ImagePrePullJob`'s `spec.imagePrePullTemplate`; the error names the field.
-pub fn prepull_template(spec: &Value) -> Result<Template, TemplateError> {
+pub(crate) fn prepull_template(spec: &Value) -> Result<Template, TemplateError> {
     let t = &spec["imagePrePullTemplate"];
     let f = "spec.imagePrePullTemplate";
     let images = strings(t, f, "images")?;
@@ -127,7 +125,7 @@ pub fn prepull_template(spec: &Value) -> Result<Template, TemplateError> {
 
 /// Reads a `NodeUpgradeJob`'s `spec`; the error names the field. One node goes first (the
 /// canary); the others only once one has succeeded.
-pub fn upgrade_template(spec: &Value) -> Result<Template, TemplateError> {
+pub(crate) fn upgrade_template(spec: &Value) -> Result<Template, TemplateError> {
     let f = "spec";
     let mut out = common(spec, f, "to upgrade")?;
     out.rules.canary = true;
@@ -152,7 +150,7 @@ pub fn upgrade_template(spec: &Value) -> Result<Template, TemplateError> {
 
 /// Reads a `ConfigUpdateJob`'s `spec`; the error names the field. One node goes first (the
 /// canary), as for an upgrade: a config that keeps nodes from coming back stops at one.
-pub fn config_template(spec: &Value) -> Result<Template, TemplateError> {
+pub(crate) fn config_template(spec: &Value) -> Result<Template, TemplateError> {
     let f = "spec";
     let mut out = common(spec, f, "to update")?;
     out.rules.canary = true;
@@ -265,7 +263,10 @@ fn common(t: &Value, f: &str, what: &str) -> Result<Template, TemplateError> {
 
 /// Whether a label selector (`matchLabels`, `matchExpressions`) selects `labels`; an error
 /// names what in the selector is wrong.
-pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
+pub(crate) fn selects(
+    selector: &Value,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, SelectorError> {
     let mut all = true;
     match &selector["matchLabels"] {
         Value::Null => {}
@@ -327,7 +328,7 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bo
 /// The job's nodes: those named (in their order) then those the selector picks (by name),
 /// each once; `nodes` are the cluster's nodes and their labels. Named nodes that do not exist
 /// are in the second list.
-pub fn targets(
+pub(crate) fn targets(
     t: &Template,
     nodes: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> (Vec<String>, Vec<String>) {
@@ -355,7 +356,7 @@ pub fn targets(
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Next {
+pub(crate) struct Next {
     /// Indexes of the tasks to start now.
     pub start: Vec<usize>,
     pub phase: JobPhase,
@@ -363,7 +364,7 @@ pub struct Next {
 }
 
 /// The next step of a job whose node tasks are in `phases` (in the job's order).
-pub fn next(rules: Rules, phases: &[NodePhase]) -> Next {
+pub(crate) fn next(rules: Rules, phases: &[NodePhase]) -> Next {
     let total = phases.len();
     let count = |p: NodePhase| phases.iter().filter(|x| **x == p).count();
     let (ok, failed, running) = (

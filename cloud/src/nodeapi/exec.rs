@@ -15,15 +15,15 @@
 //! bytes (stdin's end is the channel protocol's close of stdin), and the outcome is written on
 //! `error` before every stream ends.
 
+use super::{Refused, failure, off, scheduled_node};
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::Event;
-use crate::history::failure;
 use api::tunnel::{ExecRequest, Open};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message as WsFrame;
 
@@ -40,10 +40,7 @@ const STREAMS_WAIT: Duration = Duration::from_secs(30);
 
 /// The `pods/exec` subresource (or with `attach`, `pods/attach`: the container's own process,
 /// no command), through the hub's tunnels once it runs.
-pub(crate) fn subresource(
-    hub: Arc<OnceLock<Arc<CloudHub>>>,
-    attach: bool,
-) -> apiserver::Subresource {
+pub(crate) fn subresource(api: super::NodeApi, attach: bool) -> apiserver::Subresource {
     apiserver::Subresource {
         group: String::new(),
         plural: "pods".into(),
@@ -51,14 +48,11 @@ pub(crate) fn subresource(
         verb: "create",
         methods: &[axum::http::Method::GET, axum::http::Method::POST],
         serve: Arc::new(move |pod, request| {
-            let hub = hub.get().cloned();
+            let hub = api.hub();
             Box::pin(async move {
                 match hub {
                     Some(hub) => serve(hub, pod, request, attach).await,
-                    None => failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "cloudhub is off (modules.cloudHub.enable): no node can be reached",
-                    ),
+                    None => off(),
                 }
             })
         }),
@@ -75,25 +69,25 @@ fn all<'a>(pairs: &'a [(String, String)], key: &str) -> Vec<&'a str> {
 }
 
 /// The last value of `key` as a boolean, as Go's `strconv.ParseBool` reads it.
-fn flag(pairs: &[(String, String)], key: &str) -> Result<bool, String> {
-    crate::podlog::parse_bool(key, all(pairs, key).last().copied())
+fn flag(pairs: &[(String, String)], key: &str) -> Result<bool, Refused> {
+    super::logs::parse_bool(key, all(pairs, key).last().copied())
 }
 
 /// The request to the node: the query as sent, checked against the stored pod as
 /// kube-apiserver checks `PodExecOptions`.
-pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<ExecRequest, String> {
+pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<ExecRequest, Refused> {
     let pairs: Vec<(String, String)> = form_urlencoded::parse(raw_query.as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let container =
-        crate::podlog::container_of(pod, all(&pairs, "container").last().copied(), false)?;
+        super::logs::container_of(pod, all(&pairs, "container").last().copied(), false)?;
     let command: Vec<String> = all(&pairs, "command")
         .into_iter()
         .map(str::to_string)
         .collect();
     if command.is_empty() && !attach {
-        return Err("you must specify at least one command for the container".into());
+        return Err(Refused::NoCommand);
     }
     let (stdin, stdout, stderr, tty) = (
         flag(&pairs, "stdin")?,
@@ -102,7 +96,7 @@ pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<Exec
         flag(&pairs, "tty")?,
     );
     if !(stdin || stdout || stderr) {
-        return Err("you must specify at least one of stdin, stdout, stderr".into());
+        return Err(Refused::NoStream);
     }
     Ok(ExecRequest {
         namespace: pod["metadata"]["namespace"]
@@ -123,18 +117,6 @@ pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<Exec
     })
 }
 
-/// The node a pod is scheduled to, or why there is none (naming the pod).
-pub(crate) fn scheduled_node(pod: &Value) -> Result<String, String> {
-    pod["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .ok_or_else(|| {
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-            format!("pod {name} is not scheduled to a node yet")
-        })
-}
-
 /// How a client asked for the stream.
 #[derive(Debug, PartialEq, Eq)]
 enum Transport {
@@ -146,17 +128,17 @@ enum Transport {
 
 /// The transport a request asks for, if it is one served.
 fn transport(headers: &HeaderMap) -> Option<Transport> {
-    let upgrade = crate::podportforward::header_words(headers, "upgrade");
+    let upgrade = super::header_words(headers, "upgrade");
     if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
         let key = headers
             .get("sec-websocket-key")
             .and_then(|v| v.to_str().ok())?;
-        let offered = crate::podportforward::header_words(headers, "sec-websocket-protocol");
+        let offered = super::header_words(headers, "sec-websocket-protocol");
         let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p))?;
         return Some(Transport::WebSocket(protocol, key.to_string()));
     }
     let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    let offered = crate::podportforward::header_words(headers, "x-stream-protocol-version");
+    let offered = super::header_words(headers, "x-stream-protocol-version");
     (spdy && offered.contains(&SPDY_PROTOCOL)).then_some(Transport::Spdy)
 }
 
@@ -228,7 +210,7 @@ async fn serve(
             .await;
             relay(ws, stream).await;
         } else {
-            crate::spdy::carry(upgraded, false, |incoming, out| {
+            super::spdy::carry(upgraded, false, |incoming, out| {
                 spdy_session(stream, asked, incoming, out)
             })
             .await;
@@ -338,7 +320,7 @@ async fn spdy_session(
     mut incoming: tokio::sync::mpsc::Receiver<Vec<u8>>,
     out: tokio::sync::mpsc::Sender<Vec<u8>>,
 ) {
-    use crate::spdy::{Deflater, Frame, Input, Reader, data, status};
+    use super::spdy::{Deflater, Frame, Input, Reader, data, status};
     let (mut reader, mut deflater) = (Reader::default(), Deflater::default());
     let mut streams = Streams::default();
     let (to_node, sending) = sender(&stream);
@@ -354,7 +336,7 @@ async fn spdy_session(
                     Ok(i) => i,
                     Err(e) => {
                         tracing::info!(node = %stream.node, error = %e, "kubectl exec (SPDY): ended");
-                        let _ = out.send(crate::spdy::protocol_error(reader.last())).await;
+                        let _ = out.send(super::spdy::protocol_error(reader.last())).await;
                         break;
                     }
                 };
@@ -539,7 +521,7 @@ async fn relay<S>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::podlog::tests::pod;
+    use crate::nodeapi::logs::tests::pod;
 
     #[test]
     fn the_query_as_sent_gives_the_command_word_by_word() {
@@ -554,28 +536,32 @@ mod tests {
         assert!(r.stdout && r.stderr && !r.stdin && !r.tty);
         assert_eq!(
             request(&pod(&["main"]), "stdout=true", false).expect_err("no command"),
-            "you must specify at least one command for the container"
+            Refused::NoCommand
         );
         // attach runs no command.
         assert!(request(&pod(&["main"]), "stdout=true", true).is_ok());
         assert!(
             request(&pod(&["main"]), "command=ls", false)
                 .expect_err("no stream")
+                .to_string()
                 .contains("stdin, stdout, stderr")
         );
         assert!(
             request(&pod(&["a", "b"]), "command=ls&stdout=1", false)
                 .expect_err("which")
+                .to_string()
                 .contains("choose one of: [a b]")
         );
         assert!(
             request(&pod(&["a"]), "command=ls&stdout=1&container=z", false)
                 .expect_err("z")
+                .to_string()
                 .contains("not valid")
         );
         assert!(
             request(&pod(&["a"]), "command=ls&stdout=maybe", false)
                 .expect_err("bool")
+                .to_string()
                 .contains("stdout")
         );
     }

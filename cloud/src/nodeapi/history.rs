@@ -6,13 +6,14 @@
 //! answer is the gateway's own (`GET .../properties/{p}/history`); a node that is away, busy or
 //! silent is said (503, 504) with its name.
 
+use super::{failure, off};
 use crate::cloudhub::{CloudHub, Unanswered};
 use api::message::Message;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a gateway has to answer.
@@ -21,25 +22,11 @@ const WAIT: Duration = Duration::from_secs(10);
 const MAX_VALUE: usize = 128;
 
 /// The message's resource kind and operation, as the edge reads them.
-pub const KIND: &str = "devicehistory";
-pub const OPERATION: &str = "query";
-
-/// A Kubernetes `Status` failure.
-pub(crate) fn failure(code: StatusCode, message: impl Into<String>) -> Response {
-    let reason = code
-        .canonical_reason()
-        .unwrap_or("Failure")
-        .replace(' ', "");
-    (
-        code,
-        axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": message.into(), "reason": reason, "code": code.as_u16()})),
-    )
-        .into_response()
-}
+pub(super) const KIND: &str = "devicehistory";
+pub(super) const OPERATION: &str = "query";
 
 /// The `devices/history` subresource, answered through the hub once it is set.
-pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subresource {
+pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
     apiserver::Subresource {
         group: "devices.kubeedge.io".into(),
         plural: "devices".into(),
@@ -47,14 +34,11 @@ pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subre
         verb: "get",
         methods: &[axum::http::Method::GET],
         serve: Arc::new(move |device, request| {
-            let hub = hub.get().cloned();
+            let hub = api.hub();
             Box::pin(async move {
                 match hub {
                     Some(hub) => ask(&hub, &device, &request.query).await,
-                    None => failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "cloudhub is off (modules.cloudHub.enable): no gateway can be asked",
-                    ),
+                    None => off(),
                 }
             })
         }),

@@ -16,7 +16,7 @@
 //! `{verb by method} nodes/proxy` of the pod's node (kube-apiserver's kubelet client has it;
 //! a node or a user does not).
 
-use crate::history::failure;
+use super::{Refused, failure};
 use apiserver::{ServeSubresource, SubresourceRequest, User};
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
@@ -59,18 +59,14 @@ fn name(s: &str) -> Option<String> {
 }
 
 /// The endpoint and pod a path names, or why it names none.
-pub(crate) fn target(path: &str) -> Result<Target, String> {
+pub(crate) fn target(path: &str) -> Result<Target, Refused> {
     let parts: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
     let (kind, rest) = match parts.split_first() {
         Some((&"containerLogs", rest)) => (Kind::Log, rest),
         Some((&"exec", rest)) => (Kind::Exec, rest),
         Some((&"attach", rest)) => (Kind::Attach, rest),
         Some((&"portForward", rest)) => (Kind::PortForward, rest),
-        _ => {
-            return Err(format!(
-                "{path}: cloudcore serves an edge node's /containerLogs, /exec, /attach and /portForward"
-            ));
-        }
+        _ => return Err(Refused::NotAnEndpoint(path.to_string())),
     };
     let (uid, container, ns_pod) = match (kind, rest) {
         (Kind::Log, [ns, pod, c]) => (None, Some(*c), [*ns, *pod]),
@@ -78,9 +74,13 @@ pub(crate) fn target(path: &str) -> Result<Target, String> {
         (Kind::Exec | Kind::Attach, [ns, pod, uid, c]) => (Some(*uid), Some(*c), [*ns, *pod]),
         (Kind::PortForward, [ns, pod]) => (None, None, [*ns, *pod]),
         (Kind::PortForward, [ns, pod, uid]) => (Some(*uid), None, [*ns, *pod]),
-        _ => return Err(format!("{path}: not a path of this endpoint")),
+        _ => return Err(Refused::NotAPath(path.to_string())),
     };
-    let bad = |what: &str, v: &str| format!("{path}: {v:?} is not a {what}");
+    let bad = |what: &'static str, v: &str| Refused::NotAName {
+        path: path.to_string(),
+        value: v.to_string(),
+        what,
+    };
     Ok(Target {
         kind,
         namespace: name(ns_pod[0]).ok_or_else(|| bad("namespace", ns_pod[0]))?,

@@ -5,22 +5,22 @@
 //! containers, its node); the log is then read through the node's streaming tunnel
 //! ([`crate::cloudhub::tunnel`]) and streamed to the client as the node sends it.
 
+use super::{Refused, failure, off};
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::Event;
-use crate::history::failure;
 use api::tunnel::{LogRequest, Open};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a node has to accept a stream.
 const WAIT: Duration = Duration::from_secs(10);
 
 /// The `pods/log` subresource, read through the hub's tunnels once it runs.
-pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subresource {
+pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
     apiserver::Subresource {
         group: String::new(),
         plural: "pods".into(),
@@ -28,14 +28,11 @@ pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subre
         verb: "get",
         methods: &[axum::http::Method::GET],
         serve: Arc::new(move |pod, request| {
-            let hub = hub.get().cloned();
+            let hub = api.hub();
             Box::pin(async move {
                 match hub {
                     Some(hub) => serve(&hub, &pod, &request.query, &request.user).await,
-                    None => failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "cloudhub is off (modules.cloudHub.enable): no node can be asked for a log",
-                    ),
+                    None => off(),
                 }
             })
         }),
@@ -43,24 +40,31 @@ pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subre
 }
 
 /// A query value as Go's `strconv.ParseBool` reads it (kube-apiserver's conversion).
-fn boolean(query: &HashMap<String, String>, key: &str) -> Result<bool, String> {
+fn boolean(query: &HashMap<String, String>, key: &str) -> Result<bool, Refused> {
     parse_bool(key, query.get(key).map(String::as_str))
 }
 
 /// A query value `v` of `key` as Go's `strconv.ParseBool` reads it; absent or empty is false.
-pub(crate) fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, String> {
+pub(crate) fn parse_bool(key: &str, v: Option<&str>) -> Result<bool, Refused> {
     match v {
         None | Some("") => Ok(false),
         Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
         Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
-        Some(v) => Err(format!("{key}: {v:?} is not true or false")),
+        Some(v) => Err(Refused::NotBool {
+            key: key.to_string(),
+            value: v.to_string(),
+        }),
     }
 }
 
 /// The container a request names (`asked`), or the pod's only one, as kube-apiserver picks it:
 /// a name not in the pod's spec (its init containers too, with `init`) or no name for a pod of
 /// several is refused, naming the choices.
-pub(crate) fn container_of(pod: &Value, asked: Option<&str>, init: bool) -> Result<String, String> {
+pub(crate) fn container_of(
+    pod: &Value,
+    asked: Option<&str>,
+    init: bool,
+) -> Result<String, Refused> {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let kinds: &[&str] = if init {
         &["initContainers", "containers"]
@@ -74,29 +78,35 @@ pub(crate) fn container_of(pod: &Value, asked: Option<&str>, init: bool) -> Resu
         .collect();
     match asked.filter(|c| !c.is_empty()) {
         Some(c) if containers.contains(&c) => Ok(c.to_string()),
-        Some(c) => Err(format!("container {c} is not valid for pod {name}")),
+        Some(c) => Err(Refused::NoSuchContainer {
+            container: c.to_string(),
+            pod: name.to_string(),
+        }),
         None => match pod["spec"]["containers"].as_array().map(Vec::as_slice) {
             Some([one]) => Ok(one["name"].as_str().unwrap_or_default().to_string()),
-            _ => Err(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                containers.join(" ")
-            )),
+            _ => Err(Refused::WhichContainer {
+                pod: name.to_string(),
+                choices: containers.join(" "),
+            }),
         },
     }
 }
 
 /// A whole number of the query, at least `min`.
-fn number(query: &HashMap<String, String>, key: &str, min: i64) -> Result<Option<i64>, String> {
+fn number(query: &HashMap<String, String>, key: &str, min: i64) -> Result<Option<i64>, Refused> {
     let Some(v) = query.get(key).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    let n: i64 = v
-        .parse()
-        .map_err(|_| format!("{key}: {v:?} is not a whole number"))?;
+    let n: i64 = v.parse().map_err(|_| Refused::NotNumber {
+        key: key.to_string(),
+        value: v.to_string(),
+    })?;
     if n < min {
-        return Err(format!(
-            "{key}: must be greater than or equal to {min}, not {n}"
-        ));
+        return Err(Refused::Below {
+            key: key.to_string(),
+            min,
+            n,
+        });
     }
     Ok(Some(n))
 }
@@ -109,16 +119,17 @@ pub(crate) fn request(
     now_nanos: i64,
 ) -> Result<LogRequest, (StatusCode, String)> {
     let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+    let refused = |e: Refused| (StatusCode::BAD_REQUEST, e.to_string());
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let container =
-        container_of(pod, query.get("container").map(String::as_str), true).map_err(bad)?;
+        container_of(pod, query.get("container").map(String::as_str), true).map_err(refused)?;
     if let Some(s) = query.get("stream").filter(|s| !s.is_empty() && *s != "All") {
         return Err(bad(format!(
             "stream: {s:?} is not supported; only All (stdout and stderr together)"
         )));
     }
-    let since_seconds = number(query, "sinceSeconds", 1).map_err(bad)?;
+    let since_seconds = number(query, "sinceSeconds", 1).map_err(refused)?;
     let since_time = query.get("sinceTime").filter(|t| !t.is_empty());
     let since_nanos = match (since_seconds, since_time) {
         (Some(_), Some(_)) => {
@@ -134,8 +145,8 @@ pub(crate) fn request(
         }
         (None, None) => None,
     };
-    let tail_lines = number(query, "tailLines", 0).map_err(bad)?;
-    let limit_bytes = number(query, "limitBytes", 1).map_err(bad)?;
+    let tail_lines = number(query, "tailLines", 0).map_err(refused)?;
+    let limit_bytes = number(query, "limitBytes", 1).map_err(refused)?;
     Ok(LogRequest {
         namespace: ns.to_string(),
         pod: name.to_string(),
@@ -144,9 +155,9 @@ pub(crate) fn request(
             .unwrap_or_default()
             .to_string(),
         container: Some(container),
-        follow: boolean(query, "follow").map_err(bad)?,
-        previous: boolean(query, "previous").map_err(bad)?,
-        timestamps: boolean(query, "timestamps").map_err(bad)?,
+        follow: boolean(query, "follow").map_err(refused)?,
+        previous: boolean(query, "previous").map_err(refused)?,
+        timestamps: boolean(query, "timestamps").map_err(refused)?,
         tail_lines: tail_lines.map(|n| n as u64),
         since_nanos,
         limit_bytes: limit_bytes.map(|n| n as u64),

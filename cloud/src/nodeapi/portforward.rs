@@ -13,10 +13,10 @@
 //! the `error` stream), a frame's size, header blocks' size, and a session silent both ways
 //! for `IDLE` ends.
 
+use super::spdy::{self, Deflater, Frame, Input, Reader};
+use super::{failure, header_words, off};
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::{Event, Stream};
-use crate::history::failure;
-use crate::spdy::{self, Deflater, Frame, Input, Reader};
 use api::tunnel::{MAX_DATA, Open, PortForwardRequest};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -40,7 +40,7 @@ const IDLE: Duration = Duration::from_secs(4 * 3600);
 const PENDING: usize = 64;
 
 /// The `pods/portforward` subresource, through the hub's tunnels once it runs.
-pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subresource {
+pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
     apiserver::Subresource {
         group: String::new(),
         plural: "pods".into(),
@@ -48,14 +48,11 @@ pub(crate) fn subresource(hub: Arc<OnceLock<Arc<CloudHub>>>) -> apiserver::Subre
         verb: "create",
         methods: &[axum::http::Method::GET, axum::http::Method::POST],
         serve: Arc::new(move |pod, request| {
-            let hub = hub.get().cloned();
+            let hub = api.hub();
             Box::pin(async move {
                 match hub {
                     Some(hub) => serve(hub, pod, request).await,
-                    None => failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "cloudhub is off (modules.cloudHub.enable): no node can be reached",
-                    ),
+                    None => off(),
                 }
             })
         }),
@@ -69,17 +66,6 @@ enum Transport {
     WebSocket(String),
     /// The connection upgraded to SPDY itself.
     Spdy,
-}
-
-/// A header's comma-separated words, over all its lines.
-pub(crate) fn header_words<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect()
 }
 
 /// The transport a request asks for, if it is one served.
@@ -106,7 +92,7 @@ type Opener = Arc<
 async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRequest) -> Response {
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
-    let node = match crate::podexec::scheduled_node(&pod) {
+    let node = match super::scheduled_node(&pod) {
         Ok(n) => n,
         Err(m) => return failure(StatusCode::BAD_REQUEST, m),
     };

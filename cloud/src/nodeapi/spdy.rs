@@ -12,19 +12,19 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use std::sync::OnceLock;
 
 /// The only version spoken.
-pub const VERSION: u16 = 3;
+pub(super) const VERSION: u16 = 3;
 /// The last frame of a stream from its sender.
-pub const FLAG_FIN: u8 = 0x01;
+pub(super) const FLAG_FIN: u8 = 0x01;
 /// The largest frame accepted (a 24-bit length allows 16 MiB; kubectl writes 32 KiB).
-pub const MAX_FRAME: usize = 1 << 20;
+pub(super) const MAX_FRAME: usize = 1 << 20;
 /// The most bytes a header block may inflate to.
-pub const MAX_HEADERS: usize = 16 * 1024;
+pub(super) const MAX_HEADERS: usize = 16 * 1024;
 
 /// `RST_STREAM` and `GOAWAY` status codes.
-pub mod status {
-    pub const PROTOCOL_ERROR: u32 = 1;
-    pub const REFUSED_STREAM: u32 = 3;
-    pub const STREAM_IN_USE: u32 = 8;
+pub(super) mod status {
+    pub(crate) const PROTOCOL_ERROR: u32 = 1;
+    pub(crate) const REFUSED_STREAM: u32 = 3;
+    pub(crate) const STREAM_IN_USE: u32 = 8;
 }
 
 const SYN_STREAM: u16 = 1;
@@ -37,7 +37,7 @@ const WINDOW_UPDATE: u16 = 9;
 
 /// One frame; a header block stays compressed here (see [`Inflater`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Frame {
+pub(super) enum Frame {
     Data {
         stream: u32,
         fin: bool,
@@ -77,7 +77,7 @@ pub enum Frame {
 
 /// Why bytes are not a SPDY/3 frame.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+pub(super) enum Error {
     #[error("SPDY version {0} (only version 3 is spoken)")]
     Version(u16),
     #[error("a SPDY frame of {0} bytes (at most {MAX_FRAME} are taken)")]
@@ -95,7 +95,7 @@ fn be32(b: &[u8]) -> u32 {
 impl Frame {
     /// One frame from the start of `buf` and the bytes it took; `None` while `buf` holds less
     /// than a whole frame.
-    pub fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, Error> {
+    pub(super) fn parse(buf: &[u8]) -> Result<Option<(Frame, usize)>, Error> {
         if buf.len() < 8 {
             return Ok(None);
         }
@@ -165,7 +165,7 @@ impl Frame {
 
     /// The frame's bytes. Payloads longer than a 24-bit length are the caller's mistake: data
     /// is written in pieces of at most [`MAX_FRAME`].
-    pub fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let control = |kind: u16, flags: u8, payload: &[&[u8]]| {
             let len: usize = payload.iter().map(|p| p.len()).sum();
             let mut out = Vec::with_capacity(8 + len);
@@ -325,7 +325,7 @@ const TAIL: &str = concat!(
 
 /// SPDY/3's header dictionary (its Adler-32 is `0xe3c6a7c2`, what a zlib stream primed with it
 /// names in its header).
-pub fn dictionary() -> &'static [u8] {
+pub(super) fn dictionary() -> &'static [u8] {
     static DICTIONARY: OnceLock<Vec<u8>> = OnceLock::new();
     DICTIONARY.get_or_init(|| {
         let mut d = Vec::with_capacity(1500);
@@ -339,7 +339,7 @@ pub fn dictionary() -> &'static [u8] {
 }
 
 /// The header blocks one side receives: one zlib stream across the whole connection.
-pub struct Inflater {
+pub(super) struct Inflater {
     z: Decompress,
 }
 
@@ -354,7 +354,7 @@ impl Default for Inflater {
 impl Inflater {
     /// The name/value pairs of the next header block (names lower-case, as SPDY writes them;
     /// a value holding several, NUL-separated, as it is).
-    pub fn headers(&mut self, block: &[u8]) -> Result<Vec<(String, String)>, Error> {
+    pub(super) fn headers(&mut self, block: &[u8]) -> Result<Vec<(String, String)>, Error> {
         let bad = |m: String| Error::Headers(m);
         let mut out: Vec<u8> = Vec::with_capacity(512);
         let mut input = block;
@@ -419,7 +419,7 @@ fn parse_block(b: &[u8]) -> Option<Vec<(String, String)>> {
 }
 
 /// The header blocks one side sends.
-pub struct Deflater {
+pub(super) struct Deflater {
     z: Compress,
     primed: bool,
 }
@@ -435,7 +435,7 @@ impl Default for Deflater {
 
 impl Deflater {
     /// The next header block holding `pairs` (names written lower-case).
-    pub fn block(&mut self, pairs: &[(&str, &str)]) -> Vec<u8> {
+    pub(super) fn block(&mut self, pairs: &[(&str, &str)]) -> Vec<u8> {
         let mut plain = Vec::new();
         plain.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
         for (name, value) in pairs {
@@ -476,7 +476,7 @@ impl Deflater {
 
 /// What a client's frames ask of a server's session, header blocks inflated.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Input {
+pub(super) enum Input {
     /// A new stream and its headers (names lower-case, as SPDY/3 writes them); the session
     /// answers it with `SYN_REPLY` or refuses it.
     Open {
@@ -505,7 +505,7 @@ pub enum Input {
 
 impl Input {
     /// A header's value, of an [`Input::Open`].
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         match self {
             Input::Open { headers, .. } => headers
                 .iter()
@@ -519,7 +519,7 @@ impl Input {
 /// A server's reading side of a session: the client's bytes in any pieces in, its frames out
 /// as [`Input`]s, with the header stream kept in step.
 #[derive(Default)]
-pub struct Reader {
+pub(super) struct Reader {
     buf: Vec<u8>,
     inflater: Inflater,
     last: u32,
@@ -528,7 +528,7 @@ pub struct Reader {
 impl Reader {
     /// The inputs the bytes read so far complete; an error ends the session (see
     /// [`protocol_error`]).
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Input>, Error> {
+    pub(super) fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Input>, Error> {
         self.buf.extend_from_slice(chunk);
         let mut inputs = Vec::new();
         let mut at = 0;
@@ -573,13 +573,13 @@ impl Reader {
     }
 
     /// The last stream the client opened.
-    pub fn last(&self) -> u32 {
+    pub(super) fn last(&self) -> u32 {
         self.last
     }
 }
 
 /// The end of a session whose client broke the protocol (`last`: [`Reader::last`]).
-pub fn protocol_error(last: u32) -> Vec<u8> {
+pub(super) fn protocol_error(last: u32) -> Vec<u8> {
     Frame::GoAway {
         last,
         status: status::PROTOCOL_ERROR,
@@ -588,7 +588,7 @@ pub fn protocol_error(last: u32) -> Vec<u8> {
 }
 
 /// A stream's data frame, encoded.
-pub fn data(stream: u32, fin: bool, bytes: Vec<u8>) -> Vec<u8> {
+pub(super) fn data(stream: u32, fin: bool, bytes: Vec<u8>) -> Vec<u8> {
     Frame::Data {
         stream,
         fin,
@@ -603,7 +603,7 @@ const OUT_QUEUE: usize = 64;
 /// Runs `session` over an upgraded connection `io`: the client's bytes in (from a websocket's
 /// binary messages when `websocket`, else as they come), whole frames out (a websocket message
 /// each, else written as they are); the connection is closed once `session` ends.
-pub async fn carry<S, F, Fut>(io: S, websocket: bool, session: F)
+pub(super) async fn carry<S, F, Fut>(io: S, websocket: bool, session: F)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     F: FnOnce(tokio::sync::mpsc::Receiver<Vec<u8>>, tokio::sync::mpsc::Sender<Vec<u8>>) -> Fut,
