@@ -449,46 +449,11 @@ async fn get_twin(State(s): State<ApiState>, Path((ns, name)): Path<(String, Str
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct HistoryQuery {
-    pub(crate) from: Option<String>,
-    pub(crate) to: Option<String>,
-    pub(crate) step: Option<String>,
-    pub(crate) format: Option<String>,
-}
-
-/// A time of a history query: ms since the epoch, `now`, or `now` minus `-N(s|m|h|d)`.
-fn history_time(key: &str, text: &str, now: twin::Millis) -> Result<twin::Millis, String> {
-    let t = text.trim();
-    if t == "now" {
-        return Ok(now);
-    }
-    if let Some(ago) = t.strip_prefix('-') {
-        return duration_ms(ago).map(|d| now - d).ok_or_else(|| {
-            format!("{key}={text:?}: give ms since the epoch, now, or -24h, -7d, -30m, -90s")
-        });
-    }
-    t.parse::<twin::Millis>().map_err(|_| {
-        format!("{key}={text:?}: give ms since the epoch, now, or -24h, -7d, -30m, -90s")
-    })
-}
-
-/// `30s`, `5m`, `1h`, `7d` or plain ms, in ms.
-fn duration_ms(text: &str) -> Option<twin::Millis> {
-    let t = text.trim();
-    let (n, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, "ms"),
-    };
-    let n: twin::Millis = n.parse().ok()?;
-    let unit = match unit {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    n.checked_mul(unit)
+struct HistoryQuery {
+    from: Option<String>,
+    to: Option<String>,
+    step: Option<String>,
+    format: Option<String>,
 }
 
 /// A property's history (see the table above).
@@ -501,7 +466,12 @@ async fn history(
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
     let series = match history_series(&s.twin, &DeviceId::new(ns, name), &property, &q).await {
         Ok(series) => series,
-        Err((code, message)) => return error(code, message),
+        Err((code, message)) => {
+            return error(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                message,
+            );
+        }
     };
     let csv = q.format.as_deref() == Some("csv")
         || headers
@@ -511,76 +481,78 @@ async fn history(
     if csv {
         return (
             [(axum::http::header::CONTENT_TYPE, "text/csv; charset=utf-8")],
-            series.to_csv(),
+            series_csv(&series),
         )
             .into_response();
     }
-    Json(series.to_json()).into_response()
+    Json(series).into_response()
+}
+
+/// A series as CSV with a header: `t,value` without a step, `t,min,max,mean,last,count` with
+/// one (`t` in ms since the epoch).
+fn series_csv(series: &twin::history::Series) -> String {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => csv_field(s),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let num = |n: Option<f64>| n.map(|n| n.to_string()).unwrap_or_default();
+    let mut out = String::new();
+    match series.step {
+        None => {
+            out.push_str("t,value\n");
+            for p in &series.points {
+                out.push_str(&format!("{},{}\n", p.t, text(&p.value)));
+            }
+        }
+        Some(_) => {
+            out.push_str("t,min,max,mean,last,count\n");
+            for b in &series.buckets {
+                out.push_str(&format!(
+                    "{},{},{},{},{},{}\n",
+                    b.t,
+                    num(b.min),
+                    num(b.max),
+                    num(b.mean()),
+                    text(&b.last),
+                    b.count
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break (quotes doubled), and a
+/// leading `= + - @` neutralized so that a spreadsheet does not run it as a formula.
+fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
 }
 
 /// A property's history as `GET .../properties/{p}/history` answers it, or the status and
-/// message of why not: what the HTTP API and the cloud's requests over the link share.
-pub(crate) async fn history_series(
+/// message of why not.
+async fn history_series(
     twin: &TwinService,
     id: &DeviceId,
     property: &str,
     q: &HistoryQuery,
-) -> Result<twin::history::Series, (StatusCode, String)> {
-    let store = twin.store();
-    let Some(h) = store.history() else {
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no history is kept on this gateway (history.enabled is false in edgecore's config, or its file could not be opened: see the log)".into(),
-        ));
-    };
-    let bad = |e| (StatusCode::BAD_REQUEST, e);
+) -> Result<twin::history::Series, (u16, String)> {
     let now = twin::now_millis();
-    let to = match q.to.as_deref().map(|t| history_time("to", t, now)) {
-        None => now,
-        Some(t) => t.map_err(bad)?,
-    };
-    let from = match q.from.as_deref().map(|t| history_time("from", t, now)) {
-        None => to - 3_600_000,
-        Some(t) => t.map_err(bad)?,
-    };
-    let step = match q.step.as_deref() {
-        None | Some("") => None,
-        Some(t) => Some(
-            duration_ms(t).ok_or_else(|| bad(format!("step={t:?}: give 30s, 1m, 1h, 1d or ms")))?,
-        ),
-    };
-    let device = twin.get(id).await;
-    // A device and property the twin has (or had: history outlives a removed device).
-    if property != twin::history::STATE
-        && let Ok(Some(t)) = &device
-        && !t.properties.contains_key(property)
-    {
-        let have: Vec<&String> = t.properties.keys().collect();
-        return Err((
-            StatusCode::NOT_FOUND,
-            format!("{id} has no property {property:?}; it has {have:?}"),
-        ));
-    }
-    let series = match h
-        .query(&id.to_string(), property, from, to, step, now)
+    let query =
+        twin::history::Query::parse(q.from.as_deref(), q.to.as_deref(), q.step.as_deref(), now)
+            .map_err(|e| (400, e.to_string()))?;
+    twin.history(id, property, query, now)
         .await
-    {
-        Ok(series) => series,
-        Err(twin::history::HistoryError::Query(e)) => return Err(bad(e)),
-        Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-    };
-    if series.points.is_empty()
-        && series.buckets.is_empty()
-        && series.before.is_none()
-        && !matches!(device, Ok(Some(_)))
-    {
-        let e: ServiceError = TwinError::UnknownDevice(id.clone()).into();
-        return Err((
-            StatusCode::from_u16(e.code()).unwrap_or(StatusCode::NOT_FOUND),
-            e.to_string(),
-        ));
-    }
-    Ok(series)
+        .map_err(|e| (e.code(), e.to_string()))
 }
 
 /// The twin document of a device, or 404.
@@ -729,4 +701,17 @@ pub(crate) async fn serve(
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_and_formulas_neutralized() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=cmd()"), "'=cmd()");
+        assert_eq!(csv_field("-12.5"), "-12.5");
+    }
 }

@@ -5,6 +5,7 @@
 //! load many updates share one commit.
 
 use crate::engine::{Applied, DeviceDecl, Engine, Limits, Reported, TwinError};
+use crate::history::{HistoryError, Query, QueryError, Series};
 use crate::model::{DeviceRow, DeviceTwin, Millis, Version};
 use crate::store::{Store, StoreError};
 use api::paths::DeviceId;
@@ -43,6 +44,40 @@ impl ServiceError {
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// Why a history question is not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryRefused {
+    #[error(
+        "no history is kept on this gateway (history.enabled is false in edgecore's config, or its file could not be opened: see the log)"
+    )]
+    Off,
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error("{id} has no property {property:?}; it has {have:?}")]
+    NoProperty {
+        id: DeviceId,
+        property: String,
+        have: Vec<String>,
+    },
+    #[error(transparent)]
+    Twin(ServiceError),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl HistoryRefused {
+    /// The HTTP status that says it.
+    pub fn code(&self) -> u16 {
+        match self {
+            Self::Off => 503,
+            Self::Query(_) => 400,
+            Self::NoProperty { .. } => 404,
+            Self::Twin(e) => e.code(),
+            Self::Store(_) => 500,
+        }
+    }
+}
 
 /// One twin operation (see the methods of [`Engine`]).
 #[derive(Clone, Debug)]
@@ -252,6 +287,50 @@ impl TwinService {
     /// The store, for the outbox and cached objects.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// A property's history (or the device's state, [`crate::history::STATE`]) over `q`, as
+    /// the gateway's API and the cloud's `devices/history` answer it; the refusal says why,
+    /// with its status code.
+    pub async fn history(
+        &self,
+        id: &DeviceId,
+        property: &str,
+        q: Query,
+        now: Millis,
+    ) -> Result<Series, HistoryRefused> {
+        let Some(h) = self.store.history() else {
+            return Err(HistoryRefused::Off);
+        };
+        let device = self.get(id).await;
+        // A device and property the twin has (or had: history outlives a removed device).
+        if property != crate::history::STATE
+            && let Ok(Some(t)) = &device
+            && !t.properties.contains_key(property)
+        {
+            return Err(HistoryRefused::NoProperty {
+                id: id.clone(),
+                property: property.to_string(),
+                have: t.properties.keys().cloned().collect(),
+            });
+        }
+        let series = h
+            .query(&id.to_string(), property, q.from, q.to, q.step, now)
+            .await
+            .map_err(|e| match e {
+                HistoryError::Query(q) => HistoryRefused::Query(q),
+                other => HistoryRefused::Store(other.to_string()),
+            })?;
+        if series.points.is_empty()
+            && series.buckets.is_empty()
+            && series.before.is_none()
+            && !matches!(device, Ok(Some(_)))
+        {
+            return Err(HistoryRefused::Twin(
+                TwinError::UnknownDevice(id.clone()).into(),
+            ));
+        }
+        Ok(series)
     }
 
     pub fn stats(&self) -> &Stats {

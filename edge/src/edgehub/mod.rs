@@ -641,14 +641,22 @@ impl EdgeHub {
     /// the store as the local API answers `GET .../properties/{p}/history`, or refused with
     /// that API's status and message.
     async fn answer_history(&self, msg: &Message, id: &DeviceId) -> Message {
-        let q: crate::http::HistoryQuery =
+        let q: twin::history::QueryText =
             serde_json::from_value(msg.content.clone()).unwrap_or_default();
         let property = msg.content["property"].as_str().unwrap_or_default();
-        let mut answer = match crate::http::history_series(&self.twin, id, property, &q).await {
-            Ok(series) => msg.response(series.to_json()),
+        let now = twin::now_millis();
+        let series = match q.parse(now) {
+            Ok(query) => self
+                .twin
+                .history(id, property, query, now)
+                .await
+                .map_err(|e| (e.code(), e.to_string())),
+            Err(e) => Err((400, e.to_string())),
+        };
+        let mut answer = match series {
+            Ok(series) => msg.response(serde_json::to_value(series).unwrap_or_default()),
             Err((code, message)) => {
-                let mut m =
-                    msg.response(serde_json::json!({"code": code.as_u16(), "message": message}));
+                let mut m = msg.response(serde_json::json!({"code": code, "message": message}));
                 m.route.operation = "error".into();
                 m
             }

@@ -15,7 +15,15 @@
 //! bounded by `maxBytes` and by `minFreeBytes` left free on its disk, the oldest points going
 //! first (whichever tier holds them).
 
+mod query;
+mod series;
+mod tiers;
+
+pub use query::{Query, QueryError, QueryText};
+pub use series::{Bucket, RawPoint, Series};
+
 use crate::model::Millis;
+use series::{raw_point, value_of};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Row};
 use std::collections::HashMap;
@@ -110,8 +118,8 @@ pub enum HistoryError {
     },
     #[error("history database error: {0}")]
     Sql(#[from] sqlx::Error),
-    #[error("{0}")]
-    Query(String),
+    #[error(transparent)]
+    Query(#[from] QueryError),
 }
 
 /// The history of the twins.
@@ -375,208 +383,6 @@ impl History {
         tx.commit().await
     }
 
-    /// Rolls complete minutes and hours up, drops what is past its window, and holds the size
-    /// and free-space bounds. Run every minute or so.
-    pub async fn maintain(&self, now: Millis) -> Result<(), HistoryError> {
-        self.roll_up(now).await?;
-        let window =
-            |s: u64| now.saturating_sub(i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX));
-        for (table, cut) in [
-            ("raw", window(self.cfg.raw_window)),
-            ("minute", window(self.cfg.minute_window)),
-            ("hour", window(self.cfg.hour_window)),
-        ] {
-            sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE t < ?")))
-                .bind(cut)
-                .execute(&self.pool)
-                .await?;
-        }
-        self.make_room().await;
-        Ok(())
-    }
-
-    /// Each tier's rows and, when SQLite can tell (its `dbstat` table), bytes.
-    pub async fn tiers(&self) -> Result<Vec<(&'static str, u64, Option<u64>)>, HistoryError> {
-        let mut out = Vec::new();
-        for table in ["raw", "minute", "hour"] {
-            let rows: i64 =
-                sqlx::query_scalar(AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-                    .fetch_one(&self.pool)
-                    .await?;
-            let bytes: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT SUM(pgsize) FROM dbstat WHERE name = '{table}'"
-            )))
-            .fetch_one(&self.pool)
-            .await
-            .ok()
-            .flatten();
-            out.push((
-                table,
-                u64::try_from(rows).unwrap_or(0),
-                bytes.and_then(|b| u64::try_from(b).ok()),
-            ));
-        }
-        Ok(out)
-    }
-
-    /// The file's size in use (pages not free), in bytes.
-    pub async fn bytes(&self) -> Result<u64, HistoryError> {
-        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-            .fetch_one(&self.pool)
-            .await?;
-        let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-            .fetch_one(&self.pool)
-            .await?;
-        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(0))
-    }
-
-    /// Deletes the oldest points, whichever tier holds them, until the file is within `maxBytes`
-    /// and the disk has `minFreeBytes`: each round cuts the share of the time span the file is
-    /// over by (a tenth at least), so a few rounds do it.
-    async fn make_room(&self) {
-        for _ in 0..64 {
-            let bytes = self.bytes().await.unwrap_or(0);
-            let over = bytes > self.cfg.max_bytes;
-            let short = self
-                .free_bytes()
-                .is_some_and(|f| f < self.cfg.min_free_bytes);
-            if !over && !short {
-                break;
-            }
-            let share = if over {
-                1.0 - self.cfg.max_bytes as f64 / bytes.max(1) as f64
-            } else {
-                0.1
-            };
-            let share = (share + 0.05).clamp(0.1, 1.0);
-            // The oldest time across the tiers goes first, whichever tier holds it.
-            let span: Result<(Option<i64>, Option<i64>), _> = sqlx::query_as(
-                "SELECT MIN(lo), MAX(hi) FROM (SELECT MIN(t) AS lo, MAX(t) AS hi FROM raw
-                 UNION ALL SELECT MIN(t), MAX(t) FROM minute UNION ALL SELECT MIN(t), MAX(t) FROM hour)",
-            )
-            .fetch_one(&self.pool)
-            .await;
-            let Ok((Some(lo), Some(hi))) = span else {
-                break;
-            };
-            let cut = lo + (((hi - lo) as f64 * share).ceil() as i64).max(1);
-            let mut cut_any = false;
-            for table in ["raw", "minute", "hour"] {
-                match sqlx::query(AssertSqlSafe(format!("DELETE FROM {table} WHERE t < ?")))
-                    .bind(cut)
-                    .execute(&self.pool)
-                    .await
-                {
-                    Ok(r) => {
-                        self.stats
-                            .evicted
-                            .fetch_add(r.rows_affected(), Ordering::Relaxed);
-                        cut_any |= r.rows_affected() > 0;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "history: cannot delete old points"),
-                }
-            }
-            let _ = sqlx::query("PRAGMA incremental_vacuum")
-                .execute(&self.pool)
-                .await;
-            let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(&self.pool)
-                .await;
-            if !cut_any {
-                break;
-            }
-        }
-    }
-
-    /// Rolls raw points up into minutes, and minutes into hours, for each complete period that
-    /// ended at least [`GRACE`] ago and is not rolled up yet.
-    async fn roll_up(&self, now: Millis) -> Result<(), HistoryError> {
-        let (minute_mark, hour_mark): (i64, i64) =
-            sqlx::query_as("SELECT minute, hour FROM mark WHERE id = 0")
-                .fetch_one(&self.pool)
-                .await?;
-        // Minutes that late points changed, and their hours, rolled up again.
-        let dirty: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM dirty")
-            .fetch_one(&self.pool)
-            .await?;
-        if dirty > 0 {
-            let mut tx = self.pool.begin().await?;
-            sqlx::query(
-                "INSERT OR REPLACE INTO minute (series, t, mn, mx, sm, n, last_num, last_txt)
-                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, r.num, r.txt FROM
-                   (SELECT r.series, d.t AS b, MIN(r.num) AS mn, MAX(r.num) AS mx,
-                           SUM(r.num) AS sm, COUNT(r.num) AS n, MAX(r.t) AS lt
-                      FROM dirty d JOIN raw r ON r.series = d.series AND r.t >= d.t AND r.t < d.t + 60000
-                     GROUP BY r.series, d.t) g
-                 JOIN raw r ON r.series = g.series AND r.t = g.lt",
-            )
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "INSERT OR REPLACE INTO hour (series, t, mn, mx, sm, n, last_num, last_txt)
-                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, m.last_num, m.last_txt FROM
-                   (SELECT m.series, h.b, MIN(m.mn) AS mn, MAX(m.mx) AS mx, SUM(m.sm) AS sm,
-                           SUM(m.n) AS n, MAX(m.t) AS lt
-                      FROM (SELECT DISTINCT series, (t / 3600000) * 3600000 AS b FROM dirty WHERE t < ?) h
-                      JOIN minute m ON m.series = h.series AND m.t >= h.b AND m.t < h.b + 3600000
-                     GROUP BY m.series, h.b) g
-                 JOIN minute m ON m.series = g.series AND m.t = g.lt",
-            )
-            .bind(hour_mark)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM dirty").execute(&mut *tx).await?;
-            tx.commit().await?;
-        }
-        let minute_upto = (now - GRACE).div_euclid(MINUTE) * MINUTE;
-        if minute_upto > minute_mark {
-            let mut tx = self.pool.begin().await?;
-            sqlx::query(
-                "INSERT OR REPLACE INTO minute (series, t, mn, mx, sm, n, last_num, last_txt)
-                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, r.num, r.txt FROM
-                   (SELECT series, (t / 60000) * 60000 AS b, MIN(num) AS mn, MAX(num) AS mx,
-                           SUM(num) AS sm, COUNT(num) AS n, MAX(t) AS lt
-                      FROM raw WHERE t >= ? AND t < ? GROUP BY series, b) g
-                 JOIN raw r ON r.series = g.series AND r.t = g.lt",
-            )
-            .bind(minute_mark)
-            .bind(minute_upto)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE mark SET minute = ? WHERE id = 0")
-                .bind(minute_upto)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            self.minute_mark.store(minute_upto, Ordering::Relaxed);
-        }
-        let hour_upto = (now - GRACE - HOUR).div_euclid(HOUR) * HOUR;
-        if hour_upto > hour_mark {
-            let mut tx = self.pool.begin().await?;
-            sqlx::query(
-                "INSERT OR REPLACE INTO hour (series, t, mn, mx, sm, n, last_num, last_txt)
-                 SELECT g.series, g.b, g.mn, g.mx, g.sm, g.n, m.last_num, m.last_txt FROM
-                   (SELECT series, (t / 3600000) * 3600000 AS b, MIN(mn) AS mn, MAX(mx) AS mx,
-                           SUM(sm) AS sm, SUM(n) AS n, MAX(t) AS lt
-                      FROM minute WHERE t >= ? AND t < ? GROUP BY series, b) g
-                 JOIN minute m ON m.series = g.series AND m.t = g.lt",
-            )
-            .bind(hour_mark)
-            .bind(hour_upto)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE mark SET hour = ? WHERE id = 0")
-                .bind(hour_upto)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        }
-        Ok(())
-    }
-
     /// The history of one property from `from` to `to` (ms since the epoch, `to` excluded):
     /// each raw point without a `step`; with one, a bucket per step (min, max, mean, last and
     /// how many points), from the finest tier that holds the period.
@@ -589,26 +395,7 @@ impl History {
         step: Option<Millis>,
         now: Millis,
     ) -> Result<Series, HistoryError> {
-        if to <= from {
-            return Err(HistoryError::Query(format!(
-                "`to` ({to}) is not after `from` ({from})"
-            )));
-        }
-        if let Some(s) = step
-            && s < 1000
-        {
-            return Err(HistoryError::Query(format!(
-                "step {s} ms: give at least 1000 (1 s)"
-            )));
-        }
-        if let Some(s) = step
-            && let steps = to.saturating_sub(from).saturating_add(s - 1) / s
-            && steps > MAX_POINTS as i64
-        {
-            return Err(HistoryError::Query(format!(
-                "{steps} steps of {s} ms from {from} to {to}: at most {MAX_POINTS} buckets are answered; give a larger step or a shorter period"
-            )));
-        }
+        let Query { from, to, step } = Query::new(from, to, step)?;
         let id: Option<i64> =
             sqlx::query_scalar("SELECT id FROM series WHERE device = ? AND property = ?")
                 .bind(device)
@@ -760,185 +547,6 @@ impl History {
     }
 }
 
-fn value_of(num: Option<f64>, txt: Option<String>) -> serde_json::Value {
-    match (txt, num) {
-        (Some(t), _) => serde_json::Value::String(t),
-        (None, Some(n)) => serde_json::json!(n),
-        (None, None) => serde_json::Value::Null,
-    }
-}
-
-fn raw_point(r: &sqlx::sqlite::SqliteRow) -> RawPoint {
-    RawPoint {
-        t: r.get(0),
-        value: value_of(r.get(1), r.get(2)),
-    }
-}
-
-/// A point as reported.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct RawPoint {
-    pub t: Millis,
-    /// A number, or the text of a value that is none (booleans as `"true"`/`"false"`).
-    #[serde(rename = "v")]
-    pub value: serde_json::Value,
-}
-
-/// One step of a query: the points of `[t, t + step)`.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Bucket {
-    pub t: Millis,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    #[serde(skip)]
-    pub sum: Option<f64>,
-    /// Numeric points in it.
-    pub count: u64,
-    /// The last value in it.
-    pub last: serde_json::Value,
-    #[serde(skip)]
-    pub last_t: Millis,
-}
-
-impl Bucket {
-    /// The bucket of one point alone.
-    fn of_point(p: RawPoint) -> Self {
-        let n = p.value.as_f64();
-        Self {
-            t: p.t,
-            min: n,
-            max: n,
-            sum: n,
-            count: u64::from(n.is_some()),
-            last: p.value,
-            last_t: p.t,
-        }
-    }
-
-    fn merge(&mut self, b: &Bucket) {
-        let pick = |a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64| match (a, b) {
-            (Some(x), Some(y)) => Some(f(x, y)),
-            (x, y) => x.or(y),
-        };
-        self.min = pick(self.min, b.min, f64::min);
-        self.max = pick(self.max, b.max, f64::max);
-        self.sum = pick(self.sum, b.sum, |x, y| x + y);
-        self.count += b.count;
-        if b.last_t >= self.last_t {
-            self.last = b.last.clone();
-            self.last_t = b.last_t;
-        }
-    }
-
-    /// The mean of its numeric points.
-    pub fn mean(&self) -> Option<f64> {
-        (self.count > 0).then(|| self.sum.unwrap_or(0.0) / self.count as f64)
-    }
-}
-
-/// What a query answers.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Series {
-    pub device: String,
-    pub property: String,
-    pub from: Millis,
-    pub to: Millis,
-    pub step: Option<Millis>,
-    /// Where the buckets come from: `raw`, `minute` or `hour`.
-    pub tier: &'static str,
-    /// The last point before `from` (the value holding at `from`).
-    pub before: Option<RawPoint>,
-    /// Without a step: the raw points.
-    pub points: Vec<RawPoint>,
-    /// With a step: a bucket per step that has points.
-    pub buckets: Vec<Bucket>,
-    /// More raw points than [`MAX_POINTS`]: give a step.
-    pub truncated: bool,
-}
-
-impl Series {
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "device": self.device,
-            "property": self.property,
-            "from": self.from,
-            "to": self.to,
-            "tier": self.tier,
-            "before": self.before,
-        });
-        match self.step {
-            None => {
-                v["points"] = serde_json::json!(self.points);
-                v["truncated"] = serde_json::json!(self.truncated);
-            }
-            Some(s) => {
-                v["step"] = serde_json::json!(s);
-                v["buckets"] = serde_json::Value::Array(
-                    self.buckets
-                        .iter()
-                        .map(|b| {
-                            serde_json::json!({
-                                "t": b.t, "min": b.min, "max": b.max, "mean": b.mean(),
-                                "last": b.last, "count": b.count,
-                            })
-                        })
-                        .collect(),
-                );
-            }
-        }
-        v
-    }
-
-    /// CSV with a header: `time,value` (ISO 8601 and ms) without a step, `time,min,max,mean,last,count` with one.
-    pub fn to_csv(&self) -> String {
-        let text = |v: &serde_json::Value| match v {
-            serde_json::Value::String(s) => csv_field(s),
-            serde_json::Value::Null => String::new(),
-            other => other.to_string(),
-        };
-        let num = |n: Option<f64>| n.map(|n| n.to_string()).unwrap_or_default();
-        let mut out = String::new();
-        match self.step {
-            None => {
-                out.push_str("t,value\n");
-                for p in &self.points {
-                    out.push_str(&format!("{},{}\n", p.t, text(&p.value)));
-                }
-            }
-            Some(_) => {
-                out.push_str("t,min,max,mean,last,count\n");
-                for b in &self.buckets {
-                    out.push_str(&format!(
-                        "{},{},{},{},{},{}\n",
-                        b.t,
-                        num(b.min),
-                        num(b.max),
-                        num(b.mean()),
-                        text(&b.last),
-                        b.count
-                    ));
-                }
-            }
-        }
-        out
-    }
-}
-
-/// A CSV field: quoted when it holds a comma, a quote or a line break (quotes doubled), and a
-/// leading `= + - @` neutralized so that a spreadsheet does not run it as a formula.
-fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@']) && s.parse::<f64>().is_err() {
-        format!("'{s}")
-    } else {
-        s.to_string()
-    };
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -993,7 +601,6 @@ mod tests {
             ]
         );
         assert_eq!(s.before.as_ref().map(|b| b.t), Some(base + 2000));
-        assert!(s.to_csv().starts_with("t,value\n"));
     }
 
     /// A viewer's `step=1s` over 23 hours took the gateway from 38 to 288 MiB: refused now,
@@ -1182,13 +789,5 @@ mod tests {
             .await
             .expect("query");
         assert!(s.points.is_empty(), "the first minute is gone");
-    }
-
-    #[test]
-    fn csv_fields_are_quoted_and_formulas_neutralized() {
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("=cmd()"), "'=cmd()");
-        assert_eq!(csv_field("-12.5"), "-12.5");
     }
 }
