@@ -17,12 +17,14 @@
 //! packets, asks its [`session::Session`] what to do, and does it, and a writer task. Every
 //! decision (login, ACL, subscriptions, acknowledgements, the will) is in `session`.
 
+mod routing;
 mod session;
 mod tree;
 
 use bytes::BytesMut;
+use routing::{Client, Fate, Routing};
 use rumqttc::{ConnAck, ConnectReturnCode, Packet, Publish, QoS};
-use session::{Disconnect, Out, Session, Subscriber};
+use session::{Disconnect, Out, Session};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,7 +33,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tree::Subscriptions;
 
 /// Errors of starting the embedded broker.
 #[derive(Debug, thiserror::Error)]
@@ -88,94 +89,6 @@ impl Default for Limits {
 /// The queue of edgecore's own in-process client ([`Broker::link`]); its reader keeps a window
 /// of its own of what it has taken and not yet handled.
 const LINK_QUEUE: usize = 8;
-
-struct Client {
-    client_id: String,
-    /// The user it logged in as (`None`: anonymous).
-    user: Option<String>,
-    tx: mpsc::Sender<Packet>,
-    /// Its subscriptions (also in the routing's tree): filter → QoS.
-    filters: HashMap<String, QoS>,
-    /// Bytes of the publishes queued for it and not written yet.
-    queued_bytes: Arc<AtomicUsize>,
-    /// Cancelled when its QoS 1 queue overflowed: the connection is closed.
-    overflow: CancellationToken,
-    /// Cancelled when a newer connection takes its client id over: the connection is closed.
-    taken_over: CancellationToken,
-    /// edgecore's own in-process client: publishers wait for room in its queue (TCP
-    /// backpressure on the publishing app) instead of it being disconnected, so that a burst of
-    /// requests is slowed down, never lost or turned into a stall. No connection takes it over.
-    link: bool,
-}
-
-#[derive(Default)]
-struct Routing {
-    clients: HashMap<u64, Client>,
-    /// Every client's filters, as a tree of topic levels (the lists in `clients` say what to
-    /// take out of it when a client goes).
-    subscriptions: Subscriptions,
-    retained: HashMap<String, Publish>,
-    /// The broker's counters: the number of subscriptions is kept there as it changes.
-    stats: Arc<BrokerStats>,
-}
-
-impl Routing {
-    /// Takes a client out of the routing, with its subscriptions.
-    fn remove_client(&mut self, id: u64) -> Option<Client> {
-        let c = self.clients.remove(&id)?;
-        for f in c.filters.keys() {
-            self.subscriptions.remove(f, id);
-        }
-        self.count_subscriptions();
-        Some(c)
-    }
-
-    fn count_subscriptions(&self) {
-        self.stats
-            .subscriptions
-            .store(self.subscriptions.len() as u64, Ordering::Relaxed);
-    }
-
-    /// Unsubscribes client `id` from `filters`.
-    fn unsubscribe(&mut self, id: u64, filters: &[String]) {
-        let Some(c) = self.clients.get_mut(&id) else {
-            return;
-        };
-        for f in filters {
-            if c.filters.remove(f).is_some() {
-                self.subscriptions.remove(f, id);
-            }
-        }
-        self.count_subscriptions();
-    }
-
-    /// Subscribes client `id` to `filters` (a filter again: its QoS replaced).
-    fn subscribe(&mut self, id: u64, filters: &[(String, QoS)]) {
-        let Some(c) = self.clients.get_mut(&id) else {
-            return;
-        };
-        for (f, q) in filters {
-            c.filters.insert(f.clone(), *q);
-            self.subscriptions.insert(f, id, *q);
-        }
-        self.count_subscriptions();
-    }
-
-    /// The clients whose filters match `topic`, each once with the highest QoS of its
-    /// matching filters.
-    fn subscribers(&self, topic: &str) -> Vec<(u64, QoS)> {
-        let mut out: Vec<(u64, QoS)> = Vec::new();
-        self.subscriptions.matches(
-            topic,
-            &mut |id, q| match out.iter_mut().find(|(c, _)| *c == id) {
-                Some(s) if (q as u8) > (s.1 as u8) => s.1 = q,
-                Some(_) => {}
-                None => out.push((id, q)),
-            },
-        );
-        out
-    }
-}
 
 /// Counters of the broker.
 #[derive(Debug, Default)]
@@ -234,50 +147,44 @@ impl Core {
         publish: &Publish,
     ) -> Vec<(mpsc::Sender<Packet>, Publish, usize, Arc<AtomicUsize>)> {
         self.stats.published.fetch_add(1, Ordering::Relaxed);
-        let limits = &self.limits;
         let mut waiting = Vec::new();
         let mut state = self.lock();
-        if publish.retain {
-            if publish.payload.is_empty() {
-                state.retained.remove(&publish.topic);
-            } else {
-                state
-                    .retained
-                    .insert(publish.topic.clone(), publish.clone());
-            }
-        }
-        for (id, granted) in state.subscribers(&publish.topic) {
-            let Some(client) = state.clients.get(&id) else {
+        state.retain(publish);
+        for d in state.deliveries(publish, &self.auth, &self.limits) {
+            let Some(client) = state.clients.get(&d.id) else {
                 continue;
             };
-            let to = Subscriber {
-                client_id: &client.client_id,
-                user: client.user.as_deref(),
-                link: client.link,
-            };
-            if let Some(qos) = session::delivery(publish, granted, &to, &self.auth) {
-                let mut out = publish.clone();
-                out.qos = qos;
-                out.retain = false;
-                out.dup = false;
-                let size = out.payload.len() + out.topic.len();
-                let over_bytes =
-                    client.queued_bytes.load(Ordering::Relaxed) + size > limits.max_queued_bytes;
-                if client.link {
-                    waiting.push((client.tx.clone(), out, size, client.queued_bytes.clone()));
+            let fate = match d.fate {
+                Fate::Wait => {
+                    waiting.push((
+                        client.tx.clone(),
+                        d.publish,
+                        d.size,
+                        client.queued_bytes.clone(),
+                    ));
                     continue;
                 }
-                let sent = !over_bytes && client.tx.try_send(Packet::Publish(out)).is_ok();
-                if sent {
-                    client.queued_bytes.fetch_add(size, Ordering::Relaxed);
-                } else if qos == QoS::AtMostOnce {
-                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow; QoS 0 message dropped");
-                } else if !client.overflow.is_cancelled() {
-                    self.stats.overflowed.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow: its QoS 1 queue is full; disconnecting it");
-                    client.overflow.cancel();
-                }
+                // Room was there under this lock; a retained message the client's own
+                // subscription queued since may have taken it.
+                Fate::Send => match client.tx.try_send(Packet::Publish(d.publish)) {
+                    Ok(()) => {
+                        client.queued_bytes.fetch_add(d.size, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(e) => match e.into_inner() {
+                        Packet::Publish(p) if p.qos == QoS::AtMostOnce => Fate::Drop,
+                        _ => Fate::Overflow,
+                    },
+                },
+                other => other,
+            };
+            if fate == Fate::Drop {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow; QoS 0 message dropped");
+            } else if !client.overflow.is_cancelled() {
+                self.stats.overflowed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(client = %client.client_id, topic = %publish.topic, "MQTT subscriber too slow: its QoS 1 queue is full; disconnecting it");
+                client.overflow.cancel();
             }
         }
         waiting
@@ -287,7 +194,7 @@ impl Core {
 /// A running embedded broker.
 pub(crate) struct Broker {
     pub stats: Arc<BrokerStats>,
-    shared: Core,
+    core: Core,
 }
 
 impl Broker {
@@ -296,11 +203,11 @@ impl Broker {
     /// straight into the broker's routing. A publisher whose messages match waits for room in
     /// this client's queue instead of anything being dropped.
     pub(crate) fn link(&self, filters: &[String]) -> Link {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
         let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let mut state = self.shared.lock();
-        state.clients.insert(
+        let mut state = self.core.lock();
+        state.admit(
             id,
             Client {
                 client_id: format!("edgecore in-process link {id}"),
@@ -324,7 +231,7 @@ impl Broker {
             rx,
             queued_bytes,
             publisher: LinkPublisher {
-                shared: self.shared.clone(),
+                core: self.core.clone(),
             },
         }
     }
@@ -361,21 +268,21 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.publisher.shared.lock().remove_client(self.id);
+        self.publisher.core.lock().remove_client(self.id);
     }
 }
 
 /// Publishes into the embedded broker from the same process.
 #[derive(Clone)]
 pub(crate) struct LinkPublisher {
-    shared: Core,
+    core: Core,
 }
 
 impl LinkPublisher {
     /// Whether any client subscribes to `topic` now: a message nobody would receive need not be
     /// built.
     pub(crate) fn wanted(&self, topic: &str) -> bool {
-        let state = self.shared.lock();
+        let state = self.core.lock();
         let mut wanted = false;
         state.subscriptions.matches(topic, &mut |id, _| {
             wanted = wanted || state.clients.get(&id).is_some_and(|c| !c.link);
@@ -387,7 +294,7 @@ impl LinkPublisher {
     /// topic that the link itself subscribes to while the link is not being read.
     pub(crate) async fn publish(&self, topic: String, payload: Vec<u8>) {
         let p = Publish::new(topic, QoS::AtLeastOnce, payload);
-        self.shared.route(&p).await;
+        self.core.route(&p).await;
     }
 }
 
@@ -457,7 +364,7 @@ pub(crate) async fn start(
         None => None,
     };
     let stats = Arc::new(BrokerStats::default());
-    let shared = Core {
+    let core = Core {
         state: Arc::new(Mutex::new(Routing {
             stats: stats.clone(),
             ..Routing::default()
@@ -468,22 +375,22 @@ pub(crate) async fn start(
         next_id: Arc::default(),
     };
     let broker = Broker {
-        stats: shared.stats.clone(),
-        shared: shared.clone(),
+        stats: core.stats.clone(),
+        core: core.clone(),
     };
     let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     {
-        let (shared, cancel, permits) = (shared.clone(), cancel.clone(), permits.clone());
+        let (core, cancel, permits) = (core.clone(), cancel.clone(), permits.clone());
         tokio::spawn(accept(
             listener,
             permits,
             cancel,
             move |stream, peer, cancel| {
-                let shared = shared.clone();
+                let core = core.clone();
                 async move {
                     let ack = ack_handle(&stream);
                     let (reader, writer) = stream.into_split();
-                    if let Err(e) = connection(reader, writer, ack, None, shared, cancel).await {
+                    if let Err(e) = connection(reader, writer, ack, None, core, cancel).await {
                         tracing::debug!(%peer, error = %e, "MQTT client disconnected");
                     }
                 }
@@ -498,7 +405,7 @@ pub(crate) async fn start(
             permits,
             cancel,
             move |stream, peer, cancel| {
-                let (shared, acceptor) = (shared.clone(), acceptor.clone());
+                let (core, acceptor) = (core.clone(), acceptor.clone());
                 async move {
                     let ack = ack_handle(&stream);
                     let handshake = tokio::time::timeout(
@@ -508,7 +415,7 @@ pub(crate) async fn start(
                     let stream = match handshake.await {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
-                            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                            core.stats.refused.fetch_add(1, Ordering::Relaxed);
                             tracing::debug!(%peer, error = %e, "MQTT TLS handshake failed");
                             return;
                         }
@@ -524,7 +431,7 @@ pub(crate) async fn start(
                         .and_then(|c| pki::subject(c))
                         .map(|(cn, _)| cn);
                     let (reader, writer) = tokio::io::split(stream);
-                    if let Err(e) = connection(reader, writer, ack, user, shared, cancel).await {
+                    if let Err(e) = connection(reader, writer, ack, user, core, cancel).await {
                         tracing::debug!(%peer, error = %e, "MQTT client disconnected");
                     }
                 }
@@ -664,14 +571,180 @@ fn outgoing(packet: Packet, queued: &AtomicUsize, pending: &mut Option<Publish>)
     }
 }
 
-/// Serves one client: reads its packets, has its [`Session`] decide, and carries that out;
-/// `identity` is the user its TLS certificate names, when certificates are users.
+/// The CONNECT a new connection must open with (within 10 s), and the [`Session`] it makes;
+/// a refusal is answered (CONNACK with its code) and ends the connection. `Ok(None)`: the
+/// client closed before it.
+async fn handshake<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    buf: &mut BytesMut,
+    ack: Option<&socket2::Socket>,
+    identity: Option<String>,
+    core: &Core,
+    id: u64,
+) -> Result<Option<Session>, Disconnect>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let first = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        read_packet(reader, buf, ack),
+    )
+    .await;
+    let connect = match first {
+        Ok(Ok(Some(Packet::Connect(c)))) => c,
+        Ok(Ok(Some(other))) => {
+            // The packet's kind and its first bytes, not a whole payload in the log.
+            let shown: String = format!("{other:?}").chars().take(80).collect();
+            return Err(Disconnect::NotConnect(shown));
+        }
+        Ok(Ok(None)) => return Ok(None),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(Disconnect::NoConnect),
+    };
+    match Session::connect(&connect, identity, &core.auth, id) {
+        Ok(s) => Ok(Some(s)),
+        Err(code) => {
+            core.stats.refused.fetch_add(1, Ordering::Relaxed);
+            let mut out = BytesMut::new();
+            encode(&Packet::ConnAck(ConnAck::new(code, false)), &mut out);
+            let _ = writer.write_all(&out).await;
+            Err(Disconnect::Refused(code))
+        }
+    }
+}
+
+/// A connected client's side of the broker: its queues and the signals that close it.
+struct Joined {
+    id: u64,
+    /// Publishes for it (`max_queued_messages`), and their bytes.
+    tx: mpsc::Sender<Packet>,
+    queued: Arc<AtomicUsize>,
+    /// The answers to its own packets (acks, pings), which the writer serves first and never
+    /// behind a publish: otherwise a queue full of publishes waiting for the client's acks
+    /// would hold back the very acks this reader must send, and both would wait for each other.
+    ctl: mpsc::Sender<Packet>,
+    /// QoS 1 publishes sent and not acknowledged (`max_inflight_messages`): the writer takes a
+    /// permit for each, a PUBACK gives it back.
+    inflight: Arc<tokio::sync::Semaphore>,
+    window: usize,
+    overflow: CancellationToken,
+    taken_over: CancellationToken,
+}
+
+impl Joined {
+    /// `session`'s client admitted to the routing as `id` (taking its client id over from an
+    /// older connection), its CONNACK queued, and its writer started on `writer`.
+    fn admit<W>(
+        core: &Core,
+        session: &Session,
+        id: u64,
+        writer: W,
+        cancel: &CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>)
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (queue, window) = (
+            core.limits.max_queued_messages.max(1),
+            core.limits.max_inflight_messages.max(1),
+        );
+        let (tx, rx) = mpsc::channel::<Packet>(queue);
+        let (ctl, ctl_rx) = mpsc::channel::<Packet>(64);
+        let me = Self {
+            id,
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            ctl,
+            inflight: Arc::new(tokio::sync::Semaphore::new(window)),
+            window,
+            overflow: cancel.child_token(),
+            taken_over: cancel.child_token(),
+        };
+        let older = core.lock().admit(
+            id,
+            Client {
+                client_id: session.client_id.clone(),
+                user: session.user.clone(),
+                tx: me.tx.clone(),
+                filters: HashMap::new(),
+                queued_bytes: me.queued.clone(),
+                overflow: me.overflow.clone(),
+                taken_over: me.taken_over.clone(),
+                link: false,
+            },
+        );
+        for c in older {
+            c.taken_over.cancel();
+        }
+        core.stats.connections.fetch_add(1, Ordering::Relaxed);
+        let _ = me.ctl.try_send(Packet::ConnAck(ConnAck::new(
+            ConnectReturnCode::Success,
+            false,
+        )));
+        let writer = tokio::spawn(write_out(
+            writer,
+            ctl_rx,
+            rx,
+            me.inflight.clone(),
+            me.queued.clone(),
+        ));
+        (me, writer)
+    }
+
+    /// Carries out what the session decided of one packet; `Some` ends the connection.
+    async fn act(
+        &self,
+        out: Out,
+        session: &Session,
+        core: &Core,
+    ) -> Option<Result<(), Disconnect>> {
+        match out {
+            Out::Reply(p) => {
+                let _ = self.ctl.send(p).await;
+            }
+            Out::Route(p) => core.route(&p).await,
+            Out::Denied(topic) => {
+                core.stats.denied.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(client = %session.client_id, %topic, "MQTT publish not granted by the ACL; dropped");
+            }
+            Out::Subscribe(filters) => {
+                let retained = {
+                    let mut state = core.lock();
+                    state.subscribe(self.id, &filters);
+                    session.retained(&filters, &state.retained, &core.auth)
+                };
+                // The SUBACK (next) goes out through `ctl`, ahead of these.
+                for r in retained {
+                    let size = r.payload.len() + r.topic.len();
+                    self.queued.fetch_add(size, Ordering::Relaxed);
+                    if self.tx.send(Packet::Publish(r)).await.is_err() {
+                        self.queued.fetch_sub(size, Ordering::Relaxed);
+                    }
+                }
+            }
+            Out::Unsubscribe(topics) => core.lock().unsubscribe(self.id, &topics),
+            Out::Acked => {
+                if self.inflight.available_permits() < self.window {
+                    self.inflight.add_permits(1);
+                }
+            }
+            Out::Close(end) => return Some(end),
+        }
+        None
+    }
+}
+
+/// Serves one client: reads its packets, has its [`Session`] decide, and carries that out
+/// ([`Joined::act`]); `identity` is the user its TLS certificate names, when certificates are
+/// users.
 async fn connection<R, W>(
     mut reader: R,
     mut writer: W,
     ack: Option<socket2::Socket>,
     identity: Option<String>,
-    shared: Core,
+    core: Core,
     cancel: CancellationToken,
 ) -> Result<(), Disconnect>
 where
@@ -679,170 +752,51 @@ where
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let mut buf = BytesMut::with_capacity(4096);
-    let connect = match tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        read_packet(&mut reader, &mut buf, ack.as_ref()),
-    )
-    .await
-    {
-        Ok(Ok(Some(Packet::Connect(c)))) => c,
-        Ok(Ok(Some(other))) => {
-            // The packet's kind and its first bytes, not a whole payload in the log.
-            let shown: String = format!("{other:?}").chars().take(80).collect();
-            return Err(Disconnect::NotConnect(shown));
-        }
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(Disconnect::NoConnect),
+    let id = core.next_id.fetch_add(1, Ordering::Relaxed);
+    let ack = ack.as_ref();
+    let handshake = handshake(&mut reader, &mut writer, &mut buf, ack, identity, &core, id);
+    let Some(session) = handshake.await? else {
+        return Ok(());
     };
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let session = match Session::connect(&connect, identity, &shared.auth, id) {
-        Ok(s) => s,
-        Err(code) => {
-            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
-            let mut out = BytesMut::new();
-            encode(&Packet::ConnAck(ConnAck::new(code, false)), &mut out);
-            let _ = writer.write_all(&out).await;
-            return Err(Disconnect::Refused(code));
-        }
-    };
-    let limits = shared.limits.clone();
-    // Room for the queued publishes and the control packets (acks, pings) besides them.
-    // Publishes for the client wait in `tx`; the answers to its own packets (acks, pings) go
-    // through `ctl`, which the writer serves first and never behind a publish: otherwise a
-    // queue full of publishes waiting for the client's acks would hold back the very acks this
-    // reader must send, and the client and the broker would wait for each other.
-    let (queue, window) = (
-        limits.max_queued_messages.max(1),
-        limits.max_inflight_messages.max(1),
-    );
-    let (tx, rx) = mpsc::channel::<Packet>(queue);
-    let (ctl, ctl_rx) = mpsc::channel::<Packet>(64);
-    let queued_bytes = Arc::new(AtomicUsize::new(0));
-    let queued = queued_bytes.clone();
-    let overflow = cancel.child_token();
-    let taken_over = cancel.child_token();
-    // QoS 1 publishes sent and not acknowledged: the writer takes a permit for each, a PUBACK
-    // from the client gives it back.
-    let inflight = Arc::new(tokio::sync::Semaphore::new(window));
-    {
-        let mut state = shared.lock();
-        // A second connection with the same client id takes over (MQTT 3.1.1 section 3.1.4):
-        // the older one is closed, not left open unrouted.
-        let older: Vec<u64> = state
-            .clients
-            .iter()
-            .filter(|(_, c)| !c.link && c.client_id == session.client_id)
-            .map(|(id, _)| *id)
-            .collect();
-        for old in older {
-            if let Some(c) = state.remove_client(old) {
-                c.taken_over.cancel();
-            }
-        }
-        state.clients.insert(
-            id,
-            Client {
-                client_id: session.client_id.clone(),
-                user: session.user.clone(),
-                tx: tx.clone(),
-                filters: HashMap::new(),
-                queued_bytes: queued_bytes.clone(),
-                overflow: overflow.clone(),
-                taken_over: taken_over.clone(),
-                link: false,
-            },
-        );
-    }
-    shared.stats.connections.fetch_add(1, Ordering::Relaxed);
-    let _ = ctl.try_send(Packet::ConnAck(ConnAck::new(
-        ConnectReturnCode::Success,
-        false,
-    )));
-    let writer_task = tokio::spawn(write_out(
-        writer,
-        ctl_rx,
-        rx,
-        inflight.clone(),
-        queued_bytes.clone(),
-    ));
+    let (client, mut writer_task) = Joined::admit(&core, &session, id, writer, &cancel);
     let result = 'read: loop {
         let read = async {
             match session.keep_alive {
-                Some(k) => {
-                    tokio::time::timeout(k, read_packet(&mut reader, &mut buf, ack.as_ref())).await
-                }
-                None => Ok(read_packet(&mut reader, &mut buf, ack.as_ref()).await),
+                Some(k) => tokio::time::timeout(k, read_packet(&mut reader, &mut buf, ack)).await,
+                None => Ok(read_packet(&mut reader, &mut buf, ack).await),
             }
         };
-        let next = tokio::select! {
+        let packet = match tokio::select! {
             _ = cancel.cancelled() => break Err(Disconnect::Shutdown),
-            _ = overflow.cancelled() => break Err(Disconnect::Overflow),
-            _ = taken_over.cancelled() => break Err(Disconnect::TakenOver),
+            _ = client.overflow.cancelled() => break Err(Disconnect::Overflow),
+            _ = client.taken_over.cancelled() => break Err(Disconnect::TakenOver),
             r = read => r,
-        };
-        let packet = match next {
+        } {
             Err(_) => {
-                shared
-                    .stats
-                    .keepalive_expired
-                    .fetch_add(1, Ordering::Relaxed);
+                core.stats.keepalive_expired.fetch_add(1, Ordering::Relaxed);
                 break Err(Disconnect::KeepAlive);
             }
             Ok(Ok(None)) => break Err(Disconnect::Closed),
             Ok(Err(e)) => break Err(e),
             Ok(Ok(Some(p))) => p,
         };
-        for out in session.on_packet(packet, &shared.auth) {
-            match out {
-                Out::Reply(p) => {
-                    let _ = ctl.send(p).await;
-                }
-                Out::Route(p) => shared.route(&p).await,
-                Out::Denied(topic) => {
-                    shared.stats.denied.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(client = %session.client_id, %topic, "MQTT publish not granted by the ACL; dropped");
-                }
-                Out::Subscribe(filters) => {
-                    let retained = {
-                        let mut state = shared.lock();
-                        state.subscribe(id, &filters);
-                        session.retained(&filters, &state.retained, &shared.auth)
-                    };
-                    // The SUBACK (next) goes out through `ctl`, ahead of these.
-                    for r in retained {
-                        let size = r.payload.len() + r.topic.len();
-                        queued.fetch_add(size, Ordering::Relaxed);
-                        if tx.send(Packet::Publish(r)).await.is_err() {
-                            queued.fetch_sub(size, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Out::Unsubscribe(topics) => shared.lock().unsubscribe(id, &topics),
-                Out::Acked => {
-                    if inflight.available_permits() < window {
-                        inflight.add_permits(1);
-                    }
-                }
-                Out::Close(end) => break 'read end,
+        for out in session.on_packet(packet, &core.auth) {
+            if let Some(end) = client.act(out, &session, &core).await {
+                break 'read end;
             }
         }
     };
-    shared.lock().remove_client(id);
+    core.lock().remove_client(id);
     // The will is published when a client goes away without DISCONNECT (the broker's own
     // shutdown included, as Mosquitto does).
     if let Some(will) = session.will(&result) {
-        shared.route(&will).await;
+        core.route(&will).await;
     }
-    drop(tx);
-    drop(ctl);
+    drop(client);
     // What is queued is written if the client reads it; a client that does not read (the
     // reason for most of these exits) must not keep its queue, and this task, alive.
-    let mut writer_task = writer_task;
-    if tokio::time::timeout(std::time::Duration::from_secs(1), &mut writer_task)
-        .await
-        .is_err()
-    {
+    let wait = std::time::Duration::from_secs(1);
+    if tokio::time::timeout(wait, &mut writer_task).await.is_err() {
         writer_task.abort();
     }
     match result {
