@@ -30,6 +30,19 @@ pub(crate) enum AuthError {
     },
 }
 
+/// Why a password file's hash is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HashError {
+    #[error("not base64: {0}")]
+    NotBase64(String),
+    #[error("{0:?} is not a number of iterations")]
+    Iterations(String),
+    #[error(
+        "the password is not hashed as mosquitto_passwd hashes it ($7$ or $6$); run mosquitto_passwd -U on the file"
+    )]
+    NotMosquitto,
+}
+
 #[derive(Debug, Clone)]
 enum Hash {
     /// `$7$`: PBKDF2-HMAC-SHA512.
@@ -43,11 +56,11 @@ enum Hash {
 }
 
 impl Hash {
-    fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, HashError> {
         let b64 = |s: &str| {
             base64::engine::general_purpose::STANDARD
                 .decode(s)
-                .map_err(|e| format!("not base64: {e}"))
+                .map_err(|e| HashError::NotBase64(e.to_string()))
         };
         let parts: Vec<&str> = text.split('$').collect();
         match parts.as_slice() {
@@ -56,7 +69,7 @@ impl Hash {
                     .parse::<u32>()
                     .ok()
                     .and_then(std::num::NonZeroU32::new)
-                    .ok_or_else(|| format!("{iterations:?} is not a number of iterations"))?,
+                    .ok_or_else(|| HashError::Iterations(iterations.to_string()))?,
                 salt: b64(salt)?,
                 hash: b64(hash)?,
             }),
@@ -64,10 +77,7 @@ impl Hash {
                 salt: b64(salt)?,
                 hash: b64(hash)?,
             }),
-            _ => Err(
-                "the password is not hashed as mosquitto_passwd hashes it ($7$ or $6$); run mosquitto_passwd -U on the file"
-                    .into(),
-            ),
+            _ => Err(HashError::NotMosquitto),
         }
     }
 
@@ -176,7 +186,10 @@ impl Auth {
                     let (user, hash) = line
                         .split_once(':')
                         .ok_or_else(|| bad("expected user:hash".into()))?;
-                    users.insert(user.to_string(), Hash::parse(hash).map_err(bad)?);
+                    users.insert(
+                        user.to_string(),
+                        Hash::parse(hash).map_err(|e| bad(e.to_string()))?,
+                    );
                 }
                 Some(users)
             }
