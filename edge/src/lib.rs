@@ -24,8 +24,6 @@
 #![warn(unreachable_pub)]
 
 pub mod app;
-#[doc(hidden)]
-pub mod benchkit;
 pub mod catalog;
 pub mod config;
 pub mod debug;

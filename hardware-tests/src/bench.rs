@@ -532,3 +532,34 @@ pub async fn until_reported(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The `n`th device of edgecore's benches (`edgecore-bench`, `history-bench`): `default/dev-{n}`.
+pub fn device_id(n: usize) -> api::paths::DeviceId {
+    api::paths::DeviceId::new("default", format!("dev-{n}"))
+}
+
+/// Device `n` of model `m` with `props` properties `p0`.. of one type.
+pub fn device_decl(
+    n: usize,
+    props: usize,
+    value_type: api::v1beta1::PropertyType,
+    writable: bool,
+) -> twin::engine::DeviceDecl {
+    twin::engine::DeviceDecl {
+        id: device_id(n),
+        description: String::new(),
+        model: "m".into(),
+        protocol: "modbus".into(),
+        properties: (0..props)
+            .map(|p| twin::engine::PropertyDecl {
+                name: format!("p{p}"),
+                value_type,
+                writable,
+                desired: None,
+                minimum: None,
+                maximum: None,
+                unit: None,
+            })
+            .collect(),
+    }
+}

@@ -12,7 +12,7 @@
 //! 4. Start-up time with 10,000 twins in the database.
 
 use api::v1beta1::PropertyType;
-use edge::benchkit::id;
+use hardware_tests::bench::device_id as id;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use twin::engine::{DeviceDecl, Limits, Reported};
@@ -24,7 +24,7 @@ const PROPS: usize = 10;
 const REPORTERS: u64 = 512;
 
 fn decl(n: usize) -> DeviceDecl {
-    edge::benchkit::decl(n, PROPS, PropertyType::Int, true)
+    hardware_tests::bench::device_decl(n, PROPS, PropertyType::Int, true)
 }
 
 #[tokio::main]

@@ -15,7 +15,7 @@
 //!    last hour raw, each 200 times: p50 and p99.
 
 use api::v1beta1::PropertyType;
-use edge::benchkit::id;
+use hardware_tests::bench::device_id as id;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,7 +37,7 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 fn decl(n: usize) -> DeviceDecl {
-    edge::benchkit::decl(n, PROPS, PropertyType::Float, false)
+    hardware_tests::bench::device_decl(n, PROPS, PropertyType::Float, false)
 }
 
 /// User plus system CPU time of this process, in seconds.
