@@ -13,8 +13,8 @@
 
 pub(crate) mod certs;
 pub(crate) mod joins;
-pub(crate) mod objectsync;
 mod metrics;
+pub(crate) mod objectsync;
 mod queue;
 pub(crate) mod tunnel;
 pub(crate) mod usage;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A test hub's settings, its join records in `dir`.

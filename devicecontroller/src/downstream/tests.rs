@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn device(name: &str, node: &str, model: &str, rv: &str) -> Value {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn twin_msg(node: &str, device: &str, prop: &str, value: &str, version: i64, ts: i64) -> Message {

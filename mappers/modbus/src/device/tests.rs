@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn point(visitor: Value, ty: &str) -> Point {

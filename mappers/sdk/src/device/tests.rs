@@ -1,4 +1,3 @@
-
 //! The scheduler's timing with tokio's paused clock and a driver that records its calls.
 use super::*;
 use crate::driver::PropertyConfig;
