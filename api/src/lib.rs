@@ -14,7 +14,8 @@
 //! - [`packed`]: text kept LZ4-compressed in memory when large.
 //! - [`tunnel`]: the frames of the streaming tunnel a node opens beside its session (`kubectl
 //!   logs` through the cloud), and what the cloud asks on it.
-//! - [`operations`]: what a fleet job (`ImagePrePullJob`) asks of one node and its answer.
+//! - [`operations`]: what a fleet job (`ImagePrePullJob`, `NodeUpgradeJob`,
+//!   `ConfigUpdateJob`) asks of one node, and its answer.
 //! - [`rfc3339`]: times as Kubernetes writes them.
 pub mod bus;
 pub mod crd;

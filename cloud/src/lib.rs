@@ -1,17 +1,25 @@
 //! `cloudcore`: the embedded Kubernetes-compatible API (`apiserver`, or a real cluster through
-//! kube-rs) and the cloud controllers, which reach it through kube-rs only:
+//! kube-rs) and the cloud controllers, which reach it through kube-rs only. Its surface is what
+//! `main` and the tests use: [`run`] on a [`config::Config`], [`cluster_client`], the join
+//! tokens ([`get_token`], [`create_token`], [`JoinBook`]) and [`crds`]. Inside:
 //!
 //! - [`config`]: `cloudcore.yaml` (KubeEdge's layout), checked with the key path of every error;
-//! - [`cloudhub`]: one TLS websocket per edge node in KubeEdge's format, the certificate port
-//!   where nodes join by token, ObjectSync records of what each node acknowledged;
-//! - [`edgecontroller`]: pods, ConfigMaps and Secrets to their nodes, pod status back, and the
+//! - `cloudhub`: one TLS websocket per edge node in KubeEdge's format, the certificate port
+//!   where nodes join by token, ObjectSync records of what each node acknowledged, each node's
+//!   streaming tunnel and latest usage report;
+//! - `nodeapi`: what the cloud asks of nodes on a user's behalf (a pod's log, exec, attach,
+//!   port-forward, a device's history, `kubectl top`), mounted from one table by the embedded
+//!   API and, for a real cluster, the kubelet's port;
+//! - `edgecontroller`: pods, ConfigMaps and Secrets to their nodes, pod status back, and the
 //!   Nodes (their Ready condition as sessions come and go, KubeEdge kubelets' own requests);
-//! - [`daemonset`]: the DaemonSet controller of the embedded API;
-//! - [`leader`]: the Lease election of replicas, for what runs once;
-//! - [`jobs`]: `ImagePrePullJob` and `NodeUpgradeJob` over the fleet, on the leader;
+//! - `daemonset`: the DaemonSet controller of the embedded API;
+//! - `leader`: the Lease election of replicas, for what runs once;
+//! - `jobs`: `ImagePrePullJob`, `NodeUpgradeJob` and `ConfigUpdateJob` over the fleet, on the
+//!   leader (`jobs::plan`: their decisions, pure);
+//! - `admission`: with a real cluster, the validating webhook of Device writes;
 //! - `ui`: the fleet's page, which the API serves at `/ui`.
 //!
-//! [`run`] wires them on a config; the device controller is the `devicecontroller` crate.
+//! The device controller is the `devicecontroller` crate.
 #![warn(unreachable_pub)]
 
 mod admission;

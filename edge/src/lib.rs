@@ -8,11 +8,13 @@
 //! - [`dmi`]: the DMI gRPC server mappers report to, and the mapper manager (placement,
 //!   liveness, failover) that tells each mapper its devices.
 //! - `edgehub`: the cloud link (join by token, KubeEdge's websocket session, upstream
-//!   reports, downstream objects); `eventbus`: KubeEdge's `$hw` MQTT topics on an embedded
+//!   reports, downstream objects, the certificate port's client, the streaming tunnel, the
+//!   node's usage, and `edgehub::jobs`: the fleet jobs' part on this node); `eventbus`: KubeEdge's `$hw` MQTT topics on an embedded
 //!   broker or an external one; `http`: the local HTTP API; `manifests`: the local manifest
 //!   directory, watched; `listeners`: the HTTP listener's bounds; `meta`: KubeEdge's
 //!   metamanager: the one place catalog changes are published, and the typed records kept
 //!   besides the twins.
+//! - [`join`]: `edgecore join` and `reset`; [`debug`]: `edgecore debug collect` and `check`.
 //! - [`metrics`]: counters for `/metrics`; `ui`: the gateway's page at `/ui` on the HTTP
 //!   listener.
 //! - [`upgrade`]: what `main` needs of the fleet jobs' part on this node (`edgehub::jobs`):

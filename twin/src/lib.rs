@@ -10,7 +10,9 @@
 //! - [`service`]: an actor that owns an engine and a store and commits operations in groups, so a
 //!   caller's update is answered only once it is durable.
 //! - [`history`]: every reported value and device state over time, in its own file, in raw,
-//!   minute and hour tiers, fed by the journal's fold and bounded by age, size and free space.
+//!   minute and hour tiers, fed by the journal's fold and bounded by age, size and free space;
+//!   its query grammar (`history::Query`), and [`TwinService::history`], the one answer of the
+//!   gateway's HTTP API and the cloud's `devices/history`.
 //!
 //! Size caps (see [`Limits`]): a value may be up to 64 KiB and a device's whole twin document up
 //! to 1 MiB by default. There is no character-set restriction on values (KubeEdge allows 512
