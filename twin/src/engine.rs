@@ -10,85 +10,11 @@ use api::v1beta1::{AccessMode, Device, DeviceModel, PropertyType};
 use api::validate::names::check_twin_key;
 use std::collections::{BTreeMap, HashMap};
 
-/// Errors of twin operations. Each names the device or property it is about.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TwinError {
-    #[error("device {0} is not known on this node")]
-    UnknownDevice(DeviceId),
-    #[error("device {device} has no property {property:?}")]
-    UnknownProperty { device: DeviceId, property: String },
-    #[error("property name {property:?} is invalid: {reason}")]
-    InvalidName {
-        property: String,
-        reason: api::validate::names::NameError,
-    },
-    #[error("value of property {property:?} is invalid: {reason}")]
-    InvalidValue { property: String, reason: String },
-    #[error("value of property {property:?} is {size} bytes, more than the limit of {limit}")]
-    ValueTooLarge {
-        property: String,
-        size: usize,
-        limit: usize,
-    },
-    #[error(
-        "twin of device {device} would hold {size} bytes of values, more than the limit of {limit}"
-    )]
-    DocumentTooLarge {
-        device: DeviceId,
-        size: usize,
-        limit: usize,
-    },
-    #[error("property {property:?} is read-only: its model's accessMode is ReadOnly")]
-    ReadOnly { property: String },
-    #[error("property {property:?} is not optional, so it cannot be deleted")]
-    NotOptional { property: String },
-    /// A cloud sync older than the edge's state; the caller should resync from `current`.
-    #[error(
-        "version of property {property:?} is stale: the edge has {{cloud: {}, edge: {}}}, the request {{cloud: {}, edge: {}}}",
-        current.cloud, current.edge, requested.cloud, requested.edge
-    )]
-    StaleVersion {
-        property: String,
-        current: Version,
-        requested: Version,
-        current_value: Option<TwinValue>,
-    },
-    /// A conditional update whose `if_version` is not the current desired version.
-    #[error("desired version of device {device} is {actual}, not {expected}")]
-    Conflict {
-        device: DeviceId,
-        expected: u64,
-        actual: u64,
-    },
-    #[error("state {0:?} is not one of online, offline, ok, unknown, unhealthy")]
-    InvalidState(String),
-}
+mod decl;
+mod error;
 
-impl TwinError {
-    /// The HTTP-like code KubeEdge's result topics carry: 404 unknown, 409 conflict, 400 invalid.
-    pub fn code(&self) -> u16 {
-        match self {
-            Self::UnknownDevice(_) | Self::UnknownProperty { .. } => 404,
-            Self::StaleVersion { .. } | Self::Conflict { .. } => 409,
-            _ => 400,
-        }
-    }
-
-    /// Whether the error is about one property's name or value (and not the device or a
-    /// version), so that the other properties of the same request may still be applied.
-    pub fn is_about_a_value(&self) -> bool {
-        matches!(
-            self,
-            Self::UnknownProperty { .. }
-                | Self::InvalidName { .. }
-                | Self::InvalidValue { .. }
-                | Self::ValueTooLarge { .. }
-                | Self::DocumentTooLarge { .. }
-                | Self::ReadOnly { .. }
-                | Self::NotOptional { .. }
-        )
-    }
-}
+pub use decl::{DeviceDecl, PropertyDecl};
+pub use error::TwinError;
 
 pub type Result<T, E = TwinError> = std::result::Result<T, E>;
 
@@ -106,71 +32,6 @@ impl Default for Limits {
         Self {
             max_value_bytes: 64 * 1024,
             max_document_bytes: 1024 * 1024,
-        }
-    }
-}
-
-/// A property as a device declares it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PropertyDecl {
-    pub name: String,
-    pub value_type: PropertyType,
-    pub writable: bool,
-    /// `spec.properties[].desired.value`.
-    pub desired: Option<String>,
-    /// The model's `minimum` and `maximum` (numeric properties).
-    pub minimum: Option<String>,
-    pub maximum: Option<String>,
-    /// The model's `unit`.
-    pub unit: Option<String>,
-}
-
-/// A device as its manifest declares it: what membership needs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceDecl {
-    pub id: DeviceId,
-    pub description: String,
-    pub model: String,
-    pub protocol: String,
-    pub properties: Vec<PropertyDecl>,
-}
-
-impl DeviceDecl {
-    /// The declaration of a device, with property types and access modes from its model.
-    pub fn from_device(device: &Device, model: Option<&DeviceModel>) -> Self {
-        let id = DeviceId::new(
-            api::v1beta1::namespace_of(&device.metadata),
-            device.metadata.name.clone().unwrap_or_default(),
-        );
-        let properties = device
-            .spec
-            .properties
-            .iter()
-            .map(|p| {
-                let mp = model.and_then(|m| m.property(&p.name));
-                PropertyDecl {
-                    name: p.name.clone(),
-                    value_type: mp.and_then(|m| m.type_).unwrap_or(PropertyType::String),
-                    writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
-                    desired: p.desired.as_ref().map(|d| d.value.clone()),
-                    minimum: mp
-                        .and_then(|m| m.minimum.clone())
-                        .filter(|v| !v.trim().is_empty()),
-                    maximum: mp
-                        .and_then(|m| m.maximum.clone())
-                        .filter(|v| !v.trim().is_empty()),
-                    unit: mp
-                        .and_then(|m| m.unit.clone())
-                        .filter(|v| !v.trim().is_empty()),
-                }
-            })
-            .collect();
-        Self {
-            id,
-            description: String::new(),
-            model: device.model_name().unwrap_or_default().to_string(),
-            protocol: device.protocol_name().unwrap_or_default().to_string(),
-            properties,
         }
     }
 }
