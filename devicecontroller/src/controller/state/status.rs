@@ -1,0 +1,403 @@
+//! What the reconciler writes: each device's `DeviceStatus` created once and patched with what
+//! its node reports (the newest value per property, a write in flight per object), the
+//! nodes' acknowledgements, and the profile ConfigMaps; all of it on the leader only.
+
+use super::*;
+
+impl Reconciler {
+    pub(super) fn ensure_all_statuses(&mut self) {
+        for k in self.down.device_keys() {
+            self.ensure_status(&k);
+        }
+    }
+
+    /// A DeviceStatus for the device, owned by it, whose twins are the spec's properties.
+    pub(super) fn ensure_status(&mut self, k: &Key) {
+        if !self.statuses_synced || !self.down.is_synced() || self.status_inflight.contains(k) {
+            return;
+        }
+        let Some(props) = self.down.properties(&k.0, &k.1).map(<[String]>::to_vec) else {
+            return;
+        };
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
+        match self.statuses.get(k) {
+            None => {
+                if self.create_queued.insert(k.clone()) {
+                    self.create_queue.push_back(k.clone());
+                }
+                self.pump_creates();
+            }
+            Some(entry) => {
+                let st = entry.value();
+                let twins = st["status"]["twins"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let kept: Vec<Value> = twins
+                    .iter()
+                    .filter(|t| {
+                        t["propertyName"]
+                            .as_str()
+                            .is_some_and(|n| props.iter().any(|p| p == n))
+                    })
+                    .cloned()
+                    .collect();
+                if kept.len() == twins.len() {
+                    return;
+                }
+                // A property removed from the spec leaves the status.
+                let plan = Plan::default();
+                let body = json!({"status": {"twins": kept}});
+                self.spawn_patch(k.clone(), plan, body, api);
+            }
+        }
+    }
+
+    /// Spawns DeviceStatus creates from the queue while fewer than `max_in_flight` writes run.
+    pub(super) fn pump_creates(&mut self) {
+        if !self.leading() {
+            return;
+        }
+        while self.writes_active < self.config.max_in_flight.max(1) {
+            let Some(k) = self.create_queue.pop_front() else {
+                return;
+            };
+            self.create_queued.remove(&k);
+            if self.statuses.contains_key(&k) || self.status_inflight.contains(&k) {
+                continue;
+            }
+            let Some(device) = self.down.device(&k.0, &k.1) else {
+                continue;
+            };
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.client.clone(),
+                &k.0,
+                &gvk("DeviceStatus"),
+            );
+            let mut body = json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
+                "metadata": {"name": k.1, "namespace": k.0}, "spec": {}});
+            // Owned by its device, so that it goes with it (an API without uids, as emulators
+            // are, gets no owner).
+            if let Some(uid) = device["metadata"]["uid"].as_str() {
+                body["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device", "name": k.1,
+                    "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+            }
+            let Ok(obj) = serde_json::from_value::<DynamicObject>(body) else {
+                continue;
+            };
+            self.status_inflight.insert(k.clone());
+            self.writes_active += 1;
+            let (key, done) = (k, self.done_tx.clone());
+            tokio::spawn(async move {
+                let r = match api.create(&PostParams::default(), &obj).await {
+                    Ok(o) => serde_json::to_value(&o).ok(),
+                    Err(kube::Error::Api(e)) if e.code == 409 => None,
+                    Err(e) => {
+                        tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %e, "cannot create DeviceStatus; retried on the next change");
+                        None
+                    }
+                };
+                let _ = done.send(WriteDone::StatusCreated(key, r)).await;
+            });
+        }
+    }
+
+    pub(super) fn spawn_patch(
+        &mut self,
+        key: Key,
+        plan: Plan,
+        body: Value,
+        api: Api<DynamicObject>,
+    ) {
+        self.status_inflight.insert(key.clone());
+        self.writes_active += 1;
+        let done = self.done_tx.clone();
+        tokio::spawn(async move {
+            let r = api
+                .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
+            let _ = done.send(WriteDone::Patched(key, Box::new(plan), r)).await;
+        });
+    }
+
+    /// Answers the nodes whose reports a plan took (written, or older than what is stored).
+    pub(super) fn acknowledge(&self, acks: &[(String, String)]) {
+        for (node, msg) in acks {
+            self.hub.send(Outbound {
+                node: node.clone(),
+                message: upstream::ack(node, msg),
+                ack: None,
+                body: None,
+            });
+        }
+    }
+
+    pub(super) fn report(&mut self, node: &str, msg: Message) {
+        let down = &self.down;
+        let r = self.up.accept(node, &msg, |ns, name| {
+            down.properties(ns, name).map(|p| DeviceFacts {
+                node: down.node_of(ns, name),
+                properties: p.iter().map(String::as_str).collect(),
+            })
+        });
+        match r {
+            Ok(Taken::Queued) => {}
+            Ok(Taken::Nothing) => self.hub.send(Outbound {
+                node: node.to_string(),
+                message: upstream::ack(node, &msg.header.id),
+                ack: None,
+                body: None,
+            }),
+            Err(e) => {
+                self.metrics
+                    .upstream_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%node, resource = %msg.route.resource, error = %e, "report refused");
+                let mut answer = upstream::ack(node, &msg.header.id);
+                answer.route.operation = api::message::operation::ERROR.into();
+                answer.content = Value::String(e.to_string());
+                self.hub.send(Outbound {
+                    node: node.to_string(),
+                    message: answer,
+                    ack: None,
+                    body: None,
+                });
+            }
+        }
+        self.metrics
+            .upstream_pending
+            .store(self.up.pending() as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn done(&mut self, d: WriteDone) {
+        match d {
+            WriteDone::StatusCreated(k, v) => {
+                self.writes_active -= 1;
+                self.status_inflight.remove(&k);
+                if let Some(v) = v {
+                    self.statuses.insert(k, StatusEntry::of(&v));
+                }
+                self.pump_creates();
+            }
+            WriteDone::Patched(k, plan, r) => {
+                self.writes_active -= 1;
+                self.status_inflight.remove(&k);
+                match r {
+                    Ok(v) => {
+                        self.attempts.remove(&k);
+                        self.up.stored(&k, &plan);
+                        if !plan.acks.is_empty() {
+                            self.metrics.status_patches.fetch_add(1, Ordering::Relaxed);
+                            self.metrics
+                                .status_reports_coalesced
+                                .fetch_add(plan.coalesced, Ordering::Relaxed);
+                        }
+                        self.acknowledge(&plan.acks);
+                        if v.is_object() {
+                            self.statuses.insert(k, StatusEntry::of(&v));
+                        }
+                    }
+                    Err(e) => {
+                        self.metrics
+                            .status_patch_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        let n = self.attempts.entry(k.clone()).or_insert(0);
+                        *n += 1;
+                        let backoff = Duration::from_millis(100 * 2u64.pow((*n).min(7)));
+                        tracing::warn!(device = %format!("{}/{}", k.0, k.1), error = %e, retry_in = ?backoff, "DeviceStatus patch failed; retried");
+                        if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                            self.statuses.remove(&k);
+                            self.ensure_status(&k);
+                        }
+                        if !plan.acks.is_empty() || plan.lost.is_some() {
+                            // A state the cloud decided (the node went away) is tried again too.
+                            self.up.failed(k, *plan, Instant::now() + backoff);
+                        }
+                    }
+                }
+            }
+            WriteDone::ExistingProfiles(found) => {
+                for (ns, node) in found {
+                    // An unknown hash: the next round rewrites it, or deletes it if its node has
+                    // no devices in that namespace any more.
+                    self.profiles.entry((ns, node.clone())).or_insert(0);
+                    self.dirty_nodes.insert(node);
+                }
+            }
+            WriteDone::Profile(k, text) => {
+                self.profile_active -= 1;
+                self.profile_inflight.remove(&k);
+                match text {
+                    Some(t) => {
+                        self.profiles.insert(k, text_hash(&t));
+                    }
+                    None => {
+                        self.profiles.remove(&k);
+                    }
+                }
+                // The round goes on with the next dirty node as soon as a write is done.
+                self.write_profiles();
+            }
+        }
+    }
+
+    pub(super) fn flush(&mut self) {
+        let now = Instant::now();
+        self.gauges(now);
+        let room = self
+            .config
+            .max_in_flight
+            .max(1)
+            .saturating_sub(self.writes_active);
+        // Choosing what is due walks every pending device: under a load, it waits until a
+        // quarter of the write slots are free and fills them at once.
+        let batch = (self.config.max_in_flight / 4).max(1);
+        let room = if room < batch && self.writes_active > 0 {
+            0
+        } else {
+            room
+        };
+        for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
+            if plan.is_empty() {
+                // Only reports older than what is stored: answered, nothing to write.
+                self.acknowledge(&plan.acks);
+                continue;
+            }
+            if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
+                // Its DeviceStatus is being written or made: try again on a later tick.
+                self.up
+                    .failed(k.clone(), plan, now + Duration::from_millis(20));
+                self.ensure_status(&k);
+                continue;
+            }
+            let Some(props) = self.down.properties(&k.0, &k.1) else {
+                continue;
+            };
+            let refs: Vec<&str> = props.iter().map(String::as_str).collect();
+            let current = self
+                .statuses
+                .get(&k)
+                .map(StatusEntry::value)
+                .unwrap_or(Value::Null);
+            let body = upstream::patch_body(&current, &plan, &refs);
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.client.clone(),
+                &k.0,
+                &gvk("DeviceStatus"),
+            );
+            self.spawn_patch(k, plan, body, api);
+        }
+        self.pump_creates();
+        self.metrics
+            .upstream_pending
+            .store(self.up.pending() as u64, Ordering::Relaxed);
+        if self.config.profiles
+            && self.down.is_synced()
+            && now.duration_since(self.last_profiles) >= self.config.profile_interval
+        {
+            self.last_profiles = now;
+            self.write_profiles();
+        }
+    }
+
+    pub(super) fn write_profiles(&mut self) {
+        if !self.leading() {
+            return;
+        }
+        // Nodes whose profile is being written now: dirty again after this round.
+        let mut later = Vec::new();
+        let now = Instant::now();
+        while self.profile_active < PROFILE_WRITES {
+            let Some(node) = self.dirty_nodes.pop_first() else {
+                break;
+            };
+            let every = profile_every(self.config.profile_interval, self.down.devices_on(&node));
+            if self
+                .profile_made
+                .get(&node)
+                .is_some_and(|t| now.duration_since(*t) < every)
+            {
+                later.push(node);
+                continue;
+            }
+            self.profile_made.insert(node.clone(), now);
+            let mut by_ns: BTreeMap<String, Vec<(Value, Option<Value>)>> = BTreeMap::new();
+            for (d, m) in self.down.node_devices(&node) {
+                let ns = d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string();
+                by_ns.entry(ns).or_default().push((d, m));
+            }
+            let mut namespaces: BTreeSet<String> = by_ns.keys().cloned().collect();
+            namespaces.extend(
+                self.profiles
+                    .keys()
+                    .filter(|(_, n)| *n == node)
+                    .map(|(ns, _)| ns.clone()),
+            );
+            let mut jobs = Vec::new();
+            for ns in namespaces {
+                let k = (ns.clone(), node.clone());
+                if self.profile_inflight.contains(&k) {
+                    // Written on a later round.
+                    later.push(node.clone());
+                    continue;
+                }
+                let text = by_ns.get(&ns).map(|ds| {
+                    let refs: Vec<(&Value, Option<&Value>)> =
+                        ds.iter().map(|(d, m)| (d, m.as_ref())).collect();
+                    profile::profile(&refs).to_string()
+                });
+                if text.as_deref().map(text_hash) == self.profiles.get(&k).copied() {
+                    continue;
+                }
+                jobs.push((k, text));
+            }
+            for (k, text) in jobs {
+                self.profile_inflight.insert(k.clone());
+                self.profile_active += 1;
+                let (done, client) = (self.done_tx.clone(), self.client.clone());
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    let api: Api<ConfigMap> = Api::namespaced(client, &k.0);
+                    let name = profile::name(&k.1);
+                    let result = match &text {
+                        Some(t) => {
+                            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": k.0,
+                                    "labels": {PROFILE_LABEL: k.1}},
+                                "data": {profile::KEY: t}});
+                            api.patch(
+                                &name,
+                                &PatchParams::apply("devicecontroller").force(),
+                                &Patch::Apply(&cm),
+                            )
+                            .await
+                            .map(|_| ())
+                        }
+                        None => match api.delete(&name, &DeleteParams::default()).await {
+                            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                            r => r.map(|_| ()),
+                        },
+                    };
+                    let outcome = match result {
+                        Ok(()) => {
+                            metrics.profiles_written.fetch_add(1, Ordering::Relaxed);
+                            text
+                        }
+                        Err(e) => {
+                            tracing::warn!(configmap = %name, namespace = %k.0, error = %e, "cannot write the device profile; retried on the next change");
+                            None
+                        }
+                    };
+                    let _ = done.send(WriteDone::Profile(k, outcome)).await;
+                });
+            }
+        }
+        self.dirty_nodes.extend(later);
+    }
+}
