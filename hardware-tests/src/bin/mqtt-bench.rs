@@ -1,3 +1,7 @@
+//! (Over 800 lines, in one file: a bench binary's scenarios each drive the same brokers, clients
+//! and rows; a bin target cannot split into modules without a directory cargo would take for
+//! another binary.)
+//!
 //! Figures of the MQTT `$hw` path (printed; see docs/benchmarks.md): an app sends QoS 1
 //! `$hw/events/device/default/dev-N/twin/update` (`{"twin":{"pK":{"actual":{"value":"..."}}}}`)
 //! to 1000 devices x 10 INT properties and waits for each `twin/update/result`, with 1 and with
