@@ -1,6 +1,6 @@
-//! (Over 800 lines, in one file: a bench binary's scenarios each drive the same brokers, clients
-//! and rows; a bin target cannot split into modules without a directory cargo would take for
-//! another binary.)
+//! (Over 800 lines, in one file: a bench, not a library; its scenarios drive one set of brokers,
+//! clients and rows that no other bench uses. Its helpers go to `hardware_tests::bench` when
+//! another bench needs them.)
 //!
 //! Figures of the MQTT `$hw` path (printed; see docs/benchmarks.md): an app sends QoS 1
 //! `$hw/events/device/default/dev-N/twin/update` (`{"twin":{"pK":{"actual":{"value":"..."}}}}`)
