@@ -120,7 +120,15 @@ pub(crate) async fn credentials(
     }
     // The CA is not known yet: it is fetched without verification and then checked against
     // the token, which is what makes it trusted.
-    let (status, ca_der) = get(cert_server, "/ca.crt", insecure()?, &[], Vec::new()).await?;
+    let (status, ca_der) = call(
+        hyper::Method::GET,
+        cert_server,
+        "/ca.crt",
+        insecure()?,
+        &[],
+        Vec::new(),
+    )
+    .await?;
     if status != 200 {
         bail!("{cert_server}/ca.crt answered {status}");
     }
@@ -157,7 +165,15 @@ async fn request_certificate(
     ca_pem: String,
 ) -> Result<Credentials> {
     let request = pki::node::request(node)?;
-    let (status, body) = get(cert_server, "/edge.crt", tls, headers, request.csr_der).await?;
+    let (status, body) = call(
+        hyper::Method::GET,
+        cert_server,
+        "/edge.crt",
+        tls,
+        headers,
+        request.csr_der,
+    )
+    .await?;
     if status != 200 {
         bail!(
             "{cert_server}/edge.crt refused the certificate request ({status}): {}",
@@ -206,18 +222,6 @@ pub(crate) async fn renew(
         }
     }
     Ok(creds)
-}
-
-/// `GET {base}{path}` over TLS with a body (as KubeEdge's edgehub sends its CSR); the status and
-/// body of the answer.
-async fn get(
-    base: &str,
-    path: &str,
-    tls: Arc<rustls::ClientConfig>,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> Result<(u16, Vec<u8>)> {
-    call(hyper::Method::GET, base, path, tls, headers, body).await
 }
 
 /// Gives up the node's certificate kept in `dir` (`DELETE /edge.crt` with it): the cloud

@@ -722,16 +722,22 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
-    /// An edgecore that ends with an error on trial puts the old config back and asks a
-    /// restart; one that ends after its trial passed does not.
-    #[test]
-    fn a_failure_on_trial_rolls_back_and_asks_a_restart() {
+    /// A config update swapped in: the new config in place, the old one kept, its state.
+    fn config_update_swapped() -> (tempfile::TempDir, PathBuf, State) {
         let d = tempfile::tempdir().expect("tmp");
         let config = d.path().join("edgecore.yaml");
         std::fs::write(&config, "new").expect("config");
         std::fs::create_dir_all(swap::dir(d.path())).expect("dir");
         std::fs::write(swap::dir(d.path()).join("edgecore.yaml.prev"), "old").expect("prev");
-        let mut s = State::new(What::Config, "cu-1", "v1", "its old config", 10);
+        let s = State::new(What::Config, "cu-1", "v1", "its old config", 10);
+        (d, config, s)
+    }
+
+    /// An edgecore that ends with an error on trial puts the old config back and asks a
+    /// restart; one that ends after its trial passed does not.
+    #[test]
+    fn a_failure_on_trial_rolls_back_and_asks_a_restart() {
+        let (d, config, mut s) = config_update_swapped();
         s.step = Step::Checking;
         s.starts = 1;
         swap::save(d.path(), &s).expect("save");
@@ -754,12 +760,7 @@ mod tests {
     /// A second start during the trial rolls back at start, before anything else runs.
     #[test]
     fn a_second_start_on_trial_rolls_back_before_it_runs() {
-        let d = tempfile::tempdir().expect("tmp");
-        let config = d.path().join("edgecore.yaml");
-        std::fs::write(&config, "new").expect("config");
-        std::fs::create_dir_all(swap::dir(d.path())).expect("dir");
-        std::fs::write(swap::dir(d.path()).join("edgecore.yaml.prev"), "old").expect("prev");
-        let mut s = State::new(What::Config, "cu-1", "v1", "its old config", 10);
+        let (d, config, mut s) = config_update_swapped();
         s.sha256 = pki::sha256_file(&config).expect("digest");
         s.step = Step::Restarting;
         swap::save(d.path(), &s).expect("save");
