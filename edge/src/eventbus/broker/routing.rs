@@ -4,7 +4,7 @@
 //! carries out each [`Delivery`].
 
 use super::session::{self, Subscriber};
-use super::tree::Subscriptions;
+use super::tree::{Retained, Subscriptions};
 use super::{BrokerStats, Limits};
 use crate::eventbus::auth::Auth;
 use rumqttc::{Packet, Publish, QoS};
@@ -65,7 +65,7 @@ pub(super) struct Routing {
     /// Every client's filters, as a tree of topic levels (the lists in `clients` say what to
     /// take out of it when a client goes).
     pub(super) subscriptions: Subscriptions,
-    pub(super) retained: HashMap<String, Publish>,
+    pub(super) retained: Retained,
     /// The broker's counters: the number of subscriptions is kept there as it changes.
     pub(super) stats: Arc<BrokerStats>,
 }
@@ -151,11 +151,7 @@ impl Routing {
         if !publish.retain {
             return;
         }
-        if publish.payload.is_empty() {
-            self.retained.remove(&publish.topic);
-        } else {
-            self.retained.insert(publish.topic.clone(), publish.clone());
-        }
+        self.retained.set(publish);
     }
 
     /// What becomes of `publish` for each subscriber that may read it: its copy (at the QoS
@@ -419,15 +415,18 @@ mod tests {
     fn a_retained_message_is_kept_per_topic_and_an_empty_one_clears_it() {
         let mut r = Routing::default();
         r.retain(&Publish::new("a", QoS::AtMostOnce, "not retained"));
-        assert!(r.retained.is_empty());
+        assert_eq!(r.retained.len(), 0);
         let mut p = Publish::new("a", QoS::AtLeastOnce, "1");
         p.retain = true;
         r.retain(&p);
         p.payload = "2".into();
         r.retain(&p);
-        assert_eq!(r.retained["a"].payload, "2");
+        let mut kept = Vec::new();
+        r.retained
+            .matching("a", &mut |p| kept.push(p.payload.clone()));
+        assert_eq!(kept, ["2"]);
         p.payload = bytes::Bytes::new();
         r.retain(&p);
-        assert!(r.retained.is_empty());
+        assert_eq!(r.retained.len(), 0);
     }
 }

@@ -11,12 +11,12 @@
 //! each [`Out`] in order.
 
 use super::super::auth::Auth;
-use super::super::topics::{topic_matches, valid_filter, valid_topic};
+use super::super::topics::{valid_filter, valid_topic};
+use super::tree::Retained;
 use rumqttc::{
     Connect, ConnectReturnCode, Packet, PubAck, PubComp, PubRec, Publish, QoS, SubAck,
     SubscribeReasonCode, UnsubAck,
 };
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Why the broker ended a client's connection (logged at debug level).
@@ -189,21 +189,19 @@ impl Session {
     pub(super) fn retained(
         &self,
         filters: &[(String, QoS)],
-        retained: &HashMap<String, Publish>,
+        retained: &Retained,
         auth: &Auth,
     ) -> Vec<Publish> {
         let mut out = Vec::new();
         for (filter, q) in filters {
-            for r in retained.values() {
-                if topic_matches(filter, &r.topic)
-                    && auth.allows(self.user.as_deref(), &self.client_id, &r.topic, false)
-                {
+            retained.matching(filter, &mut |r| {
+                if auth.allows(self.user.as_deref(), &self.client_id, &r.topic, false) {
                     let mut r = r.clone();
                     r.qos = min_qos(r.qos, *q);
                     r.retain = true;
                     out.push(r);
                 }
-            }
+            });
         }
         out
     }
@@ -380,10 +378,10 @@ mod tests {
     fn retained_messages_go_only_where_the_acl_lets_the_subscriber_read() {
         let (_d, auth) = acl();
         let s = session(&auth, "c1", Some("app"));
-        let retained: HashMap<String, Publish> = [OVEN_1, OVEN_2, "clients/c1/x", "clients/c2/x"]
-            .into_iter()
-            .map(|t| (t.to_string(), Publish::new(t, QoS::AtLeastOnce, "v")))
-            .collect();
+        let mut retained = Retained::default();
+        for t in [OVEN_1, OVEN_2, "clients/c1/x", "clients/c2/x"] {
+            retained.set(&Publish::new(t, QoS::AtLeastOnce, "v"));
+        }
         let mut got: Vec<String> = s
             .retained(
                 &[

@@ -8,7 +8,7 @@
 //! level ([`super::super::topics::topic_matches`] says the same for one filter, and the tests
 //! hold the two to each other).
 
-use rumqttc::QoS;
+use rumqttc::{Publish, QoS};
 use std::collections::HashMap;
 
 /// A client's id in the broker's routing.
@@ -156,6 +156,115 @@ fn walk(node: &Level, rest: Option<&str>, wild: bool, each: &mut impl FnMut(Clie
     }
 }
 
+/// The retained messages, one per topic, as a tree of topic levels: a new subscription finds
+/// those its filter matches by walking the filter's levels, not every retained message.
+#[derive(Default)]
+pub(super) struct Retained {
+    root: Topic,
+    count: usize,
+}
+
+#[derive(Default)]
+struct Topic {
+    children: HashMap<Box<str>, Topic>,
+    /// The retained message of the topic that ends at this level.
+    here: Option<Publish>,
+}
+
+impl Retained {
+    /// Retained messages held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Keeps `publish` as its topic's retained message; an empty payload clears the topic.
+    pub(super) fn set(&mut self, publish: &Publish) {
+        let levels: Vec<&str> = publish.topic.split('/').collect();
+        if publish.payload.is_empty() {
+            if clear_at(&mut self.root, &levels) {
+                self.count -= 1;
+            }
+            return;
+        }
+        let mut node = &mut self.root;
+        for level in levels {
+            node = node.children.entry(level.into()).or_default();
+        }
+        if node.here.replace(publish.clone()).is_none() {
+            self.count += 1;
+        }
+    }
+
+    /// Calls `each` with every retained message whose topic `filter` matches (a valid filter).
+    pub(super) fn matching(&self, filter: &str, each: &mut impl FnMut(&Publish)) {
+        let levels: Vec<&str> = filter.split('/').collect();
+        visit(&self.root, &levels, true, each);
+    }
+}
+
+/// Clears the topic of `levels` below `node`; whether it held a message. Prunes empty levels.
+fn clear_at(node: &mut Topic, levels: &[&str]) -> bool {
+    let Some((first, rest)) = levels.split_first() else {
+        return node.here.take().is_some();
+    };
+    let Some(next) = node.children.get_mut(*first) else {
+        return false;
+    };
+    let cleared = clear_at(next, rest);
+    if next.here.is_none() && next.children.is_empty() {
+        node.children.remove(*first);
+    }
+    cleared
+}
+
+/// Visits the messages below `node` that the filter's `levels` not walked yet match; at the
+/// first level (`root`), a wildcard does not match a `$` topic.
+fn visit(node: &Topic, levels: &[&str], root: bool, each: &mut impl FnMut(&Publish)) {
+    let Some((first, rest)) = levels.split_first() else {
+        if let Some(p) = &node.here {
+            each(p);
+        }
+        return;
+    };
+    let wild = |name: &str| !(root && name.starts_with('$'));
+    match *first {
+        "#" => {
+            // The parent level too (`a/#` matches `a`), and everything below.
+            if let Some(p) = &node.here {
+                each(p);
+            }
+            for (name, next) in &node.children {
+                if wild(name) {
+                    everything(next, each);
+                }
+            }
+        }
+        "+" => {
+            for (name, next) in &node.children {
+                if wild(name) {
+                    visit(next, rest, false, each);
+                }
+            }
+        }
+        literal => {
+            if let Some(next) = node.children.get(literal) {
+                visit(next, rest, false, each);
+            }
+        }
+    }
+}
+
+/// Every message at and below `node`.
+fn everything(node: &Topic, each: &mut impl FnMut(&Publish)) {
+    if let Some(p) = &node.here {
+        each(p);
+    }
+    for next in node.children.values() {
+        everything(next, each);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::topics::topic_matches;
@@ -280,6 +389,42 @@ mod tests {
             }
             flat.retain(|x| !gone.contains(x));
             check(&s, &flat)?;
+        }
+    }
+
+    proptest! {
+        /// The retained tree gives, for any filter, exactly the retained topics it matches one
+        /// by one; a topic set again holds its last message, and an empty one clears it.
+        #[test]
+        fn retained_messages_agree_with_matching_topic_by_topic(
+            sets in prop::collection::vec((topic(), 0u8..3), 0..40),
+            filters in prop::collection::vec(filter(), 1..20),
+        ) {
+            let mut r = Retained::default();
+            let mut flat: HashMap<String, u8> = HashMap::new();
+            for (t, v) in &sets {
+                // 0: an empty payload, which clears the topic.
+                let payload = if *v == 0 { Vec::new() } else { vec![*v] };
+                r.set(&Publish::new(t.as_str(), QoS::AtMostOnce, payload));
+                if *v == 0 {
+                    flat.remove(t);
+                } else {
+                    flat.insert(t.clone(), *v);
+                }
+            }
+            prop_assert_eq!(r.len(), flat.len());
+            for f in &filters {
+                let mut got: Vec<(String, u8)> = Vec::new();
+                r.matching(f, &mut |p| got.push((p.topic.clone(), p.payload[0])));
+                got.sort();
+                let mut want: Vec<(String, u8)> = flat
+                    .iter()
+                    .filter(|(t, _)| topic_matches(f, t))
+                    .map(|(t, v)| (t.clone(), *v))
+                    .collect();
+                want.sort();
+                prop_assert_eq!(got, want, "filter {:?}", f);
+            }
         }
     }
 }
