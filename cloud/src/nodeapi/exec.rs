@@ -177,20 +177,9 @@ async fn serve(
     } else {
         Open::Exec(exec)
     };
-    let stream = match crate::cloudhub::tunnel::open_for_api(
-        &hub.tunnels,
-        &node,
-        &open,
-        &request.user,
-        WAIT,
-    )
-    .await
-    {
+    let stream = match super::open_stream(&hub, &node, &open, &request.user, WAIT).await {
         Ok(s) => s,
-        Err((code, message)) => {
-            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
-            return failure(code, message);
-        }
+        Err(refused) => return *refused,
     };
     let websocket = matches!(transport, Transport::WebSocket(..));
     tokio::spawn(async move {

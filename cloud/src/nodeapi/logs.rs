@@ -188,20 +188,9 @@ async fn serve(
         Ok(r) => r,
         Err((code, message)) => return failure(code, message),
     };
-    let stream = match crate::cloudhub::tunnel::open_for_api(
-        &hub.tunnels,
-        node,
-        &Open::Log(req),
-        user,
-        WAIT,
-    )
-    .await
-    {
+    let stream = match super::open_stream(hub, node, &Open::Log(req), user, WAIT).await {
         Ok(s) => s,
-        Err((code, message)) => {
-            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
-            return failure(code, message);
-        }
+        Err(refused) => return *refused,
     };
     // The body as the node sends it; a stream cut before its end (the tunnel closed) ends
     // the body with an error, so the client says so instead of taking it as the whole log.

@@ -76,6 +76,24 @@ impl NodeApi {
     }
 }
 
+/// A stream to `node` for `open` as `user`, once the node accepted it (within `wait`); or the
+/// API's failure that says why not (429 too many, 503 no tunnel, 504 no answer, or the node's
+/// own refusal).
+async fn open_stream(
+    hub: &CloudHub,
+    node: &str,
+    open: &api::tunnel::Open,
+    user: &str,
+    wait: std::time::Duration,
+) -> Result<crate::cloudhub::tunnel::Stream, Box<Response>> {
+    crate::cloudhub::tunnel::open_for_api(&hub.tunnels, node, open, user, wait)
+        .await
+        .map_err(|(code, message)| {
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
+            Box::new(failure(code, message))
+        })
+}
+
 /// The answer while there is no hub to go through.
 fn off() -> Response {
     failure(
