@@ -15,7 +15,7 @@
 //! bytes (stdin's end is the channel protocol's close of stdin), and the outcome is written on
 //! `error` before every stream ends.
 
-use super::{Refused, failure, off, scheduled_node};
+use super::{Refused, Transport, failure, off, scheduled_node};
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::Event;
 use api::tunnel::{ExecRequest, Open};
@@ -117,29 +117,9 @@ pub(crate) fn request(pod: &Value, raw_query: &str, attach: bool) -> Result<Exec
     })
 }
 
-/// How a client asked for the stream.
-#[derive(Debug, PartialEq, Eq)]
-enum Transport {
-    /// A websocket: the channel protocol chosen and its key.
-    WebSocket(&'static str, String),
-    /// The connection upgraded to SPDY/3.1 ([`SPDY_PROTOCOL`]).
-    Spdy,
-}
-
 /// The transport a request asks for, if it is one served.
 fn transport(headers: &HeaderMap) -> Option<Transport> {
-    let upgrade = super::header_words(headers, "upgrade");
-    if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
-        let key = headers
-            .get("sec-websocket-key")
-            .and_then(|v| v.to_str().ok())?;
-        let offered = super::header_words(headers, "sec-websocket-protocol");
-        let protocol = PROTOCOLS.into_iter().find(|p| offered.contains(p))?;
-        return Some(Transport::WebSocket(protocol, key.to_string()));
-    }
-    let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    let offered = super::header_words(headers, "x-stream-protocol-version");
-    (spdy && offered.contains(&SPDY_PROTOCOL)).then_some(Transport::Spdy)
+    super::transport(headers, &PROTOCOLS, SPDY_PROTOCOL)
 }
 
 async fn serve(

@@ -147,6 +147,34 @@ pub(crate) fn failure(code: StatusCode, message: impl std::fmt::Display) -> Resp
         .into_response()
 }
 
+/// How a client asked for a stream: a websocket (the protocol chosen, and its key), or the
+/// connection upgraded to SPDY/3.1 itself.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    WebSocket(&'static str, String),
+    Spdy,
+}
+
+/// The transport a request asks for, when it is one served: a websocket offering one of
+/// `websocket` (the first of them it offers), or SPDY/3.1 offering `spdy` as its
+/// `X-Stream-Protocol-Version`.
+pub(crate) fn transport(
+    headers: &HeaderMap,
+    websocket: &[&'static str],
+    spdy: &str,
+) -> Option<Transport> {
+    let upgrade = header_words(headers, "upgrade");
+    if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
+        let key = headers.get("sec-websocket-key")?.to_str().ok()?;
+        let offered = header_words(headers, "sec-websocket-protocol");
+        let protocol = websocket.iter().find(|p| offered.contains(p))?;
+        return Some(Transport::WebSocket(protocol, key.to_string()));
+    }
+    let is_spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    let offered = header_words(headers, "x-stream-protocol-version");
+    (is_spdy && offered.contains(&spdy)).then_some(Transport::Spdy)
+}
+
 /// A header's comma-separated words, over all its lines.
 pub(crate) fn header_words<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
     headers

@@ -14,7 +14,7 @@
 //! for `IDLE` ends.
 
 use super::spdy::{self, Deflater, Frame, Input, Reader};
-use super::{failure, header_words, off};
+use super::{Transport, failure, off};
 use crate::cloudhub::CloudHub;
 use crate::cloudhub::tunnel::{Event, Stream};
 use api::tunnel::{MAX_DATA, Open, PortForwardRequest};
@@ -59,27 +59,10 @@ pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
     }
 }
 
-/// How the client asked for the session.
-#[derive(Debug, PartialEq, Eq)]
-enum Transport {
-    /// A websocket carrying SPDY; its key.
-    WebSocket(String),
-    /// The connection upgraded to SPDY itself.
-    Spdy,
-}
-
-/// The transport a request asks for, if it is one served.
+/// The transport a request asks for, if it is one served: SPDY/3.1, over the HTTP upgrade or
+/// in a websocket.
 fn transport(headers: &HeaderMap) -> Option<Transport> {
-    let upgrade = header_words(headers, "upgrade");
-    if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
-        let key = headers.get("sec-websocket-key")?.to_str().ok()?;
-        return header_words(headers, "sec-websocket-protocol")
-            .contains(&TUNNELED)
-            .then(|| Transport::WebSocket(key.to_string()));
-    }
-    let spdy = upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    let ours = header_words(headers, "x-stream-protocol-version").contains(&PROTOCOL);
-    (spdy && ours).then_some(Transport::Spdy)
+    super::transport(headers, &[TUNNELED], PROTOCOL)
 }
 
 /// Opens one connection's stream on the node.
@@ -140,7 +123,7 @@ async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRe
             })
         })
     };
-    let websocket = matches!(transport, Transport::WebSocket(_));
+    let websocket = matches!(transport, Transport::WebSocket(..));
     tokio::spawn(async move {
         let upgraded = match upgrade.await {
             Ok(u) => hyper_util::rt::TokioIo::new(u),
@@ -159,7 +142,7 @@ async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRe
     let h = response.headers_mut();
     h.insert("connection", HeaderValue::from_static("Upgrade"));
     match transport {
-        Transport::WebSocket(key) => {
+        Transport::WebSocket(_, key) => {
             h.insert("upgrade", HeaderValue::from_static("websocket"));
             if let Ok(v) =
                 tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()).parse()
@@ -599,7 +582,10 @@ mod tests {
         ws.insert("upgrade", "websocket".parse().expect("v"));
         ws.insert("sec-websocket-key", "a2V5".parse().expect("v"));
         ws.insert("sec-websocket-protocol", TUNNELED.parse().expect("v"));
-        assert_eq!(transport(&ws), Some(Transport::WebSocket("a2V5".into())));
+        assert_eq!(
+            transport(&ws),
+            Some(Transport::WebSocket(TUNNELED, "a2V5".into()))
+        );
         ws.insert(
             "sec-websocket-protocol",
             "v4.channel.k8s.io".parse().expect("v"),
