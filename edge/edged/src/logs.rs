@@ -168,7 +168,7 @@ pub fn open_with(
         timestamps: options.timestamps,
     };
     // Read in blocks; each block's whole lines go out at once, or (tail) into the last ones.
-    let mut last: std::collections::VecDeque<Entry> = Default::default();
+    let mut last: std::collections::VecDeque<LogLine> = Default::default();
     let mut piece = Vec::new();
     let mut stopped = false;
     let mut take = |follower: &mut Follower, block: &[u8], piece: &mut Vec<u8>| -> bool {
@@ -257,7 +257,7 @@ fn log_files(dir: &Path) -> std::io::Result<Vec<(u32, i64, PathBuf)>> {
 }
 
 /// One line of the log: when the runtime wrote it, and its text (partial lines joined).
-struct Entry {
+struct LogLine {
     time: String,
     text: String,
 }
@@ -267,11 +267,11 @@ struct Entry {
 #[derive(Default)]
 struct Lines {
     pending: Vec<u8>,
-    partial: Option<Entry>,
+    partial: Option<LogLine>,
 }
 
 impl Lines {
-    fn feed(&mut self, bytes: &[u8], out: &mut Vec<Entry>) {
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<LogLine>) {
         self.pending.extend_from_slice(bytes);
         let Some(last) = self.pending.iter().rposition(|b| *b == b'\n') else {
             return;
@@ -281,7 +281,7 @@ impl Lines {
             let mut parts = line.splitn(4, ' ');
             let (time, _stream, tag) = (parts.next(), parts.next(), parts.next());
             let msg = parts.next().unwrap_or_default();
-            let entry = self.partial.get_or_insert_with(|| Entry {
+            let entry = self.partial.get_or_insert_with(|| LogLine {
                 time: time.unwrap_or_default().to_string(),
                 text: String::new(),
             });
@@ -318,12 +318,12 @@ pub enum Followed {
 }
 
 impl Follower {
-    fn wanted(&self, e: &Entry) -> bool {
+    fn wanted(&self, e: &LogLine) -> bool {
         self.since_nanos
             .is_none_or(|since| nanos_of(&e.time).is_none_or(|t| t >= since))
     }
 
-    fn format(&self, e: &Entry, out: &mut Vec<u8>) {
+    fn format(&self, e: &LogLine, out: &mut Vec<u8>) {
         if self.timestamps {
             out.extend_from_slice(e.time.as_bytes());
             out.push(b' ');

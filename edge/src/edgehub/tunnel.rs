@@ -68,7 +68,7 @@ pub(crate) async fn run(services: Arc<Services>, target: Target, cancel: Cancell
 
 /// The streams open on one tunnel: each one's end, credit, and where the cloud's data for it
 /// goes (a command's stdin).
-type Open_ = Arc<Mutex<HashMap<u32, OpenStream>>>;
+type OpenStreams = Arc<Mutex<HashMap<u32, OpenStream>>>;
 
 struct OpenStream {
     stop: CancellationToken,
@@ -111,7 +111,7 @@ async fn once(
     let _closed = Closed(services.metrics.clone());
     let (mut sink, mut frames) = ws.split();
     let (tx, mut rx) = mpsc::channel::<Frame>(64);
-    let streams: Open_ = Arc::default();
+    let streams: OpenStreams = Arc::default();
     let rate = Arc::new(tokio::sync::Mutex::new(rt::ratelimit::Bucket::new(
         services.limits.bytes_per_second.max(MAX_DATA as u32),
         services.limits.bytes_per_second.max(MAX_DATA as u32),
@@ -169,7 +169,7 @@ impl Drop for Closed {
 fn handle(
     services: &Arc<Services>,
     frame: Frame,
-    streams: &Open_,
+    streams: &OpenStreams,
     tx: &mpsc::Sender<Frame>,
     rate: &Arc<tokio::sync::Mutex<rt::ratelimit::Bucket>>,
     ended: &CancellationToken,

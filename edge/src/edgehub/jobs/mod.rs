@@ -31,7 +31,7 @@ pub use swap::version;
 use anyhow::{Context, Result, bail};
 use api::message::Message;
 use api::operations::{ConfigUpdate, NodePhase, Upgrade, UpgradeResult};
-use plan::{AtStart, State, Step, Trial, What};
+use plan::{AtStart, JobState, Step, Trial, What};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -324,7 +324,7 @@ impl Jobs {
 
     /// The end of a job's work beside the session: a restart when it is ready, else the
     /// job's answer says why not.
-    fn finished(&self, job: &str, current: &str, done: Result<()>, s: &State) {
+    fn finished(&self, job: &str, current: &str, done: Result<()>, s: &JobState) {
         match done {
             Ok(()) => {
                 self.working().remove(job);
@@ -363,7 +363,7 @@ impl Jobs {
             historic_version: current.clone(),
             action_flow: Vec::new(),
         };
-        let mut s = State::new(What::Binary, job, &q.version, &current, q.health_seconds);
+        let mut s = JobState::new(What::Binary, job, &q.version, &current, q.health_seconds);
         s.sha256 = q.sha256.clone();
         self.working().insert(job.to_string(), first.clone());
         let (me, job, base) = (self.clone(), job.to_string(), cert_server.to_string());
@@ -375,7 +375,7 @@ impl Jobs {
     }
 
     /// A check that failed: recorded in `s`, and the error.
-    fn refused(s: &mut State, e: anyhow::Error) -> anyhow::Error {
+    fn refused(s: &mut JobState, e: anyhow::Error) -> anyhow::Error {
         s.act("Check", false, format!("{e:#}"));
         e
     }
@@ -386,7 +386,7 @@ impl Jobs {
         base: &str,
         tls: Arc<ClientConfig>,
         q: &Upgrade,
-        s: &mut State,
+        s: &mut JobState,
     ) -> Result<()> {
         let d = swap::dir(&self.data_dir);
         rt::fs::private_dir(&d)?;
@@ -429,7 +429,7 @@ impl Jobs {
     }
 
     /// The state saved as `Swapping`, `new` renamed over `target`, the state `Restarting`.
-    fn swap(&self, s: &mut State, new: &Path, target: &Path, restarting: String) -> Result<()> {
+    fn swap(&self, s: &mut JobState, new: &Path, target: &Path, restarting: String) -> Result<()> {
         s.step = Step::Swapping;
         swap::save(&self.data_dir, s)?;
         swap::step_pause();
@@ -469,7 +469,7 @@ impl Jobs {
             historic_version: current.clone(),
             action_flow: Vec::new(),
         };
-        let mut s = State::new(
+        let mut s = JobState::new(
             What::Config,
             job,
             &current,
@@ -486,7 +486,7 @@ impl Jobs {
     }
 
     /// Check, write beside, back up, swap: ready to restart on the new config.
-    async fn prepare_config(&self, file: &Path, q: &ConfigUpdate, s: &mut State) -> Result<()> {
+    async fn prepare_config(&self, file: &Path, q: &ConfigUpdate, s: &mut JobState) -> Result<()> {
         let d = swap::dir(&self.data_dir);
         rt::fs::private_dir(&d)?;
         let checked = checks::run(&q.check_items, &self.data_dir)
@@ -723,13 +723,13 @@ mod tests {
     }
 
     /// A config update swapped in: the new config in place, the old one kept, its state.
-    fn config_update_swapped() -> (tempfile::TempDir, PathBuf, State) {
+    fn config_update_swapped() -> (tempfile::TempDir, PathBuf, JobState) {
         let d = tempfile::tempdir().expect("tmp");
         let config = d.path().join("edgecore.yaml");
         std::fs::write(&config, "new").expect("config");
         std::fs::create_dir_all(swap::dir(d.path())).expect("dir");
         std::fs::write(swap::dir(d.path()).join("edgecore.yaml.prev"), "old").expect("prev");
-        let s = State::new(What::Config, "cu-1", "v1", "its old config", 10);
+        let s = JobState::new(What::Config, "cu-1", "v1", "its old config", 10);
         (d, config, s)
     }
 

@@ -63,7 +63,7 @@ impl What {
 /// A job's state, kept in `upgrade/state.json` across the restarts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct State {
+pub(crate) struct JobState {
     #[serde(default)]
     pub what: What,
     pub job: String,
@@ -80,7 +80,7 @@ pub(crate) struct State {
     pub actions: Vec<Action>,
 }
 
-impl State {
+impl JobState {
     /// A job about to be prepared.
     pub(crate) fn new(what: What, job: &str, version: &str, from: &str, health: u32) -> Self {
         Self {
@@ -179,7 +179,7 @@ pub(crate) enum AtStart {
 }
 
 /// Rules 2 and 3: `running_new` when the file in place is the job's new one (its SHA-256).
-pub(crate) fn at_start(s: &State, running_new: bool) -> AtStart {
+pub(crate) fn at_start(s: &JobState, running_new: bool) -> AtStart {
     if !s.step.under_way() {
         return AtStart::Nothing;
     }
@@ -227,7 +227,7 @@ pub(crate) enum Trial {
 }
 
 /// Rule 4: the end of `s`'s trial, the session back within its time or not.
-pub(crate) fn trial_ended(s: &State, session_back: bool) -> Trial {
+pub(crate) fn trial_ended(s: &JobState, session_back: bool) -> Trial {
     if !session_back {
         return Trial::RollBack(format!(
             "{} had no session with the cloud within {}s",
@@ -248,7 +248,7 @@ pub(crate) fn trial_ended(s: &State, session_back: bool) -> Trial {
 }
 
 /// Rule 4: edgecore ended with `error`; when it was on trial, the reason to roll back.
-pub(crate) fn stopped_on_trial(s: &State, error: &str) -> Option<String> {
+pub(crate) fn stopped_on_trial(s: &JobState, error: &str) -> Option<String> {
     (s.step == Step::Checking).then(|| format!("{} stopped: {error}", s.on_trial()))
 }
 
@@ -256,8 +256,8 @@ pub(crate) fn stopped_on_trial(s: &State, error: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn job(what: What, step: Step, starts: u32) -> State {
-        let mut s = State::new(what, "up-1", "v2", "v1", 30);
+    fn job(what: What, step: Step, starts: u32) -> JobState {
+        let mut s = JobState::new(what, "up-1", "v2", "v1", 30);
         s.step = step;
         s.starts = starts;
         s
@@ -300,11 +300,11 @@ mod tests {
     #[test]
     fn a_trial_is_given_at_least_five_seconds() {
         assert_eq!(
-            State::new(What::Binary, "j", "v2", "v1", 0).health_seconds,
+            JobState::new(What::Binary, "j", "v2", "v1", 0).health_seconds,
             5
         );
         assert_eq!(
-            State::new(What::Binary, "j", "v2", "v1", 60).health_seconds,
+            JobState::new(What::Binary, "j", "v2", "v1", 60).health_seconds,
             60
         );
     }

@@ -4,7 +4,7 @@
 //! back. A kill at any point leaves the old state or the new one, and the old file or the new
 //! one at edgecore's path, never neither.
 
-use super::plan::{State, What};
+use super::plan::{JobState, What};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +15,7 @@ pub(crate) fn dir(data_dir: &Path) -> PathBuf {
 }
 
 /// The job's state, when there is one; one that cannot be read is ignored, saying so.
-pub(crate) fn load(data_dir: &Path) -> Option<State> {
+pub(crate) fn load(data_dir: &Path) -> Option<JobState> {
     let text = std::fs::read(dir(data_dir).join("state.json")).ok()?;
     match serde_json::from_slice(&text) {
         Ok(s) => Some(s),
@@ -27,7 +27,7 @@ pub(crate) fn load(data_dir: &Path) -> Option<State> {
 }
 
 /// Writes `s`, whole and synced, over the old state.
-pub(crate) fn save(data_dir: &Path, s: &State) -> Result<()> {
+pub(crate) fn save(data_dir: &Path, s: &JobState) -> Result<()> {
     let d = dir(data_dir);
     rt::fs::private_dir(&d)?;
     let text = serde_json::to_vec_pretty(s)?;
@@ -86,7 +86,7 @@ pub(crate) fn write_version(data_dir: &Path, v: &str) -> Result<()> {
 /// Puts the backup (`upgrade/edgecore.prev`, or `upgrade/edgecore.yaml.prev`) back at
 /// `target`, and records the rollback in `s` for `why`. The error says why the rename failed
 /// (it is recorded in the state too).
-pub(crate) fn roll_back(data_dir: &Path, target: &Path, s: &mut State, why: &str) -> Result<()> {
+pub(crate) fn roll_back(data_dir: &Path, target: &Path, s: &mut JobState, why: &str) -> Result<()> {
     let prev = dir(data_dir).join(s.what.backup());
     let back = swap_in(&prev, target);
     s.step = super::plan::Step::RolledBack;
@@ -126,7 +126,7 @@ mod tests {
         std::fs::write(&target, "new").expect("new");
         std::fs::create_dir_all(dir(d.path())).expect("dir");
         std::fs::write(dir(d.path()).join("edgecore.prev"), "old").expect("old");
-        let mut s = State::new(What::Binary, "up-1", "v2", "v1", 10);
+        let mut s = JobState::new(What::Binary, "up-1", "v2", "v1", 10);
         s.step = Step::Checking;
         roll_back(d.path(), &target, &mut s, "no session").expect("rolled back");
         assert_eq!(std::fs::read_to_string(&target).expect("target"), "old");
@@ -141,7 +141,7 @@ mod tests {
     fn a_rollback_without_a_backup_says_it_failed_in_the_state() {
         let d = tempfile::tempdir().expect("tmp");
         let target = d.path().join("edgecore.yaml");
-        let mut s = State::new(What::Config, "cu-1", "v1", "its old config", 10);
+        let mut s = JobState::new(What::Config, "cu-1", "v1", "its old config", 10);
         s.step = Step::Checking;
         assert!(roll_back(d.path(), &target, &mut s, "stopped").is_err());
         let kept = load(d.path()).expect("state");
