@@ -69,7 +69,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-pub use rt::config::ConfigError;
+pub use rt::config::{ConfigError, ConfigFile};
 
 /// `kubeconfig: in-cluster`: the cluster cloudcore runs in as a pod.
 pub const IN_CLUSTER: &str = "in-cluster";
@@ -383,11 +383,6 @@ impl Default for ApiServer {
 }
 
 impl Config {
-    pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let (text, base) = rt::config::read(file)?;
-        Self::parse(&text, file, &base)
-    }
-
     /// Parses config text; `file` only names it in errors.
     pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
         let invalid = |key: String, message: String| ConfigError::Invalid {
@@ -643,6 +638,12 @@ impl Config {
             subresources: Vec::new(),
             externals: Vec::new(),
         })
+    }
+}
+
+impl ConfigFile for Config {
+    fn parse_text(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
+        Self::parse(text, file, base)
     }
 }
 

@@ -112,15 +112,8 @@ fn main() -> ExitCode {
     rt::sys::release_freed_every(std::time::Duration::from_secs(5));
     let args = Args::parse();
     rt::bootstrap::init_tracing("info");
-    let config = match &args.config {
-        Some(f) => cloud::config::Config::load(f),
-        None => cloud::config::Config::parse(
-            "",
-            std::path::Path::new("(defaults)"),
-            std::path::Path::new("."),
-        ),
-    };
-    let config = match config {
+    use cloud::config::ConfigFile;
+    let config = match cloud::config::Config::load_or_defaults(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cloudcore: {e}");

@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use twin::Synchronous;
 
-pub use rt::config::ConfigError;
+pub use rt::config::{ConfigError, ConfigFile};
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -429,12 +429,6 @@ fn default_node_name() -> String {
 }
 
 impl Config {
-    /// Reads a config file; relative paths in it are made relative to its directory.
-    pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let (text, base) = rt::config::read(file)?;
-        Self::parse(&text, file, &base)
-    }
-
     /// Parses config text; `file` only names it in errors.
     pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
         let invalid = |key: String, message: String| ConfigError::Invalid {
@@ -641,6 +635,12 @@ impl Config {
 }
 
 pub use rt::address::split_host_port;
+
+impl ConfigFile for Config {
+    fn parse_text(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
+        Self::parse(text, file, base)
+    }
+}
 
 #[cfg(test)]
 mod tests {

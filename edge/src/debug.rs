@@ -13,6 +13,7 @@
 //!   directory's disk, serial devices and their permissions, containerd's socket when edged
 //!   runs pods, the cloud's reachability, the node certificate's expiry. Exit 1 on a `FAIL`.
 
+use crate::config::ConfigFile;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

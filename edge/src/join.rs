@@ -16,6 +16,7 @@
 //! certificates, upgrade state and config removed, the twins and their history kept (the rest
 //! of the data directory, listed) unless `--all`.
 
+use crate::config::ConfigFile;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 

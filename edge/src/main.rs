@@ -251,15 +251,8 @@ fn main() -> ExitCode {
         exe.ok(),
         args.config.as_deref(),
     ));
-    let config = match &args.config {
-        Some(f) => edge::config::Config::load(f),
-        None => edge::config::Config::parse(
-            "",
-            std::path::Path::new("(defaults)"),
-            std::path::Path::new("."),
-        ),
-    };
-    let config = match config {
+    use edge::config::ConfigFile;
+    let config = match edge::config::Config::load_or_defaults(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("edgecore: {e}");

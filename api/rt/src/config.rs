@@ -42,6 +42,26 @@ pub fn read(file: &Path) -> Result<(String, PathBuf), ConfigError> {
     Ok((text, base))
 }
 
+/// A program's config file: parsed from text, read from a path, or the embedded defaults.
+pub trait ConfigFile: Sized {
+    /// Parses config text; `file` only names it in errors, relative paths start at `base`.
+    fn parse_text(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError>;
+
+    /// Reads a config file; relative paths in it are relative to its directory.
+    fn load(file: &Path) -> Result<Self, ConfigError> {
+        let (text, base) = read(file)?;
+        Self::parse_text(&text, file, &base)
+    }
+
+    /// The config of `file` when one is given, else the defaults (an empty file).
+    fn load_or_defaults(file: Option<&Path>) -> Result<Self, ConfigError> {
+        match file {
+            Some(f) => Self::load(f),
+            None => Self::parse_text("", Path::new("(defaults)"), Path::new(".")),
+        }
+    }
+}
+
 /// Parses config `text` (`file` only names it in errors); empty text is `T::default()`.
 pub fn parse<T: DeserializeOwned + Default>(text: &str, file: &Path) -> Result<T, ConfigError> {
     if text.trim().is_empty() {
