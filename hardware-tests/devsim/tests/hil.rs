@@ -27,6 +27,26 @@ fn devsim(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// `devsim hil` on a file `name.yaml` in `dir` of `manifest` and `steps`: its exit code, its
+/// output, and the JUnit report's failure message.
+fn hil_run(dir: &Path, manifest: &Path, name: &str, steps: &str) -> (i32, String, String) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &file,
+        format!("manifests: [{}]\nsteps:\n{steps}", manifest.display()),
+    )
+    .expect("write");
+    let report = dir.join(format!("{name}.xml"));
+    let (code, out) = devsim(&[
+        "hil",
+        file.to_str().expect("path"),
+        "--junit",
+        report.to_str().expect("path"),
+    ]);
+    let (_, _, message) = junit(&report);
+    (code, out, message)
+}
+
 /// `(tests, failures, first failure message)` of a JUnit file, read by Python's own XML parser
 /// (an error counts as a failure, its message as the failure's; skipped test cases are counted
 /// by [`skipped`]).
@@ -336,23 +356,7 @@ fn a_signal_ends_the_run_and_leaves_nothing_behind() {
 fn expectations_over_time_and_on_a_propertys_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let manifest = sim::workspace_root().join("examples/modbus-tcp.yaml");
-    let run = |name: &str, steps: &str| {
-        let file = dir.path().join(format!("{name}.yaml"));
-        std::fs::write(
-            &file,
-            format!("manifests: [{}]\nsteps:\n{steps}", manifest.display()),
-        )
-        .expect("write");
-        let report = dir.path().join(format!("{name}.xml"));
-        let (code, out) = devsim(&[
-            "hil",
-            file.to_str().expect("path"),
-            "--junit",
-            report.to_str().expect("path"),
-        ]);
-        let (_, _, message) = junit(&report);
-        (code, out, message)
-    };
+    let run = |name: &str, steps: &str| hil_run(dir.path(), &manifest, name, steps);
     let (code, out, _) = run(
         "holds",
         "  - expect: {device: oven-1, state: online, within: 60, stays: 2}\n  - fault: {device: oven-1, kind: exception, code: 2, seconds: 60}\n  - expect: {device: oven-1, property: temperature, error: answered with exception, within: 30}\n",
@@ -397,23 +401,7 @@ fn expectations_on_the_wire() {
     );
     let manifest = dir.path().join("oven.yaml");
     std::fs::write(&manifest, example.replace(without, "")).expect("write");
-    let run = |name: &str, steps: &str| {
-        let file = dir.path().join(format!("{name}.yaml"));
-        std::fs::write(
-            &file,
-            format!("manifests: [{}]\nsteps:\n{steps}", manifest.display()),
-        )
-        .expect("write");
-        let report = dir.path().join(format!("{name}.xml"));
-        let (code, out) = devsim(&[
-            "hil",
-            file.to_str().expect("path"),
-            "--junit",
-            report.to_str().expect("path"),
-        ]);
-        let (_, _, message) = junit(&report);
-        (code, out, message)
-    };
+    let run = |name: &str, steps: &str| hil_run(dir.path(), &manifest, name, steps);
     let (code, out, _) = run(
         "lands",
         "  - expect: {device: oven-1, state: online, within: 60}\n  - expect: {device: oven-1, noWrite: 3}\n  - set: {device: oven-1, property: setpoint, desired: 95}\n  - expect: {device: oven-1, written: {function: 6, address: 1, values: [95]}, within: 30}\n  - set: {device: oven-1, property: heater-on, desired: true}\n  - expect: {device: oven-1, written: {function: 5, address: 0, values: [true]}, within: 30}\n",
