@@ -12,6 +12,16 @@ use serde::{Deserialize, Serialize};
 
 /// Bytes of a stream's data one side may send before the other credits some back.
 pub const WINDOW: u32 = 256 * 1024;
+/// The most credit one side holds for a stream: a peer that credits back more than it was
+/// sent cannot make the other side's allowance grow past a few windows.
+pub const MAX_CREDIT: usize = 4 * WINDOW as usize;
+
+/// How much of a `Credit` frame's `credited` bytes to add to an allowance that has `available`
+/// now: all of it, up to [`MAX_CREDIT`] in all.
+pub fn creditable(credited: u32, available: usize) -> usize {
+    (credited as usize).min(MAX_CREDIT.saturating_sub(available))
+}
+
 /// The largest data payload of one frame.
 pub const MAX_DATA: usize = 32 * 1024;
 /// The largest payload of a frame that is not data (an `Open`, a `Close`'s outcome).
@@ -218,6 +228,15 @@ pub struct Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credit_given_back_never_grows_an_allowance_past_four_windows() {
+        assert_eq!(creditable(1000, 0), 1000);
+        assert_eq!(creditable(WINDOW, WINDOW as usize), WINDOW as usize);
+        assert_eq!(creditable(u32::MAX, 0), MAX_CREDIT);
+        assert_eq!(creditable(10, MAX_CREDIT - 4), 4);
+        assert_eq!(creditable(10, MAX_CREDIT + 7), 0);
+    }
 
     #[test]
     fn frames_round_trip_and_bad_bytes_are_named() {

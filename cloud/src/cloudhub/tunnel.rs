@@ -212,8 +212,7 @@ impl Tunnels {
         };
         if frame.kind == Kind::Credit {
             // Never more than a few windows: a node that credits too much cannot overflow it.
-            let n = (frame.credited() as usize)
-                .min((4 * WINDOW as usize).saturating_sub(credit.available_permits()));
+            let n = api::tunnel::creditable(frame.credited(), credit.available_permits());
             credit.add_permits(n);
             return;
         }

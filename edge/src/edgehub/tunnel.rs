@@ -261,8 +261,7 @@ fn handle(
                 streams.lock().unwrap_or_else(|e| e.into_inner()).get(&id)
             {
                 // Never more than a few windows: a cloud that credits too much cannot overflow.
-                let n = (frame.credited() as usize)
-                    .min((4 * WINDOW as usize).saturating_sub(credit.available_permits()));
+                let n = api::tunnel::creditable(frame.credited(), credit.available_permits());
                 credit.add_permits(n);
             }
         }
