@@ -17,6 +17,76 @@ async fn connect(s: &Server) -> tokio_rustls::client::TlsStream<tokio::net::TcpS
     connect_from(s, [127, 0, 0, 1]).await
 }
 
+/// A TLS connection as `user`, whose certificate the API's CA signs (no role binds it).
+async fn connect_as(
+    s: &Server,
+    user: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let pki = s.data().join("pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("CA file");
+    let (cert, key) = pki::sign_leaf(&read("ca.crt"), &read("ca.key"), user, None, &[], false, 1)
+        .expect("a client certificate");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(pki.join("ca.crt")).expect("ca.crt") {
+        roots.add(c.expect("a certificate")).expect("added");
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)
+    .expect("client certificate");
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+        .await
+        .expect("connected");
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+        .await
+        .expect("TLS")
+}
+
+/// A refused write whose body comes after its headers (as kubectl sends `create -f`): the
+/// server reads the body before it answers, so the client's writes go through and it reads the
+/// refusal. (A server that answered and closed first made the client's next write fail with a
+/// broken pipe, and kubectl printed that instead of the reason.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_is_answered_after_its_body_not_with_a_reset() {
+    let s = Server::start();
+    let mut c = connect_as(&s, "mallory").await;
+    let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#;
+    c.write_all(
+        format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("head sent");
+    c.flush().await.expect("head flushed");
+    // The server has the headers; it decides before the body comes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (first, rest) = body.split_at(10);
+    for part in [first, rest] {
+        c.write_all(part).await.expect("the body is taken");
+        c.flush().await.expect("the body is taken");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("mallory"), "{answer}");
+}
+
 /// The same, from the loopback address `from` (another "host").
 async fn connect_from(
     s: &Server,

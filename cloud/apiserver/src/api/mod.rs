@@ -330,6 +330,8 @@ impl Api {
                 if body["metadata"]["name"].as_str() == Some(node) {
                     return self.create(user, &t, &query, &headers, body).await;
                 }
+            } else {
+                drain(body, self.max_body).await;
             }
             return Err(authz::forbidden(user, &attrs));
         }
@@ -347,6 +349,9 @@ impl Api {
         }
         if let Some(x) = served {
             if !x.methods.contains(&method) {
+                // Read what the client is still sending, so that it reads this answer instead
+                // of a reset connection.
+                drain(body, self.max_body).await;
                 let names: Vec<&str> = x.methods.iter().map(Method::as_str).collect();
                 return Err(Status::new(
                     405,
