@@ -728,3 +728,21 @@ fn running(pods: &edged::Pods, ns: &str, pod: &str, container: Option<&str>) -> 
         .filter(|c| container.is_none_or(|n| c.name == n))
         .any(|c| c.state == "running")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `limitBytes` across the log's pieces: each piece is cut where the limit ends, and
+    /// nothing after it is taken.
+    #[test]
+    fn a_log_is_cut_at_its_limit_across_pieces() {
+        let mut left = 10u64;
+        assert_eq!(within(b"abcdef", &mut left), b"abcdef");
+        assert_eq!(within(b"ghijkl", &mut left), b"ghij");
+        assert_eq!(left, 0);
+        assert_eq!(within(b"mno", &mut left), b"");
+        let mut all = u64::MAX;
+        assert_eq!(within(b"xyz", &mut all), b"xyz");
+    }
+}
