@@ -193,13 +193,13 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
     if !was_joined && kept_name == Some(format!("system:node:{}", j.node_name)) {
         // An unfinished join of this node (cut before its config was written): its
         // certificate is kept if it is valid and from the token's CA, else got again.
-        crate::edgehub::join::credentials(&certs, &cloud.cert_server, &j.node_name, &j.token)
+        crate::edgehub::certs::credentials(&certs, &cloud.cert_server, &j.node_name, &j.token)
             .await
             .with_context(|| format!("cannot join {}", cloud.cert_server))?;
     } else {
         let joining = config.data_dir.join("certs.joining");
         remove_dir(&joining)?;
-        crate::edgehub::join::credentials(&joining, &cloud.cert_server, &j.node_name, &j.token)
+        crate::edgehub::certs::credentials(&joining, &cloud.cert_server, &j.node_name, &j.token)
             .await
             .with_context(|| format!("cannot join {}", cloud.cert_server))?;
         remove_dir(&certs)?;
@@ -271,7 +271,7 @@ pub async fn reset(r: &Reset) -> Result<Vec<String>> {
     if let Some(cloud) = &c.cloud
         && certs.join("edge.crt").exists()
     {
-        match crate::edgehub::join::give_up(&certs, &cloud.cert_server, &c.node_name).await {
+        match crate::edgehub::certs::give_up(&certs, &cloud.cert_server, &c.node_name).await {
             Ok(()) => did.push(format!(
                 "{} revoked node {}'s certificates",
                 cloud.cert_server, c.node_name

@@ -21,10 +21,10 @@
 //!   flight, what an answer clears) is [`link`]'s; the session loop only moves bytes, and
 //!   reads and handles the cloud's frames while reports wait for the rate.
 
+pub(crate) mod certs;
 pub(crate) mod certserver;
 mod downstream;
 pub(crate) mod jobs;
-pub(crate) mod join;
 mod link;
 mod nodeinfo;
 pub(crate) mod tunnel;
@@ -157,7 +157,7 @@ impl EdgeHub {
     async fn renew_if_due(
         &self,
         cert_server: &str,
-        creds: &mut join::Credentials,
+        creds: &mut certs::Credentials,
         tried: &mut Option<Instant>,
     ) {
         let now = std::time::SystemTime::now()
@@ -173,7 +173,7 @@ impl EdgeHub {
         let dir = self.data_dir.join("certs");
         match tokio::time::timeout(
             Duration::from_secs(20),
-            join::renew(&dir, cert_server, &self.node, creds),
+            certs::renew(&dir, cert_server, &self.node, creds),
         )
         .await
         {
@@ -195,7 +195,7 @@ impl EdgeHub {
         (server, cert_server): &(String, String),
         back_home: Option<(Instant, &String)>,
     ) -> Result<String> {
-        let mut creds = join::credentials(
+        let mut creds = certs::credentials(
             &self.data_dir.join("certs"),
             cert_server,
             &self.node,
