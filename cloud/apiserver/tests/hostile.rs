@@ -60,31 +60,44 @@ async fn connect_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_write_is_answered_after_its_body_not_with_a_reset() {
     let s = Server::start();
-    let mut c = connect_as(&s, "mallory").await;
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#;
-    c.write_all(
-        format!(
-            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
+    // Forbidden (no role binds mallory), and a path that names no resource.
+    for (path, status, said) in [
+        ("/api/v1/namespaces/default/configmaps", "403", "mallory"),
+        (
+            "/api/v1/namespaces/default/nosuchthings",
+            "404",
+            "nosuchthings",
+        ),
+    ] {
+        let mut c = connect_as(&s, "mallory").await;
+        c.write_all(
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
         )
-        .as_bytes(),
-    )
-    .await
-    .expect("head sent");
-    c.flush().await.expect("head flushed");
-    // The server has the headers; it decides before the body comes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (first, rest) = body.split_at(10);
-    for part in [first, rest] {
-        c.write_all(part).await.expect("the body is taken");
-        c.flush().await.expect("the body is taken");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        .await
+        .expect("head sent");
+        c.flush().await.expect("head flushed");
+        // The server has the headers; it decides before the body comes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (first, rest) = body.split_at(10);
+        for part in [first, rest] {
+            c.write_all(part).await.expect("the body is taken");
+            c.flush().await.expect("the body is taken");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{path}: {answer}"
+        );
+        assert!(answer.contains(said), "{path}: {answer}");
     }
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), c.read_to_end(&mut answer)).await;
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-    assert!(answer.contains("mallory"), "{answer}");
 }
 
 /// The same, from the loopback address `from` (another "host").

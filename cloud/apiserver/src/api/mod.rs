@@ -173,15 +173,31 @@ impl Api {
         headers: HeaderMap,
         incoming: Incoming,
     ) -> Response {
-        match self
-            .route(user, method, path, query, headers, incoming)
-            .await
-        {
+        let Incoming {
+            body,
+            raw_query,
+            upgrade,
+        } = incoming;
+        let mut body = Some(body);
+        let routed = self
+            .route(
+                user, method, path, query, headers, &mut body, raw_query, upgrade,
+            )
+            .await;
+        match routed {
             Ok(r) => r,
-            Err(s) => s.into_response(),
+            Err(s) => {
+                // A refusal before the body was read reads what the client is still sending,
+                // so that the client reads this answer instead of a reset connection.
+                if let Some(b) = body.take() {
+                    drain(b, self.max_body).await;
+                }
+                s.into_response()
+            }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn route(
         &self,
         user: &User,
@@ -189,13 +205,10 @@ impl Api {
         path: &str,
         query: Query,
         headers: HeaderMap,
-        incoming: Incoming,
+        body: &mut Option<Body>,
+        raw_query: String,
+        upgrade: Option<hyper::upgrade::OnUpgrade>,
     ) -> Result<Response, Status> {
-        let Incoming {
-            body,
-            raw_query,
-            upgrade,
-        } = incoming;
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         let reg = self.registry();
         let accept = header_str(&headers, header::ACCEPT);
@@ -240,10 +253,12 @@ impl Api {
             .and_then(|v| v.parse::<u64>().ok())
             && len > (self.max_body as u64).saturating_mul(2)
         {
+            // Not read at all: the connection closes on it.
+            body.take();
             return Err(Status::too_large(self.max_body));
         }
         if group == "authorization.k8s.io" && method == Method::POST {
-            let (body, _budget) = self.read_body(&headers, body).await?;
+            let (body, _budget) = self.read_body(&headers, taken(body)).await?;
             return self.review(user, version, rest, body);
         }
         let (ns, plural, name, sub) = match rest {
@@ -326,12 +341,10 @@ impl Api {
         if !authz::allowed(&self.store.read(), user, &attrs) {
             // A node's own Node or Lease: its name is in the body.
             if let Some(node) = authz::own_create(user, &attrs) {
-                let (body, _budget) = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, taken(body)).await?;
                 if body["metadata"]["name"].as_str() == Some(node) {
                     return self.create(user, &t, &query, &headers, body).await;
                 }
-            } else {
-                drain(body, self.max_body).await;
             }
             return Err(authz::forbidden(user, &attrs));
         }
@@ -349,9 +362,6 @@ impl Api {
         }
         if let Some(x) = served {
             if !x.methods.contains(&method) {
-                // Read what the client is still sending, so that it reads this answer instead
-                // of a reset connection.
-                drain(body, self.max_body).await;
                 let names: Vec<&str> = x.methods.iter().map(Method::as_str).collect();
                 return Err(Status::new(
                     405,
@@ -385,26 +395,26 @@ impl Api {
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept, labels, fields),
             (Method::GET, false) => self.list(&t, &query, accept, &labels, &fields),
             (Method::POST, false) => {
-                let (body, _budget) = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, taken(body)).await?;
                 self.create(user, &t, &query, &headers, body).await
             }
             (Method::PUT, true) => {
-                let (body, _budget) = self.read_body(&headers, body).await?;
+                let (body, _budget) = self.read_body(&headers, taken(body)).await?;
                 self.update(user, &t, &query, &headers, body).await
             }
             (Method::PATCH, true) => {
                 let ct = header_str(&headers, header::CONTENT_TYPE).to_string();
                 let kind = PatchType::from_content_type(&ct)
                     .ok_or_else(|| Status::unsupported_media(&ct))?;
-                let (raw, _budget) = self.collect(body).await?;
+                let (raw, _budget) = self.collect(taken(body)).await?;
                 self.patch(user, &t, &query, &headers, kind, raw).await
             }
             (Method::DELETE, true) => {
-                let (raw, _budget) = self.collect(body).await?;
+                let (raw, _budget) = self.collect(taken(body)).await?;
                 self.delete(&t, &query, raw).await
             }
             (Method::DELETE, false) => {
-                let (raw, _budget) = self.collect(body).await?;
+                let (raw, _budget) = self.collect(taken(body)).await?;
                 self.delete_collection(&t, &query, raw, &labels, &fields)
                     .await
             }
@@ -732,6 +742,12 @@ const DRAIN_FOR: Duration = Duration::from_secs(10);
 /// that a client still writing it (HTTP/1.1 without `Expect: 100-continue`: kube-rs, kubectl)
 /// reads the 413 instead of a connection reset under its write. Beyond that the connection is
 /// closed with the body unread.
+/// The request's body, once: a route that reads it takes it from the slot ([`Api::dispatch`]
+/// drains what is left in the slot after a refusal).
+fn taken(body: &mut Option<Body>) -> Body {
+    body.take().unwrap_or_else(Body::empty)
+}
+
 async fn drain(mut body: Body, limit: usize) {
     use http_body_util::BodyExt;
     let mut left = limit;
