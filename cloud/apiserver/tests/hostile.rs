@@ -22,35 +22,11 @@ async fn connect_as(
     s: &Server,
     user: &str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let pki = s.data().join("pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("CA file");
     let (cert, key) = pki::sign_leaf(&read("ca.crt"), &read("ca.key"), user, None, &[], false, 1)
         .expect("a client certificate");
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(pki.join("ca.crt")).expect("ca.crt") {
-        roots.add(c.expect("a certificate")).expect("added");
-    }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-        .collect::<Result<_, _>>()
-        .expect("certificates");
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key");
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("TLS versions")
-    .with_root_certificates(roots)
-    .with_client_auth_cert(certs, key)
-    .expect("client certificate");
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", s.port))
-        .await
-        .expect("connected");
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .expect("TLS")
+    connect_with(s, [127, 0, 0, 1], &cert, &key).await
 }
 
 /// A refused write whose body comes after its headers (as kubectl sends `create -f`): the
@@ -105,18 +81,29 @@ async fn connect_from(
     s: &Server,
     from: [u8; 4],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let pki = s.data().join("pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).expect("admin file");
+    connect_with(s, from, &read("admin.crt"), &read("admin.key")).await
+}
+
+/// A TLS connection from the loopback address `from` with the client certificate and key
+/// `cert_pem`, `key_pem`, trusting the API's CA.
+async fn connect_with(
+    s: &Server,
+    from: [u8; 4],
+    cert_pem: &str,
+    key_pem: &str,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-    let pki = s.data().join("pki");
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(pki.join("ca.crt")).expect("ca.crt") {
+    for c in CertificateDer::pem_file_iter(s.data().join("pki/ca.crt")).expect("ca.crt") {
         roots.add(c.expect("a certificate")).expect("added");
     }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.join("admin.crt"))
-        .expect("admin.crt")
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .expect("certificates");
-    let key = PrivateKeyDer::from_pem_file(pki.join("admin.key")).expect("admin.key");
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("key");
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
