@@ -14,34 +14,9 @@ use std::time::Duration;
 const INSTALL: &str = "pip install 'grpcio==1.*' 'grpcio-tools==1.*'";
 
 fn manifests(setpoint: &str, collect: u32) -> String {
-    format!(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: oven-model, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-    - {{name: temperature, type: FLOAT, accessMode: ReadOnly}}
-    - {{name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "300"}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: oven-1, namespace: default}}
-spec:
-  deviceModelRef: {{name: oven-model}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: 5020, slaveID: 1, serialNumber: 16777217}}
-  properties:
-    - name: temperature
-      collectCycle: {collect}
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, limit: 1, scale: 0.1}}}}
-    - name: setpoint
-      desired: {{value: "{setpoint}"}}
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1, limit: 1}}}}
-"#
+    sim::fill(
+        include_str!("manifests/kubeedge_dmi.yaml"),
+        &[("collect", &collect), ("setpoint", &setpoint)],
     )
 }
 

@@ -15,17 +15,7 @@ const B: &str = "modbus-mapper-b";
 
 /// Devices `dev-0..` reading holding register 30+i, and `pinned` ones after them pinned to A.
 fn manifests(port: u16, free: usize, pinned: usize) -> String {
-    let mut out = String::from(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: counter, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: value, type: INT, accessMode: ReadOnly}
-"#,
-    );
+    let mut out = String::from(include_str!("manifests/counter_value_model.yaml"));
     for i in 0..free + pinned {
         let (name, annotations) = if i < free {
             (format!("dev-{i}"), String::new())
@@ -35,24 +25,14 @@ spec:
                 format!(", annotations: {{edgecore.kubeedge.io/mapper: {A}}}"),
             )
         };
-        out.push_str(&format!(
-            r#"---
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: {name}, namespace: default{annotations}}}
-spec:
-  deviceModelRef: {{name: counter}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: {port}, slaveID: 1, timeout: 500}}
-  properties:
-    - name: value
-      collectCycle: 100
-      reportCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: {reg}, limit: 1}}}}
-"#,
-            reg = 30 + i
+        out.push_str(&sim::fill(
+            include_str!("manifests/failover_device.yaml"),
+            &[
+                ("name", &name),
+                ("annotations", &annotations),
+                ("port", &port),
+                ("reg", &(30 + i)),
+            ],
         ));
     }
     out

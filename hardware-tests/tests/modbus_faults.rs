@@ -8,35 +8,13 @@ use sim::{Node, agent, eventually, free_port, get, reported};
 use std::time::{Duration, Instant};
 
 fn device(name: &str, port: u16) -> String {
-    format!(
-        r#"
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: {name}, namespace: default}}
-spec:
-  deviceModelRef: {{name: counter}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: {port}, timeout: 300}}
-  properties:
-    - name: count
-      collectCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, limit: 1}}}}
-"#
+    sim::fill(
+        include_str!("manifests/modbus_faults_device.yaml"),
+        &[("name", &name), ("port", &port)],
     )
 }
 
-const MODEL: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: counter, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: count, type: INT, accessMode: ReadWrite}
-"#;
+const MODEL: &str = include_str!("manifests/modbus_faults_model.yaml");
 
 #[test]
 fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {

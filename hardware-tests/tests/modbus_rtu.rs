@@ -7,43 +7,13 @@
 use sim::{Node, PtyPair, PyModbus, eventually, free_port, reported};
 
 fn device(name: &str, slave: u8, tty: &str) -> String {
-    format!(
-        r#"
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: {name}, namespace: default}}
-spec:
-  deviceModelRef: {{name: meter}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{serialPort: "{tty}", baudRate: 19200, dataBits: 8, parity: none, stopBits: 1, slaveID: {slave}, timeout: 1000}}
-  properties:
-    - name: raw
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, limit: 1}}}}
-    - name: pressure
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1, limit: 2, dataType: float32}}}}
-    - name: scratch
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 31, limit: 1}}}}
-"#
+    sim::fill(
+        include_str!("manifests/modbus_rtu_device.yaml"),
+        &[("name", &name), ("tty", &tty), ("slave", &slave)],
     )
 }
 
-const MODEL: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: meter, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: raw, type: INT, accessMode: ReadOnly}
-    - {name: pressure, type: FLOAT, accessMode: ReadOnly}
-    - {name: scratch, type: INT, accessMode: ReadWrite}
-"#;
+const MODEL: &str = include_str!("manifests/modbus_rtu_model.yaml");
 
 #[test]
 fn two_devices_share_one_serial_line() {

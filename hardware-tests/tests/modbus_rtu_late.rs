@@ -82,34 +82,9 @@ fn a_late_rtu_answer_is_never_attached_to_another_property() {
         std::thread::spawn(move || late_device(tty, stop, late))
     };
     let tty = pty.b.display().to_string();
-    let node = Node::start(&format!(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: pair, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-    - {{name: a, type: INT, accessMode: ReadOnly}}
-    - {{name: b, type: INT, accessMode: ReadOnly}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: late-4, namespace: default}}
-spec:
-  deviceModelRef: {{name: pair}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{serialPort: "{tty}", baudRate: 19200, slaveID: 4, timeout: 1000}}
-  properties:
-    - name: a
-      collectCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: InputRegister, offset: 0, limit: 1}}}}
-    - name: b
-      collectCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: InputRegister, offset: 50, limit: 1}}}}
-"#
+    let node = Node::start(&sim::fill(
+        include_str!("manifests/modbus_rtu_late.yaml"),
+        &[("tty", &tty)],
     ));
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     eventually(20, "both values reported", || {

@@ -7,66 +7,9 @@ use sim::{
 };
 
 fn manifests(port: u16) -> String {
-    format!(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: plc, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-    - {{name: temperature, type: FLOAT, accessMode: ReadOnly}}
-    - {{name: pressure, type: FLOAT, accessMode: ReadOnly}}
-    - {{name: label, type: STRING, accessMode: ReadOnly}}
-    - {{name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "100"}}
-    - {{name: heater, type: BOOLEAN, accessMode: ReadWrite}}
-    - {{name: missing, type: INT, accessMode: ReadOnly}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: plc-1, namespace: default}}
-spec:
-  deviceModelRef: {{name: plc}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: {port}, slaveID: 1, timeout: 500}}
-  properties:
-    - name: temperature
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 0, limit: 1, scale: 0.1}}}}
-    - name: pressure
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1, limit: 2, dataType: float32}}}}
-    - name: label
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 10, limit: 4, dataType: string}}}}
-    - name: setpoint
-      collectCycle: 200
-      desired: {{value: "42"}}
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 30, limit: 1}}}}
-    - name: heater
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: CoilRegister, offset: 0, limit: 1}}}}
-    - name: missing
-      collectCycle: 200
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 25, limit: 1}}}}
-  methods:
-    - {{name: set-temperature, propertyNames: [setpoint]}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: plc-typo, namespace: default}}
-spec:
-  deviceModelRef: {{name: plc}}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {{ip: 127.0.0.1, port: {port}}}
-  properties:
-    - name: temperature
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegistr, offset: 0}}}}
-"#
+    sim::fill(
+        include_str!("manifests/modbus_tcp.yaml"),
+        &[("port", &port)],
     )
 }
 

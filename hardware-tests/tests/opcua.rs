@@ -10,90 +10,9 @@ use std::time::Duration;
 const ASYNCUA: &str = "pip install 'asyncua==2.1.*'";
 
 fn manifests(asyncua: u16, sim: &str, sim_ns: u16) -> String {
-    format!(
-        r##"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: packaging-line, namespace: default}}
-spec:
-  protocol: opcua
-  properties:
-    - {{name: speed, type: DOUBLE, accessMode: ReadWrite, minimum: "0", maximum: "250"}}
-    - {{name: count, type: INT, accessMode: ReadWrite}}
-    - {{name: running, type: BOOLEAN, accessMode: ReadOnly}}
-    - {{name: batch, type: STRING, accessMode: ReadWrite}}
-    - {{name: locked, type: DOUBLE, accessMode: ReadWrite}}
-    - {{name: tick, type: INT, accessMode: ReadOnly}}
-    - {{name: missing, type: DOUBLE, accessMode: ReadOnly}}
-    - {{name: count-as-double, type: DOUBLE, accessMode: ReadWrite}}
-    - {{name: stamp, type: STRING, accessMode: ReadWrite}}
-    - {{name: levels, type: STRING, accessMode: ReadWrite}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: line-1, namespace: default}}
-spec:
-  deviceModelRef: {{name: packaging-line}}
-  protocol:
-    protocolName: opcua
-    configData: {{url: "opc.tcp://127.0.0.1:{asyncua}/", securityPolicy: None, timeout: 2000}}
-  properties:
-    - name: speed
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Speed"}}}}
-    - name: count
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "nsu=urn:kubeedge-rs:asyncua-sim;s=Count", dataType: int32}}}}
-    - name: running
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Running"}}}}
-    - name: batch
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Batch"}}}}
-    - name: locked
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Locked"}}}}
-    - name: tick
-      collectCycle: 100
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Tick", subscribe: true}}}}
-    - name: missing
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=NoSuchNode"}}}}
-    - name: count-as-double
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Count", dataType: double}}}}
-    - name: stamp
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Stamp"}}}}
-    - name: levels
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;s=Levels"}}}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: oven-model, namespace: default}}
-spec:
-  protocol: opcua
-  properties:
-    - {{name: temperature, type: DOUBLE, accessMode: ReadWrite}}
-    - {{name: setpoint, type: INT, accessMode: ReadWrite}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: oven-1, namespace: default}}
-spec:
-  deviceModelRef: {{name: oven-model}}
-  protocol:
-    protocolName: opcua
-    configData: {{url: "{sim}", timeout: 1000, keepAlive: 500}}
-  properties:
-    - name: temperature
-      collectCycle: 100
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns={sim_ns};s=Temperature", subscribe: true, samplingInterval: 50}}}}
-    - name: setpoint
-      collectCycle: 200
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns={sim_ns};s=Setpoint"}}}}
-"##
+    sim::fill(
+        include_str!("manifests/opcua.yaml"),
+        &[("asyncua", &asyncua), ("sim", &sim), ("sim_ns", &sim_ns)],
     )
 }
 
@@ -265,37 +184,9 @@ fn asyncua_uaserver_sample_nodes() {
     eventually(60, "uaserver listening", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()
     });
-    let manifests = format!(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: ua-example, namespace: default}}
-spec:
-  protocol: opcua
-  properties:
-    - {{name: writable, type: DOUBLE, accessMode: ReadWrite}}
-    - {{name: sine, type: DOUBLE, accessMode: ReadOnly}}
-    - {{name: array, type: STRING, accessMode: ReadOnly}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: ua-example, namespace: default}}
-spec:
-  deviceModelRef: {{name: ua-example}}
-  protocol:
-    protocolName: opcua
-    configData: {{url: "opc.tcp://127.0.0.1:{port}", timeout: 3000}}
-  properties:
-    - name: writable
-      collectCycle: 300
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;i=2"}}}}
-    - name: sine
-      collectCycle: 300
-      visitors: {{protocolName: opcua, configData: {{nodeID: "nsu=http://examples.freeopcua.github.io;i=3", subscribe: true}}}}
-    - name: array
-      collectCycle: 300
-      visitors: {{protocolName: opcua, configData: {{nodeID: "ns=2;i=4"}}}}
-"#
+    let manifests = sim::fill(
+        include_str!("manifests/opcua_plant.yaml"),
+        &[("port", &port)],
     );
     let node = Node::start(&manifests);
     let http = free_port();

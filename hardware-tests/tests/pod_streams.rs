@@ -21,45 +21,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A user `reader` who may get and list pods and nothing of their streams.
-const READER: &str = "---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: pod-reader}
-rules:
-- {apiGroups: [\"\"], resources: [pods], verbs: [get, list]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: pod-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: reader}
-";
+const READER: &str = include_str!("manifests/pod_streams_reader.yaml");
 
-const PODS: &str = "apiVersion: v1
-kind: Pod
-metadata: {name: ticker}
-spec:
-  nodeName: edge-node-1
-  hostNetwork: true
-  containers:
-  - name: main
-    image: edged-test/busybox:1
-    imagePullPolicy: Never
-    command: [sh, -c, 'i=0; while true; do echo \"tick $i\"; i=$((i+1)); sleep 0.2; done']
----
-apiVersion: v1
-kind: Pod
-metadata: {name: crasher}
-spec:
-  nodeName: edge-node-1
-  hostNetwork: true
-  containers:
-  - name: main
-    image: edged-test/busybox:1
-    imagePullPolicy: Never
-    command: [sh, -c, 'echo \"run at $(cat /proc/uptime)\"; sleep 1; exit 3']
-";
+const PODS: &str = include_str!("manifests/pod_streams_pods.yaml");
 
 /// The highest `tick N` in a log.
 fn last_tick(log: &str) -> Option<u64> {
@@ -606,19 +570,9 @@ fn kubectl_port_forward_reaches_a_pods_port_through_the_tunnel() {
     let port = sim::free_port();
     let unused = sim::free_port();
     // A megabyte that says where each of its parts was: a part out of place shows.
-    let web = format!(
-        "apiVersion: v1
-kind: Pod
-metadata: {{name: web}}
-spec:
-  nodeName: edge-node-1
-  hostNetwork: true
-  containers:
-  - name: main
-    image: edged-test/busybox:1
-    imagePullPolicy: Never
-    command: [sh, -c, 'mkdir -p /tmp/www && echo hello from the pod > /tmp/www/index.html && seq -w 0 199999 | head -c 1048576 > /tmp/www/big && echo serving on {port} && exec httpd -f -p {port} -h /tmp/www']
-"
+    let web = sim::fill(
+        include_str!("manifests/pod_streams_web.yaml"),
+        &[("port", &port)],
     );
     let applied = rt_dir.path().join("web.yaml");
     std::fs::write(&applied, format!("{web}{READER}")).expect("write");

@@ -213,41 +213,9 @@ fn manifests(modbus: u16, vm: u16, redis: u16, mysql: u16, otel: u16) -> String 
           redis: {{redisClientConfig: {{addr: "127.0.0.1:{redis}", db: 0}}}}
           mysql: {{mysqlClientConfig: {{addr: "127.0.0.1:{mysql}", database: kubeedge, userName: mapper}}}}"#
     );
-    let mut out = format!(
-        r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: plc, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-    - {{name: temperature, type: INT, accessMode: ReadOnly}}
-    - {{name: pressure, type: FLOAT, accessMode: ReadOnly}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: plc-1, namespace: default}}
-spec:
-  deviceModelRef: {{name: plc}}
-  nodeName: test-node
-  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: {modbus}, slaveID: 1}}}}
-  properties:
-    - name: temperature
-      collectCycle: 100
-      reportCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 30, limit: 1}}}}{push}
-    - name: pressure
-      collectCycle: 100
-      reportCycle: 100
-      visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1, limit: 2, dataType: float32}}}}{push}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: counters, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-"#
+    let mut out = sim::fill(
+        include_str!("manifests/push_targets.yaml"),
+        &[("modbus", &modbus), ("push", &push)],
     );
     // A device that pushes 32 values every 50 ms to Redis: enough to fill its queue quickly
     // while Redis is down.
@@ -256,17 +224,9 @@ spec:
             "    - {{name: c{i}, type: INT, accessMode: ReadOnly}}\n"
         ));
     }
-    out.push_str(&format!(
-        r#"---
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: burst, namespace: default}}
-spec:
-  deviceModelRef: {{name: counters}}
-  nodeName: test-node
-  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: {modbus}, slaveID: 1}}}}
-  properties:
-"#
+    out.push_str(&sim::fill(
+        include_str!("manifests/push_targets_burst.yaml"),
+        &[("modbus", &modbus)],
     ));
     for i in 0..32 {
         out.push_str(&format!(

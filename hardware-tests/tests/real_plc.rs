@@ -27,35 +27,17 @@ fn config() -> String {
 fn manifest(write: Option<&str>) -> String {
     let read = env_var("PLC_MODBUS_READ")
         .unwrap_or_else(|| "{register: HoldingRegister, offset: 0, limit: 1}".into());
-    let mut m = format!(
-        r#"apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: real-plc, namespace: default}}
-spec:
-  protocol: modbus
-  properties:
-    - {{name: value, type: INT, accessMode: ReadOnly}}
-    - {{name: target, type: INT, accessMode: ReadWrite}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: plc, namespace: default}}
-spec:
-  deviceModelRef: {{name: real-plc}}
-  protocol: {{protocolName: modbus, configData: {config}}}
-  properties:
-    - name: value
-      collectCycle: 500
-      visitors: {{protocolName: modbus, configData: {read}}}
-"#,
-        config = config()
-    );
-    if let Some(w) = write {
-        m += &format!(
-            "    - name: target\n      collectCycle: 500\n      visitors: {{protocolName: modbus, configData: {w}}}\n"
-        );
+    let config = config();
+    sim::fixture::RealDevice {
+        protocol: "modbus",
+        model: "real-plc",
+        device: "plc",
+        config: &config,
+        read: &read,
+        write,
+        cycle_ms: 500,
     }
-    m
+    .manifest()
 }
 
 #[test]

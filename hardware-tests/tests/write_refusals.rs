@@ -8,29 +8,7 @@ use sim::modbus_sim::Sim;
 use sim::{Node, eventually, free_port, reported};
 use std::time::Duration;
 
-const MANIFEST: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: dial, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: level, type: INT, accessMode: ReadWrite}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: dial-1, namespace: default}
-spec:
-  deviceModelRef: {name: dial}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {ip: 127.0.0.1, port: PORT}
-  properties:
-    - name: level
-      collectCycle: 200
-      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 0, limit: 1}}
-"#;
+const MANIFEST: &str = include_str!("manifests/write_refusals.yaml");
 
 #[test]
 fn a_refused_desired_value_shows_in_the_twin_until_a_value_that_fits() {

@@ -10,6 +10,7 @@ pub mod bluez;
 pub mod browser;
 pub mod containerd;
 pub mod etcd;
+pub mod fixture;
 pub mod jobs;
 pub mod kubelet_calls;
 pub mod modbus_sim;
@@ -17,6 +18,7 @@ pub mod opcua_sim;
 pub mod poll;
 pub mod stack;
 
+pub use fixture::fill;
 pub use poll::eventually;
 
 mod node;

@@ -23,34 +23,17 @@ fn manifest() -> String {
     });
     let read =
         env_var("BLE_READ").unwrap_or_else(|| "{characteristicUUID: 2A19, dataType: uint8}".into());
-    let mut m = format!(
-        r#"apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {{name: real-ble, namespace: default}}
-spec:
-  protocol: ble
-  properties:
-    - {{name: value, type: INT, accessMode: ReadOnly}}
-    - {{name: target, type: INT, accessMode: ReadWrite}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {{name: peripheral, namespace: default}}
-spec:
-  deviceModelRef: {{name: real-ble}}
-  protocol: {{protocolName: ble, configData: {config}}}
-  properties:
-    - name: value
-      collectCycle: 2000
-      visitors: {{protocolName: ble, configData: {read}}}
-"#
-    );
-    if let Some(w) = env_var("BLE_WRITE") {
-        m += &format!(
-            "    - name: target\n      collectCycle: 2000\n      visitors: {{protocolName: ble, configData: {w}}}\n"
-        );
+    let write = env_var("BLE_WRITE");
+    sim::fixture::RealDevice {
+        protocol: "ble",
+        model: "real-ble",
+        device: "peripheral",
+        config: &config,
+        read: &read,
+        write: write.as_deref(),
+        cycle_ms: 2000,
     }
-    m
+    .manifest()
 }
 
 #[test]
