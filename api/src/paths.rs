@@ -167,68 +167,53 @@ impl fmt::Display for Resource {
     }
 }
 
-/// What a device topic is about; the suffix after `$hw/events/device/{ns}/{name}/`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceTopicKind {
-    TwinUpdate,
-    TwinUpdateResult,
-    TwinUpdateDelta,
-    TwinUpdateDocument,
-    TwinGet,
-    TwinGetResult,
-    TwinCloudUpdated,
-    StateUpdate,
-    StateUpdateResult,
-    /// `…/updated`: attribute update result.
-    Updated,
+/// An enum of topic kinds, each with its KubeEdge suffix: `ALL` pairs them and `suffix` reads it.
+macro_rules! topic_kinds {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $kind:ident = $suffix:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $kind,)+
+        }
+
+        impl $name {
+            const ALL: &'static [(Self, &'static str)] = &[$((Self::$kind, $suffix),)+];
+
+            /// The topic suffix.
+            pub fn suffix(self) -> &'static str {
+                Self::ALL
+                    .iter()
+                    .find(|(k, _)| *k == self)
+                    .map(|(_, s)| *s)
+                    .unwrap_or_default()
+            }
+        }
+    };
 }
 
-impl DeviceTopicKind {
-    const ALL: [(Self, &'static str); 10] = [
-        (Self::TwinUpdate, "twin/update"),
-        (Self::TwinUpdateResult, "twin/update/result"),
-        (Self::TwinUpdateDelta, "twin/update/delta"),
-        (Self::TwinUpdateDocument, "twin/update/document"),
-        (Self::TwinGet, "twin/get"),
-        (Self::TwinGetResult, "twin/get/result"),
-        (Self::TwinCloudUpdated, "twin/cloud_updated"),
-        (Self::StateUpdate, "state/update"),
-        (Self::StateUpdateResult, "state/update/result"),
-        (Self::Updated, "updated"),
-    ];
-
-    /// The topic suffix.
-    pub fn suffix(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map(|(_, s)| *s)
-            .unwrap_or_default()
+topic_kinds! {
+    /// What a device topic is about; the suffix after `$hw/events/device/{ns}/{name}/`.
+    DeviceTopicKind {
+        TwinUpdate = "twin/update",
+        TwinUpdateResult = "twin/update/result",
+        TwinUpdateDelta = "twin/update/delta",
+        TwinUpdateDocument = "twin/update/document",
+        TwinGet = "twin/get",
+        TwinGetResult = "twin/get/result",
+        TwinCloudUpdated = "twin/cloud_updated",
+        StateUpdate = "state/update",
+        StateUpdateResult = "state/update/result",
+        /// `…/updated`: attribute update result.
+        Updated = "updated",
     }
 }
 
-/// What a node topic is about; the suffix after `$hw/events/node/{node}/`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NodeTopicKind {
-    MembershipGet,
-    MembershipGetResult,
-    MembershipUpdated,
-}
-
-impl NodeTopicKind {
-    const ALL: [(Self, &'static str); 3] = [
-        (Self::MembershipGet, "membership/get"),
-        (Self::MembershipGetResult, "membership/get/result"),
-        (Self::MembershipUpdated, "membership/updated"),
-    ];
-
-    /// The topic suffix.
-    pub fn suffix(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(k, _)| *k == self)
-            .map(|(_, s)| *s)
-            .unwrap_or_default()
+topic_kinds! {
+    /// What a node topic is about; the suffix after `$hw/events/node/{node}/`.
+    NodeTopicKind {
+        MembershipGet = "membership/get",
+        MembershipGetResult = "membership/get/result",
+        MembershipUpdated = "membership/updated",
     }
 }
 
@@ -446,87 +431,58 @@ mod tests {
     #[test]
     fn hw_topics_round_trip_on_kubeedge_strings() {
         let d = || DeviceId::new("default", "beta1-device");
-        let cases = [
-            (
-                "$hw/events/device/default/beta1-device/twin/update",
-                Topic::device(d(), DeviceTopicKind::TwinUpdate),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/update/result",
-                Topic::device(d(), DeviceTopicKind::TwinUpdateResult),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/update/delta",
-                Topic::device(d(), DeviceTopicKind::TwinUpdateDelta),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/update/document",
-                Topic::device(d(), DeviceTopicKind::TwinUpdateDocument),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/get",
-                Topic::device(d(), DeviceTopicKind::TwinGet),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/get/result",
-                Topic::device(d(), DeviceTopicKind::TwinGetResult),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/twin/cloud_updated",
-                Topic::device(d(), DeviceTopicKind::TwinCloudUpdated),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/state/update",
-                Topic::device(d(), DeviceTopicKind::StateUpdate),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/state/update/result",
-                Topic::device(d(), DeviceTopicKind::StateUpdateResult),
-            ),
-            (
-                "$hw/events/device/default/beta1-device/updated",
-                Topic::device(d(), DeviceTopicKind::Updated),
-            ),
-            (
-                "$hw/events/node/edge-1/membership/get",
-                Topic::Node {
+        // The device topics: KubeEdge's string after `$hw/events/device/default/beta1-device/`.
+        let device = [
+            ("twin/update", DeviceTopicKind::TwinUpdate),
+            ("twin/update/result", DeviceTopicKind::TwinUpdateResult),
+            ("twin/update/delta", DeviceTopicKind::TwinUpdateDelta),
+            ("twin/update/document", DeviceTopicKind::TwinUpdateDocument),
+            ("twin/get", DeviceTopicKind::TwinGet),
+            ("twin/get/result", DeviceTopicKind::TwinGetResult),
+            ("twin/cloud_updated", DeviceTopicKind::TwinCloudUpdated),
+            ("state/update", DeviceTopicKind::StateUpdate),
+            ("state/update/result", DeviceTopicKind::StateUpdateResult),
+            ("updated", DeviceTopicKind::Updated),
+        ];
+        let node = [
+            ("membership/get", NodeTopicKind::MembershipGet),
+            ("membership/get/result", NodeTopicKind::MembershipGetResult),
+            ("membership/updated", NodeTopicKind::MembershipUpdated),
+        ];
+        let mut cases: Vec<(String, Topic)> = device
+            .into_iter()
+            .map(|(tail, kind)| {
+                let text = format!("$hw/events/device/default/beta1-device/{tail}");
+                (text, Topic::device(d(), kind))
+            })
+            .chain(node.into_iter().map(|(tail, kind)| {
+                let topic = Topic::Node {
                     node: "edge-1".into(),
-                    kind: NodeTopicKind::MembershipGet,
-                },
-            ),
+                    kind,
+                };
+                (format!("$hw/events/node/edge-1/{tail}"), topic)
+            }))
+            .collect();
+        cases.extend([
             (
-                "$hw/events/node/edge-1/membership/get/result",
-                Topic::Node {
-                    node: "edge-1".into(),
-                    kind: NodeTopicKind::MembershipGetResult,
-                },
-            ),
-            (
-                "$hw/events/node/edge-1/membership/updated",
-                Topic::Node {
-                    node: "edge-1".into(),
-                    kind: NodeTopicKind::MembershipUpdated,
-                },
-            ),
-            (
-                "$ke/events/device/default/beta1-device/data/update",
+                "$ke/events/device/default/beta1-device/data/update".to_string(),
                 Topic::DataUpdate { device: d() },
             ),
             (
-                "$hw/events/connected/app1",
+                "$hw/events/connected/app1".to_string(),
                 Topic::Connected {
                     client: "app1".into(),
                 },
             ),
             (
-                "$hw/events/disconnected/app1",
+                "$hw/events/disconnected/app1".to_string(),
                 Topic::Disconnected {
                     client: "app1".into(),
                 },
             ),
-        ];
+        ]);
         for (text, topic) in cases {
-            assert_eq!(Topic::parse(text).as_ref(), Ok(&topic), "{text}");
+            assert_eq!(Topic::parse(&text).as_ref(), Ok(&topic), "{text}");
             assert_eq!(topic.to_string(), text);
         }
     }

@@ -10,38 +10,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use tonic::Code;
 
-const MODEL: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: press-model, namespace: default}
-spec:
-  protocol: modbus
-  protocolConfigData: {slaveID: 3, timeout: 500}
-  properties:
-    - name: pressure
-      type: FLOAT
-      accessMode: ReadOnly
-      visitors: {protocolName: modbus, configData: {register: InputRegister, offset: 4, limit: 2, scale: 0.01}}
-    - {name: valve, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "100"}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: ua-model, namespace: default}
-spec:
-  protocol: opcua
-  properties:
-    - {name: speed, type: INT, accessMode: ReadOnly}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: ua-1, namespace: default}
-spec:
-  deviceModelRef: {name: ua-model}
-  nodeName: test-node
-  protocol: {protocolName: opcua, configData: {url: "opc.tcp://127.0.0.1:4840"}}
-  properties:
-    - {name: speed, visitors: {protocolName: opcua, configData: {nodeID: "ns=2;i=2"}}}
-"#;
+const MODEL: &str = include_str!("manifests/dmi_models.yaml");
 
 /// A pressure device; `pin` names the mapper that must serve it.
 fn press(name: &str, collect: u32, pin: Option<&str>) -> String {

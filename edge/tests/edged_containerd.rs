@@ -9,46 +9,12 @@ use serde_json::Value;
 use sim::containerd::Containerd;
 use std::time::Duration;
 
-const PODS: &str = r#"apiVersion: v1
-kind: Pod
-metadata: {name: sleeper}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 2
-  volumes:
-  - {name: scratch, emptyDir: {}}
-  containers:
-  - name: main
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "echo started $GREETING; echo x > /scratch/x; exec sleep 3600"]
-    env: [{name: GREETING, value: hello}]
-    volumeMounts: [{name: scratch, mountPath: /scratch}]
-  - name: crash
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "echo dying; exit 3"]
-"#;
+const PODS: &str = include_str!("manifests/pods.yaml");
 
 /// On the runtime's CNI network: the pod's IP is given to it in its env and is on its eth0.
-const NETWORKED: &str = r#"apiVersion: v1
-kind: Pod
-metadata: {name: net}
-spec:
-  containers:
-  - name: c
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "echo ip $POD_IP; cat /proc/net/fib_trie; exec sleep 3600"]
-    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
-"#;
+const NETWORKED: &str = include_str!("manifests/networked.yaml");
 
-const ABSENT: &str = r#"apiVersion: v1
-kind: Pod
-metadata: {name: absent}
-spec:
-  hostNetwork: true
-  containers:
-  - {name: c, image: "edged-test/none:1", imagePullPolicy: Never}
-  - {name: d, image: "127.0.0.1:1/none:1"}
-"#;
+const ABSENT: &str = include_str!("manifests/absent.yaml");
 
 fn pod<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list["pods"].as_array()?.iter().find(|p| p["name"] == name)
@@ -265,26 +231,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
     });
 }
 
-const PROBED: &str = r#"apiVersion: v1
-kind: Pod
-metadata: {name: probed}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: unready
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "exec sleep 3600"]
-    readinessProbe: {exec: {command: ["/bin/cat", "/ready"]}, periodSeconds: 1, failureThreshold: 1}
-    resources: {limits: {memory: 64Mi, cpu: 250m}}
-  - name: dying
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "exec sleep 3600"]
-    livenessProbe: {tcpSocket: {port: 1}, periodSeconds: 1, failureThreshold: 2}
-  - name: chatty
-    image: edged-test/busybox:1
-    command: ["/bin/sh", "-c", "while true; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done"]
-"#;
+const PROBED: &str = include_str!("manifests/probed.yaml");
 
 #[test]
 fn probes_resources_and_log_rotation() {

@@ -8,58 +8,7 @@ use base64::Engine;
 use common::{Server, text};
 use std::path::PathBuf;
 
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Secret
-metadata: {name: s1}
-stringData: {password: one}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: s2}
-stringData: {password: two}
----
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: cm1}
-data: {level: debug}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p1}
-spec:
-  nodeName: n1
-  volumes: [{name: s, secret: {secretName: s1}}]
-  containers: [{name: c, image: "x:1", envFrom: [{configMapRef: {name: cm1}}]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p2}
-spec:
-  nodeName: n2
-  volumes: [{name: s, secret: {secretName: s2}}]
-  containers: [{name: c, image: "x:1"}]
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: m1}
-spec: {protocol: modbus}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: m2}
-spec: {protocol: modbus}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: d1}
-spec: {nodeName: n1, deviceModelRef: {name: m1}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: d2}
-spec: {nodeName: n2, deviceModelRef: {name: m2}}
-"#;
+const OBJECTS: &str = include_str!("manifests/objects.yaml");
 
 /// A kubeconfig of `server` for a client certificate the API's CA signs for `name` in
 /// `group` (a node's is what cloudhub signs at a join: `system:node:NAME` in `system:nodes`).
@@ -565,21 +514,7 @@ fn roles_and_bindings_grant_no_more_than_their_author_holds() {
 
 /// The pod that took a gateway's root: `hostPath: /`, `hostNetwork`, `hostPID`, `privileged`,
 /// `nodeName` a gateway.
-const ROOT_POD: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: root}
-spec:
-  nodeName: gw-plant-b
-  hostNetwork: true
-  hostPID: true
-  volumes: [{name: host, hostPath: {path: /}}]
-  containers:
-  - name: c
-    image: "busybox:1"
-    securityContext: {privileged: true}
-    volumeMounts: [{name: host, mountPath: /host}]
-"#;
+const ROOT_POD: &str = include_str!("manifests/root_pod.yaml");
 
 /// Pod Security admission as kube-apiserver applies the namespace labels, with kubectl as a
 /// namespace's `edit` user: `restricted` and `baseline` refuse the root pod naming each check,
@@ -655,18 +590,7 @@ fn pod_security_levels_refuse_a_pod_that_takes_the_gateway() {
     let (_, listed) = as_user(&s, &bob, &["get", "pods", "-n", "plant-a", "-o", "name"]);
     assert!(!listed.contains("pod/root"), "{listed}");
     // A pod that keeps to restricted passes it; changing its spec later is judged again.
-    let good = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: good}
-spec:
-  nodeName: gw-plant-b
-  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
-  containers:
-  - name: c
-    image: "busybox:1"
-    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-"#;
+    let good = include_str!("manifests/good_pod.yaml");
     let (ok, out) = create("plant-a", good);
     assert!(ok, "{out}");
     let (ok, out) = as_user(

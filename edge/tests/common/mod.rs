@@ -8,34 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const MANIFEST: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: oven-model, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: temperature, type: FLOAT, accessMode: ReadOnly}
-    - {name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "300"}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: oven-1, namespace: default}
-spec:
-  deviceModelRef: {name: oven-model}
-  nodeName: test-node
-  protocol:
-    protocolName: modbus
-    configData: {ip: 127.0.0.1, port: 5020}
-  properties:
-    - name: temperature
-      collectCycle: 1000
-      reportCycle: 1000
-      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 0, limit: 1}}
-    - name: setpoint
-      desired: {value: "80"}
-      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
-"#;
+pub const MANIFEST: &str = include_str!("manifests/oven.yaml");
 
 pub use sim::free_port;
 

@@ -467,26 +467,7 @@ fn planner_figure() -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // 3. Latency
 
-const LATENCY_MANIFEST: &str = r#"apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: bench-model, namespace: default}
-spec:
-  protocol: modbus
-  properties:
-    - {name: setpoint, type: INT, accessMode: ReadWrite, minimum: "0", maximum: "10000"}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: bench, namespace: default}
-spec:
-  deviceModelRef: {name: bench-model}
-  protocol: {protocolName: modbus, configData: {ip: 127.0.0.1, port: PORT, slaveID: 1}}
-  properties:
-    - name: setpoint
-      collectCycle: 1000
-      reportCycle: 1000
-      visitors: {protocolName: modbus, configData: {register: HoldingRegister, offset: 1, limit: 1}}
-"#;
+const LATENCY_MANIFEST: &str = include_str!("manifests/modbus_latency.yaml");
 
 /// Sets per second a value, while `load` other devices of 5 properties are polled every second
 /// by the same mapper (on their own simulator).

@@ -163,37 +163,7 @@ fn throughput(seconds: f64, nodes: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-const LATENCY_MANIFEST: &str = r#"
-apiVersion: devices.kubeedge.io/v1beta1
-kind: DeviceModel
-metadata: {name: clock, namespace: default}
-spec:
-  protocol: opcua
-  properties:
-    - {name: clock, type: DOUBLE, accessMode: ReadOnly}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: polled, namespace: default}
-spec:
-  deviceModelRef: {name: clock}
-  protocol: {protocolName: opcua, configData: {url: "URL"}}
-  properties:
-    - name: clock
-      collectCycle: 100
-      visitors: {protocolName: opcua, configData: {nodeID: "ns=2;s=Clock"}}
----
-apiVersion: devices.kubeedge.io/v1beta1
-kind: Device
-metadata: {name: subscribed, namespace: default}
-spec:
-  deviceModelRef: {name: clock}
-  protocol: {protocolName: opcua, configData: {url: "URL"}}
-  properties:
-    - name: clock
-      collectCycle: 100
-      visitors: {protocolName: opcua, configData: {nodeID: "ns=2;s=Clock", subscribe: true, samplingInterval: 100}}
-"#;
+const LATENCY_MANIFEST: &str = include_str!("manifests/opcua_latency.yaml");
 
 fn latency(bins: &Path, samples: usize) -> anyhow::Result<()> {
     let port = free_port();
