@@ -41,5 +41,7 @@ pub mod metrics;
 mod ui;
 /// What `main` needs of the fleet jobs' part on this node.
 pub mod upgrade {
-    pub use crate::edgehub::jobs::{ConfigError, Relaunch, apply_fields, on_start, version};
+    pub use crate::edgehub::jobs::{
+        ConfigError, Relaunch, Restart, apply_fields, on_start, stop_with_watcher, version,
+    };
 }

@@ -247,6 +247,7 @@ fn main() -> ExitCode {
         }
         None => {}
     }
+    edge::upgrade::stop_with_watcher();
     let relaunch = std::sync::Arc::new(edge::upgrade::Relaunch::of_process(
         exe.ok(),
         args.config.as_deref(),
@@ -260,6 +261,7 @@ fn main() -> ExitCode {
         }
     };
     let data_dir = config.data_dir.clone();
+    let restart_dir = data_dir.clone();
     let trial = relaunch.clone();
     let code = rt::bootstrap::run(
         "edgecore",
@@ -275,10 +277,14 @@ fn main() -> ExitCode {
             ran
         },
     );
-    // Upgraded or rolled back: the binary at edgecore's path starts in this process's place.
-    if let Some(e) = relaunch.exec_if_asked() {
-        eprintln!("edgecore: cannot start again after an upgrade: {e}");
-        return ExitCode::from(1);
+    // Upgraded: the new edgecore starts as this one's child, watched on trial; rolled back: the
+    // binary at edgecore's path starts in this process's place.
+    match relaunch.restart(&restart_dir) {
+        edge::upgrade::Restart::NotAsked => code,
+        edge::upgrade::Restart::Exited(c) => ExitCode::from(c),
+        edge::upgrade::Restart::Failed(e) => {
+            eprintln!("edgecore: cannot start again after an upgrade: {e}");
+            ExitCode::from(1)
+        }
     }
-    code
 }

@@ -235,6 +235,72 @@ fn a_fleet_is_upgraded_canary_first_and_a_node_that_fails_its_check_rolls_back()
     assert!(!ok && said.contains("spec.version"), "{said}");
 }
 
+/// A release that answers `--version` and exits at start, as one does that refuses the
+/// config it finds or misses a library it needs: its own rules never run, so only the old
+/// edgecore, which starts it and watches it, can put the gateway back.
+#[test]
+fn a_release_that_exits_at_start_is_rolled_back_by_the_old_edgecore() {
+    let build = bin("edgecore");
+    let cloud = Cloud::start();
+    let dir = cloud.dir.path().join("data/releases/v9");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let broken = dir.join("edgecore");
+    std::fs::write(
+        &broken,
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo edgecore v9; exit 0; }\necho 'edgecore: /etc/kubeedge/edgecore.yaml: unknown field `modules`' >&2\nexit 2\n",
+    )
+    .expect("release");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bins = own_bins(&build);
+    let node = Node::start_named(bins.path(), "edge-node-1", "", &cloud.edge_config());
+    let before = format!("v{}-edgecore", env!("CARGO_PKG_VERSION"));
+    eventually(60, "the node joined", || {
+        (kubelet_version(&cloud, "edge-node-1") == before).then_some(())
+    });
+    let pid = node.edgecore.child.id();
+    let work = tempfile::tempdir().expect("tempdir");
+    apply(
+        &cloud,
+        work.path(),
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: broken}\nspec:\n  version: v9\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 120\n",
+    );
+    let j = over(&cloud, "broken", 150);
+    assert_eq!(j["status"]["phase"], "Failure", "{j}");
+    let n = node_status(&j, "edge-node-1");
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(n["currentVersion"], version, "the version it runs: {j}");
+    let reason = n["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the new edgecore (v9) exited on trial (exit status: 2)")
+            && reason.contains("unknown field `modules`")
+            && reason.contains("rolled back to"),
+        "the reason says how it died and what it said: {j}"
+    );
+    assert!(
+        std::fs::read(bins.path().join("edgecore")).expect("binary")
+            == std::fs::read(&build).expect("build"),
+        "the old binary is back at edgecore's path"
+    );
+    // The old edgecore runs again in the same process (the service's main process), answers
+    // and has its session: the node is Ready on its old version.
+    eventually(60, "edgecore answering again", || {
+        node.started().then_some(())
+    });
+    assert_eq!(node.edgecore.child.id(), pid);
+    eventually(60, "the node Ready on the old version", || {
+        let ready = cloud.kubectl(&[
+            "get",
+            "node",
+            "edge-node-1",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]);
+        (ready.1.trim() == "True" && kubelet_version(&cloud, "edge-node-1") == before).then_some(())
+    });
+    assert_eq!(state(&node)["step"], "RolledBack");
+}
+
 #[test]
 fn edgecore_killed_in_the_middle_of_its_swap_starts_again_old_or_new() {
     let build = bin("edgecore");

@@ -25,8 +25,10 @@ pub(crate) mod checks;
 pub(crate) mod plan;
 mod prepull;
 mod swap;
+mod watcher;
 
 pub use swap::version;
+pub use watcher::{Restart, stop_with_watcher};
 
 use anyhow::{Context, Result, bail};
 use api::message::Message;

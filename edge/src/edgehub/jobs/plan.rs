@@ -12,6 +12,12 @@
 //!    one stopped during it: roll back.
 //! 4. **The session decides.** Back within the time: `Successful`; not: roll back, and restart
 //!    into the old one. So does a new edgecore that ends with an error while on trial.
+//! 5. **The old edgecore watches.** The edgecore that swapped does not hand its process over
+//!    blind: it starts the new one as its child and stays its parent ([`super::watcher`]). A child
+//!    that exits while the job is under way (it died at start, refused the config, crashed on
+//!    trial), or is still under way a minute after its trial's time, is rolled back by the old
+//!    one, which then starts again itself: a release that cannot reach rule 4 cannot brick the
+//!    gateway. Once the trial is decided either way, the old one only waits for its child.
 
 use api::operations::{Action, NodePhase, Upgrade, UpgradeResult};
 use serde::{Deserialize, Serialize};
@@ -252,6 +258,38 @@ pub(crate) fn stopped_on_trial(s: &JobState, error: &str) -> Option<String> {
     (s.step == Step::Checking).then(|| format!("{} stopped: {error}", s.on_trial()))
 }
 
+/// What the old edgecore saw of the new one it watches (rule 5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// The child exited, with this status in words and the last lines it wrote.
+    Exited { status: String, said: String },
+    /// The trial's time and the grace after it passed, this many seconds in all.
+    TimeUp(u64),
+}
+
+/// The seconds a watched child has beyond its trial's `healthSeconds` to decide it: its start
+/// (opening a large store) comes before the trial's clock starts.
+pub(crate) const WATCH_GRACE_SECONDS: u64 = 60;
+
+/// Rule 5: the reason to roll back after `event`, when the job is still under way (`None`: the
+/// trial was decided, by the child's own rules).
+pub(crate) fn watched(s: &JobState, event: &Watched) -> Option<String> {
+    if !s.step.under_way() {
+        return None;
+    }
+    Some(match event {
+        Watched::Exited { status, said } if said.is_empty() => {
+            format!("{} exited on trial ({status})", s.on_trial())
+        }
+        Watched::Exited { status, said } => {
+            format!("{} exited on trial ({status}): {said}", s.on_trial())
+        }
+        Watched::TimeUp(secs) => {
+            format!("{} had not finished its trial after {secs} s", s.on_trial())
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,5 +467,53 @@ mod tests {
             (s.result().phase, s.result().current_version.as_str()),
             (NodePhase::Failure, "v1")
         );
+    }
+
+    fn exited(status: &str, said: &str) -> Watched {
+        Watched::Exited {
+            status: status.into(),
+            said: said.into(),
+        }
+    }
+
+    #[test]
+    fn rule_5_a_child_that_dies_before_its_trial_is_rolled_back_naming_how() {
+        let s = job(What::Binary, Step::Restarting, 0);
+        let why = watched(&s, &exited("exit status: 1", "no such table")).expect("roll back");
+        assert_eq!(
+            why,
+            "the new edgecore (v2) exited on trial (exit status: 1): no such table"
+        );
+    }
+
+    #[test]
+    fn rule_5_a_child_that_dies_on_trial_or_refuses_its_config_is_rolled_back() {
+        let s = job(What::Config, Step::Checking, 1);
+        let why = watched(&s, &exited("exit status: 2", "")).expect("roll back");
+        assert_eq!(
+            why,
+            "edgecore on its new config exited on trial (exit status: 2)"
+        );
+    }
+
+    #[test]
+    fn rule_5_a_child_still_under_way_after_its_time_is_rolled_back() {
+        for step in [Step::Swapping, Step::Restarting, Step::Checking] {
+            let s = job(What::Binary, step, 1);
+            let why = watched(&s, &Watched::TimeUp(90)).expect("roll back");
+            assert!(
+                why.ends_with("had not finished its trial after 90 s"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn rule_5_a_decided_trial_leaves_the_child_alone() {
+        for step in [Step::Successful, Step::RolledBack, Step::Failed] {
+            let s = job(What::Binary, step, 1);
+            assert_eq!(watched(&s, &exited("signal: 9", "")), None, "{step:?}");
+            assert_eq!(watched(&s, &Watched::TimeUp(90)), None, "{step:?}");
+        }
     }
 }
