@@ -87,20 +87,26 @@ impl Relaunch {
     /// config that parses but cannot run: a port taken, a path it may not write), the old one
     /// is put back and a restart asked. True when it was.
     pub fn roll_back_after_failure(&self, data_dir: &Path, error: &str) -> bool {
+        let rolled = self.roll_back_if(data_dir, |s| plan::stopped_on_trial(s, error));
+        if rolled {
+            self.asked.store(true, Ordering::SeqCst);
+        }
+        rolled
+    }
+
+    /// Puts the old file back when `why` gives a reason for the job in the state file; true when
+    /// it did.
+    fn roll_back_if(&self, data_dir: &Path, why: impl FnOnce(&JobState) -> Option<String>) -> bool {
         let Some(mut s) = swap::load(data_dir) else {
             return false;
         };
-        let Some(why) = plan::stopped_on_trial(&s, error) else {
+        let Some(why) = why(&s) else {
             return false;
         };
         let Ok(target) = self.target(s.what) else {
             return false;
         };
-        if swap::roll_back(data_dir, &target, &mut s, &why).is_err() {
-            return false;
-        }
-        self.asked.store(true, Ordering::SeqCst);
-        true
+        swap::roll_back(data_dir, &target, &mut s, &why).is_ok()
     }
 
     /// When edgecore stopped to start again (upgraded or rolled back): `exec`s its binary with

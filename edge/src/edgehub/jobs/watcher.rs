@@ -168,17 +168,11 @@ async fn watch_child(exe: &Path, data_dir: &Path, relaunch: &Relaunch) -> Option
 
 /// Rolls back when the job is still under way after `event`; true when it did.
 fn roll_back(data_dir: &Path, relaunch: &Relaunch, event: &Watched) -> bool {
-    let Some(mut s) = swap::load(data_dir) else {
-        return false;
-    };
-    let Some(why) = plan::watched(&s, event) else {
-        return false;
-    };
-    let Ok(target) = relaunch.target(s.what) else {
-        return false;
-    };
-    tracing::warn!(job = %s.job, %why, "upgrade: the old edgecore rolls back the new one");
-    swap::roll_back(data_dir, &target, &mut s, &why).is_ok()
+    relaunch.roll_back_if(data_dir, |s| {
+        let why = plan::watched(s, event)?;
+        tracing::warn!(job = %s.job, %why, "upgrade: the old edgecore rolls back the new one");
+        Some(why)
+    })
 }
 
 /// Copies the child's stderr to ours line by line, keeping its last lines.
