@@ -222,6 +222,20 @@ pub async fn join(j: &Join) -> Result<Vec<String>> {
         j.node_name,
         cloud.server
     ));
+    // The directory the config names for manifests: made here, so that edgecore starts on an
+    // empty one (a missing directory at start is a fault it reports, never "no devices").
+    if config.modules.manifests {
+        let dir = config.manifests_dir();
+        if !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            did.push(format!("manifests directory {} made", dir.display()));
+        }
+    }
     did.push(service(
         j,
         "edgecore",

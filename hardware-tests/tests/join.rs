@@ -124,6 +124,10 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
     assert!(out.contains("not started (--no-start)"), "{out}");
     let written = std::fs::read_to_string(&config).expect("config");
     assert!(!written.contains(&token), "the token is not kept");
+    assert!(
+        data.join("manifests").is_dir(),
+        "the manifests directory the config names is there: {out}"
+    );
     use std::os::unix::fs::PermissionsExt;
     for f in [
         config.clone(),
@@ -198,6 +202,11 @@ fn a_bare_gateway_joins_in_one_command_and_a_bad_join_says_why_and_writes_nothin
         "edgecore.log",
     );
     ready(&cloud, "gw-1");
+    let log = std::fs::read_to_string(root.path().join("edgecore.log")).unwrap_or_default();
+    assert!(
+        !log.contains("cannot list the manifests directory"),
+        "a joined node is not degraded by a directory nobody made: {log}"
+    );
     // Its label, as join was given it.
     eventually(30, "gw-1's label", || {
         let (ok, site) = cloud.kubectl(&[
