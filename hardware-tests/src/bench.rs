@@ -19,6 +19,18 @@ pub fn ar(kind: &str) -> kube::api::ApiResource {
     ))
 }
 
+/// A kind of the devices API group in `default`, for kube-rs's dynamic objects.
+pub fn devices_api(client: &kube::Client, kind: &str) -> kube::Api<kube::api::DynamicObject> {
+    kube::Api::namespaced_with(client.clone(), "default", &ar(kind))
+}
+
+/// Creates the object `v` (JSON with its `apiVersion` and `kind`) with `api`.
+pub async fn create(api: &kube::Api<kube::api::DynamicObject>, v: serde_json::Value) -> Result<()> {
+    let o: kube::api::DynamicObject = serde_json::from_value(v)?;
+    api.create(&kube::api::PostParams::default(), &o).await?;
+    Ok(())
+}
+
 /// The resident memory of process `pid`, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
@@ -402,6 +414,20 @@ pub struct Cloud {
     pub client: kube::Client,
     /// A join token for edge nodes.
     pub token: String,
+}
+
+impl Cloud {
+    /// The config of an edgecore `edge-node-1` joined to this cloud (data in `edge`, no
+    /// manifests, the DMI socket `dmi.sock`) with its HTTP and MQTT ports: `cloud` more keys of
+    /// its cloud section (`, key: value`), `more` YAML lines after it.
+    pub fn edge_config(&self, http: u16, mqtt: u16, cloud: &str, more: &str) -> String {
+        format!(
+            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{}\", certServer: \"https://127.0.0.1:{}\", token: \"{}\"{cloud}}}\n{more}",
+            self.hub,
+            self.certs,
+            self.token.trim()
+        )
+    }
 }
 
 /// Starts `cloudcore` from `bins` in `dir` (killed with `kill`), once its API and certificate

@@ -17,16 +17,12 @@
 
 use anyhow::Result;
 use futures_util::SinkExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use sim::modbus_sim::Sim;
 use std::time::{Duration, Instant};
 
-use hardware_tests::bench::{Cloud, Kill, ar, start_cloud};
-
-fn obj(v: serde_json::Value) -> Result<DynamicObject> {
-    Ok(serde_json::from_value(v)?)
-}
+use hardware_tests::bench::{Kill, ar, create, devices_api, start_cloud};
 
 use hardware_tests::bench::{arg, percentiles};
 
@@ -47,55 +43,42 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (http, mqtt) = (sim::free_port(), sim::free_port());
     let mut kill = Kill(Vec::new());
-    let Cloud {
-        hub,
-        certs,
-        client,
-        token,
-    } = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let cloud = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let client = cloud.client.clone();
 
     // The load: 10 devices of 10 properties on each simulated node.
     let props: Vec<_> = (0..10)
         .map(|p| json!({"name": format!("p{p}"), "type": "INT", "accessMode": "ReadWrite"}))
         .collect();
-    let models: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &ar("DeviceModel"));
-    let devices: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &ar("Device"));
-    let pp = PostParams::default();
-    models
-        .create(
-            &pp,
-            &obj(
-                json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+    let models = devices_api(&client, "DeviceModel");
+    let devices = devices_api(&client, "Device");
+    create(
+        &models,
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
         "metadata": {"name": "load"}, "spec": {"protocol": "modbus", "properties": props}}),
-            )?,
-        )
-        .await?;
+    )
+    .await?;
     for n in 0..load_nodes {
         for d in 0..10 {
             let visit: Vec<_> = (0..10).map(|p| json!({"name": format!("p{p}"), "collectCycle": 1000,
                 "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": p}}})).collect();
-            devices.create(&pp, &obj(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+            create(&devices, json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
                 "metadata": {"name": format!("load-{n:02}-{d}")},
                 "spec": {"nodeName": format!("load-{n:02}"), "deviceModelRef": {"name": "load"},
                     "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": 1}},
-                    "properties": visit}}))?).await?;
+                    "properties": visit}})).await?;
         }
     }
     // The measured device, on the real node.
-    models
-        .create(
-            &pp,
-            &obj(
-                json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+    create(
+        &models,
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
         "metadata": {"name": "probe"}, "spec": {"protocol": "modbus", "properties": [
             {"name": "value", "type": "INT", "accessMode": "ReadOnly"},
             {"name": "setpoint", "type": "INT", "accessMode": "ReadWrite"}]}}),
-            )?,
-        )
-        .await?;
-    devices.create(&pp, &obj(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+    )
+    .await?;
+    create(&devices, json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
         "metadata": {"name": "probe"},
         "spec": {"nodeName": "edge-node-1", "deviceModelRef": {"name": "probe"},
             "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": sim_port}},
@@ -104,14 +87,11 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
                  "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 0}}},
                 {"name": "setpoint", "collectCycle": 50, "reportCycle": 50, "reportToCloud": true,
                  "desired": {"value": "1"},
-                 "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 1}}}]}}))?).await?;
+                 "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 1}}}]}})).await?;
 
     std::fs::write(
         dir.path().join("edgecore.yaml"),
-        format!(
-            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{hub}\", certServer: \"https://127.0.0.1:{certs}\", token: \"{}\"}}\n",
-            token.trim()
-        ),
+        cloud.edge_config(http, mqtt, "", ""),
     )?;
     hardware_tests::bench::start_edge_and_modbus_mapper(&bins, dir.path(), &mut kill).await?;
 
@@ -124,7 +104,7 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     for n in 0..load_nodes {
         let name = format!("load-{n:02}");
         let tls = hardware_tests::bench::signed_node_tls(&ca_pem, &ca_key, &name)?;
-        let hub = format!("127.0.0.1:{hub}");
+        let hub = format!("127.0.0.1:{}", cloud.hub);
         tokio::spawn(async move {
             let Ok(mut ws) = hardware_tests::bench::connect_node(&name, &hub, tls).await else {
                 return;

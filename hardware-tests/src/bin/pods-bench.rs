@@ -21,7 +21,7 @@ use sim::containerd::{Containerd, binary_image};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hardware_tests::bench::{Cloud, Kill, spawn, start_cloud};
+use hardware_tests::bench::{Kill, spawn, start_cloud};
 
 fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
@@ -93,18 +93,11 @@ async fn run() -> Result<()> {
 
     let (http, mqtt) = (sim::free_port(), sim::free_port());
     let mut kill = Kill(Vec::new());
-    let Cloud {
-        hub,
-        certs,
-        client,
-        token,
-    } = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let cloud = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let client = cloud.client.clone();
     std::fs::write(
         dir.path().join("edgecore.yaml"),
-        format!(
-            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{hub}\", certServer: \"https://127.0.0.1:{certs}\", token: \"{}\"}}\n{edged}",
-            token.trim()
-        ),
+        cloud.edge_config(http, mqtt, "", &edged),
     )?;
     kill.0.push(spawn(
         &bins.join("edgecore"),

@@ -22,7 +22,7 @@
 //!   open stream costs the session's twin reports.
 
 use anyhow::Result;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject};
 use serde_json::json;
 use sim::containerd::Containerd;
 use sim::modbus_sim::Sim;
@@ -30,11 +30,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hardware_tests::bench::{Cloud, Kill, ar, arg, percentiles, start_cloud, until_reported};
-
-fn obj(v: serde_json::Value) -> Result<DynamicObject> {
-    Ok(serde_json::from_value(v)?)
-}
+use hardware_tests::bench::{
+    Kill, ar, arg, create, devices_api, percentiles, start_cloud, until_reported,
+};
 
 /// `kubectl` on the bench's cloud: its exit status and stdout.
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<(bool, Vec<u8>)> {
@@ -65,42 +63,36 @@ async fn run(sim: Sim, sim_port: u16) -> Result<()> {
     rt.import_busybox();
     let (http, mqtt) = (sim::free_port(), sim::free_port());
     let mut kill = Kill(Vec::new());
-    let Cloud {
-        hub,
-        certs,
-        client,
-        token,
-    } = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let cloud = start_cloud(&bins, dir.path(), &mut kill).await?;
+    let client = cloud.client.clone();
     let kubeconfig = dir.path().join("cloud/admin.kubeconfig");
 
-    let models: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &ar("DeviceModel"));
-    let devices: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "default", &ar("Device"));
-    let pp = PostParams::default();
-    models
-        .create(
-            &pp,
-            &obj(
-                json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
+    let models = devices_api(&client, "DeviceModel");
+    let devices = devices_api(&client, "Device");
+    create(
+        &models,
+        json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceModel",
         "metadata": {"name": "probe"}, "spec": {"protocol": "modbus", "properties": [
             {"name": "value", "type": "INT", "accessMode": "ReadOnly"}]}}),
-            )?,
-        )
-        .await?;
-    devices.create(&pp, &obj(json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
+    )
+    .await?;
+    create(&devices, json!({"apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
         "metadata": {"name": "probe"},
         "spec": {"nodeName": "edge-node-1", "deviceModelRef": {"name": "probe"},
             "protocol": {"protocolName": "modbus", "configData": {"ip": "127.0.0.1", "port": sim_port}},
             "properties": [{"name": "value", "collectCycle": 50, "reportCycle": 50, "reportToCloud": true,
-                "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 0}}}]}}))?).await?;
+                "visitors": {"protocolName": "modbus", "configData": {"register": "HoldingRegister", "offset": 0}}}]}})).await?;
 
     std::fs::write(
         dir.path().join("edgecore.yaml"),
-        format!(
-            "nodeName: edge-node-1\ndataDir: edge\nmodules: {{manifests: false}}\nmqtt: {{mode: embedded, address: \"127.0.0.1:{mqtt}\"}}\nhttp: {{address: \"127.0.0.1:{http}\"}}\ndmi: {{socket: dmi.sock}}\ncloud: {{server: \"wss://127.0.0.1:{hub}\", certServer: \"https://127.0.0.1:{certs}\", token: \"{}\", streams: {{bytesPerSecond: {rate}}}}}\nedged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500}}\n",
-            token.trim(),
-            rt.socket.display()
+        cloud.edge_config(
+            http,
+            mqtt,
+            &format!(", streams: {{bytesPerSecond: {rate}}}"),
+            &format!(
+                "edged: {{runtimeEndpoint: \"unix://{}\", syncPeriodMs: 500}}\n",
+                rt.socket.display()
+            ),
         ),
     )?;
     hardware_tests::bench::start_edge_and_modbus_mapper(&bins, dir.path(), &mut kill).await?;

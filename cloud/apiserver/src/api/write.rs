@@ -73,9 +73,22 @@ impl Api {
                 }),
             )
             .await?;
+        Ok(self.stored(t, &ctx, &done, dry, StatusCode::CREATED).await)
+    }
+
+    /// A write stored (or its dry run): the registry read again after a CRD's, the audit, and
+    /// the answer with `code`.
+    async fn stored(
+        &self,
+        t: &Target,
+        ctx: &WriteCtx,
+        done: &Done,
+        dry: bool,
+        code: StatusCode,
+    ) -> Response {
         self.after_write(t);
-        self.audit(&ctx, &done, dry).await;
-        Ok(written(StatusCode::CREATED, &done, t, &ctx))
+        self.audit(ctx, done, dry).await;
+        written(code, done, t, ctx)
     }
 
     pub(super) async fn update(
@@ -109,9 +122,7 @@ impl Api {
                 }),
             )
             .await?;
-        self.after_write(t);
-        self.audit(&ctx, &done, dry).await;
-        Ok(written(StatusCode::OK, &done, t, &ctx))
+        Ok(self.stored(t, &ctx, &done, dry, StatusCode::OK).await)
     }
 
     pub(super) async fn patch(
@@ -214,14 +225,12 @@ impl Api {
                 }),
             )
             .await?;
-        self.after_write(t);
-        self.audit(&ctx, &done, dry).await;
         let code = if done.created {
             StatusCode::CREATED
         } else {
             StatusCode::OK
         };
-        Ok(written(code, &done, t, &ctx))
+        Ok(self.stored(t, &ctx, &done, dry, code).await)
     }
 
     pub(super) async fn delete(
