@@ -450,6 +450,13 @@ async fn serve_cloud_stream(
     Ok(())
 }
 
+/// Whether cloudcore has made its files in `config`'s data directory (its CA): the commands that
+/// work on them (`gettoken`, `token`, `node revoke`) refuse to make them, which would leave a
+/// CA no node joins and files owned by whoever ran the command.
+pub fn started_here(config: &config::Config) -> Result<()> {
+    cloudhub::certs::Ca::open(&config.data_dir).map(|_| ())
+}
+
 /// `cloudcore gettoken`: a join token for edge nodes.
 pub fn get_token(config: &config::Config) -> Result<String> {
     create_token(config, None, None, None)
@@ -463,7 +470,7 @@ pub fn create_token(
     node: Option<String>,
     max_joins: Option<u32>,
 ) -> Result<String> {
-    let ca = cloudhub::certs::Ca::load(&config.data_dir)?;
+    let ca = cloudhub::certs::Ca::open(&config.data_dir)?;
     let ttl = ttl_hours.unwrap_or(config.modules.cloud_hub.token_ttl_hours) * 3600;
     let record = cloudhub::joins::Book::new(&config.data_dir).create(ttl, node, max_joins)?;
     ca.token(Duration::from_secs(ttl), &record.id)

@@ -1,7 +1,11 @@
 //! `cloudcore [--config FILE]`: see `cloud::config` for the file.
 
 use clap::Parser;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// The config file the Debian package installs, which its unit runs cloudcore with.
+const PACKAGED_CONFIG: &str = "/etc/cloudcore/cloudcore.yaml";
 
 #[derive(Parser)]
 #[command(
@@ -9,9 +13,10 @@ use std::process::ExitCode;
     about = "The cloud side: an embedded Kubernetes-compatible API (or a real cluster) for KubeEdge's device API"
 )]
 struct Args {
-    /// The YAML config file; with none, every default applies.
+    /// The YAML config file; with none, every default applies (the commands `gettoken`, `token`
+    /// and `node` read /etc/cloudcore/cloudcore.yaml, the package's, when it is there).
     #[arg(long, short, global = true)]
-    config: Option<std::path::PathBuf>,
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -113,13 +118,25 @@ fn main() -> ExitCode {
     let args = Args::parse();
     rt::bootstrap::init_tracing("info");
     use cloud::config::ConfigFile;
-    let config = match cloud::config::Config::load_or_defaults(args.config.as_deref()) {
+    // A command works on the files of the cloudcore that runs: the package's config when none is
+    // given and it is there.
+    let file = match (&args.command, args.config) {
+        (Some(_), None) => Some(PathBuf::from(PACKAGED_CONFIG)).filter(|f| f.exists()),
+        (_, given) => given,
+    };
+    let config = match cloud::config::Config::load_or_defaults(file.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("cloudcore: {e}");
             return ExitCode::from(2);
         }
     };
+    if args.command.is_some()
+        && let Err(e) = cloud::started_here(&config)
+    {
+        eprintln!("cloudcore: {e:#}");
+        return ExitCode::FAILURE;
+    }
     if let Some(Command::Node(NodeCommand::Revoke { name })) = &args.command {
         let book = cloud::JoinBook::new(&config.data_dir);
         return match book.revoke_node(name) {

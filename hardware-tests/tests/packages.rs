@@ -351,10 +351,21 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     eventually(60, "cloudcore's API", || {
         kubectl(&["get", "nodes"]).0.then_some(())
     });
-    let token_args = as_cloudcore(&["gettoken"]);
-    let token = ok(Command::new("setpriv").args(&token_args))
-        .trim()
-        .to_string();
+    // The token as an operator gets it: `sudo cloudcore gettoken`, as root, on the service's
+    // files; they stay the service user's, or its next join would be refused.
+    let token = ok(Command::new(root.join("usr/bin/cloudcore"))
+        .args(["gettoken", "--config"])
+        .arg(&cloud_config))
+    .trim()
+    .to_string();
+    {
+        use std::os::unix::fs::MetadataExt;
+        let pki = root.join("var/lib/cloudcore/pki");
+        for f in ["join-tokens.json", "join-tokens.lock", "ca.crt", "ca.key"] {
+            let m = std::fs::metadata(pki.join(f)).expect(f);
+            assert_eq!((m.uid(), m.gid()), (uid, gid), "{f} stays cloudcore's");
+        }
+    }
 
     // The gateway: joined with the installed edgecore, then run as its unit runs it.
     let edge_unit = std::fs::read_to_string(units.join("edgecore.service")).expect("unit");

@@ -106,6 +106,27 @@ impl Ca {
         let dir = data_dir.join("pki");
         rt::fs::private_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (pem, key_pem) = pki::load_or_make_ca(&dir)?;
+        Self::from_pem(pem, key_pem)
+    }
+
+    /// The CA cloudcore made in a data directory, for its commands (`gettoken`, `token create`):
+    /// never made here. A command run before cloudcore's first start, or with another config
+    /// than the one cloudcore runs with, would otherwise sign tokens no node can join with, and
+    /// leave files the service may not open.
+    pub(crate) fn open(data_dir: &Path) -> Result<Self> {
+        let dir = data_dir.join("pki");
+        let (crt, key) = (dir.join("ca.crt"), dir.join("ca.key"));
+        let (Some(pem), Some(key_pem)) = (pki::read(&crt)?, pki::read(&key)?) else {
+            anyhow::bail!(
+                "no CA at {}: cloudcore has not started with this config (dataDir {}); start it first (systemctl enable --now cloudcore), or give --config the file it runs with",
+                crt.display(),
+                data_dir.display()
+            );
+        };
+        Self::from_pem(pem, key_pem)
+    }
+
+    fn from_pem(pem: String, key_pem: String) -> Result<Self> {
         let der = pki::pem_to_der(&pem)?;
         let secret = pki::pem_to_der(&key_pem)?;
         Ok(Self {

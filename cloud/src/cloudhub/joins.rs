@@ -166,6 +166,26 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Gives `path` the owner and group of its directory when they differ: `cloudcore token create`
+/// run by root on the service's files (owned by the `cloudcore` user) must not leave them
+/// root's, or the service can no longer open them. Only root can; anyone else made the file
+/// their own, in a directory they may write, and nothing is changed.
+fn owned_like_dir(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(dir), Ok(file)) = (path.parent(), std::fs::metadata(path)) else {
+        return;
+    };
+    let Ok(dir) = std::fs::metadata(dir) else {
+        return;
+    };
+    if (file.uid(), file.gid()) == (dir.uid(), dir.gid()) {
+        return;
+    }
+    if let Err(e) = std::os::unix::fs::chown(path, Some(dir.uid()), Some(dir.gid())) {
+        tracing::warn!(file = %path.display(), error = %e, "cannot give the file its directory's owner");
+    }
+}
+
 impl Book {
     pub fn new(data_dir: &Path) -> Self {
         Self {
@@ -187,6 +207,7 @@ impl Book {
             .mode(0o600)
             .open(&lock_path)
             .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        owned_like_dir(&lock_path);
         lock.lock()
             .with_context(|| format!("cannot lock {}", lock_path.display()))?;
         let mut records: Records = match std::fs::read_to_string(&self.file) {
@@ -201,6 +222,7 @@ impl Book {
         if changed {
             let text = serde_json::to_string_pretty(&records)?;
             pki::write_private(&self.file, &text)?;
+            owned_like_dir(&self.file);
         }
         Ok(out)
     }
