@@ -255,7 +255,8 @@ pub struct Reset {
     pub config: PathBuf,
     /// Remove the whole data directory (twins, history, pods' logs) too.
     pub all: bool,
-    /// Stop and disable `edgecore.service` where systemd has it.
+    /// Stop and disable `edgecore.service` and the enabled `mapper-*.service` where systemd has
+    /// them.
     pub stop: bool,
 }
 
@@ -337,17 +338,40 @@ fn stop_service() -> String {
     if !Path::new("/run/systemd/system").exists() {
         return "systemd is not running here: no service to stop".into();
     }
-    match std::process::Command::new("systemctl")
-        .args(["disable", "--now", "edgecore.service"])
-        .output()
-    {
-        Ok(o) if o.status.success() => "edgecore.service stopped and disabled".into(),
-        Ok(o) => format!(
-            "edgecore.service not stopped: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => format!("cannot run systemctl: {e}"),
+    let systemctl = |args: &[&str]| std::process::Command::new("systemctl").args(args).output();
+    // The mappers' units too (join enables those it is given): without edgecore they only
+    // poll the devices for nobody.
+    let mut units = vec!["edgecore.service".to_string()];
+    if let Ok(o) = systemctl(&[
+        "list-unit-files",
+        "mapper-*.service",
+        "--state=enabled",
+        "--no-legend",
+    ]) {
+        units.extend(enabled_units(&String::from_utf8_lossy(&o.stdout)));
     }
+    let mut did = Vec::new();
+    for unit in &units {
+        did.push(match systemctl(&["disable", "--now", unit]) {
+            Ok(o) if o.status.success() => format!("{unit} stopped and disabled"),
+            Ok(o) => format!(
+                "{unit} not stopped: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => format!("cannot run systemctl: {e}"),
+        });
+    }
+    did.join("; ")
+}
+
+/// The units of `systemctl list-unit-files --no-legend` lines (`NAME STATE PRESET`).
+fn enabled_units(listed: &str) -> Vec<String> {
+    listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|u| u.starts_with("mapper-") && u.ends_with(".service"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Removes `dir` and what it holds, if it is there.
@@ -398,6 +422,18 @@ fn service(j: &Join, unit: &str, by_hand: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reset_stops_every_enabled_mapper_unit_systemctl_lists() {
+        let listed =
+            "mapper-modbus.service enabled enabled\nmapper-opcua.service   enabled  enabled\n\n";
+        assert_eq!(
+            enabled_units(listed),
+            vec!["mapper-modbus.service", "mapper-opcua.service"]
+        );
+        // Nothing else, whatever systemctl prints around them.
+        assert!(enabled_units("0 unit files listed.\nsshd.service enabled\n").is_empty());
+    }
 
     fn args(dir: &Path) -> Join {
         Join {

@@ -36,7 +36,7 @@ enum Command {
         /// Remove the whole data directory too (twins, history, pods' logs).
         #[arg(long)]
         all: bool,
-        /// Leave edgecore.service as it is.
+        /// Leave edgecore.service and the mappers' units as they are.
         #[arg(long)]
         no_stop: bool,
     },
