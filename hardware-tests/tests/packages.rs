@@ -109,15 +109,17 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
         .arg(&bins)
         .arg("--out")
         .arg(&debs_dir));
-    let debs: Vec<PathBuf> = made.lines().map(PathBuf::from).collect();
-    let names: Vec<String> = debs
-        .iter()
-        .map(|d| {
-            ok(Command::new("dpkg-deb").args(["-f"]).arg(d).arg("Package"))
-                .trim()
-                .to_string()
-        })
-        .collect();
+    let field = |deb: &Path, f: &str| {
+        ok(Command::new("dpkg-deb").args(["-f"]).arg(deb).arg(f))
+            .trim()
+            .to_string()
+    };
+    // Each package, then its debug symbols (the binaries are stripped).
+    let (dbgsym, debs): (Vec<PathBuf>, Vec<PathBuf>) = made
+        .lines()
+        .map(PathBuf::from)
+        .partition(|d| field(d, "Package").ends_with("-dbgsym"));
+    let names: Vec<String> = debs.iter().map(|d| field(d, "Package")).collect();
     assert_eq!(
         names,
         [
@@ -128,6 +130,33 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             "mapper-opcua",
             "mapper-ble"
         ]
+    );
+    let symbols: Vec<String> = dbgsym.iter().map(|d| field(d, "Package")).collect();
+    assert_eq!(
+        symbols,
+        names
+            .iter()
+            .map(|n| format!("{n}-dbgsym"))
+            .collect::<Vec<_>>()
+    );
+    // What the binaries link, as dpkg-shlibdeps reads it: a glibc too old refuses the package.
+    for (deb, name) in debs.iter().zip(&names) {
+        let depends = field(deb, "Depends");
+        assert!(depends.contains("libc6 (>= 2."), "{name}: {depends}");
+        if name.starts_with("mapper-") {
+            assert!(depends.contains("edgecore (= "), "{name}: {depends}");
+        }
+        let contents = ok(Command::new("dpkg-deb").arg("-c").arg(deb));
+        assert!(
+            contents.contains(&format!("./usr/share/doc/{name}/copyright")),
+            "{name}: {contents}"
+        );
+    }
+    assert_eq!(field(&debs[0], "Suggests"), "containerd");
+    assert_eq!(
+        field(&debs[0], "Recommends"),
+        "",
+        "no containerd pulled onto every gateway"
     );
     let version = ok(Command::new("dpkg-deb")
         .arg("-f")
@@ -178,6 +207,11 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     install.args(&debs);
     let said = ok(&mut install);
     assert!(said.contains("edgecore join --cloud HOST"), "{said}");
+    let sections = ok(Command::new("readelf")
+        .arg("-S")
+        .arg(root.join("usr/bin/edgecore")));
+    assert!(!sections.contains(".debug_info"), "stripped: {sections}");
+    old_glibc_refuses(&debs[0], work.path());
     let query = |package: &str, field: &str| {
         ok(Command::new("dpkg-query")
             .arg(format!(
@@ -630,4 +664,43 @@ fn names_of(debs: &[PathBuf]) -> Vec<String> {
                 .map(str::to_string)
         })
         .collect()
+}
+
+/// A root whose libc6 is bullseye's (2.31): dpkg refuses to configure edgecore, naming the
+/// version it needs, where a `Depends: libc6` without one let it in to fail at its start.
+fn old_glibc_refuses(edgecore: &Path, work: &Path) {
+    let root = work.join("bullseye");
+    for d in ["var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"] {
+        std::fs::create_dir_all(root.join(d)).expect("dir");
+    }
+    let installed = |name: &str, version: &str| {
+        format!(
+            "Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: libs\nArchitecture: amd64\nVersion: {version}\nDescription: {name}\n\n"
+        )
+    };
+    std::fs::write(
+        root.join("var/lib/dpkg/status"),
+        installed("libc6", "2.31-13+deb11u5") + &installed("libgcc-s1", "10.2.1-6"),
+    )
+    .expect("status");
+    std::fs::write(root.join("var/lib/dpkg/available"), "").expect("available");
+    let out = Command::new("dpkg")
+        .arg(format!("--root={}", root.display()))
+        .arg("--force-script-chrootless")
+        .arg(format!("--log={}", work.join("bullseye.log").display()))
+        .arg("--install")
+        .arg(edgecore)
+        .output()
+        .expect("dpkg");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("edgecore depends on libc6 (>= 2.")
+            && said.contains("Version of libc6 on system is 2.31"),
+        "{said}"
+    );
 }
