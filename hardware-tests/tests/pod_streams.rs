@@ -618,6 +618,28 @@ fn kubectl_port_forward_reaches_a_pods_port_through_the_tunnel() {
                     );
                 }
             });
+            // Fifty connections open at once, more than the streams one user may hold on a
+            // node: those beyond wait for a place (one refused would end kubectl's whole
+            // forward), and every one is answered whole.
+            use std::io::{Read, Write};
+            let mut many: Vec<std::net::TcpStream> = (0..50)
+                .map(|_| std::net::TcpStream::connect(("127.0.0.1", pf.local)).expect("connect"))
+                .collect();
+            // Every request sent before any answer is read: none waits on another's reader.
+            for c in &mut many {
+                c.set_read_timeout(Some(Duration::from_secs(120)))
+                    .expect("timeout");
+                write!(c, "GET /index.html HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("ask");
+            }
+            for (i, mut c) in many.into_iter().enumerate() {
+                let mut all = Vec::new();
+                c.read_to_end(&mut all).expect("answer");
+                assert!(
+                    all.ends_with(b"\r\n\r\nhello from the pod\n"),
+                    "{way}: connection {i} of 50: {:?}",
+                    String::from_utf8_lossy(&all)
+                );
+            }
             // One after another, on the same kubectl.
             for _ in 0..5 {
                 let (_, body) = pf.get("/index.html").expect("again");

@@ -8,7 +8,7 @@
 
 use api::tunnel::{Frame, Kind, Open, Outcome, WINDOW};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +31,19 @@ pub(crate) struct Tunnel {
     next: AtomicU32,
     /// Ends the tunnel (a newer one of the same node replaces it).
     pub(crate) end: CancellationToken,
+    /// Told whenever a stream ends: a place is free for a port-forward connection that waits.
+    freed: tokio::sync::Notify,
+    /// Opens waiting for a place ([`Tunnels::open_waiting`]).
+    waiting: AtomicUsize,
+}
+
+impl Tunnel {
+    /// Forgets stream `id` (under the lock `streams`), and tells whoever waits for a place.
+    fn forget(&self, streams: &mut HashMap<u32, Route>, id: u32) {
+        if streams.remove(&id).is_some() {
+            self.freed.notify_waiters();
+        }
+    }
 }
 
 /// Every node's tunnel, on this replica.
@@ -48,6 +61,30 @@ pub(crate) struct Tunnels {
     pub overran: AtomicU64,
     /// Streams opened.
     pub opened: AtomicU64,
+}
+
+/// How many opens may wait at once for a place on one node ([`Tunnels::open_waiting`]).
+pub(crate) const WAITING: usize = 256;
+
+/// One open waiting for a place on a tunnel, counted while it waits.
+struct Waiting(Arc<Tunnel>);
+
+impl Waiting {
+    /// Counted among the tunnel's waiting opens, unless [`WAITING`] already wait.
+    fn join(tunnel: &Arc<Tunnel>) -> Option<Self> {
+        let n = tunnel.waiting.fetch_add(1, Ordering::SeqCst);
+        if n >= WAITING {
+            tunnel.waiting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Self(tunnel.clone()))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Why a stream could not be opened.
@@ -92,9 +129,13 @@ impl Tunnels {
             streams: Mutex::default(),
             next: AtomicU32::new(1),
             end: CancellationToken::new(),
+            freed: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
         });
         if let Some(old) = self.lock().insert(node.to_string(), t.clone()) {
             old.end.cancel();
+            // Opens waiting on the old tunnel try the new one.
+            old.freed.notify_waiters();
         }
         t
     }
@@ -102,8 +143,11 @@ impl Tunnels {
     /// The tunnel `id` of `node` ended: its streams end with it.
     pub(crate) fn detach(&self, node: &str, id: u64) {
         let mut map = self.lock();
-        if map.get(node).is_some_and(|t| t.id == id) {
-            map.remove(node);
+        if map.get(node).is_some_and(|t| t.id == id)
+            && let Some(gone) = map.remove(node)
+        {
+            // Opens waiting for a place on it learn that the node has no tunnel now.
+            gone.freed.notify_waiters();
         }
     }
 
@@ -201,6 +245,45 @@ impl Tunnels {
         Ok(stream)
     }
 
+    /// [`Self::open`], waiting up to `patience` for a place when the node's streams, or the
+    /// user's share of them, are all taken: each connection of one `kubectl port-forward` is a
+    /// stream, and one refused ends kubectl's whole forward, so the 17th download waits for one
+    /// of the first to end instead. At most [`WAITING`] opens wait at once on a node; beyond,
+    /// and after `patience`, the refusal is said as [`Self::open`] says it.
+    pub(crate) async fn open_waiting(
+        &self,
+        node: &str,
+        what: &Open,
+        user: &str,
+        patience: std::time::Duration,
+    ) -> Result<Stream, NotOpened> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut waiting: Option<Waiting> = None;
+        loop {
+            let Some(tunnel) = self.lock().get(node).cloned() else {
+                return Err(NotOpened::NoTunnel(node.into()));
+            };
+            // Registered before the attempt: a place freed between the two is not missed.
+            let freed = tunnel.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.open(node, what, user).await {
+                Err(e @ (NotOpened::TooMany(..) | NotOpened::TooManyOfUser(..))) => {
+                    if waiting.is_none() {
+                        waiting = Waiting::join(&tunnel);
+                        if waiting.is_none() {
+                            return Err(e);
+                        }
+                    }
+                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                        return Err(e);
+                    }
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// A frame from `node`'s tunnel, to the stream it belongs to. A stream whose reader is
     /// gone, or whose node sent beyond its credit, is closed on the node.
     pub(crate) fn deliver(&self, tunnel: &Tunnel, node: &str, frame: Frame) {
@@ -218,34 +301,36 @@ impl Tunnels {
         }
         match to.try_send(frame) {
             Ok(()) if last => {
-                streams.remove(&id);
+                tunnel.forget(&mut streams, id);
             }
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.overran.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%node, stream = id, "cloudhub: a node sent beyond its stream's credit; stream closed");
-                streams.remove(&id);
+                tunnel.forget(&mut streams, id);
                 let _ = tunnel.tx.try_send(Frame::close(id, None));
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                streams.remove(&id);
+                tunnel.forget(&mut streams, id);
                 let _ = tunnel.tx.try_send(Frame::close(id, None));
             }
         }
     }
 }
 
-/// Opens a stream on `node` for an API request and waits up to `wait` for the node to accept
-/// it: the stream, or the API's answer saying why not (429 beyond the streams per node, 503 a
-/// node without a tunnel here, 504 a node that did not answer, the node's own refusal).
+/// Opens a stream on `node` for an API request, waiting up to `patience` for a place (none:
+/// refused at once), and waits up to `wait` for the node to accept it: the stream, or the API's
+/// answer saying why not (429 beyond the streams per node, 503 a node without a tunnel here,
+/// 504 a node that did not answer, the node's own refusal).
 pub(crate) async fn open_for_api(
     tunnels: &Tunnels,
     node: &str,
     what: &Open,
     user: &str,
+    patience: std::time::Duration,
     wait: std::time::Duration,
 ) -> Result<Stream, (u16, String)> {
-    let mut stream = match tunnels.open(node, what, user).await {
+    let mut stream = match tunnels.open_waiting(node, what, user, patience).await {
         Ok(s) => s,
         Err(e @ (NotOpened::TooMany(..) | NotOpened::TooManyOfUser(..))) => {
             return Err((429, e.to_string()));
@@ -384,11 +469,13 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.tunnel
+        let mut streams = self
+            .tunnel
             .streams
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.id);
+            .unwrap_or_else(|e| e.into_inner());
+        self.tunnel.forget(&mut streams, self.id);
+        drop(streams);
         if !self.closed {
             let _ = self.tunnel.tx.try_send(Frame::close(self.id, None));
         }
@@ -497,6 +584,90 @@ mod tests {
         assert!(admin.is_ok(), "another user still gets a stream");
         viewer.pop();
         assert!(tunnels.open("edge-1", &log(), "viewer").await.is_ok());
+    }
+
+    /// Twenty downloads through one `kubectl port-forward`: each connection beyond the user's
+    /// share waits for a place instead of being refused (which ends kubectl's whole forward),
+    /// and gets it when one ends; a wait past its patience is refused as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_beyond_the_share_waits_for_a_place_and_gets_it() {
+        let tunnels = Arc::new(Tunnels::new(4));
+        let (tx, _to_node) = mpsc::channel(64);
+        let _t = tunnels.attach("edge-1", tx);
+        let patience = std::time::Duration::from_secs(300);
+        let a = tunnels.open("edge-1", &log(), "alice").await.expect("a");
+        let b = tunnels.open("edge-1", &log(), "alice").await.expect("b");
+        // Alice's third waits; bob, within his share, does not.
+        let waiter = {
+            let t = tunnels.clone();
+            tokio::spawn(async move { t.open_waiting("edge-1", &log(), "alice", patience).await })
+        };
+        let bob = tunnels
+            .open_waiting("edge-1", &log(), "bob", patience)
+            .await;
+        assert!(bob.is_ok(), "another user's is not held up");
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        assert!(
+            !waiter.is_finished(),
+            "still waiting for one of alice's to end"
+        );
+        drop(a);
+        let c = waiter
+            .await
+            .expect("task")
+            .expect("a place, once one ended");
+        assert_eq!(c.node, "edge-1");
+        // Nothing ends: refused after its patience, as a plain open is.
+        let late = tunnels
+            .open_waiting("edge-1", &log(), "alice", patience)
+            .await;
+        assert_eq!(
+            late.err(),
+            Some(NotOpened::TooManyOfUser("alice".into(), "edge-1".into(), 2))
+        );
+        drop((b, c));
+    }
+
+    /// The waiting opens are bounded per node: beyond, refused at once.
+    #[tokio::test(start_paused = true)]
+    async fn at_most_waiting_opens_wait_on_a_node() {
+        let tunnels = Arc::new(Tunnels::new(2));
+        let (tx, _to_node) = mpsc::channel(64);
+        let t = tunnels.attach("edge-1", tx);
+        let _a = tunnels.open("edge-1", &log(), "alice").await.expect("a");
+        t.waiting.store(WAITING, Ordering::SeqCst);
+        let refused = tunnels
+            .open_waiting(
+                "edge-1",
+                &log(),
+                "alice",
+                std::time::Duration::from_secs(300),
+            )
+            .await;
+        assert!(refused.is_err());
+        assert_eq!(
+            t.waiting.load(Ordering::SeqCst),
+            WAITING,
+            "the count is left as it was"
+        );
+        // A waiting open counts itself while it waits, and no more after.
+        t.waiting.store(0, Ordering::SeqCst);
+        let w = {
+            let tunnels = tunnels.clone();
+            tokio::spawn(async move {
+                tunnels
+                    .open_waiting("edge-1", &log(), "alice", std::time::Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(t.waiting.load(Ordering::SeqCst), 1);
+        assert!(
+            w.await.expect("task").is_err(),
+            "refused after its patience"
+        );
+        assert_eq!(t.waiting.load(Ordering::SeqCst), 0);
     }
 
     /// A stream that carries nothing either way for its idle time is closed (408) and closed

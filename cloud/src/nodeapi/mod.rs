@@ -86,7 +86,8 @@ async fn open_stream(
     user: &str,
     wait: std::time::Duration,
 ) -> Result<crate::cloudhub::tunnel::Stream, Box<Response>> {
-    crate::cloudhub::tunnel::open_for_api(&hub.tunnels, node, open, user, wait)
+    let now = std::time::Duration::ZERO;
+    crate::cloudhub::tunnel::open_for_api(&hub.tunnels, node, open, user, now, wait)
         .await
         .map_err(|(code, message)| {
             let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -34,6 +34,9 @@ const PROTOCOL: &str = "portforward.k8s.io";
 const TUNNELED: &str = "SPDY/3.1+portforward.k8s.io";
 /// How long a node has to connect to the pod's port.
 const WAIT: Duration = Duration::from_secs(15);
+/// How long a connection waits for one of the user's streams on the node to end, when all
+/// are taken, before it is refused.
+const PATIENCE: Duration = Duration::from_secs(300);
 /// A session silent both ways this long ends (kubectl pings every 5 s while it runs).
 const IDLE: Duration = Duration::from_secs(4 * 3600);
 /// Streams waiting for the other of their pair, per session.
@@ -119,7 +122,18 @@ async fn serve(hub: Arc<CloudHub>, pod: Value, request: apiserver::SubresourceRe
                 ..target.clone()
             });
             Box::pin(async move {
-                crate::cloudhub::tunnel::open_for_api(&hub.tunnels, &node, &open, &user, WAIT).await
+                // A connection beyond the streams a user may hold waits for one to end: one
+                // refused would end kubectl's whole forward.
+                let patience = PATIENCE;
+                crate::cloudhub::tunnel::open_for_api(
+                    &hub.tunnels,
+                    &node,
+                    &open,
+                    &user,
+                    patience,
+                    WAIT,
+                )
+                .await
             })
         })
     };
@@ -477,8 +491,15 @@ mod tests {
                     port,
                 });
                 Box::pin(async move {
-                    crate::cloudhub::tunnel::open_for_api(&tunnels, "edge-1", &open, "alice", WAIT)
-                        .await
+                    crate::cloudhub::tunnel::open_for_api(
+                        &tunnels,
+                        "edge-1",
+                        &open,
+                        "alice",
+                        Duration::ZERO,
+                        WAIT,
+                    )
+                    .await
                 })
             })
         };
