@@ -219,9 +219,11 @@ fn a_kubeedge_mapper_registers_with_every_authority_form_reports_and_is_driven()
             manifests(&setpoint, collect),
         )
         .expect("manifest edited");
+        // A bound, not a speed: the edit is seen after two polls, then stored (fsync) before
+        // the call; a CI machine busy writing elsewhere took more than 15 s once.
         let update = loop {
             let call = mapper
-                .next(Duration::from_secs(15))
+                .next(Duration::from_secs(60))
                 .expect("edgecore calls the mapper after the edit");
             if call["call"] == "UpdateDevice" {
                 break call;
