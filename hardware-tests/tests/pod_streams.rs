@@ -509,6 +509,13 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     let mut err = String::new();
     let _ = std::io::Read::read_to_string(&mut f.stderr.take().expect("stderr"), &mut err);
     assert!(!status.success(), "a cut stream is an error: {err}");
+    // Its last line says which pod, which node and why (kubectl alone: "unexpected EOF").
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    assert!(
+        rest.contains("[cloudcore] the log of pod default/ticker on node edge-node-1 was cut: "),
+        "{rest}"
+    );
     let away = eventually(60, "the node's absence said", || {
         let (ok, log) = cloud.kubectl(&["logs", "ticker"]);
         (!ok && log.contains("edge-node-1")).then_some(log)

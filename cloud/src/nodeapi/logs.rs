@@ -192,20 +192,35 @@ async fn serve(
         Ok(s) => s,
         Err(refused) => return *refused,
     };
-    // The body as the node sends it; a stream cut before its end (the tunnel closed) ends
-    // the body with an error, so the client says so instead of taking it as the whole log.
-    let body = futures_util::stream::unfold(Some(stream), |s| async move {
-        let mut s = s?;
-        loop {
-            match s.next().await {
-                Event::Data(b) => return Some((Ok(axum::body::Bytes::from(b)), Some(s))),
-                Event::Ready => {}
-                Event::End(o) if o.code == 200 => return None,
-                Event::End(o) => {
-                    tracing::info!(node = %s.node, code = o.code, message = %o.message, "a log stream ended early");
-                    return Some((Err(std::io::Error::other(o.message)), None));
+    // The body as the node sends it; a stream cut before its end (the tunnel closed) ends with
+    // a last line naming the pod, the node and why, then an error, so the client says so
+    // instead of taking it as the whole log (kubectl alone says only "unexpected EOF").
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let what = format!("pod {namespace}/{name} on node {node}");
+    let body = futures_util::stream::unfold(Reading::Open(stream, what), |r| async move {
+        match r {
+            Reading::Open(mut s, what) => loop {
+                match s.next().await {
+                    Event::Data(b) => {
+                        return Some((Ok(axum::body::Bytes::from(b)), Reading::Open(s, what)));
+                    }
+                    Event::Ready => {}
+                    Event::End(o) if o.code == 200 => return None,
+                    Event::End(o) => {
+                        tracing::info!(node = %s.node, code = o.code, message = %o.message, "a log stream ended early");
+                        let line =
+                            format!("\n[cloudcore] the log of {what} was cut: {}\n", o.message);
+                        return Some((Ok(axum::body::Bytes::from(line)), Reading::Cut(o.message)));
+                    }
                 }
+            },
+            Reading::Cut(message) => {
+                // The server writes out what it has while the body waits; an error at once
+                // would close the connection with the last line still unsent.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                Some((Err(std::io::Error::other(message)), Reading::Done))
             }
+            Reading::Done => None,
         }
     });
     (
@@ -213,6 +228,14 @@ async fn serve(
         axum::body::Body::from_stream(body),
     )
         .into_response()
+}
+
+/// Where a log's body is: streaming from the node, cut (its last line written, its error next),
+/// or done.
+enum Reading {
+    Open(crate::cloudhub::tunnel::Stream, String),
+    Cut(String),
+    Done,
 }
 
 #[cfg(test)]
