@@ -433,8 +433,8 @@ async fn run_job(
     let mut written: Option<Value> = None;
     loop {
         let phases: Vec<NodePhase> = tasks.iter().map(|t| t.phase).collect();
-        let next = plan::next(template.rules, &phases);
-        for i in next.start {
+        let mut next = plan::next(template.rules, &phases);
+        for i in std::mem::take(&mut next.start) {
             tasks[i].phase = NodePhase::InProgress;
             tasks[i].reason.clear();
             let ask = Ask {
@@ -446,6 +446,14 @@ async fn run_job(
             };
             let (hub, progress) = (hub.clone(), progress_tx.clone());
             working.spawn(async move { (i, ask.run(&hub, i, &progress).await) });
+        }
+        if next.phase.is_final() {
+            let failed: Vec<(&str, &str)> = tasks
+                .iter()
+                .filter(|t| t.phase == NodePhase::Failure)
+                .map(|t| (t.node.as_str(), t.reason.as_str()))
+                .collect();
+            next.reason = plan::with_failures(&next.reason, &failed);
         }
         let shown = json!([
             next.phase.as_str(),

@@ -430,9 +430,61 @@ pub(crate) fn next(rules: Rules, phases: &[NodePhase]) -> Next {
     }
 }
 
+/// The most of a node's own reason a job's reason quotes.
+const QUOTED: usize = 240;
+
+/// A finished job's reason with its first failed node's own reason after it (`failed`: each
+/// failed node and its reason, in the job's order), so that `kubectl get` says why a node
+/// failed, not only how many did; the others are counted, their reasons in `status.nodeStatus`.
+pub(crate) fn with_failures(reason: &str, failed: &[(&str, &str)]) -> String {
+    let Some((node, why)) = failed.first() else {
+        return reason.to_string();
+    };
+    let mut why: String = why.chars().take(QUOTED).collect();
+    if why.len() < failed[0].1.len() {
+        why.push('…');
+    }
+    let mut out = format!("{reason}. {node}: {why}");
+    if failed.len() > 1 {
+        out.push_str(&format!(
+            " (and {} more failed: status.nodeStatus)",
+            failed.len() - 1
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_jobs_reason_quotes_its_first_failed_nodes_own() {
+        let r = "1 of 3 nodes failed, more than failureTolerate 0; 2 not started";
+        assert_eq!(with_failures(r, &[]), r);
+        assert_eq!(
+            with_failures(
+                r,
+                &[(
+                    "gw-3",
+                    "the new edgecore (v2) exited on trial (exit status: 2)"
+                )]
+            ),
+            format!("{r}. gw-3: the new edgecore (v2) exited on trial (exit status: 2)")
+        );
+        let two = with_failures(r, &[("gw-1", "no node named gw-1"), ("gw-2", "x")]);
+        assert!(
+            two.ends_with("gw-1: no node named gw-1 (and 1 more failed: status.nodeStatus)"),
+            "{two}"
+        );
+        // A long reason is cut, and says so.
+        let long = "é".repeat(1000);
+        let cut = with_failures(r, &[("gw-1", &long)]);
+        assert!(
+            cut.ends_with('…') && cut.chars().count() < r.len() + QUOTED + 10,
+            "{cut}"
+        );
+    }
     use proptest::prelude::*;
     use serde_json::json;
 
