@@ -244,6 +244,29 @@ fn a_fleet_is_upgraded_canary_first_and_a_node_that_fails_its_check_rolls_back()
 /// edgecore, which starts it and watches it, can put the gateway back.
 #[test]
 fn a_release_that_exits_at_start_is_rolled_back_by_the_old_edgecore() {
+    broken_release_is_rolled_back(
+        "echo 'edgecore: /etc/kubeedge/edgecore.yaml: unknown field `modules`' >&2\nexit 2",
+        &[
+            "the new edgecore (v9) exited on trial (exit status: 2)",
+            "unknown field `modules`",
+        ],
+    );
+}
+
+/// A release that starts and hangs before its session is up (it never reaches its own
+/// trial's clock): the old edgecore stops it once its trial's time and the grace are over.
+#[test]
+fn a_release_that_hangs_at_start_is_rolled_back_by_the_old_edgecore() {
+    broken_release_is_rolled_back(
+        "exec sleep 3600",
+        &["the new edgecore (v9) had not finished its trial after 25 s"],
+    );
+}
+
+/// The release `v9`, a script that answers `--version` and then runs `then`, tried on a node
+/// (a trial of 20 s, a grace of 5 s after it, within the job's 40 s): the old edgecore, the node's process, rolls it
+/// back, the job saying why (`says`), and runs again on the old version.
+fn broken_release_is_rolled_back(then: &str, says: &[&str]) {
     let build = bin("edgecore");
     let cloud = Cloud::start();
     let dir = cloud.dir.path().join("data/releases/v9");
@@ -251,40 +274,48 @@ fn a_release_that_exits_at_start_is_rolled_back_by_the_old_edgecore() {
     let broken = dir.join("edgecore");
     std::fs::write(
         &broken,
-        "#!/bin/sh\n[ \"$1\" = --version ] && { echo edgecore v9; exit 0; }\necho 'edgecore: /etc/kubeedge/edgecore.yaml: unknown field `modules`' >&2\nexit 2\n",
+        format!("#!/bin/sh\n[ \"$1\" = --version ] && {{ echo edgecore v9; exit 0; }}\n{then}\n"),
     )
     .expect("release");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let bins = own_bins(&build);
-    let node = Node::start_named(bins.path(), "edge-node-1", "", &cloud.edge_config());
+    let mut node = Node::start_named(bins.path(), "edge-node-1", "", &cloud.edge_config());
     let before = format!("v{}-edgecore", env!("CARGO_PKG_VERSION"));
     eventually(60, "the node joined", || {
         (kubelet_version(&cloud, "edge-node-1") == before).then_some(())
     });
+    // Started again with the short grace, as a test of a hang can wait for.
+    node.kill_edgecore();
+    node.edgecore = Proc::spawn_env(
+        &bins.path().join("edgecore"),
+        &["--config", "edgecore.yaml"],
+        node.dir.path(),
+        "edgecore-watched.log",
+        &[("EDGECORE_WATCH_GRACE_SECONDS", "5".to_string())],
+    );
+    eventually(30, "edgecore ready", || node.started().then_some(()));
     let pid = node.edgecore.child.id();
     let work = tempfile::tempdir().expect("tempdir");
     apply(
         &cloud,
         work.path(),
-        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: broken}\nspec:\n  version: v9\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 120\n",
+        "apiVersion: operations.kubeedge.io/v1alpha2\nkind: NodeUpgradeJob\nmetadata: {name: broken}\nspec:\n  version: v9\n  nodeNames: [edge-node-1]\n  timeoutSeconds: 40\n",
     );
     let j = over(&cloud, "broken", 150);
     assert_eq!(j["status"]["phase"], "Failure", "{j}");
     let n = node_status(&j, "edge-node-1");
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
-    assert_eq!(n["currentVersion"], version, "the version it runs: {j}");
     let reason = n["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.contains("the new edgecore (v9) exited on trial (exit status: 2)")
-            && reason.contains("unknown field `modules`")
-            && reason.contains("rolled back to"),
-        "the reason says how it died and what it said: {j}"
+        says.iter().all(|s| reason.contains(s)) && reason.contains("rolled back to"),
+        "the reason says how it ended: {j}"
     );
+    assert_eq!(n["currentVersion"], version, "the version it runs: {j}");
     assert!(
         j["status"]["reason"]
             .as_str()
-            .is_some_and(|r| r.contains(". edge-node-1: the new edgecore (v9) exited on trial")),
+            .is_some_and(|r| r.contains(&format!(". edge-node-1: {}", says[0]))),
         "the node's reason in the job's, which kubectl get shows: {j}"
     );
     assert!(
