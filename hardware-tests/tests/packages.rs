@@ -152,6 +152,22 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
             "{name}: {contents}"
         );
     }
+    // Debian's policy checker: nothing but what each package's overrides explain.
+    let lint = Command::new("lintian")
+        .args(["--tag-display-limit", "0"])
+        .args(&debs)
+        .args(&dbgsym)
+        .output()
+        .expect("lintian (scripts/test installs it)");
+    let said = String::from_utf8_lossy(&lint.stdout);
+    assert!(
+        lint.status.success()
+            && !said
+                .lines()
+                .any(|l| l.starts_with("E:") || l.starts_with("W:")),
+        "lintian: {said}{}",
+        String::from_utf8_lossy(&lint.stderr)
+    );
     assert_eq!(field(&debs[0], "Suggests"), "containerd");
     assert_eq!(
         field(&debs[0], "Recommends"),
