@@ -104,11 +104,16 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     }
     let work = tempfile::tempdir().expect("tempdir");
     let debs_dir = work.path().join("debs");
+    // The builder's name and address, as Debian's tools take them (a machine without git's
+    // user would otherwise get the placeholder, which lintian rightly refuses).
+    let maintainer = "Package Builder <builder@packages.example.org>";
     let made = ok(Command::new(workspace_root().join("scripts/package"))
         .args(["--no-build", "--fast", "--bin-dir"])
         .arg(&bins)
         .arg("--out")
-        .arg(&debs_dir));
+        .arg(&debs_dir)
+        .env("DEBFULLNAME", "Package Builder")
+        .env("DEBEMAIL", "builder@packages.example.org"));
     let field = |deb: &Path, f: &str| {
         ok(Command::new("dpkg-deb").args(["-f"]).arg(deb).arg(f))
             .trim()
@@ -168,6 +173,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
         "lintian: {said}{}",
         String::from_utf8_lossy(&lint.stderr)
     );
+    assert_eq!(field(&debs[0], "Maintainer"), maintainer);
     assert_eq!(field(&debs[0], "Suggests"), "containerd");
     assert_eq!(
         field(&debs[0], "Recommends"),
