@@ -306,6 +306,31 @@ async fn session(
     }
 }
 
+/// What a connection's client may send before its stream on the node is open (it may wait
+/// for a place): kept, so that the session never waits on one connection's channel meanwhile.
+const EARLY: usize = 256 * 1024;
+
+/// `opening`, taking what the client sends meanwhile (up to [`EARLY`] bytes; beyond, it is
+/// left in `inbound` until the stream is open): the stream or why not, and what was taken.
+async fn open_taking<T>(
+    opening: impl std::future::Future<Output = T>,
+    inbound: &mut mpsc::Receiver<Vec<u8>>,
+) -> (T, Vec<Vec<u8>>) {
+    tokio::pin!(opening);
+    let (mut early, mut taken) = (Vec::new(), 0);
+    loop {
+        tokio::select! {
+            // What is there is taken first: the bound, not a race, decides what is kept.
+            biased;
+            Some(b) = inbound.recv(), if taken < EARLY => {
+                taken += b.len();
+                early.push(b);
+            }
+            done = &mut opening => return (done, early),
+        }
+    }
+}
+
 /// One connection: its stream on the node, the bytes both ways, and what went wrong written on
 /// the `error` stream; both streams end with the connection.
 async fn connection(
@@ -318,12 +343,19 @@ async fn connection(
 ) {
     let frame = spdy::data;
     let failed = match port.parse::<u16>() {
-        Ok(p) if p > 0 => match opener(p).await {
-            Ok(mut stream) => {
+        Ok(p) if p > 0 => match open_taking(opener(p), &mut inbound).await {
+            (Ok(mut stream), early) => {
                 let up = stream.sender();
                 // The client's bytes wait for the node's credit in their own task, so the
-                // pod's bytes keep flowing down meanwhile.
+                // pod's bytes keep flowing down meanwhile; first what came while it opened.
                 let sending = tokio::spawn(async move {
+                    for b in early {
+                        for piece in b.chunks(MAX_DATA) {
+                            if !up.send(piece.to_vec()).await {
+                                return;
+                            }
+                        }
+                    }
                     while let Some(b) = inbound.recv().await {
                         for piece in b.chunks(MAX_DATA) {
                             if !up.send(piece.to_vec()).await {
@@ -348,7 +380,7 @@ async fn connection(
                     .filter(|o| o.code != 200)
                     .map(|o| format!("error forwarding port {p} to {describe}: {}", o.message))
             }
-            Err((_, message)) => Some(format!(
+            (Err((_, message)), _) => Some(format!(
                 "error forwarding port {p} to {describe}: {message}"
             )),
         },
@@ -364,6 +396,36 @@ async fn connection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While a connection waits for a place on the node, what its client sends is taken (the
+    /// session never waits on it), up to [`EARLY`]; the rest stays queued for later.
+    #[tokio::test]
+    async fn what_comes_while_a_connection_opens_is_kept_up_to_its_bound() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let (open_tx, open_rx) = tokio::sync::oneshot::channel::<u8>();
+        let opening = async move { open_rx.await.unwrap_or(0) };
+        let sender = tokio::spawn(async move {
+            for _ in 0..5 {
+                tx.send(vec![7u8; EARLY / 2]).await.expect("send");
+            }
+            open_tx.send(1).expect("opened");
+            tx
+        });
+        let (opened, early) = open_taking(opening, &mut rx).await;
+        assert_eq!(opened, 1);
+        let taken: usize = early.iter().map(Vec::len).sum();
+        assert_eq!(taken, EARLY, "taken up to the bound, then left queued");
+        let _tx = sender.await.expect("sender");
+        let mut left = 0;
+        while let Ok(b) = rx.try_recv() {
+            left += b.len();
+        }
+        assert_eq!(
+            left,
+            3 * EARLY / 2,
+            "the rest is still there, in order, for the stream"
+        );
+    }
     use crate::cloudhub::tunnel::Tunnels;
     use api::tunnel::{Frame as TunnelFrame, Kind, Outcome};
 
