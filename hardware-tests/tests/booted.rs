@@ -1,8 +1,10 @@
-//! The packages as a site runs them: a Debian bookworm made by `mmdebstrap` from Debian's own
-//! packages, booted with its own systemd as PID 1 (`systemd-nspawn -b`, a network of its own),
-//! and the README's install-and-join section typed in it as root: cloudcore installed, enabled
-//! and started, `cloudcore gettoken` as root, edgecore and a mapper installed, `edgecore join`,
-//! then the node Ready, `/healthz` ok and a device's values in its DeviceStatus. Then an upgrade
+//! The packages as a site runs them: two Debian bookworm systems made by `mmdebstrap` from
+//! Debian's own packages, each booted with its own systemd as PID 1 (`systemd-nspawn -b`), side
+//! by side on one private network (the gateway joins the cloud host's), and the README's
+//! install-and-join section typed in them as root: on the cloud host cloudcore installed,
+//! enabled and started, `cloudcore gettoken` as root; on the gateway edgecore and a mapper
+//! installed, `edgecore join` with that token; then the node Ready, `/healthz` ok and a device's
+//! values in its DeviceStatus. Then an upgrade
 //! by package (`apt-get install --reinstall`) restarts the running edgecore, and `edgecore
 //! reset` stops and disables every unit join enabled.
 //!
@@ -22,11 +24,19 @@ struct Booted {
 }
 
 impl Booted {
-    fn boot(root: &Path, log: &Path) -> Self {
+    /// Boots `root` as `hostname`: on a network of its own, or on the network of the booted
+    /// system whose systemd is `beside` (two machines on one private network).
+    fn boot(root: &Path, log: &Path, hostname: &str, beside: Option<&Booted>) -> Self {
+        let network = match beside {
+            None => "--private-network".to_string(),
+            Some(b) => format!("--network-namespace-path=/proc/{}/ns/net", b.init),
+        };
         let nspawn = Command::new("systemd-nspawn")
             .args(["-D"])
             .arg(root)
-            .args(["-b", "--register=no", "--keep-unit", "--private-network"])
+            .args(["-b", "--register=no", "--keep-unit"])
+            .arg(network)
+            .arg(format!("--hostname={hostname}"))
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(log).expect("log"))
             .stderr(Stdio::null())
@@ -162,13 +172,30 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         ));
         return;
     }
+    // Two machines: the cloud host and a gateway, each a copy of the same Debian.
+    let gateway_root = work.path().join("gateway");
+    ok(Command::new("cp").arg("-a").arg(&root).arg(&gateway_root));
     for deb in made.lines() {
-        let name = Path::new(deb).file_name().expect("name");
-        if !name.to_string_lossy().contains("-dbgsym") {
-            std::fs::copy(deb, root.join("root").join(name)).expect("copy");
-        }
+        let name = Path::new(deb).file_name().expect("name").to_string_lossy();
+        let into = if name.starts_with("cloudcore_") {
+            &root
+        } else if name.starts_with("edgecore_") || name.starts_with("mapper-modbus_") {
+            &gateway_root
+        } else {
+            continue;
+        };
+        std::fs::copy(deb, into.join("root").join(&*name)).expect("copy");
     }
-    let os = Booted::boot(&root, &work.path().join("nspawn.log"));
+    // Their names, as an installer gives them (systemd reads /etc/hostname at boot).
+    std::fs::write(root.join("etc/hostname"), "cloud-host\n").expect("hostname");
+    std::fs::write(gateway_root.join("etc/hostname"), "gateway-1\n").expect("hostname");
+    let os = Booted::boot(&root, &work.path().join("cloud.log"), "cloud-host", None);
+    let gw = Booted::boot(
+        &gateway_root,
+        &work.path().join("gateway.log"),
+        "gateway-1",
+        Some(&os),
+    );
 
     // The cloud host, as the README says: installed, enabled, a token as root.
     os.must("cd /root && apt-get install -y -q ./cloudcore_*.deb");
@@ -188,21 +215,27 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         "root's gettoken leaves the service's files its own: {owners}"
     );
 
-    // The gateway: edgecore and the Modbus mapper, joined in one command.
+    // The gateway: edgecore and the Modbus mapper, joined in one command with the token the
+    // operator carried over.
+    std::fs::copy(
+        root.join("root/token.txt"),
+        gateway_root.join("root/token.txt"),
+    )
+    .expect("the token to the gateway");
     let installed =
-        os.must("cd /root && apt-get install -y -q ./edgecore_*.deb ./mapper-modbus_*.deb");
+        gw.must("cd /root && apt-get install -y -q ./edgecore_*.deb ./mapper-modbus_*.deb");
     assert!(
         installed.contains("edgecore join --cloud HOST"),
         "{installed}"
     );
     let joined =
-        os.must("edgecore join --cloud 127.0.0.1 --token-file /root/token.txt --mapper modbus");
+        gw.must("edgecore join --cloud 127.0.0.1 --token-file /root/token.txt --mapper modbus");
     assert!(
         joined.contains("edgecore.service enabled and (re)started")
             && joined.contains("mapper-modbus.service enabled and (re)started"),
         "{joined}"
     );
-    let node = os.must("hostname").trim().to_string();
+    let node = "gateway-1";
     let kubeconfig = root.join("var/lib/cloudcore/admin.kubeconfig");
     let kubectl = |args: &[&str]| {
         let out = os
@@ -217,19 +250,27 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
             String::from_utf8_lossy(&out.stdout).into_owned(),
         )
     };
-    eventually(60, "the node Ready", || {
+    let ready = (0..120).any(|_| {
         let (_, ready) = kubectl(&[
             "get",
             "node",
-            &node,
+            node,
             "-o",
             "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
         ]);
-        (ready.trim() == "True").then_some(())
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        ready.trim() == "True"
     });
+    assert!(
+        ready,
+        "the node Ready: {}\n{}\n{}",
+        kubectl(&["get", "nodes", "-o", "wide"]).1,
+        gw.sh("systemctl status edgecore --no-pager | head -5; journalctl -u edgecore --no-pager | tail -25").1,
+        os.sh("journalctl -u cloudcore --no-pager | tail -15").1
+    );
     let health = eventually(30, "edgecore's /healthz", || {
         // bash's /dev/tcp: the root has no HTTP client.
-        let (ok, said) = os.sh(
+        let (ok, said) = gw.sh(
             "bash -c 'exec 3<>/dev/tcp/127.0.0.1/10360 && printf \"GET /healthz HTTP/1.0\\r\\n\\r\\n\" >&3 && cat <&3'",
         );
         ok.then_some(said)
@@ -266,17 +307,17 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
     });
 
     // An upgrade by package restarts the running edgecore: no old binary left running.
-    let before = os.must("systemctl show -p MainPID --value edgecore");
-    os.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
+    let before = gw.must("systemctl show -p MainPID --value edgecore");
+    gw.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
     let after = eventually(30, "edgecore running again after the upgrade", || {
         let (_, pid) =
-            os.sh("systemctl is-active -q edgecore && systemctl show -p MainPID --value edgecore");
+            gw.sh("systemctl is-active -q edgecore && systemctl show -p MainPID --value edgecore");
         let pid = pid.trim().to_string();
         (!pid.is_empty() && pid != "0" && pid != before.trim()).then_some(pid)
     });
     // (Between systemd's fork and the exec, the new process is still systemd's binary.)
     let exe = eventually(30, "the restarted edgecore's binary", || {
-        let (_, exe) = os.sh(&format!("readlink /proc/{after}/exe"));
+        let (_, exe) = gw.sh(&format!("readlink /proc/{after}/exe"));
         (exe.trim() != "/usr/lib/systemd/systemd").then_some(exe)
     });
     assert_eq!(
@@ -284,19 +325,19 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         "/usr/bin/edgecore",
         "not the old, deleted binary"
     );
-    let reinstalled = os.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
+    let reinstalled = gw.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
     assert!(
         !reinstalled.contains("edgecore join --cloud HOST"),
         "no join hint on a joined gateway: {reinstalled}"
     );
 
     // Reset: every unit join enabled, stopped and disabled.
-    let reset = os.must("edgecore reset");
+    let reset = gw.must("edgecore reset");
     assert!(
         reset.contains("mapper-modbus.service stopped and disabled"),
         "{reset}"
     );
-    let (_, states) = os.sh(
+    let (_, states) = gw.sh(
         "systemctl is-enabled edgecore mapper-modbus; systemctl is-active edgecore mapper-modbus",
     );
     assert_eq!(
