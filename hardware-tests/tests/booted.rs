@@ -152,6 +152,18 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         .arg(&bins)
         .arg("--out")
         .arg(work.path().join("debs")));
+    // The next release of edgecore, to upgrade to as an operator does: a newer .deb.
+    let next = format!("{}+next1", env!("CARGO_PKG_VERSION"));
+    let newer = ok(Command::new(workspace_root().join("scripts/package"))
+        .args(["--no-build", "--fast", "--version", &next, "--bin-dir"])
+        .arg(&bins)
+        .arg("--out")
+        .arg(work.path().join("newer")));
+    let newer_edgecore = newer
+        .lines()
+        .find(|d| d.contains("/edgecore_"))
+        .expect("the newer edgecore")
+        .to_string();
     let root = work.path().join("bookworm");
     let strap = Command::new("mmdebstrap")
         .args([
@@ -306,9 +318,24 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         (t.trim() == "66.3").then_some(())
     });
 
-    // An upgrade by package restarts the running edgecore: no old binary left running.
+    // An upgrade by package, to the next release, restarts the running edgecore: no old
+    // binary left running.
+    std::fs::copy(&newer_edgecore, gateway_root.join("root/edgecore-next.deb")).expect("copy");
     let before = gw.must("systemctl show -p MainPID --value edgecore");
-    gw.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
+    let upgraded = gw.must("cd /root && apt-get install -y -q ./edgecore-next.deb");
+    assert!(
+        upgraded.contains(&format!("Unpacking edgecore ({next}) over")),
+        "{upgraded}"
+    );
+    // The mapper stays, running: its Depends takes the newer edgecore.
+    let mapper = gw.must(
+        "dpkg-query -W -f='${Status}' mapper-modbus; echo; systemctl is-active mapper-modbus",
+    );
+    assert_eq!(
+        mapper.split_whitespace().collect::<Vec<_>>(),
+        ["install", "ok", "installed", "active"],
+        "{upgraded}"
+    );
     let after = eventually(30, "edgecore running again after the upgrade", || {
         let (_, pid) =
             gw.sh("systemctl is-active -q edgecore && systemctl show -p MainPID --value edgecore");
@@ -325,7 +352,7 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         "/usr/bin/edgecore",
         "not the old, deleted binary"
     );
-    let reinstalled = gw.must("cd /root && apt-get install -y -q --reinstall ./edgecore_*.deb");
+    let reinstalled = gw.must("cd /root && apt-get install -y -q --reinstall ./edgecore-next.deb");
     assert!(
         !reinstalled.contains("edgecore join --cloud HOST"),
         "no join hint on a joined gateway: {reinstalled}"
