@@ -14,7 +14,7 @@
 
 use sim::containerd::run as ok;
 use sim::{bin, eventually, workspace_root};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// A booted Debian: its `systemd-nspawn` and the PID of its systemd.
@@ -132,38 +132,16 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         );
         return;
     }
-    let bins: PathBuf = bin("edgecore")
-        .parent()
-        .map(Path::to_path_buf)
-        .expect("bins");
-    for b in [
-        "kectl",
-        "cloudcore",
-        "mapper-modbus",
-        "mapper-serial",
-        "mapper-opcua",
-        "mapper-ble",
-    ] {
-        bin(b);
-    }
     let work = tempfile::tempdir().expect("tempdir");
-    let made = ok(Command::new(workspace_root().join("scripts/package"))
-        .args(["--no-build", "--fast", "--bin-dir"])
-        .arg(&bins)
-        .arg("--out")
-        .arg(work.path().join("debs")));
+    let made = sim::package(&work.path().join("debs"), &[], &[]);
     // The next release of edgecore, to upgrade to as an operator does: a newer .deb.
     let next = format!("{}+next1", env!("CARGO_PKG_VERSION"));
-    let newer = ok(Command::new(workspace_root().join("scripts/package"))
-        .args(["--no-build", "--fast", "--version", &next, "--bin-dir"])
-        .arg(&bins)
-        .arg("--out")
-        .arg(work.path().join("newer")));
+    let newer = sim::package(&work.path().join("newer"), &["--version", &next], &[]);
     let newer_edgecore = newer
-        .lines()
-        .find(|d| d.contains("/edgecore_"))
+        .iter()
+        .find(|d| d.to_string_lossy().contains("/edgecore_"))
         .expect("the newer edgecore")
-        .to_string();
+        .clone();
     let root = work.path().join("bookworm");
     let strap = Command::new("mmdebstrap")
         .args([
@@ -187,8 +165,8 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
     // Two machines: the cloud host and a gateway, each a copy of the same Debian.
     let gateway_root = work.path().join("gateway");
     ok(Command::new("cp").arg("-a").arg(&root).arg(&gateway_root));
-    for deb in made.lines() {
-        let name = Path::new(deb).file_name().expect("name").to_string_lossy();
+    for deb in &made {
+        let name = deb.file_name().expect("name").to_string_lossy();
         let into = if name.starts_with("cloudcore_") {
             &root
         } else if name.starts_with("edgecore_") || name.starts_with("mapper-modbus_") {
@@ -249,19 +227,7 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
     );
     let node = "gateway-1";
     let kubeconfig = root.join("var/lib/cloudcore/admin.kubeconfig");
-    let kubectl = |args: &[&str]| {
-        let out = os
-            .in_network(&sim::stack::kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
+    let kubectl = |args: &[&str]| sim::stack::kubectl_with(&kubeconfig, Some(os.init), args);
     let ready = (0..120).any(|_| {
         let (_, ready) = kubectl(&[
             "get",

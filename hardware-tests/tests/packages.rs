@@ -10,7 +10,7 @@
 //! util-linux (`setpriv`) are on the machine `scripts/test` sets up.
 
 use sim::containerd::run as ok;
-use sim::{Proc, bin, eventually, free_port, workspace_root};
+use sim::{Proc, eventually, free_port, workspace_root};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -87,33 +87,19 @@ fn passwd_entry(root: &Path, name: &str) -> (u32, u32) {
 
 #[test]
 fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
-    // The binaries, built if missing (all of them, the mappers included).
-    let bins = bin("edgecore")
-        .parent()
-        .map(Path::to_path_buf)
-        .expect("bin dir");
-    for b in [
-        "kectl",
-        "cloudcore",
-        "mapper-modbus",
-        "mapper-serial",
-        "mapper-opcua",
-        "mapper-ble",
-    ] {
-        bin(b);
-    }
     let work = tempfile::tempdir().expect("tempdir");
     let debs_dir = work.path().join("debs");
     // The builder's name and address, as Debian's tools take them (a machine without git's
     // user would otherwise get the placeholder, which lintian rightly refuses).
     let maintainer = "Package Builder <builder@packages.example.org>";
-    let made = ok(Command::new(workspace_root().join("scripts/package"))
-        .args(["--no-build", "--fast", "--bin-dir"])
-        .arg(&bins)
-        .arg("--out")
-        .arg(&debs_dir)
-        .env("DEBFULLNAME", "Package Builder")
-        .env("DEBEMAIL", "builder@packages.example.org"));
+    let made = sim::package(
+        &debs_dir,
+        &[],
+        &[
+            ("DEBFULLNAME", "Package Builder"),
+            ("DEBEMAIL", "builder@packages.example.org"),
+        ],
+    );
     let field = |deb: &Path, f: &str| {
         ok(Command::new("dpkg-deb").args(["-f"]).arg(deb).arg(f))
             .trim()
@@ -121,8 +107,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
     };
     // Each package, then its debug symbols (the binaries are stripped).
     let (dbgsym, debs): (Vec<PathBuf>, Vec<PathBuf>) = made
-        .lines()
-        .map(PathBuf::from)
+        .into_iter()
         .partition(|d| field(d, "Package").ends_with("-dbgsym"));
     let names: Vec<String> = debs.iter().map(|d| field(d, "Package")).collect();
     assert_eq!(
@@ -392,18 +377,7 @@ fn packages_install_into_a_fresh_root_join_a_node_and_purge_to_nothing() {
         "cloudcore.log",
     );
     let kubeconfig = root.join("var/lib/cloudcore/admin.kubeconfig");
-    let kubectl = |args: &[&str]| {
-        let out = Command::new(sim::stack::kubectl_bin())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
+    let kubectl = |args: &[&str]| sim::stack::kubectl_with(&kubeconfig, None, args);
     eventually(60, "cloudcore's API", || {
         kubectl(&["get", "nodes"]).0.then_some(())
     });

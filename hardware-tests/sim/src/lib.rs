@@ -32,6 +32,34 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+/// `scripts/package` (fast) of the workspace's binaries, each built first when missing, into
+/// `out`, with `args` more (`--version V`) and `env`: the `.deb` files it made, in its order.
+pub fn package(out: &Path, args: &[&str], env: &[(&str, &str)]) -> Vec<PathBuf> {
+    let bins = bin_dir();
+    for b in [
+        "edgecore",
+        "kectl",
+        "cloudcore",
+        "mapper-modbus",
+        "mapper-serial",
+        "mapper-opcua",
+        "mapper-ble",
+    ] {
+        bin(b);
+    }
+    let made = containerd::run(
+        Command::new(workspace_root().join("scripts/package"))
+            .args(["--no-build", "--fast"])
+            .args(args)
+            .arg("--bin-dir")
+            .arg(&bins)
+            .arg("--out")
+            .arg(out)
+            .envs(env.iter().copied()),
+    );
+    made.lines().map(PathBuf::from).collect()
+}
+
 /// The workspace's binaries: next to this test's own executable (`target/debug/deps/..`).
 pub fn bin(name: &str) -> PathBuf {
     static BUILD: Once = Once::new();

@@ -2,8 +2,31 @@
 
 use crate::{Proc, bin, eventually, free_port};
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The real `kubectl` with `kubeconfig`, in the network of process `netns` when given
+/// (`nsenter -n`: an API on a booted system's own loopback): whether it succeeded, and its stdout.
+pub fn kubectl_with(kubeconfig: &Path, netns: Option<u32>, args: &[&str]) -> (bool, String) {
+    let mut c = match netns {
+        Some(pid) => {
+            let mut c = Command::new("nsenter");
+            c.args(["-t", &pid.to_string(), "-n"]).arg(kubectl_bin());
+            c
+        }
+        None => Command::new(kubectl_bin()),
+    };
+    let out = c
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
 
 /// The real `kubectl`: `$KUBECTL`, the one `.ci/run` puts in `.venv`, or the PATH's.
 pub fn kubectl_bin() -> PathBuf {
