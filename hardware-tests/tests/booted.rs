@@ -259,13 +259,18 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
     );
 
     // A device: the README's Modbus TCP example on this node, its PLC the project's simulator.
-    let mut plc = os
-        .in_network(&bin("modbus-sim"))
-        .arg("--oven")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("modbus-sim");
+    // (A Proc: killed when the test ends, however it ends; its log shown if it failed.)
+    let plc_log = work.path().join("modbus-sim.log");
+    let _plc = sim::Proc {
+        child: os
+            .in_network(&bin("modbus-sim"))
+            .arg("--oven")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&plc_log).expect("log"))
+            .spawn()
+            .expect("modbus-sim"),
+        log: plc_log,
+    };
     let example = std::fs::read_to_string(workspace_root().join("examples/modbus-tcp.yaml"))
         .expect("example")
         .replace("nodeName: edge-node-1", &format!("nodeName: {node}"));
@@ -338,6 +343,4 @@ fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicesta
         ["disabled", "disabled", "inactive", "inactive"],
         "{states}"
     );
-    let _ = plc.kill();
-    let _ = plc.wait();
 }
