@@ -196,14 +196,18 @@ fn descriptor() -> FileDescriptorSet {
     FileDescriptorSet::decode(api::dmi::FILE_DESCRIPTOR_SET).expect("descriptor decodes")
 }
 
+/// The file of package `v1beta1` in `fds`.
+fn v1beta1(fds: &FileDescriptorSet) -> &prost_types::FileDescriptorProto {
+    fds.file
+        .iter()
+        .find(|f| f.package() == "v1beta1")
+        .expect("package v1beta1")
+}
+
 #[test]
 fn every_message_has_kubeedges_fields_and_numbers() {
     let fds = descriptor();
-    let file = fds
-        .file
-        .iter()
-        .find(|f| f.package() == "v1beta1")
-        .expect("package v1beta1");
+    let file = v1beta1(&fds);
     let ours: BTreeMap<&str, Vec<(&str, i32)>> = file
         .message_type
         .iter()
@@ -235,11 +239,7 @@ fn every_message_has_kubeedges_fields_and_numbers() {
 #[test]
 fn services_have_kubeedges_rpcs() {
     let fds = descriptor();
-    let file = fds
-        .file
-        .iter()
-        .find(|f| f.package() == "v1beta1")
-        .expect("package v1beta1");
+    let file = v1beta1(&fds);
     let rpcs = |service: &str| -> Vec<String> {
         file.service
             .iter()

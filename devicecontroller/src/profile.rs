@@ -17,6 +17,13 @@ pub fn name(node: &str) -> String {
     format!("{PREFIX}{node}")
 }
 
+/// `f` of each item of the array `a` (none when `a` is not an array).
+fn each(a: &Value, f: impl Fn(&Value) -> Value) -> Vec<Value> {
+    a.as_array()
+        .map(|a| a.iter().map(f).collect())
+        .unwrap_or_default()
+}
+
 fn put(m: &mut Map<String, Value>, k: &str, v: &Value) {
     match v {
         Value::Null => {}
@@ -69,24 +76,17 @@ pub fn profile(devices: &[(&Value, Option<&Value>)]) -> Value {
             .or_else(|| model.and_then(|m| m["spec"]["protocol"].as_str()))
             .unwrap_or_default();
         let protocol_id = format!("{proto}-{name}");
-        let visitors: Vec<Value> = spec["properties"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|p| {
-                        let mut v = Map::new();
-                        put(&mut v, "name", &p["name"]);
-                        put(&mut v, "propertyName", &p["name"]);
-                        put(&mut v, "modelName", &json!(model_name));
-                        put(&mut v, "protocol", &json!(proto));
-                        put(&mut v, "reportCycle", &p["reportCycle"]);
-                        put(&mut v, "collectCycle", &p["collectCycle"]);
-                        put(&mut v, "visitorConfig", &p["visitors"]["configData"]);
-                        Value::Object(v)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let visitors: Vec<Value> = each(&spec["properties"], |p| {
+            let mut v = Map::new();
+            put(&mut v, "name", &p["name"]);
+            put(&mut v, "propertyName", &p["name"]);
+            put(&mut v, "modelName", &json!(model_name));
+            put(&mut v, "protocol", &json!(proto));
+            put(&mut v, "reportCycle", &p["reportCycle"]);
+            put(&mut v, "collectCycle", &p["collectCycle"]);
+            put(&mut v, "visitorConfig", &p["visitors"]["configData"]);
+            Value::Object(v)
+        });
         let mut inst = Map::new();
         put(&mut inst, "id", &json!(name));
         put(&mut inst, "name", &json!(name));
@@ -101,24 +101,17 @@ pub fn profile(devices: &[(&Value, Option<&Value>)]) -> Value {
         if let Some(m) = model
             && !models.iter().any(|x| x["name"] == json!(model_name))
         {
-            let props: Vec<Value> = m["spec"]["properties"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|p| {
-                            let mut v = Map::new();
-                            put(&mut v, "name", &p["name"]);
-                            put(&mut v, "dataType", &data_type(&p["type"]));
-                            put(&mut v, "description", &p["description"]);
-                            put(&mut v, "accessMode", &p["accessMode"]);
-                            put(&mut v, "minimum", &bound(&p["minimum"]));
-                            put(&mut v, "maximum", &bound(&p["maximum"]));
-                            put(&mut v, "unit", &p["unit"]);
-                            Value::Object(v)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let props: Vec<Value> = each(&m["spec"]["properties"], |p| {
+                let mut v = Map::new();
+                put(&mut v, "name", &p["name"]);
+                put(&mut v, "dataType", &data_type(&p["type"]));
+                put(&mut v, "description", &p["description"]);
+                put(&mut v, "accessMode", &p["accessMode"]);
+                put(&mut v, "minimum", &bound(&p["minimum"]));
+                put(&mut v, "maximum", &bound(&p["maximum"]));
+                put(&mut v, "unit", &p["unit"]);
+                Value::Object(v)
+            });
             let mut mm = Map::new();
             put(&mut mm, "name", &json!(model_name));
             put(

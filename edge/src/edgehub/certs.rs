@@ -10,7 +10,7 @@
 //! another CA than the token names (the cloud was rebuilt and the node given a new token), is
 //! replaced by joining again with the token.
 
-use super::certserver::call;
+use super::certserver::{answer, send};
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
@@ -120,13 +120,16 @@ pub(crate) async fn credentials(
     }
     // The CA is not known yet: it is fetched without verification and then checked against
     // the token, which is what makes it trusted.
-    let (status, ca_der) = call(
-        hyper::Method::GET,
-        cert_server,
-        "/ca.crt",
-        insecure()?,
-        &[],
-        Vec::new(),
+    let (status, ca_der) = answer(
+        send(
+            hyper::Method::GET,
+            cert_server,
+            "/ca.crt",
+            insecure()?,
+            &[],
+            Vec::new(),
+        )
+        .await?,
     )
     .await?;
     if status != 200 {
@@ -165,13 +168,16 @@ async fn request_certificate(
     ca_pem: String,
 ) -> Result<Credentials> {
     let request = pki::node::request(node)?;
-    let (status, body) = call(
-        hyper::Method::GET,
-        cert_server,
-        "/edge.crt",
-        tls,
-        headers,
-        request.csr_der,
+    let (status, body) = answer(
+        send(
+            hyper::Method::GET,
+            cert_server,
+            "/edge.crt",
+            tls,
+            headers,
+            request.csr_der,
+        )
+        .await?,
     )
     .await?;
     if status != 200 {
@@ -232,13 +238,16 @@ pub(crate) async fn give_up(dir: &Path, cert_server: &str, node: &str) -> Result
         cert_pem: std::fs::read_to_string(dir.join("edge.crt"))?,
         key_pem: std::fs::read_to_string(dir.join("edge.key"))?,
     };
-    let (status, body) = call(
-        hyper::Method::DELETE,
-        cert_server,
-        "/edge.crt",
-        kept.client_config()?,
-        &[("NodeName", node)],
-        Vec::new(),
+    let (status, body) = answer(
+        send(
+            hyper::Method::DELETE,
+            cert_server,
+            "/edge.crt",
+            kept.client_config()?,
+            &[("NodeName", node)],
+            Vec::new(),
+        )
+        .await?,
     )
     .await?;
     if status != 200 {

@@ -41,7 +41,7 @@ pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>> {
 }
 
 /// `{method} {base}{path}` over TLS with `headers` and `body`: the answer, its body unread.
-async fn send(
+pub(crate) async fn send(
     method: hyper::Method,
     base: &str,
     path: &str,
@@ -75,16 +75,8 @@ async fn send(
         .with_context(|| format!("{base}{path}: the request failed"))
 }
 
-/// `{method} {base}{path}` over TLS with a body; the status and body of the answer.
-pub(crate) async fn call(
-    method: hyper::Method,
-    base: &str,
-    path: &str,
-    tls: Arc<rustls::ClientConfig>,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> Result<(u16, Vec<u8>)> {
-    let resp = send(method, base, path, tls, headers, body).await?;
+/// The status and whole body of an answer [`send`] got.
+pub(crate) async fn answer(resp: hyper::Response<Incoming>) -> Result<(u16, Vec<u8>)> {
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes().to_vec();
     Ok((status, body))

@@ -588,6 +588,21 @@ impl<D: Driver> DeviceTask<D> {
 
     /// Writes desired values not yet on the device; a written one is read back at once. A
     /// failed write is tried again at the property's next cycle.
+    /// Says in the twin (where kectl, apps, the cloud and the page see it) why `desired` was not
+    /// written to `property`.
+    async fn write_refused(&mut self, property: &str, desired: &str, error: String) {
+        let _ = self
+            .reports
+            .send(Report::WriteRefused {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                property: property.to_string(),
+                desired: desired.to_string(),
+                error,
+            })
+            .await;
+    }
+
     async fn apply_desired(&mut self) {
         for i in 0..self.props.len() {
             let p = &self.props[i];
@@ -627,16 +642,7 @@ impl<D: Driver> DeviceTask<D> {
                     tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value refused");
                     self.props[i].rejected = Some(want.clone());
                     // Into the twin, where kectl, apps, the cloud and the page see it.
-                    let _ = self
-                        .reports
-                        .send(Report::WriteRefused {
-                            namespace: self.namespace.clone(),
-                            name: self.name.clone(),
-                            property: name.clone(),
-                            desired: want.clone(),
-                            error: e.message.clone(),
-                        })
-                        .await;
+                    self.write_refused(&name, &want, e.message.clone()).await;
                 }
                 Err(e) if e.kind == ErrorKind::Device => {
                     // The device answered, with an error: tried again after a growing wait, and
@@ -660,20 +666,12 @@ impl<D: Driver> DeviceTask<D> {
                     });
                     if changed {
                         tracing::warn!(device = %self.id(), property = %name, value = %want, error = %e, "desired value not written; tried again with a growing wait");
-                        let _ = self
-                            .reports
-                            .send(Report::WriteRefused {
-                                namespace: self.namespace.clone(),
-                                name: self.name.clone(),
-                                property: name.clone(),
-                                desired: want.clone(),
-                                error: format!(
-                                    "{} (not written; tried again after a growing wait, at most every {} s)",
-                                    e.message,
-                                    RETRY_MAX.as_secs()
-                                ),
-                            })
-                            .await;
+                        let error = format!(
+                            "{} (not written; tried again after a growing wait, at most every {} s)",
+                            e.message,
+                            RETRY_MAX.as_secs()
+                        );
+                        self.write_refused(&name, &want, error).await;
                     } else {
                         tracing::debug!(device = %self.id(), property = %name, value = %want, error = %e, tries, "desired value still not written");
                     }

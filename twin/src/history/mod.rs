@@ -560,6 +560,20 @@ mod tests {
         }
     }
 
+    /// The oven's series of `property`, which the test expects to be answered.
+    async fn oven(
+        h: &History,
+        property: &str,
+        from: Millis,
+        to: Millis,
+        step: Option<Millis>,
+        now: Millis,
+    ) -> Series {
+        h.query("default/oven", property, from, to, step, now)
+            .await
+            .expect("query")
+    }
+
     async fn open(cfg: HistoryConfig) -> (tempfile::TempDir, History) {
         let dir = tempfile::tempdir().expect("tempdir");
         let h = History::open(&dir.path().join("edgecore.db"), cfg)
@@ -579,17 +593,7 @@ mod tests {
         // The same again (a journal row read twice): nothing doubles.
         h.ingest(&points, 7).await;
         assert_eq!(h.ingested().await.expect("mark"), 7);
-        let s = h
-            .query(
-                "default/oven",
-                "temp",
-                base + 3000,
-                base + 6000,
-                None,
-                base + 10_000,
-            )
-            .await
-            .expect("query");
+        let s = oven(&h, "temp", base + 3000, base + 6000, None, base + 10_000).await;
         let got: Vec<(Millis, serde_json::Value)> =
             s.points.iter().map(|p| (p.t, p.value.clone())).collect();
         assert_eq!(
@@ -630,17 +634,15 @@ mod tests {
             .map(|k| p("temp", base + k * 100, &(k % 50).to_string()))
             .collect();
         h.ingest(&points, 1).await;
-        let s = h
-            .query(
-                "default/oven",
-                "temp",
-                base,
-                base + n * 100,
-                Some(60_000),
-                base + n * 100,
-            )
-            .await
-            .expect("query");
+        let s = oven(
+            &h,
+            "temp",
+            base,
+            base + n * 100,
+            Some(60_000),
+            base + n * 100,
+        )
+        .await;
         let counted: u64 = s.buckets.iter().map(|b| b.count).sum();
         assert_eq!(counted, n as u64);
     }
@@ -661,17 +663,15 @@ mod tests {
         let now = base + 3 * HOUR;
         h.maintain(now).await.expect("maintain");
         // 24 one-minute steps of the first hour's minutes 10..34, from the minute tier.
-        let s = h
-            .query(
-                "default/oven",
-                "level",
-                base + 10 * MINUTE,
-                base + 34 * MINUTE,
-                Some(MINUTE),
-                now,
-            )
-            .await
-            .expect("query");
+        let s = oven(
+            &h,
+            "level",
+            base + 10 * MINUTE,
+            base + 34 * MINUTE,
+            Some(MINUTE),
+            now,
+        )
+        .await;
         assert_eq!(s.tier, "minute");
         assert_eq!(s.buckets.len(), 24);
         let b = &s.buckets[0];
@@ -679,17 +679,7 @@ mod tests {
         assert_eq!(b.mean(), Some(10.25));
         assert_eq!(b.last, serde_json::json!(10.5));
         // Hour steps over both hours, from the hour tier.
-        let s = h
-            .query(
-                "default/oven",
-                "level",
-                base,
-                base + 2 * HOUR,
-                Some(HOUR),
-                now,
-            )
-            .await
-            .expect("query");
+        let s = oven(&h, "level", base, base + 2 * HOUR, Some(HOUR), now).await;
         assert_eq!(s.tier, "hour");
         assert_eq!(s.buckets.len(), 2);
         assert_eq!(
@@ -698,17 +688,7 @@ mod tests {
         );
         assert_eq!(s.buckets[1].count, 360);
         // Text keeps its last value per step.
-        let s = h
-            .query(
-                "default/oven",
-                "mode",
-                base,
-                base + 2 * HOUR,
-                Some(HOUR),
-                now,
-            )
-            .await
-            .expect("query");
+        let s = oven(&h, "mode", base, base + 2 * HOUR, Some(HOUR), now).await;
         assert_eq!(s.buckets[0].last, serde_json::json!("manual"));
         assert_eq!(s.buckets[0].count, 0);
     }
@@ -725,17 +705,7 @@ mod tests {
         h.ingest(&[p("level", base + 2000, "9")], 2).await;
         h.maintain(now + MINUTE).await.expect("maintain");
         for step in [MINUTE, HOUR] {
-            let s = h
-                .query(
-                    "default/oven",
-                    "level",
-                    base,
-                    base + HOUR,
-                    Some(step),
-                    now + MINUTE,
-                )
-                .await
-                .expect("query");
+            let s = oven(&h, "level", base, base + HOUR, Some(step), now + MINUTE).await;
             assert_eq!(s.buckets.len(), 1, "{s:?}");
             let b = &s.buckets[0];
             assert_eq!(
@@ -779,15 +749,9 @@ mod tests {
         assert!(h.stats.evicted.load(Ordering::Relaxed) > 0);
         // The newest raw points are kept; the oldest went first.
         let now = base + 6 * HOUR;
-        let s = h
-            .query("default/oven", "p0", now - 60_000, now, None, now)
-            .await
-            .expect("query");
+        let s = oven(&h, "p0", now - 60_000, now, None, now).await;
         assert!(!s.points.is_empty(), "the last minute is kept");
-        let s = h
-            .query("default/oven", "p0", base, base + 60_000, None, now)
-            .await
-            .expect("query");
+        let s = oven(&h, "p0", base, base + 60_000, None, now).await;
         assert!(s.points.is_empty(), "the first minute is gone");
     }
 }

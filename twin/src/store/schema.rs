@@ -31,21 +31,25 @@ pub(super) fn statement_chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]>
     })
 }
 
+/// The device table's columns as migrations 1 and 2 create them (2 rebuilds the table
+/// clustered by id).
+macro_rules! device_columns {
+    () => {
+        "id TEXT PRIMARY KEY NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
+        protocol TEXT NOT NULL DEFAULT '', state TEXT NOT NULL DEFAULT '',
+        last_online INTEGER NOT NULL DEFAULT 0, desired_version INTEGER NOT NULL DEFAULT 0,
+        reported_version INTEGER NOT NULL DEFAULT 0"
+    };
+}
+
 /// The schema migrations; the database's `user_version` counts those applied.
 pub const MIGRATIONS: &[&str] = &[
     // 1: devices, twins, the outbox to the cloud and cached objects.
-    "CREATE TABLE device (
-        id TEXT PRIMARY KEY NOT NULL,
-        namespace TEXT NOT NULL,
-        name TEXT NOT NULL,
-        description TEXT NOT NULL DEFAULT '',
-        model TEXT NOT NULL DEFAULT '',
-        protocol TEXT NOT NULL DEFAULT '',
-        state TEXT NOT NULL DEFAULT '',
-        last_online INTEGER NOT NULL DEFAULT 0,
-        desired_version INTEGER NOT NULL DEFAULT 0,
-        reported_version INTEGER NOT NULL DEFAULT 0
-    );
+    concat!(
+        "CREATE TABLE device (",
+        device_columns!(),
+        ");
     CREATE TABLE twin (
         device_id TEXT NOT NULL,
         name TEXT NOT NULL,
@@ -81,24 +85,18 @@ pub const MIGRATIONS: &[&str] = &[
         key TEXT PRIMARY KEY NOT NULL,
         kind TEXT NOT NULL,
         value TEXT NOT NULL
-    );",
+    );"
+    ),
     // 2: devices clustered by id (one B-tree to write per device update instead of two).
-    "CREATE TABLE device2 (
-        id TEXT PRIMARY KEY NOT NULL,
-        namespace TEXT NOT NULL,
-        name TEXT NOT NULL,
-        description TEXT NOT NULL DEFAULT '',
-        model TEXT NOT NULL DEFAULT '',
-        protocol TEXT NOT NULL DEFAULT '',
-        state TEXT NOT NULL DEFAULT '',
-        last_online INTEGER NOT NULL DEFAULT 0,
-        desired_version INTEGER NOT NULL DEFAULT 0,
-        reported_version INTEGER NOT NULL DEFAULT 0
-    ) WITHOUT ROWID;
+    concat!(
+        "CREATE TABLE device2 (",
+        device_columns!(),
+        ") WITHOUT ROWID;
     INSERT INTO device2 SELECT id, namespace, name, description, model, protocol, state,
         last_online, desired_version, reported_version FROM device;
     DROP TABLE device;
-    ALTER TABLE device2 RENAME TO device;",
+    ALTER TABLE device2 RENAME TO device;"
+    ),
     // 3: how far the journal (a separate file) has been folded into these tables.
     "CREATE TABLE folded (
         id INTEGER PRIMARY KEY CHECK (id = 0),
