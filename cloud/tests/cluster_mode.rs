@@ -116,15 +116,8 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
     let cluster = Cloud::start();
     let Replicas { dirs, children, .. } = replicas(&cluster);
     let holder = sim::poll::eventually_or(30, "a leader", || {
-        let out = cluster.kubectl(&[
-            "get",
-            "lease",
-            "-n",
-            "kubeedge",
-            "cloudcore",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ]);
+        let holder = "get lease -n kubeedge cloudcore -o jsonpath={.spec.holderIdentity}";
+        let out = cluster.kubectl(&holder.split(' ').collect::<Vec<_>>());
         let h = String::from_utf8_lossy(&out.stdout).to_string();
         if h.starts_with("replica-") {
             Ok(h)

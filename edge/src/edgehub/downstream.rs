@@ -55,7 +55,7 @@ impl EdgeHub {
         let id = DeviceId::new(&namespace, &name);
         let stored = match (kind.as_str(), msg.route.operation.as_str()) {
             ("pod" | "configmap" | "secret", "insert" | "update") => {
-                self.store_pod_object(&kind, &namespace, &name, &msg.content)
+                self.store_pod_object(&kind, (&namespace, &name), &msg.content)
                     .await
             }
             ("pod" | "configmap" | "secret", "delete") => {
@@ -127,8 +127,7 @@ impl EdgeHub {
     async fn store_pod_object(
         &self,
         kind: &str,
-        namespace: &str,
-        name: &str,
+        (namespace, name): (&str, &str),
         content: &Value,
     ) -> Result<()> {
         let content: Value = match content {

@@ -186,17 +186,7 @@ impl Edgecore {
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {
-        match self.agent.get(format!("{}{path}", self.http)).call() {
-            Ok(mut r) => {
-                let status = r.status().as_u16();
-                let text = r.body_mut().read_to_string().unwrap_or_default();
-                (
-                    status,
-                    serde_json::from_str(&text).unwrap_or(Value::String(text)),
-                )
-            }
-            Err(_) => (0, Value::Null),
-        }
+        answered(self.agent.get(format!("{}{path}", self.http)).call())
     }
 
     /// The text of `/metrics`.
@@ -208,22 +198,12 @@ impl Edgecore {
     }
 
     pub fn put(&self, path: &str, body: &str) -> (u16, Value) {
-        match self
-            .agent
-            .put(format!("{}{path}", self.http))
-            .header("content-type", "application/json")
-            .send(body)
-        {
-            Ok(mut r) => {
-                let status = r.status().as_u16();
-                let text = r.body_mut().read_to_string().unwrap_or_default();
-                (
-                    status,
-                    serde_json::from_str(&text).unwrap_or(Value::String(text)),
-                )
-            }
-            Err(_) => (0, Value::Null),
-        }
+        answered(
+            self.agent
+                .put(format!("{}{path}", self.http))
+                .header("content-type", "application/json")
+                .send(body),
+        )
     }
 
     pub fn twin(&self, id: &str) -> Option<Value> {
@@ -350,4 +330,19 @@ pub fn kubeedge_script(script: &str, args: &[&str]) -> (bool, String) {
         "paho-mqtt is missing: run scripts/test --setup-only (it installs hardware-tests/requirements.txt into .venv)"
     );
     (out.status.success(), text)
+}
+
+/// The status and body (JSON, else its text) of an answer; `(0, null)` when none came.
+fn answered(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
+    match r {
+        Ok(mut r) => {
+            let status = r.status().as_u16();
+            let text = r.body_mut().read_to_string().unwrap_or_default();
+            (
+                status,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        }
+        Err(_) => (0, Value::Null),
+    }
 }

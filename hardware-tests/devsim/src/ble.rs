@@ -119,13 +119,7 @@ pub fn layout(
             errors.push((format!("{at}.visitors.configData"), e));
             continue;
         }
-        points.push(SimPoint {
-            name: p.name.clone(),
-            kind: mp.and_then(|m| m.type_),
-            initial,
-            writable: mp.and_then(|m| m.access_mode) != Some(api::v1beta1::AccessMode::ReadOnly),
-            point: Visit::Ble(point),
-        });
+        points.push(SimPoint::of(p, mp, initial, Visit::Ble(point)));
     }
     // Properties of one characteristic must fit it together.
     let mut by_char: BTreeMap<Key, Vec<(&Point, String)>> = BTreeMap::new();

@@ -85,6 +85,24 @@ pub struct SimPoint {
     pub writable: bool,
 }
 
+impl SimPoint {
+    /// The device's property `p` at `point`, typed and made writable as its model's `mp` says.
+    pub(crate) fn of(
+        p: &api::v1beta1::DeviceProperty,
+        mp: Option<&api::v1beta1::ModelProperty>,
+        initial: String,
+        point: Visit,
+    ) -> SimPoint {
+        SimPoint {
+            name: p.name.clone(),
+            kind: mp.and_then(|m| m.type_),
+            initial,
+            writable: mp.and_then(|m| m.access_mode) != Some(api::v1beta1::AccessMode::ReadOnly),
+            point,
+        }
+    }
+}
+
 impl SimDevice {
     /// Where a Modbus device answers (`unit 1 at host:502`, `slave 3 on /dev/ttyUSB0`): devices
     /// at one place are views of one unit and share its registers. `None` for other protocols.

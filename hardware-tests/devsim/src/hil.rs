@@ -57,30 +57,22 @@ pub fn stopped_by() -> Option<i32> {
 /// removed before the program exits (with 128 + the signal).
 pub fn stop_on_signals() {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
+    sim::on_own_thread(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
             return;
         };
-        rt.block_on(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-                signal(SignalKind::hangup()),
-            ) else {
-                return;
-            };
-            let _ = tx.send(());
-            let n = tokio::select! {
-                _ = int.recv() => 2,
-                _ = term.recv() => 15,
-                _ = hup.recv() => 1,
-            };
-            STOP.store(n, std::sync::atomic::Ordering::SeqCst);
-        });
+        let _ = tx.send(());
+        let n = tokio::select! {
+            _ = int.recv() => 2,
+            _ = term.recv() => 15,
+            _ = hup.recv() => 1,
+        };
+        STOP.store(n, std::sync::atomic::Ordering::SeqCst);
     });
     // Registered before the run starts anything.
     let _ = rx.recv_timeout(Duration::from_secs(5));

@@ -5,7 +5,7 @@
 //! work named with its field path.
 
 use api::manifest::{Object, parse_documents};
-use api::v1beta1::{AccessMode, Device, DeviceModel, PropertyType};
+use api::v1beta1::{Device, DeviceModel, PropertyType};
 use mapper_modbus::device::{Connection, ModelHints, Point, Transport};
 use std::collections::BTreeMap;
 
@@ -186,13 +186,7 @@ pub fn load(text: &str) -> Result<Vec<SimDevice>, LayoutErrors> {
             // Not the desired value: a device starts where it starts, and the mapper must write
             // the desired value for it to land (a scenario's `constant` sets a start value).
             let initial = default_value(&point, mp.and_then(|m| m.type_));
-            points.push(SimPoint {
-                name: p.name.clone(),
-                kind: mp.and_then(|m| m.type_),
-                initial,
-                writable: mp.and_then(|m| m.access_mode) != Some(AccessMode::ReadOnly),
-                point: Visit::Modbus(point),
-            });
+            points.push(SimPoint::of(p, mp, initial, Visit::Modbus(point)));
         }
         out.push(SimDevice {
             id: did,

@@ -425,13 +425,7 @@ pub fn layout(
             continue;
         }
         let t = scalar_type(&point, mp.and_then(|m| m.type_));
-        points.push(SimPoint {
-            name: p.name.clone(),
-            kind: mp.and_then(|m| m.type_),
-            initial: initial(t),
-            writable: mp.and_then(|m| m.access_mode) != Some(api::v1beta1::AccessMode::ReadOnly),
-            point: Visit::OpcUa(point, t),
-        });
+        points.push(SimPoint::of(p, mp, initial(t), Visit::OpcUa(point, t)));
     }
     if !errors.is_empty() {
         return Err(errors);

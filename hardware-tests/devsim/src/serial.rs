@@ -516,13 +516,7 @@ pub fn layout(
             errors.push((format!("{at}.visitors.configData.{key}"), e));
             continue;
         }
-        points.push(SimPoint {
-            name: p.name.clone(),
-            kind: mp.and_then(|m| m.type_),
-            initial,
-            writable: mp.and_then(|m| m.access_mode) != Some(api::v1beta1::AccessMode::ReadOnly),
-            point: Visit::Serial(point),
-        });
+        points.push(SimPoint::of(p, mp, initial, Visit::Serial(point)));
     }
     // Properties read by one request must fit one reply together.
     let serial_points: Vec<(&Point, String)> = points

@@ -232,15 +232,7 @@ impl Containerd {
             .arg("-cf")
             .arg(&tar)
             .arg("."));
-        self.ctr(&[
-            "images",
-            "import",
-            "--snapshotter",
-            "native",
-            "--index-name",
-            IMAGE,
-            &tar.display().to_string(),
-        ]);
+        self.import(&tar, IMAGE);
     }
 
     /// Imports an OCI archive as `name`.

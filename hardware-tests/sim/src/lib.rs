@@ -547,6 +547,19 @@ async fn pump(
     let _ = to.shutdown().await;
 }
 
+/// Runs `task` on a thread of its own with a single-threaded runtime, apart from the caller's
+/// (a test's synchronous body, a signal watcher). Nothing runs when no runtime can be made.
+pub fn on_own_thread(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(task);
+        }
+    });
+}
+
 impl Proxy {
     pub fn start(upstream: u16) -> Self {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
@@ -558,46 +571,38 @@ impl Proxy {
         let paused = std::sync::Arc::new(pause_tx);
         let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let refusing = closed.clone();
-        std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+        on_own_thread(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
                 return;
             };
-            rt.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
-                    return;
-                };
-                while let Ok((down, _)) = listener.accept().await {
-                    if *rx.borrow() || refusing.load(std::sync::atomic::Ordering::SeqCst) {
-                        continue;
-                    }
-                    let mut rx = rx.clone();
-                    let mut pause = pause_rx.clone();
-                    tokio::spawn(async move {
-                        // Taken, and held while the link is a black hole.
-                        if pause.wait_for(|p| !*p).await.is_err() {
-                            return;
-                        }
-                        let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
-                        else {
-                            return;
-                        };
-                        let (down_r, down_w) = down.into_split();
-                        let (up_r, up_w) = up.into_split();
-                        tokio::select! {
-                            _ = async {
-                                tokio::join!(
-                                    pump(down_r, up_w, pause.clone()),
-                                    pump(up_r, down_w, pause.clone())
-                                )
-                            } => {}
-                            _ = rx.wait_for(|cut| *cut) => {}
-                        }
-                    });
+            while let Ok((down, _)) = listener.accept().await {
+                if *rx.borrow() || refusing.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
                 }
-            });
+                let mut rx = rx.clone();
+                let mut pause = pause_rx.clone();
+                tokio::spawn(async move {
+                    // Taken, and held while the link is a black hole.
+                    if pause.wait_for(|p| !*p).await.is_err() {
+                        return;
+                    }
+                    let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (down_r, down_w) = down.into_split();
+                    let (up_r, up_w) = up.into_split();
+                    tokio::select! {
+                        _ = async {
+                            tokio::join!(
+                                pump(down_r, up_w, pause.clone()),
+                                pump(up_r, down_w, pause.clone())
+                            )
+                        } => {}
+                        _ = rx.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
         });
         Self {
             port,

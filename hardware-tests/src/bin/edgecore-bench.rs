@@ -78,12 +78,7 @@ async fn main() -> anyhow::Result<()> {
             value: Some(v),
             ..Reported::default()
         }];
-        svc.apply(Op::Report {
-            id: id(dev),
-            reports,
-        })
-        .await?;
-        Ok(())
+        report(&svc, dev, reports).await
     })
     .await?;
     let wal_after = wal_bytes();
@@ -123,6 +118,16 @@ async fn main() -> anyhow::Result<()> {
 
 /// Runs `task(svc, i)` for every `i < total` from [`REPORTERS`] concurrent reporters (reporter
 /// `r` takes `r`, `r + REPORTERS`, ...), as many mappers would; returns the seconds taken.
+/// `reports` of device number `dev`, applied.
+async fn report(svc: &TwinService, dev: usize, reports: Vec<Reported>) -> anyhow::Result<()> {
+    svc.apply(Op::Report {
+        id: id(dev),
+        reports,
+    })
+    .await?;
+    Ok(())
+}
+
 async fn concurrently<F, Fut>(svc: TwinService, total: u64, task: F) -> anyhow::Result<f64>
 where
     F: Fn(TwinService, u64) -> Fut + Clone + Send + 'static,
@@ -170,12 +175,7 @@ async fn changing(
                 ..Reported::default()
             })
             .collect();
-        svc.apply(Op::Report {
-            id: id(dev),
-            reports,
-        })
-        .await?;
-        Ok(())
+        report(&svc, dev, reports).await
     })
     .await?;
     let commits = svc.stats().commits.load(Ordering::Relaxed) - commits_before;

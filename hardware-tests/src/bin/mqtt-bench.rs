@@ -829,45 +829,21 @@ async fn per_device(bins: &Path, dir: &Path, n: usize, seconds: f64) -> anyhow::
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let clients = [Client::Rumqttc, Client::Paho];
     let mut rows = Vec::new();
+    let measure = async |rows: &mut Vec<Row>, path, port, pid| {
+        measure_with(rows, path, port, seconds, pid, &clients, n).await
+    };
     let port = free_port();
     let broker = mosquitto(dir, port, true)?;
     let responder = echo(port).await?;
-    measure_with(
-        &mut rows,
-        ECHO,
-        port,
-        seconds,
-        Some(broker.0.id()),
-        &clients,
-        n,
-    )
-    .await?;
+    measure(&mut rows, ECHO, port, Some(broker.0.id())).await?;
     responder.abort();
     let (core, _) = edgecore(bins, &dir.join(format!("external-{n}")), "external", port)?;
-    measure_with(
-        &mut rows,
-        MOSQUITTO,
-        port,
-        seconds,
-        Some(core.child.id()),
-        &clients,
-        n,
-    )
-    .await?;
+    measure(&mut rows, MOSQUITTO, port, Some(core.child.id())).await?;
     drop(core);
     drop(broker);
     let port = free_port();
     let (core, _) = edgecore(bins, &dir.join(format!("embedded-{n}")), "embedded", port)?;
-    measure_with(
-        &mut rows,
-        EMBEDDED,
-        port,
-        seconds,
-        Some(core.child.id()),
-        &clients,
-        n,
-    )
-    .await?;
+    measure(&mut rows, EMBEDDED, port, Some(core.child.id())).await?;
     Ok(())
 }
 
