@@ -385,11 +385,7 @@ impl Default for ApiServer {
 impl Config {
     /// Parses config text; `file` only names it in errors.
     pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
-        let invalid = |key: String, message: String| ConfigError::Invalid {
-            file: file.to_path_buf(),
-            key,
-            message,
-        };
+        let invalid = |key: String, message: String| ConfigError::invalid(file, key, message);
         let mut config: Config = rt::config::parse(text, file)?;
         let abs = |p: &Path| {
             if p.is_absolute() {

@@ -29,7 +29,7 @@ fn installs_its_crds_on_the_cluster_of_its_kubeconfig() {
             .success()
     );
     let dir = tempfile::tempdir().expect("dir");
-    let mut child = run_with(
+    let child = run_with(
         dir.path(),
         &format!(
             "kubeconfig: {}\nmodules:\n  apiserver:\n    enable: false\n  deviceController:\n    enable: false\n  cloudHub:\n    enable: false\n  metrics:\n    listen: \"\"\n",
@@ -46,10 +46,7 @@ fn installs_its_crds_on_the_cluster_of_its_kubeconfig() {
         !dir.path().join("cloudcore-data").exists(),
         "no embedded API data made"
     );
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = child.wait().expect("exits");
+    let status = terminated(child).wait().expect("exits");
     assert!(status.success(), "{status}");
 }
 
@@ -81,6 +78,14 @@ struct Replicas {
     children: Vec<std::process::Child>,
     /// Each one's certificate port.
     cert_ports: Vec<u16>,
+}
+
+/// `child`, sent SIGTERM (as systemd stops a service).
+fn terminated(child: std::process::Child) -> std::process::Child {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    child
 }
 
 fn replicas(cluster: &Cloud) -> Replicas {
@@ -130,11 +135,8 @@ fn replicas_against_a_cluster_share_the_ca_and_elect_one_leader() {
         std::fs::read_to_string(d.path().join("cloudcore-data/pki/ca.crt")).expect("ca.crt")
     };
     assert_eq!(ca(&dirs[0]), ca(&dirs[1]), "one CA for the fleet");
-    for mut c in children {
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let _ = c.wait();
+    for c in children {
+        let _ = terminated(c).wait();
     }
 }
 
@@ -218,11 +220,8 @@ fn a_one_join_token_joins_once_across_replicas() {
         refused.contains("code: 401") && refused.contains("join(s) already"),
         "{refused}"
     );
-    for mut c in children {
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let _ = c.wait();
+    for c in children {
+        let _ = terminated(c).wait();
     }
 }
 
@@ -436,10 +435,7 @@ fn the_admission_webhook_refuses_desired_values_that_cannot_land() {
 
     // The stand-in cluster does not serve ValidatingWebhookConfigurations: cloudcore says it
     // could not register the webhook, and keeps running.
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let out = child.wait_with_output().expect("exits");
+    let out = terminated(child).wait_with_output().expect("exits");
     assert!(out.status.success(), "{}", common::text(&out));
     let log = common::text(&out);
     assert!(

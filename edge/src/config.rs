@@ -431,11 +431,7 @@ fn default_node_name() -> String {
 impl Config {
     /// Parses config text; `file` only names it in errors.
     pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
-        let invalid = |key: String, message: String| ConfigError::Invalid {
-            file: file.to_path_buf(),
-            key,
-            message,
-        };
+        let invalid = |key: String, message: String| ConfigError::invalid(file, key, message);
         let mut config: Config = rt::config::parse(text, file)?;
         config.resolve(base);
         config.check().map_err(|(k, m)| invalid(k.into(), m))?;

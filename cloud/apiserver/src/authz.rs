@@ -113,28 +113,21 @@ fn pods_of<'a>(t: &'a Tables, ns: &'a str, node: &'a str) -> impl Iterator<Item 
 fn pod_names(pod: &Value, secret: bool, name: &str) -> bool {
     let spec = &pod["spec"];
     let volumes = spec["volumes"].as_array().into_iter().flatten();
-    let by_volume = volumes.into_iter().any(|v| {
-        if secret {
-            v["secret"]["secretName"].as_str() == Some(name)
-                || v["projected"]["sources"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|s| s["secret"]["name"].as_str() == Some(name))
-        } else {
-            v["configMap"]["name"].as_str() == Some(name)
-                || v["projected"]["sources"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|s| s["configMap"]["name"].as_str() == Some(name))
-        }
-    });
-    let (from, key_ref) = if secret {
-        ("secretRef", "secretKeyRef")
+    // How a volume names it (`secret.secretName` or `configMap.name`, or a projected source),
+    // and the env (`envFrom`'s ref, a variable's key ref).
+    let (kind, field, from, key_ref) = if secret {
+        ("secret", "secretName", "secretRef", "secretKeyRef")
     } else {
-        ("configMapRef", "configMapKeyRef")
+        ("configMap", "name", "configMapRef", "configMapKeyRef")
     };
+    let by_volume = volumes.into_iter().any(|v| {
+        v[kind][field].as_str() == Some(name)
+            || v["projected"]["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s[kind]["name"].as_str() == Some(name))
+    });
     let containers = ["containers", "initContainers"]
         .iter()
         .flat_map(|k| spec[*k].as_array().into_iter().flatten());
@@ -425,6 +418,17 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
     let pod_streams = json!(["pods/attach", "pods/exec", "pods/portforward"]);
     // `kubectl top` (metrics-server's aggregated-metrics-reader, aggregated into all three).
     let metrics = json!(["pods", "nodes"]);
+    // What edit may do; admin adds roles of its namespace and access reviews.
+    let edit = vec![
+        json!({"verbs": write, "apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "pods", "pods/status", "secrets", "services", "persistentvolumeclaims"]}),
+        json!({"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]}),
+        json!({"verbs": write, "apiGroups": [""], "resources": pod_streams}),
+        json!({"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics}),
+        json!({"verbs": write, "apiGroups": ["apps"], "resources": apps}),
+        json!({"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge}),
+        json!({"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}),
+        json!({"verbs": read, "apiGroups": [""], "resources": core_viewable}),
+    ];
     vec![
         role(
             "cluster-admin",
@@ -433,31 +437,20 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
         ),
         role(
             "admin",
-            json!([
-                {"verbs": write, "apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "pods", "pods/status", "secrets", "services", "persistentvolumeclaims"]},
-                {"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]},
-                {"verbs": write, "apiGroups": [""], "resources": pod_streams},
-                {"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics},
-                {"verbs": write, "apiGroups": ["apps"], "resources": apps},
-                {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
-                {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
-                {"verbs": write, "apiGroups": [RBAC], "resources": ["roles", "rolebindings"]},
-                {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"]},
-                {"verbs": read, "apiGroups": [""], "resources": core_viewable}
-            ]),
+            Value::Array(
+                [
+                    edit.clone(),
+                    vec![
+                        json!({"verbs": write, "apiGroups": [RBAC], "resources": ["roles", "rolebindings"]}),
+                        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"]}),
+                    ],
+                ]
+                .concat(),
+            ),
         ),
         role(
             "edit",
-            json!([
-                {"verbs": write, "apiGroups": [""], "resources": ["configmaps", "endpoints", "events", "pods", "pods/status", "secrets", "services", "persistentvolumeclaims"]},
-                {"verbs": read, "apiGroups": [""], "resources": ["namespaces", "pods/log"]},
-                {"verbs": write, "apiGroups": [""], "resources": pod_streams},
-                {"verbs": read, "apiGroups": ["metrics.k8s.io"], "resources": metrics},
-                {"verbs": write, "apiGroups": ["apps"], "resources": apps},
-                {"verbs": write, "apiGroups": [DEVICES], "resources": kubeedge},
-                {"verbs": write, "apiGroups": ["coordination.k8s.io"], "resources": ["leases"]},
-                {"verbs": read, "apiGroups": [""], "resources": core_viewable}
-            ]),
+            Value::Array(edit),
         ),
         role(
             "view",

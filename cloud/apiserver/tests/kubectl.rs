@@ -114,23 +114,13 @@ fn label_annotate_patch_edit_wait_and_delete() {
             .trim()
             .is_empty()
     );
+    let to_node_2 = r#"{"spec":{"nodeName":"edge-node-2"}}"#;
     c.ok(&[
-        "patch",
-        "device",
-        "oven-1",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"nodeName":"edge-node-2"}}"#,
+        "patch", "device", "oven-1", "--type", "merge", "-p", to_node_2,
     ]);
+    let to_node_3 = r#"[{"op":"replace","path":"/spec/nodeName","value":"edge-node-3"}]"#;
     c.ok(&[
-        "patch",
-        "device",
-        "oven-1",
-        "--type",
-        "json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/nodeName","value":"edge-node-3"}]"#,
+        "patch", "device", "oven-1", "--type", "json", "-p", to_node_3,
     ]);
     let got = c.ok(&[
         "get",
