@@ -49,6 +49,20 @@ fn node_kubeconfig(cloud: &Cloud, node: &Node, dir: &Path) -> std::path::PathBuf
     path
 }
 
+/// kubectl `args` run with `node`'s own certificate: whether it succeeded, and its stderr.
+fn with_node_cert(cloud: &Cloud, node: &Node, dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(kubectl_bin())
+        .arg("--kubeconfig")
+        .arg(node_kubeconfig(cloud, node, dir))
+        .args(args)
+        .output()
+        .expect("kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 fn running(cloud: &Cloud, pod: &str) -> bool {
     cloud
         .kubectl(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"])
@@ -483,17 +497,14 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
         !ok && denied.contains("cannot create resource \"pods/exec\""),
         "{denied}"
     );
-    let node_kubeconfig = node_kubeconfig(&cloud, &node, rt_dir.path());
-    let out = Command::new(kubectl_bin())
-        .arg("--kubeconfig")
-        .arg(&node_kubeconfig)
-        .args(["get", "--raw", "/api/v1/namespaces/default/pods/ticker/log"])
-        .output()
-        .expect("kubectl");
-    let said = String::from_utf8_lossy(&out.stderr);
+    let (ok, said) = with_node_cert(
+        &cloud,
+        &node,
+        rt_dir.path(),
+        &["get", "--raw", "/api/v1/namespaces/default/pods/ticker/log"],
+    );
     assert!(
-        !out.status.success()
-            && said.contains("system:node:edge-node-1")
+        !ok && said.contains("system:node:edge-node-1")
             && said.contains("cannot get resource \"pods/log\""),
         "a node's certificate reads no log: {said}"
     );
@@ -811,18 +822,14 @@ fn kubectl_port_forward_reaches_a_pods_port_through_the_tunnel() {
         !ok && denied.contains("cannot create resource \"pods/portforward\""),
         "{denied}"
     );
-    let node_kubeconfig = node_kubeconfig(&cloud, &node, rt_dir.path());
-    let out = Command::new(kubectl_bin())
-        .arg("--kubeconfig")
-        .arg(&node_kubeconfig)
-        .args(["port-forward", "pod/web", &format!(":{port}")])
-        .output()
-        .expect("kubectl");
-    let said = String::from_utf8_lossy(&out.stderr);
+    let (ok, said) = with_node_cert(
+        &cloud,
+        &node,
+        rt_dir.path(),
+        &["port-forward", "pod/web", &format!(":{port}")],
+    );
     assert!(
-        !out.status.success()
-            && said.contains("system:node:edge-node-1")
-            && said.contains("pods/portforward"),
+        !ok && said.contains("system:node:edge-node-1") && said.contains("pods/portforward"),
         "a node's certificate forwards nothing: {said}"
     );
 

@@ -44,6 +44,16 @@ fn all_props(value: u64) -> Vec<Reported> {
         .collect()
 }
 
+/// Every property of `id` reported as `value`.
+async fn report_all(svc: &TwinService, id: DeviceId, value: u64) -> anyhow::Result<()> {
+    svc.apply(Op::Report {
+        id,
+        reports: all_props(value),
+    })
+    .await?;
+    Ok(())
+}
+
 async fn open(dir: &std::path::Path) -> anyhow::Result<TwinService> {
     let store = Store::open(&dir.join("twin.db"), Synchronous::Normal).await?;
     Ok(TwinService::start(store, Limits::default()).await?)
@@ -70,11 +80,7 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     let svc = open(dir.path()).await?;
     svc.apply(Op::Upsert(decl(1))).await?;
     let id = decl(1).id;
-    svc.apply(Op::Report {
-        id: id.clone(),
-        reports: all_props(7),
-    })
-    .await?;
+    report_all(&svc, id.clone(), 7).await?;
     svc.apply(Op::EdgeDesired {
         id: id.clone(),
         values: vec![("p1".into(), "9".into())],
@@ -124,11 +130,7 @@ async fn unchanged_reports_write_nothing() -> anyhow::Result<()> {
     let svc = open(dir.path()).await?;
     svc.apply(Op::Upsert(decl(1))).await?;
     let id = decl(1).id;
-    svc.apply(Op::Report {
-        id: id.clone(),
-        reports: all_props(7),
-    })
-    .await?;
+    report_all(&svc, id.clone(), 7).await?;
     let commits = svc.stats().commits.load(Ordering::Relaxed);
     // outbox_len folds the journal into the tables first, so no fold is due below.
     let outbox = svc.store().outbox_len().await?;
@@ -177,11 +179,7 @@ async fn outbox_coalesces_per_property_and_keeps_newer_values_after_an_older_ack
     svc.apply(Op::Upsert(decl(1))).await?;
     let id = decl(1).id;
     for v in 1..=5 {
-        svc.apply(Op::Report {
-            id: id.clone(),
-            reports: all_props(v),
-        })
-        .await?;
+        report_all(&svc, id.clone(), v).await?;
     }
     let pending = svc.store().outbox(100).await?;
     assert_eq!(
@@ -197,11 +195,7 @@ async fn outbox_coalesces_per_property_and_keeps_newer_values_after_an_older_ack
     assert!(pending.iter().all(|e| e.version.edge == 5));
 
     // A newer value arrives after the send: the ack of the old send must not drop it.
-    svc.apply(Op::Report {
-        id: id.clone(),
-        reports: all_props(6),
-    })
-    .await?;
+    report_all(&svc, id.clone(), 6).await?;
     let removed = svc.store().ack(&pending).await?;
     assert_eq!(removed, 0);
     let pending = svc.store().outbox(100).await?;
@@ -218,11 +212,7 @@ async fn outbox_survives_a_restart_and_removing_a_device_clears_it() -> anyhow::
         let svc = open(dir.path()).await?;
         for n in 0..3 {
             svc.apply(Op::Upsert(decl(n))).await?;
-            svc.apply(Op::Report {
-                id: decl(n).id,
-                reports: all_props(1),
-            })
-            .await?;
+            report_all(&svc, decl(n).id, 1).await?;
         }
         svc.store().close().await;
     }
@@ -232,11 +222,7 @@ async fn outbox_survives_a_restart_and_removing_a_device_clears_it() -> anyhow::
     assert_eq!(svc.store().outbox_len().await?, 2 * PROPS as u64);
     assert!(svc.get(&decl(0).id).await?.is_none());
     // New sequence numbers continue after the stored ones.
-    svc.apply(Op::Report {
-        id: decl(1).id,
-        reports: all_props(2),
-    })
-    .await?;
+    report_all(&svc, decl(1).id, 2).await?;
     let entries = svc.store().outbox(100).await?;
     let max_old = entries
         .iter()
@@ -379,17 +365,9 @@ async fn a_journal_row_already_folded_is_not_applied_again() -> anyhow::Result<(
     {
         let svc = open(dir.path()).await?;
         svc.apply(Op::Upsert(decl(1))).await?;
-        svc.apply(Op::Report {
-            id: decl(1).id,
-            reports: all_props(1),
-        })
-        .await?;
+        report_all(&svc, decl(1).id, 1).await?;
         let old = svc.get(&decl(1).id).await?.expect("twin");
-        svc.apply(Op::Report {
-            id: decl(1).id,
-            reports: all_props(2),
-        })
-        .await?;
+        report_all(&svc, decl(1).id, 2).await?;
         svc.store().close().await;
         let stale = serde_json::json!([{
             "d": "default/dev-1",
@@ -497,10 +475,11 @@ fn steady_writers(
             let mut v = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 v += 1;
-                svc.apply(Op::Report {
-                    id: decl((v as usize * writers + w) % devices).id,
-                    reports: all_props(v % 1000),
-                })
+                report_all(
+                    &svc,
+                    decl((v as usize * writers + w) % devices).id,
+                    v % 1000,
+                )
                 .await?;
             }
             anyhow::Ok(v)

@@ -537,37 +537,32 @@ mod tests {
 
     #[test]
     fn a_websocket_with_a_channel_protocol_or_spdy_with_v4_is_served_and_nothing_else() {
-        let mut h = HeaderMap::new();
-        h.insert("upgrade", "websocket".parse().expect("v"));
-        h.insert(
-            "sec-websocket-key",
-            "dGhlIHNhbXBsZSBub25jZQ==".parse().expect("v"),
-        );
-        h.insert(
-            "sec-websocket-protocol",
-            "v4.channel.k8s.io, v5.channel.k8s.io".parse().expect("v"),
-        );
+        let ws = |protocols| {
+            super::super::headers(&[
+                ("upgrade", "websocket"),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("sec-websocket-protocol", protocols),
+            ])
+        };
         assert!(matches!(
-            transport(&h),
+            transport(&ws("v4.channel.k8s.io, v5.channel.k8s.io")),
             Some(Transport::WebSocket("v5.channel.k8s.io", _))
         ));
-        h.insert(
-            "sec-websocket-protocol",
-            "base64.channel.k8s.io".parse().expect("v"),
+        assert_eq!(transport(&ws("base64.channel.k8s.io")), None);
+        let spdy = |versions: &[&str]| {
+            let mut h = vec![("upgrade", "SPDY/3.1")];
+            h.extend(versions.iter().map(|v| ("x-stream-protocol-version", *v)));
+            super::super::headers(&h)
+        };
+        assert_eq!(transport(&spdy(&[])), None, "no protocol offered");
+        assert_eq!(
+            transport(&spdy(&["v2.channel.k8s.io"])),
+            None,
+            "only v4 over SPDY"
         );
-        assert_eq!(transport(&h), None);
-        let mut spdy = HeaderMap::new();
-        spdy.insert("upgrade", "SPDY/3.1".parse().expect("v"));
-        assert_eq!(transport(&spdy), None, "no protocol offered");
-        spdy.append(
-            "x-stream-protocol-version",
-            "v2.channel.k8s.io".parse().expect("v"),
+        assert_eq!(
+            transport(&spdy(&["v2.channel.k8s.io", "v4.channel.k8s.io"])),
+            Some(Transport::Spdy)
         );
-        assert_eq!(transport(&spdy), None, "only v4 over SPDY");
-        spdy.append(
-            "x-stream-protocol-version",
-            "v4.channel.k8s.io".parse().expect("v"),
-        );
-        assert_eq!(transport(&spdy), Some(Transport::Spdy));
     }
 }

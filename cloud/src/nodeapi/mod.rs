@@ -197,3 +197,14 @@ pub(crate) fn scheduled_node(pod: &Value) -> Result<String, Refused> {
             Refused::NotScheduled(pod["metadata"]["name"].as_str().unwrap_or_default().into())
         })
 }
+
+/// Request headers of `pairs`, a name given twice holding both values (for the tests of what a
+/// stream request asks).
+#[cfg(test)]
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(*k, v.parse().expect("a header value"));
+    }
+    h
+}

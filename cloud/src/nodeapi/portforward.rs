@@ -661,23 +661,24 @@ mod tests {
 
     #[test]
     fn spdy_asked_either_way_is_served_and_nothing_else() {
-        let mut ws = HeaderMap::new();
-        ws.insert("upgrade", "websocket".parse().expect("v"));
-        ws.insert("sec-websocket-key", "a2V5".parse().expect("v"));
-        ws.insert("sec-websocket-protocol", TUNNELED.parse().expect("v"));
+        let ws = |protocol| {
+            super::super::headers(&[
+                ("upgrade", "websocket"),
+                ("sec-websocket-key", "a2V5"),
+                ("sec-websocket-protocol", protocol),
+            ])
+        };
         assert_eq!(
-            transport(&ws),
+            transport(&ws(TUNNELED)),
             Some(Transport::WebSocket(TUNNELED, "a2V5".into()))
         );
-        ws.insert(
-            "sec-websocket-protocol",
-            "v4.channel.k8s.io".parse().expect("v"),
-        );
-        assert_eq!(transport(&ws), None);
-        let mut spdy = HeaderMap::new();
-        spdy.insert("upgrade", "SPDY/3.1".parse().expect("v"));
+        assert_eq!(transport(&ws("v4.channel.k8s.io")), None);
+        let spdy = super::super::headers(&[("upgrade", "SPDY/3.1")]);
         assert_eq!(transport(&spdy), None, "no stream protocol");
-        spdy.insert("x-stream-protocol-version", PROTOCOL.parse().expect("v"));
+        let spdy = super::super::headers(&[
+            ("upgrade", "SPDY/3.1"),
+            ("x-stream-protocol-version", PROTOCOL),
+        ]);
         assert_eq!(transport(&spdy), Some(Transport::Spdy));
         assert_eq!(transport(&HeaderMap::new()), None);
     }

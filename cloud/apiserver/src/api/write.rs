@@ -53,27 +53,42 @@ impl Api {
             return Err(Status::invalid(&t.res.kind, &t.res.group, &name, vec![c]));
         }
         self.check_namespace(t, &name)?;
-        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
-        let c2 = ctx.clone();
+        let ctx = self.ctx(user, t, q, headers, name);
+        self.write(t, q, ctx, move |c, old| {
+            if old.is_some() {
+                return Err(Status::already_exists(&c.res.group, &c.res.plural, &c.name));
+            }
+            finish(c, None, body.clone(), true)
+        })
+        .await
+    }
+
+    /// The object `ctx` names written by `change` (which sees what is stored, and refuses or says
+    /// what to store), then [`Self::stored`]: answered 201 when it was made, else 200.
+    async fn write(
+        &self,
+        t: &Target,
+        q: &Query,
+        ctx: WriteCtx,
+        change: impl Fn(&WriteCtx, Option<Value>) -> Result<Outcome, Status> + Send + 'static,
+    ) -> Result<Response, Status> {
+        let ctx = Arc::new(ctx);
+        let c = ctx.clone();
         let dry = dry_run(q)?;
         let done = self
             .store
             .mutate(
-                key(t, &name),
+                key(t, &ctx.name),
                 dry,
-                Box::new(move |old, _| {
-                    if old.is_some() {
-                        return Err(Status::already_exists(
-                            &c2.res.group,
-                            &c2.res.plural,
-                            &c2.name,
-                        ));
-                    }
-                    finish(&c2, None, body.clone(), true)
-                }),
+                Box::new(move |old, _| change(&c, old)),
             )
             .await?;
-        Ok(self.stored(t, &ctx, &done, dry, StatusCode::CREATED).await)
+        let code = if done.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Ok(self.stored(t, &ctx, &done, dry, code).await)
     }
 
     /// A write stored (or its dry run): the registry read again after a CRD's, the audit, and
@@ -108,21 +123,12 @@ impl Api {
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
-        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
-        let c2 = ctx.clone();
-        let dry = dry_run(q)?;
-        let done = self
-            .store
-            .mutate(
-                key(t, &name),
-                dry,
-                Box::new(move |old, _| match old {
-                    None => Err(Status::not_found(&c2.res.group, &c2.res.plural, &c2.name)),
-                    Some(old) => finish(&c2, Some(&old), body.clone(), true),
-                }),
-            )
-            .await?;
-        Ok(self.stored(t, &ctx, &done, dry, StatusCode::OK).await)
+        let ctx = self.ctx(user, t, q, headers, name);
+        self.write(t, q, ctx, move |c, old| match old {
+            None => Err(Status::not_found(&c.res.group, &c.res.plural, &c.name)),
+            Some(old) => finish(c, Some(&old), body.clone(), true),
+        })
+        .await
     }
 
     pub(super) async fn patch(
@@ -170,16 +176,8 @@ impl Api {
         }
         let force = q.get("force").map(String::as_str) == Some("true");
         let max_body = self.max_body;
-        let ctx = Arc::new(self.ctx(user, t, q, headers, name.clone()));
-        let c2 = ctx.clone();
-        let dry = dry_run(q)?;
-        let done = self
-            .store
-            .mutate(
-                key(t, &name),
-                dry,
-                Box::new(move |old, _| {
-                    let c = &c2;
+        let ctx = self.ctx(user, t, q, headers, name);
+        self.write(t, q, ctx, move |c, old| {
                     let now = meta::now_rfc3339();
                     match (kind, old) {
                         (PatchType::Apply, None) => {
@@ -222,15 +220,8 @@ impl Api {
                             finish(c, Some(&old), new, true)
                         }
                     }
-                }),
-            )
-            .await?;
-        let code = if done.created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        Ok(self.stored(t, &ctx, &done, dry, code).await)
+        })
+        .await
     }
 
     pub(super) async fn delete(

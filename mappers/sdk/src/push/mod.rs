@@ -121,19 +121,20 @@ impl PushError {
     }
 }
 
+/// The value at `key`, which must be given and not blank.
+fn required(v: Option<String>, key: &str) -> Result<String, PushError> {
+    v.filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| PushError::Empty(key.into()))
+}
+
 impl Target {
     /// The targets of a `pushMethod`: its MQTT or HTTP target, its OTel endpoint and each of its
     /// databases.
     pub fn from_push_method(p: &PushMethod) -> Result<Vec<Self>, PushError> {
-        let empty = |key: &str| PushError::Empty(key.into());
         let mut out = Vec::new();
         out.extend(Self::mqtt_or_http(p)?);
         if let Some(o) = &p.otel {
-            let url = o
-                .endpoint_url
-                .clone()
-                .filter(|u| !u.trim().is_empty())
-                .ok_or_else(|| empty("otel.endpointURL"))?;
+            let url = required(o.endpoint_url.clone(), "otel.endpointURL")?;
             out.push(Self::Otel { url });
         }
         let Some(db) = &p.db_method else {
@@ -143,9 +144,10 @@ impl Target {
             let c = i.influxdb2_client_config.clone().unwrap_or_default();
             let d = i.influxdb2_data_config.clone().unwrap_or_default();
             let need = |v: Option<String>, key: &str| {
-                v.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-                    empty(&format!("dbMethod.influxdb2.influxdb2ClientConfig.{key}"))
-                })
+                required(
+                    v,
+                    &format!("dbMethod.influxdb2.influxdb2ClientConfig.{key}"),
+                )
             };
             out.push(Self::Influxdb2 {
                 url: need(c.url, "url")?.trim_end_matches('/').to_string(),
@@ -158,10 +160,7 @@ impl Target {
         }
         if let Some(r) = &db.redis {
             let c = r.redis_client_config.clone().unwrap_or_default();
-            let addr = c
-                .addr
-                .filter(|a| !a.trim().is_empty())
-                .ok_or_else(|| empty("dbMethod.redis.redisClientConfig.addr"))?;
+            let addr = required(c.addr, "dbMethod.redis.redisClientConfig.addr")?;
             out.push(Self::Redis {
                 addr,
                 db: i64::from(c.db.unwrap_or(0)),
@@ -170,8 +169,7 @@ impl Target {
         if let Some(m) = &db.mysql {
             let c = m.mysql_client_config.clone().unwrap_or_default();
             let need = |v: Option<String>, key: &str| {
-                v.filter(|v| !v.trim().is_empty())
-                    .ok_or_else(|| empty(&format!("dbMethod.mysql.mysqlClientConfig.{key}")))
+                required(v, &format!("dbMethod.mysql.mysqlClientConfig.{key}"))
             };
             out.push(Self::Mysql {
                 addr: need(c.addr, "addr")?,
@@ -199,11 +197,7 @@ impl Target {
 
     fn mqtt_or_http(p: &PushMethod) -> Result<Option<Self>, PushError> {
         if let Some(m) = &p.mqtt {
-            let address = m
-                .address
-                .clone()
-                .filter(|a| !a.is_empty())
-                .ok_or_else(|| PushError::Empty("mqtt.address".into()))?;
+            let address = required(m.address.clone(), "mqtt.address")?;
             let qos = m.qos.unwrap_or(0);
             if !(0..=2).contains(&qos) {
                 return Err(PushError::Qos(qos));
@@ -216,11 +210,7 @@ impl Target {
             }));
         }
         if let Some(h) = &p.http {
-            let host = h
-                .host_name
-                .clone()
-                .filter(|a| !a.is_empty())
-                .ok_or_else(|| PushError::Empty("http.hostName".into()))?;
+            let host = required(h.host_name.clone(), "http.hostName")?;
             let host = if host.contains("://") {
                 host
             } else {
