@@ -179,30 +179,19 @@ fn editing_the_manifests_applies_without_restart_and_bad_files_are_skipped() {
 #[test]
 fn twins_survive_sigterm_and_kill_9() {
     let mut e = Edgecore::start(None);
-    let (s, _) = e.put(
-        "/api/v1/devices/default/oven-1/desired",
-        r#"{"setpoint": 111}"#,
-    );
-    assert_eq!(s, 200);
-    e.restart(false);
-    let t = e.twin("default/oven-1").expect("twin");
-    assert_eq!(
-        desired(&t, "setpoint").as_deref(),
-        Some("111"),
-        "edge-set desired survives a restart"
-    );
-    let (s, _) = e.put(
-        "/api/v1/devices/default/oven-1/desired",
-        r#"{"setpoint": 112}"#,
-    );
-    assert_eq!(s, 200);
-    e.restart(true);
-    let t = e.twin("default/oven-1").expect("twin");
-    assert_eq!(
-        desired(&t, "setpoint").as_deref(),
-        Some("112"),
-        "an answered update survives kill -9"
-    );
+    for (value, hard, what) in [
+        ("111", false, "edge-set desired survives a restart"),
+        ("112", true, "an answered update survives kill -9"),
+    ] {
+        let (s, _) = e.put(
+            "/api/v1/devices/default/oven-1/desired",
+            &format!(r#"{{"setpoint": {value}}}"#),
+        );
+        assert_eq!(s, 200);
+        e.restart(hard);
+        let t = e.twin("default/oven-1").expect("twin");
+        assert_eq!(desired(&t, "setpoint").as_deref(), Some(value), "{what}");
+    }
 }
 
 #[test]

@@ -16,6 +16,19 @@ const NETWORKED: &str = include_str!("manifests/networked.yaml");
 
 const ABSENT: &str = include_str!("manifests/absent.yaml");
 
+/// edgecore `e` started again with edged on containerd `rt` (settings for a quick test, and
+/// `more`, ", key: value" pairs).
+fn with_edged(e: &mut Edgecore, rt: &Containerd, more: &str) {
+    let mut config = std::fs::read_to_string(&e.config).expect("config");
+    config.push_str(&format!(
+        "edged: {{runtimeEndpoint: \"unix://{}\", staticPodPath: pods, syncPeriodMs: 200, initialBackoffMs: 500, maxBackoffMs: 2000{more}}}\n",
+        rt.socket.display()
+    ));
+    std::fs::write(&e.config, config).expect("config");
+    e.start_again();
+    e.wait_ready();
+}
+
 fn pod<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list["pods"].as_array()?.iter().find(|p| p["name"] == name)
 }
@@ -77,14 +90,7 @@ fn static_pods_run_on_containerd_restart_with_backoff_are_adopted_and_removed() 
         "apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec: {containers: 7}\n",
     )
     .expect("write pod");
-    let mut config = std::fs::read_to_string(&e.config).expect("config");
-    config.push_str(&format!(
-        "edged: {{runtimeEndpoint: \"unix://{}\", staticPodPath: pods, syncPeriodMs: 200, initialBackoffMs: 500, maxBackoffMs: 2000}}\n",
-        rt.socket.display()
-    ));
-    std::fs::write(&e.config, config).expect("config");
-    e.start_again();
-    e.wait_ready();
+    with_edged(&mut e, &rt, "");
 
     // The pod runs; its crashing container is restarted with a growing backoff.
     let main_id = wait(&e, "main running", |l| {
@@ -245,14 +251,11 @@ fn probes_resources_and_log_rotation() {
     let mut e = Edgecore::with_dir(dir, None);
     e.wait_ready();
     e.stop(false);
-    let mut config = std::fs::read_to_string(&e.config).expect("config");
-    config.push_str(&format!(
-        "edged: {{runtimeEndpoint: \"unix://{}\", staticPodPath: pods, syncPeriodMs: 200, initialBackoffMs: 500, maxBackoffMs: 2000, containerLogMaxSizeBytes: 100000, containerLogMaxFiles: 3}}\n",
-        rt.socket.display()
-    ));
-    std::fs::write(&e.config, config).expect("config");
-    e.start_again();
-    e.wait_ready();
+    with_edged(
+        &mut e,
+        &rt,
+        ", containerLogMaxSizeBytes: 100000, containerLogMaxFiles: 3",
+    );
 
     // A failing readiness probe: running, not ready, the probe's failure named.
     let c = wait(&e, "unready running and not ready", |l| {

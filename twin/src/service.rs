@@ -228,6 +228,16 @@ impl TwinService {
         })
     }
 
+    /// Sends the engine the command `make` builds around a reply channel; its answer.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .await
+            .map_err(|_| ServiceError::Stopped)?;
+        rx.await.map_err(|_| ServiceError::Stopped)
+    }
+
     /// Applies an operation; answers once its change is committed.
     pub async fn apply(&self, op: Op) -> Result<Arc<Applied>> {
         self.send_op(op, None).await.map(|(applied, _)| applied)
@@ -241,42 +251,22 @@ impl TwinService {
     }
 
     async fn send_op(&self, op: Op, get: Option<DeviceId>) -> Result<Done> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Command::Op(op, get, tx))
-            .await
-            .map_err(|_| ServiceError::Stopped)?;
-        rx.await.map_err(|_| ServiceError::Stopped)?
+        self.ask(|tx| Command::Op(op, get, tx)).await?
     }
 
     /// The twin of a device.
     pub async fn get(&self, id: &DeviceId) -> Result<Option<DeviceTwin>> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Command::Get(id.clone(), tx))
-            .await
-            .map_err(|_| ServiceError::Stopped)?;
-        rx.await.map_err(|_| ServiceError::Stopped)
+        self.ask(|tx| Command::Get(id.clone(), tx)).await
     }
 
     /// Every device, without properties, sorted by id.
     pub async fn list(&self) -> Result<Vec<DeviceRow>> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Command::List(tx))
-            .await
-            .map_err(|_| ServiceError::Stopped)?;
-        rx.await.map_err(|_| ServiceError::Stopped)
+        self.ask(Command::List).await
     }
 
     /// Every twin whole (sorted by namespace and name), as committed.
     pub async fn all(&self) -> Result<Vec<DeviceTwin>> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Command::All(tx))
-            .await
-            .map_err(|_| ServiceError::Stopped)?;
-        rx.await.map_err(|_| ServiceError::Stopped)
+        self.ask(Command::All).await
     }
 
     /// Committed changes from now on.

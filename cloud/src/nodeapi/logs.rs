@@ -250,10 +250,7 @@ pub(crate) mod tests {
     }
 
     fn q(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|&(k, v)| (k.into(), v.into())).collect()
     }
 
     #[test]

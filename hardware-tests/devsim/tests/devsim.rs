@@ -137,6 +137,15 @@ const MATRIX: &[(&str, &str, &str, &[u16])] = &[
 const READ_ONLY: &[&str] = &["flag-bit3", "input"];
 
 /// A scenario in which the given properties hold their matrix value from the start.
+/// Served on loopback, each device on a port of its own the system picks.
+fn local() -> Options {
+    Options {
+        bind: Some("127.0.0.1".into()),
+        port0: true,
+        ..Options::default()
+    }
+}
+
 fn constants(names: &[&str]) -> Scenario {
     let mut text = String::from("devices:\n  matrix-1:\n    properties:\n");
     for (name, _, value, _) in MATRIX.iter().filter(|m| names.contains(&m.0)) {
@@ -167,11 +176,7 @@ fn matrix_manifest(port: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_and_byte_order_is_laid_out_as_declared() {
     let devices = load(&matrix_manifest(5020)).expect("a valid manifest");
-    let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
-        ..Options::default()
-    };
+    let options = local();
     // Each property holds its value from the scenario (a constant).
     let names: Vec<&str> = MATRIX.iter().map(|m| m.0).collect();
     let scenario = constants(&names);
@@ -219,11 +224,7 @@ async fn every_type_and_byte_order_is_laid_out_as_declared() {
 fn mapper_modbus_reads_the_declared_values() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     // Served on a port the system picks; edgecore is told that one.
-    let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
-        ..Options::default()
-    };
+    let options = local();
     let served = rt
         .block_on(start(
             load(&matrix_manifest(5020)).expect("valid"),
@@ -309,10 +310,8 @@ fn scenario_values_and_faults_show_in_the_twin() {
     // The clock starts with the mapper's first read: the scenario plays the same however
     // long edgecore and the mapper take to start.
     let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
         clock_from_first_request: true,
-        ..Options::default()
+        ..local()
     };
     let served = rt
         .block_on(start(
@@ -376,11 +375,7 @@ async fn devices_behind_one_gateway_answer_by_unit_id() {
         "devices:\n  left: {properties: {u16: {value: {constant: 111}}}}\n  right: {properties: {u16: {value: {constant: 222}}}}\n",
     )
     .expect("scenario");
-    let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
-        ..Options::default()
-    };
+    let options = local();
     let served = start(load(&manifest).expect("valid"), &scenario, &options)
         .await
         .expect("served");
@@ -423,11 +418,7 @@ async fn views_of_one_unit_share_its_registers() {
     let scenario =
         Scenario::parse("devices:\n  press: {properties: {u16: {value: {constant: 65534}}}}\n")
             .expect("scenario");
-    let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
-        ..Options::default()
-    };
+    let options = local();
     let served = start(devices.clone(), &scenario, &options)
         .await
         .expect("served");
@@ -519,11 +510,7 @@ async fn a_fault_the_protocol_cannot_have_is_named() {
         "devices:\n  line-1:\n    faults:\n      - {kind: exception, code: 4, at: 1}\n",
     )
     .expect("scenario");
-    let options = Options {
-        bind: Some("127.0.0.1".into()),
-        port0: true,
-        ..Options::default()
-    };
+    let options = local();
     let e = start(load(&manifest).expect("valid"), &scenario, &options)
         .await
         .expect_err("refused")

@@ -654,10 +654,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|&(k, v)| (k.into(), v.into())).collect()
     }
 
     #[test]
