@@ -94,7 +94,7 @@ fn tokens_come_from_the_running_cloudcores_ca_and_its_files_keep_their_owner() {
     let cfg = config.to_str().expect("path");
 
     // The service's files belong to its user; the operator is root (`sudo cloudcore ...`).
-    let root = runs_as_root();
+    let root = sim::is_root();
     let service = 65534; // nobody, standing for the `cloudcore` user
     if root {
         for p in [&data, &pki, &pki.join("ca.crt"), &pki.join("ca.key")] {
@@ -128,10 +128,4 @@ fn tokens_come_from_the_running_cloudcores_ca_and_its_files_keep_their_owner() {
             assert_eq!(m.mode() & 0o777, 0o600, "{f}");
         }
     }
-}
-
-/// Whether this test runs as root (it owns `/proc/self` as it runs).
-fn runs_as_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

@@ -469,12 +469,7 @@ async fn the_embedded_broker_takes_mosquittos_password_and_acl_files() {
 /// through (its publish counted as denied).
 #[test]
 fn the_embedded_broker_takes_client_certificates_as_users_over_tls() {
-    if std::process::Command::new("mosquitto_sub")
-        .arg("--help")
-        .output()
-        .is_err()
-    {
-        sim::skip("mosquitto_sub (Debian's mosquitto-clients package) is not there");
+    if sim::missing("mosquitto_sub", "mosquitto-clients") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

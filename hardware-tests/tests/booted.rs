@@ -107,25 +107,12 @@ impl Drop for Booted {
     }
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
 #[test]
 fn the_readmes_install_and_join_on_a_booted_debian_ends_with_values_in_devicestatus() {
-    if !is_root()
+    if !sim::is_root()
         || !["mmdebstrap", "systemd-nspawn", "nsenter"]
             .iter()
-            .all(|t| have(t))
+            .all(|t| sim::have(t))
     {
         sim::skip(
             "needs root, mmdebstrap, systemd-nspawn and nsenter (scripts/test installs them)",

@@ -525,17 +525,32 @@ impl Bus {
         tracing::info!(topic, reason, "rejected MQTT request");
     }
 
+    /// A request's `parsed` payload; or, when it did not parse, the reason answered on `result`
+    /// (400, and counted as a bad message) and none.
+    async fn or_refused<T>(
+        &self,
+        parsed: Result<T, payload::BadPayload>,
+        result: &str,
+        event_id: &str,
+        now: i64,
+    ) -> Option<T> {
+        match parsed {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.bad(result, &e.0);
+                let body = payload::error_result(event_id, now, 400, &e.0);
+                self.publish(result.to_string(), body).await;
+                None
+            }
+        }
+    }
+
     async fn twin_update(&self, device: DeviceId, body: &[u8], event_id: &str) {
         let result = Topic::device(device.clone(), DeviceTopicKind::TwinUpdateResult).to_string();
         let now = now_millis();
-        let updates = match payload::parse_twin_update(body) {
-            Ok(u) => u,
-            Err(e) => {
-                self.bad(&result, &e.0);
-                return self
-                    .publish(result, payload::error_result(event_id, now, 400, &e.0))
-                    .await;
-            }
+        let parsed = payload::parse_twin_update(body);
+        let Some(updates) = self.or_refused(parsed, &result, event_id, now).await else {
+            return;
         };
         let mut desired = Vec::new();
         let mut reports = Vec::new();
@@ -666,14 +681,9 @@ impl Bus {
     async fn state_update(&self, device: DeviceId, body: &[u8], event_id: &str) {
         let result = Topic::device(device.clone(), DeviceTopicKind::StateUpdateResult).to_string();
         let now = now_millis();
-        let state = match payload::parse_state_update(body) {
-            Ok(s) => s,
-            Err(e) => {
-                self.bad(&result, &e.0);
-                return self
-                    .publish(result, payload::error_result(event_id, now, 400, &e.0))
-                    .await;
-            }
+        let parsed = payload::parse_state_update(body);
+        let Some(state) = self.or_refused(parsed, &result, event_id, now).await else {
+            return;
         };
         let op = Op::Tagged {
             event_id: event_id.to_string(),

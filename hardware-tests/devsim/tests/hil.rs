@@ -178,8 +178,7 @@ fn the_ovens_hil_run_passes_and_a_wrong_expectation_fails() {
 /// devsim: mapper-modbus reads each slave's value, in its word order.
 #[test]
 fn the_rtu_meters_hil_run_passes() {
-    if Command::new("socat").arg("-V").output().is_err() {
-        sim::skip("socat (Debian's socat package) is not there to make the serial line");
+    if sim::missing("socat", "socat") {
         return;
     }
     let (code, out) = devsim(&["hil", "examples/hil/meters-rtu.yaml"]);
@@ -193,8 +192,7 @@ fn the_rtu_meters_hil_run_passes() {
 /// duplicated lines read right.
 #[test]
 fn the_serial_devices_hil_run_passes() {
-    if Command::new("socat").arg("-V").output().is_err() {
-        sim::skip("socat (Debian's socat package) is not there to make serial lines");
+    if sim::missing("socat", "socat") {
         return;
     }
     let (code, out) = devsim(&["hil", "examples/hil/serial.yaml"]);

@@ -104,12 +104,7 @@ fn an_rtu_tap_recording_replays_to_the_same_twin_values() {
     use devsim::record::{serve_line, tap};
     use devsim::run::{Options, start};
     use devsim::scenario::Scenario;
-    if std::process::Command::new("socat")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        sim::skip("socat (Debian's socat package) is not there to make serial lines");
+    if sim::missing("socat", "socat") {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -322,6 +322,30 @@ pub fn bench_manifests_on(devices: usize, props: usize, node: Option<&str>) -> S
 /// A test that cannot run for want of something `scripts/test` installs (a Debian package,
 /// root for a mount): skipped on a developer's machine, saying why; a failure under `CI`, where
 /// everything is installed, so that a broken install step cannot pass as a skip.
+/// Whether `tool` is a command on the PATH.
+pub fn have(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `tool` (from Debian's `package`) is missing, the test then skipped saying so.
+pub fn missing(tool: &str, package: &str) -> bool {
+    let missing = !have(tool);
+    if missing {
+        skip(&format!("{tool} (Debian's {package} package) is not there"));
+    }
+    missing
+}
+
+/// Whether this test runs as root (it owns `/proc/self` as it runs).
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 pub fn skip(why: &str) {
     assert!(
         std::env::var_os("CI").is_none(),
