@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Cloud, examples, path_str, twin_report};
+use common::{Cloud, Served, examples, path_str, twin_report};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Server;
+use common::{Served, Server};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

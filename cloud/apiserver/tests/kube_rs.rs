@@ -4,8 +4,8 @@
 mod common;
 
 use api::v1beta1::Device;
-use common::Server;
 use common::cases::within;
+use common::{Served, Server};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{

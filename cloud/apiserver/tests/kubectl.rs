@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Server, examples, path_str, text};
+use common::{Served, Server, examples, path_str, text};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@ mod harness;
 
 pub use harness::*;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A running cloudcore; kubectl as its admin through `Deref` (`cloud.ok(&["get", ...])`).
@@ -26,14 +26,6 @@ pub struct Cloud {
     starts: usize,
     process: Process,
     _tmp: Option<tempfile::TempDir>,
-}
-
-impl std::ops::Deref for Cloud {
-    type Target = Kubectl;
-
-    fn deref(&self) -> &Kubectl {
-        &self.kube
-    }
 }
 
 impl Cloud {
@@ -62,17 +54,14 @@ impl Cloud {
     fn start_after(extra: &str, modules: &str, setup: Option<String>) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
-        let kubeconfig = dir.join("data/admin.kubeconfig");
+        let kube = Kubectl::admin_of(&dir);
         let mut c = Self {
-            kube: Kubectl {
-                kubeconfig: kubeconfig.clone(),
-                dir: dir.clone(),
-            },
+            kubeconfig: kube.kubeconfig.clone(),
+            kube,
             dir,
             port: free_port(),
             hub_port: free_port(),
             cert_port: free_port(),
-            kubeconfig,
             extra: extra.to_string(),
             modules: modules.to_string(),
             setup,
@@ -125,11 +114,6 @@ impl Cloud {
             ),
         )
         .expect("config written");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("cloudcore.log"))
-            .expect("log file");
         let mut cmd = match &self.setup {
             None => Command::new(env!("CARGO_BIN_EXE_cloudcore")),
             Some(setup) => {
@@ -140,15 +124,8 @@ impl Cloud {
                 c
             }
         };
-        let child = cmd
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("cloudcore starts");
-        self.process = Process(Some(child));
+        cmd.arg("--config").arg(&config);
+        self.process = Process::start(&mut cmd, &self.dir.join("cloudcore.log"));
         // cloudcore prints where its API is once it serves (CRDs installed), then cloudhub.
         let marker = "cloudcore: cloudhub at";
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -177,32 +154,6 @@ impl Cloud {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("cloudcore.log")).unwrap_or_default()
-    }
-
-    /// cloudcore's VmRSS, in kB.
-    #[allow(dead_code)] // not every test binary reads it
-    pub fn rss_kb(&self) -> Option<u64> {
-        self.process.rss_kb()
-    }
-
-    /// `kill -9`.
-    pub fn kill9(&mut self) {
-        self.process.kill9();
-    }
-
-    /// SIGTERM, and how long it took to exit.
-    pub fn stop(&mut self) -> Duration {
-        self.process.stop()
-    }
-
-    pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-
-    pub fn restart_after_kill9(&mut self) {
-        self.kill9();
-        self.spawn();
     }
 
     pub async fn client(&self) -> kube::Client {
@@ -235,3 +186,5 @@ pub fn twin_report(
                 "metadata": {"type": "int"}, "actual_version": {"cloud": 0, "edge": version}}}}),
     )
 }
+
+crate::served!(Cloud);

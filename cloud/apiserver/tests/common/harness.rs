@@ -66,6 +66,14 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl as the admin of the server whose data directory is `dir/data`.
+    pub fn admin_of(dir: &Path) -> Self {
+        Kubectl {
+            kubeconfig: dir.join("data/admin.kubeconfig"),
+            dir: dir.to_path_buf(),
+        }
+    }
+
     pub fn kubectl_cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(kubectl_bin());
         cmd.arg("--kubeconfig")
@@ -123,11 +131,89 @@ impl Kubectl {
     }
 }
 
+/// A server a test starts, kills and stops: what the API's harness and cloudcore's share.
+pub trait Served {
+    fn process(&mut self) -> &mut Process;
+    fn process_ref(&self) -> &Process;
+    /// Starts the server again on its data directory and ports.
+    fn respawn(&mut self);
+
+    /// The server's resident memory, in kB.
+    fn rss_kb(&self) -> Option<u64> {
+        self.process_ref().rss_kb()
+    }
+
+    /// `kill -9`.
+    fn kill9(&mut self) {
+        self.process().kill9();
+    }
+
+    /// SIGTERM, and how long it took to exit.
+    fn stop(&mut self) -> Duration {
+        self.process().stop()
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        self.respawn();
+    }
+
+    fn restart_after_kill9(&mut self) {
+        self.kill9();
+        self.respawn();
+    }
+}
+
+/// `impl Served` for a harness type with a `process` field and a `spawn` method, and kubectl
+/// as its admin (its `kube` field) through `Deref`.
+#[macro_export]
+macro_rules! served {
+    ($t:ty) => {
+        impl std::ops::Deref for $t {
+            type Target = Kubectl;
+
+            fn deref(&self) -> &Kubectl {
+                &self.kube
+            }
+        }
+
+        impl Served for $t {
+            fn process(&mut self) -> &mut Process {
+                &mut self.process
+            }
+
+            fn process_ref(&self) -> &Process {
+                &self.process
+            }
+
+            fn respawn(&mut self) {
+                self.spawn();
+            }
+        }
+    };
+}
+
 /// A server process: killed, or stopped with SIGTERM and timed.
 #[derive(Default)]
 pub struct Process(pub Option<Child>);
 
 impl Process {
+    /// `cmd` started with `RUST_LOG=info`, its stderr appended to `log`.
+    pub fn start(cmd: &mut Command, log: &Path) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{:?} starts: {e}", cmd.get_program()));
+        Process(Some(child))
+    }
+
     /// The process's resident memory (VmRSS), in kB.
     pub fn rss_kb(&self) -> Option<u64> {
         let pid = self.0.as_ref()?.id();

@@ -11,8 +11,7 @@ pub mod harness;
 
 pub use harness::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 /// The CRDs cloudcore installs: the device API's (generated from `api`'s types) and
 /// KubeEdge's ObjectSync ones (`cloud/crds/`), as one YAML file.
@@ -53,14 +52,6 @@ pub fn on_etcd() -> bool {
     std::env::var("APISERVER_STORE").is_ok_and(|s| s == "etcd")
 }
 
-impl std::ops::Deref for Server {
-    type Target = Kubectl;
-
-    fn deref(&self) -> &Kubectl {
-        &self.kube
-    }
-}
-
 impl Server {
     pub fn start() -> Self {
         Self::start_with(&[])
@@ -92,16 +83,12 @@ impl Server {
         }
         let tmp = tempfile::tempdir().expect("temp dir");
         write_crds(&tmp.path().join("crds.yaml"));
-        let dir = tmp.path().to_path_buf();
-        let kubeconfig = dir.join("data/admin.kubeconfig");
+        let kube = Kubectl::admin_of(tmp.path());
         let mut c = Self {
-            kube: Kubectl {
-                kubeconfig: kubeconfig.clone(),
-                dir: dir.clone(),
-            },
-            dir,
             port: free_port(),
-            kubeconfig,
+            dir: tmp.path().to_path_buf(),
+            kubeconfig: kube.kubeconfig.clone(),
+            kube,
             args: args.iter().map(|a| a.to_string()).collect(),
             starts: 0,
             process: Process::default(),
@@ -114,13 +101,8 @@ impl Server {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("apiserver.log"))
-            .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_apiserver"))
-            .arg("--data-dir")
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_apiserver"));
+        cmd.arg("--data-dir")
             .arg(self.dir.join("data"))
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
@@ -132,15 +114,10 @@ impl Server {
                     .then(|| ["--etcd".to_string(), self.etcd_urls.join(",")])
                     .into_iter()
                     .flatten(),
-            )
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("apiserver starts");
-        self.process = Process(Some(child));
-        // It prints where its API is once it serves (CRDs installed).
+            );
         let log = self.dir.join("apiserver.log");
+        self.process = Process::start(&mut cmd, &log);
+        // It prints where its API is once it serves (CRDs installed).
         self.process
             .wait_serving("apiserver", &log, "apiserver: API at", &mut self.starts);
     }
@@ -157,31 +134,6 @@ impl Server {
         std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default()
     }
 
-    /// The server's resident memory, in kB.
-    pub fn rss_kb(&self) -> Option<u64> {
-        self.process.rss_kb()
-    }
-
-    /// `kill -9`.
-    pub fn kill9(&mut self) {
-        self.process.kill9();
-    }
-
-    /// SIGTERM, and how long it took to exit.
-    pub fn stop(&mut self) -> Duration {
-        self.process.stop()
-    }
-
-    pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-
-    pub fn restart_after_kill9(&mut self) {
-        self.kill9();
-        self.spawn();
-    }
-
     /// A kube-rs client of the admin kubeconfig.
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
@@ -195,3 +147,5 @@ impl Server {
         self.dir.join("data")
     }
 }
+
+crate::served!(Server);
