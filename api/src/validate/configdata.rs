@@ -459,89 +459,77 @@ mod tests {
         out.iter().map(ToString::to_string).collect()
     }
 
+    /// The problems of `v` as a device's `protocol.configData`.
+    fn device(v: Value, schema: &Schema) -> Vec<String> {
+        problems(v, schema, false)
+    }
+
+    /// The problems of `v` as a property visitor's `configData`.
+    fn visitor(v: Value, schema: &Schema) -> Vec<String> {
+        problems(v, schema, true)
+    }
+
+    /// Whether one of `problems` says every one of `parts`.
+    fn says(problems: &[String], parts: &[&str]) -> bool {
+        problems
+            .iter()
+            .any(|p| parts.iter().all(|part| p.contains(part)))
+    }
+
     #[test]
     fn modbus_keys_in_both_spellings_and_named_errors() {
         assert!(
-            problems(
+            device(
                 json!({"ip": "10.0.0.1", "port": "502", "SlaveID": 1}),
-                &MODBUS,
-                false
+                &MODBUS
             )
             .is_empty()
         );
-        let p = problems(json!({"port": 70000, "slaveId": "x"}), &MODBUS, false);
+        let p = device(json!({"port": 70000, "slaveId": "x"}), &MODBUS);
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(
-            p.iter()
-                .any(|p| p.contains("p.port") && p.contains("outside 1 to 65535")),
-            "{p:?}"
-        );
-        assert!(
-            p.iter().any(|p| p.contains("needs one of ip, serialPort")),
-            "{p:?}"
-        );
-        let p = problems(
+        assert!(says(&p, &["p.port", "outside 1 to 65535"]), "{p:?}");
+        assert!(says(&p, &["needs one of ip, serialPort"]), "{p:?}");
+        let p = visitor(
             json!({"register": "HoldingRegistr", "offset": 1, "scal": 2}),
             &MODBUS,
-            true,
         );
-        assert!(
-            p.iter()
-                .any(|p| p.contains("v.register") && p.contains("is not one of")),
-            "{p:?}"
-        );
-        assert!(
-            p.iter()
-                .any(|p| p.contains("v.scal") && p.contains("not a modbus key")),
-            "{p:?}"
-        );
-        let p = problems(json!({"register": "coilregister"}), &MODBUS, true);
-        assert!(
-            p.iter()
-                .any(|p| p.contains("v.offset") && p.contains("required")),
-            "{p:?}"
-        );
+        assert!(says(&p, &["v.register", "is not one of"]), "{p:?}");
+        assert!(says(&p, &["v.scal", "not a modbus key"]), "{p:?}");
+        let p = visitor(json!({"register": "coilregister"}), &MODBUS);
+        assert!(says(&p, &["v.offset", "required"]), "{p:?}");
     }
 
     #[test]
     fn opcua_keys() {
         assert!(
-            problems(
-                json!({"url": "opc.tcp://plc:4840", "securityPolicy": "basic256sha256", "securityMode": "SignAndEncrypt"}),
-                &OPCUA,
-                false
-            )
+            device(json!({"url": "opc.tcp://plc:4840", "securityPolicy": "basic256sha256", "securityMode": "SignAndEncrypt"}), &OPCUA)
             .is_empty()
         );
-        let p = problems(
+        let p = visitor(
             json!({"nodeId": "ns=2;s=T", "subscribe": "sometimes", "deadbandType": "relative"}),
             &OPCUA,
-            true,
         );
         assert_eq!(p.len(), 2, "{p:?}");
-        let p = problems(
+        let p = device(
             json!({"securityPolicy": "Basic512", "browseName": "x"}),
             &OPCUA,
-            false,
         );
-        assert!(p.iter().any(|p| p.contains("needs one of url")), "{p:?}");
-        assert!(p.iter().any(|p| p.contains("Basic256Sha256")), "{p:?}");
+        assert!(says(&p, &["needs one of url"]), "{p:?}");
+        assert!(says(&p, &["Basic256Sha256"]), "{p:?}");
     }
 
     #[test]
     fn serial_keys() {
         assert!(
-            problems(
+            device(
                 json!({"serialPort": "/dev/ttyS0", "mode": "binary", "checksum": "crc16-modbus"}),
-                &SERIAL,
-                false
+                &SERIAL
             )
             .is_empty()
         );
-        let p = problems(
+        let p = visitor(
             json!({"request": "AA 01", "responsePrefix": "AZ", "bit": 9}),
             &SERIAL,
-            true,
         );
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(schema("bluetooth").is_none());
@@ -550,41 +538,26 @@ mod tests {
     #[test]
     fn ble_keys_uuids_and_data_write() {
         assert!(
-            problems(
+            device(
                 json!({"macAddress": "C4:7C:8D:6A:12:34", "scanTimeout": "5000"}),
-                &BLE,
-                false
+                &BLE
             )
             .is_empty()
         );
-        let p = problems(json!({"adapter": "hci0"}), &BLE, false);
+        let p = device(json!({"adapter": "hci0"}), &BLE);
+        assert!(says(&p, &["needs one of macAddress"]), "{p:?}");
         assert!(
-            p.iter().any(|p| p.contains("needs one of macAddress")),
-            "{p:?}"
-        );
-        assert!(
-            problems(
-                json!({"serviceUUID": "0000181a-0000-1000-8000-00805f9b34fb", "characteristicUUID": "2A6E",
-                       "length": 2, "signed": true, "byteOrder": "little", "scale": 0.01,
-                       "dataWrite": {"ON": "01", "OFF": "00"}}),
-                &BLE,
-                true
-            )
+            visitor(json!({"serviceUUID": "0000181a-0000-1000-8000-00805f9b34fb", "characteristicUUID": "2A6E", "length": 2, "signed": true, "byteOrder": "little", "scale": 0.01, "dataWrite": {"ON": "01", "OFF": "00"}}), &BLE)
             .is_empty()
         );
-        let p = problems(
+        let p = visitor(
             json!({"characteristicUUID": "2A6", "dataWrite": {"ON": "0G"}, "bit": 8}),
             &BLE,
-            true,
         );
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p.iter().any(|p| p.contains("is not a UUID")), "{p:?}");
-        assert!(p.iter().any(|p| p.contains("ON: ")), "{p:?}");
-        let p = problems(json!({"serviceUUID": "181a"}), &BLE, true);
-        assert!(
-            p.iter()
-                .any(|p| p.contains("characteristicUUID") && p.contains("required")),
-            "{p:?}"
-        );
+        assert!(says(&p, &["is not a UUID"]), "{p:?}");
+        assert!(says(&p, &["ON: "]), "{p:?}");
+        let p = visitor(json!({"serviceUUID": "181a"}), &BLE);
+        assert!(says(&p, &["characteristicUUID", "required"]), "{p:?}");
     }
 }

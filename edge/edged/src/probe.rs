@@ -127,6 +127,11 @@ fn port_of(
     }
 }
 
+/// The probe's own `host` when it names one, else the pod's.
+fn given_or(given: Option<&str>, pod: &str) -> String {
+    given.filter(|h| !h.is_empty()).unwrap_or(pod).to_string()
+}
+
 /// Runs an HTTP GET or TCP probe against `host` (the pod's address); an exec probe is the
 /// caller's (it goes through the runtime). `None` when the probe is an exec probe.
 pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), ProbeFailure>> {
@@ -134,11 +139,7 @@ pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), 
     if let Some(h) = &p.http_get {
         let r = async {
             let port = port_of(&h.port, c)?;
-            let host = h
-                .host
-                .clone()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| host.to_string());
+            let host = given_or(h.host.as_deref(), host);
             let path = h
                 .path
                 .clone()
@@ -152,11 +153,7 @@ pub async fn network(p: &Probe, c: &Container, host: &str) -> Option<Result<(), 
     if let Some(s) = &p.tcp_socket {
         let r = async {
             let port = port_of(&s.port, c)?;
-            let host = s
-                .host
-                .clone()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| host.to_string());
+            let host = given_or(s.host.as_deref(), host);
             let target = || format!("tcp {host}:{port}");
             tokio::time::timeout(t, tokio::net::TcpStream::connect((host.as_str(), port)))
                 .await

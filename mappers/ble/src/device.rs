@@ -356,6 +356,24 @@ impl Device {
     }
 }
 
+/// `step` (to `do_` the device `target`, `doing` it) within `limit` (the connectTimeout); a
+/// link error saying which step failed or took too long.
+async fn within(
+    limit: std::time::Duration,
+    step: impl std::future::Future<Output = Result<(), btleplug::Error>>,
+    do_: &str,
+    doing: &str,
+    target: &str,
+) -> Result<(), DriverError> {
+    match timeout(limit, step).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(DriverError::link(format!("cannot {do_} {target}: {e}"))),
+        Err(_) => Err(DriverError::link(format!(
+            "{doing} {target} took longer than connectTimeout ({limit:?})"
+        ))),
+    }
+}
+
 impl Driver for Device {
     /// Finds, connects and discovers the device, and subscribes to what can notify.
     async fn connect(&mut self) -> Result<(), DriverError> {
@@ -368,19 +386,7 @@ impl Driver for Device {
         let target = self.conn.target();
         let limit = self.conn.connect_timeout;
         if !p.is_connected().await.unwrap_or(false) {
-            match timeout(limit, p.connect()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(DriverError::link(format!(
-                        "cannot connect to {target}: {e}"
-                    )));
-                }
-                Err(_) => {
-                    return Err(DriverError::link(format!(
-                        "connecting to {target} took longer than connectTimeout ({limit:?})"
-                    )));
-                }
-            }
+            within(limit, p.connect(), "connect to", "connecting to", &target).await?;
         }
         // Events first, so that a drop during discovery is not missed.
         let events = adapter
@@ -390,19 +396,9 @@ impl Driver for Device {
         let notifications = p.notifications().await.map_err(|e| {
             DriverError::link(format!("cannot receive notifications of {target}: {e}"))
         })?;
-        match timeout(limit, p.discover_services()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(DriverError::link(format!(
-                    "cannot discover the services of {target}: {e}"
-                )));
-            }
-            Err(_) => {
-                return Err(DriverError::link(format!(
-                    "discovering the services of {target} took longer than connectTimeout ({limit:?})"
-                )));
-            }
-        }
+        let services = p.discover_services();
+        let (doing, done) = ("discover the services of", "discovering the services of");
+        within(limit, services, doing, done, &target).await?;
         let offered = p.characteristics();
         self.chars = self
             .points
