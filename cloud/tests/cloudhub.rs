@@ -7,7 +7,7 @@ mod common;
 
 use common::{Cloud, Served, examples, path_str, twin_report};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -44,27 +44,14 @@ impl Edge {
     /// joins only the first time, as a real edge does.
     fn start_args(c: &Cloud, node: &str, token: &str, args: &[&str]) -> Self {
         let state = c.dir.join(format!("edge-{node}"));
-        let mut child = edge_cmd(c, node, token)
-            .arg("--state")
-            .arg(&state)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python runs");
-        let stdin = child.stdin.take().expect("stdin");
-        let out = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    return;
-                }
-            }
-        });
+        let (child, stdin, out) = sim::piped(
+            &mut edge_cmd(c, node, token)
+                .arg("--state")
+                .arg(&state)
+                .args(args)
+                .stderr(Stdio::inherit()),
+        );
+        let lines = sim::lines(out, |l| serde_json::from_str(&l).ok());
         Self {
             child,
             stdin,

@@ -277,23 +277,12 @@ fn the_admission_webhook_refuses_desired_values_that_cannot_land() {
             ctx=ssl.create_default_context(cafile=sys.argv[2])\n\
             req=urllib.request.Request(sys.argv[1],data=sys.stdin.buffer.read(),headers={'Content-Type':'application/json'})\n\
             print(urllib.request.urlopen(req,context=ctx,timeout=10).read().decode())\n";
-        let mut child = Command::new(common::python())
+        let mut python = Command::new(common::python());
+        python
             .args(["-c", script])
             .arg(format!("https://127.0.0.1:{cert_port}/admission/devices"))
-            .arg(&ca)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python runs");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(body.to_string().as_bytes())
-            .expect("the review sent");
-        let out = child.wait_with_output().expect("python exits");
+            .arg(&ca);
+        let out = sim::output_with(&mut python, body.to_string().as_bytes());
         assert!(out.status.success(), "{}", common::text(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a review back");
         assert_eq!(

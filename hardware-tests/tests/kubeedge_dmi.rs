@@ -6,8 +6,8 @@
 
 use serde_json::{Value, json};
 use sim::{Node, eventually, free_port, reported};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Write;
+use std::process::{Child, ChildStdin, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -41,28 +41,17 @@ struct KubeEdgeMapper {
 impl KubeEdgeMapper {
     fn start(node: &Node, authority: &str, name: &str) -> (Self, Value) {
         let own = node.dir.path().join(format!("{name}.sock"));
-        let mut child = Command::new(sim::python())
-            .arg(script())
-            .args(["--proto", &proto_root(), "--authority", authority, "mapper"])
-            .arg("--socket")
-            .arg(&node.socket)
-            .arg("--own-socket")
-            .arg(&own)
-            .args(["--name", name])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let stdin = child.stdin.take().expect("piped");
-        let out = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (child, stdin, out) = sim::piped(
+            &mut Command::new(sim::python())
+                .arg(script())
+                .args(["--proto", &proto_root(), "--authority", authority, "mapper"])
+                .arg("--socket")
+                .arg(&node.socket)
+                .arg("--own-socket")
+                .arg(&own)
+                .args(["--name", name]),
+        );
+        let lines = sim::lines(out, Some);
         let mapper = Self {
             child,
             stdin,

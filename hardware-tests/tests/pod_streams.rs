@@ -284,22 +284,13 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
     // A command in the container: its output, its stderr, its exit code; with each kubectl,
     // over a websocket and over SPDY (kubectl before 1.30 speaks only SPDY).
     let run_with = |kubectl: &Path, env: &[(&str, &str)], args: &[&str], stdin: Option<&str>| {
-        let mut child = Command::new(kubectl)
+        let mut kubectl = Command::new(kubectl);
+        kubectl
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl exec");
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            let _ = std::io::Write::write_all(&mut input, text.as_bytes());
-        }
-        drop(input);
-        let out = child.wait_with_output().expect("kubectl exec ends");
+            .envs(env.iter().copied());
+        let out = sim::output_with(&mut kubectl, stdin.unwrap_or_default().as_bytes());
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -322,6 +322,61 @@ pub fn bench_manifests_on(devices: usize, props: usize, node: Option<&str>) -> S
 /// A test that cannot run for want of something `scripts/test` installs (a Debian package,
 /// root for a mount): skipped on a developer's machine, saying why; a failure under `CI`, where
 /// everything is installed, so that a broken install step cannot pass as a skip.
+/// `cmd` started with its stdin and stdout piped to the caller (its stderr as `cmd` says).
+pub fn piped(
+    cmd: &mut std::process::Command,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::process::ChildStdout,
+) {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{:?} starts: {e}", cmd.get_program()));
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    (child, stdin, stdout)
+}
+
+/// What `cmd` printed and how it ended, `input` given on its stdin.
+pub fn output_with(cmd: &mut std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{:?} starts: {e}", cmd.get_program()));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input);
+    }
+    child.wait_with_output().expect("it ends")
+}
+
+/// The lines `out` prints, read on a thread of their own, as `keep` takes them (a line it
+/// gives none for is left out).
+pub fn lines<T: Send + 'static>(
+    out: impl std::io::Read + Send + 'static,
+    keep: impl Fn(String) -> Option<T> + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(v) = keep(line)
+                && tx.send(v).is_err()
+            {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Whether `tool` is a command on the PATH.
 pub fn have(tool: &str) -> bool {
     std::process::Command::new("sh")

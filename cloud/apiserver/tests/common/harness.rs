@@ -3,9 +3,8 @@
 //! user types it, a server process that is stopped or killed, and small helpers.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The workspace: the nearest folder above the test's crate with a `Cargo.lock`.
@@ -114,20 +113,7 @@ impl Kubectl {
 
     /// Runs kubectl with `input` on stdin.
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
-        let mut child = self
-            .kubectl_cmd(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())
-            .expect("stdin written");
-        child.wait_with_output().expect("kubectl ends")
+        sim::output_with(&mut self.kubectl_cmd(args), input.as_bytes())
     }
 }
 
