@@ -21,17 +21,10 @@ fn manifests_become_twins_and_kectl_shows_and_sets_them() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("setpoint") && text.contains("80"), "{text}");
 
-    let out = Command::new(&kectl)
-        .args([
-            "twin", "set", "oven-1", "setpoint", "120", "--server", &e.http,
-        ])
-        .output()
-        .expect("kectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let set = [
+        "twin", "set", "oven-1", "setpoint", "120", "--server", &e.http,
+    ];
+    sim::run(Command::new(&kectl).args(set));
     let t = e.twin("default/oven-1").expect("twin");
     assert_eq!(desired(&t, "setpoint").as_deref(), Some("120"));
     assert_eq!(t["properties"]["setpoint"]["desiredVersion"]["edge"], 1);

@@ -70,18 +70,13 @@ fn the_deployment_applies_and_its_rbac_is_what_cloudcore_needs_and_no_more() {
     // The image the Deployment names is the one scripts/mapper-image makes of cloudcore, at the
     // workspace's version.
     let images = tempfile::tempdir().expect("dir");
-    let made = Command::new(workspace_root().join("scripts/mapper-image"))
-        .arg("cloudcore")
-        .env("MAPPER_IMAGE_EXE", bin("cloudcore"))
-        .env("MAPPER_IMAGE_OUT", images.path())
-        .output()
-        .expect("scripts/mapper-image");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    let made = sim::run(
+        Command::new(workspace_root().join("scripts/mapper-image"))
+            .arg("cloudcore")
+            .env("MAPPER_IMAGE_EXE", bin("cloudcore"))
+            .env("MAPPER_IMAGE_OUT", images.path()),
     );
-    let archive = String::from_utf8_lossy(&made.stdout).trim().to_string();
+    let archive = made.trim().to_string();
     let version = archive
         .rsplit_once("cloudcore-")
         .and_then(|(_, v)| v.strip_suffix(".tar"))

@@ -13,17 +13,7 @@ use std::time::{Duration, Instant};
 /// As containerd names it (CRI normalizes `edged-test/busybox:1` to this).
 pub const IMAGE: &str = "docker.io/edged-test/busybox:1";
 
-/// Runs `cmd`; panics with its output when it fails.
-pub fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+pub use crate::run;
 
 /// Panics naming the Debian package when `tool` is not installed.
 pub fn need(tool: &str, package: &str) {

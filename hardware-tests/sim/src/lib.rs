@@ -47,16 +47,14 @@ pub fn package(out: &Path, args: &[&str], env: &[(&str, &str)]) -> Vec<PathBuf> 
     ] {
         bin(b);
     }
-    let made = containerd::run(
-        Command::new(workspace_root().join("scripts/package"))
-            .args(["--no-build", "--fast"])
-            .args(args)
-            .arg("--bin-dir")
-            .arg(&bins)
-            .arg("--out")
-            .arg(out)
-            .envs(env.iter().copied()),
-    );
+    let made = run(Command::new(workspace_root().join("scripts/package"))
+        .args(["--no-build", "--fast"])
+        .args(args)
+        .arg("--bin-dir")
+        .arg(&bins)
+        .arg("--out")
+        .arg(out)
+        .envs(env.iter().copied()));
     made.lines().map(PathBuf::from).collect()
 }
 
@@ -375,6 +373,18 @@ pub fn lines<T: Send + 'static>(
         }
     });
     rx
+}
+
+/// Runs `cmd`: its stdout; a panic with its output when it fails.
+pub fn run(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Whether `tool` is a command on the PATH.

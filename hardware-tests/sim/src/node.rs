@@ -222,16 +222,10 @@ impl Node {
 
     /// `kectl ARGS` against this node; its stdout, or a panic with its stderr.
     pub fn kectl(&self, args: &[&str]) -> String {
-        let out = Command::new(bin("kectl"))
-            .args(args)
-            .env("KECTL_SERVER", &self.http)
-            .output()
-            .expect("kectl runs");
-        assert!(
-            out.status.success(),
-            "kectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        crate::run(
+            Command::new(bin("kectl"))
+                .args(args)
+                .env("KECTL_SERVER", &self.http),
+        )
     }
 }

@@ -203,18 +203,14 @@ impl Cloud {
     /// `cloudcore ARGS --config` this cloud's file: its stdout, trimmed; a panic with its
     /// stderr when it fails.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(bin("cloudcore"))
-            .args(args)
-            .arg("--config")
-            .arg(self.dir.path().join("cloudcore.yaml"))
-            .output()
-            .expect("cloudcore runs");
-        assert!(
-            out.status.success(),
-            "cloudcore {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let config = self.dir.path().join("cloudcore.yaml");
+        let out = crate::run(
+            Command::new(bin("cloudcore"))
+                .args(args)
+                .arg("--config")
+                .arg(config),
         );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        out.trim().to_string()
     }
 
     /// An edge's config for a fleet of replicas: each one's websocket and certificate server,
