@@ -45,7 +45,7 @@ impl Edge {
     fn start_args(c: &Cloud, node: &str, token: &str, args: &[&str]) -> Self {
         let state = c.dir.join(format!("edge-{node}"));
         let (child, stdin, out) = sim::piped(
-            &mut edge_cmd(c, node, token)
+            edge_cmd(c, node, token)
                 .arg("--state")
                 .arg(&state)
                 .args(args)

@@ -42,7 +42,7 @@ impl KubeEdgeMapper {
     fn start(node: &Node, authority: &str, name: &str) -> (Self, Value) {
         let own = node.dir.path().join(format!("{name}.sock"));
         let (child, stdin, out) = sim::piped(
-            &mut Command::new(sim::python())
+            Command::new(sim::python())
                 .arg(script())
                 .args(["--proto", &proto_root(), "--authority", authority, "mapper"])
                 .arg("--socket")
