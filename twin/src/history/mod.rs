@@ -647,6 +647,30 @@ mod tests {
         assert_eq!(counted, n as u64);
     }
 
+    /// A switch toggled twice within the hour: its raw-tier steps (the last hour's chart) count
+    /// both changes as 1 and 0, as the minute and hour tiers do, not `count 0` and no range.
+    #[tokio::test]
+    async fn a_booleans_steps_count_it_as_one_and_zero_at_every_tier() {
+        let (_d, h) = open(HistoryConfig::default()).await;
+        let base = 1_700_000_000_000 / HOUR * HOUR;
+        let points = [
+            p("heater-on", base + 1000, "true"),
+            p("heater-on", base + 2000, "false"),
+            p("heater-on", base + 3000, "true"),
+        ];
+        h.ingest(&points, 1).await;
+        let now = base + 10_000;
+        let s = oven(&h, "heater-on", base, base + MINUTE, Some(30_000), now).await;
+        assert_eq!(s.tier, "raw");
+        let b = &s.buckets[0];
+        assert_eq!((b.min, b.max, b.count), (Some(0.0), Some(1.0), 3), "{s:?}");
+        assert_eq!(b.last, serde_json::json!("true"));
+        h.maintain(base + 2 * HOUR).await.expect("maintain");
+        let s = oven(&h, "heater-on", base, base + HOUR, Some(HOUR), base + 2 * HOUR).await;
+        let b = &s.buckets[0];
+        assert_eq!((b.min, b.max, b.count), (Some(0.0), Some(1.0), 3), "{s:?}");
+    }
+
     #[tokio::test]
     async fn minutes_and_hours_roll_up_min_max_mean_last() {
         let (_d, h) = open(HistoryConfig::default()).await;

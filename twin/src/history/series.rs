@@ -47,7 +47,12 @@ pub struct Bucket {
 impl Bucket {
     /// The bucket of one point alone.
     pub(super) fn of_point(p: RawPoint) -> Self {
-        let n = p.value.as_f64();
+        // A boolean counts as 1 or 0, as the minute and hour tiers count it.
+        let n = match &p.value {
+            serde_json::Value::String(t) if t == "true" => Some(1.0),
+            serde_json::Value::String(t) if t == "false" => Some(0.0),
+            v => v.as_f64(),
+        };
         Self {
             t: p.t,
             min: n,
