@@ -300,6 +300,7 @@ fn tls_config(pki: &credentials::Credentials) -> Result<Arc<rustls::ServerConfig
         &pki.serving_cert_pem,
         &pki.serving_key_pem,
         Some((&pki.ca_pem, ::pki::tls::ClientCerts::Optional)),
-        &[b"http/1.1"],
+        // HTTP/2 first, as kube-apiserver offers it.
+        &[b"h2", b"http/1.1"],
     )?)
 }

@@ -80,8 +80,17 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
                     }
                 },
             );
-            // Each request's headers must arrive within rt::http::HEADER_TIMEOUT.
-            if let Err(e) = rt::http::serve_connection(stream, svc, stop).await {
+            // HTTP/2 when the client chose it (browsers, kubectl and kube-rs do): its requests
+            // and watches share the connection. Otherwise HTTP/1.1, whose request headers must
+            // arrive within rt::http::HEADER_TIMEOUT (and whose upgrades carry exec, attach
+            // and port-forward).
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            let served = if h2 {
+                rt::http::serve_h2_connection(stream, svc, stop).await
+            } else {
+                rt::http::serve_connection(stream, svc, stop).await
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });

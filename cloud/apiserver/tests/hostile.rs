@@ -427,3 +427,63 @@ async fn hostile_requests_are_refused_and_others_are_served_meanwhile() {
         "{rss_before} kB -> {rss_after} kB"
     );
 }
+
+/// The API speaks HTTP/2 to a client that asks for it (ALPN `h2`, as browsers, kubectl and
+/// kube-rs do) and HTTP/1.1 to one that does not; a hundred watches share one HTTP/2 connection
+/// (a page's watches no longer wait for one of the six connections a browser opens over HTTP/1.1).
+#[test]
+fn http2_is_served_and_a_hundred_watches_share_one_connection() {
+    if sim::missing("curl", "curl") {
+        return;
+    }
+    let s = Server::start();
+    let pki = s.data().join("pki");
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--cacert"])
+            .arg(pki.join("ca.crt"))
+            .arg("--cert")
+            .arg(pki.join("admin.crt"))
+            .arg("--key")
+            .arg(pki.join("admin.key"))
+            .args(args)
+            .output()
+            .expect("curl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let url = format!(
+        "https://localhost:{}/api/v1/namespaces/default/configmaps",
+        s.port
+    );
+    let said = "%{http_version} %{http_code} %{num_connects}\\n";
+    assert_eq!(
+        curl(&["--http2", "-o", "/dev/null", "-w", said, &url]),
+        "2 200 1\n"
+    );
+    assert_eq!(
+        curl(&["--http1.1", "-o", "/dev/null", "-w", said, &url]),
+        "1.1 200 1\n"
+    );
+    let watch = format!("{url}?watch=1&timeoutSeconds=2");
+    let mut args = vec!["--http2", "--parallel", "--parallel-max", "100", "-w", said];
+    for _ in 0..100 {
+        args.extend(["-o", "/dev/null", watch.as_str()]);
+    }
+    let out = curl(&args);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 100, "{out}");
+    assert!(lines.iter().all(|l| l.starts_with("2 200 ")), "{out}");
+    let connections: u32 = lines
+        .iter()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u32>().ok())
+        .sum();
+    assert!(
+        connections <= 2,
+        "100 watches over {connections} connections: {out}"
+    );
+    // kubectl (HTTP/2 as well) goes on.
+    assert!(
+        s.ok(&["get", "namespaces", "-o", "name"])
+            .contains("namespace/default")
+    );
+}
