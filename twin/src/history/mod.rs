@@ -450,8 +450,20 @@ impl History {
             now - i64::try_from(self.cfg.minute_window.saturating_mul(1000)).unwrap_or(i64::MAX);
         let use_hour = step >= HOUR || from < minute_from;
         let use_minute = !use_hour && (step >= MINUTE || from < raw_from);
+        // A step finer than the tier the range is read from cannot be answered: the step is
+        // the tier's (and the answer says so), not minute aggregates labelled as seconds.
+        let step = if use_hour {
+            step.max(HOUR)
+        } else if use_minute {
+            step.max(MINUTE)
+        } else {
+            step
+        };
+        out.step = Some(step);
         let mut acc: std::collections::BTreeMap<Millis, Bucket> = Default::default();
-        let bucket_of = |t: Millis| from + (t - from).div_euclid(step) * step;
+        // Steps on the clock's boundaries (whole minutes, whole hours), not counted from
+        // `from`: the same step always covers the same time, and a tier's rows fit whole.
+        let bucket_of = |t: Millis| t.div_euclid(step) * step;
         let mut add = |t: Millis, b: Bucket| {
             acc.entry(bucket_of(t))
                 .and_modify(|a| a.merge(&b))
@@ -645,6 +657,31 @@ mod tests {
         .await;
         let counted: u64 = s.buckets.iter().map(|b| b.count).sum();
         assert_eq!(counted, n as u64);
+    }
+
+    /// Steps fall on the clock's boundaries whatever `from` is, and a step finer than the tier
+    /// a range is read from is answered at the tier's (the answer's step says which).
+    #[tokio::test]
+    async fn steps_fall_on_the_clock_and_a_step_too_fine_for_its_tier_is_raised() {
+        let (_d, h) = open(HistoryConfig::default()).await;
+        let base = 1_700_000_000_000 / HOUR * HOUR;
+        let points: Vec<Point> = (0..120)
+            .map(|k| p("level", base + k * 30_000, &k.to_string()))
+            .collect();
+        h.ingest(&points, 1).await;
+        // From 17 s past a minute, in minute steps: the buckets start on whole minutes.
+        let now = base + HOUR;
+        let s = oven(&h, "level", base + 17_000, base + 10 * MINUTE, Some(MINUTE), now).await;
+        assert!(s.buckets.iter().all(|b| b.t % MINUTE == 0), "{s:?}");
+        assert_eq!(s.buckets[1].t, base + MINUTE);
+        assert_eq!(s.buckets[1].count, 2);
+        // A day later the raw points are gone (rolled up): a 1 s step is answered in minutes.
+        let later = base + 26 * HOUR;
+        h.maintain(later).await.expect("maintain");
+        let s = oven(&h, "level", base, base + 10 * MINUTE, Some(1000), later).await;
+        assert_eq!((s.tier, s.step), ("minute", Some(MINUTE)), "{s:?}");
+        assert_eq!(s.buckets.len(), 10);
+        assert!(s.buckets.iter().all(|b| b.t % MINUTE == 0), "{s:?}");
     }
 
     /// A switch toggled twice within the hour: its raw-tier steps (the last hour's chart) count
