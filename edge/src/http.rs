@@ -14,7 +14,7 @@
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
 //! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length and its oldest change's age, the cloud link (`none`, `connected`, `cut`) and its queues |
-//! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind |
+//! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind; `?devices=ns/a,ns/b` sends the values of those devices only (every device's state still) |
 //! | `GET /ui` | the gateway's web page (no token needed to load it; it asks for the token the API needs) |
 
 use crate::dmi::mappers::Mappers;
@@ -288,22 +288,62 @@ async fn status(State(s): State<ApiState>) -> Response {
     .into_response()
 }
 
+/// The devices a reader of the event stream follows the values of (`?devices=ns/a,ns/b`).
+#[derive(Deserialize)]
+struct Following {
+    devices: Option<String>,
+}
+
+/// Devices one event stream may name: a page follows those on its screen (a page of the list and
+/// the open device), far fewer.
+const MAX_FOLLOWED: usize = 1000;
+
 /// Each twin change as it is stored: `event: device`, data `{"id", "removed", "row", "properties"}`
 /// (the device row when it changed; each changed property as the twin document shows it, `null`
-/// when it was removed). A reader that falls behind the twin's event queue gets `event: resync`
-/// (read everything again) instead of what it missed; nothing waits for a slow reader.
-async fn events(State(s): State<ApiState>) -> Response {
+/// when it was removed). With `?devices=`, the properties of the devices named only: another
+/// device's change comes with its row alone (its state), and not at all when only its values
+/// moved, so that a page pays for what it shows. A reader that falls behind the twin's event
+/// queue gets `event: resync` (read everything again) instead of what it missed; nothing waits
+/// for a slow reader.
+async fn events(State(s): State<ApiState>, Query(q): Query<Following>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use tokio::sync::broadcast::error::RecvError;
     s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let followed: Option<std::collections::HashSet<String>> = q.devices.map(|d| {
+        d.split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::to_string)
+            .collect()
+    });
+    if followed.as_ref().is_some_and(|f| f.len() > MAX_FOLLOWED) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("devices: at most {MAX_FOLLOWED} devices in one event stream"),
+        );
+    }
     let rx = s.events.subscribe();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let event = match rx.recv().await {
-            Ok(Some(data)) => Event::default().event("device").data(&*data),
-            Ok(None) | Err(RecvError::Lagged(_)) => Event::default().event("resync").data("{}"),
-            Err(RecvError::Closed) => return None,
-        };
-        Some((Ok::<_, std::convert::Infallible>(event), rx))
+    let stream = futures_util::stream::unfold(rx, move |mut rx| {
+        let followed = followed.clone();
+        async move {
+            loop {
+                let data = match rx.recv().await {
+                    Ok(Some(change)) => match &followed {
+                        Some(f) if !f.contains(&*change.id) => match &change.row_only {
+                            Some(row) => row.clone(),
+                            None => continue,
+                        },
+                        _ => change.whole.clone(),
+                    },
+                    Ok(None) | Err(RecvError::Lagged(_)) => {
+                        let e = Event::default().event("resync").data("{}");
+                        return Some((Ok::<_, std::convert::Infallible>(e), rx));
+                    }
+                    Err(RecvError::Closed) => return None,
+                };
+                let e = Event::default().event("device").data(&*data);
+                return Some((Ok(e), rx));
+            }
+        }
     });
     let stream = futures_util::StreamExt::take_until(stream, s.stop.clone().cancelled_owned());
     Sse::new(stream)
@@ -311,10 +351,18 @@ async fn events(State(s): State<ApiState>) -> Response {
         .into_response()
 }
 
+/// One stored twin change as the event stream sends it: whole, and (when the device's row
+/// changed) as its row alone, for the readers that do not follow the device's values.
+pub(crate) struct Change {
+    id: Box<str>,
+    whole: Arc<str>,
+    row_only: Option<Arc<str>>,
+}
+
 /// Each stored twin change as the event stream's data, made once for all its readers (and not
 /// at all while there are none); `None` when the feed fell behind the twin's events (its
 /// readers read everything again).
-pub(crate) type Feed = tokio::sync::broadcast::Sender<Option<Arc<str>>>;
+pub(crate) type Feed = tokio::sync::broadcast::Sender<Option<Arc<Change>>>;
 
 /// The feed of `twin`'s changes, until `cancel`.
 pub(crate) fn event_feed(twin: &TwinService, cancel: CancellationToken) -> Feed {
@@ -323,16 +371,21 @@ pub(crate) fn event_feed(twin: &TwinService, cancel: CancellationToken) -> Feed 
     let mut rx = twin.subscribe();
     let out = feed.clone();
     tokio::spawn(async move {
+        // Each device's state (and its reason) as last sent: a row whose versions alone moved
+        // (a new value) is no news to a reader that does not follow the device.
+        let mut states: std::collections::HashMap<String, (String, String)> = Default::default();
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => return,
                 r = rx.recv() => r,
             };
             let data = match next {
-                Ok(applied) if out.receiver_count() > 0 => match event_data(&applied) {
-                    Some(d) => Some(Arc::from(d)),
-                    None => continue,
-                },
+                Ok(applied) if out.receiver_count() > 0 => {
+                    match event_change(&applied, &mut states) {
+                        Some(d) => Some(Arc::new(d)),
+                        None => continue,
+                    }
+                }
                 Ok(_) => continue,
                 Err(RecvError::Lagged(_)) => None,
                 Err(RecvError::Closed) => return,
@@ -341,6 +394,37 @@ pub(crate) fn event_feed(twin: &TwinService, cancel: CancellationToken) -> Feed 
         }
     });
     feed
+}
+
+/// A change as [`Change`]: its data whole and, when the device came, went, or changed its state
+/// (`states` holds each one's last), its row alone.
+fn event_change(
+    applied: &twin::engine::Applied,
+    states: &mut std::collections::HashMap<String, (String, String)>,
+) -> Option<Change> {
+    let whole = event_data(applied)?;
+    let id = applied.device.as_ref()?.to_string();
+    let moved = if applied.removed {
+        states.remove(&id);
+        true
+    } else if let Some(row) = &applied.row {
+        let now = (row.state.clone(), row.state_reason.clone());
+        states.insert(id.clone(), now.clone()) != Some(now)
+    } else {
+        false
+    };
+    // A device made, moved to another state or removed: every reader hears of it.
+    let row_only = moved.then(|| {
+        Arc::from(
+            json!({"id": id, "removed": applied.removed, "row": applied.row, "properties": {}})
+                .to_string(),
+        )
+    });
+    Some(Change {
+        id: id.into(),
+        whole: Arc::from(whole),
+        row_only,
+    })
 }
 
 /// The event stream's data of one change: `{"id", "removed", "row", "properties"}`.

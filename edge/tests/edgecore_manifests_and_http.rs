@@ -431,3 +431,70 @@ fn a_restart_reads_back_unchanged_manifests_and_parses_edited_ones() {
     let t = e.twin("default/oven-1").expect("twin");
     assert_eq!(desired(&t, "setpoint").as_deref(), Some("95"));
 }
+
+/// A page follows the values of the devices on its screen (`?devices=`): another device's new
+/// values do not reach it, its removal does, and the followed device's values do.
+#[test]
+fn an_event_stream_carries_the_values_of_the_devices_it_follows_only() {
+    use std::io::Write;
+    let e = Edgecore::start(None);
+    std::fs::write(
+        e.manifests.join("oven-2.yaml"),
+        common::MANIFEST
+            .split("\n---\n")
+            .filter(|d| d.contains("kind: Device\n"))
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+            .replace("name: oven-1", "name: oven-2"),
+    )
+    .expect("a second oven");
+    e.eventually("oven-2", |e| e.twin("default/oven-2"));
+    let addr = e.http.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).expect("connected");
+    write!(
+        c,
+        "GET /api/v1/events?devices=default/oven-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .expect("sent");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let lines = sim::lines(c, |l| l.strip_prefix("data: ").map(str::to_string));
+    // oven-2's new desired value: not for this reader. Then oven-1's, which is.
+    let (s, _) = e.put(
+        "/api/v1/devices/default/oven-2/desired",
+        r#"{"setpoint": 91}"#,
+    );
+    assert_eq!(s, 200);
+    let (s, _) = e.put(
+        "/api/v1/devices/default/oven-1/desired",
+        r#"{"setpoint": 92}"#,
+    );
+    assert_eq!(s, 200);
+    let mut seen = Vec::new();
+    loop {
+        let data = lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("oven-1's change");
+        let v: serde_json::Value = serde_json::from_str(&data).expect("JSON");
+        seen.push(v.clone());
+        if v["id"] == "default/oven-1" && v["properties"]["setpoint"]["desired"]["value"] == "92" {
+            break;
+        }
+    }
+    // (Its row may come, the first time the feed sees it: a state is every reader's.)
+    assert!(
+        seen.iter()
+            .filter(|v| v["id"] == "default/oven-2")
+            .all(|v| v["properties"] == serde_json::json!({})),
+        "oven-2's values reached a reader that does not follow it: {seen:?}"
+    );
+    // oven-2 removed: every reader hears of it.
+    std::fs::remove_file(e.manifests.join("oven-2.yaml")).expect("removed");
+    let gone = (0..100)
+        .filter_map(|_| lines.recv_timeout(std::time::Duration::from_secs(30)).ok())
+        .map(|d| serde_json::from_str::<serde_json::Value>(&d).expect("JSON"))
+        .find(|v| v["id"] == "default/oven-2")
+        .expect("oven-2's removal");
+    assert_eq!(gone["removed"], true, "{gone}");
+    assert_eq!(gone["properties"], serde_json::json!({}), "{gone}");
+}
