@@ -393,6 +393,17 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_steps_mean_has_four_decimals_at_most_and_readings_are_as_read() {
+        let doc = json!({"buckets": [
+            {"t": 0, "min": 76.1, "max": 77.25, "mean": 76.74666666666667, "last": 76.8, "count": 3},
+            {"t": 60000, "min": 1, "max": 1, "mean": 1.0, "last": "true", "count": 1}]});
+        let table = format_history(&doc);
+        let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[1][1..], ["76.1", "77.25", "76.7467", "76.8", "3"], "{table}");
+        assert_eq!(rows[2][1..], ["1", "1", "1.0", "true", "1"], "{table}");
+    }
+
+    #[test]
     fn pods_table_aligns_columns_and_names_refusals() {
         let list = json!({
             "pods": [
@@ -453,6 +464,14 @@ pub fn format_history(doc: &Value) -> String {
         Value::Null => "-".into(),
         other => other.to_string(),
     };
+    // A mean is a quotient, not a reading: four decimals at most (76.7467, not 76.74666666666667).
+    let mean = |v: &Value| match v.as_f64() {
+        Some(x) if x.fract() != 0.0 => {
+            let t = format!("{x:.4}");
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+        _ => shown(v),
+    };
     let mut out = String::new();
     if let Some(points) = doc["points"].as_array() {
         let _ = writeln!(out, "{:<25} VALUE", "TIME");
@@ -480,7 +499,7 @@ pub fn format_history(doc: &Value) -> String {
                 time(b["t"].as_i64().unwrap_or(0)),
                 shown(&b["min"]),
                 shown(&b["max"]),
-                shown(&b["mean"]),
+                mean(&b["mean"]),
                 shown(&b["last"]),
                 shown(&b["count"])
             );
