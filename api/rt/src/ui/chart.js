@@ -78,8 +78,13 @@ function drawChart() {
   }
   let lo = Math.min(...vals), hi = Math.max(...vals);
   if (hi === lo) { hi += 1; lo -= 1; }
-  const W = 640, H = 220, L = 110, R = 8, T = 10, B = 28;
-  const x = (t) => (L + ((t - from) / (to - from)) * (W - L - R)).toFixed(1);
+  // Drawn 640 wide and scaled to the figure: on a narrow screen the labels are drawn larger (at
+  // least 12 px as shown, where they were 7) and the margin for them wider.
+  const k = Math.min(2.2, Math.max(1, 640 / (fig.clientWidth || 640)));
+  const W = 640, H = Math.round(220 + 20 * (k - 1)), L = Math.round(110 * k), R = 8, T = 10, B = Math.round(28 * k);
+  const font = `style="font-size:${(12 * k).toFixed(1)}px"`;
+  // A step begins on the clock's boundary, which may be before `from`: drawn from the left edge.
+  const x = (t) => (L + ((Math.min(to, Math.max(from, t)) - from) / (to - from)) * (W - L - R)).toFixed(1);
   const y = (v) => (T + (1 - (v - lo) / (hi - lo)) * (H - T - B)).toFixed(1);
   const stepMs = d.step || 1;
   // The band: each step's min to max.
@@ -87,7 +92,7 @@ function drawChart() {
   // The line: each value holds until the next, as a step; none through the gaps.
   const holds = [];
   if (d.before) holds.push([from, numberOf(d.before.v)]);
-  for (const b of bs) holds.push([b.t, numberOf(b.last)]);
+  for (const b of bs) holds.push([Math.max(from, b.t), numberOf(b.last)]);
   let path = "", pen = null;
   for (let i = 0; i < holds.length; i++) {
     const [t0, v] = holds[i];
@@ -100,13 +105,15 @@ function drawChart() {
     }
   }
   const shade = gs.map(([a, b]) => `<rect class="gap" x="${x(a)}" y="${T}" width="${(x(b) - x(a)).toFixed(1)}" height="${H - T - B}"><title>not online</title></rect>`).join("");
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
+  // Fewer time labels where they are drawn larger, so that they do not run into each other.
+  const ticks = (k > 1.4 ? [0, 0.5, 1] : [0, 0.25, 0.5, 0.75, 1]).map((f) => {
     const t = from + f * (to - from);
-    const label = new Date(t).toLocaleString([], c.range === "7d" ? { weekday: "short", hour: "2-digit", minute: "2-digit" } : { hour: "2-digit", minute: "2-digit" });
-    return `<text class="tick" x="${x(t)}" y="${H - 8}" text-anchor="${f === 0 ? "start" : f === 1 ? "end" : "middle"}">${esc(label)}</text>`;
+    // Over a day or more, each tick says its date as well.
+    const label = new Date(t).toLocaleString([], c.range === "1h" ? { hour: "2-digit", minute: "2-digit" } : { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+    return `<text class="tick" ${font} x="${x(t)}" y="${H - 8}" text-anchor="${f === 0 ? "start" : f === 1 ? "end" : "middle"}">${esc(label)}</text>`;
   }).join("");
   const fmt = (v) => (p.type === "BOOLEAN" ? String(v >= 0.5) : (Math.round(v * 1000) / 1000).toString());
-  fig.innerHTML = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-labelledby="history-summary" data-buckets="${bs.length}"><g>${shade}</g><g>${band}</g><path class="line" d="${path.trim()}"/><line class="axis" x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}"/><text class="tick" x="${L - 4}" y="${y(hi)}" text-anchor="end">${esc(fmt(hi))}${esc(unit)}</text><text class="tick" x="${L - 4}" y="${y(lo)}" text-anchor="end">${esc(fmt(lo))}${esc(unit)}</text>${ticks}</svg>`;
+  fig.innerHTML = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-labelledby="history-summary" data-buckets="${bs.length}"><g>${shade}</g><g>${band}</g><path class="line" d="${path.trim()}"/><line class="axis" x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}"/><text class="tick" ${font} x="${L - 4}" y="${y(hi)}" text-anchor="end">${esc(fmt(hi))}${esc(unit)}</text><text class="tick" ${font} x="${L - 4}" y="${y(lo)}" text-anchor="end">${esc(fmt(lo))}${esc(unit)}</text>${ticks}</svg>`;
   const mins = bs.map((b) => b.min).filter((v) => typeof v === "number"), maxs = bs.map((b) => b.max).filter((v) => typeof v === "number");
   const last = holds.length ? holds[holds.length - 1][1] : null;
   let text = `${c.prop}, ${words} in steps of ${step}: `;
