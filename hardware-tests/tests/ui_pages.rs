@@ -200,7 +200,7 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         .expect("scrolled");
         screenshot(&c, "gateway-oven-history.png").await;
 
-        // A value above the model's maximum: the twin API's error, by the field.
+        // A value above the model's maximum: refused by the field before anything is asked.
         submit(
             &c,
             "#desired-setpoint",
@@ -208,15 +208,21 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
             "500",
         )
         .await;
-        click(&c, r#"form[data-prop="setpoint"] button[name="confirm"]"#).await;
         wait_text(
             &c,
             "#desired-setpoint-error",
             15,
             "the refusal by the field",
-            |t| t.contains("500 is above the model maximum 120"),
+            |t| t.contains("500 is above the maximum, 120 Celsius"),
         )
         .await;
+        assert_eq!(
+            attr(&c, r#"form[data-prop="setpoint"] .confirm"#, "hidden")
+                .await
+                .as_deref(),
+            Some("true"),
+            "a value out of range is not asked about"
+        );
         assert_eq!(oven.holding(1), Some(65), "the register keeps 65");
 
         // The mapper killed: the device is unknown, and the page says why.
@@ -403,7 +409,7 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         .await;
         // Followed by watches, not read again and again.
         wait_text(&c, "#health", 10, "the page live", |t| {
-            t == "2 nodes · 2 devices · live"
+            t.starts_with("2 nodes · 2 devices · live, following ")
         })
         .await;
         // Values move under it: a link the keyboard is on keeps the focus.
@@ -490,11 +496,21 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
             |t| t.contains("70") && t.contains("landed"),
         )
         .await;
-        // A BOOLEAN is a switch: off, confirmed, the heater's coil off.
+        // A BOOLEAN is a switch showing the heater on (as reported); turned off, confirmed, the
+        // heater's coil off.
         assert_eq!(
             attr(&c, "#desired-heater-on", "role").await.as_deref(),
             Some("switch")
         );
+        sim::poll::eventually_async(30, "the switch on, as the heater is", async || {
+            let on = c
+                .execute("return document.getElementById('desired-heater-on').checked", vec![])
+                .await
+                .ok()?;
+            (on.as_bool() == Some(true)).then_some(())
+        })
+        .await;
+        click(&c, "#desired-heater-on").await;
         click(&c, r#"form[data-prop="heater-on"] button[type="submit"]"#).await;
         wait_text(&c, r#"form[data-prop="heater-on"] .confirm"#, 10, "the confirmation", |t| {
             t.contains("Write false to heater-on of default/oven-2?")
@@ -620,7 +636,7 @@ fn the_fleet_page_lists_two_nodes_and_sets_a_device_through_its_spec() {
         c.set_window_size(390, 844).await.expect("a phone's size");
         for view in ["#/", "#/devices", "#/device/default/oven-2"] {
             c.goto(&format!("{url}{view}")).await.expect("a view");
-            wait_text(&c, "#health", 10, "the page live", |t| t.ends_with("live")).await;
+            wait_text(&c, "#health", 10, "the page live", |t| t.contains("· live, following ")).await;
             let wide = overflow(&c).await;
             assert!(wide <= 0, "{view} is {wide} px wider than a phone's screen");
             assert_accessible(&c, &format!("the fleet's {view} on a phone")).await;
@@ -736,7 +752,336 @@ fn a_long_device_list_pages_and_sorts() {
             |t| t == "default/d119",
         )
         .await;
+        // The page follows the values of the devices it shows, not the gateway's: the event
+        // stream it holds names the 50 on screen.
+        let key = sim::poll::eventually_async(10, "the stream for the page shown", async || {
+            let key = c.execute("return following.key", vec![]).await.ok()?;
+            let key = key.as_str()?.to_string();
+            key.contains("default/d119").then_some(key)
+        })
+        .await;
+        assert_eq!(key.split(',').count(), 50, "{key}");
+        assert!(!key.contains("default/d000,"), "{key}");
+        // Sorted by state, the devices that need someone come first: two online ones go to
+        // the end, after the unknown ones.
+        for d in ["d003", "d117"] {
+            sim::run(std::process::Command::new("mosquitto_pub").args([
+                "-p",
+                &node.mqtt.to_string(),
+                "-t",
+                &format!("$hw/events/device/default/{d}/state/update"),
+                "-m",
+                r#"{"event_id":"","timestamp":0,"state":"online"}"#,
+            ]));
+        }
+        wait_text(&c, "#state-counts", 20, "two online", |t| {
+            t == "118 unknown · 2 online"
+        })
+        .await;
+        click(&c, r#"button[data-sort="state"]"#).await;
+        wait_text(
+            &c,
+            "#device-rows tr:first-child td:nth-child(2)",
+            10,
+            "unknown first",
+            |t| t.starts_with("unknown"),
+        )
+        .await;
+        click(&c, "#page-next").await;
+        click(&c, "#page-next").await;
+        wait_text(&c, "#device-rows", 10, "online last", |t| {
+            t.trim_end().ends_with("modbus") && t.contains("default/d117")
+        })
+        .await;
+        let last = text(&c, "#device-rows tr:last-child td:nth-child(2)").await;
+        assert!(last.starts_with("online"), "the last row: {last}");
         assert_accessible(&c, "a long device list").await;
+        c.close().await.expect("closed");
+    });
+}
+
+/// Whether the gateway page's switch for the heater is on.
+async fn switch_on(c: &sim::browser::fantoccini::Client) -> Option<bool> {
+    c.execute(
+        "const s = document.getElementById('desired-heater-on'); return s ? s.checked : null",
+        vec![],
+    )
+    .await
+    .ok()?
+    .as_bool()
+}
+
+/// The controls show the truth: the heater's switch is on while the heater is (and follows a
+/// value set elsewhere), a number field refuses letters and out-of-range values before asking,
+/// a question shows what the property holds now, and a newer value set while it is open (by
+/// kectl here) is said there and not overwritten by Write; the switch's history counts its
+/// toggles and its spark moves.
+#[test]
+fn controls_show_the_live_value_and_a_question_never_overwrites_a_newer_one() {
+    let Some(driver) = chromedriver() else {
+        return;
+    };
+    let oven = Sim::oven();
+    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("the oven");
+    let node = Node::start(&oven_on("oven-1", "test-node", port));
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async move {
+        let c = browser(&driver).await;
+        c.goto(&format!("{}/ui#/device/default/oven-1", node.http))
+            .await
+            .expect("the oven's page");
+        wait_text(
+            &c,
+            r#"tr[data-prop="heater-on"] [data-value]"#,
+            30,
+            "the heater on",
+            |t| t == "true",
+        )
+        .await;
+        sim::poll::eventually_async(10, "the switch on, as the heater is", async || {
+            (switch_on(&c).await == Some(true)).then_some(())
+        })
+        .await;
+        // Set elsewhere (kectl): the switch follows.
+        node.kectl(&["twin", "set", "oven-1", "heater-on", "false"]);
+        sim::poll::eventually_async(30, "the switch off, as kectl set it", async || {
+            (switch_on(&c).await == Some(false)).then_some(())
+        })
+        .await;
+        sim::poll::eventually_async(30, "the coil off", async || {
+            (oven.edit(|s| s.coils.get(&0).copied()) == Some(false)).then_some(())
+        })
+        .await;
+        node.kectl(&["twin", "set", "oven-1", "heater-on", "true"]);
+        sim::poll::eventually_async(30, "the switch on again", async || {
+            (switch_on(&c).await == Some(true)).then_some(())
+        })
+        .await;
+        // The number field holds the set point; letters and a value out of range are refused
+        // by the field, with nothing asked.
+        wait_text(
+            &c,
+            r#"tr[data-prop="setpoint"] [data-value]"#,
+            30,
+            "80",
+            |t| t == "80",
+        )
+        .await;
+        let value = c
+            .execute(
+                "return document.getElementById('desired-setpoint').value",
+                vec![],
+            )
+            .await
+            .expect("the field's value");
+        assert_eq!(value.as_str(), Some("80"), "the field holds the set point");
+        let setpoint = r#"form[data-prop="setpoint"] button"#;
+        for (typed, said) in [
+            ("abc", "type a number first"),
+            ("12.5", "12.5 is not a whole number"),
+            ("-3", "-3 is below the minimum, 0 Celsius"),
+        ] {
+            submit(&c, "#desired-setpoint", setpoint, typed).await;
+            wait_text(&c, "#desired-setpoint-error", 10, said, |t| {
+                t.contains(said)
+            })
+            .await;
+            assert_eq!(
+                attr(&c, r#"form[data-prop="setpoint"] .confirm"#, "hidden")
+                    .await
+                    .as_deref(),
+                Some("true"),
+                "{typed:?} was asked about"
+            );
+        }
+        // A question shows the values now; 85 set by kectl while it is open is said there, and
+        // Write does not put 100 over it.
+        submit(&c, "#desired-setpoint", setpoint, "100").await;
+        wait_text(
+            &c,
+            r#"form[data-prop="setpoint"] .confirm"#,
+            10,
+            "the question",
+            |t| {
+                t.contains("Write 100 Celsius to setpoint of default/oven-1?")
+                    && t.contains("Now: desired 80 Celsius, reported 80 Celsius.")
+            },
+        )
+        .await;
+        node.kectl(&["twin", "set", "oven-1", "setpoint", "85"]);
+        wait_text(
+            &c,
+            r#"form[data-prop="setpoint"] .moved"#,
+            30,
+            "the move said",
+            |t| t.contains("changed to 85 while this question was open"),
+        )
+        .await;
+        click(&c, r#"form[data-prop="setpoint"] button[name="confirm"]"#).await;
+        wait_text(&c, "#desired-setpoint-error", 15, "not written", |t| {
+            t.contains("not written") && t.contains("setpoint is now 85")
+        })
+        .await;
+        sim::poll::eventually_async(30, "85 in the register", async || {
+            (oven.holding(1) == Some(85)).then_some(())
+        })
+        .await;
+        let desired = node.twin("default/oven-1").expect("the twin")["properties"]["setpoint"]
+            ["desired"]["value"]
+            .clone();
+        assert_eq!(desired, "85", "100 was written over the newer 85");
+        // Asked again, it is written.
+        submit(&c, "#desired-setpoint", setpoint, "90").await;
+        click(&c, r#"form[data-prop="setpoint"] button[name="confirm"]"#).await;
+        sim::poll::eventually_async(30, "90 in the register", async || {
+            (oven.holding(1) == Some(90)).then_some(())
+        })
+        .await;
+        // The switch's toggles are in its history's last hour, and its spark moves.
+        let raw = http_get(&format!(
+            "{}/api/v1/devices/default/oven-1/properties/heater-on/history?from=-1h&step=30s",
+            node.http
+        ));
+        let series: serde_json::Value = serde_json::from_str(&raw).expect("a history");
+        let (lo, hi) = series["buckets"].as_array().into_iter().flatten().fold(
+            (f64::MAX, f64::MIN),
+            |(lo, hi), b| {
+                (
+                    lo.min(b["min"].as_f64().unwrap_or(f64::MAX)),
+                    hi.max(b["max"].as_f64().unwrap_or(f64::MIN)),
+                )
+            },
+        );
+        assert_eq!((lo, hi), (0.0, 1.0), "the switch's last hour: {series}");
+        sim::poll::eventually_async(10, "the switch's spark moving", async || {
+            let spark = attr(&c, r#"tr[data-prop="heater-on"] svg.spark path"#, "d").await?;
+            spark.contains(" V").then_some(())
+        })
+        .await;
+        assert_accessible(&c, "the oven's page with a question open").await;
+        c.close().await.expect("closed");
+    });
+}
+
+/// The body of a GET of `url`.
+fn http_get(url: &str) -> String {
+    ureq::get(url)
+        .call()
+        .expect("an answer")
+        .body_mut()
+        .read_to_string()
+        .expect("a body")
+}
+
+/// The fleet page never claims what it does not know, and its views share one connection:
+/// - the Jobs view (three watches more than the page's four) shows a ConfigUpdateJob applied
+///   while it is open (over HTTP/1.1 a browser's six connections were taken, and it never did);
+/// - a viewer (the `view` role) is told it may not list nodes or jobs, not that there are none,
+///   and is offered no form to set a value;
+/// - with the API gone, every device is `unknown` (the API unreachable since ...) and every
+///   value `stale`, nodes too, and the health line says so.
+#[test]
+fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
+    use sim::stack::Cloud;
+    let Some(driver) = chromedriver() else {
+        return;
+    };
+    let mut cloud = Cloud::start();
+    let oven = Sim::oven();
+    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("oven.yaml");
+    std::fs::write(&file, oven_on("oven-1", "edge-1", port)).expect("manifest");
+    cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
+    // A viewer: a token of its own, bound to the view role.
+    let tokens = cloud.dir.path().join("data/tokens.csv");
+    cloud.kill9();
+    let mut text = std::fs::read_to_string(&tokens).expect("tokens.csv");
+    text.push_str("viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0,viewer,viewer,\"viewers\"\n");
+    std::fs::write(&tokens, text).expect("tokens.csv written");
+    cloud.spawn();
+    cloud.ok(&[
+        "create",
+        "clusterrolebinding",
+        "viewers",
+        "--clusterrole=view",
+        "--user=viewer",
+    ]);
+    let node = Node::start_named(&sim::bin_dir(), "edge-1", "", &cloud.edge_config());
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let url = format!("https://127.0.0.1:{}/ui", cloud.api);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        // The viewer.
+        let c = sim::browser::signed_in(&driver, &url, "viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0").await;
+        wait_text(&c, "#node-rows", 30, "nodes not listable", |t| {
+            t.contains("you may not list nodes") && !t.contains("no node has joined")
+        })
+        .await;
+        wait_text(&c, "#health", 30, "what the viewer may not see", |t| {
+            t.contains("not allowed to see: nodes")
+        })
+        .await;
+        c.goto(&format!("{url}#/jobs")).await.expect("jobs");
+        wait_text(&c, "#job-rows", 30, "jobs not listable", |t| {
+            t.contains("you may not list") && !t.contains("no job yet")
+        })
+        .await;
+        c.goto(&format!("{url}#/device/default/oven-1")).await.expect("the oven");
+        wait_text(&c, r#"tr[data-prop="setpoint"]"#, 60, "no form for a viewer", |t| {
+            t.contains("you may not set it")
+        })
+        .await;
+        assert!(
+            c.find(sim::browser::fantoccini::Locator::Css("form.desired")).await.is_err(),
+            "a viewer is offered a form"
+        );
+        assert_accessible(&c, "the fleet's device page for a viewer").await;
+        c.close().await.expect("closed");
+
+        // The admin, on the Jobs view: seven watches on one connection, a new job shows.
+        let c = sim::browser::signed_in(&driver, &format!("{url}#/jobs"), &cloud.admin_token()).await;
+        wait_text(&c, "#health", 60, "every watch live", |t| {
+            t.contains("live, following 7 watches")
+        })
+        .await;
+        let job = dir.path().join("job.yaml");
+        std::fs::write(
+            &job,
+            "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {name: metrics-9}\nspec:\n  nodeNames: [edge-1]\n  updateFields: {cloud.metricsSeconds: \"9\"}\n",
+        )
+        .expect("job");
+        cloud.ok(&["apply", "-f", job.to_str().expect("path")]);
+        wait_text(&c, "#job-rows", 30, "the new job in the Jobs view", |t| {
+            t.contains("metrics-9")
+        })
+        .await;
+
+        // The API gone: nothing is claimed.
+        c.goto(&format!("{url}#/devices")).await.expect("devices");
+        wait_text(&c, r#"tr[data-device="default/oven-1"]"#, 60, "the oven online", |t| {
+            t.contains("online") && t.contains("setpoint 80")
+        })
+        .await;
+        cloud.kill9();
+        wait_text(&c, r#"tr[data-device="default/oven-1"]"#, 60, "unknown and stale", |t| {
+            t.contains("unknown")
+                && t.contains("the API unreachable since")
+                && t.contains("stale")
+                && !t.contains("online")
+        })
+        .await;
+        wait_text(&c, "#health", 10, "the API lost", |t| {
+            t.contains("the API does not answer since")
+        })
+        .await;
+        c.goto(&format!("{url}#/")).await.expect("nodes");
+        wait_text(&c, r#"tr[data-node="edge-1"]"#, 30, "the node unknown", |t| {
+            t.contains("unknown") && !t.contains("Ready")
+        })
+        .await;
+        assert_accessible(&c, "the fleet's nodes with the API lost").await;
         c.close().await.expect("closed");
     });
 }

@@ -36,7 +36,8 @@ function renderNodes() {
   const nodes = [...F.nodes.values()].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
   setRows($("node-rows"), nodes.map((n) => {
     const r = ready(n);
-    const st = r.status === "True" ? "Ready" : "NotReady";
+    const lost = lostAt();
+    const st = lost ? "unknown" : r.status === "True" ? "Ready" : "NotReady";
     const beat = r.lastHeartbeatTime ? `${age(now - Date.parse(r.lastHeartbeatTime))} ago` : "never";
     const info = (n.status || {}).nodeInfo || {};
     // With cloudcore replicas: the one holding the node's session (its Lease identity).
@@ -47,20 +48,36 @@ function renderNodes() {
       attrs: `data-node="${esc(name)}"`,
       cells: [
         esc(name),
-        `<span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}`,
+        lost ? stateCell(...knownState("", "", lost, "the API"))
+          : `<span class="${st === "Ready" ? "state-online" : "state-offline"}">${st}</span>${r.reason && st !== "Ready" ? ` <span class="muted">${esc(r.reason)}</span>` : ""}`,
         esc(beat),
         `<a href="#/devices?node=${encodeURIComponent(name)}">${count.get(name) || 0}</a>`,
         esc(info.kubeletVersion || ""),
         esc(replica),
       ],
     };
-  }), "no node has joined", 6);
+  }), emptyText("nodes", "no node has joined"), 6);
 }
 
-function stateOf(id) {
+// A device's state as DeviceStatus has it.
+function reportedState(id) {
   const s = F.statuses.get(id);
   return (s && s.status && s.status.state) || "unknown";
 }
+
+// When the page lost the API (the first of its watches that failed for another reason than a
+// refusal, and is still down), 0 while it has it.
+function lostAt() {
+  const down = watches.filter((w) => !w.live && !w.forbidden && w.downSince);
+  return down.length ? Math.min(...down.map((w) => w.downSince)) : 0;
+}
+
+// A device's state as shown, and why: what DeviceStatus says, or unknown while the page cannot
+// follow the API (the gateway's page takes the same rule for edgecore).
+function shownOf(id) {
+  return knownState(reportedState(id), reasonOf(id), lostAt(), "the API");
+}
+const stateOf = (id) => shownOf(id)[0];
 
 // Why the cloud set a device's state (its node went away), and since when.
 function reasonOf(id) {
@@ -86,7 +103,7 @@ function valuesOf(id, d) {
     .map((n) => {
       const r = twins.get(n).reported;
       const m = r.metadata || {};
-      return { name: n, value: r.value, unit: units.get(n), stale: m.stale, error: m.error };
+      return { name: n, value: r.value, unit: units.get(n), stale: m.stale || !!lostAt(), error: m.error };
     }));
 }
 
@@ -102,7 +119,7 @@ function renderDevices() {
   const counts = new Map();
   for (const [id] of inScope) counts.set(stateOf(id), (counts.get(stateOf(id)) || 0) + 1);
   $("state-counts").textContent = [...counts].sort((a, b) => b[1] - a[1]).map(([st, n]) => `${n} ${st}`).join(" · ");
-  const val = ([id, d]) => ({ id, node: (d.spec || {}).nodeName || "", state: stateOf(id), model: ((d.spec || {}).deviceModelRef || {}).name || "" })[SORT.key];
+  const val = ([id, d]) => ({ id, node: (d.spec || {}).nodeName || "", state: stateKey(stateOf(id)), model: ((d.spec || {}).deviceModelRef || {}).name || "" })[SORT.key];
   const rows = inScope
     .filter(([id]) => !want || stateOf(id) === want)
     .filter(([id, d]) => !q || `${id} ${(d.spec || {}).nodeName} ${((d.spec || {}).deviceModelRef || {}).name}`.toLowerCase().includes(q))
@@ -116,11 +133,11 @@ function renderDevices() {
     cells: [
       `<a href="#/device/${esc(id)}">${esc(id)}</a>`,
       esc((d.spec || {}).nodeName || ""),
-      stateCell(stateOf(id), reasonOf(id)),
+      stateCell(...shownOf(id)),
       valuesOf(id, d),
       esc(((d.spec || {}).deviceModelRef || {}).name || ""),
     ],
-  })), F.devices.size ? "no device matches" : "no device yet", 5);
+  })), F.devices.size ? "no device matches" : emptyText("devices", "no device yet"), 5);
   const where = node ? ` on ${node}` : "";
   $("device-count").textContent = rows.length > PAGE
     ? `${page * PAGE + 1} to ${page * PAGE + shown.length} of ${rows.length} devices${where} (${F.devices.size} in all)`
@@ -167,16 +184,20 @@ function renderDevice() {
   const s = F.statuses.get(id) || {};
   const st = s.status || {};
   $("device-title").textContent = id;
-  $("device-state").innerHTML = `${stateCell(st.state || "unknown", reasonOf(id))} · node ${esc(d.spec.nodeName || "")} · model ${esc((d.spec.deviceModelRef || {}).name || "")}${st.lastOnlineTime ? ` · last online ${esc(st.lastOnlineTime)}` : ""}`;
+  const lost = lostAt();
+  $("device-state").innerHTML = `${stateCell(...knownState(st.state, reasonOf(id), lost, "the API"))} · node ${esc(d.spec.nodeName || "")} · model ${esc((d.spec.deviceModelRef || {}).name || "")}${st.lastOnlineTime ? ` · last online ${esc(st.lastOnlineTime)}` : ""}`;
   const mp = (name) => mpOf(id, name);
   const props = (d.spec.properties || []).map((p) => p.name);
   const writable = (name) => mp(name).accessMode !== "ReadOnly";
-  const shape = `${id}|${props.map((n) => `${n}:${writable(n)}:${mp(n).type}:${mp(n).minimum}:${mp(n).maximum}`).join(",")}`;
+  const may = mayPatch(d.metadata.namespace || "default");
+  const shape = `${id}|${may}|${props.map((n) => `${n}:${writable(n)}:${mp(n).type}:${mp(n).minimum}:${mp(n).maximum}`).join(",")}`;
   if (shape !== renderedShape) {
     renderedShape = shape;
     $("property-rows").innerHTML = props.map((name) => {
       const m = mp(name);
-      const form = writable(name) ? desiredForm(name, m) : `<span class="muted">read-only</span>`;
+      const form = !writable(name) ? `<span class="muted">read-only</span>`
+        : may === false ? `<span class="muted" data-not-allowed>you may not set it (no patch on devices in ${esc(d.metadata.namespace || "default")})</span>`
+        : may ? desiredForm(name, m) : `<span class="muted">checking whether you may set it…</span>`;
       return `<tr data-prop="${esc(name)}"><th scope="row">${esc(name)} <span class="muted">${esc(m.type || "")}</span></th><td class="rep"></td><td><div class="des"></div>${form}</td></tr>`;
     }).join("");
   }
@@ -192,9 +213,10 @@ function renderDevice() {
     const meta = (r && r.metadata) || {};
     // The edge reports a value when it changes; while the device is online and the value not
     // marked stale, the one shown is the one read now (the gateway's page has each read).
-    const live = st.state === "online" && !meta.stale && !meta.error;
+    const live = !lost && st.state === "online" && !meta.stale && !meta.error;
     let rep = r ? `<span data-value>${esc(r.value)}</span>${unit}${ts ? ` <span class="muted">changed ${age(now - ts)} ago${live ? " · current" : ""}</span>` : ""}` : `<span class="muted">none yet</span>`;
     if (meta.stale) rep += ` <span class="stale" title="not read since ${esc(meta.stale)}">stale</span>`;
+    else if (r && lost) rep += ` <span class="stale" title="the API unreachable since ${esc(clock(lost))}">stale</span>`;
     if (meta.error) rep += `<div class="error">read failed: ${esc(meta.error)}</div>`;
     const refused = meta.writeError;
     const want = p.desired && p.desired.value;
@@ -212,6 +234,7 @@ function renderDevice() {
     const set = (sel, html) => { const el = tr.querySelector(sel); if (el && el.innerHTML !== html) el.innerHTML = html; };
     set(".rep", rep);
     set(".des", des);
+    syncForm(tr.querySelector("form.desired"), { desired: want === undefined ? "" : String(want), reported: r ? String(r.value) : "", version: d.metadata.resourceVersion });
     const said = tr.querySelector(".desired p.error");
     if (said) said.textContent = F.errors.get(p.name) || "";
   }
@@ -230,15 +253,18 @@ $("property-rows").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = e.target;
   const name = form.dataset.prop;
-  const value = formValue(form);
   const id = F.shown;
   const d = F.devices.get(id);
-  if (!confirmWrite(e, form, `${name} of ${id}`, value, (mpOf(id, name) || {}).unit)) return;
+  const value = ask(e, form, `${name} of ${id}`, mpOf(id, name) || {}, F.errors);
+  if (value === null) return;
   const i = (d.spec.properties || []).findIndex((p) => p.name === name);
   const [ns, dn] = id.split("/");
   F.errors.delete(name);
-  // A desired value is the Device spec's, as kubectl patch sets it.
+  // A desired value is the Device spec's, as kubectl patch sets it; written only if the Device
+  // is still the one the question was asked about (its resourceVersion: a 409 otherwise).
+  const asked = form.asked || {};
   const patch = [
+    ...(asked.version ? [{ op: "replace", path: "/metadata/resourceVersion", value: asked.version }] : []),
     { op: "test", path: `/spec/properties/${i}/name`, value: name },
     { op: "add", path: `/spec/properties/${i}/desired`, value: { value } },
   ];
@@ -249,10 +275,14 @@ $("property-rows").addEventListener("submit", async (e) => {
       body: JSON.stringify(patch),
     });
     const body = await r.json().catch(() => ({}));
-    if (!r.ok) F.errors.set(name, body.message || `${r.status} ${r.statusText}`);
+    if (r.status === 409) {
+      const now = (((F.devices.get(id) || d).spec.properties || []).find((p) => p.name === name) || {}).desired;
+      const v = now && now.value !== undefined && now.value !== "" ? now.value : "none";
+      F.errors.set(name, `not written: ${id} changed while the question was open (${name} desired is now ${v}); look again and set it anew`);
+    } else if (!r.ok) F.errors.set(name, body.message || `${r.status} ${r.statusText}`);
     else {
       F.devices.set(id, body);
-      if (form.elements.value.type !== "checkbox") form.elements.value.value = "";
+      settle(form);
     }
   } catch (err) {
     F.errors.set(name, String(err.message || err));
@@ -265,19 +295,23 @@ $("property-rows").addEventListener("submit", async (e) => {
 // lists again, and an error is said in the health line and tried again after 1, 2, 4 ... 30 s.
 function follow(what, path, query, store, onChange) {
   const ctl = new AbortController();
-  const w = { what, live: false, error: "", stop: () => ctl.abort() };
+  const w = { what, live: false, error: "", forbidden: false, downSince: 0, stop: () => ctl.abort() };
   const url = (extra) => `${path}?${[query, extra].filter(Boolean).join("&")}`;
   (async () => {
     let wait = 1000;
     while (!ctl.signal.aborted) {
       try {
         const r = await api(url(""), { signal: ctl.signal });
-        if (!r.ok) throw new Error(`${r.status} ${(await r.json().catch(() => ({}))).message || r.statusText}`);
+        if (!r.ok) {
+          const err = new Error(`${r.status} ${(await r.json().catch(() => ({}))).message || r.statusText}`);
+          err.status = r.status;
+          throw err;
+        }
         const body = await r.json();
         store.clear();
         for (const o of body.items || []) store.set(key(o), o);
         let rv = (body.metadata || {}).resourceVersion || "";
-        Object.assign(w, { live: true, error: "" });
+        Object.assign(w, { live: true, error: "", forbidden: false, downSince: 0 });
         onChange(null);
         wait = 1000;
         for (;;) {
@@ -308,7 +342,9 @@ function follow(what, path, query, store, onChange) {
         }
       } catch (err) {
         if (ctl.signal.aborted || String(err.message) === "unauthorized") return;
-        Object.assign(w, { live: false, error: String(err.message || err) });
+        // A refusal (403) is not a lost API: the page says what it may not see instead.
+        const forbidden = err.status === 403;
+        Object.assign(w, { live: false, error: String(err.message || err), forbidden, downSince: forbidden ? 0 : w.downSince || Date.now() });
         onChange(null);
         await new Promise((r) => setTimeout(r, wait));
         wait = Math.min(wait * 2, 30000);
@@ -322,11 +358,50 @@ let watches = [];
 let changes = null;   // the shown Device's audit Events, watched while its page is open
 const audit = new Map();
 
+// The text of an empty table of `what`: `none` when the page follows it, else why it cannot know.
+function emptyText(what, none) {
+  const w = watches.find((x) => x.what === what) || (what === "pods" ? podWatch : null);
+  if (w && w.forbidden) return `you may not list ${what}: the API refused (403), so whether there are any is not known here`;
+  if (w && !w.live) return `${what} not known: ${w.error || "connecting to the API"}`;
+  return none;
+}
+
+// Whether the user may set desired values in namespace `ns` (a SelfSubjectAccessReview of patch
+// on devices, asked once per namespace): true, false, or undefined while the answer is awaited.
+const may = new Map();
+function mayPatch(ns) {
+  if (!may.has(ns)) {
+    may.set(ns, undefined);
+    (async () => {
+      try {
+        const r = await api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ apiVersion: "authorization.k8s.io/v1", kind: "SelfSubjectAccessReview", spec: { resourceAttributes: { namespace: ns, verb: "patch", group: "devices.kubeedge.io", resource: "devices" } } }),
+        });
+        const body = await r.json().catch(() => ({}));
+        // Asked and not answered: the form is offered, and the API still decides.
+        may.set(ns, r.ok ? !!(body.status || {}).allowed : true);
+      } catch (_) {
+        may.set(ns, true);
+      }
+      changed();
+    })();
+  }
+  return may.get(ns);
+}
+
 function showHealth() {
-  const down = watches.concat(podWatch ? [podWatch] : []).filter((w) => !w.live);
-  const text = down.length
-    ? `cannot follow the API (${down.map((w) => `${w.what}: ${w.error || "connecting"}`).join("; ")}); trying again`
-    : `${F.nodes.size} nodes · ${F.devices.size} devices · live`;
+  const all = watches.concat(podWatch ? [podWatch] : [], jobWatch || [], changes ? [changes] : []);
+  const down = all.filter((w) => !w.live && !w.forbidden);
+  const refused = all.filter((w) => w.forbidden).map((w) => w.what);
+  const lost = lostAt();
+  const text = [
+    lost ? `the API does not answer since ${clock(lost)}: states unknown, values stale (${down.map((w) => `${w.what}: ${w.error || "connecting"}`).join("; ")}); trying again`
+      : down.length ? `connecting to the API (${down.map((w) => w.what).join(", ")})`
+      : `${F.nodes.size} nodes · ${F.devices.size} devices · live, following ${all.length} watches`,
+    refused.length ? `not allowed to see: ${refused.join(", ")}` : "",
+  ].filter(Boolean).join(" · ");
   if ($("health").textContent !== text) $("health").textContent = text;
   F.ok = !down.length;
 }
@@ -381,7 +456,7 @@ function renderPods() {
         String(podRestarts(p)),
       ],
     };
-  }), "no pod yet", 5);
+  }), emptyText("pods", "no pod yet"), 5);
 }
 
 function renderPod() {
@@ -456,7 +531,11 @@ function renderJobs() {
       }
     }
   }
-  setRows($("job-rows"), rows, "no job yet (kubectl apply an ImagePrePullJob, a NodeUpgradeJob or a ConfigUpdateJob)", 4);
+  const refused = (jobWatch || []).filter((w) => w.forbidden).map((w) => w.what);
+  const none = refused.length
+    ? `you may not list ${refused.join(", ")}: the API refused (403), so whether there are any is not known here`
+    : "no job yet (kubectl apply an ImagePrePullJob, a NodeUpgradeJob or a ConfigUpdateJob)";
+  setRows($("job-rows"), rows, none, 4);
 }
 
 // The open pod's log: its last 500 lines, then followed as the node writes it (the API's

@@ -13,38 +13,52 @@ const S = {
   dirtyDevice: false,
   errors: new Map(),    // property -> the API's answer to the last desired value set here
 };
-const HISTORY = 60;
+const HISTORY = 1800;      // a spark's points at most (an hour of a 2 s cycle)
+const HOUR = 3600e3;
 
 // A device's state as shown: what edgecore says, or unknown while the page cannot reach
 // edgecore (what it showed last is no longer known to hold).
 function shownState(r) {
-  if (S.lostAt) return ["unknown", `edgecore unreachable since ${new Date(S.lostAt).toLocaleTimeString()}`];
-  return [r.state, r.stateReason];
+  return knownState(r.state, r.stateReason, S.lostAt, "edgecore");
 }
 const idOf = (r) => `${r.namespace}/${r.name}`;
+
+// A reported value as a spark draws it: a number, a switch as 1 or 0 (NaN for text).
+const sparkValue = (v) => (v === "true" ? 1 : v === "false" ? 0 : v === "" ? Number.NaN : Number(v));
+
+// The values of the last hour kept for a spark: older ones go, but the last one before the hour
+// stays (the value holding at its start); at most HISTORY points, thinned oldest first.
+function keepHour(h) {
+  const from = Date.now() - HOUR;
+  let cut = 0;
+  while (cut + 1 < h.length && h[cut + 1][0] <= from) cut++;
+  const kept = h.slice(cut);
+  while (kept.length > HISTORY) kept.splice(1, 1);
+  return kept;
+}
 
 function remember(id, name, p) {
   const r = p && p.reported;
   if (!r) return;
-  const n = Number(r.value);
-  if (r.value === "" || !Number.isFinite(n)) return;
+  const n = sparkValue(r.value);
+  if (!Number.isFinite(n)) return;
   const key = `${id}/${name}`;
   const h = S.history.get(key) || [];
   // Answers and events may cross: only a newer value than the last one kept is added.
   if (h.length && h[h.length - 1][0] >= r.timestamp) return;
   h.push([r.timestamp, n]);
-  if (h.length > HISTORY) h.shift();
-  S.history.set(key, h);
+  S.history.set(key, keepHour(h));
 }
 
 function spark(id, name) {
-  const h = S.history.get(`${id}/${name}`) || [];
+  const h = keepHour(S.history.get(`${id}/${name}`) || []);
   if (h.length < 2) return "";
-  // Spaced by time (the last value held until now), each value drawn as a step.
-  const now = Date.now(), t0 = h[0][0], span = Math.max(1, now - t0);
+  // The last hour (what its column says), or less when the page knows less: spaced by time (the
+  // last value held until now), each value drawn as a step.
+  const now = Date.now(), t0 = Math.max(h[0][0], now - HOUR), span = Math.max(1, now - t0);
   const vs = h.map((x) => x[1]);
   const lo = Math.min(...vs), hi = Math.max(...vs), range = hi - lo || 1;
-  const X = (t) => (1 + ((t - t0) * 118) / span).toFixed(1);
+  const X = (t) => (1 + ((Math.max(t, t0) - t0) * 118) / span).toFixed(1);
   const Y = (v) => (26 - ((v - lo) * 24) / range).toFixed(1);
   let d = `M${X(h[0][0])} ${Y(h[0][1])}`;
   for (let i = 1; i < h.length; i++) d += ` H${X(h[i][0])} V${Y(h[i][1])}`;
@@ -66,7 +80,7 @@ function renderList() {
   for (const r of all) counts.set(shownState(r)[0] || "unknown", (counts.get(shownState(r)[0] || "unknown") || 0) + 1);
   $("state-counts").textContent = [...counts].sort((a, b) => b[1] - a[1]).map(([st, n]) => `${n} ${st}`).join(" · ");
   const key = S.sort.key;
-  const val = (r) => (key === "id" ? idOf(r) : key === "state" ? shownState(r)[0] || "unknown" : r[key] || "");
+  const val = (r) => (key === "id" ? idOf(r) : key === "state" ? stateKey(shownState(r)[0]) : r[key] || "");
   const rows = all
     .filter((r) => !want || (shownState(r)[0] || "unknown") === want)
     .filter((r) => !q || `${idOf(r)} ${r.model} ${r.protocol}`.toLowerCase().includes(q))
@@ -75,6 +89,7 @@ function renderList() {
   S.page = Math.min(S.page, pages - 1);
   const shown = rows.slice(S.page * PAGE, (S.page + 1) * PAGE);
   S.listed = new Set(shown.map(idOf));
+  refollow();
   setRows($("device-rows"), shown.map((r) => ({
     key: idOf(r),
     attrs: `data-device="${esc(idOf(r))}"`,
@@ -159,6 +174,7 @@ function renderDevice() {
     set(".rep", reported);
     set(".spark", spark(t.id, name));
     set(".des", desired);
+    syncForm(tr.querySelector("form.desired"), { desired: d, reported: r ? r.value : "", version: t.desiredVersion });
     const said = tr.querySelector(".desired p.error");
     if (said) said.textContent = S.errors.get(name) || "";
   }
@@ -189,7 +205,7 @@ async function seedSparks(id) {
       const seen = S.history.get(key) || [];
       const old = (d.buckets || []).map((b) => [b.t, numberOf(b.last)]).filter(([, v]) => Number.isFinite(v));
       const first = seen.length ? seen[0][0] : Infinity;
-      S.history.set(key, old.filter(([tt]) => tt < first).concat(seen).slice(-HISTORY));
+      S.history.set(key, keepHour(old.filter(([tt]) => tt < first).concat(seen)));
     } catch (_) { /* the live values only */ }
   }));
   S.dirtyDevice = true;
@@ -211,23 +227,28 @@ $("property-rows").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = e.target;
   const name = form.dataset.prop;
-  const input = form.elements.value;
-  const value = formValue(form);
   const [ns, dn] = S.twin.id.split("/");
   const p = S.twin.properties[name] || {};
-  if (!confirmWrite(e, form, `${name} of ${S.twin.id}`, value, p.unit)) return;
+  const value = ask(e, form, `${name} of ${S.twin.id}`, p, S.errors);
+  if (value === null) return;
+  // Written only if no desired value changed since the question was asked.
+  const asked = form.asked || {};
+  const cond = Number.isInteger(asked.version) ? `?ifVersion=${asked.version}` : "";
   S.errors.delete(name);
   try {
-    const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(dn)}/desired`, {
+    const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(dn)}/desired${cond}`, {
       method: "PUT",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ [name]: value }),
     });
-    if (!r.ok) {
+    if (r.status === 409) {
+      const now = ((S.twin.properties[name] || {}).desired || {}).value;
+      S.errors.set(name, `not written: a desired value of ${S.twin.id} changed while the question was open (${name} is now ${now === undefined || now === "" ? "none" : now}); look again and set it anew`);
+    } else if (!r.ok) {
       const body = await r.json().catch(() => ({}));
       S.errors.set(name, body.error || `${r.status} ${r.statusText}`);
-    } else if (input.type !== "checkbox") {
-      input.value = "";
+    } else {
+      settle(form);
     }
   } catch (err) {
     S.errors.set(name, String(err.message || err));
@@ -275,6 +296,7 @@ async function openDevice(id) {
   for (const [k, p] of Object.entries(t.properties || {})) remember(id, k, p);
   const opened = !S.twin || S.twin.id !== id;
   S.twin = t;
+  if (opened) refollow();
   if (opened) {
     Chart.prop = "";
     seedSparks(id);
@@ -308,6 +330,9 @@ function onDeviceEvent(ev) {
     for (const [k, p] of Object.entries(ev.properties || {})) {
       if (p) S.twin.properties[k] = p; else delete S.twin.properties[k];
     }
+    // The version a write is conditional on moves with every desired value set.
+    if (ev.row && Number.isInteger(ev.row.desiredVersion) && ev.row.desiredVersion > (S.twin.desiredVersion || 0))
+      S.twin.desiredVersion = ev.row.desiredVersion;
     // A device's state changes the staleness of all its values: read it whole again.
     if (ev.row && moved) openDevice(id); else S.dirtyDevice = true;
   }
@@ -322,11 +347,33 @@ async function loadDevices() {
   schedule();
 }
 
+// The devices whose values the page shows (the list's page, the open device): the event stream
+// carries theirs, and of the others only their states, so that a page costs what it shows.
+function followed() {
+  const ids = new Set(S.listed || []);
+  if (S.twin) ids.add(S.twin.id);
+  return [...ids].sort().join(",");
+}
+
+// When what is on screen changes, the stream is opened again for it (a moment later, so that
+// paging or typing in the search opens it once).
+let following = { key: null, ctl: null, timer: 0 };
+function refollow() {
+  if (following.timer) return;
+  following.timer = setTimeout(() => {
+    following.timer = 0;
+    if (following.ctl && following.key !== followed()) following.ctl.abort();
+  }, 300);
+}
+
 // Server-sent events over fetch (EventSource cannot send the token).
 async function listen() {
   for (;;) {
+    const ctl = new AbortController();
+    following.ctl = ctl;
+    following.key = followed();
     try {
-      const r = await api("/api/v1/events", { headers: { accept: "text/event-stream" } });
+      const r = await api(`/api/v1/events?devices=${encodeURIComponent(following.key)}`, { headers: { accept: "text/event-stream" }, signal: ctl.signal });
       S.live = true;
       S.lostAt = 0;
       showHealth();
@@ -354,6 +401,8 @@ async function listen() {
       }
     } catch (err) {
       if (String(err.message) === "unauthorized") return;
+      // Opened again for what is on screen now: not a lost edgecore.
+      if (ctl.signal.aborted) continue;
     }
     S.live = false;
     if (!S.lostAt && S.devices.size) S.lostAt = Date.now();
@@ -368,7 +417,7 @@ async function listen() {
 // What is down, where the user cannot miss it: edgecore itself, a mapper, the cloud link.
 function showBanner() {
   const said = [];
-  if (S.lostAt) said.push(`edgecore does not answer since ${new Date(S.lostAt).toLocaleTimeString()}: the values shown may be old`);
+  if (S.lostAt) said.push(`edgecore does not answer since ${clock(S.lostAt)}: the values shown may be old`);
   for (const m of S.mappers || []) {
     if (m.state && m.state !== "alive") said.push(`mapper ${m.name} (${m.protocol}) is ${m.state}${m.error ? `: ${m.error}` : ""}; its devices are not read`);
   }
@@ -473,6 +522,7 @@ function route() {
   } else {
     $("devices").hidden = false;
     S.twin = null;
+    refollow();
     S.dirtyList = true;
     schedule();
   }

@@ -165,12 +165,16 @@ pub async fn overflow(c: &Client) -> i64 {
 
 /// Types `value` into the field `css` and presses the button of its form.
 pub async fn submit(c: &Client, field: &str, button: &str, value: &str) {
-    c.find(Locator::Css(field))
+    let input = c
+        .find(Locator::Css(field))
         .await
-        .unwrap_or_else(|e| panic!("no {field}: {e}"))
-        .send_keys(value)
-        .await
-        .expect("typed");
+        .unwrap_or_else(|e| panic!("no {field}: {e}"));
+    // A form's field holds the live value: what the user types replaces it, all of it selected
+    // first as a user would (Ctrl+A), then typed over.
+    use fantoccini::key::Key;
+    let select = format!("{}a{}", char::from(Key::Control), char::from(Key::Null));
+    input.send_keys(&select).await.expect("selected");
+    input.send_keys(value).await.expect("typed");
     c.find(Locator::Css(button))
         .await
         .unwrap_or_else(|e| panic!("no {button}: {e}"))

@@ -80,14 +80,14 @@ fn updater(port: u16, n: usize, rate: u64, stop: Arc<AtomicBool>, sent: Arc<Atom
     }
 }
 
-/// Reads the page's event stream for `secs`: (bytes, device events).
-fn stream_bytes(http: &str, secs: u64) -> (usize, usize) {
+/// Reads the page's event stream (`query`: what it follows) for `secs`: (bytes, device events).
+fn stream_bytes(http: &str, query: &str, secs: u64) -> (usize, usize) {
     let addr = http.trim_start_matches("http://");
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return (0, 0);
     };
     let _ = s.write_all(
-        format!("GET /api/v1/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n")
+        format!("GET /api/v1/events{query} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n")
             .as_bytes(),
     );
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
@@ -197,8 +197,15 @@ fn main() -> ExitCode {
         (loads, firsts)
     });
     let before = sent.load(Ordering::Relaxed);
-    let (bytes, events) = stream_bytes(&node.http, 5);
+    let (bytes, events) = stream_bytes(&node.http, "", 5);
     let updates = sent.load(Ordering::Relaxed) - before;
+    // What an open page receives a minute: following every device (as it did), a page of the
+    // list (the first 50, as the page follows them), one device's page.
+    let list: Vec<String> = (0..n.min(50)).map(|d| format!("default/d{d:04}")).collect();
+    let per_minute = |query: String| stream_bytes(&node.http, &query, 20).0 * 3;
+    let all_minute = per_minute(String::new());
+    let list_minute = per_minute(format!("?devices={}", list.join(",")));
+    let one_minute = per_minute(format!("?devices=default/d{:04}", n / 2));
     let rss_open = rt.block_on(async {
         let mut clients = Vec::new();
         for _ in 0..args.browsers {
@@ -228,6 +235,13 @@ fn main() -> ExitCode {
     println!(
         "| event stream: {events} events for {updates} updates in 5 s | {} bytes per event |",
         bytes.checked_div(events).unwrap_or(0)
+    );
+    println!(
+        "| bytes a minute an open page receives at {} updates/s: every device's values / a list page of 50 / one device's page | {} / {} / {} KB |",
+        args.rate,
+        all_minute / 1024,
+        list_minute / 1024,
+        one_minute / 1024
     );
     println!(
         "| edgecore RSS, {} updates/s: no page / the page open in {} browsers | {} / {} MB |",

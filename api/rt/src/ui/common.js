@@ -27,6 +27,20 @@ function showLogin(message) {
   $("token").focus();
 }
 
+// A clock time as both pages say it: local time, with the date when it is not today.
+function clock(ms) {
+  const d = new Date(ms);
+  return d.toDateString() === new Date().toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+}
+
+// What a page may say of a state it had from `source` (edgecore, the API): since it lost that
+// source at `lostAt`, unknown, and why (what it showed last is no longer known to hold); else
+// the state and its reason. Both pages take every device state through this one rule.
+function knownState(state, reason, lostAt, source) {
+  if (lostAt) return ["unknown", `${source} unreachable since ${clock(lostAt)}`];
+  return [state || "unknown", reason || ""];
+}
+
 function age(ms) {
   const s = Math.max(0, Math.round(ms / 1000));
   if (s < 60) return `${s} s`;
@@ -73,31 +87,110 @@ function desiredForm(name, p) {
   return `<form class="desired" data-prop="${esc(name)}" novalidate><label for="${esc(fid)}">Set ${esc(name)}</label>${field}<span class="muted" id="${esc(fid)}-hint">${esc(hint)}</span><button type="submit">Set</button><p class="confirm" hidden></p><p class="error" id="${esc(fid)}-error" role="alert"></p></form>`;
 }
 
+// What a desired-value form's field holds that cannot be written to property `p` ({type,
+// minimum, maximum, unit}), said before anything is asked: "" when it may be written.
+function invalid(form, p) {
+  const input = form.elements.value;
+  if (input.type !== "number") return "";
+  if (input.validity.badInput) return "not a number: type digits (a point for decimals)";
+  if (input.value.trim() === "") return "type a number first (this field takes digits, a sign and a point only)";
+  const n = Number(input.value);
+  const unit = p.unit ? ` ${p.unit}` : "";
+  if (p.type === "INT" && !Number.isInteger(n)) return `${input.value} is not a whole number (${p.type})`;
+  const limit = (v) => (v === undefined || v === null || v === "" ? null : Number(v));
+  const lo = limit(p.minimum), hi = limit(p.maximum);
+  if (lo !== null && n < lo) return `${input.value} is below the minimum, ${p.minimum}${unit}`;
+  if (hi !== null && n > hi) return `${input.value} is above the maximum, ${p.maximum}${unit}`;
+  return "";
+}
+
+// A form's control kept on the live value `live` ({desired, reported, version}): a switch on or
+// off, a field holding it, unless the user is changing it (typed, toggled, a question open).
+// While a question is open, a desired value that moves under it is said there.
+function syncForm(form, live) {
+  if (!form) return;
+  form.live = live;
+  const confirm = form.querySelector(".confirm");
+  if (!confirm.hidden) {
+    const moved = confirm.querySelector(".moved");
+    const was = form.asked || {};
+    const text = moved && live.desired !== was.desired
+      ? `The desired value changed to ${live.desired === "" ? "none" : live.desired} while this question was open: look again before writing.`
+      : "";
+    if (moved && moved.textContent !== text) moved.textContent = text;
+    return;
+  }
+  if (form.dataset.editing) return;
+  const input = form.elements.value;
+  const v = live.desired !== "" && live.desired !== undefined && live.desired !== null ? live.desired : live.reported;
+  if (input.type === "checkbox") input.checked = v === "true";
+  else if (document.activeElement !== input && input.value !== String(v ?? "")) input.value = v ?? "";
+}
+
 // The value a desired-value form holds ("true"/"false" for a switch).
 function formValue(form) {
   const input = form.elements.value;
   return input.type === "checkbox" ? String(input.checked) : input.value;
 }
 
-// A value goes to a device (a PLC): said back and confirmed first. Whether this submit is the
-// confirmation; if not, the question is shown (the value, its unit, where it goes) and false.
-function confirmWrite(e, form, where, value, unit) {
+// A value goes to a device (a PLC): checked, said back with what the property holds now, and
+// confirmed first. The value to write when this submit is the confirmation; otherwise null, the
+// field's mistake put in `errors` (by property) or the question shown (the value, its unit,
+// where it goes, the values now). `form.asked` keeps what was live when it was asked (with its
+// version: the page writes on condition that it still holds).
+function ask(e, form, where, p, errors) {
+  const name = form.dataset.prop;
   const confirm = form.querySelector(".confirm");
-  if (e.submitter && e.submitter.name === "confirm") {
+  if (e.submitter && e.submitter.name === "confirm" && !confirm.hidden) {
     confirm.hidden = true;
-    return true;
+    return formValue(form);
   }
-  confirm.innerHTML = `Write <strong>${esc(value === "" ? "(empty)" : value)}${unit ? ` ${esc(unit)}` : ""}</strong> to ${esc(where)}? <button type="submit" name="confirm">Write</button> <button type="button" class="cancel">Cancel</button>`;
+  const wrong = invalid(form, p || {});
+  const said = form.querySelector("p.error");
+  if (wrong) {
+    errors.set(name, wrong);
+    said.textContent = wrong;
+    confirm.hidden = true;
+    form.elements.value.focus();
+    return null;
+  }
+  errors.delete(name);
+  said.textContent = "";
+  const value = formValue(form);
+  const unit = p && p.unit ? ` ${esc(p.unit)}` : "";
+  const live = form.live || {};
+  form.asked = Object.assign({}, live);
+  const shown = (v) => (v === undefined || v === null || v === "" ? "none" : `${esc(v)}${unit}`);
+  confirm.innerHTML = `Write <strong>${esc(value === "" ? "(empty)" : value)}${unit}</strong> to ${esc(where)}? <span class="muted now">Now: desired ${shown(live.desired)}, reported ${shown(live.reported)}.</span> <span class="moved error" role="alert"></span> <button type="submit" name="confirm">Write</button> <button type="button" class="cancel">Cancel</button>`;
   confirm.hidden = false;
   confirm.querySelector('button[name="confirm"]').focus();
-  return false;
+  return null;
 }
 
+// The form is the user's from the first key or toggle until it is written or cancelled; a
+// change after a question was asked takes the question back.
+document.addEventListener("input", (e) => {
+  const form = e.target.closest && e.target.closest("form.desired");
+  if (!form) return;
+  form.dataset.editing = "1";
+  form.querySelector(".confirm").hidden = true;
+});
+
+// Done with a form (written, or cancelled): its control shows the live value again.
+function settle(form) {
+  delete form.dataset.editing;
+  form.querySelector(".confirm").hidden = true;
+  if (form.live) syncForm(form, form.live);
+}
+
+// Cancel writes nothing: a switch goes back to the value it shows; typed text stays in its field
+// (to be changed and set again), the focus back on it.
 document.addEventListener("click", (e) => {
   const b = e.target.closest("form.desired button.cancel");
   if (!b) return;
   const form = b.closest("form");
-  form.querySelector(".confirm").hidden = true;
+  if (form.elements.value.type === "checkbox") settle(form);
+  else form.querySelector(".confirm").hidden = true;
   form.elements.value.focus();
 });
 
@@ -110,6 +203,13 @@ function valuesCell(values) {
   });
   if (values.length > 3) shown.push(`<span class="muted">+${values.length - 3}</span>`);
   return shown.join(" · ");
+}
+
+// A state as a sort key: the ones that need someone first (offline, unhealthy, unknown), then
+// the rest, then online; ascending order lists the problems at the top.
+function stateKey(state) {
+  const rank = { offline: 0, unhealthy: 1, unknown: 2, online: 4, ok: 4 }[state || "unknown"];
+  return `${rank === undefined ? 3 : rank}${state || "unknown"}`;
 }
 
 function stateCell(state, reason) {
