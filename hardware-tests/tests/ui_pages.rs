@@ -269,6 +269,19 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
             t.contains("Set setpoint")
         })
         .await;
+        // The chart's labels as the phone shows them: readable (they were 7 px).
+        sim::poll::eventually_async(20, "the chart's labels at least 11 px high", async || {
+            let px = c
+                .execute(
+                    "const t = document.querySelector('#history-chart text.tick'); return t ? t.getBoundingClientRect().height : 0",
+                    vec![],
+                )
+                .await
+                .ok()?
+                .as_f64()?;
+            (px >= 11.0).then_some(())
+        })
+        .await;
         assert_accessible(&c, "the oven's page on a phone").await;
         screenshot(&c, "gateway-oven-phone.png").await;
 

@@ -82,7 +82,8 @@ function drawChart() {
   // least 12 px as shown, where they were 7) and the margin for them wider.
   const k = Math.min(2.2, Math.max(1, 640 / (fig.clientWidth || 640)));
   const W = 640, H = Math.round(220 + 20 * (k - 1)), L = Math.round(110 * k), R = 8, T = 10, B = Math.round(28 * k);
-  const font = `style="font-size:${(12 * k).toFixed(1)}px"`;
+  // A presentation attribute: the pages' Content-Security-Policy allows no inline style.
+  const font = `font-size="${(12 * k).toFixed(1)}"`;
   // A step begins on the clock's boundary, which may be before `from`: drawn from the left edge.
   const x = (t) => (L + ((Math.min(to, Math.max(from, t)) - from) / (to - from)) * (W - L - R)).toFixed(1);
   const y = (v) => (T + (1 - (v - lo) / (hi - lo)) * (H - T - B)).toFixed(1);
@@ -159,6 +160,12 @@ function historyPanel() {
 // Deferred, after common.js and before the page's own script: the document is there.
 historyPanel();
 $("history-prop").addEventListener("change", (e) => { Chart.prop = e.target.value; Chart.data = null; drawChart(); loadHistory(); });
+// Drawn again for a new width (a phone turned, a window resized): its labels' size depends on it.
+let resized = 0;
+window.addEventListener("resize", () => {
+  clearTimeout(resized);
+  resized = setTimeout(drawChart, 200);
+});
 $("history-ranges").addEventListener("click", (e) => {
   const b = e.target.closest("button[data-range]");
   if (!b) return;
