@@ -778,7 +778,7 @@ pub(crate) async fn serve(
         // Each request's headers must arrive within rt::http::HEADER_TIMEOUT: a client that
         // trickles them does not keep one of the `max_connections`.
         conns.spawn(async move {
-            if let Err(e) = rt::http::serve_connection(io, svc, stop).await {
+            if let Err(e) = rt::http::serve_connection(io, svc, stop, false).await {
                 tracing::debug!(%peer, error = %e, "HTTP connection ended with an error");
             }
         });

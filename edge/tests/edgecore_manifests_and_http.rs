@@ -460,16 +460,11 @@ fn an_event_stream_carries_the_values_of_the_devices_it_follows_only() {
         .expect("timeout");
     let lines = sim::lines(c, |l| l.strip_prefix("data: ").map(str::to_string));
     // oven-2's new desired value: not for this reader. Then oven-1's, which is.
-    let (s, _) = e.put(
-        "/api/v1/devices/default/oven-2/desired",
-        r#"{"setpoint": 91}"#,
-    );
-    assert_eq!(s, 200);
-    let (s, _) = e.put(
-        "/api/v1/devices/default/oven-1/desired",
-        r#"{"setpoint": 92}"#,
-    );
-    assert_eq!(s, 200);
+    for (oven, value) in [("oven-2", 91), ("oven-1", 92)] {
+        let path = format!("/api/v1/devices/default/{oven}/desired");
+        let (s, _) = e.put(&path, &format!(r#"{{"setpoint": {value}}}"#));
+        assert_eq!(s, 200);
+    }
     let mut seen = Vec::new();
     loop {
         let data = lines

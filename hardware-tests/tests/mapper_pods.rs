@@ -154,13 +154,9 @@ fn a_mapper_daemonset_runs_on_the_edge_node_and_its_values_reach_devicestatus() 
 
     // A pod that asks for the gateway's root, in a namespace without Pod Security labels (the
     // cloud stores it, as kube-apiserver would): the node refuses it, and kubectl shows why.
-    let root_pod = rt_dir.path().join("root-pod.yaml");
-    std::fs::write(
-        &root_pod,
+    cloud.apply(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: root}\nspec:\n  nodeName: edge-node-1\n  hostPID: true\n  volumes: [{name: host, hostPath: {path: /}}]\n  containers: [{name: c, image: \"busybox:1\", securityContext: {privileged: true}, volumeMounts: [{name: host, mountPath: /host}]}]\n",
-    )
-    .expect("write");
-    cloud.ok(&["apply", "-f", root_pod.to_str().expect("path")]);
+    );
     let why = eventually(60, "the root pod refused by the node", || {
         let out = cloud.ok(&[
             "get",

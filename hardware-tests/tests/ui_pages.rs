@@ -24,18 +24,7 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
     let Some(driver) = chromedriver() else {
         return;
     };
-    let oven = Sim::oven();
-    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("the oven");
-    {
-        let oven = oven.clone();
-        _oven_rt.spawn(oven.animate_oven(Duration::from_millis(300)));
-    }
-    let manifest = std::fs::read_to_string(sim::workspace_root().join("examples/modbus-tcp.yaml"))
-        .expect("example")
-        .replace("port: 5020", &format!("port: {port}"))
-        .replace("nodeName: edge-node-1", "nodeName: test-node");
-    let node = Node::start(&manifest);
-    let mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let (oven, _oven_rt, node, mapper) = oven_gateway(true);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async move {
         let c = browser(&driver).await;
@@ -306,6 +295,19 @@ fn the_oven_page_is_live_takes_a_set_point_and_says_why_a_device_is_unknown() {
         .await;
         c.close().await.expect("closed");
     });
+}
+
+/// The quickstart's oven (its temperature moving when `animated`) on a gateway of its own
+/// (`test-node`) with mapper-modbus: the simulator, its runtime, the gateway and the mapper.
+fn oven_gateway(animated: bool) -> (Sim, tokio::runtime::Runtime, Node, sim::Proc) {
+    let oven = Sim::oven();
+    let (port, rt) = oven.start("127.0.0.1:0").expect("the oven");
+    if animated {
+        rt.spawn(oven.clone().animate_oven(Duration::from_millis(300)));
+    }
+    let node = Node::start(&oven_on("oven-1", "test-node", port));
+    let mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    (oven, rt, node, mapper)
 }
 
 fn oven_on(name: &str, node: &str, port: u16) -> String {
@@ -834,10 +836,7 @@ fn controls_show_the_live_value_and_a_question_never_overwrites_a_newer_one() {
     let Some(driver) = chromedriver() else {
         return;
     };
-    let oven = Sim::oven();
-    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("the oven");
-    let node = Node::start(&oven_on("oven-1", "test-node", port));
-    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let (oven, _oven_rt, node, _mapper) = oven_gateway(false);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async move {
         let c = browser(&driver).await;
@@ -1003,10 +1002,7 @@ fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
     let mut cloud = Cloud::start();
     let oven = Sim::oven();
     let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("oven.yaml");
-    std::fs::write(&file, oven_on("oven-1", "edge-1", port)).expect("manifest");
-    cloud.ok(&["apply", "-f", file.to_str().expect("path")]);
+    cloud.apply(&oven_on("oven-1", "edge-1", port));
     // A viewer: a token of its own, bound to the view role.
     let tokens = cloud.dir.path().join("data/tokens.csv");
     cloud.kill9();
@@ -1059,13 +1055,9 @@ fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
             t.contains("live, following 7 watches")
         })
         .await;
-        let job = dir.path().join("job.yaml");
-        std::fs::write(
-            &job,
+        cloud.apply(
             "apiVersion: operations.kubeedge.io/v1alpha2\nkind: ConfigUpdateJob\nmetadata: {name: metrics-9}\nspec:\n  nodeNames: [edge-1]\n  updateFields: {cloud.metricsSeconds: \"9\"}\n",
-        )
-        .expect("job");
-        cloud.ok(&["apply", "-f", job.to_str().expect("path")]);
+        );
         wait_text(&c, "#job-rows", 30, "the new job in the Jobs view", |t| {
             t.contains("metrics-9")
         })

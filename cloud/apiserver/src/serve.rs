@@ -85,12 +85,7 @@ pub async fn serve(listener: TcpListener, tls: TlsAcceptor, app: Router, stop: C
             // arrive within rt::http::HEADER_TIMEOUT (and whose upgrades carry exec, attach
             // and port-forward).
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let served = if h2 {
-                rt::http::serve_h2_connection(stream, svc, stop).await
-            } else {
-                rt::http::serve_connection(stream, svc, stop).await
-            };
-            if let Err(e) = served {
+            if let Err(e) = rt::http::serve_connection(stream, svc, stop, h2).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });

@@ -398,8 +398,15 @@ mod tests {
             {"t": 0, "min": 76.1, "max": 77.25, "mean": 76.74666666666667, "last": 76.8, "count": 3},
             {"t": 60000, "min": 1, "max": 1, "mean": 1.0, "last": "true", "count": 1}]});
         let table = format_history(&doc);
-        let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
-        assert_eq!(rows[1][1..], ["76.1", "77.25", "76.7467", "76.8", "3"], "{table}");
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[1][1..],
+            ["76.1", "77.25", "76.7467", "76.8", "3"],
+            "{table}"
+        );
         assert_eq!(rows[2][1..], ["1", "1", "1.0", "true", "1"], "{table}");
     }
 

@@ -141,6 +141,23 @@ impl Cloud {
         text
     }
 
+    /// `kubectl apply -f -` of `yaml`: what kubectl said; a panic with it when it failed.
+    pub fn apply(&self, yaml: &str) -> String {
+        let mut kubectl = Command::new(kubectl_bin());
+        kubectl
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["apply", "-f", "-"]);
+        let out = crate::output_with(&mut kubectl, yaml.as_bytes());
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "kubectl apply: {said}");
+        said
+    }
+
     /// `kubectl port-forward {target} :{port}` running, with `extra` arguments and `env`, once it
     /// says the local port it listens on.
     pub fn port_forward(

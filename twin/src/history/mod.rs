@@ -671,7 +671,15 @@ mod tests {
         h.ingest(&points, 1).await;
         // From 17 s past a minute, in minute steps: the buckets start on whole minutes.
         let now = base + HOUR;
-        let s = oven(&h, "level", base + 17_000, base + 10 * MINUTE, Some(MINUTE), now).await;
+        let s = oven(
+            &h,
+            "level",
+            base + 17_000,
+            base + 10 * MINUTE,
+            Some(MINUTE),
+            now,
+        )
+        .await;
         assert!(s.buckets.iter().all(|b| b.t % MINUTE == 0), "{s:?}");
         assert_eq!(s.buckets[1].t, base + MINUTE);
         assert_eq!(s.buckets[1].count, 2);
@@ -703,7 +711,15 @@ mod tests {
         assert_eq!((b.min, b.max, b.count), (Some(0.0), Some(1.0), 3), "{s:?}");
         assert_eq!(b.last, serde_json::json!("true"));
         h.maintain(base + 2 * HOUR).await.expect("maintain");
-        let s = oven(&h, "heater-on", base, base + HOUR, Some(HOUR), base + 2 * HOUR).await;
+        let s = oven(
+            &h,
+            "heater-on",
+            base,
+            base + HOUR,
+            Some(HOUR),
+            base + 2 * HOUR,
+        )
+        .await;
         let b = &s.buckets[0];
         assert_eq!((b.min, b.max, b.count), (Some(0.0), Some(1.0), 3), "{s:?}");
     }
