@@ -109,8 +109,32 @@ enum ProbeFailure {
     NoAddress,
     #[error("no answer to a probe within {0:?}")]
     NoAnswer(Duration),
-    #[error("{}", .0.message())]
-    Unreachable(tonic::Status),
+    #[error("cannot reach it at {0}: {why}", why = unreachable_why(.1))]
+    Unreachable(String, tonic::Status),
+}
+
+/// Why a mapper's socket could not be reached, in plain words: the system's error under the
+/// transport's (a path with no socket, a connection refused), else the transport's message.
+fn unreachable_why(s: &tonic::Status) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::NotFound => {
+                    format!("no socket at that path ({io}): is the mapper running?")
+                }
+                std::io::ErrorKind::ConnectionRefused => {
+                    format!("the connection was refused ({io}): nothing listens there")
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    format!("edgecore may not open that socket ({io})")
+                }
+                _ => io.to_string(),
+            };
+        }
+        source = e.source();
+    }
+    s.message().to_string()
 }
 
 /// A handle to the mapper manager task.
@@ -762,5 +786,32 @@ impl Manager {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A probe that found no socket, or a refused connection, says so in plain words with the
+    /// mapper's address (it said "No such file or directory" alone).
+    #[test]
+    fn an_unreachable_mapper_is_named_with_its_address_and_why_in_plain_words() {
+        let gone =
+            tonic::Status::from_error(Box::new(std::io::Error::from(std::io::ErrorKind::NotFound)));
+        let said = ProbeFailure::Unreachable("/run/mapper-modbus.sock".into(), gone).to_string();
+        assert!(
+            said.starts_with("cannot reach it at /run/mapper-modbus.sock: no socket at that path")
+                && said.ends_with("is the mapper running?"),
+            "{said}"
+        );
+        let refused = tonic::Status::from_error(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let said = ProbeFailure::Unreachable("127.0.0.1:7070".into(), refused).to_string();
+        assert!(said.contains("the connection was refused"), "{said}");
+        let other = tonic::Status::unavailable("h2 protocol error");
+        let said = ProbeFailure::Unreachable("x".into(), other).to_string();
+        assert_eq!(said, "cannot reach it at x: h2 protocol error");
     }
 }

@@ -18,6 +18,7 @@ impl Manager {
             let tx = self.probe_tx.clone();
             let name = e.record.name.clone();
             let generation = e.generation;
+            let address = e.record.address.clone();
             let Some(mut client) = e.client.clone() else {
                 let _ = tx.try_send(ProbeResult {
                     name,
@@ -33,7 +34,7 @@ impl Manager {
                 };
                 let result = match tokio::time::timeout(timeout, client.get_device(request)).await {
                     Err(_) => Err(ProbeFailure::NoAnswer(timeout)),
-                    Ok(Err(s)) if unreachable(&s) => Err(ProbeFailure::Unreachable(s)),
+                    Ok(Err(s)) if unreachable(&s) => Err(ProbeFailure::Unreachable(address, s)),
                     Ok(_) => Ok(()),
                 };
                 let _ = tx
