@@ -17,6 +17,8 @@
 //! - [`operations`]: what a fleet job (`ImagePrePullJob`, `NodeUpgradeJob`,
 //!   `ConfigUpdateJob`) asks of one node, and its answer.
 //! - [`rfc3339`]: times as Kubernetes writes them.
+//! - [`alarm`]: alarm rules declared beside a device, read once, evaluated as a pure step.
+pub mod alarm;
 pub mod bus;
 pub mod crd;
 pub mod dmi;

@@ -205,6 +205,9 @@ topic_kinds! {
         StateUpdateResult = "state/update/result",
         /// `…/updated`: attribute update result.
         Updated = "updated",
+        /// `…/alarm`: an alarm of the device raised, cleared, acknowledged (edgecore's own;
+        /// `api::alarm`).
+        Alarm = "alarm",
     }
 }
 

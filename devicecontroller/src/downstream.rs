@@ -299,7 +299,12 @@ impl Downstream {
                 .as_str()
                 .unwrap_or_default()
                 .to_string(),
-            spec: spec_hash(&obj["spec"]),
+            // The alarm rules beside the spec are the node's to evaluate: a change of them
+            // goes down as a change of the spec does.
+            spec: spec_hash(&json!([
+                obj["spec"],
+                obj["metadata"]["annotations"][api::alarm::ANNOTATION]
+            ])),
             object: outward_text(obj, "Device"),
             properties: obj["spec"]["properties"]
                 .as_array()

@@ -67,6 +67,8 @@ pub struct Plan {
     /// Set with `state` when the cloud, not the edge, decided it: why (`node edge-2 lost its
     /// link to the cloud`) and since when (RFC 3339). A state the edge reports clears it.
     pub lost: Option<(String, String)>,
+    /// The alarms the edge told (`api::alarm::Alarm` as JSON), by rule: the newest of each.
+    pub alarms: BTreeMap<String, Value>,
     /// The messages this patch answers: `(node, message id)`.
     pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
@@ -83,6 +85,7 @@ impl Plan {
             && self.observed.is_empty()
             && self.errors.is_empty()
             && self.state.is_none()
+            && self.alarms.is_empty()
     }
 
     /// Folds `newer` in: each property keeps its newest value.
@@ -108,6 +111,7 @@ impl Plan {
             }
         }
         self.errors.extend(newer.errors);
+        self.alarms.extend(newer.alarms);
         if newer.state.is_some() {
             self.state = newer.state;
             self.lost = newer.lost;
@@ -230,6 +234,13 @@ impl Upstream {
         }
         let key = (device.namespace.clone(), device.name.clone());
         let mut plan = Plan::default();
+        if let Some(alarms) = content["alarms"].as_object() {
+            for (rule, a) in alarms {
+                if a.is_object() && rule.len() <= 63 {
+                    plan.alarms.insert(rule.clone(), a.clone());
+                }
+            }
+        }
         if is_twin {
             let Some(twins) = content["twin"].as_object() else {
                 return Err(Refusal::BadContent("no \"twin\" object".into()));
@@ -519,6 +530,24 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
         }
     }
     let mut status = json!({"twins": twins});
+    let mut ext = serde_json::Map::new();
+    if !plan.alarms.is_empty() {
+        // The alarms that stand, by rule, in the status' `extensions` (free-form in
+        // KubeEdge's schema); one that ended leaves.
+        let alarms: serde_json::Map<String, Value> = plan
+            .alarms
+            .iter()
+            .map(|(rule, a)| {
+                let v = if a["ended"].as_bool() == Some(true) {
+                    Value::Null
+                } else {
+                    a.clone()
+                };
+                (rule.clone(), v)
+            })
+            .collect();
+        ext.insert(ALARMS.into(), alarms.into());
+    }
     if let Some((state, online)) = &plan.state {
         if !state.is_empty() {
             status["state"] = json!(state);
@@ -534,18 +563,114 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
             .is_some_and(|e| e.contains_key(STATE_REASON));
         match &plan.lost {
             Some((reason, since)) => {
-                status["extensions"] = json!({STATE_REASON: reason, STATE_SINCE: since});
+                ext.insert(STATE_REASON.into(), json!(reason));
+                ext.insert(STATE_SINCE.into(), json!(since));
                 mark_stale(&mut status, Some(since));
             }
             None => {
                 if had {
-                    status["extensions"] = json!({STATE_REASON: null, STATE_SINCE: null});
+                    ext.insert(STATE_REASON.into(), Value::Null);
+                    ext.insert(STATE_SINCE.into(), Value::Null);
                 }
                 mark_stale(&mut status, None);
             }
         }
     }
+    if !ext.is_empty() {
+        status["extensions"] = ext.into();
+    }
     json!({"status": status})
+}
+
+/// `status.extensions` key of the alarms that stand, by rule.
+pub const ALARMS: &str = "alarms";
+
+/// One Kubernetes Event an alarm's change makes on its Device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlarmEvent {
+    pub reason: &'static str,
+    /// `Warning` for a raised alarm or a rule that cannot be evaluated, `Normal` otherwise.
+    pub warning: bool,
+    pub message: String,
+    /// When it happened (ms since the epoch).
+    pub at: i64,
+}
+
+/// The Events the alarms of `plan` make, against those `current` (the DeviceStatus as stored)
+/// holds: raised, cleared, acknowledged (several when the edge's reports were folded, each
+/// said once), a rule that cannot be evaluated.
+pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
+    let mut out = Vec::new();
+    for (rule, a) in &plan.alarms {
+        let was = &current["status"]["extensions"][ALARMS][rule];
+        let int = |v: &Value, k: &str| v[k].as_i64();
+        let what = |a: &Value| {
+            format!(
+                "{rule} ({}): {}",
+                a["severity"].as_str().unwrap_or("major"),
+                a["message"].as_str().unwrap_or_default()
+            )
+        };
+        let since = int(a, "since").unwrap_or(0);
+        if a["ended"].as_bool() == Some(true) && a["active"].as_bool() == Some(true) {
+            // Its rule was removed while it stood.
+            if !was.is_null() {
+                out.push(AlarmEvent {
+                    reason: "AlarmRemoved",
+                    warning: false,
+                    message: format!("{rule}: its rule was removed"),
+                    at: since,
+                });
+            }
+            continue;
+        }
+        let new_occurrence = int(was, "since") != Some(since);
+        if let Some(why) = a["error"].as_str() {
+            if was["error"].as_str() != Some(why) {
+                out.push(AlarmEvent {
+                    reason: "AlarmUnevaluable",
+                    warning: true,
+                    message: format!("{rule}: cannot be evaluated: {why}"),
+                    at: since,
+                });
+            }
+            continue;
+        }
+        let raised = a["active"].as_bool() == Some(true) || a.get("clearedAt").is_some();
+        if raised && (new_occurrence || was["active"].as_bool().is_none()) {
+            out.push(AlarmEvent {
+                reason: "AlarmRaised",
+                warning: true,
+                message: what(a),
+                at: since,
+            });
+        }
+        if let Some(at) = int(a, "ackedAt")
+            && (new_occurrence || int(was, "ackedAt").is_none())
+        {
+            out.push(AlarmEvent {
+                reason: "AlarmAcknowledged",
+                warning: false,
+                message: format!(
+                    "{rule} acknowledged by {}",
+                    a["ackedBy"].as_str().unwrap_or("someone")
+                ),
+                at,
+            });
+        }
+        if let Some(at) = int(a, "clearedAt")
+            && (new_occurrence || int(was, "clearedAt").is_none())
+        {
+            out.push(AlarmEvent {
+                reason: "AlarmCleared",
+                warning: false,
+                message: format!("{rule} cleared"),
+                at,
+            });
+        }
+    }
+    out.sort_by_key(|e| e.at);
+    out
 }
 
 /// `status.extensions` keys: why the cloud set the device's state, and since when.

@@ -124,6 +124,11 @@ pub async fn run(
         ));
     }
 
+    // The alarms kept at the last run, served at once; evaluated once the catalog is read.
+    let alarms = crate::alarms::Alarms::load(twin.clone()).await;
+    let alarm_changes = sync.subscribe();
+    let alarm_events = twin.subscribe();
+
     // Pods the cloud sent before this start run at once, link or not.
     let cloud_pods = edged::CloudPods::default();
     meta.load_pod_objects(&cloud_pods).await?;
@@ -145,6 +150,7 @@ pub async fn run(
             .await
             .with_context(|| format!("cannot listen on http.address {}", config.http.address))?;
         let state = http::ApiState {
+            alarms: alarms.clone(),
             node: config.node_name.as_str().into(),
             cloud: config.cloud.is_some(),
             events: http::event_feed(&twin, cancel.clone()),
@@ -236,6 +242,11 @@ pub async fn run(
         let _ = mappers.set(m);
     }
 
+    tasks.spawn(
+        alarms
+            .clone()
+            .run(catalog.clone(), alarm_changes, alarm_events, cancel.clone()),
+    );
     started.store(true, std::sync::atomic::Ordering::Release);
     // The start's burst (a first start writes every twin) filled the databases' page caches.
     twin.store().release_cache().await;
@@ -268,6 +279,7 @@ pub async fn run(
             metrics: metrics.clone(),
             runtime: runtime.clone(),
             jobs: jobs.clone(),
+            alarms: alarms.clone(),
             link: std::sync::Mutex::new(None),
             tunnel: cloud.streams.enable.then(|| {
                 std::sync::Arc::new(crate::edgehub::tunnel::Services {

@@ -140,9 +140,12 @@ impl Catalog {
             match self.devices.get(id) {
                 None => out.push(Change::DeviceAdded(d.clone())),
                 Some(old) if old != d => {
-                    // Only a change of the spec is an update (not of labels, say).
+                    // Only a change of the spec (or of the alarm rules beside it) is an
+                    // update (not of labels, say).
                     if let (Some(old), Some(new)) = (old.device(), d.device())
-                        && old.spec != new.spec
+                        && (old.spec != new.spec
+                            || api::alarm::text_of(&old.metadata)
+                                != api::alarm::text_of(&new.metadata))
                     {
                         out.push(Change::DeviceUpdated(d.clone()));
                     }

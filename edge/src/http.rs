@@ -10,11 +10,13 @@
 //! | `GET /api/v1/devices/{ns}/{name}` | the twin document |
 //! | `PUT /api/v1/devices/{ns}/{name}/desired` | body `{"prop": "value", ...}`; optional `?ifVersion=N` (409 when the desired version moved on) |
 //! | `GET /api/v1/devices/{ns}/{name}/properties/{p}/history` | the property's reported values over time: `?from=&to=` (ms since the epoch, or `-24h`, `-7d`, `now`; the last hour by default), `?step=` (`1m`, `1h`, `30s` or ms: a bucket per step with min, max, mean, last, count; none: each point), `?format=csv` (or `Accept: text/csv`); property `$state` is the device's state |
+//! | `GET /api/v1/alarms` | every alarm (`api::alarm`): device, rule, severity, status (active or cleared, acknowledged or not, or a rule that cannot be evaluated and why), with the counts `active` and `unacknowledged` |
+//! | `POST /api/v1/devices/{ns}/{name}/alarms/{rule}/acknowledge` | body `{"by": "name"}` or none; 404 for no such rule, 409 when there is nothing to acknowledge or it already was |
 //! | `GET /api/v1/mappers` | registered mappers and their devices |
 //! | `GET /api/v1/pods` | edged's pods: phase, containers, refused manifests |
 //! | `GET /api/v1/pods/{ns}/{name}/log` | a container's log as text; `?container=`, `?previous=true`, `?tailLines=N` |
 //! | `GET /api/v1/status` | the node's name, the twin store's health, the outbox length and its oldest change's age, the cloud link (`none`, `connected`, `cut`) and its queues |
-//! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`), or `resync` when this reader fell behind; `?devices=ns/a,ns/b` sends the values of those devices only (every device's state still) |
+//! | `GET /api/v1/events` | server-sent events: every change of a twin as it is stored (`device`, with the alarms it tells), or `resync` when this reader fell behind; `?devices=ns/a,ns/b` sends the values of those devices only (every device's state still) |
 //! | `GET /ui` | the gateway's web page (no token needed to load it; it asks for the token the API needs) |
 
 use crate::dmi::mappers::Mappers;
@@ -58,6 +60,8 @@ pub(crate) struct ApiState {
     pub cloud: bool,
     /// The twin's changes for `GET /api/v1/events`.
     pub events: Feed,
+    /// The devices' alarms.
+    pub alarms: crate::alarms::Alarms,
     /// edgecore stops: the event streams end at once, so that a page left open does not hold
     /// the shutdown.
     pub stop: CancellationToken,
@@ -241,6 +245,11 @@ pub(crate) fn router(state: ApiState) -> Router {
             "/api/v1/devices/{ns}/{name}/properties/{property}/history",
             get(history),
         )
+        .route("/api/v1/alarms", get(alarms))
+        .route(
+            "/api/v1/devices/{ns}/{name}/alarms/{rule}/acknowledge",
+            axum::routing::post(acknowledge),
+        )
         .route("/api/v1/mappers", get(mappers))
         .route("/api/v1/status", get(status))
         .route("/api/v1/events", get(events))
@@ -286,6 +295,70 @@ async fn status(State(s): State<ApiState>) -> Response {
         "cloudServer": s.metrics.cloud_server.lock().map(|g| g.clone()).unwrap_or_default(),
     }))
     .into_response()
+}
+
+/// Every alarm (most severe first, then newest), each with its device and status, and the
+/// counts a header shows.
+async fn alarms(State(s): State<ApiState>) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let all = s.alarms.list().await;
+    let active = all.iter().filter(|(_, a)| a.active).count();
+    let unacknowledged = all
+        .iter()
+        .filter(|(_, a)| a.error.is_none() && a.acked_at.is_none())
+        .count();
+    let items: Vec<serde_json::Value> =
+        all.into_iter().map(|(id, a)| alarm_view(&id, &a)).collect();
+    Json(json!({"items": items, "active": active, "unacknowledged": unacknowledged}))
+        .into_response()
+}
+
+/// An alarm as the API shows it: with its device and status.
+fn alarm_view(id: &DeviceId, a: &api::alarm::Alarm) -> serde_json::Value {
+    let mut v = serde_json::to_value(a).unwrap_or_default();
+    v["device"] = json!(id.to_string());
+    v["status"] = json!(a.status());
+    v
+}
+
+/// Who acknowledges, as the body may say (`{"by": "name"}`).
+#[derive(Deserialize, Default)]
+struct Acknowledging {
+    #[serde(default)]
+    by: Option<String>,
+}
+
+/// The holder of the API's token acknowledges an alarm: `{"by": "name"}` (optional) names
+/// them in the record, which says it was done on the gateway.
+async fn acknowledge(
+    State(s): State<ApiState>,
+    Path((ns, name, rule)): Path<(String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    s.metrics.http_requests.fetch_add(1, Ordering::Relaxed);
+    let who: Acknowledging = if body.is_empty() {
+        Acknowledging::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(w) => w,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the body must be {{\"by\": \"name\"}} or empty: {e}"),
+                );
+            }
+        }
+    };
+    let by = match who.by.as_deref().map(str::trim).filter(|b| !b.is_empty()) {
+        Some(b) => format!("{b} (on the gateway)"),
+        None => "the gateway's operator".to_string(),
+    };
+    let id = DeviceId::new(ns, name);
+    match s.alarms.acknowledge(&id, &rule, &by).await {
+        Ok(a) => Json(alarm_view(&id, &a)).into_response(),
+        Err(e @ crate::alarms::AckError::NoRule(..)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+    }
 }
 
 /// The devices a reader of the event stream follows the values of (`?devices=ns/a,ns/b`).
@@ -413,11 +486,14 @@ fn event_change(
     } else {
         false
     };
-    // A device made, moved to another state or removed: every reader hears of it.
-    let row_only = moved.then(|| {
+    // A device made, moved to another state or removed, or an alarm of it: every reader
+    // hears of it.
+    let alarms = alarms_of(applied);
+    let row_only = (moved || !alarms.is_empty()).then(|| {
         Arc::from(
-            json!({"id": id, "removed": applied.removed, "row": applied.row, "properties": {}})
-                .to_string(),
+            json!({"id": id, "removed": applied.removed, "row": applied.row, "properties": {},
+                "alarms": alarms})
+            .to_string(),
         )
     });
     Some(Change {
@@ -456,9 +532,24 @@ fn event_data(applied: &twin::engine::Applied) -> Option<String> {
             "removed": applied.removed,
             "row": applied.row,
             "properties": properties,
+            "alarms": alarms_of(applied),
         })
         .to_string(),
     )
+}
+
+/// The alarms a change tells, as the API shows them.
+fn alarms_of(applied: &twin::engine::Applied) -> Vec<serde_json::Value> {
+    let Some(id) = &applied.device else {
+        return Vec::new();
+    };
+    applied
+        .outbox
+        .iter()
+        .filter(|e| e.section == twin::model::Section::Alarm)
+        .filter_map(|e| serde_json::from_str::<api::alarm::Alarm>(&e.value).ok())
+        .map(|a| alarm_view(id, &a))
+        .collect()
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {

@@ -3,6 +3,8 @@
 //! ([`dmi`]), the [`catalog`] of devices it serves and the [`metrics`] it counts. Inside:
 //!
 //! - `app`: the wiring: starts every module below on one twin service and one catalog.
+//! - `alarms`: each device's alarm rules evaluated on the gateway (offline too), kept, told
+//!   through the twin's outbox and broadcast, acknowledged from the local API or the cloud.
 //! - [`catalog`]: the devices and models edgecore serves, from local manifests and the cloud.
 //! - [`config`]: the config file, validated into the settings of each module.
 //! - [`dmi`]: the DMI gRPC server mappers report to, and the mapper manager (placement,
@@ -25,6 +27,7 @@
 //! `rt`'s.
 #![warn(unreachable_pub)]
 
+mod alarms;
 pub mod app;
 pub mod catalog;
 pub mod config;

@@ -1017,27 +1017,14 @@ fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
     let oven = Sim::oven();
     let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
     cloud.apply(&oven_on("oven-1", "edge-1", port));
-    // A viewer: a token of its own, bound to the view role.
-    let tokens = cloud.dir.path().join("data/tokens.csv");
-    cloud.kill9();
-    let mut text = std::fs::read_to_string(&tokens).expect("tokens.csv");
-    text.push_str("viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0,viewer,viewer,\"viewers\"\n");
-    std::fs::write(&tokens, text).expect("tokens.csv written");
-    cloud.spawn();
-    cloud.ok(&[
-        "create",
-        "clusterrolebinding",
-        "viewers",
-        "--clusterrole=view",
-        "--user=viewer",
-    ]);
+    add_viewer(&mut cloud);
     let node = Node::start_named(&sim::bin_dir(), "edge-1", "", &cloud.edge_config());
     let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
     let url = format!("https://127.0.0.1:{}/ui", cloud.api);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         // The viewer.
-        let c = sim::browser::signed_in(&driver, &url, "viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0").await;
+        let c = sim::browser::signed_in(&driver, &url, VIEWER).await;
         wait_text(&c, "#node-rows", 30, "nodes not listable", |t| {
             t.contains("you may not list nodes") && !t.contains("no node has joined")
         })
@@ -1103,4 +1090,228 @@ fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
         assert_accessible(&c, "the fleet's nodes with the API lost").await;
         c.close().await.expect("closed");
     });
+}
+
+/// A viewer's token: the view role, cluster-wide.
+const VIEWER: &str = "viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+
+/// Gives `cloud` a user with [`VIEWER`]'s token bound to the view role (a restart reads the
+/// token file).
+fn add_viewer(cloud: &mut sim::stack::Cloud) {
+    let tokens = cloud.dir.path().join("data/tokens.csv");
+    cloud.kill9();
+    let mut text = std::fs::read_to_string(&tokens).expect("tokens.csv");
+    text.push_str(&format!("{VIEWER},viewer,viewer,\"viewers\"\n"));
+    std::fs::write(&tokens, text).expect("tokens.csv written");
+    cloud.spawn();
+    cloud.ok(&[
+        "create",
+        "clusterrolebinding",
+        "viewers",
+        "--clusterrole=view",
+        "--user=viewer",
+    ]);
+}
+
+#[test]
+fn an_alarm_raised_on_the_gateway_is_acknowledged_on_the_fleet_page_and_cleared() {
+    use sim::stack::Cloud;
+    let Some(driver) = chromedriver() else {
+        return;
+    };
+    let mut cloud = Cloud::start();
+    let oven = Sim::oven();
+    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
+    let with_rules = |rules: &str| {
+        oven_on("oven-1", "edge-1", port).replace(
+            "  labels:\n    description: curing-oven-1\n",
+            &format!(
+                "  labels:\n    description: curing-oven-1\n  annotations:\n    devices.kubeedge.io/alarms: |\n{}",
+                rules.lines().map(|l| format!("      {l}\n")).collect::<String>()
+            ),
+        )
+    };
+    // A rule that cannot be read is refused by the API, naming its line and what is wrong.
+    let file = cloud.dir.path().join("bad-rules.yaml");
+    std::fs::write(&file, with_rules("too-hot: temperature > 90 clear < 95")).expect("manifest");
+    let (ok, out) = cloud.kubectl(&["apply", "-f", file.to_str().expect("path")]);
+    assert!(!ok, "a bad rule stored: {out}");
+    assert!(
+        out.contains("line 1: rule too-hot: clear < 95 is on the wrong side of the limit 90"),
+        "{out}"
+    );
+    cloud.apply(&with_rules(
+        "too-hot: temperature > 90 clear < 85 critical\nheater-off: heater-on == false warning",
+    ));
+    add_viewer(&mut cloud);
+    let node = Node::start_named(&sim::bin_dir(), "edge-1", "", &cloud.edge_config());
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    // An app on the gateway's broker hears every change of the oven's alarms.
+    let mqtt = sim::have("mosquitto_sub").then(|| {
+        std::process::Command::new("mosquitto_sub")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &node.mqtt.to_string(),
+                "-v",
+                "-C",
+                "3",
+            ])
+            .args(["-t", "$hw/events/device/default/oven-1/alarm"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("mosquitto_sub")
+    });
+    let url = format!("https://127.0.0.1:{}/ui", cloud.api);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let c =
+            sim::browser::signed_in(&driver, &format!("{url}#/alarms"), &cloud.admin_token()).await;
+        wait_text(
+            &c,
+            "#alarm-rows",
+            60,
+            "no alarm while the oven is at 21.5",
+            |t| t.contains("no alarm"),
+        )
+        .await;
+        // The oven overheats: the gateway raises the alarm, the fleet page shows it.
+        oven.edit(|s| {
+            s.holding.insert(0, 953);
+        });
+        let row = r#"tr[data-alarm="default/oven-1/too-hot"]"#;
+        wait_text(&c, row, 60, "the alarm raised", |t| {
+            t.contains("critical")
+                && t.contains("temperature 95.3 > 90")
+                && t.contains("active, unacknowledged")
+        })
+        .await;
+        wait_text(&c, "#alarm-count", 10, "the header's count", |t| {
+            t == "1 alarm active · 1 unacknowledged"
+        })
+        .await;
+        assert_accessible(&c, "the fleet's alarms").await;
+        screenshot(&c, "fleet-alarms.png").await;
+        click(&c, &format!("{row} button[data-ack]")).await;
+        wait_text(&c, row, 60, "acknowledged by the admin", |t| {
+            t.contains("active, acknowledged by admin")
+        })
+        .await;
+        wait_text(&c, "#alarm-count", 30, "nothing left unacknowledged", |t| {
+            t == "1 alarm active · 0 unacknowledged"
+        })
+        .await;
+        // The gateway's own page says the same, from its own evaluation.
+        let g = browser(&driver).await;
+        g.goto(&format!("{}/ui#/alarms", node.http))
+            .await
+            .expect("the gateway's page");
+        wait_text(
+            &g,
+            row,
+            60,
+            "the gateway's alarm, acknowledged from the cloud",
+            |t| t.contains("temperature 95.3 > 90") && t.contains("acknowledged by admin"),
+        )
+        .await;
+        wait_text(&g, "#alarm-count", 10, "the gateway's count", |t| {
+            t == "1 alarm active · 0 unacknowledged"
+        })
+        .await;
+        assert_accessible(&g, "the gateway's alarms").await;
+        // Inside the hysteresis band it stands; below its clear limit it clears and, already
+        // acknowledged, leaves both tables.
+        oven.edit(|s| {
+            s.holding.insert(0, 870);
+        });
+        sim::poll::eventually_async(30, "the gateway reads 87", async || {
+            let t = node.twin("default/oven-1")?;
+            (t["properties"]["temperature"]["reported"]["value"] == "87").then_some(())
+        })
+        .await;
+        let (_, alarms) = node.get("/api/v1/alarms");
+        assert_eq!(
+            alarms["items"][0]["status"], "active-acknowledged",
+            "{alarms}"
+        );
+        wait_text(&c, row, 10, "still active at 87", |t| t.contains("active")).await;
+        oven.edit(|s| {
+            s.holding.insert(0, 800);
+        });
+        wait_text(&c, "#alarm-rows", 60, "cleared and gone", |t| {
+            t.contains("no alarm")
+        })
+        .await;
+        wait_text(&g, "#alarm-rows", 60, "gone on the gateway", |t| {
+            t.contains("no alarm")
+        })
+        .await;
+        wait_text(&c, "#alarm-count", 10, "no count", |t| t.is_empty()).await;
+        // Raised again; the gateway's operator acknowledges it on the gateway's page.
+        oven.edit(|s| {
+            s.holding.insert(0, 990);
+        });
+        wait_text(&g, row, 60, "raised again", |t| {
+            t.contains("active, unacknowledged")
+        })
+        .await;
+        click(&g, &format!("{row} button[data-ack]")).await;
+        wait_text(&c, row, 60, "acknowledged on the gateway", |t| {
+            t.contains("acknowledged by the gateway's operator")
+        })
+        .await;
+        g.close().await.expect("closed");
+        c.close().await.expect("closed");
+        // A viewer sees the alarm and is not offered to acknowledge it.
+        let v = sim::browser::signed_in(&driver, &format!("{url}#/alarms"), VIEWER).await;
+        wait_text(&v, row, 60, "the viewer sees it", |t| {
+            t.contains("active, acknowledged")
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            v.find(sim::browser::fantoccini::Locator::Css("button[data-ack]"))
+                .await
+                .is_err(),
+            "a viewer is offered to acknowledge"
+        );
+        v.close().await.expect("closed");
+    });
+    // Each change is an Event on the Device.
+    let events = cloud.ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.name=oven-1",
+    ]);
+    for (reason, says) in [
+        ("AlarmRaised", "too-hot (critical): temperature 95.3 > 90"),
+        ("AlarmAcknowledged", "too-hot acknowledged by admin"),
+        ("AlarmCleared", "too-hot cleared"),
+    ] {
+        assert!(
+            events.contains(reason) && events.contains(says),
+            "{reason}: {events}"
+        );
+    }
+    if let Some(sub) = mqtt {
+        let out = sub.wait_with_output().expect("mosquitto_sub");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(r#""rule":"too-hot""#) && text.contains(r#""active":true"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""ackedBy":"admin""#), "{text}");
+        assert!(
+            text.contains(r#""clearedAt""#) && text.contains(r#""ended":true"#),
+            "{text}"
+        );
+    } else {
+        eprintln!(
+            "mosquitto_sub not installed (Debian's mosquitto-clients): the MQTT alarm topic not checked here"
+        );
+    }
 }

@@ -87,7 +87,11 @@ pub struct Applied {
 impl Applied {
     /// Whether the operation changed nothing.
     pub fn is_noop(&self) -> bool {
-        self.row.is_none() && !self.added && !self.removed && self.changes.is_empty()
+        self.row.is_none()
+            && !self.added
+            && !self.removed
+            && self.changes.is_empty()
+            && self.outbox.is_empty()
     }
 
     /// Whether a desired value changed (what mappers must be told).
@@ -143,6 +147,29 @@ impl Engine {
 
     pub fn devices(&self) -> impl Iterator<Item = &DeviceTwin> {
         self.devices.values()
+    }
+
+    /// An alarm of the device to tell the cloud (`value`: the alarm as JSON): an outbox entry
+    /// alone, the twin unchanged. Nothing for a device the twin does not hold.
+    pub fn alarm(&mut self, id: &DeviceId, rule: &str, value: String, now: Millis) -> Applied {
+        if !self.devices.contains_key(id) {
+            return Applied::default();
+        }
+        let seq = self.seq();
+        Applied {
+            device: Some(id.clone()),
+            outbox: vec![OutboxEntry {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+                property: rule.to_string(),
+                section: Section::Alarm,
+                value,
+                version: Version::default(),
+                timestamp: now,
+                seq,
+            }],
+            ..Applied::default()
+        }
     }
 
     fn seq(&mut self) -> u64 {

@@ -294,6 +294,9 @@ pub enum Section {
     /// Why a property's read failed and why its desired value was refused: the entry's value
     /// is `{"read": "...", "write": "..."}` (empty strings when none).
     Errors,
+    /// One alarm of the device (`api::alarm::Alarm` as JSON); the entry's property is the
+    /// rule's name.
+    Alarm,
 }
 
 impl Section {
@@ -303,6 +306,7 @@ impl Section {
             Self::Reported => "reported",
             Self::State => "state",
             Self::Errors => "errors",
+            Self::Alarm => "alarm",
         }
     }
 
@@ -312,6 +316,7 @@ impl Section {
             "reported" => Some(Self::Reported),
             "state" => Some(Self::State),
             "errors" => Some(Self::Errors),
+            "alarm" => Some(Self::Alarm),
             _ => None,
         }
     }

@@ -118,6 +118,12 @@ pub enum Op {
         reports: Vec<Reported>,
         deletes: Vec<String>,
     },
+    /// An alarm of the device to tell the cloud: `value` is `api::alarm::Alarm` as JSON.
+    Alarm {
+        id: DeviceId,
+        rule: String,
+        value: String,
+    },
     /// `op`, made on behalf of the request `event_id`: its [`Applied::event_id`] says so, and the
     /// requester publishes what it changed (in KubeEdge's order, with that id).
     Tagged {
@@ -591,6 +597,7 @@ pub fn apply(engine: &mut Engine, op: Op, now: Millis) -> Result<Applied, TwinEr
             reports,
             deletes,
         } => engine.twin_update(&id, &desired, &reports, &deletes, now),
+        Op::Alarm { id, rule, value } => Ok(engine.alarm(&id, &rule, value, now)),
         Op::Tagged { event_id, op } => {
             let mut applied = apply(engine, *op, now)?;
             applied.event_id = Some(event_id);

@@ -5,7 +5,9 @@
 use crate::manifest::{self, Object};
 use crate::paths::DeviceId;
 use crate::v1beta1::{Device, DeviceModel, namespace_of};
-use crate::validate::{Problem, validate_config_data, validate_device, validate_model};
+use crate::validate::{
+    Problem, validate_alarms, validate_config_data, validate_device, validate_model,
+};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -158,6 +160,8 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
         }
     }
     let mut config_findings = Vec::new();
+    // Bad alarm rules fail the check but hold back no device (the gateway shows them).
+    let mut alarm_findings = Vec::new();
     for (file_index, document, object_label, device, complete) in devices {
         let file = &inputs[file_index].0;
         let ns = namespace_of(&device.metadata);
@@ -185,6 +189,12 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
         // The mapper's own keys: an error (a misspelled register, a value out of range) makes
         // the document invalid here too, so that edgecore skips the device that its mapper
         // would refuse (one verdict for both); an unknown key is a warning.
+        for problem in validate_alarms(&device, model) {
+            alarm_findings.push((
+                file_index,
+                Finding::new(file, document, &object_label, problem),
+            ));
+        }
         for problem in validate_config_data(&device, model) {
             config_findings.push((
                 file_index,
@@ -204,6 +214,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
         .map(|(file_index, f)| (*file_index, f.document))
         .collect();
     findings.extend(config_findings);
+    findings.extend(alarm_findings);
     report.valid_models = model_docs
         .into_iter()
         .filter(|(at, _)| !bad.contains(at))

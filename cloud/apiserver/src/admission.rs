@@ -78,12 +78,18 @@ fn unlandable_causes(
         return Vec::new();
     };
     let before = old.and_then(|o| serde_json::from_value::<Device>(o.clone()).ok());
+    let rules = &new["metadata"]["annotations"][api::alarm::ANNOTATION];
     api::validate::unlandable_desired(&device, model, before.as_ref())
         .into_iter()
         .map(|(i, problem)| {
             let value = &new["spec"]["properties"][i]["desired"]["value"];
             Cause::invalid(problem.path, value, &problem.message)
         })
+        .chain(
+            api::validate::changed_alarms(&device, model, before.as_ref())
+                .into_iter()
+                .map(|p| Cause::invalid(p.path, rules, &p.message)),
+        )
         .collect()
 }
 

@@ -404,11 +404,13 @@ pub(crate) fn bootstrap_roles() -> Vec<Value> {
         "services",
         "namespaces"
     ]);
-    // `devices/history`: a device's history read from its gateway (cloudcore's subresource).
+    // `devices/history`: a device's history read from its gateway; `devices/alarms`: its
+    // alarms acknowledged there (`update`: edit and admin) (cloudcore's subresources).
     let kubeedge = json!([
         "devices",
         "devices/status",
         "devices/history",
+        "devices/alarms",
         "devicemodels",
         "devicestatuses"
     ]);

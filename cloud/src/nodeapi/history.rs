@@ -78,12 +78,32 @@ async fn ask(hub: &CloudHub, device: &Value, query: &HashMap<String, String>) ->
             "give the property: ?property=NAME (and from, to, step as the gateway takes them)",
         );
     }
+    ask_gateway(
+        hub,
+        node,
+        (ns, name),
+        (KIND, OPERATION),
+        Value::Object(content),
+    )
+    .await
+}
+
+/// A question about device `ns/name` to its gateway `node` (resource `{ns}/{kind}/{name}`),
+/// the gateway's answer as the API's (`node` added to it), or its refusal with its status,
+/// or why it was not answered.
+pub(super) async fn ask_gateway(
+    hub: &CloudHub,
+    node: &str,
+    (ns, name): (&str, &str),
+    (kind, operation): (&str, &str),
+    content: Value,
+) -> Response {
     let question = Message::new(
         "cloudhub",
         "twin",
-        OPERATION,
-        format!("{ns}/{KIND}/{name}"),
-        Value::Object(content),
+        operation,
+        format!("{ns}/{kind}/{name}"),
+        content,
     );
     match hub.ask(node, question, WAIT).await {
         Ok(answer) if answer.route.operation == "response" => {

@@ -1,6 +1,7 @@
 //! What the cloud asks of edge nodes on a user's behalf, through cloudhub: a pod's log
 //! ([`logs`]), exec and attach ([`exec`]), port-forward ([`portforward`]), SPDY/3.1 for the
-//! clients that still speak it ([`spdy`]), a device's history ([`history`]), and `kubectl top`
+//! clients that still speak it ([`spdy`]), a device's history ([`history`]), an alarm
+//! acknowledged ([`alarms`]), and `kubectl top`
 //! ([`top`]). Each is a subresource of the embedded API; logs, exec, attach and port-forward
 //! are served again as the kubelet's endpoints for a real cluster's API server
 //! (`modules.cloudStream`, [`kubelet`]). Both are mounted from one table ([`NodeApi`]).
@@ -9,6 +10,7 @@
 //! first and given the hub once it runs; until then, or with cloudhub off, every request is
 //! answered 503, saying so.
 
+mod alarms;
 mod exec;
 mod history;
 mod kubelet;
@@ -43,6 +45,7 @@ impl NodeApi {
         use kubelet::Kind;
         vec![
             (None, history::subresource(self.clone())),
+            (None, alarms::subresource(self.clone())),
             (Some(Kind::Log), logs::subresource(self.clone())),
             (Some(Kind::Exec), exec::subresource(self.clone(), false)),
             (Some(Kind::Attach), exec::subresource(self.clone(), true)),

@@ -366,30 +366,88 @@ function emptyText(what, none) {
   return none;
 }
 
-// Whether the user may set desired values in namespace `ns` (a SelfSubjectAccessReview of patch
-// on devices, asked once per namespace): true, false, or undefined while the answer is awaited.
+// Whether the user may `verb` devices (or their `sub`resource) in namespace `ns` (a
+// SelfSubjectAccessReview, asked once per namespace and verb): true, false, or undefined while
+// the answer is awaited.
 const may = new Map();
-function mayPatch(ns) {
-  if (!may.has(ns)) {
-    may.set(ns, undefined);
+function mayDo(ns, verb, sub) {
+  const k = `${ns}|${verb}|${sub || ""}`;
+  if (!may.has(k)) {
+    may.set(k, undefined);
     (async () => {
       try {
+        const attrs = { namespace: ns, verb, group: "devices.kubeedge.io", resource: "devices" };
+        if (sub) attrs.subresource = sub;
         const r = await api("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {
           method: "POST",
           headers: { "content-type": "application/json" },
-          body: JSON.stringify({ apiVersion: "authorization.k8s.io/v1", kind: "SelfSubjectAccessReview", spec: { resourceAttributes: { namespace: ns, verb: "patch", group: "devices.kubeedge.io", resource: "devices" } } }),
+          body: JSON.stringify({ apiVersion: "authorization.k8s.io/v1", kind: "SelfSubjectAccessReview", spec: { resourceAttributes: attrs } }),
         });
         const body = await r.json().catch(() => ({}));
         // Asked and not answered: the form is offered, and the API still decides.
-        may.set(ns, r.ok ? !!(body.status || {}).allowed : true);
+        may.set(k, r.ok ? !!(body.status || {}).allowed : true);
       } catch (_) {
-        may.set(ns, true);
+        may.set(k, true);
       }
       changed();
     })();
   }
-  return may.get(ns);
+  return may.get(k);
 }
+// Setting desired values: patch on devices.
+const mayPatch = (ns) => mayDo(ns, "patch");
+// Acknowledging an alarm: update on devices/alarms (cloudcore's subresource).
+const mayAck = (ns) => mayDo(ns, "update", "alarms");
+
+// Every alarm of every device, from each DeviceStatus's status.extensions.alarms (the
+// gateway's own evaluation, as it last reported it).
+function alarmList() {
+  const out = [];
+  for (const [id, st] of F.statuses) {
+    const alarms = (((st.status || {}).extensions || {}).alarms) || {};
+    for (const [rule, a] of Object.entries(alarms)) {
+      if (a && typeof a === "object") out.push(Object.assign({}, a, { rule, device: id }));
+    }
+  }
+  return out;
+}
+
+// The header's count (every view) and the alarm table.
+function renderAlarms() {
+  const list = alarmList();
+  const count = alarmCount(list);
+  if ($("alarm-count").textContent !== count) $("alarm-count").textContent = count;
+  if ($("alarms").hidden) return;
+  const nss = new Set(list.map((a) => a.device.split("/")[0]));
+  const canAck = [...nss].every((ns) => mayAck(ns) !== false);
+  setRows($("alarm-rows"), alarmRows(list, canAck, lostAt()), emptyText("device states", "no alarm: every rule holds nothing"), 6);
+}
+
+$("alarm-rows").addEventListener("click", async (e) => {
+  const b = e.target.closest("button[data-ack]");
+  if (!b) return;
+  const k = b.dataset.ack;
+  const cut = k.lastIndexOf("/");
+  const [ns, name] = k.slice(0, cut).split("/");
+  const rule = k.slice(cut + 1);
+  b.disabled = true;
+  $("alarm-error").textContent = "";
+  const r = await api(`${DEV}/namespaces/${encodeURIComponent(ns)}/devices/${encodeURIComponent(name)}/alarms?rule=${encodeURIComponent(rule)}`, { method: "POST" });
+  if (r.ok) {
+    // The gateway took it; its report of it comes back through DeviceStatus.
+    $("alarm-error").textContent = "";
+    const a = await r.json().catch(() => ({}));
+    const st = F.statuses.get(`${ns}/${name}`);
+    const alarms = st && st.status && st.status.extensions && st.status.extensions.alarms;
+    if (alarms && alarms[rule] && a.ackedAt) Object.assign(alarms[rule], { ackedBy: a.ackedBy, ackedAt: a.ackedAt });
+    if (alarms && a.ended) delete alarms[rule];
+  } else {
+    b.disabled = false;
+    const body = await r.json().catch(() => ({}));
+    $("alarm-error").textContent = `${rule} of ${ns}/${name} not acknowledged: ${body.message || r.statusText}`;
+  }
+  changed();
+});
 
 function showHealth() {
   const all = watches.concat(podWatch ? [podWatch] : [], jobWatch || [], changes ? [changes] : []);
@@ -584,6 +642,7 @@ async function followLog() {
 $("pod-container").addEventListener("change", followLog);
 
 function show() {
+  renderAlarms();
   if (!$("nodes").hidden) renderNodes();
   if (!$("devices").hidden) renderDevices();
   if (!$("device").hidden) renderDevice();
@@ -594,7 +653,7 @@ function show() {
 
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
-  for (const s of ["nodes", "devices", "device", "pods", "pod", "jobs"]) $(s).hidden = true;
+  for (const s of ["nodes", "devices", "device", "pods", "pod", "jobs", "alarms"]) $(s).hidden = true;
   const was = F.shown;
   const wasPod = F.pod;
   F.shown = null;
@@ -606,6 +665,8 @@ function route() {
     $("pods").hidden = false;
   } else if (h.startsWith("jobs")) {
     $("jobs").hidden = false;
+  } else if (h.startsWith("alarms")) {
+    $("alarms").hidden = false;
   } else if (h.startsWith("device/")) {
     F.shown = decodeURIComponent(h.slice(7));
     if (F.shown !== was) {
@@ -649,6 +710,7 @@ function route() {
   if (F.pod) return "pod";
   if (h.startsWith("pods")) return "pods";
   if (h.startsWith("jobs")) return "jobs";
+  if (h.startsWith("alarms")) return "alarms";
   return F.shown ? "device" : h.startsWith("devices") ? "devices" : "nodes";
 }
 

@@ -70,6 +70,7 @@ impl EdgeHub {
                 self.delete_object(&kind, &id).await
             }
             ("devicehistory", "query") => return Some(self.answer_history(&msg, &id).await),
+            ("devicealarm", "acknowledge") => return Some(self.answer_ack(&msg, &id).await),
             (job_kind, api::operations::OPERATION) if namespace == api::operations::NAMESPACE => {
                 let link = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 if let Some(answer) = self.jobs.answer(job_kind, &name, &msg, link, later) {
@@ -115,6 +116,29 @@ impl EdgeHub {
             Ok(series) => msg.response(serde_json::to_value(series).unwrap_or_default()),
             Err((code, message)) => {
                 let mut m = msg.response(serde_json::json!({"code": code, "message": message}));
+                m.route.operation = "error".into();
+                m
+            }
+        };
+        answer.route.source = "edgehub".into();
+        answer
+    }
+
+    /// A cloud user acknowledges an alarm (cloudcore's `devices/alarms`): content
+    /// `{"rule", "by"}`; answered with the alarm as it now stands, or refused with the local
+    /// API's status and message.
+    async fn answer_ack(&self, msg: &Message, id: &DeviceId) -> Message {
+        let rule = msg.content["rule"].as_str().unwrap_or_default();
+        let by = msg.content["by"].as_str().unwrap_or_default();
+        let mut answer = match self.alarms.acknowledge(id, rule, by).await {
+            Ok(alarm) => msg.response(serde_json::to_value(alarm).unwrap_or_default()),
+            Err(e) => {
+                let code = match e {
+                    crate::alarms::AckError::NoRule(..) => 404,
+                    crate::alarms::AckError::Refused(_) => 409,
+                };
+                let mut m =
+                    msg.response(serde_json::json!({"code": code, "message": e.to_string()}));
                 m.route.operation = "error".into();
                 m
             }

@@ -70,6 +70,8 @@ pub(crate) struct EdgeHub {
     pub runtime: Option<std::sync::Arc<edged::Runtime>>,
     /// Fleet jobs on this node (pre-pulls, upgrades, config updates).
     pub jobs: std::sync::Arc<jobs::Jobs>,
+    /// The devices' alarms, acknowledged by the cloud's users too.
+    pub alarms: crate::alarms::Alarms,
     /// The certificate server and TLS client of the session now (an upgrade downloads there).
     pub link:
         std::sync::Mutex<Option<(String, std::sync::Arc<tokio_rustls::rustls::ClientConfig>)>>,

@@ -1,5 +1,5 @@
 //! What a node reports to the cloud: its outbox as one `twin/edge_updated` message per device
-//! (and one `state/update` per state), without what a device keeps local (`reportToCloud:
+//! (its alarms beside the twin) (and one `state/update` per state), without what a device keeps local (`reportToCloud:
 //! false`); every device's state at a session's start.
 
 use super::{EdgeHub, link};
@@ -59,7 +59,15 @@ impl EdgeHub {
         for ((ns, name), entries) in by_device {
             let (types, spec) = self.property_facts(&DeviceId::new(&ns, &name));
             let mut twin = serde_json::Map::new();
+            // Beside KubeEdge's `twin`, which its cloud reads alone: the device's alarms.
+            let mut alarms = serde_json::Map::new();
             for e in &entries {
+                if e.section == Section::Alarm {
+                    let alarm: serde_json::Value =
+                        serde_json::from_str(&e.value).unwrap_or_default();
+                    alarms.insert(e.property.clone(), alarm);
+                    continue;
+                }
                 let kind = types.get(&e.property).map_or("string", String::as_str);
                 let slot = twin
                     .entry(e.property.clone())
@@ -83,13 +91,17 @@ impl EdgeHub {
                 }
                 slot[version_key] = json!({"cloud": e.version.cloud, "edge": e.version.edge});
             }
+            let mut content = json!({"event_id": uuid::Uuid::new_v4().to_string(),
+                "timestamp": api::message::now_millis(), "twin": twin});
+            if !alarms.is_empty() {
+                content["alarms"] = alarms.into();
+            }
             let msg = Message::new(
                 "edgehub",
                 "twin",
                 "update",
                 format!("node/{}/device/{ns}/{name}/twin/edge_updated", self.node),
-                json!({"event_id": uuid::Uuid::new_v4().to_string(),
-                    "timestamp": api::message::now_millis(), "twin": twin}),
+                content,
             );
             out.push((msg, entries));
         }

@@ -770,6 +770,16 @@ impl Bus {
                 self.publish_changes(&device, &id, now, &applied, None)
                     .await;
             }
+            for e in &applied.outbox {
+                if e.section != twin::model::Section::Alarm {
+                    continue;
+                }
+                let alarm: serde_json::Value = serde_json::from_str(&e.value).unwrap_or_default();
+                let topic = Topic::device(device.clone(), DeviceTopicKind::Alarm).to_string();
+                let body = serde_json::json!({"event_id": uuid::Uuid::new_v4().to_string(),
+                    "timestamp": now, "alarm": alarm});
+                self.publish(topic, body.to_string().into_bytes()).await;
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ const S = {
   dirtyList: true,
   dirtyDevice: false,
   errors: new Map(),    // property -> the API's answer to the last desired value set here
+  alarms: new Map(),    // "ns/name/rule" -> alarm (the API's view, with device and status)
 };
 const HISTORY = 1800;      // a spark's points at most (an hour of a 2 s cycle)
 const HOUR = 3600e3;
@@ -220,8 +221,54 @@ function schedule() {
     frame = 0;
     if (S.dirtyList && !$("devices").hidden) renderList();
     if (S.dirtyDevice && !$("device").hidden) renderDevice();
+    if (S.dirtyAlarms) renderAlarms();
   });
 }
+
+// The alarm table and the header's count (shown on every view).
+function renderAlarms() {
+  S.dirtyAlarms = false;
+  const list = [...S.alarms.values()];
+  const count = alarmCount(list);
+  if ($("alarm-count").textContent !== count) $("alarm-count").textContent = count;
+  if (!$("alarms").hidden) setRows($("alarm-rows"), alarmRows(list, true, S.lostAt), "no alarm: every rule holds nothing", 6);
+}
+
+// An alarm told by the event stream: kept, or forgotten once it ended.
+function onAlarm(a) {
+  const key = `${a.device}/${a.rule}`;
+  if (a.ended) S.alarms.delete(key); else S.alarms.set(key, a);
+  S.dirtyAlarms = true;
+}
+
+async function loadAlarms() {
+  const r = await api("/api/v1/alarms");
+  if (!r.ok) return;
+  const body = await r.json();
+  S.alarms = new Map((body.items || []).map((a) => [`${a.device}/${a.rule}`, a]));
+  S.dirtyAlarms = true;
+  schedule();
+}
+
+$("alarm-rows").addEventListener("click", async (e) => {
+  const b = e.target.closest("button[data-ack]");
+  if (!b) return;
+  const key = b.dataset.ack;
+  const cut = key.lastIndexOf("/");
+  const [ns, name] = key.slice(0, cut).split("/");
+  const rule = key.slice(cut + 1);
+  b.disabled = true;
+  $("alarm-error").textContent = "";
+  const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/alarms/${encodeURIComponent(rule)}/acknowledge`, { method: "POST" });
+  const body = await r.json().catch(() => ({}));
+  if (r.ok) onAlarm(body);
+  else {
+    b.disabled = false;
+    $("alarm-error").textContent = `${rule} of ${ns}/${name} not acknowledged: ${body.error || r.statusText}`;
+    await loadAlarms();
+  }
+  schedule();
+});
 
 $("property-rows").addEventListener("submit", async (e) => {
   e.preventDefault();
@@ -326,6 +373,7 @@ function onDeviceEvent(ev) {
   for (const [k, p] of Object.entries(ev.properties || {})) {
     if (p) remember(id, k, p);
   }
+  for (const a of ev.alarms || []) onAlarm(a);
   if (S.twin && S.twin.id === id) {
     for (const [k, p] of Object.entries(ev.properties || {})) {
       if (p) S.twin.properties[k] = p; else delete S.twin.properties[k];
@@ -378,6 +426,7 @@ async function listen() {
       S.lostAt = 0;
       showHealth();
       await loadDevices();
+      await loadAlarms();
       if (S.twin) await openDevice(S.twin.id);
       const reader = r.body.getReader();
       const dec = new TextDecoder();
@@ -396,7 +445,7 @@ async function listen() {
             else if (line.startsWith("data:")) data += line.slice(5).trim();
           }
           if (event === "device") onDeviceEvent(JSON.parse(data));
-          else if (event === "resync") { await loadDevices(); if (S.twin) await openDevice(S.twin.id); }
+          else if (event === "resync") { await loadDevices(); await loadAlarms(); if (S.twin) await openDevice(S.twin.id); }
         }
       }
     } catch (err) {
@@ -408,6 +457,7 @@ async function listen() {
     if (!S.lostAt && S.devices.size) S.lostAt = Date.now();
     S.dirtyList = true;
     S.dirtyDevice = true;
+    S.dirtyAlarms = true;
     schedule();
     showHealth();
     await new Promise((ok) => setTimeout(ok, 2000));
@@ -506,16 +556,20 @@ $("pod-rows").addEventListener("click", async (e) => {
 
 function route() {
   const h = location.hash.replace(/^#\/?/, "");
-  for (const s of ["devices", "device", "mappers", "pods"]) $(s).hidden = true;
+  for (const s of ["devices", "device", "alarms", "mappers", "pods"]) $(s).hidden = true;
   // The new view's heading takes the focus (a screen reader says where the user is), but not
   // at the first load.
-  const shown = h.startsWith("device/") ? "device" : h === "mappers" || h === "pods" ? h : "devices";
+  const shown = h.startsWith("device/") ? "device" : ["alarms", "mappers", "pods"].includes(h) ? h : "devices";
   if (S.routed) requestAnimationFrame(() => $(`${shown}-title`).focus());
   S.routed = true;
   if (h.startsWith("device/")) {
     $("device").hidden = false;
     S.errors.clear();
     openDevice(decodeURIComponent(h.slice(7)));
+  } else if (h === "alarms") {
+    $(h).hidden = false;
+    S.dirtyAlarms = true;
+    schedule();
   } else if (h === "mappers" || h === "pods") {
     $(h).hidden = false;
     poll();

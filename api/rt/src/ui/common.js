@@ -217,6 +217,57 @@ function stateCell(state, reason) {
   return `<span class="state-${esc(st)}">${esc(st)}</span>${reason ? ` <span class="muted">${esc(reason)}</span>` : ""}`;
 }
 
+// Alarms, as both pages show them: `list` is [{device, rule, severity, status, message,
+// condition, since, clearedAt, ackedBy, ackedAt, error}] (the gateway's API, or each Device's
+// status.extensions.alarms); `canAck` whether this user may acknowledge. Most severe first,
+// then unacknowledged, then newest.
+const SEVERITY_RANK = { critical: 0, major: 1, minor: 2, warning: 3 };
+function sortAlarms(list) {
+  return list.slice().sort((a, b) => (SEVERITY_RANK[a.severity] ?? 4) - (SEVERITY_RANK[b.severity] ?? 4)
+    || (!!a.ackedAt - !!b.ackedAt) || (b.since - a.since) || `${a.device}/${a.rule}`.localeCompare(`${b.device}/${b.rule}`));
+}
+
+// An alarm's status in words, as ThingsBoard's table says it (active or cleared, acknowledged
+// or not), or a rule that cannot be evaluated.
+function alarmStatus(a) {
+  if (a.error && !a.active) return ["cannot be evaluated", a.error];
+  const state = a.active ? "active" : `cleared ${clock(a.clearedAt)}`;
+  const ack = a.ackedAt ? `acknowledged by ${a.ackedBy} at ${clock(a.ackedAt)}` : "unacknowledged";
+  return [state, ack];
+}
+
+// The header's count: active alarms and how many of all are unacknowledged ("" when none).
+function alarmCount(list) {
+  const active = list.filter((a) => a.active).length;
+  const unack = list.filter((a) => !a.error && !a.ackedAt).length;
+  if (!active && !unack) return "";
+  return `${active} alarm${active === 1 ? "" : "s"} active · ${unack} unacknowledged`;
+}
+
+// The rows of an alarm table; a stale page (`lostAt`) says its alarms may no longer hold.
+function alarmRows(list, canAck, lostAt) {
+  return sortAlarms(list).map((a) => {
+    const [state, ack] = alarmStatus(a);
+    const key = `${a.device}/${a.rule}`;
+    const button = canAck && !a.ackedAt && !(a.error && !a.active)
+      ? `<button type="button" data-ack="${esc(key)}" aria-label="Acknowledge ${esc(a.rule)} of ${esc(a.device)}">Acknowledge</button>`
+      : "";
+    const said = a.error ? `cannot be evaluated: ${a.error}` : a.message;
+    return {
+      key,
+      attrs: `data-alarm="${esc(key)}" class="alarm-${a.active ? "active" : "cleared"}"`,
+      cells: [
+        `<span class="severity-${esc(a.severity)}">${esc(a.severity)}</span>`,
+        `<a href="#/device/${esc(a.device)}">${esc(a.device)}</a>`,
+        `${esc(a.rule)}${a.condition ? ` <span class="muted">${esc(a.condition)}</span>` : ""}`,
+        `${esc(said)}${lostAt ? ` <span class="stale">may no longer hold</span>` : ""}`,
+        `${clock(a.since)}`,
+        `<span class="${a.active ? "error" : "muted"}">${esc(state)}</span>, ${esc(ack)} ${button}`,
+      ],
+    };
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("login").addEventListener("submit", (e) => {
     e.preventDefault();

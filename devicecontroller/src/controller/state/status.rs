@@ -49,7 +49,7 @@ impl Reconciler {
                 // A property removed from the spec leaves the status.
                 let plan = Plan::default();
                 let body = json!({"status": {"twins": kept}});
-                self.spawn_patch(k.clone(), plan, body, api);
+                self.spawn_patch(k.clone(), plan, body, api, None);
             }
         }
     }
@@ -110,6 +110,7 @@ impl Reconciler {
         plan: Plan,
         body: Value,
         api: Api<DynamicObject>,
+        events: Option<AlarmEvents>,
     ) {
         self.status_inflight.insert(key.clone());
         self.writes_active += 1;
@@ -119,6 +120,11 @@ impl Reconciler {
                 .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await
                 .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
+            if r.is_ok()
+                && let Some(events) = events
+            {
+                events.record(&key).await;
+            }
             let _ = done.send(WriteDone::Patched(key, Box::new(plan), r)).await;
         });
     }
@@ -283,12 +289,23 @@ impl Reconciler {
                 .map(StatusEntry::value)
                 .unwrap_or(Value::Null);
             let body = upstream::patch_body(&current, &plan, &refs);
+            let events = upstream::alarm_events(&current, &plan);
             let api = Api::<DynamicObject>::namespaced_with(
                 self.client.clone(),
                 &k.0,
                 &gvk("DeviceStatus"),
             );
-            self.spawn_patch(k, plan, body, api);
+            let node = self
+                .down
+                .node_of(&k.0, &k.1)
+                .unwrap_or_default()
+                .to_string();
+            let events = (!events.is_empty()).then(|| AlarmEvents {
+                client: self.client.clone(),
+                node,
+                events,
+            });
+            self.spawn_patch(k, plan, body, api, events);
         }
         self.pump_creates();
         self.metrics
@@ -399,5 +416,54 @@ impl Reconciler {
             }
         }
         self.dirty_nodes.extend(later);
+    }
+}
+
+/// The Events an alarm's changes make on its Device, written once its DeviceStatus is.
+pub(super) struct AlarmEvents {
+    client: kube::Client,
+    node: String,
+    events: Vec<upstream::AlarmEvent>,
+}
+
+impl AlarmEvents {
+    /// Writes each Event (`kubectl get events` lists them; `kubectl describe device` too).
+    async fn record(self, key: &Key) {
+        use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+        let api: Api<Event> = Api::namespaced(self.client, &key.0);
+        for e in self.events {
+            let at = k8s_openapi::jiff::Timestamp::from_millisecond(e.at).ok();
+            let event = Event {
+                metadata: ObjectMeta {
+                    name: Some(format!("{}.{}", key.1, uuid::Uuid::new_v4().simple())),
+                    namespace: Some(key.0.clone()),
+                    ..ObjectMeta::default()
+                },
+                involved_object: ObjectReference {
+                    api_version: Some("devices.kubeedge.io/v1beta1".into()),
+                    kind: Some("Device".into()),
+                    name: Some(key.1.clone()),
+                    namespace: Some(key.0.clone()),
+                    ..ObjectReference::default()
+                },
+                reason: Some(e.reason.into()),
+                message: Some(e.message),
+                type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
+                source: Some(EventSource {
+                    component: Some("devicecontroller".into()),
+                    host: Some(self.node.clone()),
+                }),
+                reporting_component: Some("devicecontroller".into()),
+                reporting_instance: Some(self.node.clone()),
+                first_timestamp: at.map(Time),
+                last_timestamp: at.map(Time),
+                count: Some(1),
+                ..Event::default()
+            };
+            if let Err(err) = api.create(&PostParams::default(), &event).await {
+                tracing::warn!(device = %format!("{}/{}", key.0, key.1), reason = e.reason, error = %err, "cannot record an alarm's Event");
+            }
+        }
     }
 }
