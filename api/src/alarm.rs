@@ -556,6 +556,14 @@ impl Step {
     }
 }
 
+/// The property's value (`None`: none yet), or why there is no such property.
+fn value_of<'a>(property: &str, seen: &Seen<'a>) -> Result<Option<&'a str>, String> {
+    if !seen.has_property {
+        return Err(format!("the twin has no property {property}"));
+    }
+    Ok(seen.value)
+}
+
 /// Whether the condition holds now: `Ok(Some(message))` it does, `Ok(None)` it does not,
 /// `Err(why)` it cannot be told. `active` is whether the alarm is raised (the hysteresis).
 fn holds(rule: &Rule, active: bool, seen: &Seen<'_>, now: i64) -> Result<Option<String>, String> {
@@ -571,9 +579,7 @@ fn holds(rule: &Rule, active: bool, seen: &Seen<'_>, now: i64) -> Result<Option<
                 }
             })),
         Condition::Stale { property, after_ms } => {
-            if !seen.has_property {
-                return Err(format!("the twin has no property {property}"));
-            }
+            value_of(property, seen)?;
             Ok(match seen.last_read {
                 Some(t) if now - t < *after_ms => None,
                 Some(t) => Some(format!(
@@ -588,10 +594,9 @@ fn holds(rule: &Rule, active: bool, seen: &Seen<'_>, now: i64) -> Result<Option<
             value,
             equal,
         } => {
-            if !seen.has_property {
-                return Err(format!("the twin has no property {property}"));
-            }
-            let Some(v) = seen.value else { return Ok(None) };
+            let Some(v) = value_of(property, seen)? else {
+                return Ok(None);
+            };
             let same = match compare_numbers(v, value) {
                 Some(o) => o == Ordering::Equal,
                 None => v.trim().eq_ignore_ascii_case(value.trim()),
@@ -604,10 +609,9 @@ fn holds(rule: &Rule, active: bool, seen: &Seen<'_>, now: i64) -> Result<Option<
             limit,
             clear,
         } => {
-            if !seen.has_property {
-                return Err(format!("the twin has no property {property}"));
-            }
-            let Some(v) = seen.value else { return Ok(None) };
+            let Some(v) = value_of(property, seen)? else {
+                return Ok(None);
+            };
             let nan = || format!("{property} is `{v}`, not a number");
             let past = cmp.holds(v, limit).ok_or_else(nan)?;
             let raised = match (active, clear) {

@@ -596,10 +596,22 @@ pub struct AlarmEvent {
     pub at: i64,
 }
 
+impl AlarmEvent {
+    fn new(reason: &'static str, warning: bool, message: String, at: i64) -> Self {
+        Self {
+            reason,
+            warning,
+            message,
+            at,
+        }
+    }
+}
+
 /// The Events the alarms of `plan` make, against those `current` (the DeviceStatus as stored)
 /// holds: raised, cleared, acknowledged (several when the edge's reports were folded, each
 /// said once), a rule that cannot be evaluated.
 pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
+    use api::alarm::Change;
     let mut out = Vec::new();
     for (rule, a) in &plan.alarms {
         let was = &current["status"]["extensions"][ALARMS][rule];
@@ -615,58 +627,50 @@ pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
         if a["ended"].as_bool() == Some(true) && a["active"].as_bool() == Some(true) {
             // Its rule was removed while it stood.
             if !was.is_null() {
-                out.push(AlarmEvent {
-                    reason: "AlarmRemoved",
-                    warning: false,
-                    message: format!("{rule}: its rule was removed"),
-                    at: since,
-                });
+                out.push(AlarmEvent::new(
+                    Change::Removed.reason(),
+                    false,
+                    format!("{rule}: its rule was removed"),
+                    since,
+                ));
             }
             continue;
         }
         let new_occurrence = int(was, "since") != Some(since);
         if let Some(why) = a["error"].as_str() {
             if was["error"].as_str() != Some(why) {
-                out.push(AlarmEvent {
-                    reason: "AlarmUnevaluable",
-                    warning: true,
-                    message: format!("{rule}: cannot be evaluated: {why}"),
-                    at: since,
-                });
+                out.push(AlarmEvent::new(
+                    Change::Unevaluable.reason(),
+                    true,
+                    format!("{rule}: cannot be evaluated: {why}"),
+                    since,
+                ));
             }
             continue;
         }
         let raised = a["active"].as_bool() == Some(true) || a.get("clearedAt").is_some();
         if raised && (new_occurrence || was["active"].as_bool().is_none()) {
-            out.push(AlarmEvent {
-                reason: "AlarmRaised",
-                warning: true,
-                message: what(a),
-                at: since,
-            });
+            out.push(AlarmEvent::new(
+                Change::Raised.reason(),
+                true,
+                what(a),
+                since,
+            ));
         }
-        if let Some(at) = int(a, "ackedAt")
-            && (new_occurrence || int(was, "ackedAt").is_none())
-        {
-            out.push(AlarmEvent {
-                reason: "AlarmAcknowledged",
-                warning: false,
-                message: format!(
-                    "{rule} acknowledged by {}",
-                    a["ackedBy"].as_str().unwrap_or("someone")
-                ),
-                at,
-            });
-        }
-        if let Some(at) = int(a, "clearedAt")
-            && (new_occurrence || int(was, "clearedAt").is_none())
-        {
-            out.push(AlarmEvent {
-                reason: "AlarmCleared",
-                warning: false,
-                message: format!("{rule} cleared"),
-                at,
-            });
+        // Acknowledged, cleared: each said once (again for a new occurrence).
+        let acked = format!(
+            "{rule} acknowledged by {}",
+            a["ackedBy"].as_str().unwrap_or("someone")
+        );
+        for (field, change, message) in [
+            ("ackedAt", Change::Acknowledged, acked),
+            ("clearedAt", Change::Cleared, format!("{rule} cleared")),
+        ] {
+            if let Some(at) = int(a, field)
+                && (new_occurrence || int(was, field).is_none())
+            {
+                out.push(AlarmEvent::new(change.reason(), false, message, at));
+            }
         }
     }
     out.sort_by_key(|e| e.at);

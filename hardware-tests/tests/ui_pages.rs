@@ -1009,13 +1009,9 @@ fn http_get(url: &str) -> String {
 ///   value `stale`, nodes too, and the health line says so.
 #[test]
 fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
-    use sim::stack::Cloud;
-    let Some(driver) = chromedriver() else {
+    let Some((driver, mut cloud, _oven, port, _oven_rt)) = fleet_and_oven() else {
         return;
     };
-    let mut cloud = Cloud::start();
-    let oven = Sim::oven();
-    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
     cloud.apply(&oven_on("oven-1", "edge-1", port));
     add_viewer(&mut cloud);
     let node = Node::start_named(&sim::bin_dir(), "edge-1", "", &cloud.edge_config());
@@ -1092,6 +1088,21 @@ fn the_fleet_page_says_what_it_does_not_know_and_shares_one_connection() {
     });
 }
 
+/// The browser's driver, a cloud and an oven (its port and runtime); none without chromium.
+fn fleet_and_oven() -> Option<(
+    sim::browser::Driver,
+    sim::stack::Cloud,
+    Sim,
+    u16,
+    tokio::runtime::Runtime,
+)> {
+    let driver = chromedriver()?;
+    let cloud = sim::stack::Cloud::start();
+    let oven = Sim::oven();
+    let (port, rt) = oven.start("127.0.0.1:0").expect("an oven");
+    Some((driver, cloud, oven, port, rt))
+}
+
 /// A viewer's token: the view role, cluster-wide.
 const VIEWER: &str = "viewer-0f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
@@ -1115,13 +1126,9 @@ fn add_viewer(cloud: &mut sim::stack::Cloud) {
 
 #[test]
 fn an_alarm_raised_on_the_gateway_is_acknowledged_on_the_fleet_page_and_cleared() {
-    use sim::stack::Cloud;
-    let Some(driver) = chromedriver() else {
+    let Some((driver, mut cloud, oven, port, _oven_rt)) = fleet_and_oven() else {
         return;
     };
-    let mut cloud = Cloud::start();
-    let oven = Sim::oven();
-    let (port, _oven_rt) = oven.start("127.0.0.1:0").expect("an oven");
     let with_rules = |rules: &str| {
         oven_on("oven-1", "edge-1", port).replace(
             "  labels:\n    description: curing-oven-1\n",

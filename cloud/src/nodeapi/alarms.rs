@@ -8,7 +8,7 @@
 //! silent is said (503, 504) with its name. The acknowledgement then reaches `DeviceStatus` and
 //! an Event as the gateway's report of it.
 
-use super::history::ask_gateway;
+use super::history::{ask_gateway, gateway_of};
 use super::{failure, off};
 use crate::cloudhub::CloudHub;
 use axum::http::StatusCode;
@@ -41,18 +41,9 @@ pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
 }
 
 async fn ask(hub: &CloudHub, device: &Value, rule: Option<&String>, user: &str) -> Response {
-    let ns = device["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("default");
-    let name = device["metadata"]["name"].as_str().unwrap_or_default();
-    let Some(node) = device["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-    else {
-        return failure(
-            StatusCode::NOT_FOUND,
-            format!("device {ns}/{name} has no spec.nodeName: no gateway keeps its alarms"),
-        );
+    let (ns, name, node) = match gateway_of(device, "alarms") {
+        Ok(at) => at,
+        Err(why) => return failure(StatusCode::NOT_FOUND, why),
     };
     let Some(rule) = rule.filter(|r| !r.is_empty() && r.len() <= 63) else {
         return failure(

@@ -47,18 +47,9 @@ pub(crate) fn subresource(api: super::NodeApi) -> apiserver::Subresource {
 
 /// The question to the device's node, its answer as the API's.
 async fn ask(hub: &CloudHub, device: &Value, query: &HashMap<String, String>) -> Response {
-    let ns = device["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("default");
-    let name = device["metadata"]["name"].as_str().unwrap_or_default();
-    let Some(node) = device["spec"]["nodeName"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-    else {
-        return failure(
-            StatusCode::NOT_FOUND,
-            format!("device {ns}/{name} has no spec.nodeName: no gateway keeps its history"),
-        );
+    let (ns, name, node) = match gateway_of(device, "history") {
+        Ok(at) => at,
+        Err(why) => return failure(StatusCode::NOT_FOUND, why),
     };
     let mut content = serde_json::Map::new();
     for key in ["property", "from", "to", "step"] {
@@ -86,6 +77,27 @@ async fn ask(hub: &CloudHub, device: &Value, query: &HashMap<String, String>) ->
         Value::Object(content),
     )
     .await
+}
+
+/// The device's namespace, name and node (the gateway that keeps its `what`), or why there is
+/// none.
+pub(super) fn gateway_of<'a>(
+    device: &'a Value,
+    what: &str,
+) -> Result<(&'a str, &'a str, &'a str), String> {
+    let ns = device["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    let name = device["metadata"]["name"].as_str().unwrap_or_default();
+    match device["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+    {
+        Some(node) => Ok((ns, name, node)),
+        None => Err(format!(
+            "device {ns}/{name} has no spec.nodeName: no gateway keeps its {what}"
+        )),
+    }
 }
 
 /// A question about device `ns/name` to its gateway `node` (resource `{ns}/{kind}/{name}`),

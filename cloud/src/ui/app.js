@@ -424,27 +424,13 @@ function renderAlarms() {
 }
 
 $("alarm-rows").addEventListener("click", async (e) => {
-  const b = e.target.closest("button[data-ack]");
-  if (!b) return;
-  const k = b.dataset.ack;
-  const cut = k.lastIndexOf("/");
-  const [ns, name] = k.slice(0, cut).split("/");
-  const rule = k.slice(cut + 1);
-  b.disabled = true;
-  $("alarm-error").textContent = "";
-  const r = await api(`${DEV}/namespaces/${encodeURIComponent(ns)}/devices/${encodeURIComponent(name)}/alarms?rule=${encodeURIComponent(rule)}`, { method: "POST" });
-  if (r.ok) {
-    // The gateway took it; its report of it comes back through DeviceStatus.
-    $("alarm-error").textContent = "";
-    const a = await r.json().catch(() => ({}));
-    const st = F.statuses.get(`${ns}/${name}`);
-    const alarms = st && st.status && st.status.extensions && st.status.extensions.alarms;
-    if (alarms && alarms[rule] && a.ackedAt) Object.assign(alarms[rule], { ackedBy: a.ackedBy, ackedAt: a.ackedAt });
-    if (alarms && a.ended) delete alarms[rule];
-  } else {
-    b.disabled = false;
-    const body = await r.json().catch(() => ({}));
-    $("alarm-error").textContent = `${rule} of ${ns}/${name} not acknowledged: ${body.message || r.statusText}`;
+  const a = await acknowledgeClicked(e, (ns, name, rule) => `${DEV}/namespaces/${ns}/devices/${name}/alarms?rule=${rule}`);
+  // The gateway took it; its report of it comes back through DeviceStatus (shown at once).
+  const st = a && F.statuses.get(a.device);
+  const alarms = st && st.status && st.status.extensions && st.status.extensions.alarms;
+  if (alarms && alarms[a.rule]) {
+    if (a.ended) delete alarms[a.rule];
+    else Object.assign(alarms[a.rule], { ackedBy: a.ackedBy, ackedAt: a.ackedAt });
   }
   changed();
 });

@@ -410,3 +410,92 @@ fn state_reports_and_the_answer() {
     assert_eq!(a.header.parent_id, m.header.id);
     assert_eq!(a.content, json!("OK"));
 }
+
+/// A report carrying alarms beside an empty twin, as the edge sends them.
+fn alarm_msg(alarms: Value) -> Message {
+    Message::new(
+        "twin",
+        "twin",
+        "update",
+        "node/n1/device/default/d1/twin/edge_updated".to_string(),
+        json!({"event_id": "e", "timestamp": 1, "twin": {}, "alarms": alarms}),
+    )
+}
+
+fn hot(extra: Value) -> Value {
+    let mut a = json!({"rule": "hot", "severity": "critical", "condition": "temperature > 90",
+        "property": "temperature", "active": true, "since": 1000, "message": "temperature 95 > 90"});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        a[k] = v.clone();
+    }
+    a
+}
+
+#[test]
+fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
+    let mut u = Upstream::new();
+    let t0 = Instant::now();
+    let take = |u: &mut Upstream, alarms: Value| {
+        assert_eq!(
+            u.accept("n1", &alarm_msg(alarms), facts("n1")),
+            Ok(Taken::Queued)
+        );
+        u.due(t0, Duration::ZERO, usize::MAX).remove(0).1
+    };
+    let reasons = |e: Vec<AlarmEvent>| e.into_iter().map(|e| e.reason).collect::<Vec<_>>();
+    // Raised: kept by rule beside the state's keys, a Warning event.
+    let plan = take(&mut u, json!({"hot": hot(json!({}))}));
+    let stored = json!({"status": {"twins": [], "extensions": {"stateReason": "r"}}});
+    let body = patch_body(&stored, &plan, &["temperature"]);
+    assert_eq!(
+        body["status"]["extensions"]["alarms"]["hot"]["active"],
+        true
+    );
+    assert!(
+        body["status"]["extensions"].get("stateReason").is_none(),
+        "{body}"
+    );
+    let events = alarm_events(&stored, &plan);
+    assert_eq!(events.len(), 1);
+    assert!(events[0].warning);
+    assert_eq!(events[0].message, "hot (critical): temperature 95 > 90");
+    // The same alarm told again (a resend) makes no second event.
+    let now = json!({"status": {"extensions": {"alarms": {"hot": hot(json!({}))}}}});
+    assert!(alarm_events(&now, &plan).is_empty());
+    // Acknowledged and cleared while the link was cut: folded into one report, both said,
+    // in their order, and the alarm leaves the status.
+    let plan = take(
+        &mut u,
+        json!({"hot": hot(json!({"active": false, "ackedBy": "ops", "ackedAt": 2000,
+            "clearedAt": 3000, "ended": true}))}),
+    );
+    assert_eq!(
+        reasons(alarm_events(&now, &plan)),
+        ["AlarmAcknowledged", "AlarmCleared"]
+    );
+    let body = patch_body(&now, &plan, &["temperature"]);
+    assert_eq!(body["status"]["extensions"]["alarms"]["hot"], Value::Null);
+    // Raised, cleared and raised again before anything reached the cloud: the new occurrence.
+    let plan = take(
+        &mut u,
+        json!({"hot": hot(json!({"since": 5000, "message": "temperature 99 > 90"}))}),
+    );
+    assert_eq!(reasons(alarm_events(&now, &plan)), ["AlarmRaised"]);
+    // A rule that cannot be evaluated says why, once.
+    let plan = take(
+        &mut u,
+        json!({"bad": {"rule": "bad", "severity": "major", "condition": "", "active": false,
+            "since": 1, "error": "line 2: nonsense"}}),
+    );
+    let events = alarm_events(&json!({}), &plan);
+    assert_eq!(
+        events[0].message,
+        "bad: cannot be evaluated: line 2: nonsense"
+    );
+    // A message that carries nothing else than a bad alarm entry is refused nothing, taken
+    // nothing: an alarm that is not an object is dropped.
+    assert_eq!(
+        u.accept("n1", &alarm_msg(json!({"x": "nonsense"})), facts("n1")),
+        Ok(Taken::Nothing)
+    );
+}

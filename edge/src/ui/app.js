@@ -251,22 +251,9 @@ async function loadAlarms() {
 }
 
 $("alarm-rows").addEventListener("click", async (e) => {
-  const b = e.target.closest("button[data-ack]");
-  if (!b) return;
-  const key = b.dataset.ack;
-  const cut = key.lastIndexOf("/");
-  const [ns, name] = key.slice(0, cut).split("/");
-  const rule = key.slice(cut + 1);
-  b.disabled = true;
-  $("alarm-error").textContent = "";
-  const r = await api(`/api/v1/devices/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/alarms/${encodeURIComponent(rule)}/acknowledge`, { method: "POST" });
-  const body = await r.json().catch(() => ({}));
-  if (r.ok) onAlarm(body);
-  else {
-    b.disabled = false;
-    $("alarm-error").textContent = `${rule} of ${ns}/${name} not acknowledged: ${body.error || r.statusText}`;
-    await loadAlarms();
-  }
+  if (!e.target.closest("button[data-ack]")) return;
+  const a = await acknowledgeClicked(e, (ns, name, rule) => `/api/v1/devices/${ns}/${name}/alarms/${rule}/acknowledge`);
+  if (a) onAlarm(a); else await loadAlarms();
   schedule();
 });
 

@@ -206,6 +206,15 @@ impl Edgecore {
         )
     }
 
+    pub fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        answered(
+            self.agent
+                .post(format!("{}{path}", self.http))
+                .header("content-type", "application/json")
+                .send(body),
+        )
+    }
+
     pub fn twin(&self, id: &str) -> Option<Value> {
         let (status, v) = self.get(&format!("/api/v1/devices/{id}"));
         (status == 200).then_some(v)

@@ -268,6 +268,26 @@ function alarmRows(list, canAck, lostAt) {
   });
 }
 
+// An Acknowledge button of an alarm table pressed: `url(ns, name, rule)` is where the page's
+// API takes it; the button is disabled while it goes, a refusal said in `#alarm-error`.
+// Resolves to the acknowledged alarm, or null.
+async function acknowledgeClicked(e, url) {
+  const b = e.target.closest("button[data-ack]");
+  if (!b) return null;
+  const k = b.dataset.ack;
+  const cut = k.lastIndexOf("/");
+  const [ns, name] = k.slice(0, cut).split("/");
+  const rule = k.slice(cut + 1);
+  b.disabled = true;
+  $("alarm-error").textContent = "";
+  const r = await api(url(encodeURIComponent(ns), encodeURIComponent(name), encodeURIComponent(rule)), { method: "POST" });
+  const body = await r.json().catch(() => ({}));
+  if (r.ok) return Object.assign(body, { device: `${ns}/${name}`, rule });
+  b.disabled = false;
+  $("alarm-error").textContent = `${rule} of ${ns}/${name} not acknowledged: ${body.message || body.error || r.statusText}`;
+  return null;
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("login").addEventListener("submit", (e) => {
     e.preventDefault();
