@@ -585,34 +585,70 @@ pub fn patch_body(current: &Value, plan: &Plan, properties: &[&str]) -> Value {
 /// `status.extensions` key of the alarms that stand, by rule.
 pub const ALARMS: &str = "alarms";
 
-/// One Kubernetes Event an alarm's change makes on its Device.
+/// One Kubernetes Event the edge's report makes on its Device: an alarm's change, or a desired
+/// value set on the gateway.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AlarmEvent {
+pub struct DeviceEvent {
     pub reason: &'static str,
     /// `Warning` for a raised alarm or a rule that cannot be evaluated, `Normal` otherwise.
     pub warning: bool,
+    /// The field it is about (`spec.properties{setpoint}.desired`), if one.
+    pub field: Option<String>,
     pub message: String,
     /// When it happened (ms since the epoch).
     pub at: i64,
 }
 
-impl AlarmEvent {
+impl DeviceEvent {
     fn new(reason: &'static str, warning: bool, message: String, at: i64) -> Self {
         Self {
             reason,
             warning,
+            field: None,
             message,
             at,
         }
     }
 }
 
-/// The Events the alarms of `plan` make, against those `current` (the DeviceStatus as stored)
-/// holds: raised, cleared, acknowledged (several when the edge's reports were folded, each
-/// said once), a rule that cannot be evaluated.
-pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
+/// The reason of the Event that says who set a desired value (the API's own audit's).
+pub const DESIRED_VALUE_SET: &str = "DesiredValueSet";
+
+/// The Events `plan` makes against `current` (the DeviceStatus as stored): each desired value
+/// set on the gateway (its local API, kectl, MQTT: the audit the API keeps of its own writes),
+/// and each change of an alarm: raised, cleared, acknowledged (several when the edge's reports
+/// were folded, each said once), a rule that cannot be evaluated.
+pub fn device_events(current: &Value, plan: &Plan, node: &str) -> Vec<DeviceEvent> {
     use api::alarm::Change;
     let mut out = Vec::new();
+    for (property, s) in &plan.observed {
+        if s.source != "edge" {
+            continue;
+        }
+        let was = current["status"]["twins"]
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["propertyName"] == property.as_str()))
+            .map(|t| &t["observedDesired"]);
+        if was.is_some_and(|w| w["value"] == s.value.as_str() && w["metadata"]["source"] == "edge")
+        {
+            continue;
+        }
+        let before = match was.and_then(|w| w["value"].as_str()) {
+            Some(w) if w != s.value => format!(" (was {w})"),
+            _ => String::new(),
+        };
+        let mut e = DeviceEvent::new(
+            DESIRED_VALUE_SET,
+            false,
+            format!(
+                "{property} set to {}{before} on the gateway {node}",
+                s.value
+            ),
+            s.timestamp,
+        );
+        e.field = Some(format!("spec.properties{{{property}}}.desired"));
+        out.push(e);
+    }
     for (rule, a) in &plan.alarms {
         let was = &current["status"]["extensions"][ALARMS][rule];
         let int = |v: &Value, k: &str| v[k].as_i64();
@@ -627,7 +663,7 @@ pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
         if a["ended"].as_bool() == Some(true) && a["active"].as_bool() == Some(true) {
             // Its rule was removed while it stood.
             if !was.is_null() {
-                out.push(AlarmEvent::new(
+                out.push(DeviceEvent::new(
                     Change::Removed.reason(),
                     false,
                     format!("{rule}: its rule was removed"),
@@ -639,7 +675,7 @@ pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
         let new_occurrence = int(was, "since") != Some(since);
         if let Some(why) = a["error"].as_str() {
             if was["error"].as_str() != Some(why) {
-                out.push(AlarmEvent::new(
+                out.push(DeviceEvent::new(
                     Change::Unevaluable.reason(),
                     true,
                     format!("{rule}: cannot be evaluated: {why}"),
@@ -650,7 +686,7 @@ pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
         }
         let raised = a["active"].as_bool() == Some(true) || a.get("clearedAt").is_some();
         if raised && (new_occurrence || was["active"].as_bool().is_none()) {
-            out.push(AlarmEvent::new(
+            out.push(DeviceEvent::new(
                 Change::Raised.reason(),
                 true,
                 what(a),
@@ -669,7 +705,7 @@ pub fn alarm_events(current: &Value, plan: &Plan) -> Vec<AlarmEvent> {
             if let Some(at) = int(a, field)
                 && (new_occurrence || int(was, field).is_none())
             {
-                out.push(AlarmEvent::new(change.reason(), false, message, at));
+                out.push(DeviceEvent::new(change.reason(), false, message, at));
             }
         }
     }

@@ -442,7 +442,7 @@ fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
         );
         u.due(t0, Duration::ZERO, usize::MAX).remove(0).1
     };
-    let reasons = |e: Vec<AlarmEvent>| e.into_iter().map(|e| e.reason).collect::<Vec<_>>();
+    let reasons = |e: Vec<DeviceEvent>| e.into_iter().map(|e| e.reason).collect::<Vec<_>>();
     // Raised: kept by rule beside the state's keys, a Warning event.
     let plan = take(&mut u, json!({"hot": hot(json!({}))}));
     let stored = json!({"status": {"twins": [], "extensions": {"stateReason": "r"}}});
@@ -455,13 +455,13 @@ fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
         body["status"]["extensions"].get("stateReason").is_none(),
         "{body}"
     );
-    let events = alarm_events(&stored, &plan);
+    let events = device_events(&stored, &plan, "n1");
     assert_eq!(events.len(), 1);
     assert!(events[0].warning);
     assert_eq!(events[0].message, "hot (critical): temperature 95 > 90");
     // The same alarm told again (a resend) makes no second event.
     let now = json!({"status": {"extensions": {"alarms": {"hot": hot(json!({}))}}}});
-    assert!(alarm_events(&now, &plan).is_empty());
+    assert!(device_events(&now, &plan, "n1").is_empty());
     // Acknowledged and cleared while the link was cut: folded into one report, both said,
     // in their order, and the alarm leaves the status.
     let plan = take(
@@ -470,7 +470,7 @@ fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
             "clearedAt": 3000, "ended": true}))}),
     );
     assert_eq!(
-        reasons(alarm_events(&now, &plan)),
+        reasons(device_events(&now, &plan, "n1")),
         ["AlarmAcknowledged", "AlarmCleared"]
     );
     let body = patch_body(&now, &plan, &["temperature"]);
@@ -480,14 +480,14 @@ fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
         &mut u,
         json!({"hot": hot(json!({"since": 5000, "message": "temperature 99 > 90"}))}),
     );
-    assert_eq!(reasons(alarm_events(&now, &plan)), ["AlarmRaised"]);
+    assert_eq!(reasons(device_events(&now, &plan, "n1")), ["AlarmRaised"]);
     // A rule that cannot be evaluated says why, once.
     let plan = take(
         &mut u,
         json!({"bad": {"rule": "bad", "severity": "major", "condition": "", "active": false,
             "since": 1, "error": "line 2: nonsense"}}),
     );
-    let events = alarm_events(&json!({}), &plan);
+    let events = device_events(&json!({}), &plan, "n1");
     assert_eq!(
         events[0].message,
         "bad: cannot be evaluated: line 2: nonsense"
@@ -498,4 +498,45 @@ fn alarms_land_in_the_status_extensions_and_each_change_is_one_event() {
         u.accept("n1", &alarm_msg(json!({"x": "nonsense"})), facts("n1")),
         Ok(Taken::Nothing)
     );
+}
+
+#[test]
+fn a_desired_value_set_on_the_gateway_is_an_event_of_the_device() {
+    let mut u = Upstream::new();
+    let msg = |value: &str, source: &str| {
+        Message::new(
+            "twin",
+            "twin",
+            "update",
+            "node/n1/device/default/d1/twin/edge_updated".to_string(),
+            json!({"event_id": "e", "timestamp": 5, "twin": {"setpoint": {
+                "expected": {"value": value, "metadata": {"timestamp": 5, "source": source}},
+                "metadata": {"type": "int"}, "expected_version": {"cloud": 1, "edge": 2}}}}),
+        )
+    };
+    let stored = json!({"status": {"twins": [{"propertyName": "setpoint",
+        "observedDesired": {"value": "80", "metadata": {"source": "cloud"}}}]}});
+    assert_eq!(
+        u.accept("n1", &msg("70", "edge"), facts("n1")),
+        Ok(Taken::Queued)
+    );
+    let (_, plan) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
+    let events = device_events(&stored, &plan, "n1");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].reason, DESIRED_VALUE_SET);
+    assert_eq!(
+        events[0].message,
+        "setpoint set to 70 (was 80) on the gateway n1"
+    );
+    assert_eq!(
+        events[0].field.as_deref(),
+        Some("spec.properties{setpoint}.desired")
+    );
+    // The spec's own value applied (source cloud) is the API's to audit, not this.
+    assert_eq!(
+        u.accept("n1", &msg("90", "cloud"), facts("n1")),
+        Ok(Taken::Queued)
+    );
+    let (_, plan) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
+    assert!(device_events(&stored, &plan, "n1").is_empty());
 }

@@ -110,7 +110,7 @@ impl Reconciler {
         plan: Plan,
         body: Value,
         api: Api<DynamicObject>,
-        events: Option<AlarmEvents>,
+        events: Option<DeviceEvents>,
     ) {
         self.status_inflight.insert(key.clone());
         self.writes_active += 1;
@@ -289,18 +289,18 @@ impl Reconciler {
                 .map(StatusEntry::value)
                 .unwrap_or(Value::Null);
             let body = upstream::patch_body(&current, &plan, &refs);
-            let events = upstream::alarm_events(&current, &plan);
-            let api = Api::<DynamicObject>::namespaced_with(
-                self.client.clone(),
-                &k.0,
-                &gvk("DeviceStatus"),
-            );
             let node = self
                 .down
                 .node_of(&k.0, &k.1)
                 .unwrap_or_default()
                 .to_string();
-            let events = (!events.is_empty()).then(|| AlarmEvents {
+            let events = upstream::device_events(&current, &plan, &node);
+            let api = Api::<DynamicObject>::namespaced_with(
+                self.client.clone(),
+                &k.0,
+                &gvk("DeviceStatus"),
+            );
+            let events = (!events.is_empty()).then(|| DeviceEvents {
                 client: self.client.clone(),
                 node,
                 events,
@@ -419,19 +419,30 @@ impl Reconciler {
     }
 }
 
-/// The Events an alarm's changes make on its Device, written once its DeviceStatus is.
-pub(super) struct AlarmEvents {
+/// Events of one kind a Device keeps (the API keeps Events until deleted: an alarm that flaps,
+/// a set point moved by a script on the gateway, would add them without end).
+const EVENTS_KEPT: usize = 100;
+
+/// The Events the edge's report makes on its Device (alarms, desired values set on the
+/// gateway), written once its DeviceStatus is.
+pub(super) struct DeviceEvents {
     client: kube::Client,
     node: String,
-    events: Vec<upstream::AlarmEvent>,
+    events: Vec<upstream::DeviceEvent>,
 }
 
-impl AlarmEvents {
-    /// Writes each Event (`kubectl get events` lists them; `kubectl describe device` too).
+impl DeviceEvents {
+    /// Writes each Event (`kubectl get events` lists them; `kubectl describe device` too), then
+    /// keeps the Device's last [`EVENTS_KEPT`] of each kind written.
     async fn record(self, key: &Key) {
         use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
         let api: Api<Event> = Api::namespaced(self.client, &key.0);
+        let kinds: std::collections::BTreeSet<bool> = self
+            .events
+            .iter()
+            .map(|e| e.reason == upstream::DESIRED_VALUE_SET)
+            .collect();
         for e in self.events {
             let at = k8s_openapi::jiff::Timestamp::from_millisecond(e.at).ok();
             let event = Event {
@@ -445,6 +456,7 @@ impl AlarmEvents {
                     kind: Some("Device".into()),
                     name: Some(key.1.clone()),
                     namespace: Some(key.0.clone()),
+                    field_path: e.field,
                     ..ObjectReference::default()
                 },
                 reason: Some(e.reason.into()),
@@ -462,8 +474,60 @@ impl AlarmEvents {
                 ..Event::default()
             };
             if let Err(err) = api.create(&PostParams::default(), &event).await {
-                tracing::warn!(device = %format!("{}/{}", key.0, key.1), reason = e.reason, error = %err, "cannot record an alarm's Event");
+                tracing::warn!(device = %format!("{}/{}", key.0, key.1), reason = e.reason, error = %err, "cannot record an Event of the device");
             }
         }
+        for desired in kinds {
+            prune(&api, key, desired).await;
+        }
+    }
+}
+
+/// Deletes the Device's oldest Events of a kind (desired values set, or alarms) beyond
+/// [`EVENTS_KEPT`].
+async fn prune(api: &Api<k8s_openapi::api::core::v1::Event>, key: &Key, desired: bool) {
+    let fields = format!("involvedObject.kind=Device,involvedObject.name={}", key.1);
+    let list = match api
+        .list(&kube::api::ListParams::default().fields(&fields))
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(device = %key.1, error = %e, "cannot list the device's Events to bound them");
+            return;
+        }
+    };
+    let mut mine: Vec<_> = list
+        .items
+        .into_iter()
+        .filter(|e| {
+            let reason = e.reason.as_deref().unwrap_or_default();
+            if desired {
+                reason == upstream::DESIRED_VALUE_SET
+            } else {
+                reason.starts_with("Alarm")
+            }
+        })
+        .map(|e| {
+            let rv: u64 = e
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            (
+                e.last_timestamp.map(|t| t.0),
+                rv,
+                e.metadata.name.unwrap_or_default(),
+            )
+        })
+        .collect();
+    if mine.len() <= EVENTS_KEPT {
+        return;
+    }
+    mine.sort();
+    let excess = mine.len() - EVENTS_KEPT;
+    for (_, _, name) in mine.into_iter().take(excess) {
+        let _ = api.delete(&name, &DeleteParams::default()).await;
     }
 }
