@@ -115,6 +115,9 @@ def draw_registers(rng, table):
             letters = "ABCDEFGHJKLMNPRSTUVWXYZ0123456789-"
             while True:
                 value = "".join(rng.choice(letters) for _ in range(rng.randrange(3, 9)))
+                if rng.random() < 0.3:
+                    # Padded with spaces, as many devices keep a name (the mapper trims them).
+                    value += " " * rng.randrange(1, 3)
                 raw = value.encode()
                 raw = raw + b"\0" * (2 - len(raw) % 2 if len(raw) % 2 else 2)
                 ws = [int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2)]

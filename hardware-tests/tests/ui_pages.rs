@@ -1292,10 +1292,16 @@ fn an_alarm_raised_on_the_gateway_is_acknowledged_on_the_fleet_page_and_cleared(
         );
         // A set point moved on the gateway (kectl, its local API) is in the fleet's audit too.
         node.kectl(&["twin", "set", "default/oven-1", "setpoint", "70"]);
-        v.goto(&format!("{url}#/device/default/oven-1")).await.expect("the oven");
-        wait_text(&v, "#change-rows", 60, "the gateway's change in the audit", |t| {
-            t.contains("setpoint set to 70 on the gateway edge-1")
-        })
+        v.goto(&format!("{url}#/device/default/oven-1"))
+            .await
+            .expect("the oven");
+        wait_text(
+            &v,
+            "#change-rows",
+            60,
+            "the gateway's change in the audit",
+            |t| t.contains("setpoint set to 70 on the gateway edge-1"),
+        )
         .await;
         v.close().await.expect("closed");
     });

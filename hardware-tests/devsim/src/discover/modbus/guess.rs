@@ -49,114 +49,164 @@ pub(super) fn text_at(words: &[u16], i: usize) -> Option<(usize, bool)> {
     (n >= 2).then_some((n, ended))
 }
 
-/// Whether a float reads as a value someone set or measured to a few digits (123.456, 21.5),
-/// rather than registers that only happen to make a float (123.00496).
-pub(super) fn round(f: f32) -> bool {
-    let digits = f
-        .to_string()
-        .chars()
-        .filter(char::is_ascii_digit)
-        .skip_while(|c| *c == '0')
-        .count();
-    digits <= 6
+/// How many significant digits a float has as it prints shortest (21.5: 3, 123.456: 6,
+/// 129400: 4, 0.0011822905: 8): what tells a value someone set or measured from registers that only
+/// happen to make a float.
+pub(super) fn digits(f: f32) -> usize {
+    let d: String = f.to_string().chars().filter(char::is_ascii_digit).collect();
+    // 129400 has four: the zeros at either end only place the point.
+    d.trim_matches('0').len()
 }
 
-/// How registers from `start` read best: each register an integer, or a float32 in either
-/// word order, or text, chosen over the whole run (a round float and text weigh more than the
-/// integers they would be, a float that is not round a little more).
+/// Whether a float reads as a value someone set or measured to a few digits (at most six:
+/// 123.456, 21.5), rather than registers that only happen to make a float (123.00496).
+pub(super) fn round(f: f32) -> bool {
+    digits(f) <= 6
+}
+
+/// A round float32 of two words (`hi` first), if they make one.
+fn round_float(hi: u16, lo: u16) -> Option<f32> {
+    float(hi, lo).filter(|f| round(*f))
+}
+
+/// What a guess at one place reads: 0 a 16-bit integer, 1 a float ABCD, 2 a float CDAB, 3 text.
+type Kind = u8;
+
+/// The readings that may start at `i`: (score, registers, kind). The rules, in integers so that
+/// equal readings are equal: an integer scores 10 a register; text 14 a register, 26 when it
+/// ends with its NUL inside a register; a round float 30 plus 6 less its significant digits
+/// (the rounder, the likelier it was set: -180 before 26.875), at most 35. So a round float
+/// beats the integers its words are and text that runs on, and text that ends with its NUL
+/// beats any float one of its words makes (with its own words, or with a word before it:
+/// 26 + 10 > 35); a float that is not round is never one.
+fn options(words: &[u16], i: usize) -> Vec<(i64, usize, Kind)> {
+    let mut out: Vec<(i64, usize, Kind)> = vec![(10, 1, 0)];
+    if let Some(&next) = words.get(i + 1) {
+        for (kind, f) in [
+            (1, round_float(words[i], next)),
+            (2, round_float(next, words[i])),
+        ] {
+            if let Some(f) = f {
+                out.push((30 + 5 - (digits(f).min(6) as i64 - 1), 2, kind));
+            }
+        }
+    }
+    if let Some((k, ended)) = text_at(words, i) {
+        out.push((if ended { 26 } else { 14 } * k as i64, k, 3));
+    }
+    out
+}
+
+/// How registers from `start` read best (the highest total of [`options`]'s scores over the
+/// whole run; a pure function of the words). A guess whose first register also starts another
+/// valid reading (a round float, text) says so in its `why`, for the user to check.
 pub(super) fn guesses(start: u16, words: &[u16]) -> Vec<Guess> {
     let n = words.len();
-    // best[i]: the best score of words[i..], and the guess at i that gives it.
-    let mut best: Vec<(f64, usize, u8)> = vec![(0.0, 0, 0); n + 1];
+    // best[i]: the best total of words[i..], and the reading at i that gives it.
+    let mut best: Vec<(i64, usize, Kind)> = vec![(0, 0, 0); n + 1];
     for i in (0..n).rev() {
-        // Kinds: 0 integer, 1 float ABCD, 2 float CDAB, 3 text.
-        let mut options: Vec<(f64, usize, u8)> = vec![(1.0, 1, 0)];
-        if let Some(&next) = words.get(i + 1) {
-            if let Some(f) = float(words[i], next) {
-                options.push((if round(f) { 3.5 } else { 2.1 }, 2, 1));
-            }
-            if let Some(f) = float(next, words[i]) {
-                options.push((if round(f) { 3.45 } else { 2.05 }, 2, 2));
-            }
-        }
-        if let Some((k, ended)) = text_at(words, i) {
-            // Text that ends with its NUL inside a register beats a float its words make.
-            options.push((1.6 * k as f64 + if ended { 0.4 } else { 0.0 }, k, 3));
-        }
-        best[i] = options
+        best[i] = options(words, i)
             .into_iter()
             .map(|(score, len, kind)| (score + best[i + len].0, len, kind))
-            .fold((f64::MIN, 1, 0), |a, b| if b.0 > a.0 { b } else { a });
+            .fold((i64::MIN, 1, 0), |a, b| if b.0 > a.0 { b } else { a });
     }
     let mut out = Vec::new();
     let mut i = 0;
     while i < n {
-        let (_, len, kind) = best[i];
-        let at = start + i as u16;
-        let w = words[i];
-        out.push(match kind {
-            1 | 2 => {
-                let (hi, lo) = if kind == 1 {
-                    (w, words[i + 1])
-                } else {
-                    (words[i + 1], w)
-                };
-                let f = float(hi, lo).unwrap_or_default();
-                Guess {
-                    offset: at,
-                    count: 2,
-                    data_type: "float32",
-                    byte_order: (kind == 2).then_some("CDAB"),
-                    model_type: "FLOAT",
-                    seen: f.to_string(),
-                    why: if kind == 1 {
-                        format!("two registers that read as a float32 (ABCD): {f}")
-                    } else {
-                        format!("two registers that read as a float32, low word first (CDAB): {f}")
-                    },
-                }
-            }
-            3 => {
-                let text: String = words[i..i + len]
-                    .iter()
-                    .flat_map(|w| w.to_be_bytes())
-                    .take_while(|b| *b != 0)
-                    .map(char::from)
-                    .collect();
-                Guess {
-                    offset: at,
-                    count: len as u16,
-                    data_type: "string",
-                    byte_order: None,
-                    model_type: "STRING",
-                    why: format!("{len} registers that read as text: {text:?}"),
-                    seen: text,
-                }
-            }
-            // -4096 to -1: a negative value is far likelier than a count above 61440.
-            _ if w >= 0xF000 => Guess {
-                offset: at,
-                count: 1,
-                data_type: "int16",
-                byte_order: None,
-                model_type: "INT",
-                why: format!(
-                    "{w} as unsigned: a small negative number? read {}",
-                    w as i16
-                ),
-                seen: (w as i16).to_string(),
-            },
-            _ => Guess {
-                offset: at,
-                count: 1,
-                data_type: "uint16",
-                byte_order: None,
-                model_type: "INT",
-                why: format!("read {w}"),
-                seen: w.to_string(),
-            },
-        });
+        let (total, len, kind) = best[i];
+        let mut g = guess(start, words, i, len, kind);
+        // Another valid reading from here (a round float, text) that lost: said beside the
+        // guess, "as likely" when it scores the same over the run.
+        let other = options(words, i)
+            .into_iter()
+            .filter(|(_, l, k)| *k != 0 && (*l, *k) != (len, kind))
+            .max_by_key(|(score, l, _)| score + best[i + l].0);
+        if let Some((score, l, k)) = other {
+            let alt = guess(start, words, i, l, k);
+            let how = if score + best[i + l].0 == total {
+                "as likely"
+            } else {
+                "also reads as"
+            };
+            g.why = format!(
+                "{}; {how}: {} (check which the device holds)",
+                g.why, alt.why
+            );
+        }
+        out.push(g);
         i += len;
     }
     out
 }
+
+/// The guess of `len` registers at `i` read as `kind`.
+fn guess(start: u16, words: &[u16], i: usize, len: usize, kind: Kind) -> Guess {
+    let at = start + i as u16;
+    let w = words[i];
+    match kind {
+        1 | 2 => {
+            let (hi, lo) = if kind == 1 {
+                (w, words[i + 1])
+            } else {
+                (words[i + 1], w)
+            };
+            let f = float(hi, lo).unwrap_or_default();
+            Guess {
+                offset: at,
+                count: 2,
+                data_type: "float32",
+                byte_order: (kind == 2).then_some("CDAB"),
+                model_type: "FLOAT",
+                seen: f.to_string(),
+                why: if kind == 1 {
+                    format!("two registers that read as a float32 (ABCD): {f}")
+                } else {
+                    format!("two registers that read as a float32, low word first (CDAB): {f}")
+                },
+            }
+        }
+        3 => {
+            let text: String = words[i..i + len]
+                .iter()
+                .flat_map(|w| w.to_be_bytes())
+                .take_while(|b| *b != 0)
+                .map(char::from)
+                .collect();
+            Guess {
+                offset: at,
+                count: len as u16,
+                data_type: "string",
+                byte_order: None,
+                model_type: "STRING",
+                why: format!("{len} registers that read as text: {text:?}"),
+                // As the mapper reports it: trailing spaces trimmed.
+                seen: text.trim_end_matches(' ').to_string(),
+            }
+        }
+        // -4096 to -1: a negative value is far likelier than a count above 61440.
+        _ if w >= 0xF000 => Guess {
+            offset: at,
+            count: 1,
+            data_type: "int16",
+            byte_order: None,
+            model_type: "INT",
+            why: format!(
+                "{w} as unsigned: a small negative number? read {}",
+                w as i16
+            ),
+            seen: (w as i16).to_string(),
+        },
+        _ => Guess {
+            offset: at,
+            count: 1,
+            data_type: "uint16",
+            byte_order: None,
+            model_type: "INT",
+            why: format!("read {w}"),
+            seen: w.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;
