@@ -58,6 +58,9 @@ async def main():
     plant = await folder(server.nodes.objects, "Plant")
     line1 = await folder(plant, "Plant.Line1")
     oven = await obj(line1, "Plant.Line1.Oven")
+    # An object's own properties (HasProperty), as the DI companion spec gives devices.
+    await oven.add_property(ua.NodeId("Oven.SerialNumber", ns), ua.QualifiedName("SerialNumber", ns), "SN-7781")
+    await oven.add_property(ua.NodeId("Oven.Manufacturer", ns), ua.QualifiedName("Manufacturer", ns), "Heatwell")
     await var(oven, "Oven.Temperature", 182.5, ua.VariantType.Double, eu=(0.0, 300.0, "°C"))
     await var(oven, "Oven.Setpoint", 180.0, ua.VariantType.Double, True, eu=(50.0, 250.0, "°C"))
     await var(oven, "Oven.Heating", True, ua.VariantType.Boolean)

@@ -420,7 +420,7 @@ fn an_opcua_plant_is_browsed_into_a_draft_that_reads_its_values() {
         ],
     );
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("13 variables found"), "{out}");
+    assert!(out.contains("15 variables found"), "{out}");
     let text = std::fs::read_to_string(&draft).expect("a draft");
     for want in [
         "- name: \"Plant.Line1.Oven.Temperature\"   # read 182.5\n      type: DOUBLE\n      accessMode: ReadOnly\n      minimum: \"0\"\n      maximum: \"300\"\n      unit: \"°C\"",
@@ -446,6 +446,9 @@ fn an_opcua_plant_is_browsed_into_a_draft_that_reads_its_values() {
         ("Plant.Line1.Oven.Setpoint", serde_json::json!(180.0)),
         ("Plant.Line1.Oven.Heating", serde_json::json!(true)),
         ("Plant.Line1.Oven.Recipe", serde_json::json!("BREAD-42")),
+        // The object's properties (HasProperty), named below it.
+        ("Plant.Line1.Oven.SerialNumber", serde_json::json!("SN-7781")),
+        ("Plant.Line1.Oven.Manufacturer", serde_json::json!("Heatwell")),
         ("Plant.Line1.Press.Strokes", serde_json::json!(123456)),
         ("Plant.Line1.Press.Force", serde_json::json!(412.25)),
         ("Plant.Line1.Press.Mode", serde_json::json!(-2)),

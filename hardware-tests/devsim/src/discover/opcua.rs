@@ -223,11 +223,12 @@ async fn walk(session: &Session, o: &Options) -> Result<Browsed, String> {
         let mut unit = None;
         let mut next = Vec::new();
         for (reference, child, name, child_class) in kids {
-            if reference == has_property {
-                // A property of a variable tells of it; others are the object's metadata.
+            if reference == has_property && class == NodeClass::Variable {
+                // A property of a variable tells of it (its range, its unit); an object's
+                // properties (SerialNumber, Manufacturer) are variables of their own, below.
                 match name.as_str() {
-                    "EURange" if class == NodeClass::Variable => range = Some(child),
-                    "EngineeringUnits" if class == NodeClass::Variable => unit = Some(child),
+                    "EURange" => range = Some(child),
+                    "EngineeringUnits" => unit = Some(child),
                     _ => {}
                 }
                 continue;
