@@ -200,6 +200,7 @@ fn build(
             .map(|(_, m)| m.clone())
     };
     let mut served = Vec::new();
+    let mut inserted: std::collections::HashSet<NodeId> = Default::default();
     for (d, sim) in &server.devices {
         for p in &d.points {
             let Visit::OpcUa(op, t) = &p.point else {
@@ -213,6 +214,10 @@ fn build(
                 namespace: ns,
                 identifier: op.node.id.identifier.clone(),
             };
+            if !inserted.insert(node.clone()) {
+                // Another property's node: served once, from the first that names it.
+                continue;
+            }
             let nm = manager_of(ns).ok_or_else(|| format!("no node manager for ns={ns}"))?;
             let text = sim
                 .edit(|s| s.text.get(&p.name).cloned())
@@ -287,8 +292,14 @@ async fn run_once(
                     }
                 };
                 if now.is_some() && now != s.last {
-                    // Written by a client: the device holds it.
+                    // Written by a client: the device holds it, and a client subscribed to
+                    // the node hears of it, as from a real server (a client's write does not
+                    // reach the subscriptions by itself here).
                     let v = now.clone().unwrap_or_default();
+                    if let Ok(value) = from_twin(&v, s.t, false) {
+                        let _ =
+                            nm.set_value(&subscriptions, &s.node, None, DataValue::new_now(value));
+                    }
                     s.sim.edit(|st| st.text.insert(s.name.clone(), v));
                     s.last = now;
                     continue;
@@ -414,16 +425,8 @@ pub fn layout(
                 continue;
             }
         };
-        if let Some(o) = points.iter().find(|o| match &o.point {
-            Visit::OpcUa(op, _) => op.node == point.node,
-            _ => false,
-        }) {
-            errors.push((
-                format!("{at}.visitors.configData.nodeID"),
-                format!("the same node as property {}", o.name),
-            ));
-            continue;
-        }
+        // Two properties may read one node (an `indexRange` of it, one polled and one
+        // subscribed), as the mapper takes them: the node is served once, from the first.
         let t = scalar_type(&point, mp.and_then(|m| m.type_));
         points.push(SimPoint::of(p, mp, initial(t), Visit::OpcUa(point, t)));
     }

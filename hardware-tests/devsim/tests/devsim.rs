@@ -591,3 +591,47 @@ fn a_value_that_does_not_fit_is_said_once() {
         .count();
     assert_eq!(said, 1, "{}", log.join("\n"));
 }
+
+/// Two properties on one OPC UA node (one polled, one subscribed), as mapper-opcua takes them:
+/// devsim serves the node once and both read its value through edgecore and the mapper.
+#[test]
+fn two_properties_on_one_opcua_node_are_served() {
+    let manifest = |port: u16| {
+        std::fs::read_to_string(sim::workspace_root().join("examples/opcua.yaml"))
+            .expect("example")
+            .replace(
+                "    - name: running\n      type: BOOLEAN",
+                "    - name: speed-watched\n      type: DOUBLE\n      accessMode: ReadOnly\n      visitors:\n        protocolName: opcua\n        configData: {nodeID: \"ns=2;s=Line1.Speed\", dataType: double, subscribe: true}\n    - name: running\n      type: BOOLEAN",
+            )
+            .replace(
+                "    - name: running\n      collectCycle: 1000",
+                "    - name: speed-watched\n    - name: running\n      collectCycle: 1000",
+            )
+            .replace("opc.tcp://127.0.0.1:4840", &format!("opc.tcp://127.0.0.1:{port}"))
+            .replace("nodeName: edge-node-1", "nodeName: test-node")
+            // No write: both read what the simulated device holds.
+            .replace("      desired:\n        value: \"120.5\"\n", "")
+    };
+    let scenario = Scenario::parse(
+        "devices:\n  line-1:\n    properties:\n      line-speed: {value: {constant: \"42.5\"}}\n",
+    )
+    .expect("scenario");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let served = rt
+        .block_on(start(
+            load(&manifest(4840)).expect("valid"),
+            &scenario,
+            &local(),
+        ))
+        .expect("served: one node for both properties");
+    let node = Node::start(&manifest(served[0].address.port()));
+    let _mapper = node.mapper("mapper-opcua", "opcua", free_port());
+    sim::poll::eventually_or(60, "both properties read the node's value", || {
+        let twin = node.twin("default/line-1").unwrap_or_default();
+        let got = |p| sim::reported(&twin, p).unwrap_or_default();
+        match (got("line-speed").as_str(), got("speed-watched").as_str()) {
+            ("42.5", "42.5") => Ok(()),
+            _ => Err(format!("{twin:#}")),
+        }
+    });
+}

@@ -447,8 +447,14 @@ fn an_opcua_plant_is_browsed_into_a_draft_that_reads_its_values() {
         ("Plant.Line1.Oven.Heating", serde_json::json!(true)),
         ("Plant.Line1.Oven.Recipe", serde_json::json!("BREAD-42")),
         // The object's properties (HasProperty), named below it.
-        ("Plant.Line1.Oven.SerialNumber", serde_json::json!("SN-7781")),
-        ("Plant.Line1.Oven.Manufacturer", serde_json::json!("Heatwell")),
+        (
+            "Plant.Line1.Oven.SerialNumber",
+            serde_json::json!("SN-7781"),
+        ),
+        (
+            "Plant.Line1.Oven.Manufacturer",
+            serde_json::json!("Heatwell"),
+        ),
         ("Plant.Line1.Press.Strokes", serde_json::json!(123456)),
         ("Plant.Line1.Press.Force", serde_json::json!(412.25)),
         ("Plant.Line1.Press.Mode", serde_json::json!(-2)),
