@@ -59,13 +59,12 @@ def reads_as_text(ws):
 
 
 def reads_as_float(ws):
-    """Whether two words read as a float32 discovery would take (either word order): such text
-    would be ambiguous, and is not drawn."""
-    for hi, lo in ((ws[0], ws[1]), (ws[1], ws[0])):
-        f = struct.unpack(">f", struct.pack(">HH", hi, lo))[0]
-        if f == f and 1e-3 <= abs(f) <= 1e7:
-            return True
-    return False
+    """Whether two neighbouring words of a text (its register of NULs included) read as a
+    round float32 discovery would take (either word order): such text would be ambiguous, and
+    is not drawn."""
+    return any(
+        round_float(a, b) or round_float(b, a) for a, b in zip(ws, ws[1:])
+    )
 
 
 def round_float(hi, lo):

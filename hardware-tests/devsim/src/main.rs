@@ -371,6 +371,14 @@ struct DiscoverArgs {
     /// The highest address tried in each table.
     #[arg(long, default_value_t = 999)]
     last_address: u16,
+    /// Modbus: at most this many requests to read one unit's tables; where they run out is
+    /// said in the draft (on a 9600-baud line, 1,000 requests take about 25 s).
+    #[arg(long, default_value_t = 4000)]
+    max_requests: usize,
+    /// Modbus: ask every address (by default, after 32 addresses in a row that are not there,
+    /// one in 16 is probed, and the scan goes back address by address where one answers).
+    #[arg(long)]
+    exhaustive: bool,
     /// How long an answer may take, in milliseconds, before the unit counts as absent
     /// (default: 1000 over TCP and OPC UA, 100 on a serial line, 10000 for a BLE connection).
     #[arg(long)]
@@ -537,6 +545,8 @@ async fn discover_modbus(
         timeout: timeout(if serial { 100 } else { 1000 }),
         name: args.name.clone(),
         max_properties: args.max_properties,
+        max_requests: args.max_requests,
+        exhaustive: args.exhaustive,
     };
     let scan = devsim::discover::modbus::scan(&o)
         .await

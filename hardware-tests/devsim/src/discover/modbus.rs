@@ -121,6 +121,10 @@ pub struct Options {
     pub name: String,
     /// At most this many properties per device; the rest is said in a comment.
     pub max_properties: usize,
+    /// At most this many requests to read one unit's tables (after the ones that find it).
+    pub max_requests: usize,
+    /// Every address asked, however far from any value.
+    pub exhaustive: bool,
 }
 
 /// A Modbus table, as a visitor names it.
@@ -282,39 +286,71 @@ impl Scanner {
         }
     }
 
-    /// The answering runs of `table` from `start` for `count` items: a refused block is split
-    /// in halves down to single addresses. `Err`: the table is left, saying why.
-    async fn table(&mut self, table: Table, last: u16) -> Found {
+    /// The answering runs of `table` up to address `last`, within `budget` requests (spent
+    /// here; the unit's whole scan shares it). Address by address while values are near: an
+    /// address that answers is grown into its run by doubling reads (its end found by halving:
+    /// a run of n costs about 2 log2 n requests, a missing address one). After [`GAP`]
+    /// addresses in a row that are not there, one address in [`STRIDE`] is probed; a probe
+    /// that answers sends the scan back over the addresses before it, one by one again. So a
+    /// run of `STRIDE` or more is always found, and every value within `GAP` of another; an
+    /// empty table of 1,000 addresses costs about 90 requests. `exhaustive`: every address.
+    /// `note` says why the table was left, or where the budget ran out.
+    async fn table(
+        &mut self,
+        table: Table,
+        last: u16,
+        budget: &mut usize,
+        exhaustive: bool,
+    ) -> Found {
         let mut found = Found::default();
-        let mut todo: Vec<(u16, u16)> = Vec::new();
-        let mut a: u32 = 0;
-        while a <= u32::from(last) {
-            let n = (u32::from(last) + 1 - a).min(u32::from(table.block())) as u16;
-            todo.push((a as u16, n));
-            a += u32::from(n);
-        }
-        todo.reverse();
         let mut items: Vec<(u16, Vec<u16>)> = Vec::new();
-        while let Some((start, count)) = todo.pop() {
-            match self.read(table, start, count).await {
-                Read::Items(v) => items.push((start, v)),
-                Read::Refused(ExceptionCode::IllegalDataAddress) if count > 1 => {
-                    let half = count / 2;
-                    todo.push((start + half, count - half));
-                    todo.push((start, half));
+        let end = u32::from(last) + 1;
+        let mut a: u32 = 0;
+        // Addresses in a row that were not there, since the table's start or the last value.
+        let mut missing: u32 = 0;
+        while a < end {
+            let room = (end - a).min(u32::from(table.block())) as u16;
+            let near = exhaustive || missing < GAP;
+            // Far from any value: probe the last address of the next stride.
+            let at = if near {
+                a
+            } else {
+                (a + STRIDE - 1).min(end - 1)
+            };
+            match self
+                .run_at(
+                    table,
+                    at as u16,
+                    (end - at).min(u32::from(room)) as u16,
+                    budget,
+                )
+                .await
+            {
+                Ok(Some(v)) if near => {
+                    // The address after the run is not there, unless the run filled what one
+                    // request may ask (then the next read starts there).
+                    let full = v.len() == usize::from(room);
+                    missing = u32::from(!full);
+                    a += v.len() as u32 + u32::from(!full);
+                    items.push((at as u16, v));
                 }
-                Read::Refused(ExceptionCode::IllegalDataAddress) => {}
-                Read::Refused(ExceptionCode::IllegalFunction) => {
+                // A probe answered: back over the addresses before it, one by one.
+                Ok(Some(_)) => missing = 0,
+                Ok(None) if near => {
+                    missing += 1;
+                    a += 1;
+                }
+                Ok(None) => {
+                    missing += at + 1 - a;
+                    a = at + 1;
+                }
+                Err(Stop::Function) => {
                     found.note =
                         Some("the device does not have this table (illegal function)".into());
                     break;
                 }
-                Read::Refused(code) => {
-                    found.note = Some(format!("left at address {start}: exception {code:?}"));
-                    break;
-                }
-                Read::Silent(why) => {
-                    found.note = Some(format!("left at address {start}: {why}"));
+                Err(Stop::Why(note)) => {
+                    found.note = Some(note);
                     break;
                 }
             }
@@ -331,6 +367,86 @@ impl Scanner {
         }
         found
     }
+}
+
+impl Scanner {
+    /// One read, if the budget allows it.
+    async fn spend(
+        &mut self,
+        budget: &mut usize,
+        table: Table,
+        address: u16,
+        count: u16,
+    ) -> Option<Read> {
+        *budget = budget.checked_sub(1)?;
+        Some(self.read(table, address, count).await)
+    }
+
+    /// The run that starts at `a` (at most `room` items), if `a` answers: grown by doubling
+    /// reads, its end found by halving. `Err`: why the table is left (an answer other than
+    /// "not there", or the budget spent).
+    async fn run_at(
+        &mut self,
+        table: Table,
+        a: u16,
+        room: u16,
+        budget: &mut usize,
+    ) -> Result<Option<Vec<u16>>, Stop> {
+        let mut ask = async |s: &mut Self, count: u16| -> Result<Option<Vec<u16>>, Stop> {
+            match s.spend(budget, table, a, count).await {
+                None => Err(Stop::Why(budget_note(a))),
+                Some(Read::Items(v)) => Ok(Some(v)),
+                Some(Read::Refused(ExceptionCode::IllegalDataAddress)) => Ok(None),
+                Some(Read::Refused(ExceptionCode::IllegalFunction)) => Err(Stop::Function),
+                Some(Read::Refused(code)) => Err(Stop::Why(format!(
+                    "left at address {a}: exception {code:?}"
+                ))),
+                Some(Read::Silent(why)) => Err(Stop::Why(format!("left at address {a}: {why}"))),
+            }
+        };
+        let Some(mut got) = ask(self, 1).await? else {
+            return Ok(None);
+        };
+        // Doubling while the run goes on; then halving between what answered and what did not.
+        let mut bad = None;
+        while got.len() < usize::from(room) {
+            let try_len = (got.len() * 2).min(usize::from(room)) as u16;
+            match ask(self, try_len).await? {
+                Some(v) => got = v,
+                None => {
+                    bad = Some(try_len);
+                    break;
+                }
+            }
+        }
+        if let Some(mut hi) = bad {
+            while usize::from(hi) > got.len() + 1 {
+                let mid = ((got.len() + usize::from(hi)) / 2) as u16;
+                match ask(self, mid).await? {
+                    Some(v) => got = v,
+                    None => hi = mid,
+                }
+            }
+        }
+        Ok(Some(got))
+    }
+}
+
+/// Why a table's scan stops.
+enum Stop {
+    /// The device does not have the table.
+    Function,
+    Why(String),
+}
+
+/// Addresses in a row not there after which the scan probes one in [`STRIDE`].
+const GAP: u32 = 32;
+/// How far apart the probes are, far from any value.
+const STRIDE: u32 = 16;
+
+/// Where a scan stopped for want of requests.
+fn budget_note(at: u16) -> String {
+    format!("stopped at address {at}: --max-requests spent (the rest of the unit was not asked)")
 }
 
 /// Scans `o.target`: each unit id of `o.units`, each table up to `o.last_address`; on a
@@ -470,8 +586,9 @@ async fn scan_units(s: &mut Scanner, ids: &[u8], line: Option<Line>, o: &Options
             continue;
         }
         let mut tables = Vec::new();
+        let mut budget = o.max_requests;
         for t in Table::ALL {
-            let f = s.table(t, o.last_address).await;
+            let f = s.table(t, o.last_address, &mut budget, o.exhaustive).await;
             tables.push((t, f));
         }
         out.units.push(Unit { id, line, tables });
