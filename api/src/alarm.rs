@@ -19,8 +19,8 @@
 //! (MQTT, the local API, the cloud's `DeviceStatus`): active or cleared, acknowledged or not,
 //! or a rule that cannot be evaluated and why.
 
-use crate::v1beta1::{Device, PropertyType};
-use crate::validate::compare_numbers;
+use crate::v1beta1::{Device, DeviceModel, PropertyType};
+use crate::validate::{Problem, compare_numbers};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::fmt;
@@ -259,6 +259,44 @@ pub fn text_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
         .as_ref()?
         .get(ANNOTATION)
         .map(String::as_str)
+}
+
+/// The field path of the alarm rules' problems.
+pub fn path() -> String {
+    format!("metadata.annotations[{ANNOTATION}]")
+}
+
+/// The problems of the device's alarm rules ([`crate::alarm`]), each an error naming its line,
+/// checked against `model`'s types. Kept apart from [`crate::validate::validate_device`]: a bad rule makes
+/// `kectl validate` fail and the API refuse the write, but a gateway given one (a cluster
+/// without cloudcore's webhook) still runs the device and shows the rule as one that cannot be
+/// evaluated.
+pub fn problems(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
+    let types = |name: &str| model.and_then(|m| m.property(name)).and_then(|p| p.type_);
+    of_device(device, &types)
+        .1
+        .into_iter()
+        .map(|e| Problem::error(path(), e))
+        .collect()
+}
+
+/// [`problems`] when the rules changed from `before`'s (a stored Device whose model
+/// changed since is not held back by rules that were accepted).
+pub fn changed_problems(
+    device: &Device,
+    model: &DeviceModel,
+    before: Option<&Device>,
+) -> Vec<Problem> {
+    let text = |d: &Device| {
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION).cloned())
+    };
+    if before.is_some_and(|b| text(b) == text(device)) {
+        return Vec::new();
+    }
+    problems(device, Some(model))
 }
 
 fn parse_line(line: &str, properties: Option<&[Declared<'_>]>) -> Result<Rule, String> {

@@ -360,44 +360,6 @@ pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Prob
     out
 }
 
-/// The field path of the alarm rules' problems.
-pub fn alarms_path() -> String {
-    format!("metadata.annotations[{}]", crate::alarm::ANNOTATION)
-}
-
-/// The problems of the device's alarm rules ([`crate::alarm`]), each an error naming its line,
-/// checked against `model`'s types. Kept apart from [`validate_device`]: a bad rule makes
-/// `kectl validate` fail and the API refuse the write, but a gateway given one (a cluster
-/// without cloudcore's webhook) still runs the device and shows the rule as one that cannot be
-/// evaluated.
-pub fn validate_alarms(device: &Device, model: Option<&DeviceModel>) -> Vec<Problem> {
-    let types = |name: &str| model.and_then(|m| m.property(name)).and_then(|p| p.type_);
-    crate::alarm::of_device(device, &types)
-        .1
-        .into_iter()
-        .map(|e| Problem::error(alarms_path(), e))
-        .collect()
-}
-
-/// [`validate_alarms`] when the rules changed from `before`'s (a stored Device whose model
-/// changed since is not held back by rules that were accepted).
-pub fn changed_alarms(
-    device: &Device,
-    model: &DeviceModel,
-    before: Option<&Device>,
-) -> Vec<Problem> {
-    let text = |d: &Device| {
-        d.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(crate::alarm::ANNOTATION).cloned())
-    };
-    if before.is_some_and(|b| text(b) == text(device)) {
-        return Vec::new();
-    }
-    validate_alarms(device, Some(model))
-}
-
 /// The device's and its properties' `configData` against the keys its protocol's mapper reads
 /// ([`configdata`]), when a mapper of this project serves the protocol. Kept apart from
 /// [`validate_device`] (they depend on the protocol): an error among them makes `kectl validate`

@@ -5,9 +5,7 @@
 use crate::manifest::{self, Object};
 use crate::paths::DeviceId;
 use crate::v1beta1::{Device, DeviceModel, namespace_of};
-use crate::validate::{
-    Problem, validate_alarms, validate_config_data, validate_device, validate_model,
-};
+use crate::validate::{Problem, validate_config_data, validate_device, validate_model};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -189,7 +187,7 @@ pub fn validate_texts(inputs: &[(String, String)]) -> Report {
         // The mapper's own keys: an error (a misspelled register, a value out of range) makes
         // the document invalid here too, so that edgecore skips the device that its mapper
         // would refuse (one verdict for both); an unknown key is a warning.
-        for problem in validate_alarms(&device, model) {
+        for problem in crate::alarm::problems(&device, model) {
             alarm_findings.push((
                 file_index,
                 Finding::new(file, document, &object_label, problem),

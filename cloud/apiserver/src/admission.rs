@@ -86,7 +86,7 @@ fn unlandable_causes(
             Cause::invalid(problem.path, value, &problem.message)
         })
         .chain(
-            api::validate::changed_alarms(&device, model, before.as_ref())
+            api::alarm::changed_problems(&device, model, before.as_ref())
                 .into_iter()
                 .map(|p| Cause::invalid(p.path, rules, &p.message)),
         )
