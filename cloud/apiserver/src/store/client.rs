@@ -20,8 +20,20 @@ pub(crate) mod pb {
 use pb::kv_client::KvClient;
 use pb::watch_client::WatchClient;
 
-/// The longest a unary call waits for a member before trying the next.
+/// The longest a call waits for the members, in all.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a call waits before asking again when no member could take it (an election).
+const NO_LEADER_RETRY: Duration = Duration::from_millis(100);
+
+/// `message` with etcd's require-leader metadata (`rpctypes.MetadataRequireLeaderKey`).
+fn leader_required<T>(message: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+    r
+}
 
 /// Clients of the members, and the one in use.
 pub(crate) struct Etcd {
@@ -100,8 +112,36 @@ impl Etcd {
     }
 
     /// Runs `call` on the member in use, then on each other member while the failure says the
-    /// member could not be reached.
+    /// member could not be reached or has no leader; when none could, again every
+    /// [`NO_LEADER_RETRY`] until [`CALL_TIMEOUT`] has passed. Every request carries etcd's
+    /// require-leader metadata (`hasleader: true`): a member that lost its leader refuses at
+    /// once ("etcdserver: no leader") instead of holding the request until its own timeout,
+    /// so a write after a leader's death waits for the election, not for a timeout.
     async fn call<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
+        loop {
+            match self.call_members(&call, deadline).await {
+                Err(e)
+                    if unreachable(&e.status)
+                        && tokio::time::Instant::now() + NO_LEADER_RETRY < deadline =>
+                {
+                    tokio::time::sleep(NO_LEADER_RETRY).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One round of [`Etcd::call`] over the members, each given until `deadline`.
+    async fn call_members<T, F, Fut>(
+        &self,
+        call: &F,
+        deadline: tokio::time::Instant,
+    ) -> Result<T, EtcdError>
     where
         F: Fn(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -112,7 +152,7 @@ impl Etcd {
         for i in 0..n {
             let at = (start + i) % n;
             let (url, ch) = &self.members[at];
-            let status = match tokio::time::timeout(CALL_TIMEOUT, call(ch.clone())).await {
+            let status = match tokio::time::timeout_at(deadline, call(ch.clone())).await {
                 Ok(Ok(r)) => {
                     if i > 0 {
                         self.current.store(at, Ordering::Relaxed);
@@ -126,10 +166,15 @@ impl Etcd {
                 }
             };
             let retry = unreachable(&status);
-            last = Some(EtcdError {
-                member: url.clone(),
-                status,
-            });
+            // What a member that answered said ("no leader") is said over what one that could
+            // not be reached did.
+            let said = |e: &EtcdError| e.status.message().contains("no leader");
+            if !last.as_ref().is_some_and(said) || !retry {
+                last = Some(EtcdError {
+                    member: url.clone(),
+                    status,
+                });
+            }
             if !retry {
                 break;
             }
@@ -149,7 +194,7 @@ impl Etcd {
             async move {
                 KvClient::new(ch)
                     .max_decoding_message_size(64 << 20)
-                    .range(req)
+                    .range(leader_required(req))
                     .await
             }
         })
@@ -162,7 +207,7 @@ impl Etcd {
             async move {
                 KvClient::new(ch)
                     .max_decoding_message_size(64 << 20)
-                    .txn(req)
+                    .txn(leader_required(req))
                     .await
             }
         })
@@ -172,10 +217,10 @@ impl Etcd {
     pub(crate) async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
         self.call(|ch| async move {
             KvClient::new(ch)
-                .compact(pb::CompactionRequest {
+                .compact(leader_required(pb::CompactionRequest {
                     revision,
                     physical: false,
-                })
+                }))
                 .await
         })
         .await
@@ -205,7 +250,7 @@ impl Etcd {
             async move {
                 let mut client = WatchClient::new(ch).max_decoding_message_size(64 << 20);
                 client
-                    .watch(requests)
+                    .watch(leader_required(requests))
                     .await
                     .map(|r| r.map(|stream| (tx, stream)))
             }
