@@ -47,12 +47,15 @@ impl Api {
             Some(c) => Some(decode_continue(c)?),
             None => None,
         };
+        // Items the earlier pages of this list gave.
+        let before = start.as_ref().map_or(0, |s| s.2);
+        let start = start.map(|(ns, name, _)| (ns, name));
         let (rv, items, cont, remaining) = {
             let tables = self.store.read();
             let rv = tables.rv;
             let mut items: Vec<Arc<Obj>> = Vec::new();
             let mut cont = None;
-            let mut remaining = 0usize;
+            let mut remaining = None;
             if let Some(map) = tables.objects.get(&t.res.store_key) {
                 use std::ops::Bound;
                 let lower = match &start {
@@ -81,17 +84,21 @@ impl Api {
                         continue;
                     }
                     if limit > 0 && items.len() == limit {
-                        // The next page starts after the last item of this one.
-                        if cont.is_none()
-                            && let Some((ns, name)) = last
-                        {
-                            cont = Some(encode_continue(rv, ns, name));
+                        // There is more: the next page starts after the last item of this
+                        // one. A page costs what it holds: the rest is not walked to be counted.
+                        if let Some((ns, name)) = last {
+                            cont = Some(encode_continue(rv, ns, name, before + items.len()));
                         }
-                        remaining += 1;
-                        continue;
+                        break;
                     }
                     last = Some(k);
                     items.push(o.clone());
+                }
+                // How many remain, when it costs nothing to know (every object of the kind,
+                // unfiltered: the map's size less what the pages gave), as kube-apiserver
+                // gives it only when it can count cheaply; else left out.
+                if cont.is_some() && t.ns.is_empty() && labels.is_empty() && fields.is_empty() {
+                    remaining = Some(map.len().saturating_sub(before + items.len()));
                 }
             }
             (rv, items, cont, remaining)
@@ -115,7 +122,9 @@ impl Api {
         let mut meta = json!({"resourceVersion": rv.to_string()});
         if let Some(c) = &cont {
             meta["continue"] = json!(c);
-            meta["remainingItemCount"] = json!(remaining);
+            if let Some(n) = remaining {
+                meta["remainingItemCount"] = json!(n);
+            }
         }
         let mut out =
             BytesMut::with_capacity(64 + items.iter().map(|o| o.json_len() + 1).sum::<usize>());
@@ -137,12 +146,16 @@ impl Api {
     }
 }
 
-pub(super) fn encode_continue(rv: u64, ns: &str, name: &str) -> String {
-    let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}")});
+/// A list's continue token: where the next page starts (after `ns/name`) and how many items
+/// the pages so far gave (`n`, for the count of those that remain).
+pub(super) fn encode_continue(rv: u64, ns: &str, name: &str, given: usize) -> String {
+    let v = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{ns}/{name}"), "n": given});
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
 }
 
-pub(super) fn decode_continue(c: &str) -> Result<(String, String), Status> {
+/// A continue token read back: the key the next page starts after, and the items given so far
+/// (0 for a token without `n`).
+pub(super) fn decode_continue(c: &str) -> Result<(String, String, usize), Status> {
     let bad = || Status::bad_request(format!("continue key is not valid: {c:?}"));
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(c)
@@ -150,7 +163,8 @@ pub(super) fn decode_continue(c: &str) -> Result<(String, String), Status> {
     let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
     let start = v["start"].as_str().ok_or_else(bad)?;
     let (ns, name) = start.split_once('/').ok_or_else(bad)?;
-    Ok((ns.to_string(), name.to_string()))
+    let given = v["n"].as_u64().unwrap_or(0) as usize;
+    Ok((ns.to_string(), name.to_string(), given))
 }
 
 #[cfg(test)]
@@ -159,9 +173,12 @@ mod tests {
 
     #[test]
     fn a_continue_token_gives_back_where_the_list_stopped() {
-        let token = encode_continue(42, "plant", "oven-1");
-        let (ns, name) = decode_continue(&token).expect("our own token");
-        assert_eq!((ns.as_str(), name.as_str()), ("plant", "oven-1"));
+        let token = encode_continue(42, "plant", "oven-1", 500);
+        let (ns, name, given) = decode_continue(&token).expect("our own token");
+        assert_eq!(
+            (ns.as_str(), name.as_str(), given),
+            ("plant", "oven-1", 500)
+        );
     }
 
     #[test]
