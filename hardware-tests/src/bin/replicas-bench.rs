@@ -23,6 +23,11 @@
 //!    line). Then `kill -9` of etcd's leader: the same figures in the minute after it.
 //! 4. `kill -9` of one replica: for each of its nodes, the time from the kill until it has a
 //!    session on another replica again (p50, p99, max).
+//!
+//! `--leader-writes` alone: one replica on the etcd cluster, a ConfigMap patched through it one
+//! write after another; `kill -9` of etcd's leader after 3 s: how long the other members took
+//! to elect a leader (etcd's own view, polled every 50 ms) and the longest write that was under
+//! way or began after the kill (a write waits for the election, not for a timeout).
 
 use anyhow::{Context, Result};
 use futures_util::{SinkExt, StreamExt};
@@ -419,6 +424,78 @@ fn window(seen: &Seen, from: u64, to: u64) -> Vec<String> {
     out
 }
 
+/// Writes through a replica while etcd's leader is killed: the election's time, and the
+/// longest write under way or begun after the kill.
+async fn leader_writes(etcd: &mut sim::etcd::EtcdCluster, urls: &str) -> Result<()> {
+    let store = format!("    etcd:\n      endpoints: [{urls}]\n      prefix: /bench-leader/\n");
+    let replica = start_server_on("", &store)?;
+    let client = cloud::cluster_client(&replica.kubeconfig).await?;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "default");
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "beat"}, "data": {"n": "0"}}))?,
+    )
+    .await?;
+    let start = Instant::now();
+    // The writes, one after another, beside the kill: (began, took, ok) of each.
+    let writer = tokio::spawn(async move {
+        let mut writes: Vec<(Duration, Duration, bool)> = Vec::new();
+        let mut n = 0u64;
+        while start.elapsed() < Duration::from_secs(15) {
+            n += 1;
+            let began = start.elapsed();
+            let t = Instant::now();
+            let patch = json!({"data": {"n": n.to_string()}});
+            let ok = maps
+                .patch("beat", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .is_ok();
+            writes.push((began, t.elapsed(), ok));
+        }
+        writes
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let member = etcd.leader()?;
+    etcd.kill(member);
+    let killed = Instant::now();
+    // The election, as etcd's members see it.
+    let mut elected = None;
+    while killed.elapsed() < Duration::from_secs(10) {
+        if let Ok(l) = etcd.leader()
+            && l != member
+        {
+            elected = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let writes = writer.await?;
+    let kill = killed.duration_since(start);
+    let after: Vec<&(Duration, Duration, bool)> =
+        writes.iter().filter(|(b, t, _)| *b + *t >= kill).collect();
+    let longest = after.iter().map(|w| w.1).max().unwrap_or_default();
+    for (b, t, ok) in after.iter().filter(|w| w.1 > Duration::from_millis(500)) {
+        println!(
+            "  a write that began {:+.0} ms from the kill took {:.0} ms{}",
+            (b.as_secs_f64() - kill.as_secs_f64()) * 1000.0,
+            t.as_secs_f64() * 1000.0,
+            if *ok { "" } else { " and failed" }
+        );
+    }
+    let failed = after.iter().filter(|w| !w.2).count();
+    println!(
+        "leader:   kill -9 of etcd's leader (member {member}) with writes going on: a new leader in {}; the longest write under way or after it {:.0} ms ({} writes after it, {failed} failed; {} in all)",
+        elected.map_or("more than 10 s".to_string(), |e| format!(
+            "{:.0} ms",
+            e.as_secs_f64() * 1000.0
+        )),
+        longest.as_secs_f64() * 1000.0,
+        after.len(),
+        writes.len()
+    );
+    Ok(())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -444,6 +521,9 @@ async fn main() -> Result<()> {
     let mut etcd = sim::etcd::EtcdCluster::start(3)?;
     let urls = etcd.endpoints().join(",");
     println!("etcd: three members on loopback ({urls})");
+    if std::env::args().any(|a| a == "--leader-writes") {
+        return leader_writes(&mut etcd, &urls).await;
+    }
 
     // 1. The API on each store, same run.
     let bench = std::env::current_exe()?

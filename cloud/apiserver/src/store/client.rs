@@ -24,6 +24,10 @@ use pb::watch_client::WatchClient;
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a call waits before asking again when no member could take it (an election).
 const NO_LEADER_RETRY: Duration = Duration::from_millis(100);
+/// The longest one member is given: a request a follower took just before its leader died is
+/// held by it (etcd checks for a leader when a request arrives, not after), and is asked again
+/// elsewhere after this, rather than after the whole [`CALL_TIMEOUT`].
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `message` with etcd's require-leader metadata (`rpctypes.MetadataRequireLeaderKey`).
 fn leader_required<T>(message: T) -> tonic::Request<T> {
@@ -122,9 +126,19 @@ impl Etcd {
         F: Fn(Channel) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_noting(call, &mut false).await
+    }
+
+    /// [`Etcd::call`], setting `unsure` when an attempt ended without an answer (no answer in
+    /// time, a broken connection): a write asked again may have been made by that attempt.
+    async fn call_noting<T, F, Fut>(&self, call: F, unsure: &mut bool) -> Result<T, EtcdError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let deadline = tokio::time::Instant::now() + CALL_TIMEOUT;
         loop {
-            match self.call_members(&call, deadline).await {
+            match self.call_members(&call, deadline, unsure).await {
                 Err(e)
                     if unreachable(&e.status)
                         && tokio::time::Instant::now() + NO_LEADER_RETRY < deadline =>
@@ -141,6 +155,7 @@ impl Etcd {
         &self,
         call: &F,
         deadline: tokio::time::Instant,
+        unsure: &mut bool,
     ) -> Result<T, EtcdError>
     where
         F: Fn(Channel) -> Fut,
@@ -152,7 +167,8 @@ impl Etcd {
         for i in 0..n {
             let at = (start + i) % n;
             let (url, ch) = &self.members[at];
-            let status = match tokio::time::timeout_at(deadline, call(ch.clone())).await {
+            let until = deadline.min(tokio::time::Instant::now() + ATTEMPT_TIMEOUT);
+            let status = match tokio::time::timeout_at(until, call(ch.clone())).await {
                 Ok(Ok(r)) => {
                     if i > 0 {
                         self.current.store(at, Ordering::Relaxed);
@@ -166,6 +182,14 @@ impl Etcd {
                 }
             };
             let retry = unreachable(&status);
+            // Refused at the door (no connection, no leader): nothing was done. Anything else
+            // may have been.
+            if !(status.message().contains("no leader") || status.message().contains("connect")) {
+                *unsure |= matches!(
+                    status.code(),
+                    tonic::Code::DeadlineExceeded | tonic::Code::Unknown | tonic::Code::Cancelled
+                ) || status.code() == tonic::Code::Unavailable;
+            }
             // What a member that answered said ("no leader") is said over what one that could
             // not be reached did.
             let said = |e: &EtcdError| e.status.message().contains("no leader");
@@ -202,15 +226,28 @@ impl Etcd {
     }
 
     pub(crate) async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse, EtcdError> {
-        self.call(|ch| {
-            let req = req.clone();
-            async move {
-                KvClient::new(ch)
-                    .max_decoding_message_size(64 << 20)
-                    .txn(leader_required(req))
-                    .await
-            }
-        })
+        self.txn_noting(req, &mut false).await
+    }
+
+    /// [`Etcd::txn`], setting `unsure` when it was asked again after an attempt whose outcome is
+    /// not known (the transaction may then have been applied by it).
+    pub(crate) async fn txn_noting(
+        &self,
+        req: pb::TxnRequest,
+        unsure: &mut bool,
+    ) -> Result<pb::TxnResponse, EtcdError> {
+        self.call_noting(
+            |ch| {
+                let req = req.clone();
+                async move {
+                    KvClient::new(ch)
+                        .max_decoding_message_size(64 << 20)
+                        .txn(leader_required(req))
+                        .await
+                }
+            },
+            unsure,
+        )
         .await
     }
 

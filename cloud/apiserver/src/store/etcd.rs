@@ -232,8 +232,11 @@ impl EtcdStore {
     async fn follow(self: Arc<Self>, tables: View, events: Feed, keep: usize) {
         let end = prefix_end(self.prefix.as_bytes());
         let mut names = HashMap::new();
+        // At most a second between attempts: while etcd elects a leader every member refuses
+        // the watch ("no leader"), and a write waits for this view to hold it; a longer wait
+        // here would be added to every write after the election.
         let mut backoff =
-            rt::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+            rt::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let from = *self.applied.borrow() + 1;
             let (_requests, mut stream) = match self
@@ -465,6 +468,11 @@ impl EtcdStore {
                 }
             };
             let created = current.is_none() && !deleted;
+            // What this write puts, to know it again (None: a delete).
+            let put_bytes = match &op {
+                pb::request_op::Request::RequestPut(p) => Some(p.value.clone()),
+                _ => None,
+            };
             if dry_run {
                 return Ok(Done {
                     value,
@@ -486,20 +494,58 @@ impl EtcdStore {
                     target_union: Some(pb::compare::TargetUnion::CreateRevision(0)),
                 },
             };
+            let mut unsure = false;
             let r = self
                 .client
-                .txn(pb::TxnRequest {
-                    compare: vec![compare],
-                    success: vec![pb::RequestOp { request: Some(op) }],
-                    failure: vec![pb::RequestOp {
-                        request: Some(pb::request_op::Request::RequestRange(pb::RangeRequest {
-                            key: ekey.clone(),
-                            ..Default::default()
-                        })),
-                    }],
-                })
+                .txn_noting(
+                    pb::TxnRequest {
+                        compare: vec![compare],
+                        success: vec![pb::RequestOp { request: Some(op) }],
+                        failure: vec![pb::RequestOp {
+                            request: Some(pb::request_op::Request::RequestRange(
+                                pb::RangeRequest {
+                                    key: ekey.clone(),
+                                    ..Default::default()
+                                },
+                            )),
+                        }],
+                    },
+                    &mut unsure,
+                )
                 .await
                 .map_err(write_error)?;
+            let held_kv = || {
+                r.responses.iter().find_map(|op| match &op.response {
+                    Some(pb::response_op::Response::ResponseRange(rr)) => {
+                        Some(rr.kvs.first().cloned())
+                    }
+                    _ => None,
+                })
+            };
+            // Asked again after an attempt whose outcome was not known (a member that took it
+            // lost its leader): if etcd holds what this write made, that attempt made it.
+            let made_before = unsure
+                && !r.succeeded
+                && match (held_kv(), &put_bytes) {
+                    (Some(Some(kv)), Some(bytes)) => kv.value == *bytes,
+                    (Some(None), None) => true,
+                    _ => false,
+                };
+            if made_before {
+                let rev = match held_kv() {
+                    Some(Some(kv)) => kv.mod_revision.max(0) as u64,
+                    _ => r.header.as_ref().map_or(0, |h| h.revision).max(0) as u64,
+                };
+                self.caught_up(rev).await;
+                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), Value::String(rev.to_string()));
+                }
+                return Ok(Done {
+                    value,
+                    deleted,
+                    created,
+                });
+            }
             if r.succeeded {
                 let rev = r.header.as_ref().map_or(0, |h| h.revision).max(0) as u64;
                 self.caught_up(rev).await;
