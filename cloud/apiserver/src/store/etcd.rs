@@ -531,23 +531,12 @@ impl EtcdStore {
                     (Some(None), None) => true,
                     _ => false,
                 };
-            if made_before {
+            if r.succeeded || made_before {
                 let rev = match held_kv() {
-                    Some(Some(kv)) => kv.mod_revision.max(0) as u64,
-                    _ => r.header.as_ref().map_or(0, |h| h.revision).max(0) as u64,
-                };
-                self.caught_up(rev).await;
-                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("resourceVersion".into(), Value::String(rev.to_string()));
+                    Some(Some(kv)) if made_before => kv.mod_revision,
+                    _ => r.header.as_ref().map_or(0, |h| h.revision),
                 }
-                return Ok(Done {
-                    value,
-                    deleted,
-                    created,
-                });
-            }
-            if r.succeeded {
-                let rev = r.header.as_ref().map_or(0, |h| h.revision).max(0) as u64;
+                .max(0) as u64;
                 self.caught_up(rev).await;
                 if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.insert("resourceVersion".into(), Value::String(rev.to_string()));
