@@ -157,6 +157,8 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
             hub,
             devicecontroller::controller::Config {
                 leader: Some(leading.clone()),
+                // Replicas with cloudhub: each does the work of the nodes whose sessions it holds.
+                shared: elects && cloudhub.is_some(),
                 ..config.modules.device_controller.config()
             },
             stop.clone(),
@@ -164,7 +166,7 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
     });
     if let (Some(h), Some(c)) = (&cloudhub, &controller) {
         h.set_upstream(c.upstream.clone());
-        h.set_lost(c.lost.clone());
+        h.set_sessions(c.sessions.clone());
     }
     // Pods go to edge nodes through cloudhub; without it there is no node to send them to.
     if let Some(h) = &cloudhub

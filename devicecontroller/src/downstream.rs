@@ -19,7 +19,7 @@ use api::message::{Message, group, operation, source};
 use api::packed::Packed;
 use api::paths::Resource;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// `{namespace, name}` of an object.
@@ -80,6 +80,10 @@ pub struct Downstream {
     /// Per node: objects it acknowledged before this start that no longer exist (from
     /// [`Downstream::seed_delivered`]), for its delete messages; kept until sent.
     gone: BTreeMap<(String, &'static str, Key), Value>,
+    /// Replicas: the nodes whose sessions this replica holds, the only ones it sends to; what
+    /// the others hold is what they acknowledged through any replica (their ObjectSync
+    /// records, [`Downstream::seed_delivered`]). `None`: alone, every node.
+    owned: Option<HashSet<String>>,
 }
 
 fn key_of(obj: &Value) -> Option<Key> {
@@ -264,6 +268,55 @@ impl Downstream {
         }
     }
 
+    /// Replicas: from now on only the nodes [`Downstream::own`] names are sent messages.
+    pub fn share(&mut self) {
+        self.owned.get_or_insert_with(HashSet::new);
+    }
+
+    /// Nodes owned (replicas), 0 alone.
+    pub fn owned_count(&self) -> usize {
+        self.owned.as_ref().map_or(0, HashSet::len)
+    }
+
+    /// Whether messages for `node` are this controller's to send.
+    pub fn owns(&self, node: &str) -> bool {
+        self.owned.as_ref().is_none_or(|o| o.contains(node))
+    }
+
+    /// `node`'s session is here now: the messages that bring it from what it acknowledged to
+    /// what it must hold.
+    pub fn own(&mut self, node: &str) -> Vec<Outbound> {
+        let new = self
+            .owned
+            .as_mut()
+            .is_some_and(|o| o.insert(node.to_string()));
+        if new {
+            self.reconcile_node(node)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// `node`'s session left this replica: what it was sent stays as the baseline until its
+    /// acknowledgements through another replica say more.
+    pub fn disown(&mut self, node: &str) {
+        if let Some(o) = self.owned.as_mut() {
+            o.remove(node);
+        }
+    }
+
+    /// A node acknowledged the deletion of an object through another replica (its ObjectSync
+    /// record is gone): it no longer holds it.
+    pub fn undelivered(&mut self, node: &str, kind: &'static str, key: &Key) {
+        if let Some(sent) = self.sent.get_mut(node) {
+            match kind {
+                "device" => sent.devices.remove(key),
+                _ => sent.models.remove(key),
+            };
+        }
+        self.gone.remove(&(node.to_string(), kind, key.clone()));
+    }
+
     /// `node` starts over (its Node object was deleted: a gateway reinstalled, or gone): what
     /// it was sent is forgotten, so that the next [`Downstream::reconcile_node`] sends it
     /// everything it must hold.
@@ -433,6 +486,10 @@ impl Downstream {
     /// node of thousands of devices given one more does not cost a copy of all of them (a
     /// gateway given 5,000 devices took the controller minutes).
     fn reconcile(&mut self, node: &str) -> Vec<Outbound> {
+        if !self.owns(node) {
+            // Another replica's: what it was sent is left as its acknowledgements say.
+            return Vec::new();
+        }
         let mut had = self.sent.remove(node).unwrap_or_default();
         // The spec of each model this node's devices use, if it exists (looked up once each).
         let mut model_specs: HashMap<(&str, &str), Option<u64>> = HashMap::new();

@@ -236,9 +236,9 @@ fn not_newer(a: &str, b: &str) -> bool {
 pub(crate) struct CloudHub {
     nodes: Mutex<HashMap<String, NodeState>>,
     upstream: OnceLock<mpsc::Sender<(String, Message)>>,
-    /// Where a node whose session ended is told (the device controller: its devices become
-    /// `unknown`).
-    lost: OnceLock<mpsc::Sender<String>>,
+    /// Where sessions that came and went are told (the device controller: it sends a node
+    /// that came here its messages; a node's devices become `unknown` when it goes).
+    sessions: OnceLock<Arc<devicecontroller::controller::Sessions>>,
     /// Where pod status goes (the edge controller).
     pods: OnceLock<mpsc::Sender<(String, Message)>>,
     records: OnceLock<objectsync::Writer>,
@@ -277,7 +277,7 @@ impl CloudHub {
         Arc::new(Self {
             nodes: Mutex::new(HashMap::new()),
             upstream: OnceLock::new(),
-            lost: OnceLock::new(),
+            sessions: OnceLock::new(),
             pods: OnceLock::new(),
             records: OnceLock::new(),
             asked: Mutex::new(HashMap::new()),
@@ -304,18 +304,24 @@ impl CloudHub {
         })
     }
 
-    /// Where a node whose session ended is told.
-    pub(crate) fn set_lost(&self, tx: mpsc::Sender<String>) {
-        let _ = self.lost.set(tx);
+    /// Where sessions that came and went are told.
+    /// Those open already are told as come.
+    pub(crate) fn set_sessions(&self, s: Arc<devicecontroller::controller::Sessions>) {
+        if self.sessions.set(s.clone()).is_err() {
+            return;
+        }
+        for (node, st) in self.lock().iter() {
+            if st.session.is_some() {
+                s.arrived(node);
+            }
+        }
     }
 
     /// `node`'s session ended with no other open: its devices are no longer known to be as
     /// it last said.
     fn node_lost(&self, node: &str) {
-        if let Some(tx) = self.lost.get()
-            && tx.try_send(node.to_string()).is_err()
-        {
-            tracing::warn!(%node, "cloudhub: the device controller's queue of lost nodes is full; this node's devices keep their last state");
+        if let Some(s) = self.sessions.get() {
+            s.lost(node);
         }
     }
 
@@ -372,6 +378,9 @@ impl CloudHub {
                 .fetch_add(1, Ordering::Relaxed);
         } else {
             self.metrics.sessions.fetch_add(1, Ordering::Relaxed);
+            if let Some(s) = self.sessions.get() {
+                s.arrived(node);
+            }
         }
         let now = Instant::now();
         st.unacked.restart(now);

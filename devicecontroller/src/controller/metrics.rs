@@ -22,6 +22,18 @@ pub struct Metrics {
     pub nodes_registered: AtomicU64,
     /// Devices bound to a node that has no Node object (once Nodes are listed).
     pub devices_on_unregistered_nodes: AtomicU64,
+    /// Replicas: nodes whose sessions this replica holds (whose messages and reports it
+    /// handles).
+    pub nodes_owned: AtomicU64,
+    /// Watch events received (Device, DeviceModel, Node, and ObjectSync on replicas).
+    pub watch_events: AtomicU64,
+    /// Reports received from nodes (twin and state messages).
+    pub reports: AtomicU64,
+    /// DeviceStatus objects read before a first patch here (a node new to this replica).
+    pub status_reads: AtomicU64,
+    /// DeviceStatus patches refused because the object changed since this controller's
+    /// version of it (written through another replica): read again and retried.
+    pub status_conflicts: AtomicU64,
     /// How long each Device or DeviceModel change took from its watch event to its messages.
     pub reconcile: Histogram,
 }
@@ -119,6 +131,31 @@ impl Metrics {
             "devicecontroller_devices_on_unregistered_nodes",
             "Devices bound to a node that has no Node object.",
             g(&self.devices_on_unregistered_nodes),
+        )
+        .gauge(
+            "devicecontroller_nodes_owned",
+            "Replicas: nodes whose sessions this replica holds.",
+            g(&self.nodes_owned),
+        )
+        .counter(
+            "devicecontroller_watch_events",
+            "Watch events received (Device, DeviceModel, Node, ObjectSync).",
+            g(&self.watch_events),
+        )
+        .counter(
+            "devicecontroller_reports",
+            "Reports received from nodes.",
+            g(&self.reports),
+        )
+        .counter(
+            "devicecontroller_status_reads",
+            "DeviceStatus objects read before a first patch here.",
+            g(&self.status_reads),
+        )
+        .counter(
+            "devicecontroller_status_conflicts",
+            "DeviceStatus patches refused as written through another replica since (read again and retried).",
+            g(&self.status_conflicts),
         )
         .histogram(
             "devicecontroller_reconcile_duration_seconds",

@@ -39,10 +39,13 @@ pub struct Config {
     pub profile_interval: Duration,
     /// Write the per-node profile ConfigMaps at all.
     pub profiles: bool,
-    /// Replicas: whether this one leads. Only the leader creates DeviceStatus objects and
-    /// writes profile ConfigMaps; every replica sends its own nodes their messages and writes
-    /// their reports. `None`: alone, always.
+    /// Replicas: whether this one leads. Only the leader makes the DeviceStatus objects that
+    /// do not exist and writes profile ConfigMaps. `None`: alone, always.
     pub leader: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Replicas: each sends messages only to the nodes whose sessions it holds (told through
+    /// [`Controller::sessions`]), and writes only their reports. Alone
+    /// (`false`), every node is this controller's: messages wait for a node not connected.
+    pub shared: bool,
 }
 
 impl Default for Config {
@@ -53,7 +56,45 @@ impl Default for Config {
             profile_interval: Duration::from_millis(200),
             profiles: true,
             leader: None,
+            shared: false,
         }
+    }
+}
+
+/// Nodes whose sessions came to this cloudcore or went, told by cloudhub: the newest of each
+/// node until the controller takes them (so bounded by the nodes, and a node that left and came
+/// back before the controller looked has only come back).
+#[derive(Debug, Default)]
+pub struct Sessions {
+    changed: std::sync::Mutex<std::collections::BTreeMap<String, bool>>,
+    notify: tokio::sync::Notify,
+}
+
+impl Sessions {
+    /// `node`'s session came here (replicas: from now on this controller sends it its
+    /// messages and writes its reports).
+    pub fn arrived(&self, node: &str) {
+        self.set(node, true);
+    }
+
+    /// `node` lost its link (its session ended, none other open here): its devices become
+    /// `unknown` in DeviceStatus until it reports again.
+    pub fn lost(&self, node: &str) {
+        self.set(node, false);
+    }
+
+    fn set(&self, node: &str, up: bool) {
+        self.lock().insert(node.to_string(), up);
+        self.notify.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, bool>> {
+        self.changed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The changes since the last call: node -> whether its session is here now.
+    fn take(&self) -> std::collections::BTreeMap<String, bool> {
+        std::mem::take(&mut *self.lock())
     }
 }
 
@@ -61,9 +102,8 @@ impl Default for Config {
 pub struct Controller {
     /// Messages from nodes: `(node, message)`.
     pub upstream: mpsc::Sender<(String, Message)>,
-    /// Nodes that lost their link to the cloud (cloudhub's session ended): their devices
-    /// become `unknown` in DeviceStatus until they report again.
-    pub lost: mpsc::Sender<String>,
+    /// Sessions that came and went.
+    pub sessions: Arc<Sessions>,
     pub metrics: Arc<Metrics>,
     pub task: tokio::task::JoinHandle<()>,
 }
@@ -84,16 +124,17 @@ pub fn start(
     cancel: CancellationToken,
 ) -> Controller {
     let (tx, rx) = mpsc::channel(4096);
-    let (lost, lost_rx) = mpsc::channel(4096);
+    let sessions = Arc::new(Sessions::default());
+    let sessions_in = sessions.clone();
     let metrics = Arc::new(Metrics::default());
     let m = metrics.clone();
     let task = tokio::spawn(async move {
         let state = Reconciler::new(client, hub, config, m);
-        state.run(rx, lost_rx, cancel).await;
+        state.run(rx, sessions_in, cancel).await;
     });
     Controller {
         upstream: tx,
-        lost,
+        sessions,
         metrics,
         task,
     }

@@ -43,7 +43,12 @@ impl Watched {
 
 /// What an API write spawned by the controller came back with.
 enum WriteDone {
-    StatusCreated(Key, Option<Value>),
+    /// A create: the object made; `Err(true)` when it existed already.
+    StatusCreated(Key, Result<Value, bool>),
+    /// A DeviceStatus read before its first patch here: `Ok(None)` when there is none.
+    StatusRead(Key, Result<Option<Value>, kube::Error>),
+    /// The DeviceStatus objects that exist (the leader's list).
+    ExistingStatuses(HashSet<Key>),
     Patched(Key, Box<Plan>, Result<Value, kube::Error>),
     Profile((String, String), Option<String>),
     /// Profile ConfigMaps found at start-up: `(namespace, node)`.
@@ -57,11 +62,18 @@ pub(super) struct Reconciler {
     metrics: Arc<Metrics>,
     down: Downstream,
     up: Upstream,
+    /// The DeviceStatus of each device this controller writes, as its last write or read here
+    /// left it (the version is the next patch's precondition). Not watched: a DeviceStatus
+    /// changes with every report of the fleet, and this controller writes only its own nodes'.
     statuses: HashMap<Key, StatusEntry>,
+    /// Devices whose DeviceStatus is being read, made or patched: one at a time each.
     status_inflight: HashSet<Key>,
+    /// Devices whose DeviceStatus could not be read: not asked again before then.
+    read_after: HashMap<Key, Instant>,
     /// Per [`Watched`] kind: its first full list is in.
     listed: [bool; 2],
-    statuses_synced: bool,
+    /// The ObjectSync records' first list is in.
+    records_listed: bool,
     /// Per [`Watched`] kind, during a (re)list: the keys it has brought so far.
     relist: [Option<HashSet<Key>>; 2],
     /// What nodes acknowledged before this start (their ObjectSync records), used once by the
@@ -129,8 +141,9 @@ impl Reconciler {
             up: Upstream::new(),
             statuses: HashMap::new(),
             status_inflight: HashSet::new(),
+            read_after: HashMap::new(),
             listed: [false; 2],
-            statuses_synced: false,
+            records_listed: false,
             relist: [None, None],
             delivered: Vec::new(),
             registered: None,
@@ -156,18 +169,25 @@ impl Reconciler {
     pub(super) async fn run(
         mut self,
         mut up_rx: mpsc::Receiver<(String, Message)>,
-        mut lost_rx: mpsc::Receiver<String>,
+        sessions: Arc<super::Sessions>,
         cancel: CancellationToken,
     ) {
-        self.delivered = list_delivered(&self.client).await;
+        // Replicas: each node's messages go from the replica that holds its session; what the
+        // others acknowledged through other replicas is followed (their ObjectSync records).
+        // Alone: what nodes acknowledged before this start, read once.
+        let mut records = if self.config.shared {
+            self.down.share();
+            Some(records_watch(&self.client))
+        } else {
+            self.delivered = list_delivered(&self.client).await;
+            self.records_listed = true;
+            None
+        };
         let all = |kind: &str| Api::<DynamicObject>::all_with(self.client.clone(), &gvk(kind));
         let mut devices = watcher(all("Device"), watcher::Config::default())
             .default_backoff()
             .boxed();
         let mut models = watcher(all("DeviceModel"), watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        let mut statuses = watcher(all("DeviceStatus"), watcher::Config::default())
             .default_backoff()
             .boxed();
         let mut nodes = watcher(
@@ -185,16 +205,20 @@ impl Reconciler {
                 _ = cancel.cancelled() => return,
                 Some(ev) = devices.next() => self.object_event(Watched::Device, ev),
                 Some(ev) = models.next() => self.object_event(Watched::Model, ev),
-                Some(ev) = statuses.next() => self.status_event(ev),
+                Some(ev) = async { match records.as_mut() {
+                    Some(r) => r.next().await,
+                    None => std::future::pending().await,
+                } } => self.record_event(ev),
                 Some(ev) = nodes.next() => self.node_event(ev),
                 Some((node, msg)) = up_rx.recv() => self.report(&node, msg),
-                Some(node) = lost_rx.recv() => {
-                    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                    let since = k8s_openapi::jiff::Timestamp::from_second(now)
-                        .map(|t| t.to_string())
-                        .unwrap_or_default();
-                    let n = self.up.node_lost(&node, &since, self.down.devices_of(&node));
-                    tracing::info!(%node, devices = n, "devicecontroller: a node lost its link; its devices are unknown until it reports again");
+                _ = sessions.notify.notified() => {
+                    for (node, here) in sessions.take() {
+                        if here {
+                            self.arrived(&node);
+                        } else {
+                            self.lost(&node);
+                        }
+                    }
                 }
                 Some(done) = done_rx.recv() => self.done(done),
                 Some(Ok(())) = async { match leader.as_mut() {
@@ -248,6 +272,7 @@ impl Reconciler {
         let Some(ev) = event("Node", ev) else {
             return;
         };
+        self.metrics.watch_events.fetch_add(1, Ordering::Relaxed);
         let name = |o: &NodeMeta| o.metadata.name.clone().unwrap_or_default();
         match ev {
             watcher::Event::Init => self.nodes_relist = Some(HashSet::new()),
@@ -307,6 +332,7 @@ impl Reconciler {
         let Some(ev) = event(kind.name(), ev) else {
             return;
         };
+        self.metrics.watch_events.fetch_add(1, Ordering::Relaxed);
         let i = kind as usize;
         let t0 = Instant::now();
         let live = matches!(ev, watcher::Event::Apply(_) | watcher::Event::Delete(_));
@@ -325,13 +351,16 @@ impl Reconciler {
                 if let (Some(seen), Some(k)) = (self.relist[i].as_mut(), &key) {
                     seen.insert(k.clone());
                 }
+                let new = key
+                    .as_ref()
+                    .is_some_and(|k| self.down.properties(&k.0, &k.1).is_none());
                 let out = match kind {
                     Watched::Device => self.down.device_applied(&v),
                     Watched::Model => self.down.model_applied(&v),
                 };
                 self.send(out);
                 if let (Watched::Device, Some(k)) = (kind, key) {
-                    self.ensure_status(&k);
+                    self.ensure_status(&k, new);
                 }
             }
             watcher::Event::Delete(o) => {
@@ -374,7 +403,7 @@ impl Reconciler {
     }
 
     fn maybe_synced(&mut self) {
-        if self.listed.iter().all(|l| *l) && !self.down.is_synced() {
+        if self.listed.iter().all(|l| *l) && self.records_listed && !self.down.is_synced() {
             for d in std::mem::take(&mut self.delivered) {
                 self.down
                     .seed_delivered(&d.node, d.kind, d.key, &d.uid, &d.resource_version);
@@ -426,34 +455,74 @@ impl Reconciler {
         });
     }
 
-    fn status_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
-        let Some(ev) = event("DeviceStatus", ev) else {
+    /// A node lost its link (its session here ended): its devices are `unknown` until it
+    /// reports again; on replicas, its messages now go from the replica it goes to.
+    fn lost(&mut self, node: &str) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let since = k8s_openapi::jiff::Timestamp::from_second(now)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let n = self.up.node_lost(node, &since, self.down.devices_of(node));
+        self.down.disown(node);
+        self.owned_gauge();
+        tracing::info!(%node, devices = n, "devicecontroller: a node lost its link; its devices are unknown until it reports again");
+    }
+
+    /// A node's session came to this replica: it is sent what it did not acknowledge.
+    fn arrived(&mut self, node: &str) {
+        let out = self.down.own(node);
+        self.send(out);
+        self.owned_gauge();
+    }
+
+    fn owned_gauge(&self) {
+        if self.config.shared {
+            self.metrics
+                .nodes_owned
+                .store(self.down.owned_count() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// An ObjectSync record (replicas): before the first reconcile, what nodes acknowledged
+    /// before this start; after it, what the nodes of other replicas acknowledge there.
+    fn record_event(&mut self, ev: Result<watcher::Event<DynamicObject>, watcher::Error>) {
+        let Some(ev) = event("ObjectSync", ev) else {
             return;
         };
+        self.metrics.watch_events.fetch_add(1, Ordering::Relaxed);
+        let of = |o: &DynamicObject| {
+            serde_json::to_value(o)
+                .ok()
+                .and_then(|v| super::objectsync::delivered_of(&v))
+        };
         match ev {
-            watcher::Event::Init => self.statuses.clear(),
+            watcher::Event::Init => {
+                if !self.down.is_synced() {
+                    self.delivered.clear();
+                }
+            }
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                if let Some(k) = key_of(&v) {
-                    let newer = self.statuses.get(&k).is_none_or(|cur| rv_num(&v) >= cur.rv);
-                    if newer {
-                        self.statuses.insert(k.clone(), StatusEntry::of(&v));
-                    }
-                    if self.statuses_synced {
-                        self.ensure_status(&k);
-                    }
+                let Some(d) = of(&o) else {
+                    return;
+                };
+                if !self.down.is_synced() {
+                    self.delivered.push(d);
+                } else if !self.down.owns(&d.node) {
+                    self.down
+                        .seed_delivered(&d.node, d.kind, d.key, &d.uid, &d.resource_version);
                 }
             }
             watcher::Event::Delete(o) => {
-                let v = serde_json::to_value(&o).unwrap_or(Value::Null);
-                if let Some(k) = key_of(&v) {
-                    self.statuses.remove(&k);
-                    self.ensure_status(&k);
+                if let Some(d) = of(&o)
+                    && self.down.is_synced()
+                    && !self.down.owns(&d.node)
+                {
+                    self.down.undelivered(&d.node, d.kind, &d.key);
                 }
             }
             watcher::Event::InitDone => {
-                self.statuses_synced = true;
-                self.ensure_all_statuses();
+                self.records_listed = true;
+                self.maybe_synced();
             }
         }
     }
@@ -529,6 +598,24 @@ fn rv_num(v: &Value) -> u64 {
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
+}
+
+/// Every ObjectSync record, watched.
+fn records_watch(
+    client: &kube::Client,
+) -> futures_util::stream::BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>
+{
+    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "reliablesyncs.kubeedge.io",
+        "v1alpha1",
+        "ObjectSync",
+    ));
+    watcher(
+        Api::<DynamicObject>::all_with(client.clone(), &ar),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .boxed()
 }
 
 /// A watch's event, or `None` when the watch failed (said in the log; kube-rs's watcher

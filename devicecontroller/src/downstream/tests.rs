@@ -296,3 +296,68 @@ fn deletes_and_unbound_devices() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_replica_sends_only_to_its_sessions_and_a_node_arriving_gets_what_it_did_not_acknowledge() {
+    let mut d = Downstream::new();
+    d.share();
+    let (d1, d2) = (
+        ("default".to_string(), "d1".to_string()),
+        ("default".to_string(), "d2".to_string()),
+    );
+    for o in [
+        model("m", "5", "C"),
+        device("d1", "n1", "m", "7"),
+        device("d2", "n1", "m", "8"),
+        device("d3", "n2", "m", "9"),
+    ] {
+        let _ = if o["kind"] == "Device" {
+            d.device_applied(&o)
+        } else {
+            d.model_applied(&o)
+        };
+    }
+    // n2's session is here; n1's is on another replica.
+    assert!(d.own("n2").is_empty(), "nothing before the first list");
+    let out = d.synced();
+    assert!(
+        out.iter().all(|o| o.node == "n2") && !out.is_empty(),
+        "{:?}",
+        summary(&out)
+    );
+    // Changes of n1's devices go out from the replica that holds it, not this one.
+    assert!(d.device_applied(&device("d1", "n1", "m", "17")).is_empty());
+    // n1 acknowledged through the other replica: m, d1 at 17, d2 at an older 6.
+    d.seed_delivered(
+        "n1",
+        "devicemodel",
+        ("default".into(), "m".into()),
+        "uid-m",
+        "5",
+    );
+    d.seed_delivered("n1", "device", d1.clone(), "uid-d1", "17");
+    d.seed_delivered("n1", "device", d2.clone(), "uid-d2", "6");
+    // Then d2 was deleted, and n1 acknowledged the delete there (its record went).
+    assert!(d.device_deleted(&device("d2", "n1", "m", "8")).is_empty());
+    d.undelivered("n1", "device", &d2);
+    // n1 comes here: it is sent nothing it holds, and nothing twice.
+    assert!(d.own("n1").is_empty(), "n1 holds what it must");
+    assert!(d.own("n1").is_empty(), "owned once");
+    // A change now reaches n1 from here; n1 leaving stops it.
+    let edited = |rv: &str, cycle: u64| {
+        let mut v = device("d1", "n1", "m", rv);
+        v["spec"]["properties"][0]["collectCycle"] = json!(cycle);
+        v
+    };
+    assert_eq!(
+        summary(&d.device_applied(&edited("18", 2000))),
+        [row("n1", "update", "node/n1/default/device/d1", "18")]
+    );
+    d.disown("n1");
+    assert!(d.device_applied(&edited("19", 3000)).is_empty());
+    // Back with 19 unacknowledged: it is sent 19.
+    assert_eq!(
+        summary(&d.own("n1")),
+        [row("n1", "update", "node/n1/default/device/d1", "19")]
+    );
+}

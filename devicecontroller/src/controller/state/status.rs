@@ -5,28 +5,55 @@
 use super::*;
 
 impl Reconciler {
+    /// The leader makes every device's DeviceStatus that does not exist: it lists the names
+    /// of those that do (once, at the first reconcile and when it becomes the leader), then
+    /// queues the rest.
     pub(super) fn ensure_all_statuses(&mut self) {
-        for k in self.down.device_keys() {
-            self.ensure_status(&k);
+        if !self.leading() || !self.down.is_synced() {
+            return;
         }
+        let (client, done) = (self.client.clone(), self.done_tx.clone());
+        tokio::spawn(async move {
+            let api = Api::<DynamicObject>::all_with(client, &gvk("DeviceStatus"));
+            let mut found = HashSet::new();
+            let mut lp = kube::api::ListParams::default().limit(500);
+            loop {
+                match api.list_metadata(&lp).await {
+                    Ok(list) => {
+                        found.extend(
+                            list.items
+                                .into_iter()
+                                .filter_map(|m| Some((m.metadata.namespace?, m.metadata.name?))),
+                        );
+                        match list.metadata.continue_ {
+                            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+                            _ => break,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list DeviceStatus objects; the missing ones are made when their devices change or report");
+                        return;
+                    }
+                }
+            }
+            let _ = done.send(WriteDone::ExistingStatuses(found)).await;
+        });
     }
 
-    /// A DeviceStatus for the device, owned by it, whose twins are the spec's properties.
-    pub(super) fn ensure_status(&mut self, k: &Key) {
-        if !self.statuses_synced || !self.down.is_synced() || self.status_inflight.contains(k) {
+    /// A Device was applied: a new one gets its DeviceStatus (made by the leader); one whose
+    /// properties went loses their twins (written by the replica that holds its status).
+    pub(super) fn ensure_status(&mut self, k: &Key, new: bool) {
+        if !self.down.is_synced() || self.status_inflight.contains(k) {
             return;
         }
         let Some(props) = self.down.properties(&k.0, &k.1).map(<[String]>::to_vec) else {
             return;
         };
-        let api =
-            Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
         match self.statuses.get(k) {
             None => {
-                if self.create_queued.insert(k.clone()) {
-                    self.create_queue.push_back(k.clone());
+                if new && self.leading() {
+                    self.queue_create(k);
                 }
-                self.pump_creates();
             }
             Some(entry) => {
                 let st = entry.value();
@@ -47,18 +74,58 @@ impl Reconciler {
                     return;
                 }
                 // A property removed from the spec leaves the status.
-                let plan = Plan::default();
-                let body = json!({"status": {"twins": kept}});
-                self.spawn_patch(k.clone(), plan, body, api, None);
+                let body = json!({"metadata": {"resourceVersion": entry.rv.to_string()},
+                    "status": {"twins": kept}});
+                let api = Api::<DynamicObject>::namespaced_with(
+                    self.client.clone(),
+                    &k.0,
+                    &gvk("DeviceStatus"),
+                );
+                self.spawn_patch(k.clone(), Plan::default(), body, api, None);
             }
         }
     }
 
-    /// Spawns DeviceStatus creates from the queue while fewer than `max_in_flight` writes run.
-    pub(super) fn pump_creates(&mut self) {
-        if !self.leading() {
+    fn queue_create(&mut self, k: &Key) {
+        if self.create_queued.insert(k.clone()) {
+            self.create_queue.push_back(k.clone());
+        }
+        self.pump_creates();
+    }
+
+    /// Whether this controller writes the reports of `k`'s node (alone: every node's).
+    fn writes_for(&self, k: &Key) -> bool {
+        self.down
+            .node_of(&k.0, &k.1)
+            .is_some_and(|n| self.down.owns(n))
+    }
+
+    /// Reads `k`'s DeviceStatus before its first patch here (a write needs the twins it
+    /// holds, and its version as the patch's precondition).
+    fn read_status(&mut self, k: &Key, now: Instant) {
+        if self.status_inflight.contains(k)
+            || self.read_after.get(k).is_some_and(|t| *t > now)
+            || self.writes_active >= self.config.max_in_flight.max(1)
+        {
             return;
         }
+        self.status_inflight.insert(k.clone());
+        self.writes_active += 1;
+        self.metrics.status_reads.fetch_add(1, Ordering::Relaxed);
+        let api =
+            Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
+        let (key, done) = (k.clone(), self.done_tx.clone());
+        tokio::spawn(async move {
+            let r = match api.get_opt(&key.1).await {
+                Ok(o) => Ok(o.and_then(|o| serde_json::to_value(&o).ok())),
+                Err(e) => Err(e),
+            };
+            let _ = done.send(WriteDone::StatusRead(key, r)).await;
+        });
+    }
+
+    /// Spawns DeviceStatus creates from the queue while fewer than `max_in_flight` writes run.
+    pub(super) fn pump_creates(&mut self) {
         while self.writes_active < self.config.max_in_flight.max(1) {
             let Some(k) = self.create_queue.pop_front() else {
                 return;
@@ -92,11 +159,11 @@ impl Reconciler {
             let (key, done) = (k, self.done_tx.clone());
             tokio::spawn(async move {
                 let r = match api.create(&PostParams::default(), &obj).await {
-                    Ok(o) => serde_json::to_value(&o).ok(),
-                    Err(kube::Error::Api(e)) if e.code == 409 => None,
+                    Ok(o) => serde_json::to_value(&o).map_err(|_| false),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Err(true),
                     Err(e) => {
                         tracing::warn!(device = %format!("{}/{}", key.0, key.1), error = %e, "cannot create DeviceStatus; retried on the next change");
-                        None
+                        Err(false)
                     }
                 };
                 let _ = done.send(WriteDone::StatusCreated(key, r)).await;
@@ -142,6 +209,7 @@ impl Reconciler {
     }
 
     pub(super) fn report(&mut self, node: &str, msg: Message) {
+        self.metrics.reports.fetch_add(1, Ordering::Relaxed);
         let down = &self.down;
         let r = self.up.accept(node, &msg, |ns, name| {
             down.properties(ns, name).map(|p| DeviceFacts {
@@ -183,10 +251,49 @@ impl Reconciler {
             WriteDone::StatusCreated(k, v) => {
                 self.writes_active -= 1;
                 self.status_inflight.remove(&k);
-                if let Some(v) = v {
+                // One that existed already is read when a report needs it.
+                if let Ok(v) = v
+                    && self.writes_for(&k)
+                {
                     self.statuses.insert(k, StatusEntry::of(&v));
                 }
                 self.pump_creates();
+            }
+            WriteDone::StatusRead(k, r) => {
+                self.writes_active -= 1;
+                self.status_inflight.remove(&k);
+                match r {
+                    Ok(Some(v)) => {
+                        self.read_after.remove(&k);
+                        self.statuses.insert(k, StatusEntry::of(&v));
+                    }
+                    Ok(None) => {
+                        self.read_after.remove(&k);
+                        self.queue_create(&k);
+                    }
+                    Err(e) => {
+                        tracing::warn!(device = %format!("{}/{}", k.0, k.1), error = %e, "cannot read DeviceStatus; its reports wait");
+                        self.read_after
+                            .insert(k, Instant::now() + Duration::from_secs(1));
+                    }
+                }
+                self.pump_creates();
+            }
+            WriteDone::ExistingStatuses(found) => {
+                let missing: Vec<Key> = self
+                    .down
+                    .device_keys()
+                    .into_iter()
+                    .filter(|k| !found.contains(k) && !self.statuses.contains_key(k))
+                    .collect();
+                tracing::info!(
+                    existing = found.len(),
+                    missing = missing.len(),
+                    "DeviceStatus objects listed; the missing ones are made"
+                );
+                for k in missing {
+                    self.queue_create(&k);
+                }
             }
             WriteDone::Patched(k, plan, r) => {
                 self.writes_active -= 1;
@@ -202,8 +309,25 @@ impl Reconciler {
                                 .fetch_add(plan.coalesced, Ordering::Relaxed);
                         }
                         self.acknowledge(&plan.acks);
-                        if v.is_object() {
+                        if v.is_object() && self.writes_for(&k) {
                             self.statuses.insert(k, StatusEntry::of(&v));
+                        } else {
+                            // A node gone to another replica: its devices are written there.
+                            self.statuses.remove(&k);
+                        }
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        // Written through another replica since this one's version: read
+                        // again, and the plan applied on what is stored. The state this
+                        // replica decided for a node that left it is dropped: the node is
+                        // served elsewhere now.
+                        self.metrics
+                            .status_conflicts
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.statuses.remove(&k);
+                        let decided_here = plan.lost.is_some() && plan.acks.is_empty();
+                        if !(decided_here && self.config.shared) && !plan.is_empty() {
+                            self.up.failed(k, *plan, Instant::now());
                         }
                     }
                     Err(e) => {
@@ -215,8 +339,11 @@ impl Reconciler {
                         let backoff = Duration::from_millis(100 * 2u64.pow((*n).min(7)));
                         tracing::warn!(device = %format!("{}/{}", k.0, k.1), error = %e, retry_in = ?backoff, "DeviceStatus patch failed; retried");
                         if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                            // Deleted: made again by the replica that writes it.
                             self.statuses.remove(&k);
-                            self.ensure_status(&k);
+                            if self.writes_for(&k) {
+                                self.queue_create(&k);
+                            }
                         }
                         if !plan.acks.is_empty() || plan.lost.is_some() {
                             // A state the cloud decided (the node went away) is tried again too.
@@ -273,10 +400,10 @@ impl Reconciler {
                 continue;
             }
             if self.status_inflight.contains(&k) || !self.statuses.contains_key(&k) {
-                // Its DeviceStatus is being written or made: try again on a later tick.
+                // Its DeviceStatus is being written, made or read: try again on a later tick.
                 self.up
                     .failed(k.clone(), plan, now + Duration::from_millis(20));
-                self.ensure_status(&k);
+                self.read_status(&k, now);
                 continue;
             }
             let Some(props) = self.down.properties(&k.0, &k.1) else {
@@ -288,7 +415,12 @@ impl Reconciler {
                 .get(&k)
                 .map(StatusEntry::value)
                 .unwrap_or(Value::Null);
-            let body = upstream::patch_body(&current, &plan, &refs);
+            let mut body = upstream::patch_body(&current, &plan, &refs);
+            // Written on the version this controller holds, or refused (409) if another
+            // replica wrote it since.
+            if let Some(e) = self.statuses.get(&k).filter(|e| e.rv > 0) {
+                body["metadata"] = json!({"resourceVersion": e.rv.to_string()});
+            }
             let node = self
                 .down
                 .node_of(&k.0, &k.1)
