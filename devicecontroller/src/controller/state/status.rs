@@ -326,7 +326,8 @@ impl Reconciler {
                             .fetch_add(1, Ordering::Relaxed);
                         self.statuses.remove(&k);
                         let decided_here = plan.lost.is_some() && plan.acks.is_empty();
-                        if !(decided_here && self.config.shared) && !plan.is_empty() {
+                        let dropped = plan.is_empty() || (decided_here && self.config.shared);
+                        if !dropped {
                             self.up.failed(k, *plan, Instant::now());
                         }
                     }
