@@ -31,6 +31,19 @@ pub async fn create(api: &kube::Api<kube::api::DynamicObject>, v: serde_json::Va
     Ok(())
 }
 
+/// CPU time process `pid` has used (user and system), in seconds; 0 when it is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // After the command's `(name)`, fields 3 on: utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // Linux reports them in USER_HZ, 100 a second on every architecture it runs on.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// The resident memory of process `pid`, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     sim::vm_rss_kb(&pid.to_string())
@@ -93,10 +106,15 @@ pub fn start_server(modules: &str) -> Result<Server> {
 
 /// [`start_server`] with more lines (indented by 4) under `modules.apiserver` (`etcd:`).
 pub fn start_server_on(modules: &str, apiserver: &str) -> Result<Server> {
-    let exe = std::env::current_exe()?
-        .parent()
-        .context("no directory")?
-        .join("cloudcore");
+    // `CLOUDCORE=path`: another build's cloudcore (a bench's figures before and after a change,
+    // with the same bench).
+    let exe = match std::env::var_os("CLOUDCORE") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::env::current_exe()?
+            .parent()
+            .context("no directory")?
+            .join("cloudcore"),
+    };
     let dir = tempfile::tempdir()?;
     let free = || -> Result<u16> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -25,8 +25,11 @@ pub struct Metrics {
     /// Replicas: nodes whose sessions this replica holds (whose messages and reports it
     /// handles).
     pub nodes_owned: AtomicU64,
-    /// Watch events received (Device, DeviceModel, Node, and ObjectSync on replicas).
+    /// Watch events received, all kinds (Device, DeviceModel, Node, and ObjectSync on
+    /// replicas), and of Nodes and of ObjectSync records alone.
     pub watch_events: AtomicU64,
+    pub node_events: AtomicU64,
+    pub record_events: AtomicU64,
     /// Reports received from nodes (twin and state messages).
     pub reports: AtomicU64,
     /// DeviceStatus objects read before a first patch here (a node new to this replica).
@@ -141,6 +144,16 @@ impl Metrics {
             "devicecontroller_watch_events",
             "Watch events received (Device, DeviceModel, Node, ObjectSync).",
             g(&self.watch_events),
+        )
+        .counter(
+            "devicecontroller_node_events",
+            "Node watch events received.",
+            g(&self.node_events),
+        )
+        .counter(
+            "devicecontroller_record_events",
+            "ObjectSync watch events received (replicas).",
+            g(&self.record_events),
         )
         .counter(
             "devicecontroller_reports",

@@ -273,6 +273,7 @@ impl Reconciler {
             return;
         };
         self.metrics.watch_events.fetch_add(1, Ordering::Relaxed);
+        self.metrics.node_events.fetch_add(1, Ordering::Relaxed);
         let name = |o: &NodeMeta| o.metadata.name.clone().unwrap_or_default();
         match ev {
             watcher::Event::Init => self.nodes_relist = Some(HashSet::new()),
@@ -490,6 +491,7 @@ impl Reconciler {
             return;
         };
         self.metrics.watch_events.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record_events.fetch_add(1, Ordering::Relaxed);
         let of = |o: &DynamicObject| {
             serde_json::to_value(o)
                 .ok()

@@ -192,6 +192,14 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// The process ids of the members running now.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// `kill -9` of member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {

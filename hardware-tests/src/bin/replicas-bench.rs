@@ -424,6 +424,113 @@ fn window(seen: &Seen, from: u64, to: u64) -> Vec<String> {
     out
 }
 
+/// What the processes did: per replica its device controller's counters and CPU time; the
+/// etcd members' and this process's CPU time (the simulated fleet's TLS, the watch).
+struct Work {
+    /// Per replica: sessions, reports taken, watch events (all; of Nodes; of ObjectSync
+    /// records), DeviceStatus patches, CPU seconds.
+    replicas: Vec<[f64; 7]>,
+    etcd: f64,
+    bench: f64,
+}
+
+impl Work {
+    async fn of(replicas: &[hardware_tests::bench::Server], etcd: &sim::etcd::EtcdCluster) -> Self {
+        let mut per = Vec::new();
+        for r in replicas {
+            let m = scrape(&r.metrics).await.unwrap_or_default();
+            // A build without a counter says NaN: printed as "-".
+            let c = |name: &str| {
+                if m.contains(name) {
+                    metric(&m, name)
+                } else {
+                    f64::NAN
+                }
+            };
+            per.push([
+                c("cloudhub_sessions "),
+                c("devicecontroller_reports_total "),
+                c("devicecontroller_watch_events_total "),
+                c("devicecontroller_node_events_total "),
+                c("devicecontroller_record_events_total "),
+                c("devicecontroller_status_patches_total "),
+                hardware_tests::bench::cpu_seconds(r.child.id()),
+            ]);
+        }
+        Self {
+            replicas: per,
+            etcd: etcd
+                .pids()
+                .into_iter()
+                .map(hardware_tests::bench::cpu_seconds)
+                .sum(),
+            bench: hardware_tests::bench::cpu_seconds(std::process::id()),
+        }
+    }
+
+    /// What was done since `before` (sessions as they are now).
+    fn since(&self, before: &Work) -> Work {
+        Work {
+            replicas: self
+                .replicas
+                .iter()
+                .zip(&before.replicas)
+                .map(|(a, b)| {
+                    let mut d = *a;
+                    for i in 1..d.len() {
+                        d[i] -= b[i];
+                    }
+                    d
+                })
+                .collect(),
+            etcd: self.etcd - before.etcd,
+            bench: self.bench - before.bench,
+        }
+    }
+
+    fn print(&self, sent: u64) {
+        let reports: f64 = self.replicas.iter().map(|r| r[1]).sum();
+        let events: f64 = self.replicas.iter().map(|r| r[2]).sum();
+        let share = |v: f64, all: f64| {
+            if v.is_nan() || all <= 0.0 {
+                "-".to_string()
+            } else {
+                format!("{:.0}%", v * 100.0 / all)
+            }
+        };
+        let num = |v: f64| {
+            if v.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{v:.0}")
+            }
+        };
+        for (i, r) in self.replicas.iter().enumerate() {
+            println!(
+                "  replica {i}: {} sessions; reports taken {} ({} of all); watch events {} ({} of all; Node {}, ObjectSync {}); DeviceStatus patches {}; CPU {:.1} s",
+                num(r[0]),
+                num(r[1]),
+                share(r[1], reports),
+                num(r[2]),
+                share(r[2], events),
+                num(r[3]),
+                num(r[4]),
+                num(r[5]),
+                r[6]
+            );
+        }
+        let replicas: f64 = self.replicas.iter().map(|r| r[6]).sum();
+        let all = replicas + self.etcd + self.bench;
+        println!(
+            "  CPU: replicas {replicas:.1} s, etcd {:.1} s, simulated fleet and watch {:.1} s; per report sent: {:.2} ms (all processes), {:.2} ms (replicas and etcd)",
+            self.etcd,
+            self.bench,
+            all * 1000.0 / sent.max(1) as f64,
+            (replicas + self.etcd) * 1000.0 / sent.max(1) as f64
+        );
+    }
+}
+
 /// Writes through a replica while etcd's leader is killed: the election's time, and the
 /// longest write under way or begun after the kill.
 async fn leader_writes(etcd: &mut sim::etcd::EtcdCluster, urls: &str) -> Result<()> {
@@ -513,6 +620,7 @@ async fn main() -> Result<()> {
     let interval = Duration::from_secs(arg("--interval", 10)?.max(1) as u64);
     let measure = arg("--measure", 60)? as u64;
     let skip_api = std::env::args().any(|a| a == "--skip-api");
+    let n = arg("--replicas", 3)?.clamp(1, 3);
     let limit = raise_nofile();
     anyhow::ensure!(
         sim::etcd::available(),
@@ -550,11 +658,11 @@ async fn main() -> Result<()> {
         print!("{}", String::from_utf8_lossy(&out.stdout));
     }
 
-    // 2. Three replicas on etcd, with their share of the sessions.
+    // 2. `n` replicas (three) on etcd, with their share of the sessions.
     let store = format!("    etcd:\n      endpoints: [{urls}]\n      prefix: /bench-fleet/\n");
     let modules = "  cloudHub:\n    nodeLimit: 20000\n  deviceController:\n    enable: true\n";
     let mut replicas = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         replicas.push(start_server_on(modules, &store)?);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -576,7 +684,7 @@ async fn main() -> Result<()> {
         },
     });
     // The fleet's devices, through replica 1 (replica 0 is killed last).
-    let client = cloud::cluster_client(&replicas[1].kubeconfig).await?;
+    let client = cloud::cluster_client(&replicas[1 % n].kubeconfig).await?;
     let mut with_objects = idle.clone();
     if devices > 0 {
         let models: Api<DynamicObject> =
@@ -626,11 +734,11 @@ async fn main() -> Result<()> {
         println!(
             "devices:  {total} Device objects ({properties} properties each) created through one replica in {:.1} s ({rate:.0}/s); {:.1} KB per device per replica",
             t0.elapsed().as_secs_f64(),
-            grown as f64 / 3.0 / total as f64
+            grown as f64 / n as f64 / total as f64
         );
     }
     println!(
-        "replicas: 3 cloudcore on etcd, {sessions} simulated edge nodes (open files limit {limit})"
+        "replicas: {n} cloudcore on etcd, {sessions} simulated edge nodes (open files limit {limit})"
     );
     let t0 = Instant::now();
     for i in 0..sessions {
@@ -676,7 +784,7 @@ async fn main() -> Result<()> {
         );
     }
     println!(
-        "memory:   {:.1} KB per session (the three replicas' growth over {sessions} sessions)",
+        "memory:   {:.1} KB per session (the replicas' growth over {sessions} sessions)",
         added as f64 / sessions as f64
     );
 
@@ -685,10 +793,10 @@ async fn main() -> Result<()> {
         let load = &fleet.load;
         let seen = Arc::new(Seen::default());
         tokio::spawn(watch_statuses(client.clone(), load.epoch, seen.clone()));
-        let mut watch = kubectl_watch(&replicas[2].kubeconfig, load.epoch, seen.clone())?;
+        let mut watch = kubectl_watch(&replicas[2 % n].kubeconfig, load.epoch, seen.clone())?;
         let stop = tokio_util::sync::CancellationToken::new();
         let rounds = tokio::spawn(kubectl_rounds(
-            replicas[2].kubeconfig.clone(),
+            replicas[2 % n].kubeconfig.clone(),
             client.clone(),
             "bench-00000-0".into(),
             load.epoch,
@@ -703,13 +811,16 @@ async fn main() -> Result<()> {
         // Two intervals to settle, then the measured window.
         tokio::time::sleep(interval * 2).await;
         let (from, sent0) = (load.now_ms(), load.sent.load(Ordering::Relaxed));
+        let work0 = Work::of(&replicas, &etcd).await;
         tokio::time::sleep(Duration::from_secs(measure)).await;
         let to = load.now_ms();
         let sent = load.sent.load(Ordering::Relaxed) - sent0;
+        let work = Work::of(&replicas, &etcd).await.since(&work0);
         println!(
             "steady, {measure} s: {sent} twin updates sent ({:.0}/s)",
             sent as f64 * 1000.0 / (to - from) as f64
         );
+        work.print(sent);
         for r in &replicas {
             print!(" {:.1} MB", rss_kib(r.child.id()) as f64 / 1024.0);
         }
@@ -741,6 +852,10 @@ async fn main() -> Result<()> {
     }
 
     // 4. kill -9 of replica 0: its nodes go to the others.
+    if n < 2 {
+        drop(etcd);
+        return Ok(());
+    }
     let on_zero = fleet
         .at
         .iter()
@@ -774,7 +889,7 @@ async fn main() -> Result<()> {
     if devices > 0 {
         // After the failover, the nodes still reporting: kubectl's list of every device.
         let (t, out, ok) = kubectl(
-            &replicas[2].kubeconfig,
+            &replicas[2 % n].kubeconfig,
             &["get", "devices", "-A", "-o", "name"],
         )
         .await;
