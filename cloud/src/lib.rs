@@ -113,7 +113,14 @@ pub async fn run(config: config::Config, cancel: CancellationToken) -> Result<()
                 Some(changes),
             ));
             let running = apiserver::start(api_config).await?;
-            let client = cluster_client(&running.kubeconfig).await?;
+            // cloudcore's own controllers reach the API in process, as the fleet's admin.
+            let client = kube::Client::new(
+                running.local(apiserver::User::new(
+                    "system:cloudcore",
+                    vec!["system:masters".into()],
+                )),
+                "default",
+            );
             eprintln!(
                 "cloudcore: API at {}; use it with: kubectl --kubeconfig {} get devices -A",
                 running.url,

@@ -201,6 +201,8 @@ pub struct Running {
     pub url: String,
     pub ca_pem: String,
     pub api: Arc<Api>,
+    /// The routes, as the listener serves them.
+    app: axum::Router,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -212,6 +214,19 @@ impl Running {
         if tokio::time::timeout(grace, self.task).await.is_err() {
             tracing::warn!("API connections did not close within {grace:?}");
         }
+    }
+
+    /// The API in this process, as `user`: what the listener serves, without TLS, a socket or
+    /// HTTP framing (cloudcore's own controllers, which would otherwise send every write
+    /// through its own TLS listener). The same authorization, admission and limits apply.
+    pub fn local(&self, user: User) -> axum::Router {
+        self.app
+            .clone()
+            .layer(axum::Extension(Identity(Some(user))))
+            .layer(axum::Extension(Peer(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                0,
+            )))))
     }
 
     pub fn stopped(&self) -> CancellationToken {
@@ -282,7 +297,12 @@ pub async fn start(config: Config) -> Result<Running> {
     if let Some(pages) = config.pages.clone() {
         app = app.merge(pages);
     }
-    let task = tokio::spawn(serve(listener, TlsAcceptor::from(tls), app, stop.clone()));
+    let task = tokio::spawn(serve(
+        listener,
+        TlsAcceptor::from(tls),
+        app.clone(),
+        stop.clone(),
+    ));
     tracing::info!(%url, kubeconfig = %pki.kubeconfig.display(), "embedded API serving");
     Ok(Running {
         addr,
@@ -290,6 +310,7 @@ pub async fn start(config: Config) -> Result<Running> {
         url,
         ca_pem: pki.ca_pem,
         api,
+        app,
         stop,
         task,
     })
