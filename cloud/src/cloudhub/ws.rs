@@ -194,7 +194,8 @@ async fn session(
         return;
     };
     tracing::info!(%node, %peer, "cloudhub: node connected");
-    nodes.set(&node, true);
+    nodes.set(&node, NodeChange::Connected);
+    let connected_at = k8s_openapi::jiff::Timestamp::now();
     let writer_end = end.clone();
     // A node that stops reading: its socket fills, a write waits; after `keepalive` the session
     // ends (its unacknowledged messages stay queued for its next session), instead of holding
@@ -260,7 +261,7 @@ async fn session(
                 break format!("stopped reading: a frame waited {:?} to be written", hub.settings.keepalive);
             }
             _ = heartbeat.tick() => {
-                nodes.set(&node, true);
+                nodes.set(&node, NodeChange::Beat(connected_at));
                 continue;
             }
             _ = tokio::time::sleep_until(silence.deadline()) => {
@@ -312,7 +313,7 @@ async fn session(
     let _ = writer.await;
     if hub.detach(&node, id) {
         tracing::info!(%node, reason = %why, "cloudhub: node disconnected");
-        nodes.set(&node, false);
+        nodes.set(&node, NodeChange::Lost);
         hub.node_lost(&node);
     } else {
         tracing::info!(%node, reason = %why, "cloudhub: an older session ended");
@@ -418,11 +419,22 @@ async fn tunnel(
     tracing::info!(%node, reason = %why, "cloudhub: streaming tunnel closed");
 }
 
+/// What a node's `Node` object is to say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum NodeChange {
+    /// A session began: the Node made if it is not, named on this replica, Ready.
+    Connected,
+    /// Still connected (since the session began): the Ready condition's time only.
+    Beat(k8s_openapi::jiff::Timestamp),
+    /// The session ended.
+    Lost,
+}
+
 /// The `Node` objects' Ready condition, written by a few workers from a map of the newest
 /// state per node: a reconnect storm of thousands of nodes is as many entries, not as many
 /// concurrent API requests (each with its connection and buffers).
 struct NodeStatus {
-    pending: Mutex<std::collections::BTreeMap<String, bool>>,
+    pending: Mutex<std::collections::BTreeMap<String, NodeChange>>,
     wake: tokio::sync::Notify,
 }
 
@@ -444,15 +456,15 @@ impl NodeStatus {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .pop_first();
+                    let replica = replica.as_deref();
                     match next {
-                        Some((node, ready)) => {
-                            crate::edgecontroller::set_ready(
-                                &client,
-                                &node,
-                                ready,
-                                replica.as_deref(),
-                            )
-                            .await
+                        Some((node, NodeChange::Beat(since))) => {
+                            let since = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(since);
+                            crate::edgecontroller::heartbeat(&client, &node, &since, replica).await
+                        }
+                        Some((node, change)) => {
+                            let ready = change == NodeChange::Connected;
+                            crate::edgecontroller::set_ready(&client, &node, ready, replica).await
                         }
                         None => tokio::select! {
                             _ = stop.cancelled() => return,
@@ -465,11 +477,16 @@ impl NodeStatus {
         me
     }
 
-    fn set(&self, node: &str, ready: bool) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(node.to_string(), ready);
+    fn set(&self, node: &str, change: NodeChange) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // A heartbeat does not replace a start not yet written.
+        if matches!(change, NodeChange::Beat(_))
+            && pending.get(node) == Some(&NodeChange::Connected)
+        {
+            return;
+        }
+        pending.insert(node.to_string(), change);
+        drop(pending);
         self.wake.notify_one();
     }
 }
@@ -506,6 +523,27 @@ mod tests {
         };
         assert_eq!(silent - frozen_at, keepalive);
         assert_eq!(silent - t0, Duration::from_secs(42));
+    }
+
+    #[test]
+    fn a_heartbeat_waits_behind_a_start_not_yet_written_and_a_loss_replaces_both() {
+        let s = NodeStatus {
+            pending: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        };
+        let t = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+        let now = |s: &NodeStatus| s.pending.lock().expect("lock").get("n1").copied();
+        s.set("n1", NodeChange::Connected);
+        s.set("n1", NodeChange::Beat(t));
+        assert_eq!(
+            now(&s),
+            Some(NodeChange::Connected),
+            "the Node is made first"
+        );
+        s.set("n1", NodeChange::Lost);
+        assert_eq!(now(&s), Some(NodeChange::Lost));
+        s.set("n1", NodeChange::Beat(t));
+        assert_eq!(now(&s), Some(NodeChange::Beat(t)), "connected again since");
     }
 
     #[test]

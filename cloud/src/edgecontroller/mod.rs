@@ -17,7 +17,7 @@
 
 pub(crate) mod node;
 
-pub(crate) use node::set_ready;
+pub(crate) use node::{heartbeat, set_ready};
 
 use crate::daemonset::watch;
 use api::bus::Hub;

@@ -261,6 +261,11 @@ fn session_annotation(ready: bool, replica: Option<&str>) -> Option<Value> {
 
 /// The status patch of the Node's Ready condition, as KubeEdge's cloudhub words it.
 fn ready_patch(ready: bool, now: &Time) -> Value {
+    ready_patch_since(ready, now, now)
+}
+
+/// The same, the condition true or unknown since `since` (its last transition).
+fn ready_patch_since(ready: bool, now: &Time, since: &Time) -> Value {
     let (status, reason, message) = if ready {
         ("True", "EdgeReady", "edge is connected to cloudhub")
     } else {
@@ -271,7 +276,30 @@ fn ready_patch(ready: bool, now: &Time) -> Value {
         )
     };
     json!({"status": {"conditions": [{"type": "Ready", "status": status,
-        "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+        "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": since}]}})
+}
+
+/// The heartbeat of a node whose session holds since `since`: its Ready condition's time, one
+/// status patch (the Node made and named on this replica at the session's start); a Node
+/// deleted meanwhile is made again.
+pub(crate) async fn heartbeat(
+    client: &kube::Client,
+    node: &str,
+    since: &Time,
+    replica: Option<&str>,
+) {
+    let api: Api<Node> = Api::all(client.clone());
+    let patch = ready_patch_since(true, &Time(k8s_openapi::jiff::Timestamp::now()), since);
+    match api
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => set_ready(client, node, true, replica).await,
+        Err(e) => {
+            tracing::warn!(%node, error = %e, "cloudhub: cannot write the Node's heartbeat")
+        }
+    }
 }
 
 /// Whether `replica`, whose session with the node ended, may mark `current` not ready: only
