@@ -245,7 +245,9 @@ impl EtcdStore {
                     key: self.prefix.as_bytes().to_vec(),
                     range_end: end.clone(),
                     start_revision: from as i64,
-                    prev_kv: true,
+                    // The view holds each object's previous state: etcd need not read and
+                    // send it with every event (a delete takes its last state from the view).
+                    prev_kv: false,
                     ..Default::default()
                 })
                 .await
@@ -316,19 +318,28 @@ impl EtcdStore {
     ) -> Vec<Event> {
         let t = tables.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(evs.len());
+        // Objects changed earlier in this response: the previous state of a later event.
+        // (`None`: deleted.)
+        let mut batch: HashMap<Key, Option<Arc<Obj>>> = HashMap::new();
         for e in evs {
             let Some(kv) = &e.kv else { continue };
             let Some(key) = self.parse_key(&kv.key, names) else {
                 continue;
             };
             let rv = kv.mod_revision as u64;
-            let prev = t.get(&key).cloned();
+            let prev = match batch.get(&key) {
+                Some(earlier) => earlier.clone(),
+                None => t.get(&key).cloned(),
+            };
             let (kind, obj) = change(e, kv, &key, prev.as_deref());
+            let obj = Arc::new(obj);
+            let now = (!matches!(kind, EventType::Deleted)).then(|| obj.clone());
+            batch.insert(key.clone(), now);
             out.push(Event {
                 rv,
                 key,
                 kind,
-                obj: Arc::new(obj),
+                obj,
                 prev,
             });
         }

@@ -116,8 +116,12 @@ impl Reconciler {
             Api::<DynamicObject>::namespaced_with(self.client.clone(), &k.0, &gvk("DeviceStatus"));
         let (key, done) = (k.clone(), self.done_tx.clone());
         tokio::spawn(async move {
-            let r = match api.get_opt(&key.1).await {
-                Ok(o) => Ok(o.and_then(|o| serde_json::to_value(&o).ok())),
+            // Any version the server holds (resourceVersion 0: from its memory, without a
+            // consistent read's round to etcd): one older than the latest is refused at the
+            // patch (its precondition) and read again.
+            let r = match api.get_with(&key.1, &kube::api::GetParams::any()).await {
+                Ok(o) => Ok(serde_json::to_value(&o).ok()),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
                 Err(e) => Err(e),
             };
             let _ = done.send(WriteDone::StatusRead(key, r)).await;
