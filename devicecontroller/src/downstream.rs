@@ -222,7 +222,8 @@ impl Downstream {
 
     /// What a node acknowledged before this start (its ObjectSync records: the object's kind,
     /// key, uid and the resourceVersion the node has). Called before [`Downstream::mark_synced`],
-    /// after the first full list: the reconcile that follows sends the node only what it misses,
+    /// after the first full list (and on replicas, for the nodes of other replicas, as their
+    /// records change): the reconcile that follows sends the node only what it misses,
     /// an update where its version is older, and a delete for what no longer exists (or exists
     /// again under another uid), including deletions made while this controller was down.
     pub fn seed_delivered(
