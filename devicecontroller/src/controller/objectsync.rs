@@ -40,16 +40,35 @@ pub fn delivered_of(v: &Value) -> Option<Delivered> {
     })
 }
 
-/// Every ObjectSync record of devices and models. On an error, none: every node is then sent
-/// everything it must hold (harmless), but deletions made while the controller was down do not
-/// reach nodes that were away; logged.
-pub(super) async fn list_delivered(client: &kube::Client) -> Vec<Delivered> {
+/// The ObjectSync records, all namespaces.
+fn records(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "reliablesyncs.kubeedge.io",
         "v1alpha1",
         "ObjectSync",
     ));
-    let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    Api::all_with(client.clone(), &ar)
+}
+
+/// Every ObjectSync record, watched (replicas: what nodes acknowledge through any replica).
+pub(super) fn watch_records(
+    client: &kube::Client,
+) -> futures_util::stream::BoxStream<
+    'static,
+    Result<kube::runtime::watcher::Event<DynamicObject>, kube::runtime::watcher::Error>,
+> {
+    use futures_util::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    watcher(records(client), watcher::Config::default())
+        .default_backoff()
+        .boxed()
+}
+
+/// Every ObjectSync record of devices and models. On an error, none: every node is then sent
+/// everything it must hold (harmless), but deletions made while the controller was down do not
+/// reach nodes that were away; logged.
+pub(super) async fn list_delivered(client: &kube::Client) -> Vec<Delivered> {
+    let api = records(client);
     let mut out = Vec::new();
     let mut lp = kube::api::ListParams::default().limit(500);
     loop {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::objectsync::{Delivered, list_delivered};
+use super::objectsync::{Delivered, list_delivered, watch_records};
 use super::{Config, Key, Metrics, NodeMeta, PROFILE_LABEL, gvk};
 use api::bus::Hub;
 
@@ -177,7 +177,7 @@ impl Reconciler {
         // Alone: what nodes acknowledged before this start, read once.
         let mut records = if self.config.shared {
             self.down.share();
-            Some(records_watch(&self.client))
+            Some(watch_records(&self.client))
         } else {
             self.delivered = list_delivered(&self.client).await;
             self.records_listed = true;
@@ -600,24 +600,6 @@ fn rv_num(v: &Value) -> u64 {
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
-}
-
-/// Every ObjectSync record, watched.
-fn records_watch(
-    client: &kube::Client,
-) -> futures_util::stream::BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>
-{
-    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-        "reliablesyncs.kubeedge.io",
-        "v1alpha1",
-        "ObjectSync",
-    ));
-    watcher(
-        Api::<DynamicObject>::all_with(client.clone(), &ar),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .boxed()
 }
 
 /// A watch's event, or `None` when the watch failed (said in the log; kube-rs's watcher
