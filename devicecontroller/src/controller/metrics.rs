@@ -39,6 +39,8 @@ pub struct Metrics {
     pub status_conflicts: AtomicU64,
     /// How long each Device or DeviceModel change took from its watch event to its messages.
     pub reconcile: Histogram,
+    /// How long each DeviceStatus patch took, from its start to the API's answer.
+    pub status_patch: Histogram,
 }
 
 /// A histogram of durations (prometheus-client's), in seconds, with its count at hand.
@@ -52,7 +54,7 @@ impl Default for Histogram {
     fn default() -> Self {
         Self {
             seconds: rt::metrics::Histogram::new([
-                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0,
+                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
             ]),
             count: AtomicU64::new(0),
         }
@@ -174,6 +176,11 @@ impl Metrics {
             "devicecontroller_reconcile_duration_seconds",
             "From a Device or DeviceModel change to its messages.",
             &self.reconcile.seconds,
+        )
+        .histogram(
+            "devicecontroller_status_patch_duration_seconds",
+            "From the start of a DeviceStatus patch to the API's answer.",
+            &self.status_patch.seconds,
         );
     }
 

@@ -192,6 +192,15 @@ impl EtcdCluster {
             .collect()
     }
 
+    /// The `host:port` of the running members' metrics (`/metrics`, plain HTTP).
+    pub fn metrics_addrs(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| format!("127.0.0.1:{}", m.metrics))
+            .collect()
+    }
+
     /// The process ids of the members running now.
     pub fn pids(&self) -> Vec<u32> {
         self.members

@@ -435,9 +435,14 @@ fn window(seen: &Seen, from: u64, to: u64) -> Vec<String> {
 /// etcd members' and this process's CPU time (the simulated fleet's TLS, the watch).
 struct Work {
     /// Per replica: sessions, reports taken, watch events (all; of Nodes; of ObjectSync
-    /// records), DeviceStatus patches, CPU seconds.
-    replicas: Vec<[f64; 7]>,
+    /// records), DeviceStatus patches, CPU seconds, the patches' seconds in all and their
+    /// count (from the start of each to the API's answer).
+    replicas: Vec<[f64; 9]>,
     etcd: f64,
+    /// etcd's own figures, summed over its running members: WAL fsyncs (seconds, count),
+    /// backend commits (seconds, count), proposals committed (the leader's count is the
+    /// cluster's writes).
+    etcd_disk: [f64; 5],
     bench: f64,
     /// Seconds of the window (of the counters since a start, before [`Work::since`]).
     wall: f64,
@@ -470,10 +475,29 @@ impl Work {
                 c("devicecontroller_record_events_total "),
                 c("devicecontroller_status_patches_total "),
                 hardware_tests::bench::cpu_seconds(r.child.id()),
+                c("devicecontroller_status_patch_duration_seconds_sum "),
+                c("devicecontroller_status_patch_duration_seconds_count "),
             ]);
+        }
+        let mut etcd_disk = [0.0; 5];
+        for addr in etcd.metrics_addrs() {
+            let m = scrape(&addr).await.unwrap_or_default();
+            for (i, name) in [
+                "etcd_disk_wal_fsync_duration_seconds_sum ",
+                "etcd_disk_wal_fsync_duration_seconds_count ",
+                "etcd_disk_backend_commit_duration_seconds_sum ",
+                "etcd_disk_backend_commit_duration_seconds_count ",
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                etcd_disk[i] += metric(&m, name);
+            }
+            etcd_disk[4] = etcd_disk[4].max(metric(&m, "etcd_server_proposals_committed_total "));
         }
         Self {
             replicas: per,
+            etcd_disk,
             etcd: etcd
                 .pids()
                 .into_iter()
@@ -501,6 +525,7 @@ impl Work {
                 })
                 .collect(),
             etcd: self.etcd - before.etcd,
+            etcd_disk: std::array::from_fn(|i| self.etcd_disk[i] - before.etcd_disk[i]),
             bench: self.bench - before.bench,
             wall: self.at.duration_since(before.at).as_secs_f64(),
             at: self.at,
@@ -526,7 +551,7 @@ impl Work {
         };
         for (i, r) in self.replicas.iter().enumerate() {
             println!(
-                "  replica {i}: {} sessions; reports taken {} ({} of all); watch events {} ({} of all; Node {}, ObjectSync {}); DeviceStatus patches {}; CPU {:.1} s",
+                "  replica {i}: {} sessions; reports taken {} ({} of all); watch events {} ({} of all; Node {}, ObjectSync {}); DeviceStatus patches {} ({} ms each on average, start to answer); CPU {:.1} s",
                 num(r[0]),
                 num(r[1]),
                 share(r[1], reports),
@@ -535,6 +560,7 @@ impl Work {
                 num(r[3]),
                 num(r[4]),
                 num(r[5]),
+                num(r[7] * 1000.0 / r[8]),
                 r[6]
             );
         }
@@ -555,6 +581,16 @@ impl Work {
             } else {
                 ""
             }
+        );
+        let d = &self.etcd_disk;
+        println!(
+            "  etcd: {:.0} proposals committed ({:.0}/s); WAL fsync {:.1} ms on average ({:.0} of them, all members), backend commit {:.1} ms ({:.0})",
+            d[4],
+            d[4] / self.wall.max(0.001),
+            d[0] * 1000.0 / d[1].max(1.0),
+            d[1],
+            d[2] * 1000.0 / d[3].max(1.0),
+            d[3]
         );
         let _ = sent;
     }

@@ -186,11 +186,14 @@ impl Reconciler {
         self.status_inflight.insert(key.clone());
         self.writes_active += 1;
         let done = self.done_tx.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
+            let started = Instant::now();
             let r = api
                 .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
                 .await
                 .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
+            metrics.status_patch.observe(started.elapsed());
             if r.is_ok()
                 && let Some(events) = events
             {
