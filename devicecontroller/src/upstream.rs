@@ -8,7 +8,7 @@
 use api::message::Message;
 use api::paths::Resource;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 pub type Key = (String, String);
@@ -73,9 +73,10 @@ pub struct Plan {
     pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
     pub coalesced: u64,
-    /// When its oldest report arrived: plans are taken oldest first, so that under a sustained
-    /// load beyond the writes in flight no device waits behind the others for ever.
+    /// When its oldest report arrived.
     pub queued: Option<Instant>,
+    /// The node whose device it is (whose reports it carries, or that lost its link).
+    pub node: String,
 }
 
 impl Plan {
@@ -117,6 +118,9 @@ impl Plan {
             self.lost = newer.lost;
         }
         self.acks.extend(newer.acks);
+        if self.node.is_empty() {
+            self.node = newer.node;
+        }
         self.coalesced += 1 + newer.coalesced;
     }
 }
@@ -129,25 +133,25 @@ struct Slot {
     /// pending device is not patched meanwhile): [`Upstream::due`] reads it here rather than
     /// hashing every pending key.
     last_patch: Option<Instant>,
-}
-
-/// The node whose reports make up a plan.
-fn node_of(s: &Slot) -> &str {
-    s.plan.acks.first().map_or("", |a| a.0.as_str())
+    /// Its entry in its node's queue (an entry whose number is not its slot's is stale).
+    seq: u64,
 }
 
 /// The upstream state.
 #[derive(Debug, Default)]
 pub struct Upstream {
-    pending: BTreeMap<Key, Slot>,
+    pending: HashMap<Key, Slot>,
+    /// Per node with plans pending: its devices in the order their plans were queued (the
+    /// oldest first), each with its slot's number.
+    queues: HashMap<String, VecDeque<(u64, Key)>>,
+    /// The nodes of `queues`, each once, the one served longest ago first: [`Upstream::due`]
+    /// takes one plan of each in turn, so its cost is the plans it takes, not those pending.
+    ring: VecDeque<String>,
+    seq: u64,
     /// The newest version stored of each property: reports older than it are dropped.
     stored: HashMap<Key, HashMap<String, Stamped>>,
     /// When each device was last patched.
     last_patch: HashMap<Key, Instant>,
-    /// When each node's plan was last taken (a sequence number): beyond the limit, the nodes
-    /// served longest ago go first.
-    node_served: HashMap<String, u64>,
-    serve_seq: u64,
 }
 
 fn stamped(twin: &Value, side: &str, version_key: &str) -> Option<Stamped> {
@@ -288,26 +292,50 @@ impl Upstream {
         }
         plan.acks.push((node.to_string(), msg.header.id.clone()));
         plan.queued = Some(Instant::now());
-        self.queue(key, plan);
+        plan.node = node.to_string();
+        self.queue(key, plan, node);
         Ok(Taken::Queued)
     }
 
-    /// Queues `plan` for device `key`, folded into what waits for it.
-    fn queue(&mut self, key: Key, plan: Plan) {
+    /// Queues `plan` for device `key` of `node`, folded into what waits for it.
+    fn queue(&mut self, key: Key, plan: Plan, node: &str) {
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
                 let last_patch = self.last_patch.get(&key).copied();
-                self.pending.insert(
-                    key,
-                    Slot {
-                        plan,
-                        not_before: None,
-                        last_patch,
-                    },
-                );
+                self.insert(key, plan, None, last_patch, node);
             }
         }
+    }
+
+    /// A new slot for `key`, at the end of `node`'s queue.
+    fn insert(
+        &mut self,
+        key: Key,
+        plan: Plan,
+        not_before: Option<Instant>,
+        last_patch: Option<Instant>,
+        node: &str,
+    ) {
+        self.seq += 1;
+        let seq = self.seq;
+        match self.queues.get_mut(node) {
+            Some(q) => q.push_back((seq, key.clone())),
+            None => {
+                self.queues
+                    .insert(node.to_string(), VecDeque::from([(seq, key.clone())]));
+                self.ring.push_back(node.to_string());
+            }
+        }
+        self.pending.insert(
+            key,
+            Slot {
+                plan,
+                not_before,
+                last_patch,
+                seq,
+            },
+        );
     }
 
     /// `node` lost its link to the cloud: each of `devices` (its own) is `unknown` in its
@@ -323,9 +351,10 @@ impl Upstream {
                     since.to_string(),
                 )),
                 queued: Some(Instant::now()),
+                node: node.to_string(),
                 ..Plan::default()
             };
-            self.queue(key, plan);
+            self.queue(key, plan, node);
         }
         n
     }
@@ -334,76 +363,60 @@ impl Upstream {
     /// waiting out a retry. Those beyond `limit` stay pending for a later call.
     ///
     /// Beyond `limit`, plans are taken fairly between nodes: one of each node before two of
-    /// any, the nodes served longest ago first, and of each node the oldest first. A burst from many nodes does not hold back
-    /// a node that reports now and then, and under a sustained load no device waits behind the
-    /// others for ever. (Plain tuples sorted once: this runs whenever a write slot frees.)
+    /// any, the nodes served longest ago first, and of each node the oldest first. A burst
+    /// from many nodes does not hold back a node that reports now and then, and under a
+    /// sustained load no device waits behind the others for ever. It costs the plans taken
+    /// (and the devices of a node passed over as not yet due), not the plans pending: it runs
+    /// whenever write slots free, with tens of thousands pending under a load.
     pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
-        if limit == 0 || self.pending.is_empty() {
-            return Vec::new();
-        }
-        let served = &self.node_served;
-        // A node's devices are often next to each other: its served mark is looked up once per
-        // run of them, not once per device.
-        let mut memo: (&str, u64) = ("", 0);
-        let mut ready: Vec<(u64, Option<Instant>, &Key, &str)> = self
-            .pending
-            .iter()
-            .filter(|(_, s)| {
-                s.not_before.is_none_or(|t| t <= now)
-                    && s.last_patch
-                        .is_none_or(|t| now.duration_since(t) >= interval)
-            })
-            .map(|(k, s)| {
-                let node = node_of(s);
-                if memo.0 != node || node.is_empty() {
-                    memo = (node, served.get(node).copied().unwrap_or(0));
-                }
-                (memo.1, s.plan.queued, k, node)
-            })
-            .collect();
-        if ready.len() > limit {
-            // Each plan's rank among its node's (oldest 0); then by rank, so that every node
-            // gets one before any gets two, the nodes served longest ago first.
-            ready.sort_unstable_by(|a, b| (a.3, a.1).cmp(&(b.3, b.1)));
-            let mut ranked: Vec<(usize, u64, Option<Instant>, &Key, &str)> =
-                Vec::with_capacity(ready.len());
-            let mut rank = 0;
-            for (i, (served, queued, k, node)) in ready.iter().enumerate() {
-                rank = if i > 0 && ready[i - 1].3 == *node {
-                    rank + 1
-                } else {
-                    0
-                };
-                ranked.push((rank, *served, *queued, *k, *node));
-            }
-            ranked.select_nth_unstable(limit);
-            ranked.truncate(limit);
-            ranked.sort_unstable();
-            ready = ranked
-                .into_iter()
-                .map(|(_, served, queued, k, node)| (served, queued, k, node))
-                .collect();
-        }
-        let mut taken = Vec::with_capacity(ready.len());
-        let mut last = "";
-        for (_, _, k, node) in ready {
-            if node != last {
-                self.serve_seq += 1;
-                last = node;
-            }
-            taken.push((k.clone(), node.to_string()));
-        }
-        let seq = self.serve_seq;
-        for (_, node) in &taken {
-            match self.node_served.get_mut(node.as_str()) {
-                Some(v) => *v = seq,
-                None => {
-                    self.node_served.insert(node.clone(), seq);
+        let mut taken = Vec::new();
+        // Nodes visited in a row without a plan ready: once every node in the ring was, none
+        // has one.
+        let mut idle = 0;
+        while taken.len() < limit && idle < self.ring.len() {
+            let Some(node) = self.ring.pop_front() else {
+                break;
+            };
+            let Some(q) = self.queues.get_mut(&node) else {
+                continue;
+            };
+            // The node's oldest ready plan; entries left by forgotten devices are dropped.
+            let mut pick = None;
+            let mut i = 0;
+            while i < q.len() {
+                let (seq, key) = &q[i];
+                match self.pending.get(key) {
+                    Some(s) if s.seq == *seq => {
+                        let ready = s.not_before.is_none_or(|t| t <= now)
+                            && s.last_patch
+                                .is_none_or(|t| now.duration_since(t) >= interval);
+                        if ready {
+                            pick = Some(i);
+                            break;
+                        }
+                        i += 1;
+                    }
+                    _ => {
+                        q.remove(i);
+                    }
                 }
             }
+            let picked = pick.and_then(|i| q.remove(i)).map(|(_, k)| k);
+            if q.is_empty() {
+                self.queues.remove(&node);
+            } else {
+                self.ring.push_back(node);
+            }
+            match picked {
+                Some(k) => {
+                    idle = 0;
+                    taken.push(k);
+                }
+                None => idle += 1,
+            }
         }
-        let ready = taken.into_iter().map(|(k, _)| k);
-        ready
+        taken
+            .into_iter()
             .filter_map(|k| {
                 let mut plan = self.pending.remove(&k)?.plan;
                 // What was stored since these reports were queued (a patch that was in flight
@@ -438,30 +451,12 @@ impl Upstream {
     /// arrived meanwhile.
     pub fn failed(&mut self, key: Key, plan: Plan, retry_at: Instant) {
         let last_patch = self.last_patch.get(&key).copied();
-        match self.pending.remove(&key) {
-            Some(newer) => {
-                let mut p = plan;
-                p.merge(newer.plan);
-                self.pending.insert(
-                    key,
-                    Slot {
-                        plan: p,
-                        not_before: Some(retry_at),
-                        last_patch,
-                    },
-                );
-            }
-            None => {
-                self.pending.insert(
-                    key,
-                    Slot {
-                        plan,
-                        not_before: Some(retry_at),
-                        last_patch,
-                    },
-                );
-            }
+        let mut p = plan;
+        if let Some(newer) = self.pending.remove(&key) {
+            p.merge(newer.plan);
         }
+        let node = p.node.clone();
+        self.insert(key, p, Some(retry_at), last_patch, &node);
     }
 
     /// Forgets a deleted device.

@@ -540,3 +540,47 @@ fn a_desired_value_set_on_the_gateway_is_an_event_of_the_device() {
     let (_, plan) = u.due(Instant::now(), Duration::ZERO, usize::MAX).remove(0);
     assert!(device_events(&stored, &plan, "n1").is_empty());
 }
+
+#[test]
+fn a_forgotten_device_and_a_retry_keep_the_turns_between_nodes() {
+    let mut u = Upstream::new();
+    let t0 = Instant::now();
+    for (node, d) in [("n1", "a"), ("n1", "b"), ("n2", "c")] {
+        assert_eq!(
+            u.accept(
+                node,
+                &twin_msg(node, d, "temperature", "1", 1, 1),
+                facts(node)
+            ),
+            Ok(Taken::Queued)
+        );
+    }
+    u.forget(&("default".to_string(), "a".to_string()));
+    let first: Vec<String> = u
+        .due(t0, Duration::ZERO, 2)
+        .into_iter()
+        .map(|(k, _)| k.1)
+        .collect();
+    assert_eq!(
+        first,
+        ["b", "c"],
+        "the forgotten device is skipped, one of each node"
+    );
+    // A failed patch waits out its retry, then comes back on its own node's turn.
+    let (k, p) = (
+        ("default".to_string(), "c".to_string()),
+        Plan {
+            node: "n2".into(),
+            ..Plan::default()
+        },
+    );
+    u.failed(k, p, t0 + Duration::from_secs(1));
+    assert!(
+        u.due(t0, Duration::ZERO, 5).is_empty(),
+        "not before its retry"
+    );
+    let later = u.due(t0 + Duration::from_secs(1), Duration::ZERO, 5);
+    assert_eq!(later.len(), 1);
+    assert_eq!(later[0].1.node, "n2");
+    assert_eq!(u.pending(), 0);
+}

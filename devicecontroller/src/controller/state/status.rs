@@ -393,14 +393,6 @@ impl Reconciler {
             .max_in_flight
             .max(1)
             .saturating_sub(self.writes_active);
-        // Choosing what is due walks every pending device: under a load, it waits until a
-        // quarter of the write slots are free and fills them at once.
-        let batch = (self.config.max_in_flight / 4).max(1);
-        let room = if room < batch && self.writes_active > 0 {
-            0
-        } else {
-            room
-        };
         for (k, plan) in self.up.due(now, self.config.patch_interval, room) {
             if plan.is_empty() {
                 // Only reports older than what is stored: answered, nothing to write.
