@@ -4,6 +4,11 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc rather than glibc's malloc: under a fleet's load the runtime's threads allocate
+/// and free per message and per write, and glibc's arenas cost a third of the CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The config file the Debian package installs, which its unit runs cloudcore with.
 const PACKAGED_CONFIG: &str = "/etc/cloudcore/cloudcore.yaml";
 
