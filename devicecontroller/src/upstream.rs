@@ -218,11 +218,14 @@ impl Upstream {
             }
             _ => return Err(Refusal::NotForUs(msg.route.resource.clone())),
         };
+        // KubeEdge sends the content as a JSON string; an object is read where it is.
+        let parsed: Value;
         let content = match &msg.content {
             Value::String(s) => {
-                serde_json::from_str(s).map_err(|e| Refusal::BadContent(e.to_string()))?
+                parsed = serde_json::from_str(s).map_err(|e| Refusal::BadContent(e.to_string()))?;
+                &parsed
             }
-            v => v.clone(),
+            v => v,
         };
         if !content.is_object() {
             return Err(Refusal::BadContent("not a JSON object".into()));
