@@ -283,7 +283,7 @@ impl Upstream {
             let d = content
                 .get("Device")
                 .or_else(|| content.get("device"))
-                .unwrap_or(&content);
+                .unwrap_or(content);
             let state = d["state"].as_str().unwrap_or_default().to_string();
             let online = d["lastOnlineTime"].as_str().unwrap_or_default().to_string();
             if !state.is_empty() || !online.is_empty() {
