@@ -352,3 +352,113 @@ fn a_write_while_etcd_has_no_leader_says_so_and_goes_on_after_the_election() {
             .then_some(())
     });
 }
+
+/// DeviceStatus writes that come at once are committed in one etcd transaction (every
+/// device's reports change one; a fleet writes thousands a second), so several objects share
+/// a resourceVersion: a watch still sends every change, and a watch resumed from a shared
+/// version sends every object of it again (the client's stream may have broken between them).
+#[tokio::test]
+async fn device_statuses_written_together_share_a_revision_and_no_watch_misses_one() {
+    use kube::api::{ApiResource, DynamicObject};
+    use std::collections::{BTreeMap, BTreeSet};
+    let Some(etcd) = etcd() else { return };
+    let a = Server::start_shared(&etcd);
+    let ar = ApiResource {
+        group: "devices.kubeedge.io".into(),
+        version: "v1beta1".into(),
+        api_version: "devices.kubeedge.io/v1beta1".into(),
+        kind: "DeviceStatus".into(),
+        plural: "devicestatuses".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(a.client().await, "default", &ar);
+    const N: usize = 200;
+    let name = |i: usize| format!("meter-{i:03}");
+    for i in 0..N {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "DeviceStatus",
+            "metadata": {"name": name(i)}, "spec": {}}))
+        .expect("a DeviceStatus");
+        api.create(&PostParams::default(), &o)
+            .await
+            .expect("create");
+    }
+    let start = api
+        .list_metadata(&Default::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("a list version");
+    let mut live = api
+        .watch(&WatchParams::default(), &start)
+        .await
+        .expect("watch")
+        .boxed();
+    // Every status patched, many at once, each with its own value.
+    let patches = (0..N).map(|i| {
+        let api = api.clone();
+        async move {
+            let body = json!({"status": {"twins": [{"propertyName": "p",
+                "reported": {"value": i.to_string(), "metadata": {"timestamp": "1", "type": "int"}}}]}});
+            let o = api
+                .patch(&name(i), &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .expect("patch");
+            (name(i), o.metadata.resource_version.expect("a version"))
+        }
+    });
+    // 32 at a time (as many connections as a client pool opens; the server bounds the TLS
+    // handshakes of one address).
+    let written: BTreeMap<String, String> = futures_util::stream::iter(patches)
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect();
+    let mut by_rv: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (n, rv) in &written {
+        by_rv.entry(rv.as_str()).or_default().insert(n.as_str());
+    }
+    assert!(
+        by_rv.len() < N,
+        "{N} patches at once were committed at {} revisions: none together",
+        by_rv.len()
+    );
+    // The live watch sends each patch, those that share a revision too.
+    let value = |o: &DynamicObject| o.data["status"]["twins"][0]["reported"]["value"].clone();
+    let mut seen = BTreeSet::new();
+    while seen.len() < N {
+        match within("the live watch", live.try_next()).await {
+            Ok(Some(WatchEvent::Modified(o))) => {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                let i: usize = n.trim_start_matches("meter-").parse().expect("a meter");
+                assert_eq!(value(&o), json!(i.to_string()), "{n}");
+                assert_eq!(o.metadata.resource_version.as_ref(), written.get(&n), "{n}");
+                seen.insert(n);
+            }
+            Ok(Some(WatchEvent::Bookmark(_))) => {}
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+    }
+    // Resumed from a revision several objects share: every one of them comes again.
+    let (rv, names) = by_rv
+        .iter()
+        .max_by_key(|(_, n)| n.len())
+        .expect("a revision");
+    let mut resumed = api
+        .watch(&WatchParams::default(), rv)
+        .await
+        .expect("watch from a shared revision")
+        .boxed();
+    let mut again = BTreeSet::new();
+    while !names.iter().all(|n| again.contains(*n)) {
+        match within("the resumed watch", resumed.try_next()).await {
+            Ok(Some(WatchEvent::Modified(o))) => {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                again.insert(n);
+            }
+            Ok(Some(WatchEvent::Bookmark(_))) => {}
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+    }
+}

@@ -137,8 +137,11 @@ impl Api {
                     }
                     got = rx.recv() => match got {
                         Ok(batch) => {
+                            // Several events may share a revision (a grouped write): the
+                            // batch is skipped up to what was sent before it, not event by event.
+                            let floor = last_rv;
                             for e in batch.iter() {
-                                if e.rv <= last_rv {
+                                if e.rv <= floor {
                                     continue;
                                 }
                                 last_rv = e.rv;

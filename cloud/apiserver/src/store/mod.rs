@@ -298,12 +298,20 @@ impl Tables {
         self.compacted = self.compacted.max(rv);
     }
 
-    /// Events after `rv`, or `None` when some of them are no longer kept.
+    /// Events after `rv` (and those at `rv` when it changed several objects), or `None` when
+    /// some of them are no longer kept.
     pub fn events_since(&self, rv: u64) -> Option<Vec<Event>> {
         if rv < self.compacted {
             return None;
         }
-        let start = self.history.partition_point(|e| e.rv <= rv);
+        let mut start = self.history.partition_point(|e| e.rv <= rv);
+        // A revision of several objects (a grouped write on etcd): a client resuming from it
+        // may have had only some of its events (its stream broke between them), so all of
+        // them are sent again; a client that had them gets the same objects twice.
+        let at = self.history.partition_point(|e| e.rv < rv);
+        if start - at > 1 {
+            start = at;
+        }
         Some(self.history.range(start..).cloned().collect())
     }
 }
