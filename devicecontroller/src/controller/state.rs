@@ -220,7 +220,15 @@ impl Reconciler {
                         }
                     }
                 }
-                Some(done) = done_rx.recv() => self.done(done),
+                Some(done) = done_rx.recv() => {
+                    // The writes that came back free their slots: they are filled at once,
+                    // not at the next tick (under a load, slots stood empty between ticks).
+                    self.done(done);
+                    while let Ok(more) = done_rx.try_recv() {
+                        self.done(more);
+                    }
+                    self.flush();
+                }
                 Some(Ok(())) = async { match leader.as_mut() {
                     Some(l) => Some(l.changed().await),
                     None => std::future::pending().await,
