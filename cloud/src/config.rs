@@ -24,7 +24,7 @@
 //!   deviceController:                # devices to their nodes, reports into DeviceStatus
 //!     enable: true
 //!     patchIntervalMs: 100           # at most one DeviceStatus patch per device per interval
-//!     maxInFlight: 64                # API writes at once
+//!     maxInFlight: 128               # API writes at once
 //!     profiles: true                 # per-node device-profile-config-{node} ConfigMaps
 //!   cloudHub:                        # edge nodes: websocket sessions and joining by token
 //!     enable: true

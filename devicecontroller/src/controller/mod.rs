@@ -52,7 +52,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             patch_interval: Duration::from_millis(100),
-            max_in_flight: 64,
+            max_in_flight: 128,
             profile_interval: Duration::from_millis(200),
             profiles: true,
             leader: None,
