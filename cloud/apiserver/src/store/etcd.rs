@@ -605,7 +605,7 @@ impl EtcdStore {
                 Err(refused) => return Err(refused),
             };
             from_view = false;
-            let (op, mut value, deleted) = match out {
+            let (op, value, deleted) = match out {
                 Outcome::Unchanged(v) => {
                     return Ok(Done {
                         value: v,
@@ -668,14 +668,7 @@ impl EtcdStore {
             if current.is_some()
                 && let Some(rev) = self.grouped(&key, &compare, &op, &mut unsure).await
             {
-                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("resourceVersion".into(), Value::String(rev.to_string()));
-                }
-                return Ok(Done {
-                    value,
-                    deleted,
-                    created,
-                });
+                return Ok(written(value, rev, deleted, created));
             }
             let r = self
                 .client
@@ -719,14 +712,7 @@ impl EtcdStore {
                     _ => r.header.as_ref().map_or(0, |h| h.revision),
                 }
                 .max(0) as u64;
-                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("resourceVersion".into(), Value::String(rev.to_string()));
-                }
-                return Ok(Done {
-                    value,
-                    deleted,
-                    created,
-                });
+                return Ok(written(value, rev, deleted, created));
             }
             // Another server changed it first: decide again on what etcd holds now.
             current = r
@@ -887,6 +873,18 @@ fn change(e: &pb::Event, kv: &pb::KeyValue, key: &Key, prev: Option<&Obj>) -> (E
 }
 
 /// A stored value as the view's object, at resourceVersion `rv`.
+/// The answer to a write etcd committed at revision `rev`: the object with that version.
+fn written(mut value: Value, rev: u64, deleted: bool, created: bool) -> Done {
+    if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("resourceVersion".into(), Value::String(rev.to_string()));
+    }
+    Done {
+        value,
+        deleted,
+        created,
+    }
+}
+
 fn object(value: &[u8], rv: u64) -> Obj {
     let v: Value = serde_json::from_slice(value).unwrap_or(Value::Null);
     with_rv(v, rv)
