@@ -13,6 +13,7 @@
 //! so and passes. About a minute and a half.
 
 use sim::containerd::run as ok;
+use sim::poll::eventually_or;
 use sim::{bin, eventually, workspace_root};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -52,9 +53,15 @@ impl Booted {
                 .ok()
         });
         let booted = Self { nspawn, init };
-        eventually(60, "systemd running in the container", || {
+        // A first boot on a busy machine (a CI run) once took longer than a minute: the wait
+        // is three, and a boot that does not end says which jobs it was still running.
+        eventually_or(180, "systemd running in the container", || {
             let (_, state) = booted.sh("systemctl is-system-running");
-            matches!(state.trim(), "running" | "degraded").then_some(())
+            if matches!(state.trim(), "running" | "degraded") {
+                return Ok(());
+            }
+            let (_, jobs) = booted.sh("systemctl list-jobs --no-pager");
+            Err(format!("{}; jobs: {jobs}", state.trim()))
         });
         booted
     }
