@@ -8,12 +8,12 @@
 //! - A write is a transaction that compares the key's `mod_revision` with the version the
 //!   write was decided on (or that the key is absent, for a create): when another server
 //!   changed the object first, the write is decided again on the newer object (at most
-//!   [`ATTEMPTS`] times, then `409 Conflict`). It answers once etcd committed it, with the
-//!   revision etcd gave it; it does not wait for this server's view to hold it (under load the
-//!   view's watch is behind by up to a second, and every write paid that). A read of the latest
-//!   objects (a get or list without `resourceVersion`) still sees it: it waits for the view to
-//!   hold etcd's revision ([`EtcdStore::fresh`]); a watch from the write's version sends what
-//!   follows it once the view has it.
+//!   [`ATTEMPTS`] times, then `409 Conflict`). It answers once this server's view holds it
+//!   (read your writes: the server's own code reads the view after it writes), except a
+//!   grouped write (below), which answers once etcd committed it: under a fleet's load the
+//!   view is behind by up to a second, and every DeviceStatus write paid that. A read of the
+//!   latest objects still sees it (it waits for the view to hold etcd's revision,
+//!   [`EtcdStore::fresh`]); a watch from its version sends what follows once the view has it.
 //! - Watches are served from the view's recent history; one from an older version is served
 //!   from etcd's own history (a watch on the resource's keys from that revision), and gets
 //!   `410 Gone` once etcd compacted it. Every `compactEvery` the store compacts etcd to the
@@ -33,8 +33,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 /// How many times a write is decided again after other servers changed its object first.
 const ATTEMPTS: usize = 16;
 
-/// The longest a read waits for this server's view to hold etcd's revision before answering
-/// from the view as it is.
+/// The longest a read or a write waits for this server's view to hold etcd's revision (or
+/// the write) before answering from the view as it is.
 const CATCH_UP: Duration = Duration::from_secs(10);
 
 /// The longest a read waits to learn etcd's revision before serving the view as it is.
@@ -712,6 +712,7 @@ impl EtcdStore {
                     _ => r.header.as_ref().map_or(0, |h| h.revision),
                 }
                 .max(0) as u64;
+                self.caught_up(rev).await;
                 return Ok(written(value, rev, deleted, created));
             }
             // Another server changed it first: decide again on what etcd holds now.
@@ -763,6 +764,18 @@ impl EtcdStore {
             tracing::warn!(
                 revision = rev,
                 "store: a read is answered before this server's view holds etcd's revision (the etcd watch is behind)"
+            );
+        }
+    }
+
+    /// Waits (at most [`CATCH_UP`]) until the view holds revision `rev`.
+    async fn caught_up(&self, rev: u64) {
+        let mut rx = self.applied.subscribe();
+        let waited = tokio::time::timeout(CATCH_UP, rx.wait_for(|a| *a >= rev)).await;
+        if waited.is_err() {
+            tracing::warn!(
+                revision = rev,
+                "store: a write is answered before this server's view holds it (the etcd watch is behind)"
             );
         }
     }
