@@ -73,8 +73,6 @@ pub struct Plan {
     pub acks: Vec<(String, String)>,
     /// Reports folded into this plan beyond the first.
     pub coalesced: u64,
-    /// When its oldest report arrived.
-    pub queued: Option<Instant>,
     /// The node whose device it is (whose reports it carries, or that lost its link).
     pub node: String,
 }
@@ -91,10 +89,6 @@ impl Plan {
 
     /// Folds `newer` in: each property keeps its newest value.
     fn merge(&mut self, newer: Plan) {
-        self.queued = match (self.queued, newer.queued) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         for (k, v) in newer.reported {
             match self.reported.get(&k) {
                 Some(cur) if !v.newer_than(cur) => {}
@@ -294,7 +288,6 @@ impl Upstream {
             return Ok(Taken::Nothing);
         }
         plan.acks.push((node.to_string(), msg.header.id.clone()));
-        plan.queued = Some(Instant::now());
         plan.node = node.to_string();
         self.queue(key, plan, node);
         Ok(Taken::Queued)
@@ -353,7 +346,6 @@ impl Upstream {
                     format!("node {node} lost its link to the cloud"),
                     since.to_string(),
                 )),
-                queued: Some(Instant::now()),
                 node: node.to_string(),
                 ..Plan::default()
             };

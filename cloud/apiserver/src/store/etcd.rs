@@ -82,11 +82,13 @@ struct Grouped {
 }
 
 /// What became of a write in a group.
+#[derive(Clone, Copy)]
 enum GroupOutcome {
     /// Committed at this revision (every object of the group has it).
     Committed(u64),
     /// Not committed: it is written alone (its precondition or another's in the group was
-    /// refused, or etcd could not be reached). `true` when the group's outcome is not known (it may have been applied).
+    /// refused, or etcd could not be reached). `true` when the group's outcome is not known
+    /// (it may have been applied).
     Alone(bool),
 }
 
@@ -475,10 +477,15 @@ impl EtcdStore {
             }
             let store = self.clone();
             tokio::spawn(async move {
-                let (compare, success): (Vec<_>, Vec<_>) = group
-                    .iter()
-                    .map(|g| (g.compare.clone(), g.op.clone()))
-                    .unzip();
+                let writes = group.len();
+                let mut compare = Vec::with_capacity(writes);
+                let mut success = Vec::with_capacity(writes);
+                let mut replies = Vec::with_capacity(writes);
+                for g in group {
+                    compare.push(g.compare);
+                    success.push(g.op);
+                    replies.push(g.reply);
+                }
                 let mut unsure = false;
                 let r = store
                     .client
@@ -497,15 +504,12 @@ impl EtcdStore {
                     }
                     Ok(_) => GroupOutcome::Alone(unsure),
                     Err(e) => {
-                        tracing::debug!(error = %e, writes = group.len(), "store: a grouped write failed; each is written alone");
+                        tracing::debug!(error = %e, writes, "store: a grouped write failed; each is written alone");
                         GroupOutcome::Alone(unsure)
                     }
                 };
-                for g in group {
-                    let _ = g.reply.send(match outcome {
-                        GroupOutcome::Committed(rev) => GroupOutcome::Committed(rev),
-                        GroupOutcome::Alone(u) => GroupOutcome::Alone(u),
-                    });
+                for reply in replies {
+                    let _ = reply.send(outcome);
                 }
                 drop(slot);
             });
