@@ -91,6 +91,8 @@ async fn authenticated(
     let Some(user) = user else {
         return Status::unauthorized().into_response();
     };
+    // Impersonation is decided on the roles in the view: with the server's own writes of them.
+    state.api.store.own_writes(&crate::api::DECIDING).await;
     let user = match authn::impersonated(&state.api, user, req.headers()) {
         Ok(u) => u,
         Err(s) => return s.into_response(),

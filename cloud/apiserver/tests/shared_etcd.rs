@@ -237,6 +237,89 @@ async fn a_write_through_one_server_is_read_through_the_other_at_once() {
     }
 }
 
+/// A write is answered once etcd committed it, before the server's view may hold it; what a
+/// server reads from its view to decide a later request must still see it. A namespace
+/// created through one server takes content at once through the same server (the request
+/// waits for the server's own writes of namespaces) and through the other (a namespace it
+/// does not hold is looked for again once its view holds what etcd has); a role granted
+/// through a server is used at once through it. Each server's view
+/// is made to lag etcd, so that neither holds the namespace when the ConfigMap comes.
+#[tokio::test]
+async fn a_namespace_and_a_role_are_used_at_once_after_their_writes() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{ApiResource, DynamicObject};
+    let Some(etcd) = etcd() else { return };
+    // Each server's view 300 ms behind etcd, as under a fleet's load.
+    let a = Server::start_shared_lagging(&etcd, 300);
+    let b = Server::start_shared_lagging(&etcd, 300);
+    let (client_a, client_b) = (a.client().await, b.client().await);
+    let namespaces: Api<Namespace> = Api::all(client_a.clone());
+    for i in 0..20 {
+        let ns = format!("plant-{i}");
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(ns.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("a namespace through a");
+        let (through, client) = if i % 2 == 0 {
+            ("a", &client_a)
+        } else {
+            ("b", &client_b)
+        };
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        if let Err(e) = cms
+            .create(&PostParams::default(), &configmap("first"))
+            .await
+        {
+            panic!("round {i}: a ConfigMap in the namespace just created, through {through}: {e}");
+        }
+    }
+    // A role granted through a server is used at once through it: the request waits for the
+    // server's own writes of roles and bindings before it is decided.
+    let carol = a.client_as(Some("carol")).await;
+    for i in 0..10 {
+        // Each round grants her the ConfigMaps of one more namespace.
+        let (name, ns) = ("carol".to_string(), format!("plant-{i}"));
+        let role: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]}))
+        .expect("a Role");
+        let binding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]}))
+        .expect("a RoleBinding");
+        for (kind, o) in [("Role", role), ("RoleBinding", binding)] {
+            let ar = ApiResource {
+                group: "rbac.authorization.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "rbac.authorization.k8s.io/v1".into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_lowercase()),
+            };
+            Api::<DynamicObject>::namespaced_with(client_a.clone(), &ns, &ar)
+                .create(&PostParams::default(), &o)
+                .await
+                .expect("a grant through a");
+        }
+        let theirs: Api<ConfigMap> = Api::namespaced(carol.clone(), &ns);
+        if let Err(e) = theirs
+            .create(&PostParams::default(), &configmap("carols"))
+            .await
+        {
+            panic!("round {i}: carol's ConfigMap just granted, through a: {e}");
+        }
+    }
+}
+
 /// etcd with TLS and client certificates (`--client-cert-auth`): the server reaches it with
 /// its client certificate; without one, etcd refuses it and the server says so and stops.
 #[test]
@@ -437,7 +520,7 @@ async fn device_statuses_written_together_share_a_revision_and_no_watch_misses_o
                 seen.insert(n);
             }
             Ok(Some(WatchEvent::Bookmark(_))) => {}
-            other => panic!("expected MODIFIED, got {other:?}"),
+            other => panic!("expected MODIFIED (from {start}), got {other:?}"),
         }
     }
     // Resumed from a revision several objects share: every one of them comes again.

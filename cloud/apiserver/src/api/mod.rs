@@ -81,6 +81,20 @@ const RBAC_KEYS: [&str; 4] = [
     "clusterrolebindings.rbac.authorization.k8s.io",
 ];
 
+/// What this server reads from its view to decide a request (a namespace exists and is not
+/// terminating, who may do what, a Device's model): a request waits until the view holds every
+/// write of these the server answered (a write is answered on etcd's commit; see
+/// [`crate::store::Store::own_writes`]), so that a client that created a namespace, a role or a
+/// model is decided against it at once.
+pub(crate) const DECIDING: [&str; 6] = [
+    "namespaces",
+    RBAC_KEYS[0],
+    RBAC_KEYS[1],
+    RBAC_KEYS[2],
+    RBAC_KEYS[3],
+    crate::admission::MODELS_KEY,
+];
+
 type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
 
 /// An event a watch sends: its type, the object, the object before.
@@ -178,6 +192,7 @@ impl Api {
             raw_query,
             upgrade,
         } = incoming;
+        self.store.own_writes(&DECIDING).await;
         let mut body = Some(body);
         let routed = self
             .route(
@@ -590,7 +605,21 @@ impl Api {
         }
     }
 
-    fn check_namespace(&self, t: &Target, name: &str) -> Result<(), Status> {
+    /// Whether `t`'s namespace takes new content: it exists and is not being deleted. A
+    /// namespace this server does not hold is looked for again once its view holds what etcd
+    /// has (created a moment ago through another server), as kube-apiserver's namespace
+    /// admission looks one up live when its cache misses.
+    async fn check_namespace(&self, t: &Target, name: &str) -> Result<(), Status> {
+        match self.namespace_takes(t, name) {
+            Err(e) if e.code == 404 && self.store.shared() => {
+                self.store.fresh().await;
+                self.namespace_takes(t, name)
+            }
+            r => r,
+        }
+    }
+
+    fn namespace_takes(&self, t: &Target, name: &str) -> Result<(), Status> {
         if !t.res.namespaced {
             return Ok(());
         }
@@ -615,8 +644,10 @@ impl Api {
         }
     }
 
-    fn after_write(&self, t: &Target) {
+    async fn after_write(&self, t: &Target) {
         if t.res.plural == "customresourcedefinitions" {
+            // The registry is built from the view: once it holds this write.
+            self.store.own_writes(&[&t.res.store_key]).await;
             self.refresh_registry();
         }
     }
@@ -691,6 +722,9 @@ impl Api {
         }
         // Bounded: a Device keeps its last AUDIT_KEPT such Events (the API keeps Events until
         // deleted, and a set point moved by a script every second would add 86,400 a day).
+        // Counted once the view holds the Events just written (on etcd a write is answered
+        // on the commit, which the view follows).
+        self.store.own_writes(&[&events.store_key]).await;
         let mine: Vec<(u64, String)> = {
             let tables = self.store.read();
             let Some(objects) = tables.objects.get(&events.store_key) else {

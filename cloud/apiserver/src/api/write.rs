@@ -52,7 +52,7 @@ impl Api {
         if let Some(c) = meta::check_name(&name, label_name) {
             return Err(Status::invalid(&t.res.kind, &t.res.group, &name, vec![c]));
         }
-        self.check_namespace(t, &name)?;
+        self.check_namespace(t, &name).await?;
         let ctx = self.ctx(user, t, q, headers, name);
         self.write(t, q, ctx, move |c, old| {
             if old.is_some() {
@@ -101,7 +101,7 @@ impl Api {
         dry: bool,
         code: StatusCode,
     ) -> Response {
-        self.after_write(t);
+        self.after_write(t).await;
         self.audit(ctx, done, dry).await;
         written(code, done, t, ctx)
     }
@@ -165,14 +165,11 @@ impl Api {
         if kind == PatchType::Apply && t.ns.is_empty() == t.res.namespaced {
             return Err(Status::no_route("namespace"));
         }
-        if kind == PatchType::Apply {
-            self.check_namespace(t, &name).or_else(|e| {
-                if self.store.read().get(&key(t, &name)).is_some() {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })?;
+        if kind == PatchType::Apply
+            && let Err(e) = self.check_namespace(t, &name).await
+            && self.store.read().get(&key(t, &name)).is_none()
+        {
+            return Err(e);
         }
         let force = q.get("force").map(String::as_str) == Some("true");
         let max_body = self.max_body;
@@ -253,7 +250,7 @@ impl Api {
                 Box::new(move |old, _| delete_outcome(&res, &name, old, &opts)),
             )
             .await?;
-        self.after_write(t);
+        self.after_write(t).await;
         let v = outward(done.value, &t.res, &t.version);
         if done.deleted {
             let details = json!({"name": v["metadata"]["name"], "group": t.res.group,

@@ -57,6 +57,15 @@ pub(super) struct EtcdStore {
     applied: watch::Sender<u64>,
     /// Writes of [`GROUPED`] objects waiting to be committed together.
     group: mpsc::Sender<Grouped>,
+    /// Per resource, the newest revision of a write this server answered. A write is answered
+    /// once etcd committed it, before the view may hold it; what this server itself reads of
+    /// those resources to decide a later request (a namespace, a role, a model) waits for them
+    /// ([`EtcdStore::own_writes`]), and nothing else does.
+    own: std::sync::Mutex<HashMap<Arc<str>, u64>>,
+    /// Fault injection for tests (`APISERVER_FAULT_VIEW_LAG_MS`): each change reaches the
+    /// view this much later, as under a fleet's load, so that every read of the view after a
+    /// write is tried against a view that is behind.
+    lag: Option<Duration>,
 }
 
 /// The resources whose changes of many objects are committed in one etcd transaction when
@@ -94,6 +103,48 @@ enum GroupOutcome {
 
 type View = Arc<RwLock<Tables>>;
 
+/// The etcd watch the view follows: as etcd sends it, or (fault injection,
+/// `APISERVER_FAULT_VIEW_LAG_MS`) each response held until `lag` after it came, as a view
+/// behind under load is.
+enum Changes {
+    AsSent(Box<tonic::Streaming<pb::WatchResponse>>),
+    Late(mpsc::Receiver<(tokio::time::Instant, Answer)>, Duration),
+}
+
+type Answer = Result<Option<pb::WatchResponse>, tonic::Status>;
+
+impl Changes {
+    fn new(mut stream: tonic::Streaming<pb::WatchResponse>, lag: Option<Duration>) -> Self {
+        let Some(lag) = lag else {
+            return Self::AsSent(Box::new(stream));
+        };
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(async move {
+            loop {
+                let r = stream.message().await;
+                let end = !matches!(r, Ok(Some(_)));
+                if tx.send((tokio::time::Instant::now(), r)).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Self::Late(rx, lag)
+    }
+
+    async fn message(&mut self) -> Answer {
+        match self {
+            Self::AsSent(s) => s.message().await,
+            Self::Late(rx, lag) => match rx.recv().await {
+                Some((at, r)) => {
+                    tokio::time::sleep_until(at + *lag).await;
+                    r
+                }
+                None => Ok(None),
+            },
+        }
+    }
+}
+
 impl EtcdStore {
     pub(super) async fn open(
         opts: &EtcdOptions,
@@ -111,7 +162,18 @@ impl EtcdStore {
             prefix,
             applied: watch::channel(0).0,
             group,
+            own: std::sync::Mutex::new(HashMap::new()),
+            lag: std::env::var("APISERVER_FAULT_VIEW_LAG_MS")
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis),
         });
+        if let Some(lag) = store.lag {
+            tracing::warn!(
+                ?lag,
+                "store: fault injected: the view follows etcd late (APISERVER_FAULT_VIEW_LAG_MS)"
+            );
+        }
         tokio::spawn(store.clone().commit_groups(grouped));
         let (objects, rev) = store
             .load()
@@ -282,7 +344,7 @@ impl EtcdStore {
             rt::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let from = *self.applied.borrow() + 1;
-            let (_requests, mut stream) = match self
+            let (_requests, stream) = match self
                 .client
                 .watch(pb::WatchCreateRequest {
                     key: self.prefix.as_bytes().to_vec(),
@@ -303,6 +365,7 @@ impl EtcdStore {
                     continue;
                 }
             };
+            let mut stream = Changes::new(stream, self.lag);
             loop {
                 let resp = match stream.message().await {
                     Ok(Some(r)) => r,
@@ -672,6 +735,7 @@ impl EtcdStore {
             if current.is_some()
                 && let Some(rev) = self.grouped(&key, &compare, &op, &mut unsure).await
             {
+                self.answered(&key.res, rev);
                 return Ok(written(value, rev, deleted, created));
             }
             let r = self
@@ -716,7 +780,7 @@ impl EtcdStore {
                     _ => r.header.as_ref().map_or(0, |h| h.revision),
                 }
                 .max(0) as u64;
-                self.caught_up(rev).await;
+                self.answered(&key.res, rev);
                 return Ok(written(value, rev, deleted, created));
             }
             // Another server changed it first: decide again on what etcd holds now.
@@ -772,14 +836,36 @@ impl EtcdStore {
         }
     }
 
-    /// Waits (at most [`CATCH_UP`]) until the view holds revision `rev`.
-    async fn caught_up(&self, rev: u64) {
+    /// Notes that a write of `res` at revision `rev` was answered.
+    fn answered(&self, res: &Arc<str>, rev: u64) {
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        match own.get_mut(res) {
+            Some(r) => *r = (*r).max(rev),
+            None => {
+                own.insert(res.clone(), rev);
+            }
+        }
+    }
+
+    /// Waits (at most [`CATCH_UP`]) until the view holds every write of `resources` this server
+    /// answered: what it reads of them then decides with what its clients were told is done.
+    /// At once when the view already holds them (the usual case: these are rarely written).
+    pub(super) async fn own_writes(&self, resources: &[&str]) {
+        let rev = {
+            let own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+            resources.iter().filter_map(|r| own.get(*r)).copied().max()
+        };
+        let Some(rev) = rev else { return };
+        if *self.applied.borrow() >= rev {
+            return;
+        }
         let mut rx = self.applied.subscribe();
         let waited = tokio::time::timeout(CATCH_UP, rx.wait_for(|a| *a >= rev)).await;
         if waited.is_err() {
             tracing::warn!(
                 revision = rev,
-                "store: a write is answered before this server's view holds it (the etcd watch is behind)"
+                ?resources,
+                "store: a request is decided before this server's view holds its own writes (the etcd watch is behind)"
             );
         }
     }

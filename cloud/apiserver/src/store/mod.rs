@@ -561,7 +561,6 @@ impl Store {
         }
     }
 
-    /// Whether the objects live in etcd (shared with other servers).
     /// Before a read of the latest objects (a get or list without `resourceVersion`): on etcd,
     /// waits for the view to hold what etcd had committed, so that a write made through another
     /// server is seen. On SQLite the view is always current.
@@ -571,6 +570,16 @@ impl Store {
         }
     }
 
+    /// Before this server reads `resources` from its view to decide a request: on etcd, waits
+    /// for the view to hold every write of them this server answered (a write is answered on
+    /// etcd's commit, which the view follows). On SQLite the view is always current.
+    pub async fn own_writes(&self, resources: &[&str]) {
+        if let Backend::Etcd(e) = &self.backend {
+            e.own_writes(resources).await;
+        }
+    }
+
+    /// Whether the objects live in etcd (shared with other servers).
     pub fn shared(&self) -> bool {
         matches!(self.backend, Backend::Etcd(_))
     }

@@ -44,6 +44,8 @@ pub struct Server {
     pub etcd: Option<sim::etcd::EtcdCluster>,
     /// Its members' URLs (of `etcd`, or of one shared with other servers).
     etcd_urls: Vec<String>,
+    /// Environment of the server's process beyond the tests' own (fault injection).
+    env: Vec<(String, String)>,
     _tmp: tempfile::TempDir,
 }
 
@@ -68,6 +70,16 @@ impl Server {
         Self::start_on(&[], None, etcd.endpoints())
     }
 
+    /// [`Server::start_shared`] with a view that follows etcd `ms` late (fault injection:
+    /// `APISERVER_FAULT_VIEW_LAG_MS`), as a server's view under a fleet's load is.
+    pub fn start_shared_lagging(etcd: &sim::etcd::EtcdCluster, ms: u64) -> Self {
+        Self::start_with_env(
+            &[],
+            etcd.endpoints(),
+            vec![("APISERVER_FAULT_VIEW_LAG_MS".into(), ms.to_string())],
+        )
+    }
+
     /// [`Server::start_shared`] with more command-line `args`.
     pub fn start_shared_with(etcd: &sim::etcd::EtcdCluster, args: &[&str]) -> Self {
         Self::start_on(args, None, etcd.endpoints())
@@ -76,7 +88,20 @@ impl Server {
     fn start_on(
         args: &[&str],
         etcd: Option<sim::etcd::EtcdCluster>,
+        etcd_urls: Vec<String>,
+    ) -> Self {
+        Self::start_full(args, etcd, etcd_urls, Vec::new())
+    }
+
+    fn start_with_env(args: &[&str], etcd_urls: Vec<String>, env: Vec<(String, String)>) -> Self {
+        Self::start_full(args, None, etcd_urls, env)
+    }
+
+    fn start_full(
+        args: &[&str],
+        etcd: Option<sim::etcd::EtcdCluster>,
         mut etcd_urls: Vec<String>,
+        env: Vec<(String, String)>,
     ) -> Self {
         if let Some(e) = &etcd {
             etcd_urls = e.endpoints();
@@ -94,6 +119,7 @@ impl Server {
             process: Process::default(),
             etcd,
             etcd_urls,
+            env,
             _tmp: tmp,
         };
         c.spawn();
@@ -109,6 +135,7 @@ impl Server {
             .arg("--install")
             .arg(self.dir.join("crds.yaml"))
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(
                 (!self.etcd_urls.is_empty())
                     .then(|| ["--etcd".to_string(), self.etcd_urls.join(",")])
@@ -136,10 +163,16 @@ impl Server {
 
     /// A kube-rs client of the admin kubeconfig.
     pub async fn client(&self) -> kube::Client {
+        self.client_as(None).await
+    }
+
+    /// [`Server::client`] acting as `user` (`Impersonate-User`; the admin may impersonate).
+    pub async fn client_as(&self, user: Option<&str>) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("a client config");
+        config.auth_info.impersonate = user.map(str::to_string);
         kube::Client::try_from(config).expect("a kube-rs client")
     }
 
