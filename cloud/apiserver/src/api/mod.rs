@@ -81,18 +81,18 @@ const RBAC_KEYS: [&str; 4] = [
     "clusterrolebindings.rbac.authorization.k8s.io",
 ];
 
-/// What this server reads from its view to decide a request (a namespace exists and is not
-/// terminating, who may do what, a Device's model): a request waits until the view holds every
-/// write of these the server answered (a write is answered on etcd's commit; see
-/// [`crate::store::Store::own_writes`]), so that a client that created a namespace, a role or a
-/// model is decided against it at once.
-pub(crate) const DECIDING: [&str; 6] = [
+/// What this server reads from its view to decide any request (a namespace exists and is not
+/// terminating, who may do what): a request waits until the view holds every write of these
+/// the server answered (a write is answered on etcd's commit; see
+/// [`crate::store::Store::own_writes`]), so that a client that created a namespace or a role
+/// is decided against it at once. (A Device's write waits for the DeviceModels too: only it
+/// reads them.)
+pub(crate) const DECIDING: [&str; 5] = [
     "namespaces",
     RBAC_KEYS[0],
     RBAC_KEYS[1],
     RBAC_KEYS[2],
     RBAC_KEYS[3],
-    crate::admission::MODELS_KEY,
 ];
 
 type Entry<'a> = (&'a (String, String), &'a Arc<Obj>);
@@ -411,7 +411,7 @@ impl Api {
         match (method, t.name.is_some()) {
             (Method::GET, true) => self.get(&t, accept),
             (Method::GET, false) if is_watch => self.watch(&t, &query, accept, labels, fields),
-            (Method::GET, false) => self.list(&t, &query, accept, &labels, &fields),
+            (Method::GET, false) => self.list(&t, &query, accept, &labels, &fields).await,
             (Method::POST, false) => {
                 let (body, _budget) = self.read_body(&headers, taken(body)).await?;
                 self.create(user, &t, &query, &headers, body).await
@@ -547,7 +547,7 @@ impl Api {
         Ok((decode(&ct, &raw)?, permit))
     }
 
-    fn ctx(
+    async fn ctx(
         &self,
         user: &User,
         t: &Target,
@@ -555,6 +555,12 @@ impl Api {
         headers: &HeaderMap,
         name: String,
     ) -> WriteCtx {
+        let device = t.res.group == "devices.kubeedge.io" && t.res.plural == "devices";
+        if device && t.sub.is_none() {
+            // Its desired values are checked against its model: with the models this server
+            // wrote (see DECIDING).
+            self.store.own_writes(&[crate::admission::MODELS_KEY]).await;
+        }
         let validation = match q.get("fieldValidation").map(String::as_str) {
             Some("Strict") => Validation::Strict,
             Some("Ignore") => Validation::Ignore,
@@ -585,10 +591,8 @@ impl Api {
                         && t.res.plural == "imageprepulljobs"))
                     && !user.in_group("system:masters"))
                 .then(|| self.store.read().only(&RBAC_KEYS)),
-                models: (t.res.group == "devices.kubeedge.io"
-                    && t.res.plural == "devices"
-                    && t.sub.is_none())
-                .then(|| self.store.read().only(&[crate::admission::MODELS_KEY])),
+                models: (device && t.sub.is_none())
+                    .then(|| self.store.read().only(&[crate::admission::MODELS_KEY])),
                 pod_security: (t.res.group.is_empty() && t.res.plural == "pods" && t.sub.is_none())
                     .then(|| {
                         let tables = self.store.read();

@@ -28,7 +28,7 @@ impl Api {
         Ok(json_response(StatusCode::OK, &v))
     }
 
-    pub(super) fn list(
+    pub(super) async fn list(
         &self,
         t: &Target,
         q: &Query,
@@ -103,22 +103,63 @@ impl Api {
             }
             (rv, items, cont, remaining)
         };
-        if table::wants_table(accept) {
+        let page = Page {
+            res: t.res.clone(),
+            version: t.version.clone(),
+            table: table::wants_table(accept)
+                .then(|| Include::parse(q.get("includeObject").map(String::as_str))),
+            rv,
+            items,
+            cont,
+            remaining,
+        };
+        // A large list (a fleet's 100,000 Devices: seconds of CPU to encode) is encoded on a
+        // thread for blocking work, not on one of the runtime's few workers, whose other tasks
+        // (nodes' sessions, watches) would wait for it.
+        if page.items.len() < ENCODE_APART_FROM {
+            return Ok(page.encode());
+        }
+        tokio::task::spawn_blocking(move || page.encode())
+            .await
+            .map_err(|e| Status::internal(format!("the list could not be encoded: {e}")))
+    }
+}
+
+/// Lists of at least this many objects are encoded apart from the runtime's workers.
+const ENCODE_APART_FROM: usize = 2_000;
+
+/// A list's objects as taken from the view, to be encoded.
+struct Page {
+    res: Arc<crate::resources::Resource>,
+    version: String,
+    /// As a Table (`Accept: ...;as=Table`), with what each row includes.
+    table: Option<Include>,
+    rv: u64,
+    items: Vec<Arc<Obj>>,
+    cont: Option<String>,
+    remaining: Option<usize>,
+}
+
+impl Page {
+    fn encode(self) -> Response {
+        let Page {
+            res,
+            version,
+            table,
+            rv,
+            items,
+            cont,
+            remaining,
+        } = self;
+        if let Some(include) = table {
             let values: Vec<Value> = items
                 .iter()
-                .map(|o| outward(o.value(), &t.res, &t.version))
+                .map(|o| outward(o.value(), &res, &version))
                 .collect();
-            let tb = table::table(
-                &t.res,
-                &t.version,
-                &values,
-                Include::parse(q.get("includeObject").map(String::as_str)),
-                rv,
-                cont.as_deref(),
-            );
-            return Ok(typed_table(tb));
+            let tb = table::table(&res, &version, &values, include, rv, cont.as_deref());
+            return typed_table(tb);
         }
-        let api_version = t.res.api_version(&t.version);
+        let api_version = res.api_version(&version);
         let mut meta = json!({"resourceVersion": rv.to_string()});
         if let Some(c) = &cont {
             meta["continue"] = json!(c);
@@ -131,7 +172,7 @@ impl Api {
         out.put_slice(
             format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{meta},\"items\":[",
-                t.res.list_kind
+                res.list_kind
             )
             .as_bytes(),
         );
@@ -139,10 +180,10 @@ impl Api {
             if i > 0 {
                 out.put_u8(b',');
             }
-            put_object(&mut out, o, &t.res, &t.version, &api_version);
+            put_object(&mut out, o, &res, &version, &api_version);
         }
         out.put_slice(b"]}");
-        Ok(raw_json(StatusCode::OK, out.freeze()))
+        raw_json(StatusCode::OK, out.freeze())
     }
 }
 

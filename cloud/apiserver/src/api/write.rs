@@ -53,7 +53,7 @@ impl Api {
             return Err(Status::invalid(&t.res.kind, &t.res.group, &name, vec![c]));
         }
         self.check_namespace(t, &name).await?;
-        let ctx = self.ctx(user, t, q, headers, name);
+        let ctx = self.ctx(user, t, q, headers, name).await;
         self.write(t, q, ctx, move |c, old| {
             if old.is_some() {
                 return Err(Status::already_exists(&c.res.group, &c.res.plural, &c.name));
@@ -123,7 +123,7 @@ impl Api {
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
-        let ctx = self.ctx(user, t, q, headers, name);
+        let ctx = self.ctx(user, t, q, headers, name).await;
         self.write(t, q, ctx, move |c, old| match old {
             None => Err(Status::not_found(&c.res.group, &c.res.plural, &c.name)),
             Some(old) => finish(c, Some(&old), body.clone(), true),
@@ -173,7 +173,7 @@ impl Api {
         }
         let force = q.get("force").map(String::as_str) == Some("true");
         let max_body = self.max_body;
-        let ctx = self.ctx(user, t, q, headers, name);
+        let ctx = self.ctx(user, t, q, headers, name).await;
         self.write(t, q, ctx, move |c, old| {
                     let now = meta::now_rfc3339();
                     match (kind, old) {
