@@ -52,6 +52,9 @@ const PAGE: i64 = 500;
 
 pub(super) struct EtcdStore {
     client: Etcd,
+    /// The same members on connections of their own for the view's watch (every change of
+    /// the fleet, megabytes a second) and replays, apart from the writes and reads.
+    watcher: Etcd,
     prefix: String,
     /// The revision the view holds (every change up to it applied).
     applied: watch::Sender<u64>,
@@ -152,6 +155,7 @@ impl EtcdStore {
         events: Feed,
     ) -> Result<(View, Arc<Self>), super::OpenError> {
         let client = Etcd::new(&opts.endpoints, opts.tls.as_ref())?;
+        let watcher = Etcd::new(&opts.endpoints, opts.tls.as_ref())?;
         let mut prefix = opts.prefix.clone();
         if !prefix.ends_with('/') {
             prefix.push('/');
@@ -159,6 +163,7 @@ impl EtcdStore {
         let (group, grouped) = mpsc::channel(GROUP_OPS * GROUPS_IN_FLIGHT * 4);
         let store = Arc::new(Self {
             client,
+            watcher,
             prefix,
             applied: watch::channel(0).0,
             group,
@@ -345,7 +350,7 @@ impl EtcdStore {
         loop {
             let from = *self.applied.borrow() + 1;
             let (_requests, stream) = match self
-                .client
+                .watcher
                 .watch(pb::WatchCreateRequest {
                     key: self.prefix.as_bytes().to_vec(),
                     range_end: end.clone(),
@@ -360,7 +365,7 @@ impl EtcdStore {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!(error = %e, "store: cannot watch etcd; trying again");
-                    self.client.next_member();
+                    self.watcher.next_member();
                     tokio::time::sleep(backoff.next_delay()).await;
                     continue;
                 }
@@ -375,7 +380,7 @@ impl EtcdStore {
                     }
                     Err(s) => {
                         tracing::warn!(error = %s.message(), "store: the etcd watch broke; watching again");
-                        self.client.next_member();
+                        self.watcher.next_member();
                         break;
                     }
                 };
@@ -876,7 +881,7 @@ impl EtcdStore {
         let prefix = format!("{}{}/", self.prefix, res).into_bytes();
         let gone = |c: u64| Err(c.max(rv + 1));
         let Ok((requests, mut stream)) = self
-            .client
+            .watcher
             .watch(pb::WatchCreateRequest {
                 key: prefix.clone(),
                 range_end: prefix_end(&prefix),
