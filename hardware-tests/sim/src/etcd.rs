@@ -27,6 +27,28 @@ struct Member {
     child: Option<Child>,
 }
 
+impl Member {
+    /// An error with its log when the member's process has exited (`dir`: the cluster's).
+    fn running(&mut self, dir: &std::path::Path) -> Result<()> {
+        if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+            bail!(
+                "etcd member {} exited with {status}: {}",
+                self.name,
+                std::fs::read_to_string(dir.join(format!("{}.log", self.name))).unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    /// The body of `path` on the member's plain HTTP port, if it answers.
+    fn fetch(&self, path: &str) -> Option<String> {
+        ureq::get(&format!("http://127.0.0.1:{}{path}", self.metrics))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+    }
+}
+
 /// TLS of the client URLs: etcd's certificate and key, and the CA its clients' certificates
 /// must be signed by (`--client-cert-auth`); PEM files.
 #[derive(Clone, Debug)]
@@ -155,22 +177,11 @@ impl EtcdCluster {
         loop {
             let mut all = true;
             for m in &mut self.members {
-                let Some(child) = m.child.as_mut() else {
+                if m.child.is_none() {
                     continue;
-                };
-                if let Ok(Some(status)) = child.try_wait() {
-                    bail!(
-                        "etcd member {} exited with {status}: {}",
-                        m.name,
-                        std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
-                            .unwrap_or_default()
-                    );
                 }
-                let healthy = ureq::get(&format!("http://127.0.0.1:{}/health", m.metrics))
-                    .call()
-                    .ok()
-                    .and_then(|mut r| r.body_mut().read_to_string().ok())
-                    .is_some_and(|b| b.contains("\"true\""));
+                m.running(self.dir.path())?;
+                let healthy = m.fetch("/health").is_some_and(|b| b.contains("\"true\""));
                 all &= healthy;
             }
             if all {
@@ -228,18 +239,9 @@ impl EtcdCluster {
         let deadline = Instant::now() + within;
         loop {
             let m = &mut self.members[i];
-            if let Some(Ok(Some(status))) = m.child.as_mut().map(|c| c.try_wait()) {
-                bail!(
-                    "etcd member {} exited with {status}: {}",
-                    m.name,
-                    std::fs::read_to_string(self.dir.path().join(format!("{}.log", m.name)))
-                        .unwrap_or_default()
-                );
-            }
-            let rejoined = ureq::get(&format!("http://127.0.0.1:{}/metrics", m.metrics))
-                .call()
-                .ok()
-                .and_then(|mut r| r.body_mut().read_to_string().ok())
+            m.running(self.dir.path())?;
+            let rejoined = m
+                .fetch("/metrics")
                 .is_some_and(|b| b.lines().any(|l| l == "etcd_server_has_leader 1"));
             if rejoined {
                 return Ok(());
