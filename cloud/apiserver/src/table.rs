@@ -216,19 +216,19 @@ fn cell(obj: &Value, c: &Column) -> Value {
     }
 }
 
-fn row(obj: &Value, cols: &[Column], include: Include, api_version: &str) -> Value {
-    let cells: Vec<Value> = cols.iter().map(|c| cell(obj, c)).collect();
+/// One row: its cells, then what it includes of `obj` (taken, not copied).
+fn row(mut obj: Value, cols: &[Column], include: Include, api_version: &str) -> Value {
+    let cells: Vec<Value> = cols.iter().map(|c| cell(&obj, c)).collect();
     let object = match include {
         Include::None => Value::Null,
         Include::Metadata => json!({
             "kind": "PartialObjectMetadata",
             "apiVersion": "meta.k8s.io/v1",
-            "metadata": obj["metadata"],
+            "metadata": obj["metadata"].take(),
         }),
         Include::Object => {
-            let mut o = obj.clone();
-            o["apiVersion"] = json!(api_version);
-            o
+            obj["apiVersion"] = json!(api_version);
+            obj
         }
     };
     let mut r = json!({"cells": cells});
@@ -238,15 +238,17 @@ fn row(obj: &Value, cols: &[Column], include: Include, api_version: &str) -> Val
     r
 }
 
-/// A Table of `objects`.
+/// A Table of `objects` as JSON text. Each row is built from one object and written before
+/// the next is decoded: a table of a fleet's 100,000 Devices holds one object's tree at a time,
+/// not all of them (which took seconds of fresh memory to build and free).
 pub(crate) fn table(
     res: &Resource,
     version: &str,
-    objects: &[Value],
+    objects: impl ExactSizeIterator<Item = Value>,
     include: Include,
     rv: u64,
     cont: Option<&str>,
-) -> Value {
+) -> Vec<u8> {
     let cols = columns(res, version);
     let defs: Vec<Value> = cols
         .iter()
@@ -256,16 +258,26 @@ pub(crate) fn table(
         })
         .collect();
     let api_version = res.api_version(version);
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| row(o, &cols, include, &api_version))
-        .collect();
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
     }
-    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-        "columnDefinitions": defs, "rows": rows})
+    let mut out = Vec::with_capacity(256 + objects.len() * 512);
+    out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
+    out.extend_from_slice(meta.to_string().as_bytes());
+    out.extend_from_slice(b",\"columnDefinitions\":");
+    out.extend_from_slice(Value::Array(defs).to_string().as_bytes());
+    out.extend_from_slice(b",\"rows\":[");
+    for (i, o) in objects.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let r = row(o, &cols, include, &api_version);
+        // Writing a `Value` into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut out, &r);
+    }
+    out.extend_from_slice(b"]}");
+    out
 }
 
 /// Whether an `Accept` header asks for a Table.
@@ -274,4 +286,94 @@ pub(crate) fn wants_table(accept: &str) -> bool {
         .split(',')
         .next()
         .is_some_and(|first| first.contains("as=Table"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configmaps() -> Resource {
+        crate::resources::builtins()
+            .into_iter()
+            .find(|r| r.kind == "ConfigMap")
+            .expect("a built-in kind")
+    }
+
+    fn cm(name: &str, keys: usize) -> Value {
+        let data: serde_json::Map<String, Value> =
+            (0..keys).map(|k| (format!("k{k}"), json!("v"))).collect();
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "plant", "labels": {"line": name}},
+            "data": data})
+    }
+
+    #[test]
+    fn each_row_is_its_own_objects_cells_and_metadata() {
+        let objects = vec![cm("a", 0), cm("b", 2), cm("c", 5)];
+        let text = table(
+            &configmaps(),
+            "v1",
+            objects.into_iter(),
+            Include::Metadata,
+            7,
+            Some("next"),
+        );
+        let t: Value = serde_json::from_slice(&text).expect("a table is JSON");
+        assert_eq!(t["kind"], "Table");
+        assert_eq!(
+            t["metadata"],
+            json!({"resourceVersion": "7", "continue": "next"})
+        );
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["Name", "Data", "Age"]);
+        let rows = t["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 3);
+        for (r, (name, keys)) in rows.iter().zip([("a", 0), ("b", 2), ("c", 5)]) {
+            assert_eq!(r["cells"][0], name);
+            assert_eq!(r["cells"][1], keys);
+            assert_eq!(r["object"]["kind"], "PartialObjectMetadata");
+            assert_eq!(r["object"]["metadata"]["labels"]["line"], name);
+            assert!(r["object"].get("data").is_none(), "metadata only");
+        }
+    }
+
+    #[test]
+    fn a_row_includes_the_whole_object_or_nothing_as_asked() {
+        let whole = table(
+            &configmaps(),
+            "v1",
+            std::iter::once(cm("a", 1)),
+            Include::Object,
+            1,
+            None,
+        );
+        let t: Value = serde_json::from_slice(&whole).expect("JSON");
+        assert_eq!(t["rows"][0]["object"]["data"]["k0"], "v");
+        assert!(t["metadata"].get("continue").is_none());
+        let none = table(
+            &configmaps(),
+            "v1",
+            std::iter::empty(),
+            Include::None,
+            1,
+            None,
+        );
+        let t: Value = serde_json::from_slice(&none).expect("JSON");
+        assert_eq!(t["rows"], json!([]));
+        let bare = table(
+            &configmaps(),
+            "v1",
+            std::iter::once(cm("a", 1)),
+            Include::None,
+            1,
+            None,
+        );
+        let t: Value = serde_json::from_slice(&bare).expect("JSON");
+        assert!(t["rows"][0].get("object").is_none());
+    }
 }

@@ -239,7 +239,14 @@ pub(super) fn raw_json(code: StatusCode, b: Bytes) -> Response {
 }
 
 pub(super) fn typed(v: Value, media: &'static str) -> Response {
-    let mut r = json_response(StatusCode::OK, &v);
+    typed_bytes(
+        Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+        media,
+    )
+}
+
+fn typed_bytes(b: Bytes, media: &'static str) -> Response {
+    let mut r = raw_json(StatusCode::OK, b);
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
     r.headers_mut()
@@ -247,8 +254,12 @@ pub(super) fn typed(v: Value, media: &'static str) -> Response {
     r
 }
 
-pub(super) fn typed_table(v: Value) -> Response {
-    typed(v, "application/json;as=Table;v=v1;g=meta.k8s.io")
+/// A Table's JSON text (`table::table`) as the response.
+pub(super) fn typed_table(json: Vec<u8>) -> Response {
+    typed_bytes(
+        Bytes::from(json),
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
 }
 
 #[cfg(test)]

@@ -22,7 +22,14 @@ impl Api {
         let v = outward(obj.value(), &t.res, &t.version);
         if table::wants_table(accept) {
             let rv = obj.rv;
-            let tb = table::table(&t.res, &t.version, &[v], Include::Metadata, rv, None);
+            let tb = table::table(
+                &t.res,
+                &t.version,
+                std::iter::once(v),
+                Include::Metadata,
+                rv,
+                None,
+            );
             return Ok(typed_table(tb));
         }
         Ok(json_response(StatusCode::OK, &v))
@@ -152,11 +159,8 @@ impl Page {
             remaining,
         } = self;
         if let Some(include) = table {
-            let values: Vec<Value> = items
-                .iter()
-                .map(|o| outward(o.value(), &res, &version))
-                .collect();
-            let tb = table::table(&res, &version, &values, include, rv, cont.as_deref());
+            let values = items.iter().map(|o| outward(o.value(), &res, &version));
+            let tb = table::table(&res, &version, values, include, rv, cont.as_deref());
             return typed_table(tb);
         }
         let api_version = res.api_version(&version);

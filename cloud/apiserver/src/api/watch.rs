@@ -214,12 +214,12 @@ impl Watcher {
             let tb = table::table(
                 &self.res,
                 &self.version,
-                &[v],
+                std::iter::once(v),
                 Include::Metadata,
                 o.rv,
                 None,
             );
-            out.put_slice(&serde_json::to_vec(&tb).unwrap_or_default());
+            out.put_slice(&tb);
         } else {
             put_object(
                 &mut out,
