@@ -199,10 +199,10 @@ struct Seen {
     /// (sent, kubectl printed it) of the watched DeviceModel's patches.
     patches: Mutex<Vec<u64>>,
     lines: Mutex<Vec<u64>>,
-    /// (when it ended, ms) of `kubectl get devices -A -o name` and of `kubectl get device
-    /// NAME`, and whether each succeeded.
-    lists: Mutex<Vec<(u64, f64, bool)>>,
-    gets: Mutex<Vec<(u64, f64, bool)>>,
+    /// (when it ended, ms, whether it succeeded, ms its HTTP requests took) of `kubectl get
+    /// devices -A` and of `kubectl get device NAME`.
+    lists: Mutex<Vec<(u64, f64, bool, f64)>>,
+    gets: Mutex<Vec<(u64, f64, bool, f64)>>,
 }
 
 /// Watches every DeviceStatus (through `client`) and records each new reported value.
@@ -254,12 +254,14 @@ async fn watch_statuses(client: kube::Client, epoch: Instant, seen: Arc<Seen>) {
     }
 }
 
-/// Runs kubectl with `args` against `kubeconfig`; its time (ms), output, and success.
-async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (f64, String, bool) {
+/// Runs kubectl with `args` against `kubeconfig`: its time (ms), output, success, and the time
+/// its HTTP requests took from sent to the answer's headers (ms, as kubectl's `-v=6` logs each).
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (f64, String, bool, f64) {
     let t = Instant::now();
     let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("-v=6")
         .args(args)
         .output()
         .await;
@@ -269,9 +271,19 @@ async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (f64, String, b
             ms,
             String::from_utf8_lossy(&o.stdout).into_owned(),
             o.status.success(),
+            requests_ms(&String::from_utf8_lossy(&o.stderr)),
         ),
-        Err(_) => (ms, String::new(), false),
+        Err(_) => (ms, String::new(), false, 0.0),
     }
+}
+
+/// The sum of `milliseconds=N` over the responses kubectl's `-v=6` log shows.
+fn requests_ms(log: &str) -> f64 {
+    log.lines()
+        .filter(|l| l.contains("\"Response\""))
+        .filter_map(|l| l.split("milliseconds=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// kubectl, as a user beside the fleet: a list of every device every 15 s, a get of one every
@@ -290,8 +302,8 @@ async fn kubectl_rounds(
         tokio::spawn(async move {
             while !stop.is_cancelled() {
                 // The user's command: a table, in kubectl's pages of 500.
-                let (t, out, ok) = kubectl(&k, &["get", "devices", "-A"]).await;
-                lock(&seen.lists).push((ms(), t, ok && !out.is_empty()));
+                let (t, out, ok, req) = kubectl(&k, &["get", "devices", "-A"]).await;
+                lock(&seen.lists).push((ms(), t, ok && !out.is_empty(), req));
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(15)) => {}
                     _ = stop.cancelled() => {}
@@ -303,8 +315,8 @@ async fn kubectl_rounds(
         let (k, seen, stop) = (kubeconfig.clone(), seen.clone(), stop.clone());
         tokio::spawn(async move {
             while !stop.is_cancelled() {
-                let (t, _, ok) = kubectl(&k, &["get", "device", &one, "-o", "name"]).await;
-                lock(&seen.gets).push((ms(), t, ok));
+                let (t, _, ok, req) = kubectl(&k, &["get", "device", &one, "-o", "name"]).await;
+                lock(&seen.gets).push((ms(), t, ok, req));
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(2)) => {}
                     _ = stop.cancelled() => {}
@@ -395,21 +407,22 @@ fn window(seen: &Seen, from: u64, to: u64) -> Vec<String> {
         ("kubectl get device ONE", &seen.gets),
     ] {
         let calls = lock(calls);
-        let mut t: Vec<f64> = calls
+        let inside: Vec<_> = calls
             .iter()
-            .filter(|(a, _, _)| (from..to).contains(a))
-            .map(|(_, t, _)| *t)
+            .filter(|(a, ..)| (from..to).contains(a))
             .collect();
-        let failed = calls
-            .iter()
-            .filter(|(a, _, ok)| (from..to).contains(a) && !ok)
-            .count();
+        let mut t: Vec<f64> = inside.iter().map(|c| c.1).collect();
+        let mut req: Vec<f64> = inside.iter().map(|c| c.3).collect();
+        let failed = inside.iter().filter(|c| !c.2).count();
         t.sort_by(f64::total_cmp);
+        req.sort_by(f64::total_cmp);
         out.push(format!(
-            "{what}: {} calls, {failed} failed; p50 {:.0} ms, max {:.0} ms",
+            "{what}: {} calls, {failed} failed; p50 {:.0} ms, max {:.0} ms (its HTTP requests, sent to answered: p50 {:.0} ms, max {:.0} ms)",
             t.len(),
             sim::percentile(&t, 50.0),
-            t.last().copied().unwrap_or(f64::NAN)
+            t.last().copied().unwrap_or(f64::NAN),
+            sim::percentile(&req, 50.0),
+            req.last().copied().unwrap_or(f64::NAN)
         ));
     }
     // The watch's first line is the object as it was; each patch then prints one.
@@ -970,11 +983,12 @@ async fn main() -> Result<()> {
                 &["get", "devices", "-A", "--chunk-size=0"][..],
             ),
         ] {
-            let (t, out, ok) = kubectl(&replicas[2 % n].kubeconfig, args).await;
+            let (t, out, ok, req) = kubectl(&replicas[2 % n].kubeconfig, args).await;
             println!(
-                "kubectl get devices -A{what} after the run: {} devices in {:.1} s{}",
+                "kubectl get devices -A{what} after the run: {} devices in {:.1} s (its HTTP requests {:.1} s){}",
                 out.lines().count().saturating_sub(1),
                 t / 1000.0,
+                req / 1000.0,
                 if ok { "" } else { " (failed)" }
             );
         }
