@@ -91,8 +91,11 @@ async fn authenticated(
     let Some(user) = user else {
         return Status::unauthorized().into_response();
     };
-    // Impersonation is decided on the roles in the view: with the server's own writes of them.
-    state.api.store.own_writes(&crate::api::DECIDING).await;
+    // Impersonation is decided on the roles in the view: with the server's own writes of them
+    // (which `Api::dispatch` waits for anyway; here only when there is impersonation to decide).
+    if req.headers().contains_key("Impersonate-User") {
+        state.api.store.own_writes(&crate::api::DECIDING).await;
+    }
     let user = match authn::impersonated(&state.api, user, req.headers()) {
         Ok(u) => u,
         Err(s) => return s.into_response(),
