@@ -75,6 +75,10 @@ pub struct Plan {
     pub coalesced: u64,
     /// The node whose device it is (whose reports it carries, or that lost its link).
     pub node: String,
+    /// When the first of the reports folded in was queued (its wait counts from then) and
+    /// when the newest was: set as it is queued.
+    pub queued_at: Option<Instant>,
+    pub last_report: Option<Instant>,
 }
 
 impl Plan {
@@ -115,6 +119,11 @@ impl Plan {
         if self.node.is_empty() {
             self.node = newer.node;
         }
+        self.queued_at = match (self.queued_at, newer.queued_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_report = self.last_report.max(newer.last_report);
         self.coalesced += 1 + newer.coalesced;
     }
 }
@@ -141,11 +150,47 @@ pub struct Upstream {
     /// The nodes of `queues`, each once, the one served longest ago first: [`Upstream::due`]
     /// takes one plan of each in turn, so its cost is the plans it takes, not those pending.
     ring: VecDeque<String>,
+    /// The nodes that reported within [`FRESH`], each once, served in turn before the others
+    /// (see [`Upstream::due`]); dropped when found no longer fresh.
+    fresh_ring: VecDeque<String>,
+    /// When each node of `fresh_ring` last reported.
+    heard: HashMap<String, Instant>,
+    /// How long the plans taken lately had waited since queued (a moving average): a plan
+    /// that waited twice as long is overdue, taken whether fresh or not.
+    typical_wait: Duration,
     seq: u64,
     /// The newest version stored of each property: reports older than it are dropped.
     stored: HashMap<Key, HashMap<String, Stamped>>,
     /// When each device was last patched.
     last_patch: HashMap<Key, Instant>,
+}
+
+/// How recent a report is to count as fresh: see [`Upstream::due`].
+pub const FRESH: Duration = Duration::from_secs(1);
+
+/// The oldest entry of a node's queue whose slot `take` accepts, out of the queue; entries
+/// left by forgotten or requeued devices are dropped on the way.
+fn pick(
+    q: &mut VecDeque<(u64, Key)>,
+    pending: &HashMap<Key, Slot>,
+    take: impl Fn(&Slot) -> bool,
+) -> Option<Key> {
+    let mut i = 0;
+    while i < q.len() {
+        let (seq, key) = &q[i];
+        match pending.get(key) {
+            Some(s) if s.seq == *seq => {
+                if take(s) {
+                    return q.remove(i).map(|(_, k)| k);
+                }
+                i += 1;
+            }
+            _ => {
+                q.remove(i);
+            }
+        }
+    }
+    None
 }
 
 fn stamped(twin: &Value, side: &str, version_key: &str) -> Option<Stamped> {
@@ -294,7 +339,17 @@ impl Upstream {
     }
 
     /// Queues `plan` for device `key` of `node`, folded into what waits for it.
-    fn queue(&mut self, key: Key, plan: Plan, node: &str) {
+    fn queue(&mut self, key: Key, mut plan: Plan, node: &str) {
+        let now = Instant::now();
+        plan.queued_at = Some(now);
+        plan.last_report = Some(now);
+        match self.heard.get_mut(node) {
+            Some(t) => *t = now,
+            None => {
+                self.heard.insert(node.to_string(), now);
+                self.fresh_ring.push_back(node.to_string());
+            }
+        }
         match self.pending.get_mut(&key) {
             Some(slot) => slot.plan.merge(plan),
             None => {
@@ -363,10 +418,61 @@ impl Upstream {
     /// sustained load no device waits behind the others for ever. It costs the plans taken
     /// (and the devices of a node passed over as not yet due), not the plans pending: it runs
     /// whenever write slots free, with tens of thousands pending under a load.
+    ///
+    /// When there are more plans than writes, fresh ones go first: the nodes that reported
+    /// within [`FRESH`] are served in turn before the others, each with its oldest plan whose
+    /// newest report is that fresh, or one that waited twice as long as the plans taken lately
+    /// (overdue). A device is then written about as often as before (its plan's wait counts
+    /// from its first report), but with a value just reported rather than one up to a report
+    /// interval old; and a device that reports rarely is not held back by those reporting
+    /// often, once it is overdue. The other plans are taken with what room is left.
     pub fn due(&mut self, now: Instant, interval: Duration, limit: usize) -> Vec<(Key, Plan)> {
         let mut taken = Vec::new();
-        // Nodes visited in a row without a plan ready: once every node in the ring was, none
+        let overdue = self.typical_wait * 2 + FRESH;
+        let ready = |s: &Slot| {
+            s.not_before.is_none_or(|t| t <= now)
+                && s.last_patch
+                    .is_none_or(|t| now.duration_since(t) >= interval)
+        };
+        let fresh = |s: &Slot| {
+            ready(s)
+                && (s
+                    .plan
+                    .last_report
+                    .is_some_and(|t| now.saturating_duration_since(t) <= FRESH)
+                    || s.plan
+                        .queued_at
+                        .is_some_and(|t| now.saturating_duration_since(t) >= overdue))
+        };
+        // Nodes visited in a row without a plan taken: once every node in the ring was, none
         // has one.
+        let mut idle = 0;
+        while taken.len() < limit && idle < self.fresh_ring.len() {
+            let Some(node) = self.fresh_ring.pop_front() else {
+                break;
+            };
+            let heard = self.heard.get(&node).copied();
+            let q = self.queues.get_mut(&node).filter(|q| !q.is_empty());
+            let (Some(heard), Some(q)) = (heard, q) else {
+                self.heard.remove(&node);
+                continue;
+            };
+            if now.saturating_duration_since(heard) > FRESH {
+                self.heard.remove(&node);
+                continue;
+            }
+            // An emptied queue stays until the ring of all nodes passes it (so that the node
+            // is never in that ring twice).
+            let picked = pick(q, &self.pending, fresh);
+            self.fresh_ring.push_back(node);
+            match picked {
+                Some(k) => {
+                    idle = 0;
+                    taken.push(k);
+                }
+                None => idle += 1,
+            }
+        }
         let mut idle = 0;
         while taken.len() < limit && idle < self.ring.len() {
             let Some(node) = self.ring.pop_front() else {
@@ -375,28 +481,7 @@ impl Upstream {
             let Some(q) = self.queues.get_mut(&node) else {
                 continue;
             };
-            // The node's oldest ready plan; entries left by forgotten devices are dropped.
-            let mut pick = None;
-            let mut i = 0;
-            while i < q.len() {
-                let (seq, key) = &q[i];
-                match self.pending.get(key) {
-                    Some(s) if s.seq == *seq => {
-                        let ready = s.not_before.is_none_or(|t| t <= now)
-                            && s.last_patch
-                                .is_none_or(|t| now.duration_since(t) >= interval);
-                        if ready {
-                            pick = Some(i);
-                            break;
-                        }
-                        i += 1;
-                    }
-                    _ => {
-                        q.remove(i);
-                    }
-                }
-            }
-            let picked = pick.and_then(|i| q.remove(i)).map(|(_, k)| k);
+            let picked = pick(q, &self.pending, ready);
             if q.is_empty() {
                 self.queues.remove(&node);
             } else {
@@ -414,6 +499,10 @@ impl Upstream {
             .into_iter()
             .filter_map(|k| {
                 let mut plan = self.pending.remove(&k)?.plan;
+                if let Some(t) = plan.queued_at {
+                    let wait = now.saturating_duration_since(t);
+                    self.typical_wait = (self.typical_wait * 7 + wait) / 8;
+                }
                 // What was stored since these reports were queued (a patch that was in flight
                 // then) may be newer: an older value never goes over a newer one.
                 if let Some(floor) = self.stored.get(&k) {

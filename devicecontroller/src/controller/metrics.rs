@@ -41,6 +41,21 @@ pub struct Metrics {
     pub reconcile: Histogram,
     /// How long each DeviceStatus patch took, from its start to the API's answer.
     pub status_patch: Histogram,
+    /// How old the newest report a DeviceStatus patch carried was when the API answered (from
+    /// its arrival here): how fresh what DeviceStatus shows is when it is written.
+    pub status_value_age: Ages,
+}
+
+/// A [`Histogram`] of ages of values: from a tenth of a second to a minute.
+#[derive(Debug)]
+pub struct Ages(pub Histogram);
+
+impl Default for Ages {
+    fn default() -> Self {
+        Self(Histogram::with_buckets([
+            0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+        ]))
+    }
 }
 
 /// A histogram of durations (prometheus-client's), in seconds, with its count at hand.
@@ -52,16 +67,18 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Self {
-            seconds: rt::metrics::Histogram::new([
-                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0,
-            ]),
-            count: AtomicU64::new(0),
-        }
+        Self::with_buckets([0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
     }
 }
 
 impl Histogram {
+    fn with_buckets(bounds: impl IntoIterator<Item = f64>) -> Self {
+        Self {
+            seconds: rt::metrics::Histogram::new(bounds),
+            count: AtomicU64::new(0),
+        }
+    }
+
     pub fn observe(&self, d: Duration) {
         self.seconds.observe(d.as_secs_f64());
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -181,6 +198,11 @@ impl Metrics {
             "devicecontroller_status_patch_duration_seconds",
             "From the start of a DeviceStatus patch to the API's answer.",
             &self.status_patch.seconds,
+        )
+        .histogram(
+            "devicecontroller_status_value_age_seconds",
+            "From the arrival of the newest report a DeviceStatus patch carried to the API's answer.",
+            &self.status_value_age.0.seconds,
         );
     }
 
@@ -209,5 +231,13 @@ mod tests {
             text.contains("devicecontroller_reconcile_duration_seconds_count 2"),
             "{text}"
         );
+        // Ages have buckets of their own, up to a minute.
+        m.status_value_age.0.observe(Duration::from_secs(12));
+        let text = m.render();
+        for (le, n) in [("10", 0), ("20", 1), ("60", 1)] {
+            let line =
+                format!("devicecontroller_status_value_age_seconds_bucket{{le=\"{le}\"}} {n}");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
     }
 }

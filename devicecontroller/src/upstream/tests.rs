@@ -584,3 +584,71 @@ fn a_forgotten_device_and_a_retry_keep_the_turns_between_nodes() {
     assert_eq!(later[0].1.node, "n2");
     assert_eq!(u.pending(), 0);
 }
+
+/// Reports `device` of `node` (one value), queued.
+fn report(u: &mut Upstream, node: &str, device: &str) {
+    let m = twin_msg(node, device, "temperature", "5", 1, 1);
+    assert_eq!(u.accept(node, &m, facts(node)), Ok(Taken::Queued));
+}
+
+fn names(due: Vec<(Key, Plan)>) -> Vec<String> {
+    due.into_iter().map(|(k, _)| k.1).collect()
+}
+
+#[test]
+fn with_more_plans_than_room_a_value_just_reported_goes_before_an_older_one() {
+    let mut u = Upstream::new();
+    // Plans taken lately waited a minute: one queued a second ago is not overdue.
+    let t0 = Instant::now();
+    for i in 0..8 {
+        report(&mut u, "busy", &format!("w{i}"));
+    }
+    assert_eq!(
+        u.due(t0 + Duration::from_secs(60), Duration::ZERO, 8).len(),
+        8
+    );
+    report(&mut u, "n1", "stale");
+    report(&mut u, "n2", "elsewhere");
+    std::thread::sleep(FRESH + Duration::from_millis(200));
+    let now = Instant::now();
+    report(&mut u, "n1", "fresh");
+    assert_eq!(
+        names(u.due(now, Duration::ZERO, 1)),
+        ["fresh"],
+        "of the node that just reported, its fresh value, not its older plan"
+    );
+    // With room left and nothing fresh, the others in their turn: none is lost.
+    let mut rest = names(u.due(now, Duration::ZERO, 5));
+    rest.sort();
+    assert_eq!(rest, ["elsewhere", "stale"]);
+    assert_eq!(u.pending(), 0);
+}
+
+#[test]
+fn an_overdue_plan_goes_before_fresh_ones_of_its_node() {
+    let mut u = Upstream::new();
+    // Nothing was taken yet: a plan that waited more than FRESH is overdue.
+    report(&mut u, "n1", "rare");
+    std::thread::sleep(FRESH + Duration::from_millis(200));
+    let now = Instant::now();
+    report(&mut u, "n1", "often");
+    assert_eq!(names(u.due(now, Duration::ZERO, 1)), ["rare"]);
+    assert_eq!(names(u.due(now, Duration::ZERO, 1)), ["often"]);
+}
+
+#[test]
+fn a_plan_merged_keeps_its_first_queue_time_and_its_newest_report() {
+    let mut u = Upstream::new();
+    let before = Instant::now();
+    report(&mut u, "n1", "d1");
+    let between = Instant::now();
+    report(&mut u, "n1", "d1");
+    let (_, p) = u.due(Instant::now(), Duration::ZERO, 1).remove(0);
+    let (q, l) = (
+        p.queued_at.expect("queued"),
+        p.last_report.expect("reported"),
+    );
+    assert!(q >= before && q <= between, "queued with the first report");
+    assert!(l >= between, "the newest report's time");
+    assert_eq!(p.coalesced, 1);
+}

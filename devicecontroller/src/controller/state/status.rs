@@ -309,6 +309,9 @@ impl Reconciler {
                     Ok(v) => {
                         self.attempts.remove(&k);
                         self.up.stored(&k, &plan);
+                        if let Some(t) = plan.last_report {
+                            self.metrics.status_value_age.0.observe(t.elapsed());
+                        }
                         if !plan.acks.is_empty() {
                             self.metrics.status_patches.fetch_add(1, Ordering::Relaxed);
                             self.metrics
