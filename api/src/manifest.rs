@@ -99,13 +99,13 @@ pub fn parse_documents(text: &str) -> Vec<Document> {
         if value.is_null() {
             continue;
         }
-        out.push(parse_value(index, &value));
+        out.push(parse_value(index, value));
     }
     out
 }
 
-/// Reads one document already parsed to JSON.
-pub fn parse_value(index: usize, value: &Value) -> Document {
+/// Reads one document already parsed to JSON (taken, not copied, into the typed object).
+pub fn parse_value(index: usize, value: Value) -> Document {
     let str_at = |ptr: &str| {
         value
             .pointer(ptr)
@@ -159,13 +159,14 @@ pub fn parse_value(index: usize, value: &Value) -> Document {
         );
     };
     let mut problems = Vec::new();
-    schema::check(value, schema_value, "", &mut problems);
+    schema::check(&value, schema_value, "", &mut problems);
     if problems.iter().any(Problem::is_error) {
-        let mut pruned = value.clone();
-        schema::prune(&mut pruned, schema_value);
         // `metadata` is the API server's to check, not the schema's: keep it whole.
-        if let (Some(meta), Some(obj)) = (value.get("metadata"), pruned.as_object_mut()) {
-            obj.insert("metadata".into(), meta.clone());
+        let meta = value.get("metadata").cloned();
+        let mut pruned = value;
+        schema::prune(&mut pruned, schema_value);
+        if let (Some(meta), Some(obj)) = (meta, pruned.as_object_mut()) {
+            obj.insert("metadata".into(), meta);
         }
         let partial = typed(&kind, pruned).ok();
         return Document {
@@ -177,7 +178,7 @@ pub fn parse_value(index: usize, value: &Value) -> Document {
             problems,
         };
     }
-    let object = match typed(&kind, value.clone()) {
+    let object = match typed(&kind, value) {
         Ok(o) => Some(o),
         Err(e) => {
             problems.push(Problem::error("", format!("cannot be read as {kind}: {e}")));
