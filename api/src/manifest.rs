@@ -80,32 +80,9 @@ fn cached_schema(kind: &str) -> Option<&'static Value> {
 /// Parses every document of `text`. A document that cannot be read at all (bad syntax) is reported
 /// and parsing goes on with the next one where the YAML parser can resynchronise; YAML that is
 /// broken beyond that yields one document with the error.
-///
-/// A long text (a site's thousand devices in one file) is cut at its document markers and the
-/// pieces are parsed on as many threads as there are cores (up to 4), with the same result as
-/// one pass: positions are counted across the pieces, and a text with a syntax error anywhere,
-/// or with directives (`%YAML`), is parsed in one pass so that every message is the same.
 pub fn parse_documents(text: &str) -> Vec<Document> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    if threads > 1
-        && text.len() >= PARALLEL_FROM
-        && let Some(docs) = parse_in_pieces(text, threads)
-    {
-        return docs;
-    }
-    parse_one_pass(text).0
-}
-
-/// Texts this long or longer are parsed in pieces.
-const PARALLEL_FROM: usize = 64 * 1024;
-
-/// The documents of `text`, how many it had (empty ones too), and whether it ended on a syntax
-/// error.
-fn parse_one_pass(text: &str) -> (Vec<Document>, usize, bool) {
     let mut out = Vec::new();
-    let mut seen = 0;
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        seen = index + 1;
         let value = match Value::deserialize(doc) {
             Ok(v) => v,
             Err(e) => {
@@ -116,7 +93,7 @@ fn parse_one_pass(text: &str) -> (Vec<Document>, usize, bool) {
                     Problem::error("", format!("not valid YAML: {e}")),
                 ));
                 // The parser cannot go on past a syntax error in a stream.
-                return (out, seen, true);
+                break;
             }
         };
         if value.is_null() {
@@ -124,61 +101,7 @@ fn parse_one_pass(text: &str) -> (Vec<Document>, usize, bool) {
         }
         out.push(parse_value(index, value));
     }
-    (out, seen, false)
-}
-
-/// `text` cut into at most `n` pieces of about equal length, each starting at a document marker
-/// (a line that is `---`, alone or followed by a space or tab) but the first; `None` when it has
-/// directives (they belong to the document after them) or fewer than two pieces.
-fn pieces(text: &str, n: usize) -> Option<Vec<&str>> {
-    let marker_at = |i: usize| {
-        let rest = &text.as_bytes()[i..];
-        rest.starts_with(b"---") && matches!(rest.get(3), None | Some(b'\n' | b'\r' | b' ' | b'\t'))
-    };
-    let mut starts = vec![0];
-    let mut line = 0;
-    for l in text.split_inclusive('\n') {
-        if l.starts_with('%') {
-            return None;
-        }
-        let want = text.len() * starts.len() / n;
-        if line >= want && line > *starts.last().unwrap_or(&0) && marker_at(line) {
-            starts.push(line);
-        }
-        line += l.len();
-    }
-    if starts.len() < 2 {
-        return None;
-    }
-    let ends = starts.iter().skip(1).copied().chain([text.len()]);
-    Some(starts.iter().zip(ends).map(|(&a, b)| &text[a..b]).collect())
-}
-
-/// [`parse_one_pass`] of each piece on a thread of its own, positions counted across them;
-/// `None` when it cannot be cut or a piece has a syntax error.
-fn parse_in_pieces(text: &str, n: usize) -> Option<Vec<Document>> {
-    let parts = pieces(text, n)?;
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = parts
-            .iter()
-            .map(|p| s.spawn(move || parse_one_pass(p)))
-            .collect();
-        handles.into_iter().map(|h| h.join().ok()).collect()
-    });
-    let mut out = Vec::new();
-    let mut offset = 0;
-    for r in results {
-        let (docs, seen, broken) = r?;
-        if broken {
-            return None;
-        }
-        out.extend(docs.into_iter().map(|mut d| {
-            d.index += offset;
-            d
-        }));
-        offset += seen;
-    }
-    Some(out)
+    out
 }
 
 /// Reads one document already parsed to JSON (taken, not copied, into the typed object).
@@ -279,6 +202,3 @@ fn typed(kind: &str, value: Value) -> serde_json::Result<Object> {
         _ => serde_json::from_value(value).map(|d| Object::DeviceStatus(Box::new(d))),
     }
 }
-
-#[cfg(test)]
-mod tests;
