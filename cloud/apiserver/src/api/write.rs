@@ -323,34 +323,39 @@ pub(super) fn written(code: StatusCode, done: &Done, t: &Target, ctx: &WriteCtx)
 /// Whether `a` and `b` differ in what `metadata.generation` counts: everything but metadata, and
 /// status when the resource has a status subresource.
 pub(super) fn spec_changed(a: &Value, b: &Value, status_sub: bool) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            m.remove("apiVersion");
-            m.remove("kind");
-            if status_sub {
-                m.remove("status");
-            }
-        }
-        v
-    };
-    strip(a) != strip(b)
+    let skip =
+        |k: &str| matches!(k, "metadata" | "apiVersion" | "kind") || (status_sub && k == "status");
+    !same_but(a, b, &skip)
 }
 
 pub(super) fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            m.remove("managedFields");
+    let skip_meta = |k: &str| matches!(k, "resourceVersion" | "managedFields");
+    let skip = |k: &str| k == "apiVersion";
+    same_but(a, b, &|k| skip(k) || k == "metadata")
+        && match (a.get("metadata"), b.get("metadata")) {
+            (Some(x), Some(y)) => same_but(x, y, &skip_meta),
+            (x, y) => x == y,
         }
-        if let Some(m) = v.as_object_mut() {
-            m.remove("apiVersion");
+}
+
+/// Whether two values are equal when the members of their top level for which `skip` holds
+/// are left out (both compared in place: these run on every write, on whole objects).
+fn same_but(a: &Value, b: &Value, skip: &dyn Fn(&str) -> bool) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            let mut xs = x.iter().filter(|(k, _)| !skip(k));
+            let mut ys = y.iter().filter(|(k, _)| !skip(k));
+            // Both maps iterate in key order: equal maps give equal sequences.
+            loop {
+                match (xs.next(), ys.next()) {
+                    (None, None) => return true,
+                    (Some((ka, va)), Some((kb, vb))) if ka == kb && va == vb => {}
+                    _ => return false,
+                }
+            }
         }
-        v
-    };
-    strip(a) == strip(b)
+        _ => a == b,
+    }
 }
 
 /// The common end of create, update and patch, run in the writer on the current object.
@@ -661,5 +666,95 @@ mod tests {
         let c = json!({"metadata": {"name": "x"}, "data": {"k": "w"}});
         assert!(same_ignoring_bookkeeping(&a, &b));
         assert!(!same_ignoring_bookkeeping(&a, &c));
+    }
+
+    /// The comparisons as they were first written (each side copied and stripped): the
+    /// oracle of the in-place ones.
+    fn stripped(v: &Value, top: &[&str], meta: &[&str]) -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            for k in meta {
+                m.remove(*k);
+            }
+        }
+        if let Some(m) = v.as_object_mut() {
+            for k in top {
+                m.remove(*k);
+            }
+        }
+        v
+    }
+
+    fn object_like() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (0i64..3).prop_map(|i| json!(i)),
+            "[ab]{0,2}".prop_map(Value::String),
+        ];
+        let tree = leaf.prop_recursive(3, 16, 4, |inner| {
+            prop::collection::btree_map(key(), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+        });
+        prop::collection::btree_map(key(), tree, 0..6)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "metadata",
+            "apiVersion",
+            "kind",
+            "status",
+            "spec",
+            "resourceVersion",
+            "managedFields",
+            "name",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The in-place comparisons decide as copying and stripping both sides did, on pairs
+        /// that differ in a few members (often only in the ones left out).
+        #[test]
+        fn in_place_comparisons_agree_with_stripped_copies(
+            a in object_like(),
+            changes in prop::collection::vec((key(), prop::option::of(object_like())), 0..3),
+            meta_changes in prop::collection::vec((key(), prop::option::of(object_like())), 0..3),
+            status_sub in any::<bool>(),
+        ) {
+            let mut b = a.clone();
+            for (k, v) in changes {
+                let m = b.as_object_mut().expect("an object");
+                match v {
+                    Some(v) => { m.insert(k, v); }
+                    None => { m.remove(&k); }
+                }
+            }
+            if let Some(m) = b.get_mut("metadata").and_then(Value::as_object_mut) {
+                for (k, v) in meta_changes {
+                    match v {
+                        Some(v) => { m.insert(k, v); }
+                        None => { m.remove(&k); }
+                    }
+                }
+            }
+            let mut top = vec!["metadata", "apiVersion", "kind"];
+            if status_sub {
+                top.push("status");
+            }
+            prop_assert_eq!(
+                spec_changed(&a, &b, status_sub),
+                stripped(&a, &top, &[]) != stripped(&b, &top, &[])
+            );
+            let meta = ["resourceVersion", "managedFields"];
+            prop_assert_eq!(
+                same_ignoring_bookkeeping(&a, &b),
+                stripped(&a, &["apiVersion"], &meta) == stripped(&b, &["apiVersion"], &meta)
+            );
+        }
     }
 }
