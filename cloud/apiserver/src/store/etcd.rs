@@ -994,8 +994,7 @@ fn written(mut value: Value, rev: u64, deleted: bool, created: bool) -> Done {
 }
 
 fn object(value: &[u8], rv: u64) -> Obj {
-    let v: Value = serde_json::from_slice(value).unwrap_or(Value::Null);
-    with_rv(v, rv)
+    Obj::from_stored(value, rv)
 }
 
 fn with_rv(mut v: Value, rv: u64) -> Obj {

@@ -27,6 +27,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 mod client;
 mod etcd;
+mod stored;
 mod writer;
 
 use writer::Writer;
