@@ -49,7 +49,7 @@ enum WriteDone {
     StatusRead(Key, Result<Option<Value>, kube::Error>),
     /// The DeviceStatus objects that exist (the leader's list).
     ExistingStatuses(HashSet<Key>),
-    Patched(Key, Box<Plan>, Result<Value, kube::Error>),
+    Patched(Key, Box<Plan>, Result<Answered, kube::Error>),
     Profile((String, String), Option<String>),
     /// Profile ConfigMaps found at start-up: `(namespace, node)`.
     ExistingProfiles(Vec<(String, String)>),
@@ -577,7 +577,59 @@ struct StatusEntry {
     doc: Packed,
 }
 
+/// What the controller reads of the DeviceStatus a patch was answered with: its version and
+/// the text of its twins (and its extensions). The rest of the object is skipped unread, and
+/// the twins are kept as the text they came in: each patch's answer was read into a whole
+/// object, copied into a tree, and the twins copied and written out again.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct Answered {
+    #[serde(default)]
+    metadata: AnsweredMeta,
+    #[serde(default)]
+    status: AnsweredStatus,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct AnsweredMeta {
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct AnsweredStatus {
+    #[serde(default)]
+    twins: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    extensions: Option<Value>,
+}
+
 impl StatusEntry {
+    /// The entry of a patch's answer: what [`StatusEntry::of`] makes of the same object.
+    fn answered(a: &Answered) -> Self {
+        let twins = a.status.twins.as_ref().map_or("null", |t| t.get());
+        let mut doc = String::with_capacity(twins.len() + 64);
+        doc.push_str("{\"status\":{");
+        if let Some(ext) = &a.status.extensions
+            && ext.get(upstream::STATE_REASON).is_some()
+        {
+            doc.push_str("\"extensions\":");
+            doc.push_str(&ext.to_string());
+            doc.push(',');
+        }
+        doc.push_str("\"twins\":");
+        doc.push_str(twins);
+        doc.push_str("}}");
+        Self {
+            rv: a
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            doc: Packed::new(doc.as_bytes()),
+        }
+    }
+
     fn of(v: &Value) -> Self {
         let mut doc = json!({"status": {"twins": v["status"]["twins"]}});
         let ext = &v["status"]["extensions"];

@@ -189,10 +189,19 @@ impl Reconciler {
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let r = api
-                .patch(&key.1, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .map(|o| serde_json::to_value(&o).unwrap_or(Value::Null));
+            // Api::patch, but the answer read as `Answered` (its version and twins), not as a
+            // whole object.
+            let r = match kube::core::Request::new(api.resource_url()).patch(
+                &key.1,
+                &PatchParams::default(),
+                &Patch::Merge(&body),
+            ) {
+                Ok(mut req) => {
+                    req.extensions_mut().insert("patch");
+                    api.into_client().request::<Answered>(req).await
+                }
+                Err(e) => Err(kube::Error::BuildRequest(e)),
+            };
             metrics.status_patch.observe(started.elapsed());
             if r.is_ok()
                 && let Some(events) = events
@@ -319,8 +328,8 @@ impl Reconciler {
                                 .fetch_add(plan.coalesced, Ordering::Relaxed);
                         }
                         self.acknowledge(&plan.acks);
-                        if v.is_object() && self.writes_for(&k) {
-                            self.statuses.insert(k, StatusEntry::of(&v));
+                        if self.writes_for(&k) {
+                            self.statuses.insert(k, StatusEntry::answered(&v));
                         } else {
                             // A node gone to another replica: its devices are written there.
                             self.statuses.remove(&k);

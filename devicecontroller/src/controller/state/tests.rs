@@ -38,6 +38,28 @@ fn a_status_is_kept_as_its_version_and_its_twins_only() {
 }
 
 #[test]
+fn a_patchs_answer_is_kept_as_the_whole_object_would_be() {
+    let twins = json!([{"propertyName": "t", "reported": {"value": "21.50", "metadata": {"timestamp": "1"}}}]);
+    for v in [
+        json!({"metadata": {"name": "a", "resourceVersion": "17", "managedFields": [{"x": 1}]},
+            "spec": {"deviceRef": {"name": "a"}}, "status": {"twins": twins}}),
+        json!({"metadata": {"resourceVersion": "18"},
+            "status": {"twins": twins, "extensions": {upstream::STATE_REASON: "offline", upstream::STATE_SINCE: "t"}}}),
+        json!({"metadata": {"resourceVersion": "19"}, "status": {"twins": twins, "extensions": {"other": 1}}}),
+        json!({"metadata": {"resourceVersion": "20"}, "status": {}}),
+        json!({"metadata": {"resourceVersion": "21"}}),
+        json!({"metadata": {}, "status": {"twins": null}}),
+    ] {
+        let text = v.to_string();
+        let answered: Answered = serde_json::from_str(&text).expect("an answer");
+        let lean = StatusEntry::answered(&answered);
+        let whole = StatusEntry::of(&v);
+        assert_eq!(lean.rv, whole.rv, "{text}");
+        assert_eq!(lean.value(), whole.value(), "{text}");
+    }
+}
+
+#[test]
 fn a_profile_is_rewritten_only_when_its_text_changes() {
     assert_eq!(text_hash("{\"a\":1}"), text_hash("{\"a\":1}"));
     assert_ne!(text_hash("{\"a\":1}"), text_hash("{\"a\":2}"));
