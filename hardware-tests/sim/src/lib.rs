@@ -259,7 +259,10 @@ pub fn bench_binaries(given: Option<&Path>) -> anyhow::Result<PathBuf> {
             std::fs::canonicalize(dir).map_err(|e| anyhow::anyhow!("--bins {}: {e}", dir.display()))
         }
         None => {
-            eprintln!("building the release edgecore ...");
+            eprintln!(
+                "building the release binaries (edgecore, the mappers, devsim, kectl, cloudcore, the benches; \
+                 minutes the first time; --bins DIR takes built ones) ..."
+            );
             built_binaries(true)
         }
     }
