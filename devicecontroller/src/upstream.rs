@@ -168,6 +168,38 @@ pub struct Upstream {
 /// How recent a report is to count as fresh: see [`Upstream::due`].
 pub const FRESH: Duration = Duration::from_secs(1);
 
+/// Goes round `ring` from its front, taking what `visit` picks of each node, until `limit` are
+/// taken or every node in it was visited in a row without one. `visit` gives `None` for a node
+/// to leave the ring with nothing taken, or whether it stays (at the back) and what it took.
+fn go_round(
+    ring: &mut VecDeque<String>,
+    taken: &mut Vec<Key>,
+    limit: usize,
+    mut visit: impl FnMut(&str) -> Option<(bool, Option<Key>)>,
+) {
+    // Nodes visited in a row without a plan taken: once every node in the ring was, none
+    // has one.
+    let mut idle = 0;
+    while taken.len() < limit && idle < ring.len() {
+        let Some(node) = ring.pop_front() else {
+            break;
+        };
+        let Some((stays, picked)) = visit(&node) else {
+            continue;
+        };
+        if stays {
+            ring.push_back(node);
+        }
+        match picked {
+            Some(k) => {
+                idle = 0;
+                taken.push(k);
+            }
+            None => idle += 1,
+        }
+    }
+}
+
 /// The oldest entry of a node's queue whose slot `take` accepts, out of the queue; entries
 /// left by forgotten or requeued devices are dropped on the way.
 fn pick(
@@ -444,57 +476,30 @@ impl Upstream {
                         .queued_at
                         .is_some_and(|t| now.saturating_duration_since(t) >= overdue))
         };
-        // Nodes visited in a row without a plan taken: once every node in the ring was, none
-        // has one.
-        let mut idle = 0;
-        while taken.len() < limit && idle < self.fresh_ring.len() {
-            let Some(node) = self.fresh_ring.pop_front() else {
-                break;
+        let (queues, pending, heard) = (&mut self.queues, &self.pending, &mut self.heard);
+        go_round(&mut self.fresh_ring, &mut taken, limit, |node| {
+            let fresh_q = heard
+                .get(node)
+                .filter(|h| now.saturating_duration_since(**h) <= FRESH)
+                .and(queues.get_mut(node))
+                .filter(|q| !q.is_empty());
+            let Some(q) = fresh_q else {
+                heard.remove(node);
+                return None;
             };
-            let heard = self.heard.get(&node).copied();
-            let q = self.queues.get_mut(&node).filter(|q| !q.is_empty());
-            let (Some(heard), Some(q)) = (heard, q) else {
-                self.heard.remove(&node);
-                continue;
-            };
-            if now.saturating_duration_since(heard) > FRESH {
-                self.heard.remove(&node);
-                continue;
-            }
             // An emptied queue stays until the ring of all nodes passes it (so that the node
             // is never in that ring twice).
-            let picked = pick(q, &self.pending, fresh);
-            self.fresh_ring.push_back(node);
-            match picked {
-                Some(k) => {
-                    idle = 0;
-                    taken.push(k);
-                }
-                None => idle += 1,
+            Some((true, pick(q, pending, fresh)))
+        });
+        go_round(&mut self.ring, &mut taken, limit, |node| {
+            let q = queues.get_mut(node)?;
+            let picked = pick(q, pending, ready);
+            let keep = !q.is_empty();
+            if !keep {
+                queues.remove(node);
             }
-        }
-        let mut idle = 0;
-        while taken.len() < limit && idle < self.ring.len() {
-            let Some(node) = self.ring.pop_front() else {
-                break;
-            };
-            let Some(q) = self.queues.get_mut(&node) else {
-                continue;
-            };
-            let picked = pick(q, &self.pending, ready);
-            if q.is_empty() {
-                self.queues.remove(&node);
-            } else {
-                self.ring.push_back(node);
-            }
-            match picked {
-                Some(k) => {
-                    idle = 0;
-                    taken.push(k);
-                }
-                None => idle += 1,
-            }
-        }
+            Some((keep, picked))
+        });
         taken
             .into_iter()
             .filter_map(|k| {

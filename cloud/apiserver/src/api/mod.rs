@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 mod builtin;
 mod encode;
 #[cfg(test)]
-mod garbage;
+pub(crate) mod garbage;
 #[cfg(test)]
 mod node_reach;
 mod read;
