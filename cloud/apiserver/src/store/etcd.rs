@@ -966,8 +966,8 @@ fn change(e: &pb::Event, kv: &pb::KeyValue, key: &Key, prev: Option<&Obj>) -> (E
     if e.r#type == 1 {
         let last = match (&e.prev_kv, prev) {
             (Some(p), _) => object(&p.value, rv),
-            (None, Some(p)) => with_rv(p.value(), rv),
-            (None, None) => with_rv(
+            (None, Some(p)) => Obj::with_version(p.value(), rv),
+            (None, None) => Obj::with_version(
                 serde_json::json!({"metadata": {"name": key.name, "namespace": key.ns}}),
                 rv,
             ),
@@ -995,13 +995,6 @@ fn written(mut value: Value, rev: u64, deleted: bool, created: bool) -> Done {
 
 fn object(value: &[u8], rv: u64) -> Obj {
     Obj::from_stored(value, rv)
-}
-
-fn with_rv(mut v: Value, rv: u64) -> Obj {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert("resourceVersion".into(), Value::String(rv.to_string()));
-    }
-    Obj::from_value(&v, rv)
 }
 
 /// A failed write's answer: nothing was changed (or, when the answer was lost, the client

@@ -17,12 +17,16 @@ impl Obj {
     /// (or names a member of theirs twice).
     pub fn from_stored(text: &[u8], rv: u64) -> Self {
         stamped(text, rv).unwrap_or_else(|| {
-            let mut v: Value = serde_json::from_slice(text).unwrap_or(Value::Null);
-            if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.insert("resourceVersion".into(), Value::String(rv.to_string()));
-            }
-            Self::from_value(&v, rv)
+            Self::with_version(serde_json::from_slice(text).unwrap_or(Value::Null), rv)
         })
+    }
+
+    /// The object `v` at resourceVersion `rv` (set in its `metadata` when that is an object).
+    pub(super) fn with_version(mut v: Value, rv: u64) -> Self {
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        Self::from_value(&v, rv)
     }
 }
 
@@ -154,11 +158,7 @@ mod tests {
 
     /// The tree's way: what `from_stored` is to be equal to.
     fn through_tree(text: &[u8], rv: u64) -> Obj {
-        let mut v: Value = serde_json::from_slice(text).unwrap_or(Value::Null);
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.insert("resourceVersion".into(), Value::String(rv.to_string()));
-        }
-        Obj::from_value(&v, rv)
+        Obj::with_version(serde_json::from_slice(text).unwrap_or(Value::Null), rv)
     }
 
     /// `a` (the fast way) against `b` (the tree's way) for the object stored as `text`: the
