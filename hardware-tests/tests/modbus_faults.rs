@@ -124,3 +124,91 @@ fn a_silent_device_does_not_stall_others_and_garbage_and_drops_are_survived() {
         .unwrap_or(0.0);
     assert!(reconnects >= 3.0, "{reconnects} reconnects\n{text}");
 }
+
+/// Established TCP connections to `port` on loopback, as `ss` sees them (the simulator's side
+/// of each counts once).
+fn connections_to(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established"])
+        .arg(format!("( sport = :{port} )"))
+        .output()
+        .expect("ss (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn units_behind_one_gateway_share_its_connection_each_value_on_its_own_device() {
+    // A Modbus TCP gateway with three units behind it, each with its own value; unit 9 is not
+    // there (the gateway answers exception 11 for it).
+    let units: Vec<Sim> = (1..=3u16)
+        .map(|u| {
+            Sim::with(|s| {
+                s.holding.insert(0, 100 * u);
+            })
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let by_id = units
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((i + 1) as u8, s.clone()))
+        .collect();
+    rt.spawn(sim::modbus_sim::serve_units(
+        listener,
+        sim::modbus_sim::Units::ById(by_id),
+    ));
+    let device = |name: &str, unit: u8| {
+        sim::fill(
+            include_str!("manifests/modbus_gateway_device.yaml"),
+            &[("name", &name), ("port", &port), ("unit", &unit)],
+        )
+    };
+    let node = Node::start(&format!(
+        "{MODEL}{}{}{}{}",
+        device("unit-1", 1),
+        device("unit-2", 2),
+        device("unit-3", 3),
+        device("unit-9", 9)
+    ));
+    let _mapper = node.mapper("mapper-modbus", "modbus", free_port());
+    let value = |d: &str| {
+        node.twin(&format!("default/{d}"))
+            .and_then(|t| reported(&t, "count"))
+    };
+    eventually(20, "each unit's value on its own device", || {
+        (value("unit-1").as_deref() == Some("100")
+            && value("unit-2").as_deref() == Some("200")
+            && value("unit-3").as_deref() == Some("300"))
+        .then_some(())
+    });
+    // The unit that is not there says why on its own twin; the others stay online.
+    eventually(10, "unit-9's exception on its twin", || {
+        let t = node.twin("default/unit-9")?;
+        t["properties"]["count"]["error"]["message"]
+            .as_str()
+            .filter(|m| m.contains("exception"))
+            .map(|_| ())
+    });
+    assert_eq!(value("unit-9"), None);
+    // A change on one unit lands on its device only.
+    units[1].edit(|s| s.holding.insert(0, 222));
+    eventually(10, "unit-2's new value", || {
+        (value("unit-2").as_deref() == Some("222")).then_some(())
+    });
+    assert_eq!(value("unit-1").as_deref(), Some("100"));
+    assert_eq!(value("unit-3").as_deref(), Some("300"));
+    for d in ["unit-1", "unit-2", "unit-3"] {
+        let t = node.twin(&format!("default/{d}")).expect("twin");
+        assert_eq!(t["state"], "online", "{t}");
+    }
+    // Four devices, one gateway: one connection (a gateway takes a few at most).
+    assert_eq!(connections_to(port), 1, "connections to the gateway");
+}

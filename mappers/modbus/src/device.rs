@@ -325,28 +325,28 @@ impl ModbusError {
     }
 }
 
-/// A device: its connection settings, its points, and the live client.
+/// A device: its connection settings, its points, and the connection it shares.
 pub struct Device {
     pub connection: Connection,
     pub points: Vec<Point>,
     refused: Refused,
-    ctx: Option<Context>,
-    /// The serial line of an RTU device, shared with the other devices on it.
-    bus: Option<std::sync::Arc<crate::bus::Bus>>,
+    /// The connection to the device's address (TCP) or its serial line (RTU), shared with
+    /// every other device there: the units behind one Modbus TCP gateway, the devices on one
+    /// RS-485 line, or several Devices of one PLC.
+    bus: std::sync::Arc<crate::bus::Bus>,
     requests: u64,
 }
 
 impl Device {
     pub fn new(connection: Connection, points: Vec<Point>) -> Self {
         let bus = match &connection.transport {
-            Transport::Rtu(serial) => Some(crate::bus::for_line(&serial.path, serial.baud_rate)),
-            Transport::Tcp { .. } => None,
+            Transport::Rtu(serial) => crate::bus::for_line(&serial.path, serial.baud_rate),
+            Transport::Tcp { address } => crate::bus::for_address(address),
         };
         Self {
             connection,
             points,
             refused: Refused::new(),
-            ctx: None,
             bus,
             requests: 0,
         }
@@ -357,31 +357,13 @@ impl Device {
         self.requests
     }
 
-    /// Connects if not connected: the device's own TCP connection, or its serial line.
+    /// Connects if not connected (the connection or line shared with the other devices there).
     pub async fn connect(&mut self) -> Result<(), ModbusError> {
-        if let Some(bus) = &self.bus {
-            let mut line = bus.line.lock().await;
-            if line.port.is_none() {
-                line.port = Some(open(&self.connection).await?);
-            }
-            return Ok(());
+        let mut line = self.bus.line.lock().await;
+        if line.port.is_none() {
+            line.port = Some(open(&self.connection).await?);
         }
-        self.tcp().await.map(|_| ())
-    }
-
-    /// The device's own connection, made if needed.
-    async fn tcp(&mut self) -> Result<&mut Context, ModbusError> {
-        let ctx = match self.ctx.take() {
-            Some(ctx) => ctx,
-            None => open(&self.connection).await?,
-        };
-        Ok(self.ctx.insert(ctx))
-    }
-
-    /// Drops the device's own connection (after a link error); the next call connects again. A
-    /// serial line stays open for the other devices on it.
-    pub fn disconnect(&mut self) {
-        self.ctx = None;
+        Ok(())
     }
 
     /// Reads the points `due` (indices into [`Device::points`]) in as few requests as the
@@ -438,12 +420,8 @@ impl Device {
                         retry.extend(req.reads.iter().map(|&b| pending[b]));
                     }
                     Err(e) => {
-                        let link = e.is_link();
                         for &b in &req.reads {
                             out.push((due[pending[b]], Err(e.for_each_point())));
-                        }
-                        if link {
-                            self.disconnect();
                         }
                     }
                 }
@@ -499,20 +477,14 @@ impl Device {
         }
     }
 
-    /// One request and its answer: on the device's own connection (TCP), or on its serial
-    /// line, which the devices on it take turns to use, with the line's silence between frames
-    /// (RTU). A link error drops the connection; the next request makes it again.
+    /// One request and its answer on the connection or serial line the device shares, which
+    /// the devices there take turns to use (with the line's silence between frames on RTU). A
+    /// link error, a timeout among them, closes it for all of them (a late answer must not be
+    /// read as the answer to the next request); the next request opens it again.
     async fn exchange_once(&mut self, op: &Op) -> Result<Answer, ModbusError> {
         let timeout = self.connection.timeout;
         self.requests += 1;
-        let Some(bus) = self.bus.clone() else {
-            let ctx = self.tcp().await?;
-            let r = exec(ctx, op, timeout).await;
-            if r.as_ref().is_err_and(ModbusError::is_link) {
-                self.disconnect();
-            }
-            return r;
-        };
+        let bus = self.bus.clone();
         let mut line = bus.line.lock().await;
         let mut ctx = match line.port.take() {
             Some(ctx) => ctx,
@@ -522,7 +494,6 @@ impl Device {
         mapper_sdk::line::wait_silence(line.last_frame, bus.silence).await;
         let r = exec(&mut ctx, op, timeout).await;
         line.last_frame = Some(tokio::time::Instant::now());
-        // A link error leaves the line closed; the next request opens it again.
         if !r.as_ref().is_err_and(ModbusError::is_link) {
             line.port = Some(ctx);
         }

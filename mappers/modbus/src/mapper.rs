@@ -101,7 +101,8 @@ impl Driver for ModbusDriver {
     }
 
     async fn stop(&mut self) {
-        self.0.disconnect();
+        // The connection is shared with the other devices at the address; it closes when the
+        // last of them is dropped.
     }
 
     fn requests(&self) -> u64 {
