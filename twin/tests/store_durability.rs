@@ -206,6 +206,67 @@ async fn outbox_coalesces_per_property_and_keeps_newer_values_after_an_older_ack
 }
 
 #[tokio::test]
+async fn one_ack_clears_many_devices_entries_whatever_their_names_and_keeps_newer_ones()
+-> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let svc = open(dir.path()).await?;
+    // Names with every character a property name may hold beyond ASCII letters and digits,
+    // and names that share a prefix.
+    let names = ["a.b,c", "c:d/e", "Temp", "p1", "p10", "@#x_-"];
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let mut d = decl(n);
+        d.id = DeviceId::new("default", format!("dev.{n}-x"));
+        for (p, name) in d.properties.iter_mut().zip(names) {
+            p.name = name.to_string();
+        }
+        d.properties.truncate(names.len());
+        svc.apply(Op::Upsert(d.clone())).await?;
+        let reports = names
+            .iter()
+            .map(|name| Reported {
+                property: name.to_string(),
+                value: Some("7".into()),
+                ..Reported::default()
+            })
+            .collect();
+        svc.apply(Op::Report {
+            id: d.id.clone(),
+            reports,
+        })
+        .await?;
+        ids.push(d.id);
+    }
+    let sent = svc.store().outbox(1000).await?;
+    assert_eq!(sent.len(), 4 * names.len());
+    // A newer value of one property of the first device after the send: it stays.
+    svc.apply(Op::Report {
+        id: ids[0].clone(),
+        reports: vec![Reported {
+            property: names[0].into(),
+            value: Some("8".into()),
+            ..Reported::default()
+        }],
+    })
+    .await?;
+    assert_eq!(svc.store().ack(&sent).await?, (4 * names.len() - 1) as u64);
+    let left = svc.store().outbox(1000).await?;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        (
+            left[0].name.as_str(),
+            left[0].property.as_str(),
+            left[0].value.as_str()
+        ),
+        ("dev.0-x", names[0], "8")
+    );
+    assert_eq!(svc.store().ack(&[]).await?, 0);
+    assert_eq!(svc.store().ack(&left).await?, 1);
+    assert_eq!(svc.store().outbox_len().await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
 async fn outbox_survives_a_restart_and_removing_a_device_clears_it() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     {

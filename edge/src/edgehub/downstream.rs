@@ -1,6 +1,7 @@
 //! What the cloud sends a node, taken in: devices and models kept and published to the catalog,
 //! pods, ConfigMaps and Secrets handed to edged, a device's history asked, and the fleet jobs'
-//! questions ([`super::jobs`]); the cloud's answers to the node's reports acknowledged.
+//! questions ([`super::jobs`]); the cloud's answers to the node's reports kept to be cleared
+//! from the outbox together.
 
 use super::{EdgeHub, link};
 use anyhow::{Context, Result};
@@ -29,9 +30,8 @@ impl EdgeHub {
                 if msg.route.operation == "error" {
                     tracing::warn!(content = %msg.content, "edgehub: the cloud refused a report; dropped");
                 }
-                if let Err(e) = self.twin.store().ack(&entries).await {
-                    tracing::warn!(error = %e, "edgehub: cannot clear acknowledged reports; sent again later");
-                }
+                // Cleared from the outbox with the other answers before it is read again.
+                link.clear_later(entries);
             }
             return None;
         }

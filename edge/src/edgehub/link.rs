@@ -84,6 +84,9 @@ pub(super) struct Link {
     answered_seq: u64,
     /// When the cloud last answered a report (or the session started).
     progress: Instant,
+    /// Entries the cloud has answered, to be cleared from the outbox in one go
+    /// ([`Link::take_answered`]) before it is read again: busy until then.
+    answered_entries: Vec<OutboxEntry>,
 }
 
 impl Link {
@@ -99,6 +102,7 @@ impl Link {
             next_seq: 0,
             answered_seq: 0,
             progress: now,
+            answered_entries: Vec::new(),
         }
     }
 
@@ -133,7 +137,24 @@ impl Link {
             Up::Entries(e) => e.iter(),
             _ => [].iter(),
         });
-        flying.chain(waiting).map(key_of).collect()
+        flying
+            .chain(waiting)
+            .chain(self.answered_entries.iter())
+            .map(key_of)
+            .collect()
+    }
+
+    /// Keeps answered `entries` until [`Link::take_answered`]: clearing each answer's entries
+    /// from the outbox on its own was one SQLite transaction, and a fold of the journal, per
+    /// answer (hundreds a second on a gateway whose values change).
+    pub(super) fn clear_later(&mut self, entries: Vec<OutboxEntry>) {
+        self.answered_entries.extend(entries);
+    }
+
+    /// The answered entries kept since the last call, to clear from the outbox at once. At most
+    /// what was in flight: bounded by the window.
+    pub(super) fn take_answered(&mut self) -> Vec<OutboxEntry> {
+        std::mem::take(&mut self.answered_entries)
     }
 
     /// A report to send when the rate allows.

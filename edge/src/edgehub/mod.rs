@@ -443,6 +443,9 @@ impl EdgeHub {
                     gauges.set(&link, OUT_FRAMES - out.capacity());
                 }
                 _ = poll.tick() => {
+                    // What the cloud answered since the last tick leaves the outbox in one
+                    // transaction, before the outbox is read again.
+                    self.clear_answered(&mut link).await;
                     if last_read.elapsed() >= Duration::from_secs(1) {
                         self.offer_pod_status(&mut link, &mut pod_sent, &mut pod_retry);
                         // Answers lost with nothing else to clear them stay bounded by the
@@ -521,6 +524,8 @@ impl EdgeHub {
             let src = self.sources.lock().await;
             self.sync.publish(&src).await;
         }
+        // Answers taken in before the session ended are not sent again by the next one.
+        self.clear_answered(&mut link).await;
         gauges.clear();
         // What waits to be written goes, and the socket is closed, if it can be within 5 s.
         drop(out);
@@ -528,6 +533,16 @@ impl EdgeHub {
             let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
         }
         why
+    }
+
+    /// Clears the entries the cloud has answered from the outbox (one transaction).
+    async fn clear_answered(&self, link: &mut link::Link) {
+        let answered = link.take_answered();
+        if !answered.is_empty()
+            && let Err(e) = self.twin.store().ack(&answered).await
+        {
+            tracing::warn!(error = %e, entries = answered.len(), "edgehub: cannot clear acknowledged reports; sent again later");
+        }
     }
 
     /// Offers the pod status reports not sent in this session yet (newer than the sent ones)
