@@ -267,6 +267,42 @@ async fn one_ack_clears_many_devices_entries_whatever_their_names_and_keeps_newe
 }
 
 #[tokio::test]
+async fn the_outbox_is_read_by_whole_devices_oldest_first() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let svc = open(dir.path()).await?;
+    let (a, b) = (decl(0).id, decl(1).id);
+    svc.apply(Op::Upsert(decl(0))).await?;
+    svc.apply(Op::Upsert(decl(1))).await?;
+    let report = |id: &DeviceId, props: std::ops::Range<usize>| Op::Report {
+        id: id.clone(),
+        reports: props
+            .map(|p| Reported {
+                property: format!("p{p}"),
+                value: Some("3".into()),
+                ..Reported::default()
+            })
+            .collect(),
+    };
+    // a's first property changes first, then all of b, then the rest of a.
+    svc.apply(report(&a, 0..1)).await?;
+    svc.apply(report(&b, 0..PROPS)).await?;
+    svc.apply(report(&a, 1..PROPS)).await?;
+    let store = svc.store();
+    assert_eq!(store.outbox(1).await?.len(), 1, "the oldest change alone");
+    let first = store.outbox_devices(1).await?;
+    assert_eq!(first.len(), PROPS, "{first:?}");
+    assert!(first.iter().all(|e| e.name == "dev-0"), "{first:?}");
+    assert!(first.windows(2).all(|w| w[0].seq <= w[1].seq));
+    let both = store.outbox_devices(PROPS + 1).await?;
+    assert_eq!(both.len(), 2 * PROPS);
+    store.ack(&first).await?;
+    let rest = store.outbox_devices(1).await?;
+    assert_eq!(rest.len(), PROPS);
+    assert!(rest.iter().all(|e| e.name == "dev-1"), "{rest:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn outbox_survives_a_restart_and_removing_a_device_clears_it() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     {

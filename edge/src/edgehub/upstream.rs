@@ -16,7 +16,7 @@ impl EdgeHub {
         &self,
         link: &link::Link,
     ) -> Vec<(Message, Vec<OutboxEntry>)> {
-        let entries = match self.twin.store().outbox(link.read_limit()).await {
+        let entries = match self.twin.store().outbox_devices(link.read_limit()).await {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "edgehub: cannot read the outbox");
