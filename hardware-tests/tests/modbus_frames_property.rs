@@ -249,7 +249,8 @@ fn exercise(config: Value, cases: u64, seed: u64) -> (u64, u64) {
                     Ok(v) => {
                         let want = value_of(i as u16 * 100).to_string();
                         assert_eq!(
-                            v, want,
+                            &*v,
+                            want.as_str(),
                             "case {case} (seed {seed}): property p{i} got another property's value"
                         );
                         ok += 1;

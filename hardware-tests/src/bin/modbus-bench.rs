@@ -121,8 +121,10 @@ type Run = anyhow::Result<(u64, f64)>;
 /// A minimal Modbus TCP server on blocking sockets, a thread per connection: it answers
 /// functions 3 and 4 with each register holding its address and anything else with exception 1.
 /// It costs the clients as little as a server can, like the C server of libmodbus' raw-loop figures
-/// (docs/benchmarks.md), so the figures are the clients'. Returns its port.
-fn floor_server() -> std::io::Result<u16> {
+/// (docs/benchmarks.md), so the figures are the clients'. With `changing`, every register changes
+/// at every answer (its address plus the answers given so far): the case where a client cannot
+/// keep a value from the last read. Returns its port.
+fn floor_server(changing: bool) -> std::io::Result<u16> {
     use std::io::{Read as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -134,7 +136,9 @@ fn floor_server() -> std::io::Result<u16> {
                 let mut head = [0u8; 7];
                 let mut pdu = [0u8; 260];
                 let mut out = Vec::with_capacity(260);
+                let mut answers: u16 = 0;
                 while s.read_exact(&mut head).is_ok() {
+                    answers = answers.wrapping_add(u16::from(changing));
                     let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
                     if !(2..=254).contains(&len) || s.read_exact(&mut pdu[..len - 1]).is_err() {
                         return;
@@ -148,7 +152,7 @@ fn floor_server() -> std::io::Result<u16> {
                         out.extend_from_slice(&(3 + 2 * count).to_be_bytes());
                         out.extend_from_slice(&[head[6], function, (2 * count) as u8]);
                         for a in address..address.saturating_add(count) {
-                            out.extend_from_slice(&a.to_be_bytes());
+                            out.extend_from_slice(&a.wrapping_add(answers).to_be_bytes());
                         }
                     } else {
                         out.extend_from_slice(&3u16.to_be_bytes());
@@ -165,7 +169,8 @@ fn floor_server() -> std::io::Result<u16> {
 }
 
 fn throughput(seconds: f64) -> anyhow::Result<()> {
-    let floor = floor_server().map_err(|e| anyhow::anyhow!("server: {e}"))?;
+    let floor = floor_server(false).map_err(|e| anyhow::anyhow!("server: {e}"))?;
+    let changing = floor_server(true).map_err(|e| anyhow::anyhow!("server: {e}"))?;
     let sim = filled(125);
     let (sim_port, _rt) = sim
         .start("127.0.0.1:0")
@@ -173,6 +178,10 @@ fn throughput(seconds: f64) -> anyhow::Result<()> {
     let work = tempfile::tempdir().map_err(anyhow::Error::from)?;
     for (server, port) in [
         ("a minimal blocking Modbus TCP server (the floor)", floor),
+        (
+            "the floor server with every register changing at every answer",
+            changing,
+        ),
         (
             "the project's simulator (tokio-modbus's server, one worker thread)",
             sim_port,

@@ -13,7 +13,7 @@ use btleplug::api::{
 };
 use btleplug::platform::{Adapter, Manager, Peripheral};
 use futures_util::StreamExt;
-use mapper_sdk::{Driver, DriverError, driver::Changes, driver::Reading};
+use mapper_sdk::{Driver, DriverError, ReadValue, driver::Changes, driver::Reading};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -344,9 +344,12 @@ impl Device {
                 Ok(bytes) => out.extend(members.into_iter().map(|i| {
                     (
                         i,
-                        self.points[i].decode(&bytes).map_err(|e| {
-                            DriverError::device(format!("characteristic {}: {e}", c.uuid))
-                        }),
+                        self.points[i]
+                            .decode(&bytes)
+                            .map(ReadValue::from)
+                            .map_err(|e| {
+                                DriverError::device(format!("characteristic {}: {e}", c.uuid))
+                            }),
                     )
                 })),
                 Err(e) => out.extend(members.into_iter().map(|i| (i, Err(e.clone())))),
@@ -451,7 +454,7 @@ impl Driver for Device {
                     n = notifications.next() => {
                         let Some(n) = n else { break };
                         for (i, pt) in routes.get(&(n.service_uuid, n.uuid)).into_iter().flatten() {
-                            let r = pt.decode(&n.value).map_err(DriverError::device);
+                            let r = pt.decode(&n.value).map(ReadValue::from).map_err(DriverError::device);
                             if tx.send((*i, r)).is_err() {
                                 return;
                             }

@@ -259,6 +259,15 @@ impl Codec {
 
     /// The value held by `regs` (exactly [`Codec::width`] of them), as the twin's string.
     pub fn decode_registers(&self, regs: &[u16]) -> Result<String, CodecError> {
+        let mut out = String::new();
+        self.decode_into(regs, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Codec::decode_registers`] appended to `out` (a buffer the caller keeps: no
+    /// allocation of its own for numbers).
+    pub fn decode_into(&self, regs: &[u16], out: &mut String) -> Result<(), CodecError> {
+        use std::fmt::Write as _;
         if regs.len() != usize::from(self.width()) {
             return Err(CodecError::Length {
                 data_type: self.data_type,
@@ -282,14 +291,16 @@ impl Codec {
                     Some(bit) => (w >> (bit & 15)) & 1 == 1,
                     None => w != 0,
                 };
-                return Ok(on.to_string());
+                out.push_str(if on { "true" } else { "false" });
+                return Ok(());
             }
             DataType::String => {
                 let end = b
                     .iter()
                     .rposition(|c| *c != 0 && *c != b' ')
                     .map_or(0, |p| p + 1);
-                return Ok(String::from_utf8_lossy(&b[..end]).into_owned());
+                out.push_str(&String::from_utf8_lossy(&b[..end]));
+                return Ok(());
             }
             DataType::Int16 => Raw::Int(i16::from_be_bytes([b[0], b[1]]).into()),
             DataType::Uint16 => Raw::Int(u16::from_be_bytes([b[0], b[1]]).into()),
@@ -300,24 +311,34 @@ impl Codec {
             DataType::Float32 => Raw::F32(f32::from_be_bytes([b[0], b[1], b[2], b[3]])),
             DataType::Float64 => Raw::F64(f64::from_be_bytes(eight(b))),
         };
-        Ok(self.engineering(raw))
-    }
-
-    fn engineering(&self, raw: Raw) -> String {
-        if self.is_identity() {
-            return match raw {
-                Raw::Int(v) => v.to_string(),
-                Raw::F32(v) => v.to_string(),
-                Raw::F64(v) => v.to_string(),
-            };
-        }
-        match raw {
-            // An integer register scaled by 0.1 has one decimal, not the binary float's
-            // 35.800000000000004: the result is rounded to the decimals of scale and offset.
-            Raw::Int(v) => mapper_sdk::value::scaled_integer(v, self.scale, self.offset),
-            Raw::F32(v) => (f64::from(v) * self.scale + self.offset).to_string(),
-            Raw::F64(v) => (v * self.scale + self.offset).to_string(),
-        }
+        // Writing to a String cannot fail.
+        let _ = if self.is_identity() {
+            match raw {
+                // i64's formatting where it fits (all but the top half of u64), faster than i128's.
+                Raw::Int(v) => match i64::try_from(v) {
+                    Ok(v) => write!(out, "{v}"),
+                    Err(_) => write!(out, "{v}"),
+                },
+                Raw::F32(v) => write!(out, "{v}"),
+                Raw::F64(v) => write!(out, "{v}"),
+            }
+        } else {
+            match raw {
+                // An integer register scaled by 0.1 has one decimal, not the binary float's
+                // 35.800000000000004: the result is rounded to the decimals of scale and offset.
+                Raw::Int(v) => {
+                    out.push_str(&mapper_sdk::value::scaled_integer(
+                        v,
+                        self.scale,
+                        self.offset,
+                    ));
+                    Ok(())
+                }
+                Raw::F32(v) => write!(out, "{}", f64::from(v) * self.scale + self.offset),
+                Raw::F64(v) => write!(out, "{}", v * self.scale + self.offset),
+            }
+        };
+        Ok(())
     }
 
     /// The value of a bit-table item.

@@ -27,6 +27,7 @@ use tokio_modbus::{ExceptionCode, Slave};
 
 pub use mapper_sdk::configdata::ConfigError;
 use mapper_sdk::configdata::{SerialSettings, bad, flag, integer, number, text};
+use mapper_sdk::{ReadValue, Text};
 
 /// How the mapper reaches the device.
 #[derive(Clone, Debug, PartialEq)]
@@ -335,6 +336,45 @@ pub struct Device {
     /// RS-485 line, or several Devices of one PLC.
     bus: std::sync::Arc<crate::bus::Bus>,
     requests: u64,
+    /// The plan of the last read.
+    planned: Option<Planned>,
+    /// Each point's last value and the items it was decoded from.
+    last: Vec<Last>,
+    /// Where a value is decoded before it is kept.
+    scratch: String,
+}
+
+/// A read's plan, kept for the next cycle.
+struct Planned {
+    /// The points asked for, as given.
+    due: Vec<usize>,
+    /// How many addresses were refused when it was made.
+    refused: usize,
+    /// The points planned (those of `due` that exist), and their reads.
+    idx: Vec<usize>,
+    reads: Vec<Read>,
+    plan: Vec<planner::Request>,
+    /// The last answer to each request, when every point in it took its value from it: the
+    /// same answer again is the same values again, with nothing sliced or compared per point.
+    answers: Vec<Option<ItemsOwned>>,
+}
+
+/// A point's last value and what it was decoded from.
+#[derive(Clone, Debug, Default)]
+enum Last {
+    #[default]
+    None,
+    Words(Vec<u16>, Text),
+    Bit(bool, Text),
+}
+
+impl Last {
+    fn text(&self) -> Option<Text> {
+        match self {
+            Self::None => None,
+            Self::Words(_, t) | Self::Bit(_, t) => Some(t.clone()),
+        }
+    }
 }
 
 impl Device {
@@ -345,10 +385,13 @@ impl Device {
         };
         Self {
             connection,
-            points,
             refused: Refused::new(),
             bus,
             requests: 0,
+            planned: None,
+            last: vec![Last::None; points.len()],
+            scratch: String::new(),
+            points,
         }
     }
 
@@ -370,65 +413,180 @@ impl Device {
     /// planner allows. Each point gets its own result: an exception or a bad value fails that
     /// point only. A request refused with `IllegalDataAddress` that bridged unrequested
     /// addresses is split, and those addresses are never bridged again.
-    pub async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<String, ModbusError>)> {
-        let reads: Vec<Read> = due
-            .iter()
-            .filter_map(|&i| self.points.get(i).map(|p| p.read))
-            .collect();
+    pub async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<Text, ModbusError>)> {
+        let results = self.read_with(due, |e| e).await;
+        results
+            .into_iter()
+            .map(|(i, r)| {
+                let r = r.and_then(|v| match v {
+                    ReadValue::New(t) => Ok(t),
+                    ReadValue::Same => self.last[i].text().ok_or(ModbusError::Short),
+                });
+                (i, r)
+            })
+            .collect()
+    }
+
+    /// [`Device::read`] as the SDK takes it: a value whose items did not change since the last
+    /// read is [`ReadValue::Same`], and each error is made into the caller's by `err` as it is
+    /// met.
+    pub async fn read_with<E>(
+        &mut self,
+        due: &[usize],
+        mut err: impl FnMut(ModbusError) -> E,
+    ) -> Vec<(usize, Result<ReadValue, E>)> {
         let mut out = Vec::with_capacity(due.len());
-        let mut pending: Vec<usize> = (0..reads.len()).collect();
-        // At most two rounds: merged, then split around refused holes.
-        for _round in 0..2 {
-            if pending.is_empty() {
-                break;
-            }
-            let batch: Vec<Read> = pending.iter().map(|&k| reads[k]).collect();
-            let plan = match planner::plan(&batch, &self.connection.limits, &self.refused) {
-                Ok(p) => p,
-                Err(e) => {
-                    for &k in &pending {
-                        out.push((due[k], Err(ModbusError::Plan(e.clone()))));
-                    }
-                    return out;
-                }
-            };
-            let mut retry = Vec::new();
-            for req in plan {
-                let answer = self.request(req.table, req.address, req.count).await;
-                match answer {
-                    Ok(items) => {
-                        for &b in &req.reads {
-                            let k = pending[b];
-                            let point = &self.points[due[k]];
-                            let value = match slice_items(&req, &batch[b], &items) {
-                                None => Err(ModbusError::Short),
-                                Some(Items::Words(w)) => {
-                                    point.codec.decode_registers(w).map_err(ModbusError::from)
-                                }
-                                Some(Items::Bits(bits)) => Ok(point.codec.decode_bit(bits[0])),
-                            };
-                            out.push((due[k], value));
-                        }
-                    }
-                    Err(ModbusError::Exception(ExceptionCode::IllegalDataAddress))
-                        if req.reads.len() > 1 && !req.holes(&batch).is_empty() =>
-                    {
-                        for a in req.holes(&batch) {
-                            self.refused.insert((req.table, a));
-                        }
-                        tracing::debug!(table = ?req.table, address = req.address, count = req.count, "merged request refused; splitting around the gap");
-                        retry.extend(req.reads.iter().map(|&b| pending[b]));
-                    }
+        // The plan of the last cycle, kept while the same points are due and no address was
+        // refused since (a device's points are polled the same way cycle after cycle).
+        let mut planned = match self.planned.take() {
+            Some(p) if p.due == due && p.refused == self.refused.len() => p,
+            _ => {
+                let idx: Vec<usize> = due
+                    .iter()
+                    .copied()
+                    .filter(|&i| i < self.points.len())
+                    .collect();
+                let reads: Vec<Read> = idx.iter().map(|&i| self.points[i].read).collect();
+                match planner::plan(&reads, &self.connection.limits, &self.refused) {
+                    Ok(plan) => Planned {
+                        due: due.to_vec(),
+                        refused: self.refused.len(),
+                        idx,
+                        reads,
+                        answers: plan.iter().map(|_| None).collect(),
+                        plan,
+                    },
                     Err(e) => {
-                        for &b in &req.reads {
-                            out.push((due[pending[b]], Err(e.for_each_point())));
-                        }
+                        out.extend(
+                            idx.iter()
+                                .map(|&i| (i, Err(err(ModbusError::Plan(e.clone()))))),
+                        );
+                        return out;
                     }
                 }
             }
-            pending = retry;
+        };
+        let mut retry: Vec<usize> = Vec::new();
+        for (r, req) in planned.plan.iter().enumerate() {
+            let answer = self.request(req.table, req.address, req.count).await;
+            if answer.is_err() {
+                planned.answers[r] = None;
+            }
+            match answer {
+                Ok(items) if planned.answers[r].as_ref() == Some(&items) => {
+                    out.extend(
+                        req.reads
+                            .iter()
+                            .map(|&k| (planned.idx[k], Ok(ReadValue::Same))),
+                    );
+                }
+                Ok(items) => {
+                    let mut every = true;
+                    for &k in &req.reads {
+                        let i = planned.idx[k];
+                        let value = self.value(i, req, &planned.reads[k], &items);
+                        every &= value.is_ok();
+                        out.push((i, value.map_err(&mut err)));
+                    }
+                    planned.answers[r] = every.then_some(items);
+                }
+                Err(ModbusError::Exception(ExceptionCode::IllegalDataAddress))
+                    if req.reads.len() > 1 && !req.holes(&planned.reads).is_empty() =>
+                {
+                    for a in req.holes(&planned.reads) {
+                        self.refused.insert((req.table, a));
+                    }
+                    tracing::debug!(table = ?req.table, address = req.address, count = req.count, "merged request refused; splitting around the gap");
+                    retry.extend(req.reads.iter().copied());
+                }
+                Err(e) => {
+                    for &k in &req.reads {
+                        out.push((planned.idx[k], Err(err(e.for_each_point()))));
+                    }
+                }
+            }
         }
+        if !retry.is_empty() {
+            // Once more, split around the addresses refused (each point then stands alone).
+            let batch: Vec<Read> = retry.iter().map(|&k| planned.reads[k]).collect();
+            match planner::plan(&batch, &self.connection.limits, &self.refused) {
+                Ok(plan) => {
+                    for req in plan {
+                        match self.request(req.table, req.address, req.count).await {
+                            Ok(items) => {
+                                for &b in &req.reads {
+                                    let i = planned.idx[retry[b]];
+                                    let value =
+                                        self.value(i, &req, &batch[b], &items).map_err(&mut err);
+                                    out.push((i, value));
+                                }
+                            }
+                            Err(e) => {
+                                for &b in &req.reads {
+                                    out.push((planned.idx[retry[b]], Err(err(e.for_each_point()))));
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    for &k in &retry {
+                        out.push((planned.idx[k], Err(err(ModbusError::Plan(e.clone())))));
+                    }
+                }
+            }
+            // Planned again next cycle, with the refused addresses.
+            planned.refused = usize::MAX;
+        }
+        self.planned = Some(planned);
         out
+    }
+
+    /// Point `i`'s value in the answer to `req`: [`ReadValue::Same`] while its items are those
+    /// of its last value (nothing decoded, nothing allocated), else decoded and kept.
+    #[inline]
+    fn value(
+        &mut self,
+        i: usize,
+        req: &planner::Request,
+        read: &Read,
+        items: &ItemsOwned,
+    ) -> Result<ReadValue, ModbusError> {
+        let codec = &self.points[i].codec;
+        let last = &mut self.last[i];
+        match slice_items(req, read, items) {
+            None => Err(ModbusError::Short),
+            Some(Items::Words(w)) => {
+                if let Last::Words(raw, _) = last
+                    && raw.as_slice() == w
+                {
+                    return Ok(ReadValue::Same);
+                }
+                self.scratch.clear();
+                codec.decode_into(w, &mut self.scratch)?;
+                let text = Text::from(self.scratch.as_str());
+                match last {
+                    Last::Words(raw, t) => {
+                        raw.clear();
+                        raw.extend_from_slice(w);
+                        *t = text.clone();
+                    }
+                    _ => *last = Last::Words(w.to_vec(), text.clone()),
+                }
+                Ok(ReadValue::New(text))
+            }
+            Some(Items::Bits(bits)) => {
+                let bit = *bits.first().ok_or(ModbusError::Short)?;
+                if let Last::Bit(b, _) = last
+                    && *b == bit
+                {
+                    return Ok(ReadValue::Same);
+                }
+                let text: Text = codec.decode_bit(bit).into();
+                *last = Last::Bit(bit, text.clone());
+                Ok(ReadValue::New(text))
+            }
+        }
     }
 
     async fn request(
@@ -553,6 +711,7 @@ async fn exec(ctx: &mut Context, op: &Op, timeout: Duration) -> Result<Answer, M
 }
 
 /// The items of one answer.
+#[derive(Debug, PartialEq)]
 enum ItemsOwned {
     Words(Vec<u16>),
     Bits(Vec<bool>),

@@ -84,12 +84,7 @@ impl Driver for ModbusDriver {
 
     async fn read(&mut self, due: &[usize]) -> Vec<Reading> {
         let address = self.address();
-        self.0
-            .read(due)
-            .await
-            .into_iter()
-            .map(|(i, r)| (i, r.map_err(|e| read_error(e, &address))))
-            .collect()
+        self.0.read_with(due, |e| read_error(e, &address)).await
     }
 
     async fn write(&mut self, index: usize, value: &str) -> Result<(), DriverError> {

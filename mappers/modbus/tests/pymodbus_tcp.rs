@@ -30,7 +30,12 @@ async fn read_all(d: &mut Device) -> Vec<(String, Result<String, String>)> {
         .read(&due)
         .await
         .into_iter()
-        .map(|(i, r)| (d.points[i].name.clone(), r.map_err(|e| e.to_string())))
+        .map(|(i, r)| {
+            (
+                d.points[i].name.clone(),
+                r.map(|t| t.to_string()).map_err(|e| e.to_string()),
+            )
+        })
         .collect();
     out.sort();
     out

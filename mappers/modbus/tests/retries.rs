@@ -26,7 +26,7 @@ async fn ten_reads(d: &mut Device) -> Vec<Result<String, ModbusError>> {
     let mut out = Vec::new();
     for _ in 0..10 {
         let (_, r) = d.read(&[0]).await.pop().expect("one result");
-        out.push(r);
+        out.push(r.map(|t| t.to_string()));
     }
     out
 }

@@ -7,7 +7,7 @@
 
 use crate::config::{Connection, Identity, Point};
 use crate::value::{from_twin, to_twin};
-use mapper_sdk::{Driver, DriverError, driver::Changes, driver::Reading};
+use mapper_sdk::{Driver, DriverError, ReadValue, driver::Changes, driver::Reading};
 use opcua::client::{
     Client, ClientBuilder, ClientEndpoint, DataChangeCallback, IdentityToken, Password, Session,
 };
@@ -78,13 +78,15 @@ fn status_error(s: StatusCode, what: &str) -> DriverError {
 }
 
 /// A value as the twin's string, or the node's bad status.
-fn reading(dv: &DataValue) -> Result<String, DriverError> {
+fn reading(dv: &DataValue) -> Result<ReadValue, DriverError> {
     let status = dv.status.unwrap_or(StatusCode::Good);
     if status.is_bad() {
         return Err(status_error(status, "the server answered"));
     }
     match &dv.value {
-        Some(v) => to_twin(v).map_err(|e| DriverError::device(e.to_string())),
+        Some(v) => to_twin(v)
+            .map(ReadValue::from)
+            .map_err(|e| DriverError::device(e.to_string())),
         None => Err(DriverError::device("the server sent no value")),
     }
 }

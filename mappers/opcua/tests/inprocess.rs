@@ -40,16 +40,17 @@ fn device(dir: &std::path::Path, conn: Value, points: &[Value]) -> Device {
     )
 }
 
-fn ok(r: &(usize, Result<String, DriverError>)) -> &str {
+fn ok(r: &mapper_sdk::driver::Reading) -> &str {
     match &r.1 {
-        Ok(v) => v,
+        Ok(mapper_sdk::ReadValue::New(v)) => v,
+        Ok(mapper_sdk::ReadValue::Same) => panic!("property {}: unchanged on its own", r.0),
         Err(e) => panic!("property {}: {e}", r.0),
     }
 }
 
-fn err(r: &(usize, Result<String, DriverError>)) -> &DriverError {
+fn err(r: &mapper_sdk::driver::Reading) -> &DriverError {
     match &r.1 {
-        Ok(v) => panic!("property {} read {v}, expected an error", r.0),
+        Ok(v) => panic!("property {} read {v:?}, expected an error", r.0),
         Err(e) => e,
     }
 }

@@ -4,7 +4,9 @@
 //! them back), and tracks the device's state from its transport.
 
 use crate::clock::now_ms;
-use crate::driver::{DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, Reading};
+use crate::driver::{
+    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, ReadValue, Reading, Text,
+};
 use crate::metrics::Metrics;
 use crate::push::Pusher;
 use crate::report::{Report, TwinReport};
@@ -89,8 +91,8 @@ struct Prop {
     report: Duration,
     push: Vec<Arc<Pusher>>,
     next: Instant,
-    value: Option<String>,
-    sent: Option<String>,
+    value: Option<Text>,
+    sent: Option<Text>,
     sent_at: Option<Instant>,
     desired: Option<String>,
     applied: Option<String>,
@@ -116,6 +118,22 @@ struct Retry {
 
 /// The longest wait between tries of a desired value the device answered with an error.
 const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The same value: the driver's same `Text` (nothing to compare) or equal text.
+fn same_text(a: &Text, b: &Text) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+/// The view of property `name`, made when it has none yet (the only allocation).
+fn property_view<'a>(
+    views: &'a mut BTreeMap<String, PropertyView>,
+    name: &str,
+) -> &'a mut PropertyView {
+    if !views.contains_key(name) {
+        views.insert(name.to_string(), PropertyView::default());
+    }
+    views.get_mut(name).expect("inserted above")
+}
 
 /// The wait after the `tries`-th failed try: 1 s, 2 s, 4 s, ... up to [`RETRY_MAX`].
 fn retry_wait(tries: u32) -> Duration {
@@ -286,7 +304,13 @@ impl<D: Driver> DeviceTask<D> {
         let now = Instant::now();
         let results = self.read(&[i], now).await;
         match results.into_iter().next() {
-            Some((_, r)) => r,
+            Some((_, Ok(ReadValue::New(t)))) => Ok(t.to_string()),
+            Some((_, Ok(ReadValue::Same))) => self.props[i]
+                .value
+                .as_deref()
+                .map(str::to_string)
+                .ok_or_else(|| DriverError::device("the driver returned no value")),
+            Some((_, Err(e))) => Err(e),
             None => Err(DriverError::device("the driver returned nothing")),
         }
     }
@@ -412,10 +436,8 @@ impl<D: Driver> DeviceTask<D> {
             .into_iter()
             .filter_map(|i| {
                 let p = &self.props[i];
-                let v = p.value.clone()?;
-                p.sent_at
-                    .is_some_and(|t| now.duration_since(t) >= p.report)
-                    .then_some((i, Ok(v)))
+                (p.value.is_some() && p.sent_at.is_some_and(|t| now.duration_since(t) >= p.report))
+                    .then_some((i, Ok(ReadValue::Same)))
             })
             .collect();
         if !stale.is_empty() {
@@ -427,11 +449,7 @@ impl<D: Driver> DeviceTask<D> {
     }
 
     /// Reads `due`, updates state and snapshot, and reports and pushes what changed or is due.
-    async fn read(
-        &mut self,
-        due: &[usize],
-        now: Instant,
-    ) -> Vec<(usize, Result<String, DriverError>)> {
+    async fn read(&mut self, due: &[usize], now: Instant) -> Vec<Reading> {
         if !self.ensure_connected().await {
             let e = DriverError::link("the device is offline");
             return due.iter().map(|&i| (i, Err(e.clone()))).collect();
@@ -458,79 +476,102 @@ impl<D: Driver> DeviceTask<D> {
         let ts = now_ms();
         let mut twins = Vec::new();
         let mut ok = 0usize;
+        let mut failed = 0usize;
         let mut link: Option<DriverError> = None;
-        let mut views = Vec::new();
-        for (i, r) in results {
-            let Some(p) = self.props.get_mut(*i) else {
-                continue;
-            };
-            match r {
-                Ok(v) => {
-                    ok += 1;
-                    self.metrics.reads.fetch_add(1, Ordering::Relaxed);
-                    p.value = Some(v.clone());
-                    p.error = None;
-                    // A value after a reported error is sent even if unchanged: it clears it.
-                    let changed =
-                        p.sent.as_deref() != Some(v.as_str()) || p.error_sent.take().is_some();
-                    let stale = p.sent_at.is_none_or(|t| now.duration_since(t) >= p.report);
-                    if changed || stale {
-                        p.sent = Some(v.clone());
-                        p.sent_at = Some(now);
-                        twins.push(TwinReport {
-                            property: p.name.clone(),
-                            value: v.clone(),
-                            value_type: p.value_type.clone(),
-                            timestamp: ts,
-                            observed_desired: p.applied.clone(),
-                            error: None,
-                        });
-                        for push in &p.push {
-                            push.push(
-                                &self.namespace,
-                                &self.name,
-                                &p.name,
-                                v,
-                                p.value_type.as_deref(),
-                                ts,
-                            );
-                        }
-                    }
-                    views.push((p.name.clone(), Some(v.clone()), None));
-                }
-                Err(e) => {
-                    self.metrics.read_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(device = %format!("{}/{}", self.namespace, self.name), property = %p.name, error = %e, "read failed");
-                    if e.kind == ErrorKind::Link {
-                        link = Some(e.clone());
-                    } else {
-                        p.error = Some(e.message.clone());
-                        if p.error_sent.as_deref() != Some(e.message.as_str()) {
-                            p.error_sent = Some(e.message.clone());
+        {
+            // Updated in place: an unchanged value (the driver's same `Text`) allocates nothing.
+            let mut snapshot = self.snapshot.lock().ok();
+            for (i, r) in results {
+                let Some(p) = self.props.get_mut(*i) else {
+                    continue;
+                };
+                match r {
+                    Ok(read) => {
+                        let (v, same) = match read {
+                            ReadValue::New(v) => {
+                                let same = p.value.as_ref().is_some_and(|old| same_text(old, v));
+                                if !same {
+                                    p.value = Some(v.clone());
+                                }
+                                (v, same)
+                            }
+                            ReadValue::Same => match p.value.as_ref() {
+                                Some(v) => (v, true),
+                                None => {
+                                    failed += 1;
+                                    tracing::warn!(device = %format!("{}/{}", self.namespace, self.name), property = %p.name, "the driver said the value is unchanged before it gave one; ignored");
+                                    continue;
+                                }
+                            },
+                        };
+                        ok += 1;
+                        p.error = None;
+                        // A value after a reported error is sent even if unchanged: it clears it.
+                        let changed = p.sent.as_ref().is_none_or(|sent| !same_text(sent, v))
+                            || p.error_sent.take().is_some();
+                        let stale = p.sent_at.is_none_or(|t| now.duration_since(t) >= p.report);
+                        if changed || stale {
+                            p.sent = Some(v.clone());
+                            p.sent_at = Some(now);
                             twins.push(TwinReport {
                                 property: p.name.clone(),
-                                value: String::new(),
+                                value: v.to_string(),
                                 value_type: p.value_type.clone(),
                                 timestamp: ts,
-                                observed_desired: None,
-                                error: Some(e.message.clone()),
+                                observed_desired: p.applied.clone(),
+                                error: None,
                             });
+                            for push in &p.push {
+                                push.push(
+                                    &self.namespace,
+                                    &self.name,
+                                    &p.name,
+                                    v,
+                                    p.value_type.as_deref(),
+                                    ts,
+                                );
+                            }
+                        }
+                        if let Some(s) = snapshot.as_deref_mut() {
+                            let view = property_view(&mut s.properties, &p.name);
+                            if !same || view.value.is_none() {
+                                view.value = Some(v.to_string());
+                            }
+                            view.timestamp = Some(ts);
+                            view.error = None;
                         }
                     }
-                    views.push((p.name.clone(), None, Some(e.message.clone())));
+                    Err(e) => {
+                        failed += 1;
+                        tracing::debug!(device = %format!("{}/{}", self.namespace, self.name), property = %p.name, error = %e, "read failed");
+                        if e.kind == ErrorKind::Link {
+                            link = Some(e.clone());
+                        } else {
+                            p.error = Some(e.message.clone());
+                            if p.error_sent.as_deref() != Some(e.message.as_str()) {
+                                p.error_sent = Some(e.message.clone());
+                                twins.push(TwinReport {
+                                    property: p.name.clone(),
+                                    value: String::new(),
+                                    value_type: p.value_type.clone(),
+                                    timestamp: ts,
+                                    observed_desired: None,
+                                    error: Some(e.message.clone()),
+                                });
+                            }
+                        }
+                        if let Some(s) = snapshot.as_deref_mut() {
+                            property_view(&mut s.properties, &p.name).error =
+                                Some(e.message.clone());
+                        }
+                    }
                 }
             }
         }
-        if let Ok(mut s) = self.snapshot.lock() {
-            for (name, value, error) in views {
-                let v = s.properties.entry(name).or_default();
-                if value.is_some() {
-                    v.value = value;
-                    v.timestamp = Some(ts);
-                }
-                v.error = error;
-            }
-        }
+        self.metrics.reads.fetch_add(ok as u64, Ordering::Relaxed);
+        self.metrics
+            .read_errors
+            .fetch_add(failed as u64, Ordering::Relaxed);
         if !twins.is_empty() {
             let _ = self
                 .reports

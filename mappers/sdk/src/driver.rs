@@ -133,9 +133,41 @@ impl DeviceState {
     }
 }
 
-/// The result of reading one property: its index in [`DeviceConfig::properties`] and its value
-/// as the twin's string.
-pub type Reading = (usize, Result<String, DriverError>);
+/// A property's value as the twin's string, shared (kept by the driver and the SDK without
+/// copying).
+pub type Text = std::sync::Arc<str>;
+
+/// A property's value as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadValue {
+    /// The value, as the twin's string.
+    New(Text),
+    /// The same as the value the driver returned for this property last time: a driver that
+    /// keeps each property's last value and the raw data it came from says so when the data
+    /// did not change, and the reading costs nothing more, there or in the SDK.
+    Same,
+}
+
+impl From<Text> for ReadValue {
+    fn from(t: Text) -> Self {
+        Self::New(t)
+    }
+}
+
+impl From<String> for ReadValue {
+    fn from(s: String) -> Self {
+        Self::New(s.into())
+    }
+}
+
+impl From<&str> for ReadValue {
+    fn from(s: &str) -> Self {
+        Self::New(s.into())
+    }
+}
+
+/// The result of reading one property: its index in [`DeviceConfig::properties`] and its value.
+pub type Reading = (usize, Result<ReadValue, DriverError>);
 
 /// Readings a device sends by itself (subscriptions, notifications), queued by the tasks that
 /// receive them for [`Driver::changes`] to hand over in batches.

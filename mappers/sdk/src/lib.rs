@@ -30,7 +30,8 @@ pub mod value;
 
 pub use config::Config;
 pub use driver::{
-    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, PropertyConfig, Protocol, StartError,
+    DeviceConfig, DeviceState, Driver, DriverError, ErrorKind, PropertyConfig, Protocol, ReadValue,
+    StartError, Text,
 };
 
 use api::dmi::v1beta1::device_mapper_service_server::DeviceMapperServiceServer;

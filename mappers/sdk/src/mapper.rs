@@ -536,7 +536,7 @@ mod tests {
         async fn connect(&mut self) -> Result<(), DriverError> {
             Err(DriverError::link("not here"))
         }
-        async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<String, DriverError>)> {
+        async fn read(&mut self, due: &[usize]) -> Vec<crate::driver::Reading> {
             due.iter()
                 .map(|&i| (i, Err(DriverError::link("not here"))))
                 .collect()

@@ -53,7 +53,7 @@ impl Driver for SerialDriver {
             .read(due)
             .await
             .into_iter()
-            .map(|(i, r)| (i, r.map_err(error)))
+            .map(|(i, r)| (i, r.map(Into::into).map_err(error)))
             .collect()
     }
 

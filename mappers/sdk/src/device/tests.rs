@@ -12,6 +12,12 @@ struct Rig {
     connects: u32,
     /// Writes of 77 answered with an exception before one is taken.
     busy: u32,
+    /// The driver keeps the values it gave and says [`ReadValue::Same`] for an unchanged one.
+    keeps: bool,
+    /// The last value given for each property.
+    given: BTreeMap<usize, String>,
+    /// Say `Same` for property 0 whatever was given (a driver's mistake).
+    same_always: bool,
 }
 
 struct Fake {
@@ -31,7 +37,7 @@ impl Driver for Fake {
             Ok(())
         }
     }
-    async fn read(&mut self, due: &[usize]) -> Vec<(usize, Result<String, DriverError>)> {
+    async fn read(&mut self, due: &[usize]) -> Vec<crate::driver::Reading> {
         let mut r = self.rig.lock().expect("rig");
         let at = self.start.elapsed().as_millis() as u64;
         r.batches.push((at, due.to_vec()));
@@ -39,8 +45,14 @@ impl Driver for Fake {
             .map(|&i| {
                 if r.link_down {
                     (i, Err(DriverError::link("broken pipe")))
+                } else if (r.keeps && r.given.get(&i) == Some(&r.values[i]))
+                    || (r.same_always && i == 0)
+                {
+                    (i, Ok(ReadValue::Same))
                 } else {
-                    (i, Ok(r.values[i].clone()))
+                    let v = r.values[i].clone();
+                    r.given.insert(i, v.clone());
+                    (i, Ok(v.into()))
                 }
             })
             .collect()
@@ -362,5 +374,53 @@ async fn subscribed_properties_are_not_polled_and_their_changes_are_reported() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(rig.lock().expect("rig").connects > connects);
     assert_eq!(states(&mut rx), vec!["online"]);
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_driver_saying_same_gets_its_kept_value_reported_read_and_re_reported() {
+    let (rig, mut rx, tx, cancel) = start(&[(100, 1000), (100, 1000)]);
+    rig.lock().expect("rig").keeps = true;
+    rig.lock().expect("rig").values[1] = "b".into();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let p = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(twins(&mut rx), vec![p(&[("p0", "1"), ("p1", "b")])]);
+    // Unchanged (the driver says Same): nothing until the report cycle, then the kept values.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(twins(&mut rx).is_empty());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(twins(&mut rx), vec![p(&[("p0", "1"), ("p1", "b")])]);
+    // One changes: it alone goes out at the next read, with its own value.
+    rig.lock().expect("rig").values[0] = "2".into();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(twins(&mut rx), vec![p(&[("p0", "2")])]);
+    // A read on demand of a property the driver says is the same answers its kept value.
+    let (reply, answer) = oneshot::channel();
+    tx.send(Command::Read("p1".into(), reply))
+        .await
+        .expect("device task");
+    assert_eq!(answer.await.expect("answer"), Ok("b".to_string()));
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_before_any_value_is_no_value_and_the_others_carry_on() {
+    let (rig, mut rx, tx, cancel) = start(&[(100, 1000), (100, 1000)]);
+    rig.lock().expect("rig").same_always = true;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // p0 never had a value: nothing is reported for it, and nothing invented.
+    assert_eq!(
+        twins(&mut rx),
+        vec![vec![("p1".to_string(), "1".to_string())]]
+    );
+    let (reply, answer) = oneshot::channel();
+    tx.send(Command::Read("p0".into(), reply))
+        .await
+        .expect("device task");
+    assert!(answer.await.expect("answer").is_err());
     cancel.cancel();
 }
