@@ -570,3 +570,97 @@ async fn wait(r: &Rig, name: &str, want: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The node's profile ConfigMap as `(deviceProfile.json's length, the omitted annotation)`.
+fn profile_cm(c: &Cloud) -> Option<(Option<usize>, Option<String>)> {
+    let out = c.kubectl(&[
+        "get",
+        "configmap",
+        "device-profile-config-edge-node-1",
+        "-o",
+        "json",
+    ]);
+    if !out.status.success() {
+        return None;
+    }
+    let cm: Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some((
+        cm["data"]["deviceProfile.json"].as_str().map(str::len),
+        cm["metadata"]["annotations"][devicecontroller::profile::OMITTED]
+            .as_str()
+            .map(str::to_string),
+    ))
+}
+
+/// A controller on `c` whose profiles hold at most `max` bytes, until dropped.
+async fn profile_controller(
+    c: &Cloud,
+    max: usize,
+) -> (controller::Controller, tokio_util::sync::DropGuard) {
+    let stop = CancellationToken::new();
+    let ctl = controller::start(
+        c.client().await,
+        Arc::new(MemoryHub::new(1000)),
+        controller::Config {
+            profile_max_bytes: max,
+            ..controller::Config::default()
+        },
+        stop.clone(),
+    );
+    (ctl, stop.drop_guard())
+}
+
+/// A profile over what a ConfigMap holds is not sent to the API at every change (which refuses
+/// it): the ConfigMap says why instead, and holds the profile again once it fits.
+#[tokio::test]
+async fn a_profile_too_large_for_a_configmap_says_so_there_and_comes_back_when_it_fits() {
+    let c = Cloud::start();
+    c.ok(&["apply", "-f", path_str(&examples().join("modbus-tcp.yaml"))]);
+    // One device's profile, written whole.
+    let one = {
+        let _ctl = profile_controller(&c, devicecontroller::profile::MAX_BYTES).await;
+        sim::poll::eventually_async_or(20, "the profile of oven-1", async || {
+            profile_cm(&c)
+                .and_then(|(l, _)| l)
+                .ok_or_else(|| "no profile yet".to_string())
+        })
+        .await
+    };
+    // A controller that takes one device's profile but not two.
+    let _ctl = profile_controller(&c, one + one / 2).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let second = dir.path().join("oven-2.yaml");
+    let text = std::fs::read_to_string(examples().join("modbus-tcp.yaml")).expect("example");
+    let device = text
+        .split("\n---\n")
+        .find(|d| d.contains("kind: Device\n"))
+        .expect("a Device in the example")
+        .replace("oven-1", "oven-2");
+    std::fs::write(&second, device).expect("write");
+    c.ok(&["apply", "-f", path_str(&second)]);
+    sim::poll::eventually_async_or(
+        20,
+        "the profile said too large",
+        async || match profile_cm(&c) {
+            Some((None, Some(why))) => {
+                assert!(
+                    why.contains("profile of 2 devices") && why.contains("not written"),
+                    "{why}"
+                );
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    c.ok(&["delete", "device", "oven-2"]);
+    sim::poll::eventually_async_or(
+        20,
+        "the profile back once it fits",
+        async || match profile_cm(&c) {
+            Some((Some(len), None)) if len == one => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+}

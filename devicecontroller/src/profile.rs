@@ -12,6 +12,21 @@ use serde_json::{Map, Value, json};
 pub const PREFIX: &str = "device-profile-config-";
 pub const KEY: &str = "deviceProfile.json";
 
+/// The most a profile may hold: a ConfigMap's data is kept under 1 MiB by Kubernetes (a node of
+/// ~1,700 devices of 10 properties has a larger profile). Past it the ConfigMap holds no
+/// profile and says why in [`OMITTED`].
+pub const MAX_BYTES: usize = 1024 * 1024;
+
+/// The annotation of a profile ConfigMap whose profile is too large to be written.
+pub const OMITTED: &str = "devices.kubeedge.io/profile-omitted";
+
+/// What [`OMITTED`] says of a profile of `bytes` bytes for `devices` devices.
+pub fn omitted(devices: usize, bytes: usize, max: usize) -> String {
+    format!(
+        "the profile of {devices} devices is {bytes} bytes, over the {max} a ConfigMap holds: not written; mappers of KubeEdge v1.15 and later get their devices over DMI"
+    )
+}
+
 /// The ConfigMap name of a node.
 pub fn name(node: &str) -> String {
     format!("{PREFIX}{node}")

@@ -39,6 +39,9 @@ pub struct Config {
     pub profile_interval: Duration,
     /// Write the per-node profile ConfigMaps at all.
     pub profiles: bool,
+    /// A profile longer than this (bytes) is not written: its ConfigMap says why instead.
+    /// Kubernetes keeps a ConfigMap's data under 1 MiB ([`profile::MAX_BYTES`]).
+    pub profile_max_bytes: usize,
     /// Replicas: whether this one leads. Only the leader makes the DeviceStatus objects that
     /// do not exist and writes profile ConfigMaps. `None`: alone, always.
     pub leader: Option<tokio::sync::watch::Receiver<bool>>,
@@ -55,6 +58,7 @@ impl Default for Config {
             max_in_flight: 128,
             profile_interval: Duration::from_millis(200),
             profiles: true,
+            profile_max_bytes: crate::profile::MAX_BYTES,
             leader: None,
             shared: false,
         }

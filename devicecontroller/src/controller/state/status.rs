@@ -511,9 +511,9 @@ impl Reconciler {
                 let text = by_ns.get(&ns).map(|ds| {
                     let refs: Vec<(&Value, Option<&Value>)> =
                         ds.iter().map(|(d, m)| (d, m.as_ref())).collect();
-                    profile::profile(&refs).to_string()
+                    (profile::profile(&refs).to_string(), ds.len())
                 });
-                if text.as_deref().map(text_hash) == self.profiles.get(&k).copied() {
+                if text.as_ref().map(|(t, _)| text_hash(t)) == self.profiles.get(&k).copied() {
                     continue;
                 }
                 jobs.push((k, text));
@@ -523,15 +523,29 @@ impl Reconciler {
                 self.profile_active += 1;
                 let (done, client) = (self.done_tx.clone(), self.client.clone());
                 let metrics = self.metrics.clone();
+                let max = self.config.profile_max_bytes;
                 tokio::spawn(async move {
                     let api: Api<ConfigMap> = Api::namespaced(client, &k.0);
                     let name = profile::name(&k.1);
                     let result = match &text {
-                        Some(t) => {
-                            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                "metadata": {"name": name, "namespace": k.0,
-                                    "labels": {PROFILE_LABEL: k.1}},
-                                "data": {profile::KEY: t}});
+                        Some((t, devices)) => {
+                            // Too large for a ConfigMap: the API would refuse it at every
+                            // change. Its ConfigMap says so instead (applied without the key,
+                            // so an earlier profile there goes), until the devices change.
+                            let cm = if t.len() + profile::KEY.len() > max {
+                                let why = profile::omitted(*devices, t.len(), max);
+                                tracing::warn!(configmap = %name, namespace = %k.0, "{why}");
+                                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": name, "namespace": k.0,
+                                        "labels": {PROFILE_LABEL: k.1},
+                                        "annotations": {profile::OMITTED: why}},
+                                    "data": {}})
+                            } else {
+                                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": name, "namespace": k.0,
+                                        "labels": {PROFILE_LABEL: k.1}},
+                                    "data": {profile::KEY: t}})
+                            };
                             api.patch(
                                 &name,
                                 &PatchParams::apply("devicecontroller").force(),
@@ -548,7 +562,7 @@ impl Reconciler {
                     let outcome = match result {
                         Ok(()) => {
                             metrics.profiles_written.fetch_add(1, Ordering::Relaxed);
-                            text
+                            text.map(|(t, _)| t)
                         }
                         Err(e) => {
                             tracing::warn!(configmap = %name, namespace = %k.0, error = %e, "cannot write the device profile; retried on the next change");
