@@ -23,6 +23,7 @@
 use mapper_modbus::device::{Connection, Device, ModelHints, Point};
 use serde_json::{Value, json};
 use sim::PtyPair;
+use sim::rng::Rng;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -34,21 +35,6 @@ const POINTS: u16 = 6;
 
 fn value_of(address: u16) -> u16 {
     1000 + address / 100
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,7 +89,7 @@ fn serve(
     seed: u64,
     stop: Arc<AtomicBool>,
 ) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut buf = Vec::new();
     // What the client writes comes through a channel, so that waiting for a late answer's
     // moment can also watch for the client's next request.
@@ -196,7 +182,9 @@ fn serve(
                 }
                 Fault::Truncated => send(good[..good.len() / 2].to_vec()),
                 Fault::Garbage => {
-                    let junk: Vec<u8> = (0..1 + rng.below(12)).map(|_| rng.next() as u8).collect();
+                    let junk: Vec<u8> = (0..1 + rng.below(12))
+                        .map(|_| rng.next_u64() as u8)
+                        .collect();
                     send(junk);
                 }
                 Fault::OtherSlave | Fault::OtherTransaction => {
@@ -239,7 +227,7 @@ fn exercise(config: Value, cases: u64, seed: u64) -> (u64, u64) {
         .enable_all()
         .build()
         .expect("runtime");
-    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let mut rng = Rng::new(seed.rotate_left(17));
     let (mut ok, mut errors) = (0, 0);
     rt.block_on(async {
         for case in 0..cases {

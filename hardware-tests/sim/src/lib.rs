@@ -16,6 +16,7 @@ pub mod kubelet_calls;
 pub mod modbus_sim;
 pub mod opcua_sim;
 pub mod poll;
+pub mod rng;
 pub mod stack;
 
 pub use fixture::fill;

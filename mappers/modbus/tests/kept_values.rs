@@ -12,22 +12,8 @@ use mapper_modbus::device::{Connection, Device, ModelHints, Point};
 use serde_json::{Value, json};
 use sim::modbus_sim::Sim;
 use sim::object;
+use sim::rng::Rng;
 use std::collections::BTreeMap;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The properties: name, visitor. Holding registers 0..=11 and coils 0..=1, adjacent or a few
 /// apart, so that a read merges them.
@@ -118,16 +104,8 @@ fn set_float(holding: &mut BTreeMap<u16, u16>, rng: &mut Rng) {
 
 #[test]
 fn kept_values_and_plans_follow_the_registers_whatever_changes_and_is_due() {
-    let seed: u64 = std::env::var("KEPT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("KEPT_SEED={seed}");
-    let mut rng = Rng(seed | 1);
+    let seed = sim::rng::seed("KEPT_SEED");
+    let mut rng = Rng::new(seed);
 
     let mut holding: BTreeMap<u16, u16> = (0..=11).map(|a| (a, 0)).collect();
     for a in [0, 1, 4, 5, 6, 7, 8, 9, 10, 11] {
