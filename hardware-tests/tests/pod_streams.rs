@@ -270,7 +270,8 @@ fn kubectl_logs_reach_edge_pods_through_the_tunnel_and_nothing_else_does() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     assert!(
-        opened >= 21 && metrics.contains("edgecore_tunnel_open 1"),
+        // The sample's whole line: the gauge's HELP text reads "... edgecore_tunnel_open 1 while".
+        opened >= 21 && metrics.lines().any(|l| l == "edgecore_tunnel_open 1"),
         "{metrics}"
     );
 

@@ -225,9 +225,11 @@ impl Edgecore {
     pub fn wait_mqtt_connected(&self) {
         self.eventually("edgecore connected to its MQTT broker", |e| {
             let m = e.get("/metrics").1;
+            // The sample's own line: its HELP text reads "... edgecore_mqtt_connected 1 while".
             m.as_str()
                 .unwrap_or("")
-                .contains("edgecore_mqtt_connected 1")
+                .lines()
+                .any(|l| l == "edgecore_mqtt_connected 1")
                 .then_some(())
         });
     }
