@@ -272,6 +272,67 @@ async fn hw_api_on_an_external_mosquitto() {
     exercise(port, 3).await;
 }
 
+/// An external broker that is not up yet: edgecore's log names it and says why (its client
+/// goes through an in-process relay, which alone sees the refused connection), and edgecore
+/// joins it once it is up.
+#[tokio::test]
+async fn an_external_broker_down_at_start_is_named_with_the_reason_then_joined() {
+    if sim::missing("mosquitto", "mosquitto") {
+        return;
+    }
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir_all(&manifests).expect("mkdir");
+    std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+    let e = Edgecore::with_dir(dir, Some(port));
+    let why = format!("cannot connect to the MQTT broker 127.0.0.1:{port}: Connection refused");
+    e.eventually(
+        "edgecore's log says why the broker cannot be reached",
+        |e| e.log().contains(&why).then_some(()),
+    );
+    let _broker = mosquitto(port).expect("mosquitto starts");
+    e.wait_mqtt_connected();
+    exercise(port, 4).await;
+}
+
+/// The relay to an external broker listens on an abstract Unix socket, which any process of
+/// the network namespace can reach: it serves edgecore's own client only.
+#[tokio::test]
+async fn the_relay_to_an_external_broker_refuses_other_processes() {
+    use tokio::io::AsyncReadExt;
+    let port = free_port();
+    let Some(_broker) = mosquitto(port) else {
+        sim::skip("mosquitto is not installed");
+        return;
+    };
+    let e = Edgecore::start(Some(port));
+    e.wait_mqtt_connected();
+    let name = format!("@edgecore-mqtt-{}-", e.child.id());
+    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    let address = table
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .find(|a| a.starts_with(&name))
+        .unwrap_or_else(|| panic!("edgecore's relay {name}… is not in /proc/net/unix"));
+    let mut other = tokio::net::UnixStream::connect(format!("\0{}", &address[1..]))
+        .await
+        .expect("the abstract socket takes the connection");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(10), other.read(&mut buf))
+        .await
+        .expect("the relay closes the connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "another process got bytes from the relay");
+    e.eventually("edgecore's log says it refused another process", |e| {
+        e.log()
+            .contains("MQTT relay refused a connection from another process")
+            .then_some(())
+    });
+    // Its own client is still connected and served.
+    exercise(port, 5).await;
+}
+
 /// The embedded broker with a password file written by Mosquitto's own `mosquitto_passwd` and
 /// a Mosquitto ACL file: an anonymous client and a wrong password are refused, and the app
 /// user reaches its device's `$hw` topics only (a publish elsewhere is acknowledged and

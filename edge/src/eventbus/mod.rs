@@ -5,6 +5,7 @@
 pub(crate) mod auth;
 pub(crate) mod broker;
 pub(crate) mod payload;
+mod quickack;
 pub(crate) mod topics;
 
 use crate::metrics::Metrics;
@@ -100,13 +101,22 @@ pub(crate) async fn run(
     let (outlet, source) = match connection {
         Connection::Tcp(settings) => {
             let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
-            let (c, eventloop) = tcp_client(&settings);
+            let relay = match quickack::start(settings.host.clone(), settings.port, cancel.clone())
+            {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the MQTT relay; connecting to the broker directly (a broker with Nagle's algorithm on then answers in ~44 ms)");
+                    None
+                }
+            };
+            let (c, eventloop) = tcp_client(&settings, relay.as_ref().map(|r| r.address.as_str()));
             tasks.spawn(poll(
                 eventloop,
                 c.clone(),
                 subscriptions(&node),
                 requests_tx,
                 metrics.clone(),
+                relay,
                 cancel.clone(),
             ));
             client = Some(c.clone());
@@ -154,8 +164,16 @@ pub(crate) async fn run(
     while tasks.join_next().await.is_some() {}
 }
 
-fn tcp_client(settings: &MqttSettings) -> (AsyncClient, EventLoop) {
-    let mut options = MqttOptions::new(&settings.client_id, &settings.host, settings.port);
+/// The client of the external broker: through `relay` ([`quickack`]) when there is one.
+fn tcp_client(settings: &MqttSettings, relay: Option<&str>) -> (AsyncClient, EventLoop) {
+    let mut options = match relay {
+        Some(address) => {
+            let mut o = MqttOptions::new(&settings.client_id, address, 0);
+            o.set_transport(rumqttc::Transport::Unix);
+            o
+        }
+        None => MqttOptions::new(&settings.client_id, &settings.host, settings.port),
+    };
     options
         .set_keep_alive(Duration::from_secs(30))
         .set_clean_session(true)
@@ -285,6 +303,7 @@ async fn poll(
     filters: Vec<String>,
     requests: mpsc::Sender<rumqttc::Publish>,
     metrics: Arc<Metrics>,
+    relay: Option<quickack::Relay>,
     cancel: CancellationToken,
 ) {
     let mut backoff = rt::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
@@ -308,9 +327,24 @@ async fn poll(
             e = eventloop.poll() => e,
         };
         match event {
-            Ok(Event::Incoming(Packet::SubAck(_))) => backoff.reset(),
+            Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                backoff.reset();
+                // Serving once the broker has taken every subscription: an app's request sent
+                // before then reaches no one.
+                let refused: Vec<&String> = filters
+                    .iter()
+                    .zip(&ack.return_codes)
+                    .filter(|(_, c)| matches!(c, rumqttc::SubscribeReasonCode::Failure))
+                    .map(|(f, _)| f)
+                    .collect();
+                if refused.is_empty() {
+                    metrics.mqtt_connected.store(1, Ordering::Relaxed);
+                    tracing::info!("subscribed to the $hw topics on the MQTT broker");
+                } else {
+                    tracing::warn!(refused = ?refused, "the MQTT broker refused edgecore's subscriptions (its ACL?): those $hw requests go unanswered");
+                }
+            }
             Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                metrics.mqtt_connected.store(1, Ordering::Relaxed);
                 tracing::info!("connected to MQTT broker");
                 let subs = filters
                     .iter()
@@ -343,7 +377,14 @@ async fn poll(
                     .mqtt_connection_errors
                     .fetch_add(1, Ordering::Relaxed);
                 let pause = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?pause, "MQTT connection failed");
+                // Through the relay, the client sees only that its side closed; the relay
+                // knows why.
+                match relay.as_ref().and_then(quickack::Relay::take_error) {
+                    Some(why) => {
+                        tracing::warn!(error = %why, client = %e, retry_in = ?pause, "MQTT connection failed")
+                    }
+                    None => tracing::warn!(error = %e, retry_in = ?pause, "MQTT connection failed"),
+                }
                 // Requests of the lost session will not be acknowledged; the broker resends
                 // what it must.
                 held.clear();
