@@ -49,11 +49,20 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 
 /// The `openAPIV3Schema` of `kind` (`Device`, `DeviceModel` or `DeviceStatus`) as JSON.
 pub fn schema_of(kind: &str) -> Option<serde_json::Value> {
-    crds()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .and_then(|c| c.spec.versions.into_iter().next())
-        .and_then(|v| v.schema)
-        .and_then(|s| s.open_api_v3_schema)
-        .and_then(|s| serde_json::to_value(s).ok())
+    let [schema] = schemas_of([kind]);
+    schema
+}
+
+/// The `openAPIV3Schema` of each of `kinds`, from one generation of the CRDs (each generation
+/// derives every schema: a few milliseconds).
+pub fn schemas_of<const N: usize>(kinds: [&str; N]) -> [Option<serde_json::Value>; N] {
+    let all = crds();
+    kinds.map(|kind| {
+        all.iter()
+            .find(|c| c.spec.names.kind == kind)
+            .and_then(|c| c.spec.versions.first())
+            .and_then(|v| v.schema.as_ref())
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| serde_json::to_value(s).ok())
+    })
 }

@@ -67,14 +67,22 @@ impl Document {
     }
 }
 
-fn cached_schema(kind: &str) -> Option<&'static Value> {
+const KINDS: [&str; 3] = ["Device", "DeviceModel", "DeviceStatus"];
+
+fn schemas() -> &'static [Option<Value>; 3] {
     static SCHEMAS: OnceLock<[Option<Value>; 3]> = OnceLock::new();
-    let all = SCHEMAS
-        .get_or_init(|| ["Device", "DeviceModel", "DeviceStatus"].map(crate::crd::schema_of));
-    let i = ["Device", "DeviceModel", "DeviceStatus"]
-        .iter()
-        .position(|k| *k == kind)?;
-    all[i].as_ref()
+    SCHEMAS.get_or_init(|| crate::crd::schemas_of(KINDS))
+}
+
+fn cached_schema(kind: &str) -> Option<&'static Value> {
+    let i = KINDS.iter().position(|k| *k == kind)?;
+    schemas()[i].as_ref()
+}
+
+/// Derives the schemas the parse checks documents against, ahead of the first parse (a
+/// server calls it on a thread of its own while it opens its stores).
+pub fn prepare() {
+    schemas();
 }
 
 /// Parses every document of `text`. A document that cannot be read at all (bad syntax) is reported
