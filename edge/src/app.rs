@@ -36,6 +36,10 @@ pub async fn run(
         rt::fs::private_database(&db)
             .with_context(|| format!("cannot make {} private", db.display()))?;
     }
+    // The manifests' schemas are derived while the databases open.
+    if config.modules.manifests {
+        std::thread::spawn(api::manifest::prepare);
+    }
     let store = Store::open_with_history(
         &config.database(),
         config.store.synchronous,
@@ -113,6 +117,7 @@ pub async fn run(
                 client_id: config.mqtt.client_id.clone(),
                 username: config.mqtt.username.clone(),
                 password: config.mqtt.password.clone(),
+                quick_ack: config.mqtt.quick_ack,
             })
         };
         tasks.spawn(eventbus::run(

@@ -253,6 +253,11 @@ pub struct Mqtt {
     pub allow_anonymous: Option<bool>,
     /// A second listener of the embedded broker, over TLS (none by default).
     pub tls: Option<MqttTls>,
+    /// On an external broker: acknowledge every TCP segment from it at once (through an
+    /// in-process relay that sets TCP_QUICKACK), so that a broker with Nagle's algorithm on
+    /// (Mosquitto as it comes) does not hold each answer up to 40 ms. The relay costs ~0.07 ms
+    /// an exchange: `false` connects directly, for a broker with `set_tcp_nodelay true`.
+    pub quick_ack: bool,
 }
 
 /// The embedded broker's TLS listener, with Mosquitto's options: `certfile`, `keyfile`,
@@ -293,6 +298,7 @@ impl Default for Mqtt {
             acl_file: None,
             allow_anonymous: None,
             tls: None,
+            quick_ack: true,
         }
     }
 }

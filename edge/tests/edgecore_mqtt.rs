@@ -308,13 +308,7 @@ async fn the_relay_to_an_external_broker_refuses_other_processes() {
     };
     let e = Edgecore::start(Some(port));
     e.wait_mqtt_connected();
-    let name = format!("@edgecore-mqtt-{}-", e.child.id());
-    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
-    let address = table
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(7))
-        .find(|a| a.starts_with(&name))
-        .unwrap_or_else(|| panic!("edgecore's relay {name}… is not in /proc/net/unix"));
+    let address = relay_of(&e).expect("edgecore's relay is in /proc/net/unix");
     let mut other = tokio::net::UnixStream::connect(format!("\0{}", &address[1..]))
         .await
         .expect("the abstract socket takes the connection");
@@ -331,6 +325,32 @@ async fn the_relay_to_an_external_broker_refuses_other_processes() {
     });
     // Its own client is still connected and served.
     exercise(port, 5).await;
+}
+
+/// The abstract socket of edgecore's relay to its external broker (`@edgecore-mqtt-PID-…`).
+fn relay_of(e: &Edgecore) -> Option<String> {
+    let name = format!("@edgecore-mqtt-{}-", e.child.id());
+    let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+    table
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .find(|a| a.starts_with(&name))
+        .map(str::to_string)
+}
+
+/// `quickAck: false` (for a broker with `set_tcp_nodelay true`): no relay, the client
+/// connects straight to the broker, and the `$hw` API is served the same.
+#[tokio::test]
+async fn without_quick_ack_edgecore_connects_straight_to_the_broker() {
+    let port = free_port();
+    let Some(_broker) = mosquitto(port) else {
+        sim::skip("mosquitto is not installed");
+        return;
+    };
+    let e = Edgecore::start_external_with(port, ", quickAck: false");
+    e.wait_mqtt_connected();
+    assert_eq!(relay_of(&e), None, "a relay is listening");
+    exercise(port, 6).await;
 }
 
 /// The embedded broker with a password file written by Mosquitto's own `mosquitto_passwd` and

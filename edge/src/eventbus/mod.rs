@@ -60,6 +60,8 @@ pub(crate) struct MqttSettings {
     pub client_id: String,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// Through the relay that acknowledges every segment at once ([`quickack`]).
+    pub quick_ack: bool,
 }
 
 /// The topic filters edgecore subscribes to.
@@ -101,10 +103,13 @@ pub(crate) async fn run(
     let (outlet, source) = match connection {
         Connection::Tcp(settings) => {
             let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
-            let relay = match quickack::start(settings.host.clone(), settings.port, cancel.clone())
+            let relay = match settings
+                .quick_ack
+                .then(|| quickack::start(settings.host.clone(), settings.port, cancel.clone()))
             {
-                Ok(r) => Some(r),
-                Err(e) => {
+                None => None,
+                Some(Ok(r)) => Some(r),
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, "cannot start the MQTT relay; connecting to the broker directly (a broker with Nagle's algorithm on then answers in ~44 ms)");
                     None
                 }

@@ -61,6 +61,18 @@ impl Edgecore {
         e
     }
 
+    /// Starts edgecore on the external broker at `port`, with `mqtt_extra` added to its
+    /// `mqtt:` settings (`, quickAck: false`).
+    pub fn start_external_with(port: u16, mqtt_extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir_all(&manifests).expect("mkdir");
+        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let mut e = Self::with_dir_and_extra(dir, Some(port), mqtt_extra, "");
+        e.wait_ready();
+        e
+    }
+
     pub fn with_dir(dir: tempfile::TempDir, external: Option<u16>) -> Self {
         Self::with_dir_and_extra(dir, external, "", "")
     }
