@@ -6,8 +6,9 @@
 //! `$hw/events/device/default/dev-N/twin/update` (`{"twin":{"pK":{"actual":{"value":"..."}}}}`)
 //! to 1000 devices x 10 INT properties and waits for each `twin/update/result`, with 1 and with
 //! 64 requests outstanding, through the release edgecore on its embedded broker and on Mosquitto
-//! (with and without `set_tcp_nodelay`), and through an echo responder on Mosquitto (a client
-//! that answers every update on its result topic at once: the client's own ceiling).
+//! (with and without `set_tcp_nodelay`), and through an echo responder on each of those two
+//! Mosquittos (a client that answers every update on its result topic at once: the client's own
+//! ceiling on that broker; each row's p50 is also given against the echo's on the same broker).
 //!
 //! Each path is measured with the clients users write their apps with, in one run: rumqttc
 //! (Rust), paho-mqtt (Python, `hardware-tests/sims/paho_twin_app.py`, in `.venv`; two processes
