@@ -132,12 +132,13 @@ fn check_names<'a>(
     }
 }
 
-fn check_cycle(value: Option<i64>, path: String, out: &mut Vec<Problem>) {
+/// `path` is only built for a problem (a start checks every property of every device).
+fn check_cycle(value: Option<i64>, path: impl FnOnce() -> String, out: &mut Vec<Problem>) {
     if let Some(v) = value
         && v < 0
     {
         out.push(Problem::error(
-            path,
+            path(),
             format!("{v} is negative; cycles are milliseconds, 0 or more"),
         ));
     }
@@ -353,7 +354,7 @@ pub fn validate_device(device: &Device, model: Option<&DeviceModel>) -> Vec<Prob
     if let Some(sr) = &spec.state_report {
         check_cycle(
             sr.report_cycle,
-            "spec.stateReport.reportCycle".into(),
+            || "spec.stateReport.reportCycle".into(),
             &mut out,
         );
     }
@@ -435,16 +436,17 @@ fn check_property(
     model: Option<&DeviceModel>,
     out: &mut Vec<Problem>,
 ) {
-    let base = format!("spec.properties[{i}]");
-    check_cycle(p.collect_cycle, format!("{base}.collectCycle"), out);
-    check_cycle(p.report_cycle, format!("{base}.reportCycle"), out);
+    // Paths are built for problems only.
+    let at = |field: &str| format!("spec.properties[{i}].{field}");
+    check_cycle(p.collect_cycle, || at("collectCycle"), out);
+    check_cycle(p.report_cycle, || at("reportCycle"), out);
     let Some(model) = model else {
         return;
     };
     let Some(mp) = model.property(&p.name) else {
         if !p.name.is_empty() {
             out.push(Problem::error(
-                format!("{base}.name"),
+                at("name"),
                 format!(
                     "property {:?} is not defined in model {:?}",
                     p.name,
@@ -463,7 +465,7 @@ fn check_property(
     ) && vp != mp_proto
     {
         out.push(Problem::warning(
-            format!("{base}.visitors.protocolName"),
+            at("visitors.protocolName"),
             format!("visitor protocol {vp:?} differs from the model protocol {mp_proto:?}"),
         ));
     }
@@ -472,7 +474,7 @@ fn check_property(
     };
     if mp.access_mode == Some(AccessMode::ReadOnly) {
         out.push(Problem::error(
-            format!("{base}.desired"),
+            at("desired"),
             format!(
                 "property {:?} is ReadOnly in the model; it cannot have a desired value",
                 p.name
@@ -481,9 +483,8 @@ fn check_property(
         return;
     }
     let ty = mp.type_.unwrap_or(PropertyType::String);
-    let path = format!("{base}.desired.value");
     if let Err(e) = ty.check_value(&desired.value) {
-        out.push(Problem::error(path, e));
+        out.push(Problem::error(at("desired.value"), e));
         return;
     }
     if ty.is_numeric()
@@ -493,7 +494,7 @@ fn check_property(
             mp.maximum.as_deref().filter(|b| parse_bound(b).is_some()),
         )
     {
-        out.push(Problem::error(&path, why));
+        out.push(Problem::error(at("desired.value"), why));
     }
 }
 

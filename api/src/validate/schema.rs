@@ -22,12 +22,18 @@ const ACCEPTED_ALIASES: &[(&str, &str)] = &[
 
 /// Checks `value` against `schema`, appending every problem found under `path` to `out`.
 pub fn check(value: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) {
+    check_at(value, schema, &mut path.to_string(), out);
+}
+
+/// [`check`] with the path in one buffer, each level's segment pushed and taken off again: a
+/// path is copied only into a problem (a start checks every field of every document).
+fn check_at(value: &Value, schema: &Value, path: &mut String, out: &mut Vec<Problem>) {
     let Some(schema) = schema.as_object() else {
         return;
     };
     if value.is_null() {
         if schema.get("nullable") != Some(&Value::Bool(true)) {
-            out.push(Problem::error(path, "null is not allowed here"));
+            out.push(Problem::error(path.as_str(), "null is not allowed here"));
         }
         return;
     }
@@ -40,8 +46,12 @@ pub fn check(value: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) 
                 return;
             };
             if let Some(item_schema) = schema.get("items") {
+                let len = path.len();
                 for (i, item) in items.iter().enumerate() {
-                    check(item, item_schema, &format!("{path}[{i}]"), out);
+                    use std::fmt::Write;
+                    let _ = write!(path, "[{i}]");
+                    check_at(item, item_schema, path, out);
+                    path.truncate(len);
                 }
             }
         }
@@ -58,7 +68,7 @@ pub fn check(value: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) 
     {
         let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
         out.push(Problem::error(
-            path,
+            path.as_str(),
             format!("{value} is not one of {}", list.join(", ")),
         ));
     }
@@ -132,7 +142,7 @@ fn check_integer(value: &Value, schema: &Map<String, Value>, path: &str, out: &m
 fn check_object(
     value: &Value,
     schema: &Map<String, Value>,
-    path: &str,
+    path: &mut String,
     preserve: bool,
     out: &mut Vec<Problem>,
 ) {
@@ -142,23 +152,29 @@ fn check_object(
     };
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
+    let len = path.len();
+    let top = path.is_empty();
     for (key, child) in object {
-        let child_path = join(path, key);
-        if path.is_empty() && key == "metadata" {
+        if !top {
+            path.push('.');
+        }
+        path.push_str(key);
+        if top && key == "metadata" {
             // The API server checks `metadata` itself (ObjectMeta), whatever the CRD schema says;
             // the typed parse and the name checks cover it here.
             if !child.is_object() {
-                out.push(type_error(&child_path, "an object", child));
+                out.push(type_error(path, "an object", child));
             }
         } else if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
-            check(child, child_schema, &child_path, out);
+            check_at(child, child_schema, path, out);
         } else if let Some(additional) = additional.filter(|a| a.is_object()) {
-            check(child, additional, &child_path, out);
+            check_at(child, additional, path, out);
         } else if preserve || additional == Some(&Value::Bool(true)) {
             // Free-form: anything goes.
         } else {
-            out.push(unknown_field(key, &child_path, properties));
+            out.push(unknown_field(key, path, properties));
         }
+        path.truncate(len);
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for name in required.iter().filter_map(Value::as_str) {
