@@ -783,13 +783,7 @@ impl Engine {
 
 /// The difference between two states of one device.
 fn diff(before: &DeviceTwin, after: &DeviceTwin, added: bool) -> Applied {
-    // A new twin changes every property: sized at once (a first start makes thousands, and
-    // growing a vector of these large changes one by one copied each several times).
-    let mut changes = Vec::with_capacity(if before.properties.is_empty() {
-        after.properties.len()
-    } else {
-        0
-    });
+    let mut changes = Vec::new();
     for (name, cur) in &after.properties {
         let last = before.properties.get(name);
         if last != Some(cur) {
