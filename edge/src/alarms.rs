@@ -176,8 +176,8 @@ impl Alarms {
                         for c in changes {
                             let id = match &c {
                                 Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
-                                    match d.device() {
-                                        Some(d) => crate::catalog::object_id(&d.metadata),
+                                    match d.id() {
+                                        Some(id) => id,
                                         None => continue,
                                     }
                                 }
@@ -211,7 +211,7 @@ impl Alarms {
             let c = crate::catalog::read(catalog);
             c.devices
                 .iter()
-                .filter(|(_, d)| d.json().contains(alarm::ANNOTATION))
+                .filter(|(_, d)| d.may_have_alarms())
                 .map(|(id, _)| id.clone())
                 .collect()
         };
@@ -226,7 +226,9 @@ impl Alarms {
     async fn rules_changed(&self, catalog: &SharedCatalog, id: &DeviceId) {
         let (rules, bad) = {
             let c = crate::catalog::read(catalog);
-            match c.devices.get(id).and_then(|d| d.device()) {
+            // A device without the annotation has no rules: not parsed to find none.
+            let stored = c.devices.get(id).filter(|d| d.may_have_alarms());
+            match stored.and_then(|d| d.device()) {
                 Some(device) => {
                     let model = c.model_of(&device);
                     let types = |p: &str| model.and_then(|m| m.property(p)).and_then(|p| p.type_);

@@ -51,6 +51,34 @@ impl StoredDevice {
         &self.0
     }
 
+    /// The device's `namespace/name`, read without parsing the rest of it (what a reader of
+    /// a change needs first).
+    pub fn id(&self) -> Option<DeviceId> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            metadata: Meta,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            name: Option<String>,
+            namespace: Option<String>,
+        }
+        let head: Head = serde_json::from_str(&self.0).ok()?;
+        Some(object_id(
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: head.metadata.name,
+                namespace: head.metadata.namespace,
+                ..Default::default()
+            },
+        ))
+    }
+
+    /// Whether the device may declare alarm rules (its JSON names their annotation): the
+    /// others need not be parsed to find none.
+    pub fn may_have_alarms(&self) -> bool {
+        self.0.contains(api::alarm::ANNOTATION)
+    }
+
     /// The device.
     pub fn device(&self) -> Option<Device> {
         match serde_json::from_str(&self.0) {
@@ -229,5 +257,38 @@ impl Sources {
         let changes = current.diff(&next);
         *current = next;
         changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The id read from the head of the JSON is the one the whole device gives, whatever its
+    /// namespace (none, empty, another) and wherever `metadata` stands among the fields.
+    #[test]
+    fn a_stored_devices_id_is_the_one_its_whole_parse_gives() {
+        for meta in [
+            r#"{"name":"d1"}"#,
+            r#"{"name":"d2","namespace":""}"#,
+            r#"{"name":"d3","namespace":"plant-7","annotations":{"devices.kubeedge.io/alarms":"hot: t > 1"}}"#,
+        ] {
+            for json in [
+                format!(
+                    r#"{{"apiVersion":"devices.kubeedge.io/v1beta1","kind":"Device","metadata":{meta},"spec":{{}}}}"#
+                ),
+                format!(r#"{{"spec":{{"properties":[]}},"metadata":{meta},"kind":"Device"}}"#),
+            ] {
+                let stored = StoredDevice::from_json(json.clone());
+                let whole = stored.device().expect("a device");
+                assert_eq!(stored.id(), Some(object_id(&whole.metadata)), "{json}");
+                assert_eq!(
+                    stored.may_have_alarms(),
+                    api::alarm::text_of(&whole.metadata).is_some(),
+                    "{json}"
+                );
+            }
+        }
+        assert_eq!(StoredDevice::from_json("not json".into()).id(), None);
     }
 }
