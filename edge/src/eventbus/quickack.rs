@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 /// How long a connection to the broker may take (rumqttc's own default).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long data sent to the broker may stay unacknowledged before the connection is given up
+/// (twice the client's keep-alive of 30 s).
+const UNACKNOWLEDGED: Duration = Duration::from_secs(60);
+
 /// The relay's address for rumqttc, and why its last connection to the broker failed.
 pub(super) struct Relay {
     /// An abstract socket name (leading NUL), as `tokio::net::UnixStream::connect` takes it.
@@ -111,6 +115,9 @@ async fn connect(host: &str, port: u16) -> std::io::Result<TcpStream> {
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))??;
     stream.set_nodelay(true)?;
+    // A broker gone silent without closing: data it does not acknowledge within this time
+    // ends the connection, so a relay blocked writing to it does not outlive its client.
+    SockRef::from(&stream).set_tcp_user_timeout(Some(UNACKNOWLEDGED))?;
     Ok(stream)
 }
 
