@@ -256,6 +256,18 @@ pub async fn run(
     // The start's burst (a first start writes every twin) filled the databases' page caches.
     twin.store().release_cache().await;
     rt::sys::release_freed();
+    // Its journal too, folded into the tables in the background within seconds, fills them
+    // again: folded now, beside what follows, and what that filled handed back as well.
+    let store = twin.store().clone();
+    tasks.spawn(async move {
+        if store.unfolded() > 0 {
+            if let Err(e) = store.fold().await {
+                tracing::debug!(error = %e, "the start's journal is left to the background fold");
+            }
+            store.release_cache().await;
+            rt::sys::release_freed();
+        }
+    });
     if let Some(cloud) = &config.cloud {
         // The container runtime, for the cloud's exec and attach, and the pods' usage.
         let runtime = config.edged.as_ref().map(|e| {
