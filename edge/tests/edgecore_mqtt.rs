@@ -260,15 +260,24 @@ async fn hw_api_on_the_embedded_broker() {
     exercise(e.mqtt_port, 2).await;
 }
 
+/// Mosquitto on a free port and edgecore connected to it with `mqtt_extra` in its `mqtt:`
+/// settings; `None` (the test skipped, saying so) without Mosquitto.
+fn on_mosquitto(mqtt_extra: &str) -> Option<(u16, Mosquitto, Edgecore)> {
+    let port = free_port();
+    let Some(broker) = mosquitto(port) else {
+        sim::skip("mosquitto is not installed");
+        return None;
+    };
+    let e = Edgecore::start_external_with(port, mqtt_extra);
+    e.wait_mqtt_connected();
+    Some((port, broker, e))
+}
+
 #[tokio::test]
 async fn hw_api_on_an_external_mosquitto() {
-    let port = free_port();
-    let Some(_broker) = mosquitto(port) else {
-        sim::skip("mosquitto is not installed");
+    let Some((port, _broker, _e)) = on_mosquitto("") else {
         return;
     };
-    let e = Edgecore::start(Some(port));
-    e.wait_mqtt_connected();
     exercise(port, 3).await;
 }
 
@@ -281,11 +290,7 @@ async fn an_external_broker_down_at_start_is_named_with_the_reason_then_joined()
         return;
     }
     let port = free_port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let manifests = dir.path().join("manifests");
-    std::fs::create_dir_all(&manifests).expect("mkdir");
-    std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
-    let e = Edgecore::with_dir(dir, Some(port));
+    let e = Edgecore::with_dir(dir_with_manifest(), Some(port));
     let why = format!("cannot connect to the MQTT broker 127.0.0.1:{port}: Connection refused");
     e.eventually(
         "edgecore's log says why the broker cannot be reached",
@@ -301,13 +306,9 @@ async fn an_external_broker_down_at_start_is_named_with_the_reason_then_joined()
 #[tokio::test]
 async fn the_relay_to_an_external_broker_refuses_other_processes() {
     use tokio::io::AsyncReadExt;
-    let port = free_port();
-    let Some(_broker) = mosquitto(port) else {
-        sim::skip("mosquitto is not installed");
+    let Some((port, _broker, e)) = on_mosquitto("") else {
         return;
     };
-    let e = Edgecore::start(Some(port));
-    e.wait_mqtt_connected();
     let address = relay_of(&e).expect("edgecore's relay is in /proc/net/unix");
     let mut other = tokio::net::UnixStream::connect(format!("\0{}", &address[1..]))
         .await
@@ -342,13 +343,9 @@ fn relay_of(e: &Edgecore) -> Option<String> {
 /// connects straight to the broker, and the `$hw` API is served the same.
 #[tokio::test]
 async fn without_quick_ack_edgecore_connects_straight_to_the_broker() {
-    let port = free_port();
-    let Some(_broker) = mosquitto(port) else {
-        sim::skip("mosquitto is not installed");
+    let Some((port, _broker, e)) = on_mosquitto(", quickAck: false") else {
         return;
     };
-    let e = Edgecore::start_external_with(port, ", quickAck: false");
-    e.wait_mqtt_connected();
     assert_eq!(relay_of(&e), None, "a relay is listening");
     exercise(port, 6).await;
 }

@@ -37,13 +37,19 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// A data directory with `manifests/oven.yaml` ([`MANIFEST`]).
+pub fn dir_with_manifest() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir_all(&manifests).expect("mkdir");
+    std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+    dir
+}
+
 impl Edgecore {
     /// Starts edgecore with the embedded broker, or with `external` as its MQTT broker port.
     pub fn start(external: Option<u16>) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let manifests = dir.path().join("manifests");
-        std::fs::create_dir_all(&manifests).expect("mkdir");
-        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let dir = dir_with_manifest();
         let mut e = Self::with_dir(dir, external);
         e.wait_ready();
         e
@@ -52,10 +58,7 @@ impl Edgecore {
     /// Starts edgecore (embedded broker) with `mqtt_extra` added to its `mqtt:` settings
     /// (`, passwordFile: FILE`) and `http_extra` to its `http:` ones.
     pub fn start_with(mqtt_extra: &str, http_extra: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let manifests = dir.path().join("manifests");
-        std::fs::create_dir_all(&manifests).expect("mkdir");
-        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let dir = dir_with_manifest();
         let mut e = Self::with_dir_and_extra(dir, None, mqtt_extra, http_extra);
         e.wait_ready();
         e
@@ -64,10 +67,7 @@ impl Edgecore {
     /// Starts edgecore on the external broker at `port`, with `mqtt_extra` added to its
     /// `mqtt:` settings (`, quickAck: false`).
     pub fn start_external_with(port: u16, mqtt_extra: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let manifests = dir.path().join("manifests");
-        std::fs::create_dir_all(&manifests).expect("mkdir");
-        std::fs::write(manifests.join("oven.yaml"), MANIFEST).expect("write manifest");
+        let dir = dir_with_manifest();
         let mut e = Self::with_dir_and_extra(dir, Some(port), mqtt_extra, "");
         e.wait_ready();
         e
