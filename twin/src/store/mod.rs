@@ -150,38 +150,26 @@ impl Store {
         sync: Synchronous,
         history: Option<crate::history::HistoryConfig>,
     ) -> Result<Self> {
-        // The three databases are independent: they open (and a first start creates them)
-        // side by side.
-        let history = async {
-            match history.filter(|h| h.enabled) {
-                Some(cfg) => match crate::history::History::open(path, cfg).await {
-                    Ok(h) => Some(h),
-                    Err(e) => {
-                        tracing::error!(error = %e, "the twins' history cannot be opened; running without it");
-                        None
-                    }
-                },
-                None => None,
-            }
+        let history = match history.filter(|h| h.enabled) {
+            Some(cfg) => match crate::history::History::open(path, cfg).await {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::error!(error = %e, "the twins' history cannot be opened; running without it");
+                    None
+                }
+            },
+            None => None,
         };
         let journal_path = journal_path(path);
-        let twins = async {
-            let pool = connect(path, sync, 8192, 10_000, Some(WAL_LIMIT), 2).await?;
-            migrate(&pool, path, MIGRATIONS).await?;
-            Ok::<_, StoreError>(pool)
-        };
-        let journal = async {
-            // The journal is only appended to and read back in order: a small cache is
-            // enough. Its writer checkpoints every JOURNAL_CHECKPOINT pages, inside the commit
-            // that reaches them (a few ms): a checkpoint left to the fold, every 2 s, had 2 s of
-            // commits to copy, and under a steady load it never caught up with the writer, so
-            // the log never started over and grew by 35 MB/s (700 MB in 20 s).
-            let journal = connect(&journal_path, sync, 1024, 0, None, 2).await?;
-            migrate(&journal, &journal_path, JOURNAL_MIGRATIONS).await?;
-            Ok::<_, StoreError>(journal)
-        };
-        let (history, pool, journal) = tokio::join!(history, twins, journal);
-        let (pool, journal) = (pool?, journal?);
+        let pool = connect(path, sync, 8192, 10_000, Some(WAL_LIMIT), 2).await?;
+        // The journal is only appended to and read back in order: a small cache is enough.
+        // Its writer checkpoints every JOURNAL_CHECKPOINT pages, inside the commit that
+        // reaches them (a few ms): a checkpoint left to the fold, every 2 s, had 2 s of commits
+        // to copy, and under a steady load it never caught up with the writer, so the log
+        // never started over and grew by 35 MB/s (700 MB in 20 s).
+        let journal = connect(&journal_path, sync, 1024, 0, None, 2).await?;
+        migrate(&pool, path, MIGRATIONS).await?;
+        migrate(&journal, &journal_path, JOURNAL_MIGRATIONS).await?;
         let journal_writer = connect_options(&journal_path, sync, 1024, JOURNAL_CHECKPOINT, None)
             .connect()
             .await
