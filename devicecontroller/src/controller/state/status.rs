@@ -532,20 +532,17 @@ impl Reconciler {
                             // Too large for a ConfigMap: the API would refuse it at every
                             // change. Its ConfigMap says so instead (applied without the key,
                             // so an earlier profile there goes), until the devices change.
-                            let cm = if t.len() + profile::KEY.len() > max {
+                            let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": name, "namespace": k.0,
+                                    "labels": {PROFILE_LABEL: k.1}},
+                                "data": {}});
+                            if t.len() + profile::KEY.len() > max {
                                 let why = profile::omitted(*devices, t.len(), max);
                                 tracing::warn!(configmap = %name, namespace = %k.0, "{why}");
-                                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                    "metadata": {"name": name, "namespace": k.0,
-                                        "labels": {PROFILE_LABEL: k.1},
-                                        "annotations": {profile::OMITTED: why}},
-                                    "data": {}})
+                                cm["metadata"]["annotations"] = json!({profile::OMITTED: why});
                             } else {
-                                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                    "metadata": {"name": name, "namespace": k.0,
-                                        "labels": {PROFILE_LABEL: k.1}},
-                                    "data": {profile::KEY: t}})
-                            };
+                                cm["data"] = json!({profile::KEY: t});
+                            }
                             api.patch(
                                 &name,
                                 &PatchParams::apply("devicecontroller").force(),
