@@ -118,6 +118,7 @@ pub async fn run(
                 username: config.mqtt.username.clone(),
                 password: config.mqtt.password.clone(),
                 quick_ack: config.mqtt.quick_ack,
+                keep_alive: Duration::from_secs(config.mqtt.keep_alive_seconds.into()),
             })
         };
         tasks.spawn(eventbus::run(

@@ -19,6 +19,8 @@
 //! # localhost and the host name (DNS rebinding): http: {hosts: [gateway-3.plant.example]}
 //! # the embedded broker's bounds: mqtt.maxConnections (1024), and per client
 //! # mqtt.maxQueuedMessages (1000), mqtt.maxQueuedBytes (16777216), mqtt.maxInflightMessages (20)
+//! # on an external broker (mode: external): a broker silent for twice mqtt.keepAliveSeconds (30)
+//! # is left and joined again; mqtt.quickAck (true) acknowledges its segments at once
 //! store: {synchronous: normal}                         # or full (fsync every commit)
 //! twin: {maxValueBytes: 65536, maxDocumentBytes: 1048576}
 //! # join a cloudcore (edgehub; none: local manifests only); the token (cloudcore gettoken) is
@@ -258,6 +260,10 @@ pub struct Mqtt {
     /// (Mosquitto as it comes) does not hold each answer up to 40 ms. The relay costs ~0.07 ms
     /// an exchange: `false` connects directly, for a broker with `set_tcp_nodelay true`.
     pub quick_ack: bool,
+    /// On an external broker: edgecore's MQTT keep-alive, in seconds (1-65535). A broker that
+    /// stops answering without closing the connection is found within twice this: the ping
+    /// sent after this long without traffic goes unanswered, and the client reconnects.
+    pub keep_alive_seconds: u16,
 }
 
 /// The embedded broker's TLS listener, with Mosquitto's options: `certfile`, `keyfile`,
@@ -299,6 +305,7 @@ impl Default for Mqtt {
             allow_anonymous: None,
             tls: None,
             quick_ack: true,
+            keep_alive_seconds: 30,
         }
     }
 }
@@ -539,6 +546,10 @@ impl Config {
             ("mqtt.maxQueuedMessages", self.mqtt.max_queued_messages),
             ("mqtt.maxQueuedBytes", self.mqtt.max_queued_bytes),
             ("mqtt.maxInflightMessages", self.mqtt.max_inflight_messages),
+            (
+                "mqtt.keepAliveSeconds",
+                usize::from(self.mqtt.keep_alive_seconds),
+            ),
             ("dmi.maxConnections", self.dmi.max_connections),
             ("dmi.probeIntervalMs", self.dmi.probe_interval_ms as usize),
             ("dmi.probeTimeoutMs", self.dmi.probe_timeout_ms as usize),
@@ -704,6 +715,14 @@ mod tests {
         let e = parse("mqtt:\n  adress: x\n").expect_err("typo");
         assert!(e.to_string().contains("key `mqtt.adress`"), "{e}");
         let e = parse("mqtt:\n  address: nowhere\n").expect_err("no port");
+        assert_eq!(parse("").expect("defaults").mqtt.keep_alive_seconds, 30);
+        for bad in ["0", "65536", "-1", "thirty"] {
+            let e = parse(&format!("mqtt: {{keepAliveSeconds: {bad}}}\n")).expect_err(bad);
+            assert!(
+                e.to_string().contains("key `mqtt.keepAliveSeconds`"),
+                "{bad}: {e}"
+            );
+        }
         assert!(e.to_string().contains("key `mqtt.address`"), "{e}");
         let e = parse("nodeName: Not_A_Name\n").expect_err("bad name");
         assert!(e.to_string().contains("key `nodeName`"), "{e}");

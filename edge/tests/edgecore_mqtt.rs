@@ -328,6 +328,34 @@ async fn the_relay_to_an_external_broker_refuses_other_processes() {
     exercise(port, 5).await;
 }
 
+/// A broker that goes silent without closing the connection (stopped: its host still
+/// acknowledges every byte, so no socket error comes): edgecore finds it by the ping it does not
+/// answer, within twice `keepAliveSeconds`, says so, stops counting itself connected, and is
+/// served again once the broker answers. With the default keep-alive (30 s) nothing is said
+/// within the 10 s this test waits.
+#[tokio::test]
+async fn an_external_broker_gone_silent_is_found_by_its_ping_and_joined_again() {
+    let Some((port, broker, e)) = on_mosquitto(", keepAliveSeconds: 1") else {
+        return;
+    };
+    exercise(port, 7).await;
+    broker.signal("STOP");
+    e.eventually("edgecore's log says the broker went silent", |e| {
+        e.log()
+            .contains("the MQTT broker did not answer a ping within 1s")
+            .then_some(())
+    });
+    let metrics = e.metrics();
+    assert!(
+        metrics.lines().any(|l| l == "edgecore_mqtt_connected 0"),
+        "edgecore still counts itself connected to a silent broker"
+    );
+    broker.signal("CONT");
+    e.wait_mqtt_connected();
+    // (Round 2: the second round on one edgecore.)
+    exercise(port, 2).await;
+}
+
 /// The abstract socket of edgecore's relay to its external broker (`@edgecore-mqtt-PID-…`).
 fn relay_of(e: &Edgecore) -> Option<String> {
     let name = format!("@edgecore-mqtt-{}-", e.child.id());

@@ -62,6 +62,8 @@ pub(crate) struct MqttSettings {
     pub password: Option<String>,
     /// Through the relay that acknowledges every segment at once ([`quickack`]).
     pub quick_ack: bool,
+    /// The keep-alive: a broker silent for twice this is left and joined again.
+    pub keep_alive: Duration,
 }
 
 /// The topic filters edgecore subscribes to.
@@ -180,7 +182,7 @@ fn tcp_client(settings: &MqttSettings, relay: Option<&str>) -> (AsyncClient, Eve
         None => MqttOptions::new(&settings.client_id, &settings.host, settings.port),
     };
     options
-        .set_keep_alive(Duration::from_secs(30))
+        .set_keep_alive(settings.keep_alive)
         .set_clean_session(true)
         // Any size a broker may deliver (MQTT's own limit): one app's oversized publish must
         // not make the client drop its connection and lose everybody else's requests; such a
@@ -311,6 +313,7 @@ async fn poll(
     relay: Option<quickack::Relay>,
     cancel: CancellationToken,
 ) {
+    let keep_alive = eventloop.mqtt_options.keep_alive();
     let mut backoff = rt::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut held: std::collections::VecDeque<rumqttc::Publish> = std::collections::VecDeque::new();
     loop {
@@ -387,6 +390,19 @@ async fn poll(
                 match relay.as_ref().and_then(quickack::Relay::take_error) {
                     Some(why) => {
                         tracing::warn!(error = %why, client = %e, retry_in = ?pause, "MQTT connection failed")
+                    }
+                    None if matches!(
+                        e,
+                        rumqttc::ConnectionError::MqttState(rumqttc::StateError::AwaitPingResp)
+                    ) =>
+                    {
+                        // The broker's host still acknowledges the bytes (a stopped or hung
+                        // broker, a link that went silent): only the unanswered ping tells.
+                        tracing::warn!(
+                            error = %format!("the MQTT broker did not answer a ping within {}s (mqtt.keepAliveSeconds): silent without closing the connection", keep_alive.as_secs()),
+                            retry_in = ?pause,
+                            "MQTT connection failed"
+                        )
                     }
                     None => tracing::warn!(error = %e, retry_in = ?pause, "MQTT connection failed"),
                 }

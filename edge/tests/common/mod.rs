@@ -287,6 +287,18 @@ pub fn desired(twin: &Value, prop: &str) -> Option<String> {
 /// A Mosquitto broker on `port`, killed on drop; `None` when mosquitto is not installed.
 pub struct Mosquitto(Child, #[allow(dead_code)] tempfile::TempDir);
 
+impl Mosquitto {
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the broker with `kill`.
+    #[allow(dead_code)]
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([format!("-{signal}"), self.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} mosquitto");
+    }
+}
+
 impl Drop for Mosquitto {
     fn drop(&mut self) {
         let _ = self.0.kill();
