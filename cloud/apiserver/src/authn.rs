@@ -80,21 +80,51 @@ pub(crate) fn authenticate(
         .map(|(_, u)| u.clone())
 }
 
+/// What a request asks to act as: `Impersonate-User` and its `Impersonate-Group`s, `None` when
+/// it asks nothing. Whatever cannot be honoured is refused, not left out (the request would then
+/// run as someone it did not ask for): groups without a user (as Kubernetes), a value that is
+/// not text, and the impersonation headers this server does not implement (`Impersonate-Uid`,
+/// `Impersonate-Extra-*`).
+pub(crate) fn impersonation(headers: &HeaderMap) -> Result<Option<(String, Vec<String>)>, Status> {
+    let text = |name: &str, v: &axum::http::HeaderValue| {
+        v.to_str()
+            .map(str::to_string)
+            .map_err(|_| Status::bad_request(format!("header {name} is not text")))
+    };
+    let mut user = None;
+    let mut groups = Vec::new();
+    for (name, value) in headers {
+        // (Header names come lower-cased.)
+        let name = name.as_str();
+        if name == "impersonate-user" {
+            if user.is_some() {
+                return Err(Status::bad_request("more than one Impersonate-User header"));
+            }
+            user = Some(text("Impersonate-User", value)?);
+        } else if name == "impersonate-group" {
+            groups.push(text("Impersonate-Group", value)?);
+        } else if name.starts_with("impersonate-") {
+            return Err(Status::bad_request(format!(
+                "header {name} is not supported here (only Impersonate-User and Impersonate-Group)"
+            )));
+        }
+    }
+    match user {
+        Some(u) if u.is_empty() => Err(Status::bad_request("Impersonate-User is empty")),
+        Some(u) => Ok(Some((u, groups))),
+        None if groups.is_empty() => Ok(None),
+        None => Err(Status::bad_request(
+            "Impersonate-Group without Impersonate-User: a group is impersonated only with a user",
+        )),
+    }
+}
+
 /// The user a request acts as: `Impersonate-User` (with its `Impersonate-Group`s) when the
 /// caller may impersonate them (`impersonate` on `users` and `groups`), as `kubectl --as`.
 pub(crate) fn impersonated(api: &Api, user: User, headers: &HeaderMap) -> Result<User, Status> {
-    let Some(target) = headers
-        .get("Impersonate-User")
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some((target, groups)) = impersonation(headers)? else {
         return Ok(user);
     };
-    let groups: Vec<String> = headers
-        .get_all("Impersonate-Group")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
-        .collect();
     let tables = api.store.read();
     let asks = |resource: &'static str, name: &str| {
         let a = authz::Attributes {
@@ -112,7 +142,7 @@ pub(crate) fn impersonated(api: &Api, user: User, headers: &HeaderMap) -> Result
             Err(authz::forbidden(&user, &a))
         }
     };
-    asks("users", target)?;
+    asks("users", &target)?;
     for g in &groups {
         asks("groups", g)?;
     }
@@ -128,6 +158,60 @@ mod tests {
             "s3cret".into(),
             User::new("admin", vec!["system:masters".into()]),
         )]
+    }
+
+    #[test]
+    fn an_impersonation_that_cannot_be_honoured_is_refused_not_left_out() {
+        use axum::http::HeaderValue;
+        let ask = |pairs: &[(&'static str, &[u8])]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, HeaderValue::from_bytes(v).expect("a header value"));
+            }
+            impersonation(&h).map_err(|s| s.message)
+        };
+        assert_eq!(ask(&[]), Ok(None));
+        assert_eq!(ask(&[("accept", b"*/*")]), Ok(None));
+        assert_eq!(
+            ask(&[
+                ("Impersonate-User", b"alice"),
+                ("Impersonate-Group", b"devs"),
+                ("impersonate-group", b"ops"),
+            ]),
+            Ok(Some(("alice".into(), vec!["devs".into(), "ops".into()])))
+        );
+        let refused = |pairs: &[(&'static str, &[u8])], says: &str| {
+            let e = ask(pairs).expect_err(says);
+            assert!(e.contains(says), "{e}");
+        };
+        refused(
+            &[("Impersonate-Group", b"system:masters")],
+            "without Impersonate-User",
+        );
+        refused(
+            &[("Impersonate-User", b"\xff\xfe")],
+            "Impersonate-User is not text",
+        );
+        refused(
+            &[
+                ("Impersonate-User", b"alice"),
+                ("Impersonate-Group", b"\xffx"),
+            ],
+            "Impersonate-Group is not text",
+        );
+        refused(&[("Impersonate-User", b"")], "Impersonate-User is empty");
+        refused(
+            &[("Impersonate-User", b"alice"), ("Impersonate-User", b"bob")],
+            "more than one",
+        );
+        refused(
+            &[("Impersonate-User", b"alice"), ("Impersonate-Uid", b"42")],
+            "impersonate-uid is not supported",
+        );
+        refused(
+            &[("Impersonate-Extra-Scopes", b"view")],
+            "impersonate-extra-scopes is not supported",
+        );
     }
 
     #[test]
