@@ -260,12 +260,24 @@ pub async fn run(
     // Its journal too, folded into the tables in the background within seconds, fills them
     // again: folded now, beside what follows, and what that filled handed back as well.
     let store = twin.store().clone();
+    let twin2 = twin.clone();
     tasks.spawn(async move {
         if store.unfolded() > 0 {
             if let Err(e) = store.fold().await {
                 tracing::debug!(error = %e, "the start's journal is left to the background fold");
             }
             store.release_cache().await;
+            // The twins it created lie among the burst's freed allocations: made again
+            // now, they pack together and the holes go back to the system.
+            let began = std::time::Instant::now();
+            match twin2.repack().await {
+                Ok(Ok(())) => tracing::debug!(
+                    ms = began.elapsed().as_millis() as u64,
+                    "the twins made again after the start"
+                ),
+                Ok(Err(e)) => tracing::warn!(error = %e, "the twins were left as made"),
+                Err(e) => tracing::debug!(error = %e, "the twins were left as made"),
+            }
             rt::sys::release_freed();
         }
     });

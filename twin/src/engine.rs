@@ -149,6 +149,49 @@ impl Engine {
         self.devices.values()
     }
 
+    /// Makes every twin again, from a copy written out first, and drops the old ones before
+    /// the new ones are made: twins created in a burst (a first start declares a thousand
+    /// devices) lie scattered among the burst's short-lived allocations, and the holes between
+    /// them stay resident; made again once the burst is over, they pack together. Changes
+    /// nothing: what is in memory only (`last_read`) is carried over, and a copy that does not
+    /// read back equal to the twins is not used (the error says so and the twins stay as they
+    /// were).
+    pub fn repack(&mut self) -> Result<(), String> {
+        let twins: Vec<&DeviceTwin> = self.devices.values().collect();
+        let packed = serde_json::to_vec(&twins).map_err(|e| format!("cannot write: {e}"))?;
+        let read: Vec<DeviceTwin> =
+            serde_json::from_slice(&packed).map_err(|e| format!("cannot read back: {e}"))?;
+        if let Some(t) = twins.iter().zip(&read).find(|(a, b)| **a != *b) {
+            return Err(format!("{} reads back different", t.0.id()));
+        }
+        drop(read);
+        let reads: Vec<(DeviceId, String, Millis)> = twins
+            .iter()
+            .flat_map(|t| {
+                t.properties
+                    .iter()
+                    .filter_map(|(k, p)| p.last_read.0.map(|at| (t.id(), k.clone(), at)))
+            })
+            .collect();
+        drop(twins);
+        self.devices = HashMap::new();
+        // The same bytes, read by the same code that has just read them.
+        let twins: Vec<DeviceTwin> =
+            serde_json::from_slice(&packed).map_err(|e| format!("cannot read back: {e}"))?;
+        drop(packed);
+        self.devices = twins.into_iter().map(|t| (t.id(), t)).collect();
+        for (id, name, at) in reads {
+            if let Some(p) = self
+                .devices
+                .get_mut(&id)
+                .and_then(|t| t.properties.get_mut(&name))
+            {
+                p.last_read.0 = Some(at);
+            }
+        }
+        Ok(())
+    }
+
     /// An alarm of the device to tell the cloud (`value`: the alarm as JSON): an outbox entry
     /// alone, the twin unchanged. Nothing for a device the twin does not hold.
     pub fn alarm(&mut self, id: &DeviceId, rule: &str, value: String, now: Millis) -> Applied {

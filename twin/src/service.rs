@@ -145,6 +145,7 @@ enum Command {
     Get(DeviceId, oneshot::Sender<Option<DeviceTwin>>),
     List(oneshot::Sender<Vec<DeviceRow>>),
     All(oneshot::Sender<Vec<DeviceTwin>>),
+    Repack(oneshot::Sender<Result<(), String>>),
 }
 
 /// Counters of the service, for metrics.
@@ -273,6 +274,12 @@ impl TwinService {
     /// Every twin whole (sorted by namespace and name), as committed.
     pub async fn all(&self) -> Result<Vec<DeviceTwin>> {
         self.ask(Command::All).await
+    }
+
+    /// Makes every twin again once a burst of creations is over, so that they pack together
+    /// in memory ([`Engine::repack`]); the twins do not change. The error says why not.
+    pub async fn repack(&self) -> Result<Result<(), String>> {
+        self.ask(Command::Repack).await
     }
 
     /// Committed changes from now on.
@@ -437,6 +444,9 @@ async fn run(
                         engine.devices().map(|t| t.row.clone()).collect();
                     rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
                     batch.reads.push(Answer::List(rows, reply));
+                }
+                Command::Repack(reply) => {
+                    let _ = reply.send(engine.repack());
                 }
                 Command::All(reply) => {
                     let mut twins: Vec<DeviceTwin> = engine.devices().cloned().collect();

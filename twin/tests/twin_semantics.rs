@@ -697,3 +697,57 @@ fn a_refused_spec_value_holds_back_no_other_property_nor_a_later_value() {
     e.upsert_device(&pair("85", "3"), 7).expect("valid");
     assert_eq!(state(&e, "a"), (Some("85".to_string()), None));
 }
+
+#[test]
+fn repacking_the_twins_changes_none_of_them() {
+    let mut e = Engine::new(Vec::new(), Limits::default(), 0);
+    let ids: Vec<DeviceId> = (0..50)
+        .map(|i| {
+            DeviceId::new(
+                if i % 2 == 0 { "default" } else { "line-ä" },
+                format!("d-{i}"),
+            )
+        })
+        .collect();
+    for (i, d) in ids.iter().enumerate() {
+        let mut dd = decl(Some("20.5"));
+        dd.id = d.clone();
+        e.upsert_device(&dd, 1).expect("valid");
+        let mut failed = report("temperature", "");
+        failed.value = None;
+        failed.error = Some(format!("timeout after {i} ms: \"quoted\" \u{1F525}"));
+        let reports = match i % 4 {
+            0 => vec![report("temperature", &i64::MIN.to_string())],
+            1 => vec![failed],
+            2 => vec![adding("json", r#"{"a": [1, 2.50, 18446744073709551615]}"#)],
+            _ => vec![report("temperature", "7"), report("setpoint", "20.5")],
+        };
+        e.report(d, &reports, 10 + i as i64).expect("valid");
+        if i % 3 == 0 {
+            e.edge_desired(d, &[("setpoint".into(), "1e3".into())], None, 20)
+                .expect("valid");
+        }
+        if i % 5 == 0 {
+            e.set_state(d, "online", "", 30).expect("valid");
+        }
+    }
+    let sorted = |e: &Engine| {
+        let mut all: Vec<_> = e.devices().cloned().collect();
+        all.sort_by_key(|t| t.id().to_string());
+        all
+    };
+    let before = sorted(&e);
+    e.repack().expect("the twins read back");
+    assert_eq!(sorted(&e), before, "every twin as it was");
+    assert_eq!(e.len(), ids.len());
+    // What is kept in memory only is kept too.
+    let t = e.get(&ids[0]).expect("twin");
+    assert_eq!(t.properties["temperature"].last_read.0, Some(10));
+    // And the engine goes on from where it was: versions keep counting.
+    let v = t.row.reported_version;
+    e.report(&ids[0], &[report("temperature", "8")], 99)
+        .expect("valid");
+    let t = e.get(&ids[0]).expect("twin");
+    assert_eq!(t.row.reported_version, v + 1);
+    assert_eq!(t.properties["temperature"].last_read.0, Some(99));
+}
