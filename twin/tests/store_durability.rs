@@ -376,6 +376,31 @@ async fn a_newer_schema_is_refused_with_a_clear_error() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn a_database_without_its_fold_mark_is_refused_naming_it() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("twin.db");
+    let s = Store::open(&path, Synchronous::Normal).await?;
+    s.close().await;
+    {
+        use sqlx::ConnectOptions;
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await?;
+        sqlx::query("DELETE FROM folded").execute(&mut c).await?;
+    }
+    let err = Store::open(&path, Synchronous::Normal)
+        .await
+        .expect_err("no fold mark");
+    let text = err.to_string();
+    assert!(
+        text.contains("fold mark") && text.contains("`folded`"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_version_1_database_is_migrated_with_its_twins() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("twin.db");

@@ -245,7 +245,7 @@ impl Store {
     pub(super) async fn fold_or_overlay(&self) -> Result<Option<Pending>> {
         match self.fold().await {
             Ok(_) => Ok(None),
-            Err(e @ StoreError::Corrupt { .. }) => Err(e),
+            Err(e @ (StoreError::Corrupt { .. } | StoreError::Missing { .. })) => Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot fold the twin journal; reading it over the tables");
                 self.reclaim().await;
@@ -282,9 +282,12 @@ pub(super) fn journal_row(r: &SqliteRow) -> Result<(u64, Vec<Record>)> {
 
 /// The last journal row the tables cover.
 pub(super) async fn folded_seq(pool: &SqlitePool) -> Result<u64> {
-    let seq: i64 = sqlx::query_scalar("SELECT seq FROM folded WHERE id = 0")
-        .fetch_one(pool)
+    let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM folded WHERE id = 0")
+        .fetch_optional(pool)
         .await?;
+    let seq = seq.ok_or(StoreError::Missing {
+        what: "its journal's fold mark (the row of table `folded`)",
+    })?;
     Ok(u(seq))
 }
 

@@ -65,6 +65,10 @@ pub enum StoreError {
     Sql(#[from] sqlx::Error),
     #[error("failed to encode a journal record: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error(
+        "twin database lacks {what}: it was changed by something other than edgecore (restore it from a backup, or move it aside to start with no twins)"
+    )]
+    Missing { what: &'static str },
     #[error("twin database holds an invalid {what}: {value:?}")]
     Corrupt { what: &'static str, value: String },
     #[error("not written: an earlier batch failed to commit and this one was built on it")]
@@ -201,7 +205,7 @@ impl Store {
             Ok(n) => {
                 tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run")
             }
-            Err(e @ StoreError::Corrupt { .. }) => return Err(e),
+            Err(e @ (StoreError::Corrupt { .. } | StoreError::Missing { .. })) => return Err(e),
             Err(e) => {
                 // A full disk: the journal is kept, read over the tables, and folded later.
                 let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal WHERE seq > ?")
