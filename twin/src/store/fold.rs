@@ -245,7 +245,7 @@ impl Store {
     pub(super) async fn fold_or_overlay(&self) -> Result<Option<Pending>> {
         match self.fold().await {
             Ok(_) => Ok(None),
-            Err(e @ (StoreError::Corrupt { .. } | StoreError::Missing { .. })) => Err(e),
+            Err(e) if e.is_damage() => Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot fold the twin journal; reading it over the tables");
                 self.reclaim().await;

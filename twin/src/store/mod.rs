@@ -75,6 +75,14 @@ pub enum StoreError {
     Abandoned,
 }
 
+impl StoreError {
+    /// Whether the database's content is damaged (not the disk or the driver failing): nothing
+    /// to retry or to read around.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Self::Corrupt { .. } | Self::Missing { .. })
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// How hard SQLite syncs to disk. With the WAL journal, `Normal` survives any crash of the
@@ -205,7 +213,7 @@ impl Store {
             Ok(n) => {
                 tracing::info!(rows = n, path = %path.display(), "folded the journal left by the last run")
             }
-            Err(e @ (StoreError::Corrupt { .. } | StoreError::Missing { .. })) => return Err(e),
+            Err(e) if e.is_damage() => return Err(e),
             Err(e) => {
                 // A full disk: the journal is kept, read over the tables, and folded later.
                 let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal WHERE seq > ?")
