@@ -142,6 +142,8 @@ type Reply = oneshot::Sender<Result<Done>>;
 enum Command {
     /// With the device whose twin is answered along with the change.
     Op(Op, Option<DeviceId>, Reply),
+    /// Operations applied in order in one batch, each answered on its own.
+    Ops(Vec<(Op, Reply)>),
     Get(DeviceId, oneshot::Sender<Option<DeviceTwin>>),
     List(oneshot::Sender<Vec<DeviceRow>>),
     All(oneshot::Sender<Vec<DeviceTwin>>),
@@ -255,6 +257,21 @@ impl TwinService {
     /// waits for the next commit too.
     pub async fn apply_and_get(&self, op: Op, id: &DeviceId) -> Result<Done> {
         self.send_op(op, Some(id.clone())).await
+    }
+
+    /// Hands `ops` to the engine, to be applied in order, all in the same batch (a burst, such
+    /// as the devices of a start, is not committed one by one while the rest is still on its
+    /// way). Returns once they are queued; [`Submitted::results`] answers each once committed.
+    pub async fn submit_all(&self, ops: Vec<Op>) -> Submitted {
+        let (mut cmds, mut replies) = (Vec::with_capacity(ops.len()), Vec::new());
+        for op in ops {
+            let (tx, rx) = oneshot::channel();
+            cmds.push((op, tx));
+            replies.push(rx);
+        }
+        // Not sent (the engine stopped): every reply's sender is dropped with the command.
+        let _ = self.tx.send(Command::Ops(cmds)).await;
+        Submitted(replies)
     }
 
     async fn send_op(&self, op: Op, get: Option<DeviceId>) -> Result<Done> {
@@ -425,13 +442,28 @@ async fn run(
             n += 1;
             match cmd {
                 Command::Op(op, get, reply) => {
-                    if let Some(e) = &refuse {
-                        stats.writes_refused.fetch_add(1, Ordering::Relaxed);
-                        let _ = reply.send(Err(e.clone()));
-                    } else {
-                        let r = apply(&mut engine, op, crate::now_millis())
-                            .map(|a| (Arc::new(a), get.and_then(|id| engine.get(&id).cloned())));
-                        batch.done.push((r.map_err(ServiceError::from), reply));
+                    take(
+                        &mut engine,
+                        &mut batch,
+                        refuse.as_ref(),
+                        &stats,
+                        op,
+                        get,
+                        reply,
+                    );
+                }
+                Command::Ops(ops) => {
+                    n += ops.len().saturating_sub(1);
+                    for (op, reply) in ops {
+                        take(
+                            &mut engine,
+                            &mut batch,
+                            refuse.as_ref(),
+                            &stats,
+                            op,
+                            None,
+                            reply,
+                        );
                     }
                 }
                 Command::Get(id, reply) => {
@@ -467,6 +499,43 @@ async fn run(
     }
     drop(batches);
     let _ = writer.await;
+}
+
+/// Operations handed to the engine by [`TwinService::submit_all`].
+pub struct Submitted(Vec<oneshot::Receiver<Result<Done>>>);
+
+impl Submitted {
+    /// What each operation changed, in order, once committed.
+    pub async fn results(self) -> Vec<Result<Arc<Applied>>> {
+        let mut out = Vec::with_capacity(self.0.len());
+        for rx in self.0 {
+            out.push(match rx.await {
+                Ok(r) => r.map(|(applied, _)| applied),
+                Err(_) => Err(ServiceError::Stopped),
+            });
+        }
+        out
+    }
+}
+
+/// Applies `op` to the engine into `batch`, or refuses it at once with `refuse`.
+fn take(
+    engine: &mut Engine,
+    batch: &mut Batch,
+    refuse: Option<&ServiceError>,
+    stats: &Stats,
+    op: Op,
+    get: Option<DeviceId>,
+    reply: Reply,
+) {
+    if let Some(e) = refuse {
+        stats.writes_refused.fetch_add(1, Ordering::Relaxed);
+        let _ = reply.send(Err(e.clone()));
+    } else {
+        let r = apply(engine, op, crate::now_millis())
+            .map(|a| (Arc::new(a), get.and_then(|id| engine.get(&id).cloned())));
+        batch.done.push((r.map_err(ServiceError::from), reply));
+    }
 }
 
 /// The writer task: commits each batch in one transaction, then answers its callers (a

@@ -124,6 +124,38 @@ async fn committed_updates_survive_a_restart() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Operations handed over together are applied in order and committed in one transaction,
+/// however many; one refused among them is answered with its error and holds back none of the
+/// others; and every answered change is there after a restart.
+#[tokio::test]
+async fn operations_submitted_together_commit_as_one() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let svc = open(dir.path()).await?;
+    let commits = svc.stats().commits.load(Ordering::Relaxed);
+    let mut ops: Vec<Op> = (0..300).map(|n| Op::Upsert(decl(n))).collect();
+    ops.insert(150, Op::Remove(DeviceId::new("default", "never-declared")));
+    // In order: a report on a device declared earlier in the same submission lands.
+    ops.push(Op::Report {
+        id: decl(299).id,
+        reports: all_props(7),
+    });
+    let results = svc.submit_all(ops).await.results().await;
+    assert_eq!(results.len(), 302);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r.is_err(), i == 150, "operation {i}: {r:?}");
+    }
+    assert_eq!(svc.stats().commits.load(Ordering::Relaxed), commits + 1);
+    let (_svc, _, after) = across_a_restart(svc, dir.path(), &decl(299).id).await?;
+    assert_eq!(
+        after.properties["p3"]
+            .reported
+            .as_ref()
+            .map(|v| v.value.as_str()),
+        Some("7")
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn unchanged_reports_write_nothing() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;

@@ -2,7 +2,6 @@
 
 use crate::catalog::{Change, SharedCatalog, Sources};
 use tokio::sync::broadcast;
-use tokio::task::JoinSet;
 use twin::TwinService;
 use twin::engine::DeviceDecl;
 use twin::service::Op;
@@ -46,7 +45,7 @@ impl CatalogSync {
     }
 
     async fn apply_to_twin(&self, changes: &[Change]) {
-        let mut pending = JoinSet::new();
+        let mut pending = Vec::new();
         // A model's change (a range, a unit, a type) reaches the twins of the devices that use
         // it at once, not at their next change: each is declared again with the new model.
         let changed_models: Vec<(String, String)> = (changes.iter())
@@ -82,33 +81,38 @@ impl CatalogSync {
                 }
             }
         }
-        for op in redeclared {
-            let twin = self.twin.clone();
-            pending.spawn(async move { twin.apply(op).await });
-        }
+        // Sent in chunks, each applied as one batch: the engine applies one while the next is
+        // read, and a start's thousand devices are not committed one by one.
+        const CHUNK: usize = 128;
+        let mut ops = redeclared;
         for change in changes {
-            let op = match change {
+            match change {
                 Change::DeviceAdded(d) | Change::DeviceUpdated(d) => {
                     let Some(d) = d.device() else { continue };
                     let decl = {
                         let c = crate::catalog::read(&self.catalog);
                         DeviceDecl::from_device(&d, c.model_of(&d))
                     };
-                    Op::Upsert(decl)
+                    ops.push(Op::Upsert(decl));
                 }
-                Change::DeviceRemoved(id) => Op::Remove(id.clone()),
+                Change::DeviceRemoved(id) => ops.push(Op::Remove(id.clone())),
                 _ => continue,
-            };
-            let twin = self.twin.clone();
-            pending.spawn(async move { twin.apply(op).await });
+            }
+            if ops.len() >= CHUNK {
+                pending.push(self.twin.submit_all(std::mem::take(&mut ops)).await);
+            }
         }
-        while let Some(r) = pending.join_next().await {
-            match r {
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "failed to apply a catalog change to the twin")
-                }
-                Err(e) => tracing::warn!(error = %e, "a catalog change task failed"),
-                Ok(Ok(_)) => {}
+        if !ops.is_empty() {
+            pending.push(self.twin.submit_all(ops).await);
+        }
+        for submitted in pending {
+            for e in submitted
+                .results()
+                .await
+                .into_iter()
+                .filter_map(Result::err)
+            {
+                tracing::warn!(error = %e, "failed to apply a catalog change to the twin")
             }
         }
     }
