@@ -88,18 +88,52 @@ pub fn prepare() {
 /// Parses every document of `text`. A document that cannot be read at all (bad syntax) is reported
 /// and parsing goes on with the next one where the YAML parser can resynchronise; YAML that is
 /// broken beyond that yields one document with the error.
+///
+/// A large text (a gateway's thousand devices in one file) is cut at document-start lines and its
+/// parts parsed on as many threads as there are cores (up to [`MAX_THREADS`]): the result is the
+/// one a single pass gives, which a part with any syntax error falls back to, so that errors
+/// name their place in the whole text.
 pub fn parse_documents(text: &str) -> Vec<Document> {
-    let mut out = Vec::new();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if text.len() < PARALLEL_FROM || threads < 2 {
+        return parse_stream(text).documents;
+    }
+    let parts = cut(text, threads.min(MAX_THREADS));
+    parse_parts(&parts).unwrap_or_else(|| parse_stream(text).documents)
+}
+
+/// Texts from this size on are parsed in parts (a smaller one parses faster than threads start).
+const PARALLEL_FROM: usize = 128 * 1024;
+/// The most threads one parse uses.
+pub const MAX_THREADS: usize = 4;
+
+/// What one pass over a YAML stream gave.
+struct Stream {
+    documents: Vec<Document>,
+    /// Documents in the stream, empty ones included (what indexes count).
+    count: usize,
+    /// Whether the pass stopped at a syntax error.
+    broken: bool,
+}
+
+fn parse_stream(text: &str) -> Stream {
+    let mut stream = Stream {
+        documents: Vec::new(),
+        count: 0,
+        broken: false,
+    };
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        stream.count = index + 1;
         let value = match Value::deserialize(doc) {
             Ok(v) => v,
             Err(e) => {
-                out.push(Document::failed(
+                stream.documents.push(Document::failed(
                     index,
                     String::new(),
                     String::new(),
                     Problem::error("", format!("not valid YAML: {e}")),
                 ));
+                stream.broken = true;
                 // The parser cannot go on past a syntax error in a stream.
                 break;
             }
@@ -107,9 +141,82 @@ pub fn parse_documents(text: &str) -> Vec<Document> {
         if value.is_null() {
             continue;
         }
-        out.push(parse_value(index, value));
+        stream.documents.push(parse_value(index, value));
     }
+    stream
+}
+
+/// Cuts `text` into at most `parts` pieces of about equal size, every piece but the first
+/// starting on a document-start line (`---` at the start of a line, then a blank or the line's
+/// end: YAML allows no such line inside a document's content). A text with directives (`%`
+/// lines, which belong to the document after them) is not cut.
+fn cut(text: &str, parts: usize) -> Vec<&str> {
+    if parts < 2 || text.starts_with('%') || text.contains("\n%") {
+        return vec![text];
+    }
+    let bytes = text.as_bytes();
+    let is_start = |at: usize| {
+        bytes[at..].starts_with(b"---")
+            && matches!(bytes.get(at + 3), None | Some(b' ' | b'\t' | b'\r' | b'\n'))
+    };
+    let mut out = Vec::with_capacity(parts);
+    let mut from = 0;
+    for k in 1..parts {
+        let target = (text.len() * k / parts).max(from + 1);
+        // The first document-start line after `target` (a byte after a newline is where a
+        // character starts, whatever `target` fell on).
+        let at = (target..bytes.len()).find(|&i| bytes[i - 1] == b'\n' && is_start(i));
+        let Some(at) = at else { break };
+        out.push(&text[from..at]);
+        from = at;
+    }
+    out.push(&text[from..]);
     out
+}
+
+/// Whether `text` holds nothing but blank and comment lines.
+fn no_document(text: &str) -> bool {
+    text.trim_start_matches('\u{feff}').lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#')
+    })
+}
+
+/// Parses `parts`, each on a thread of its own, into the documents of their whole text; `None`
+/// when a part has a syntax error (or a thread cannot be had): then the text is parsed in one.
+fn parse_parts(parts: &[&str]) -> Option<Vec<Document>> {
+    let (first, rest) = parts.split_first()?;
+    let streams = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(rest.len());
+        for part in rest {
+            let h = std::thread::Builder::new()
+                .name("manifest-parse".into())
+                .spawn_scoped(s, || parse_stream(part));
+            handles.push(h.ok());
+        }
+        let mut streams = vec![Some(parse_stream(first))];
+        streams.extend(handles.into_iter().map(|h| h.and_then(|h| h.join().ok())));
+        streams
+    });
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for (i, stream) in streams.into_iter().enumerate() {
+        let mut stream = stream?;
+        if stream.broken {
+            return None;
+        }
+        // A stream with no document at all reads as one empty document; only the first part
+        // can be one (the others start with a marker), when the text opens with comments.
+        if i == 0 && no_document(first) {
+            stream.count = 0;
+        }
+        out.extend(stream.documents.into_iter().map(|mut d| {
+            d.index += offset;
+            d
+        }));
+        offset += stream.count;
+    }
+    Some(out)
 }
 
 /// Reads one document already parsed to JSON (taken, not copied, into the typed object).
@@ -208,5 +315,110 @@ fn typed(kind: &str, value: Value) -> serde_json::Result<Object> {
         "Device" => serde_json::from_value(value).map(|d| Object::Device(Box::new(d))),
         "DeviceModel" => serde_json::from_value(value).map(|d| Object::DeviceModel(Box::new(d))),
         _ => serde_json::from_value(value).map(|d| Object::DeviceStatus(Box::new(d))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn device(name: &str) -> String {
+        format!(
+            "apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: 502}}}}\n  properties:\n    - {{name: t, desired: {{value: \"5\"}}, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1}}}}}}\n"
+        )
+    }
+
+    /// What manifests are made of, the awkward parts included: markers that are content, block
+    /// and quoted scalars and flow collections that a marker line cuts, document ends,
+    /// directives, syntax errors, schema errors.
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => "[a-z]{1,8}".prop_map(|n| device(&n)),
+            3 => Just("apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {name: m}\nspec:\n  properties:\n    - {name: t, type: INT, accessMode: ReadWrite}\n".to_string()),
+            2 => Just("apiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {name: bad}\nspec: {properties: 7}\n".to_string()),
+            1 => Just("# only a comment\n".to_string()),
+            1 => Just(String::new()),
+            1 => Just("note: |\n  text\n  ---\n  more\n".to_string()),
+            1 => Just("|\nliteral at the top\n".to_string()),
+            1 => Just("top: 'quoted\n---\nstill quoted'\n".to_string()),
+            1 => Just("list: [1,\n---\n2]\n".to_string()),
+            1 => Just("a: 1\n...\n".to_string()),
+            1 => Just("%YAML 1.2\n".to_string()),
+            1 => Just("key: [unclosed\n".to_string()),
+            1 => Just("plain\nscalar\n".to_string()),
+            1 => Just("----\nnot: a marker\n".to_string()),
+            1 => Just("{inline: true}\n".to_string()),
+            1 => "[a-z:\\- \n]{0,24}",
+        ]
+    }
+
+    fn separator() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            4 => Just("---\n"),
+            1 => Just("--- \n"),
+            1 => Just("---\r\n"),
+            1 => Just("--- # a comment\n"),
+            1 => Just("---\t"),
+            1 => Just("...\n---\n"),
+            1 => Just("\n"),
+            1 => Just(""),
+        ]
+    }
+
+    fn same(a: &[Document], b: &[Document]) -> bool {
+        format!("{a:?}") == format!("{b:?}")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+        /// Cut anywhere it may be cut and parsed in parts, a text gives what one pass over it
+        /// gives: the same documents, at the same indexes, with the same problems.
+        #[test]
+        fn a_text_parsed_in_parts_gives_what_one_pass_gives(
+            pieces in proptest::collection::vec((separator(), piece()), 0..8),
+            parts in 2usize..8,
+        ) {
+            let text: String = pieces.iter().map(|(s, p)| format!("{s}{p}")).collect();
+            let whole = parse_stream(&text).documents;
+            let cuts = cut(&text, parts);
+            prop_assert_eq!(cuts.concat(), text.clone());
+            for part in &cuts[1..] {
+                prop_assert!(part.starts_with("---"), "{part:?}");
+            }
+            if let Some(got) = parse_parts(&cuts) {
+                prop_assert!(same(&got, &whole), "parts {cuts:?}\ngot {got:?}\nwhole {whole:?}");
+            }
+        }
+    }
+
+    /// A gateway's thousand devices in one file are parsed in parts, into what one pass gives.
+    #[test]
+    fn a_large_manifest_is_parsed_in_parts() {
+        let mut text = String::new();
+        for i in 0..1000 {
+            text.push_str("---\n");
+            text.push_str(&device(&format!("dev-{i}")));
+        }
+        assert!(text.len() >= PARALLEL_FROM);
+        let cuts = cut(&text, 3);
+        assert_eq!(cuts.len(), 3);
+        let parts = parse_parts(&cuts).expect("parsed in parts");
+        let whole = parse_stream(&text).documents;
+        assert_eq!(parts.len(), 1000);
+        assert!(same(&parts, &whole));
+        assert!(same(&parse_documents(&text), &whole));
+        assert_eq!(parts[999].name, "dev-999");
+        assert_eq!(parts[999].index, 999);
+        // One bad document anywhere: the whole text is parsed in one pass, its error placed
+        // in the whole text.
+        let broken = text.replacen("name: dev-700,", "name: [dev-700,", 1);
+        let docs = parse_documents(&broken);
+        let last = docs.last().expect("documents");
+        assert!(
+            last.problems[0].to_string().contains("line 6304"),
+            "{:?}",
+            last.problems
+        );
     }
 }
