@@ -227,13 +227,15 @@ pub(crate) fn reload(dir: &Path, node: &str, sources: &mut Sources) -> Result<()
 /// [`reload`] at start: when the files, the node and this edgecore's version are those of the
 /// last start, what they gave then is taken from `meta` instead of parsing and validating every
 /// document again (the same result, for a fraction of the time and without the parse's
-/// transient memory); otherwise they are parsed, and the result stored for the next start.
+/// transient memory); otherwise they are parsed ([`load_packed`]). What a parse gave is returned
+/// in its stored form, for the caller to store with [`store_for_next_start`] once the twins are
+/// served: the first answer does not wait on a write nobody needs before the next start.
 pub(crate) async fn reload_at_start(
     dir: &Path,
     node: &str,
     sources: &mut Sources,
     meta: &crate::meta::store::MetaStore,
-) -> Result<(), ListError> {
+) -> Result<Option<Parsed>, ListError> {
     let inputs = read_inputs(dir)?;
     let key = cache::key(&inputs, node);
     let cached = match meta.manifests_cache().await {
@@ -244,21 +246,30 @@ pub(crate) async fn reload_at_start(
             None
         }
     };
-    let loaded = match cached {
+    let (loaded, to_store) = match cached {
         Some(loaded) => {
             tracing::info!(dir = %dir.display(), "manifests unchanged since the last start: their result is read back instead of parsing them");
-            loaded
+            (loaded, None)
         }
         None => {
             let (loaded, text) = load_packed(dir, inputs, node, &key)?;
-            if let Err(e) = meta.save_manifests_cache(&text).await {
-                tracing::warn!(error = %e, "cannot store the manifests' result for the next start (it parses them again)");
-            }
-            loaded
+            (loaded, Some(Parsed { text }))
         }
     };
     take(dir, loaded, sources);
-    Ok(())
+    Ok(to_store)
+}
+
+/// What a start's parse of the manifests gave, in its stored form.
+pub(crate) struct Parsed {
+    text: String,
+}
+
+/// Stores what [`reload_at_start`] parsed, for the next start to read back.
+pub(crate) async fn store_for_next_start(meta: &crate::meta::store::MetaStore, parsed: Parsed) {
+    if let Err(e) = meta.save_manifests_cache(&parsed.text).await {
+        tracing::warn!(error = %e, "cannot store the manifests' result for the next start (it parses them again)");
+    }
 }
 
 /// Parses `inputs`; returns what they gave and its stored form, for the next start. What the

@@ -112,6 +112,17 @@ fn main() -> ExitCode {
             None => temp.path(),
         };
         let http = sim::bench_edgecore_dir(dir, "footprint", args.devices, 10)?;
+        // The first start is on an empty data directory, whatever an earlier run of `--dir`
+        // left there.
+        match std::fs::remove_dir_all(dir.join("data")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(anyhow::anyhow!(
+                    "cannot empty {}: {e}",
+                    dir.join("data").display()
+                ));
+            }
+            _ => {}
+        }
         println!(
             "| start ({} devices x 10 properties) | start → first twin answer, ms | RssAnon 5 s after, MB | RssAnon 12 s after (freed memory trimmed), MB | of it in [heap], MB (5 s) | threads |",
             args.devices
