@@ -79,6 +79,14 @@ def round_float(hi, lo):
     return False
 
 
+def joins_as_float(regs, address, ws):
+    """Whether the word just before `address` and the first of `ws` read together as a round
+    float32 (either word order): a value drawn right after another must make no such second
+    reading with it (a text's first characters after a count read as one)."""
+    prev = regs.get(address - 1)
+    return prev is not None and (round_float(prev, ws[0]) or round_float(ws[0], prev))
+
+
 def draw_registers(rng, table):
     """Items of one register table: (address -> word) and their descriptions."""
     regs, items = {}, []
@@ -92,12 +100,18 @@ def draw_registers(rng, table):
             # tell from the first.
             address += rng.randrange(1, 6)
         if kind == "uint16":
-            # Below 0x2000: a high byte that is not a printable character.
-            value = rng.randrange(0, 8000)
-            ws, shown = [value], value
+            while True:
+                # Below 0x2000: a high byte that is not a printable character.
+                value = rng.randrange(0, 8000)
+                ws, shown = [value], value
+                if not joins_as_float(regs, address, ws):
+                    break
         elif kind == "int16":
-            value = -rng.randrange(1, 1000)
-            ws, shown = [value & 0xFFFF], value
+            while True:
+                value = -rng.randrange(1, 1000)
+                ws, shown = [value & 0xFFFF], value
+                if not joins_as_float(regs, address, ws):
+                    break
         elif kind.startswith("float32"):
             while True:
                 value = round(rng.uniform(1.0, 2000.0), 2)
@@ -120,7 +134,7 @@ def draw_registers(rng, table):
                 raw = value.encode()
                 raw = raw + b"\0" * (2 - len(raw) % 2 if len(raw) % 2 else 2)
                 ws = [int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2)]
-                if not reads_as_float(ws):
+                if not reads_as_float(ws) and not joins_as_float(regs, address, ws):
                     break
             shown = value
         for i, w in enumerate(ws):
