@@ -6,6 +6,7 @@ use crate::validate::{Problem, schema};
 use serde::Deserialize;
 use serde_json::Value;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One object of a manifest.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,14 +93,25 @@ pub fn prepare() {
 /// A large text (a gateway's thousand devices in one file) is cut at document-start lines and its
 /// parts parsed on as many threads as there are cores (up to [`MAX_THREADS`]): the result is the
 /// one a single pass gives, which a part with any syntax error falls back to, so that errors
-/// name their place in the whole text.
+/// name their place in the whole text. Not in a process that called [`parse_in_one_pass`].
 pub fn parse_documents(text: &str) -> Vec<Document> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if text.len() < PARALLEL_FROM || threads < 2 {
+    if text.len() < PARALLEL_FROM || threads < 2 || !IN_PARTS.load(Ordering::Relaxed) {
         return parse_stream(text).documents;
     }
     let parts = cut(text, threads.min(MAX_THREADS));
     parse_parts(&parts).unwrap_or_else(|| parse_stream(text).documents)
+}
+
+static IN_PARTS: AtomicBool = AtomicBool::new(true);
+
+/// Makes [`parse_documents`] parse every text in one pass, on the calling thread: for a process
+/// whose threads share one malloc arena (edgecore and cloudcore, `rt::sys::single_arena`),
+/// where the parts' threads wait on each other's allocations. Measured in edgecore's first start
+/// with 1,000 devices in one file on two cores: the parse took 57-79 ms in two parts against
+/// 55-64 ms in one pass, and the start was no faster (docs/benchmarks.md, session 52).
+pub fn parse_in_one_pass() {
+    IN_PARTS.store(false, Ordering::Relaxed);
 }
 
 /// Texts from this size on are parsed in parts (a smaller one parses faster than threads start).

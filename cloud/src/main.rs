@@ -119,6 +119,7 @@ fn main() -> ExitCode {
     // One malloc arena for every thread, and freed memory handed back every few seconds, as
     // edgecore does: an IO-bound server's resident size otherwise stays at its peak.
     rt::sys::single_arena();
+    api::manifest::parse_in_one_pass();
     rt::sys::release_freed_every(std::time::Duration::from_secs(5));
     let args = Args::parse();
     rt::bootstrap::init_tracing("info");

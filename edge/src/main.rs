@@ -215,6 +215,7 @@ fn main() -> ExitCode {
     // Before anything could replace it (an upgrade renames a new binary over it).
     let exe = std::env::current_exe();
     rt::sys::single_arena();
+    api::manifest::parse_in_one_pass();
     let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
     match args.command {
