@@ -22,6 +22,10 @@ pub async fn run(
     rt::bootstrap::raise_nofile_limit();
     // An upgrade under way: this may be the new edgecore on trial (or must roll back now).
     let trial = crate::upgrade::on_start(&config.data_dir, &relaunch, &cancel)?;
+    // A first start (no database: no stored result of the manifests to read back) parses them
+    // while the databases are created.
+    let early = (config.modules.manifests && !config.database().exists())
+        .then(|| manifests::parse_early(config.manifests_dir(), config.node_name.clone()));
     // Private: the twins, and the Secrets sent to the node's pods, are kept here.
     rt::fs::private_dir(&config.data_dir).with_context(|| {
         format!(
@@ -37,7 +41,7 @@ pub async fn run(
             .with_context(|| format!("cannot make {} private", db.display()))?;
     }
     // The manifests' schemas are derived while the databases open.
-    if config.modules.manifests {
+    if config.modules.manifests && early.is_none() {
         std::thread::spawn(api::manifest::prepare);
     }
     let store = Store::open_with_history(
@@ -188,27 +192,28 @@ pub async fn run(
     if config.modules.manifests {
         let dir = config.manifests_dir();
         let mut src = sources.lock().await;
-        let loaded = match manifests::reload_at_start(&dir, &config.node_name, &mut src, &meta)
-            .await
-        {
-            Ok(to_store) => {
-                sync.publish(&src).await;
-                // Twins of devices no longer declared go: the directory is the source of truth.
-                manifests::prune_undeclared(&twin, &catalog).await;
-                if let Some(parsed) = to_store {
-                    let meta = meta.clone();
-                    tasks
-                        .spawn(async move { manifests::store_for_next_start(&meta, parsed).await });
+        let loaded =
+            match manifests::reload_at_start(&dir, &config.node_name, &mut src, &meta, early).await
+            {
+                Ok(to_store) => {
+                    sync.publish(&src).await;
+                    // Twins of devices no longer declared go: the directory is the source of truth.
+                    manifests::prune_undeclared(&twin, &catalog).await;
+                    if let Some(parsed) = to_store {
+                        let meta = meta.clone();
+                        tasks.spawn(
+                            async move { manifests::store_for_next_start(&meta, parsed).await },
+                        );
+                    }
+                    true
                 }
-                true
-            }
-            Err(e) => {
-                // A missing or unreadable directory is not an empty one: the twins stay, and
-                // the watcher loads the directory when it can be read.
-                manifests::failed(&metrics, &catalog, &e);
-                false
-            }
-        };
+                Err(e) => {
+                    // A missing or unreadable directory is not an empty one: the twins stay, and
+                    // the watcher loads the directory when it can be read.
+                    manifests::failed(&metrics, &catalog, &e);
+                    false
+                }
+            };
         drop(src);
         tasks.spawn(manifests::watch(
             dir,

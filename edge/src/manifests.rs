@@ -235,7 +235,20 @@ pub(crate) async fn reload_at_start(
     node: &str,
     sources: &mut Sources,
     meta: &crate::meta::store::MetaStore,
+    early: Option<EarlyParse>,
 ) -> Result<Option<Parsed>, ListError> {
+    if let Some(early) = early {
+        match early.0.await {
+            Ok(parsed) => {
+                let (loaded, text) = parsed?;
+                take(dir, loaded, sources);
+                return Ok(Some(Parsed { text }));
+            }
+            Err(_) => {
+                tracing::warn!(dir = %dir.display(), "the start's early parse of the manifests did not finish; parsing them now")
+            }
+        }
+    }
     let inputs = read_inputs(dir)?;
     let key = cache::key(&inputs, node);
     let cached = match meta.manifests_cache().await {
@@ -258,6 +271,31 @@ pub(crate) async fn reload_at_start(
     };
     take(dir, loaded, sources);
     Ok(to_store)
+}
+
+/// A first start's parse of the manifests ([`parse_early`]), for [`reload_at_start`].
+pub(crate) struct EarlyParse(tokio::sync::oneshot::Receiver<Result<(Loaded, String), ListError>>);
+
+/// Begins the parse of `dir` on a thread of its own, for a start that cannot have a stored
+/// result of it (a first start: no database yet), so that it runs while the databases are
+/// created and the listeners start instead of after them (with 1,000 devices on two cores, the
+/// databases take ~17 ms and the parse ~55 ms).
+pub(crate) fn parse_early(dir: PathBuf, node: String) -> EarlyParse {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("manifests".into())
+        .spawn(move || {
+            let parsed = read_inputs(&dir).and_then(|inputs| {
+                let key = cache::key(&inputs, &node);
+                load_packed(&dir, inputs, &node, &key)
+            });
+            let _ = tx.send(parsed);
+        });
+    if let Err(e) = spawned {
+        // The receiver then reads a closed channel, and the manifests are parsed in line.
+        tracing::warn!(error = %e, "cannot start a thread to parse the manifests early");
+    }
+    EarlyParse(rx)
 }
 
 /// What a start's parse of the manifests gave, in its stored form.
