@@ -11,17 +11,15 @@ use crate::v1beta1::{CustomizedValue, Device, DeviceModel, ProtocolConfig};
 /// `base` overridden key by key by `over`; `None` when both are absent.
 fn overlay(
     base: Option<&CustomizedValue>,
-    over: Option<&CustomizedValue>,
+    over: Option<CustomizedValue>,
 ) -> Option<CustomizedValue> {
     match (base, over) {
         (None, None) => None,
         (Some(b), None) => Some(b.clone()),
-        (None, Some(o)) => Some(o.clone()),
+        (None, Some(o)) => Some(o),
         (Some(b), Some(o)) => {
             let mut merged = b.0.clone();
-            for (k, v) in &o.0 {
-                merged.insert(k.clone(), v.clone());
-            }
+            merged.extend(o.0);
             Some(CustomizedValue(merged))
         }
     }
@@ -34,15 +32,19 @@ fn non_empty(s: Option<&str>) -> Option<&str> {
 fn merge_config(
     base_name: Option<&str>,
     base: Option<&CustomizedValue>,
-    own: Option<&ProtocolConfig>,
+    own: Option<ProtocolConfig>,
 ) -> Option<ProtocolConfig> {
-    let name = non_empty(own.and_then(|o| o.protocol_name.as_deref())).or(non_empty(base_name));
-    let data = overlay(base, own.and_then(|o| o.config_data.as_ref()));
-    if name.is_none() && data.is_none() && own.is_none() {
+    let had_own = own.is_some();
+    let (own_name, own_data) = own.map_or((None, None), |o| (o.protocol_name, o.config_data));
+    let name = own_name
+        .filter(|n| !n.is_empty())
+        .or_else(|| non_empty(base_name).map(str::to_string));
+    let data = overlay(base, own_data);
+    if name.is_none() && data.is_none() && !had_own {
         return None;
     }
     Some(ProtocolConfig {
-        protocol_name: name.map(str::to_string),
+        protocol_name: name,
         config_data: data,
     })
 }
@@ -50,26 +52,32 @@ fn merge_config(
 /// The device with the model's defaults merged in. `model` should be the device's model; the
 /// function does not check that it is.
 pub fn effective_device(device: &Device, model: &DeviceModel) -> Device {
-    let mut out = device.clone();
-    out.spec.protocol = merge_config(
+    into_effective(device.clone(), model)
+}
+
+/// [`effective_device`] of a device the caller no longer needs (no copy of it is made).
+pub fn into_effective(mut device: Device, model: &DeviceModel) -> Device {
+    let own = device.spec.protocol.take();
+    device.spec.protocol = merge_config(
         model.spec.protocol.as_deref(),
         model.spec.protocol_config_data.as_ref(),
-        device.spec.protocol.as_ref(),
+        own,
     );
-    for prop in &mut out.spec.properties {
+    for prop in &mut device.spec.properties {
         let Some(model_visitor) = model
             .property(&prop.name)
             .and_then(|mp| mp.visitors.as_ref())
         else {
             continue;
         };
+        let own = prop.visitors.take();
         prop.visitors = merge_config(
             model_visitor.protocol_name.as_deref(),
             model_visitor.config_data.as_ref(),
-            prop.visitors.as_ref(),
+            own,
         );
     }
-    out
+    device
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! mapper, pushing a desired value), which is rare: a `Device` with its `configData` maps takes
 //! about 14 KB of memory, its JSON about a tenth of that.
 
-use api::merge::effective_device;
+use api::merge::{effective_device, into_effective};
 use api::paths::DeviceId;
 use api::v1beta1::{Device, DeviceModel, namespace_of};
 use std::collections::BTreeMap;
@@ -134,7 +134,7 @@ impl Catalog {
                     .model_name()
                     .and_then(|m| models.get(&DeviceId::new(&id.namespace, m)));
                 let effective = match model {
-                    Some(m) => StoredDevice::new(&effective_device(&d, m)),
+                    Some(m) => StoredDevice::new(&into_effective(d, m)),
                     None => StoredDevice::new(&d),
                 };
                 (id, effective)
