@@ -87,6 +87,31 @@ fn a_start_with_the_manifests_dir_missing_deletes_nothing() {
     });
 }
 
+/// A first start (no database yet) parses the manifests while its databases are created; a
+/// directory that is missing then says so as it does on any start, and its devices come once
+/// it is there.
+#[test]
+fn a_first_start_with_the_manifests_dir_missing_says_so() {
+    let mut e = Edgecore::start(None);
+    e.stop(false);
+    std::fs::remove_dir_all(e.dir.path().join("data")).expect("remove the data directory");
+    let parked = e.dir.path().join("manifests.parked");
+    std::fs::rename(&e.manifests, &parked).expect("park the directory");
+    e.start_again();
+    e.wait_ready();
+    let health = healthz(&e);
+    assert!(
+        health.starts_with("degraded") && health.contains("cannot list the manifests directory"),
+        "{health}"
+    );
+    assert!(e.twin("default/oven-1").is_none());
+    std::fs::rename(&parked, &e.manifests).expect("restore the directory");
+    e.eventually("the devices declared", |e| {
+        e.twin("default/oven-1").map(|_| ())
+    });
+    e.eventually("healthy again", |e| (healthz(e) == "ok").then_some(()));
+}
+
 #[test]
 fn running_out_of_file_descriptors_keeps_every_twin_and_the_listeners() {
     let mut e = Edgecore::start(None);
