@@ -192,28 +192,27 @@ pub async fn run(
     if config.modules.manifests {
         let dir = config.manifests_dir();
         let mut src = sources.lock().await;
-        let loaded =
-            match manifests::reload_at_start(&dir, &config.node_name, &mut src, &meta, early).await
-            {
-                Ok(to_store) => {
-                    sync.publish(&src).await;
-                    // Twins of devices no longer declared go: the directory is the source of truth.
-                    manifests::prune_undeclared(&twin, &catalog).await;
-                    if let Some(parsed) = to_store {
-                        let meta = meta.clone();
-                        tasks.spawn(
-                            async move { manifests::store_for_next_start(&meta, parsed).await },
-                        );
-                    }
-                    true
+        let (seen, read) =
+            manifests::reload_at_start(&dir, &config.node_name, &mut src, &meta, early).await;
+        let loaded = match read {
+            Ok(to_store) => {
+                sync.publish(&src).await;
+                // Twins of devices no longer declared go: the directory is the source of truth.
+                manifests::prune_undeclared(&twin, &catalog).await;
+                if let Some(parsed) = to_store {
+                    let meta = meta.clone();
+                    tasks
+                        .spawn(async move { manifests::store_for_next_start(&meta, parsed).await });
                 }
-                Err(e) => {
-                    // A missing or unreadable directory is not an empty one: the twins stay, and
-                    // the watcher loads the directory when it can be read.
-                    manifests::failed(&metrics, &catalog, &e);
-                    false
-                }
-            };
+                true
+            }
+            Err(e) => {
+                // A missing or unreadable directory is not an empty one: the twins stay, and
+                // the watcher loads the directory when it can be read.
+                manifests::failed(&metrics, &catalog, &e);
+                false
+            }
+        };
         drop(src);
         tasks.spawn(manifests::watch(
             dir,
@@ -223,6 +222,7 @@ pub async fn run(
             sync.clone(),
             metrics.clone(),
             loaded,
+            seen,
             cancel.clone(),
         ));
     }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The files of a directory with their modification times and sizes: what the watcher compares.
 /// `None` when the directory cannot be listed.
-type Signature = Option<Vec<(PathBuf, Option<SystemTime>, u64)>>;
+pub(crate) type Signature = Option<Vec<(PathBuf, Option<SystemTime>, u64)>>;
 
 /// The manifest files of `dir`, all of them or an error: an entry that cannot be read or
 /// looked at fails the listing, so that a partial listing is never taken for deletions.
@@ -230,25 +230,40 @@ pub(crate) fn reload(dir: &Path, node: &str, sources: &mut Sources) -> Result<()
 /// transient memory); otherwise they are parsed ([`load_packed`]). What a parse gave is returned
 /// in its stored form, for the caller to store with [`store_for_next_start`] once the twins are
 /// served: the first answer does not wait on a write nobody needs before the next start.
+///
+/// Also returns the directory's signature taken before its files were read, for [`watch`] to
+/// start from: a file changed while the start reads and applies them is then seen as changed.
 pub(crate) async fn reload_at_start(
     dir: &Path,
     node: &str,
     sources: &mut Sources,
     meta: &crate::meta::store::MetaStore,
     early: Option<EarlyParse>,
-) -> Result<Option<Parsed>, ListError> {
+) -> (Signature, Result<Option<Parsed>, ListError>) {
     if let Some(early) = early {
         match early.0.await {
-            Ok(parsed) => {
-                let (loaded, text) = parsed?;
-                take(dir, loaded, sources);
-                return Ok(Some(Parsed { text }));
+            Ok((seen, parsed)) => {
+                let parsed = parsed.map(|(loaded, text)| {
+                    take(dir, loaded, sources);
+                    Some(Parsed { text })
+                });
+                return (seen, parsed);
             }
             Err(_) => {
                 tracing::warn!(dir = %dir.display(), "the start's early parse of the manifests did not finish; parsing them now")
             }
         }
     }
+    let seen = signature(dir);
+    (seen, read_at_start(dir, node, sources, meta).await)
+}
+
+async fn read_at_start(
+    dir: &Path,
+    node: &str,
+    sources: &mut Sources,
+    meta: &crate::meta::store::MetaStore,
+) -> Result<Option<Parsed>, ListError> {
     let inputs = read_inputs(dir)?;
     let key = cache::key(&inputs, node);
     let cached = match meta.manifests_cache().await {
@@ -274,7 +289,10 @@ pub(crate) async fn reload_at_start(
 }
 
 /// A first start's parse of the manifests ([`parse_early`]), for [`reload_at_start`].
-pub(crate) struct EarlyParse(tokio::sync::oneshot::Receiver<Result<(Loaded, String), ListError>>);
+/// What it read comes with the directory's signature taken before.
+pub(crate) struct EarlyParse(tokio::sync::oneshot::Receiver<EarlyRead>);
+
+type EarlyRead = (Signature, Result<(Loaded, String), ListError>);
 
 /// Begins the parse of `dir` on a thread of its own, for a start that cannot have a stored
 /// result of it (a first start: no database yet), so that it runs while the databases are
@@ -285,11 +303,12 @@ pub(crate) fn parse_early(dir: PathBuf, node: String) -> EarlyParse {
     let spawned = std::thread::Builder::new()
         .name("manifests".into())
         .spawn(move || {
+            let seen = signature(&dir);
             let parsed = read_inputs(&dir).and_then(|inputs| {
                 let key = cache::key(&inputs, &node);
                 load_packed(&dir, inputs, &node, &key)
             });
-            let _ = tx.send(parsed);
+            let _ = tx.send((seen, parsed));
         });
     if let Err(e) = spawned {
         // The receiver then reads a closed channel, and the manifests are parsed in line.
@@ -479,7 +498,9 @@ mod cache {
 /// UpdateDevice carrying both.
 ///
 /// `loaded` says whether the directory was read at start; until it has been, twins that the
-/// manifests no longer declare are not removed (see [`prune_undeclared`]).
+/// manifests no longer declare are not removed (see [`prune_undeclared`]). `last` is the
+/// directory's signature taken before the start read it ([`reload_at_start`]): a file changed
+/// since is read again at once.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn watch(
     dir: PathBuf,
@@ -489,10 +510,10 @@ pub(crate) async fn watch(
     sync: crate::meta::sync::CatalogSync,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
     mut loaded: bool,
+    mut last: Signature,
     cancel: CancellationToken,
 ) {
     let (catalog, twin) = (sync.catalog.clone(), sync.twin.clone());
-    let mut last = signature(&dir);
     // A change is applied once the directory has looked the same for one more interval, so a
     // file caught half-written (truncated by an editor or `cp`, not yet refilled) is never
     // loaded: an empty file would otherwise remove its devices for a moment.
@@ -586,6 +607,70 @@ mod tests {
         assert_ne!(
             cache::key(&read_inputs(dir.path()).expect("read"), "n1"),
             key
+        );
+    }
+
+    /// A file that changes after the start has read the directory, before its watcher runs, is
+    /// read again by the watcher: it starts from the directory as the start read it, not as it
+    /// is when it begins.
+    #[tokio::test]
+    async fn a_change_made_while_the_start_reads_is_applied() {
+        let dir = tempfile::tempdir().expect("dir");
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir(&manifests).expect("mkdir");
+        let model = "apiVersion: devices.kubeedge.io/v1beta1\nkind: DeviceModel\nmetadata: {name: m, namespace: default}\nspec:\n  protocol: modbus\n  properties:\n    - {name: t, type: INT, accessMode: ReadWrite}\n";
+        let device = |name: &str| {
+            format!(
+                "---\napiVersion: devices.kubeedge.io/v1beta1\nkind: Device\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  deviceModelRef: {{name: m}}\n  protocol: {{protocolName: modbus, configData: {{ip: 127.0.0.1, port: 502}}}}\n  properties:\n    - {{name: t, visitors: {{protocolName: modbus, configData: {{register: HoldingRegister, offset: 1}}}}}}\n"
+            )
+        };
+        let file = manifests.join("devices.yaml");
+        std::fs::write(&file, format!("{model}{}", device("a"))).expect("write");
+        let store = twin::Store::open(&dir.path().join("t.db"), twin::Synchronous::Normal)
+            .await
+            .expect("store");
+        let twin = twin::TwinService::start(store, twin::Limits::default())
+            .await
+            .expect("twin");
+        let meta = crate::meta::store::MetaStore::new(twin.store().clone());
+        let catalog: SharedCatalog = Default::default();
+        let sources: SharedSources = Default::default();
+        let sync = crate::meta::sync::CatalogSync::new(twin.clone(), catalog.clone());
+        let mut src = sources.lock().await;
+        let (seen, read) = reload_at_start(&manifests, "n", &mut src, &meta, None).await;
+        assert!(read.is_ok());
+        sync.publish(&src).await;
+        drop(src);
+        let a = DeviceId::new("default", "a");
+        assert!(twin.get(&a).await.expect("get").is_some());
+        // Changed before the watcher begins (another size: seen whatever the clock's grain).
+        std::fs::write(&file, format!("{model}{}{}", device("a"), device("b"))).expect("write");
+        let cancel = CancellationToken::new();
+        let watcher = tokio::spawn(watch(
+            manifests,
+            "n".into(),
+            Duration::from_millis(20),
+            sources,
+            sync,
+            Default::default(),
+            true,
+            seen,
+            cancel.clone(),
+        ));
+        let b = DeviceId::new("default", "b");
+        let mut found = false;
+        for _ in 0..500 {
+            if twin.get(&b).await.ok().flatten().is_some() {
+                found = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cancel.cancel();
+        let _ = watcher.await;
+        assert!(
+            found,
+            "the device added while the start read is not applied"
         );
     }
 }
