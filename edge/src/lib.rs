@@ -38,7 +38,7 @@ mod eventbus;
 mod http;
 pub mod join;
 mod listeners;
-mod manifests;
+pub mod manifests;
 mod meta;
 pub mod metrics;
 mod ui;

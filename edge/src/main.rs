@@ -40,6 +40,16 @@ enum Command {
         #[arg(long)]
         no_stop: bool,
     },
+    /// Parses a manifests directory and writes what it gave to standard output: a first
+    /// start's parse, run by edgecore in a process of its own (`edge::manifests::helper`).
+    #[command(name = "parse-manifests", hide = true)]
+    ParseManifests {
+        /// This node's name (devices bound to another node are skipped).
+        #[arg(long)]
+        node: String,
+        /// The manifests directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -214,9 +224,24 @@ fn block_on<T>(
 fn main() -> ExitCode {
     // Before anything could replace it (an upgrade renames a new binary over it).
     let exe = std::env::current_exe();
+    let args = Args::parse();
+    if let Some(Command::ParseManifests { node, dir }) = &args.command {
+        // glibc's arenas per thread, and the parse on every core: a process that lives for
+        // one parse has nothing to keep small.
+        use edge::manifests::{HELPER_CANNOT_LIST, HELPER_COMMAND, HelperError};
+        return match edge::manifests::helper(dir, node) {
+            Ok(()) => ExitCode::SUCCESS,
+            // edgecore reads the directory itself and says why it cannot.
+            Err(HelperError::List(_)) => ExitCode::from(HELPER_CANNOT_LIST),
+            Err(e) => {
+                eprintln!("edgecore {HELPER_COMMAND}: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    // Before any thread starts.
     rt::sys::single_arena();
     api::manifest::parse_in_one_pass();
-    let args = Args::parse();
     rt::bootstrap::init_tracing("info,rumqttd=warn");
     match args.command {
         Some(Command::Join(j)) => return join(j, args.config),
@@ -246,7 +271,15 @@ fn main() -> ExitCode {
                 DebugCommand::Check => debug_check(&config),
             };
         }
-        None => {}
+        Some(Command::ParseManifests { .. }) | None => {}
+    }
+    // The first start's parse of the manifests runs in this very binary, whatever is renamed
+    // over its path meanwhile.
+    let self_exe = PathBuf::from("/proc/self/exe");
+    if let Some(helper) =
+        (self_exe.exists().then_some(self_exe)).or_else(|| exe.as_ref().ok().cloned())
+    {
+        edge::manifests::parse_in_helper(helper);
     }
     edge::upgrade::stop_with_watcher();
     let relaunch = std::sync::Arc::new(edge::upgrade::Relaunch::of_process(

@@ -108,7 +108,7 @@ pub(crate) struct Loaded {
 /// The manifests directory could not be read as a whole: nothing may be concluded from it.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot list the manifests directory {dir}: {source}")]
-pub(crate) struct ListError {
+pub struct ListError {
     pub dir: PathBuf,
     #[source]
     pub source: std::io::Error,
@@ -298,23 +298,123 @@ type EarlyRead = (Signature, Result<(Loaded, String), ListError>);
 /// result of it (a first start: no database yet), so that it runs while the databases are
 /// created and the listeners start instead of after them (with 1,000 devices on two cores, the
 /// databases take ~17 ms and the parse ~55 ms).
+///
+/// In a process that named its helper ([`parse_in_helper`]), the parse runs in that helper:
+/// see there why.
 pub(crate) fn parse_early(dir: PathBuf, node: String) -> EarlyParse {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("manifests".into())
         .spawn(move || {
-            let seen = signature(&dir);
-            let parsed = read_inputs(&dir).and_then(|inputs| {
-                let key = cache::key(&inputs, &node);
-                load_packed(&dir, inputs, &node, &key)
-            });
-            let _ = tx.send((seen, parsed));
+            let _ = tx.send(early_read(HELPER.get().map(PathBuf::as_path), &dir, &node));
         });
     if let Err(e) = spawned {
         // The receiver then reads a closed channel, and the manifests are parsed in line.
         tracing::warn!(error = %e, "cannot start a thread to parse the manifests early");
     }
     EarlyParse(rx)
+}
+
+/// [`parse_early`]'s work, in `helper` when given.
+fn early_read(helper: Option<&Path>, dir: &Path, node: &str) -> EarlyRead {
+    let seen = signature(dir);
+    let helped = helper.and_then(|exe| {
+        in_helper(exe, dir, node).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the manifests' parse in a helper process failed; parsing them in edgecore");
+            None
+        })
+    });
+    let parsed = match helped {
+        Some(parsed) => Ok(parsed),
+        None => read_inputs(dir).and_then(|inputs| {
+            let key = cache::key(&inputs, node);
+            load_packed(dir, inputs, node, &key)
+        }),
+    };
+    (seen, parsed)
+}
+
+/// The executable [`parse_early`] runs as `edgecore`'s [`HELPER_COMMAND`], when set.
+static HELPER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The hidden subcommand of `edgecore` that parses a manifests directory and writes what it
+/// gave, in its stored form, to its standard output ([`helper`]).
+pub const HELPER_COMMAND: &str = "parse-manifests";
+
+/// Makes a first start's parse ([`parse_early`]) run in a process of its own: `exe` (this
+/// edgecore's binary, `/proc/self/exe` where there is one, so that an upgrade renaming a new
+/// binary over it changes nothing) with [`HELPER_COMMAND`]. Why: the parse of a gateway's
+/// thousand devices is edgecore's largest burst of allocations (a 935 KB file: ~170,000 YAML
+/// events, as many JSON values, then typed objects), and in edgecore all threads share one
+/// malloc arena (`rt::sys::single_arena`), where the parse can use one core only and its
+/// freed transients stay resident around what it made. The helper has glibc's arenas per
+/// thread and parses a large file on every core (`api::manifest::parse_documents`); edgecore
+/// reads its result back as a restart reads the stored one, and holds nothing of the burst.
+/// Should the helper fail (it cannot start, it dies, its output does not read back), the
+/// parse runs in edgecore as without a helper, and the start says so in its log.
+pub fn parse_in_helper(exe: PathBuf) {
+    let _ = HELPER.set(exe);
+}
+
+/// The exit code of [`HELPER_COMMAND`] when the directory cannot be listed: edgecore then
+/// reads it itself, to say why where a start says it.
+pub const HELPER_CANNOT_LIST: u8 = 3;
+
+/// Why [`helper`] gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error(transparent)]
+    List(#[from] ListError),
+    #[error("cannot write the result: {0}")]
+    Write(std::io::Error),
+}
+
+/// [`HELPER_COMMAND`]'s work: parses `dir`'s manifests for `node` and writes the key of the
+/// result and the result in its stored form, one line each, to standard output.
+pub fn helper(dir: &Path, node: &str) -> Result<(), HelperError> {
+    use std::io::Write;
+    let inputs = read_inputs(dir)?;
+    let key = cache::key(&inputs, node);
+    let loaded = load_inputs(inputs, node);
+    let text = cache::write(&loaded, &key);
+    // The process ends once this is written: nothing to free.
+    std::mem::forget(loaded);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{key}")
+        .and_then(|()| writeln!(out, "{text}"))
+        .and_then(|()| out.flush())
+        .map_err(HelperError::Write)
+}
+
+/// Runs [`helper`] in `exe` and reads back what it wrote; `None` when it could not list the
+/// directory.
+fn in_helper(exe: &Path, dir: &Path, node: &str) -> Result<Option<(Loaded, String)>, String> {
+    let out = std::process::Command::new(exe)
+        .arg(HELPER_COMMAND)
+        .arg("--node")
+        .arg(node)
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot start {} {HELPER_COMMAND}: {e}", exe.display()))?;
+    if out.status.code() == Some(HELPER_CANNOT_LIST.into()) {
+        return Ok(None);
+    }
+    if !out.status.success() {
+        return Err(format!(
+            "{} {HELPER_COMMAND}: {}",
+            exe.display(),
+            out.status
+        ));
+    }
+    let text = String::from_utf8(out.stdout)
+        .map_err(|_| format!("{HELPER_COMMAND} wrote a result that is not UTF-8"))?;
+    let (key, stored) = (text.trim_end().split_once('\n'))
+        .ok_or_else(|| format!("{HELPER_COMMAND} wrote no result"))?;
+    let loaded = cache::read(stored, key)
+        .ok_or_else(|| format!("{HELPER_COMMAND} wrote a result that does not read back"))?;
+    Ok(Some((loaded, stored.to_string())))
 }
 
 /// What a start's parse of the manifests gave, in its stored form.
@@ -608,6 +708,34 @@ mod tests {
             cache::key(&read_inputs(dir.path()).expect("read"), "n1"),
             key
         );
+    }
+
+    /// A helper that cannot start, fails or writes no result leaves the parse to edgecore,
+    /// which gives what it gives without a helper.
+    #[test]
+    fn a_helper_that_fails_leaves_the_parse_to_edgecore() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("oven.yaml"),
+            include_str!("../tests/common/manifests/oven.yaml"),
+        )
+        .expect("write");
+        let (_, alone) = early_read(None, dir.path(), "test-node");
+        let (alone, stored) = alone.expect("loads");
+        assert_eq!(alone.catalog.devices.len(), 1);
+        for exe in ["/no/such/edgecore", "/bin/false", "/bin/true", "/bin/echo"] {
+            let exe = Path::new(exe);
+            assert!(
+                in_helper(exe, dir.path(), "test-node").is_err(),
+                "{}",
+                exe.display()
+            );
+            let (seen, parsed) = early_read(Some(exe), dir.path(), "test-node");
+            let (parsed, text) = parsed.expect("loads");
+            assert_eq!(parsed.catalog, alone.catalog, "{}", exe.display());
+            assert_eq!(text, stored);
+            assert_eq!(seen, signature(dir.path()));
+        }
     }
 
     /// A file that changes after the start has read the directory, before its watcher runs, is

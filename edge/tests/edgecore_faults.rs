@@ -105,6 +105,13 @@ fn a_first_start_with_the_manifests_dir_missing_says_so() {
         "{health}"
     );
     assert!(e.twin("default/oven-1").is_none());
+    // The helper that parses a first start's manifests leaves the missing directory to
+    // edgecore, which says why: no failure of the helper to report.
+    let log = e.log();
+    assert!(
+        log.contains("cannot list the manifests directory") && !log.contains("helper"),
+        "{log}"
+    );
     std::fs::rename(&parked, &e.manifests).expect("restore the directory");
     e.eventually("the devices declared", |e| {
         e.twin("default/oven-1").map(|_| ())

@@ -76,6 +76,50 @@ fn manifests_become_twins_and_kectl_shows_and_sets_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"));
 }
 
+/// A first start parses the manifests in a helper process of edgecore's own binary; the
+/// helper, run as edgecore runs it, writes the result's key and the result, problems included,
+/// and says with its exit code when the directory cannot be listed.
+#[test]
+fn a_first_start_parses_the_manifests_in_a_helper() {
+    let e = Edgecore::start(None);
+    assert!(e.twin("default/oven-1").is_some());
+    let log = e.log();
+    assert!(!log.contains("helper process failed"), "{log}");
+
+    std::fs::write(e.manifests.join("broken.yaml"), "kind: Device\nspec: [").expect("write");
+    let parse = |dir: &std::path::Path| {
+        Command::new(bin("edgecore"))
+            .args(["parse-manifests", "--node", "test-node"])
+            .arg(dir)
+            .output()
+            .expect("edgecore runs")
+    };
+    let out = parse(&e.manifests);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8");
+    let mut lines = stdout.lines();
+    let key = lines.next().unwrap_or_default();
+    assert!(
+        key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key}"
+    );
+    let stored: serde_json::Value =
+        serde_json::from_str(lines.next().unwrap_or_default()).expect("JSON");
+    assert_eq!(stored["key"], key);
+    assert_eq!(stored["devices"][0][0], "default/oven-1", "{stored}");
+    assert!(
+        stored["broken_files"][0]
+            .as_str()
+            .is_some_and(|f| f.ends_with("broken.yaml")),
+        "{stored}"
+    );
+    assert_eq!(lines.next(), None);
+
+    let out = parse(&e.dir.path().join("no-such-dir"));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn http_api_checks_input_and_conditional_updates() {
     let e = Edgecore::start(None);
